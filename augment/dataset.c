@@ -1,0 +1,194 @@
+/* dataset.c - opening a dataset and the generic batch builder: resolves the
+ * spec, picks the source kind, computes each batch's samples from its
+ * address and lets the source fill images and labels.
+ */
+#include <errno.h>
+#include <limits.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void limits_defaults(stk_limits *l) {
+  if (!l->max_file_bytes) l->max_file_bytes = 64ull << 20;
+  if (!l->max_pixels) l->max_pixels = 100ull * 1000 * 1000;
+  if (!l->max_dimension) l->max_dimension = 32768;
+  if (!l->max_scans) l->max_scans = 500;
+  if (!l->max_decoder_bytes) l->max_decoder_bytes = 512ull << 20;
+}
+
+int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
+                     const stk_limits *limits, stk_dataset **out, char *err,
+                     size_t errlen) {
+  *out = NULL;
+  int rc = stk_job_spec_validate(spec, err, errlen);
+  if (rc) return rc;
+  const stk__source_ops *ops = NULL;
+  switch (spec->source) {
+  case STK_SOURCE_SYNTHETIC: ops = &stk__synthetic_source; break;
+  case STK_SOURCE_IMAGEFOLDER: ops = stk__imagefolder_source_ptr; break;
+  case STK_SOURCE_TAR: ops = stk__tar_source_ptr; break;
+  }
+  if (!ops) {
+    if (err && errlen) snprintf(err, errlen, "this build has no such source");
+    return STK_UNSUPPORTED;
+  }
+  if (spec->source != STK_SOURCE_SYNTHETIC) {
+    if (!data_root || !*data_root) {
+      if (err && errlen)
+        snprintf(err, errlen, "a file dataset needs a data root (--data-root)");
+      return STK_INVALID_ARGUMENT;
+    }
+    if (strlen(data_root) >= sizeof(((stk_dataset *)0)->root)) {
+      if (err && errlen) snprintf(err, errlen, "data root path too long");
+      return STK_INVALID_ARGUMENT;
+    }
+  }
+  stk_dataset *ds = calloc(1, sizeof(*ds));
+  if (!ds) return STK_NO_MEMORY;
+  ds->spec = *spec;
+  if (limits) ds->limits = *limits;
+  limits_defaults(&ds->limits);
+  if (data_root) snprintf(ds->root, sizeof(ds->root), "%s", data_root);
+  ds->ops = ops;
+  rc = ops->open(ds, err, errlen);
+  if (rc) {
+    free(ds);
+    return rc;
+  }
+  if (spec->num_samples && spec->num_samples != ds->n &&
+      spec->source != STK_SOURCE_SYNTHETIC) {
+    if (err && errlen)
+      snprintf(err, errlen, "job says num_samples = %llu but the dataset has %llu",
+               (unsigned long long)spec->num_samples, (unsigned long long)ds->n);
+    ops->close(ds);
+    free(ds);
+    return STK_MISMATCH;
+  }
+  ds->spec.num_samples = ds->n;
+  if (stk_steps_per_epoch(&ds->spec, ds->n) == 0) {
+    if (err && errlen)
+      snprintf(err, errlen,
+               "%llu samples give no full step of world_size*batch_size = %llu",
+               (unsigned long long)ds->n,
+               (unsigned long long)spec->world_size * spec->batch_size);
+    ops->close(ds);
+    free(ds);
+    return STK_INVALID_ARGUMENT;
+  }
+  *out = ds;
+  return STK_OK;
+}
+
+uint64_t stk_dataset_size(const stk_dataset *ds) { return ds ? ds->n : 0; }
+uint64_t stk_dataset_fingerprint(const stk_dataset *ds) {
+  return ds ? ds->fingerprint : 0;
+}
+
+void stk_dataset_close(stk_dataset *ds) {
+  if (!ds) return;
+  ds->ops->close(ds);
+  free(ds);
+}
+
+int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec,
+                       stk_builder **out, char *err, size_t errlen) {
+  *out = NULL;
+  stk_builder *b = calloc(1, sizeof(*b));
+  if (!b) return STK_NO_MEMORY;
+  b->ds = ds;
+  b->spec = *spec;
+  b->spec.num_samples = ds->n;
+  int rc = stk_batch_layout_of(&b->spec, &b->layout);
+  if (rc) {
+    if (err && errlen) snprintf(err, errlen, "invalid job spec");
+    free(b);
+    return rc;
+  }
+  b->indices = calloc(spec->batch_size, sizeof(uint64_t));
+  b->mask = calloc(spec->batch_size, 1);
+  if (!b->indices || !b->mask) {
+    free(b->indices);
+    free(b->mask);
+    free(b);
+    return STK_NO_MEMORY;
+  }
+  rc = ds->ops->builder_init(b, err, errlen);
+  if (rc) {
+    free(b->indices);
+    free(b->mask);
+    free(b);
+    return rc;
+  }
+  *out = b;
+  return STK_OK;
+}
+
+int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
+                      uint64_t step, void *buf, size_t len,
+                      stk_build_info *info) {
+  stk_build_info local;
+  if (!info) info = &local;
+  memset(info, 0, sizeof(*info));
+  b->err[0] = 0;
+  if (len < b->layout.total_bytes) {
+    snprintf(b->err, sizeof(b->err), "buffer of %zu bytes < batch of %llu",
+             len, (unsigned long long)b->layout.total_bytes);
+    return STK_INVALID_ARGUMENT;
+  }
+  if (stk_batch_samples(&b->spec, b->ds->n, epoch, rank, step, b->indices,
+                        b->mask) != STK_OK) {
+    snprintf(b->err, sizeof(b->err),
+             "address (epoch %llu, rank %u, step %llu) is outside the job",
+             (unsigned long long)epoch, rank, (unsigned long long)step);
+    return STK_INVALID_ARGUMENT;
+  }
+  unsigned char *p = buf;
+  const stk_tensor_desc *ti = &b->layout.tensors[STK_TENSOR_INDEX];
+  const stk_tensor_desc *tm = &b->layout.tensors[STK_TENSOR_MASK];
+  for (uint32_t j = 0; j < b->spec.batch_size; j++) {
+    int64_t v = (int64_t)b->indices[j];
+    memcpy(p + ti->offset + 8ull * j, &v, 8);
+  }
+  memcpy(p + tm->offset, b->mask, b->spec.batch_size);
+  /* Zero the alignment padding so the payload (and its crc) is a function
+   * of the address alone. */
+  for (uint32_t t = 0; t < b->layout.ntensors; t++) {
+    const stk_tensor_desc *d = &b->layout.tensors[t];
+    uint64_t end = d->offset + d->nbytes;
+    uint64_t next = t + 1 < b->layout.ntensors ? b->layout.tensors[t + 1].offset
+                                               : b->layout.total_bytes;
+    if (next > end) memset(p + end, 0, next - end);
+  }
+  return b->ds->ops->build(b, epoch, p, info);
+}
+
+const char *stk_builder_error(const stk_builder *b) { return b ? b->err : ""; }
+
+void stk_builder_destroy(stk_builder *b) {
+  if (!b) return;
+  b->ds->ops->builder_free(b);
+  free(b->indices);
+  free(b->mask);
+  free(b);
+}
+
+int stk_build_reference(const stk_job_spec *spec, const char *data_root,
+                        uint64_t epoch, uint32_t rank, uint64_t step, void *buf,
+                        size_t len, char *err, size_t errlen) {
+  stk_dataset *ds;
+  stk_builder *b;
+  int rc = stk_dataset_open(spec, data_root, NULL, &ds, err, errlen);
+  if (rc) return rc;
+  rc = stk_builder_create(ds, spec, &b, err, errlen);
+  if (rc) {
+    stk_dataset_close(ds);
+    return rc;
+  }
+  rc = stk_builder_build(b, epoch, rank, step, buf, len, NULL);
+  if (rc && err && errlen) snprintf(err, errlen, "%s", stk_builder_error(b));
+  stk_builder_destroy(b);
+  stk_dataset_close(ds);
+  return rc;
+}

@@ -1,0 +1,57 @@
+/* internal.h - what augment/'s files share and nothing outside augment/
+ * may use: the dataset and builder structs and the source vtable through
+ * which each dataset kind (synthetic, ImageFolder, tar shards) plugs in.
+ */
+#ifndef STOKER_AUGMENT_INTERNAL_H
+#define STOKER_AUGMENT_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/augment.h"
+
+/* murmur3's 64-bit finalizer: a fast, well-mixed hash of one word. */
+uint64_t stk__mix64(uint64_t x);
+size_t stk__dtype_size(int dtype);
+
+struct stk_dataset {
+  stk_job_spec spec;      /* as opened; num_samples resolved to n */
+  stk_limits limits;      /* defaults filled in */
+  char root[4096];        /* data root, "" for synthetic */
+  uint64_t n;             /* samples */
+  uint64_t fingerprint;
+  const struct stk__source_ops *ops;
+  void *impl;             /* the source's own index */
+};
+
+struct stk_builder {
+  stk_dataset *ds;
+  stk_job_spec spec;      /* ds->spec with the caller's pipeline fields */
+  stk_batch_layout layout;
+  uint64_t *indices;      /* batch_size sample indices of the batch */
+  uint8_t *mask;          /* batch_size validity flags */
+  void *impl;             /* the source's per-thread state */
+  char err[256];
+};
+
+/* A dataset kind. open fills ds->n, ds->fingerprint and ds->impl (message in
+ * err on failure); build fills the image and label tensors of b->indices
+ * (the index and mask tensors are written by the caller) and counts
+ * substituted samples in info. */
+typedef struct stk__source_ops {
+  const char *name;
+  int (*open)(stk_dataset *ds, char *err, size_t errlen);
+  void (*close)(stk_dataset *ds);
+  int (*builder_init)(stk_builder *b, char *err, size_t errlen);
+  void (*builder_free)(stk_builder *b);
+  int (*build)(stk_builder *b, uint64_t epoch, unsigned char *buf,
+               stk_build_info *info);
+} stk__source_ops;
+
+extern const stk__source_ops stk__synthetic_source;
+/* Provided by the JPEG sources (source_folder.c, source_tar.c); NULL-safe:
+ * dataset.c reports STK_UNSUPPORTED for a kind that has no ops. */
+extern const stk__source_ops *const stk__imagefolder_source_ptr;
+extern const stk__source_ops *const stk__tar_source_ptr;
+
+#endif

@@ -1,0 +1,445 @@
+/* job.c - the job spec: defaults, the one option table that parses job
+ * files and prints the canonical form, validation, hashing, batch layout.
+ *
+ * The option table is the single source of truth for job keys: parsing,
+ * the canonical text (and so the job hash) and docs all come from it.
+ */
+#include <ctype.h>
+#include <errno.h>
+#include <inttypes.h>
+#include <math.h>
+#include <stddef.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+typedef enum { T_STR, T_U32, T_U64, T_F32, T_F32X3, T_BOOL, T_ENUM } opt_type;
+
+typedef struct {
+  const char *name;
+  int value;
+} enum_name;
+
+static const enum_name source_names[] = {{"synthetic", STK_SOURCE_SYNTHETIC},
+                                         {"imagefolder", STK_SOURCE_IMAGEFOLDER},
+                                         {"tar", STK_SOURCE_TAR},
+                                         {NULL, 0}};
+static const enum_name pipeline_names[] = {{"raw", STK_PIPELINE_RAW},
+                                           {"train", STK_PIPELINE_TRAIN},
+                                           {"eval", STK_PIPELINE_EVAL},
+                                           {NULL, 0}};
+static const enum_name dtype_names[] = {{"uint8", STK_DTYPE_UINT8},
+                                        {"float32", STK_DTYPE_FLOAT32},
+                                        {"bfloat16", STK_DTYPE_BFLOAT16},
+                                        {NULL, 0}};
+static const enum_name layout_names[] = {
+    {"nhwc", STK_LAYOUT_NHWC}, {"nchw", STK_LAYOUT_NCHW}, {NULL, 0}};
+
+typedef struct {
+  const char *name;
+  opt_type type;
+  size_t offset;
+  size_t size; /* T_STR: buffer size */
+  const enum_name *enums;
+  const char *help;
+} job_opt;
+
+#define OFF(f) offsetof(stk_job_spec, f)
+#define SZ(f) sizeof(((stk_job_spec *)0)->f)
+static const job_opt job_opts[] = {
+    {"name", T_STR, OFF(name), SZ(name), NULL, "job id"},
+    {"source", T_ENUM, OFF(source), 0, source_names,
+     "synthetic | imagefolder | tar"},
+    {"dataset", T_STR, OFF(dataset), SZ(dataset), NULL,
+     "dataset path, relative to the worker's --data-root"},
+    {"num_samples", T_U64, OFF(num_samples), 0, NULL,
+     "synthetic: sample count; files: 0 = from the index"},
+    {"pipeline", T_ENUM, OFF(pipeline), 0, pipeline_names,
+     "raw (synthetic) | train | eval"},
+    {"height", T_U32, OFF(height), 0, NULL, "output image height"},
+    {"width", T_U32, OFF(width), 0, NULL, "output image width"},
+    {"channels", T_U32, OFF(channels), 0, NULL, "output channels (3)"},
+    {"dtype", T_ENUM, OFF(dtype), 0, dtype_names,
+     "uint8 | float32 | bfloat16"},
+    {"layout", T_ENUM, OFF(layout), 0, layout_names, "nhwc | nchw"},
+    {"batch_size", T_U32, OFF(batch_size), 0, NULL, "samples per rank per step"},
+    {"world_size", T_U32, OFF(world_size), 0, NULL, "consumer ranks"},
+    {"seed", T_U64, OFF(seed), 0, NULL, "job seed"},
+    {"epochs", T_U32, OFF(epochs), 0, NULL, "epochs to deliver"},
+    {"drop_last", T_BOOL, OFF(drop_last), 0, NULL,
+     "true: drop the remainder; false: pad it with mask = 0"},
+    {"num_classes", T_U32, OFF(num_classes), 0, NULL, "synthetic: label range"},
+    {"synthetic_cost_us", T_U32, OFF(synthetic_cost_us), 0, NULL,
+     "synthetic: CPU microseconds per sample"},
+    {"resize", T_U32, OFF(resize), 0, NULL, "eval: shorter side before crop"},
+    {"scale_min", T_F32, OFF(scale_min), 0, NULL, "RandomResizedCrop scale"},
+    {"scale_max", T_F32, OFF(scale_max), 0, NULL, "RandomResizedCrop scale"},
+    {"ratio_min", T_F32, OFF(ratio_min), 0, NULL, "RandomResizedCrop ratio"},
+    {"ratio_max", T_F32, OFF(ratio_max), 0, NULL, "RandomResizedCrop ratio"},
+    {"flip_p", T_F32, OFF(flip_p), 0, NULL, "horizontal flip probability"},
+    {"brightness", T_F32, OFF(brightness), 0, NULL, "ColorJitter brightness"},
+    {"contrast", T_F32, OFF(contrast), 0, NULL, "ColorJitter contrast"},
+    {"saturation", T_F32, OFF(saturation), 0, NULL, "ColorJitter saturation"},
+    {"mean", T_F32X3, OFF(mean), 0, NULL, "Normalize mean, r,g,b"},
+    {"std", T_F32X3, OFF(std), 0, NULL, "Normalize std, r,g,b"},
+};
+#define NOPTS (sizeof(job_opts) / sizeof(job_opts[0]))
+
+void stk_job_spec_defaults(stk_job_spec *s) {
+  memset(s, 0, sizeof(*s));
+  snprintf(s->name, sizeof(s->name), "job");
+  s->source = STK_SOURCE_SYNTHETIC;
+  s->num_samples = 1024;
+  s->pipeline = STK_PIPELINE_RAW;
+  s->height = s->width = 224;
+  s->channels = 3;
+  s->dtype = STK_DTYPE_UINT8;
+  s->layout = STK_LAYOUT_NCHW;
+  s->batch_size = 32;
+  s->world_size = 1;
+  s->epochs = 1;
+  s->drop_last = 1;
+  s->num_classes = 1000;
+  s->resize = 256;
+  s->scale_min = 0.08f;
+  s->scale_max = 1.0f;
+  s->ratio_min = 3.0f / 4.0f;
+  s->ratio_max = 4.0f / 3.0f;
+  s->flip_p = 0.5f;
+  s->mean[0] = 0.485f, s->mean[1] = 0.456f, s->mean[2] = 0.406f;
+  s->std[0] = 0.229f, s->std[1] = 0.224f, s->std[2] = 0.225f;
+}
+
+static int fail(char *err, size_t errlen, const char *fmt, const char *a,
+                const char *b) {
+  if (err && errlen) snprintf(err, errlen, fmt, a, b);
+  return STK_INVALID_ARGUMENT;
+}
+
+static int parse_u64(const char *v, uint64_t max, uint64_t *out) {
+  char *end;
+  if (!isdigit((unsigned char)*v)) return -1;
+  errno = 0;
+  unsigned long long x = strtoull(v, &end, 10);
+  if (errno || *end || x > max) return -1;
+  *out = x;
+  return 0;
+}
+
+static int parse_f32(const char *v, float *out) {
+  char *end;
+  errno = 0;
+  double x = strtod(v, &end);
+  if (errno || end == v || *end || !isfinite(x) || fabs(x) > 1e30) return -1;
+  *out = (float)x;
+  return 0;
+}
+
+int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value,
+                     char *err, size_t errlen) {
+  const job_opt *o = NULL;
+  for (size_t i = 0; i < NOPTS; i++)
+    if (strcmp(job_opts[i].name, key) == 0) o = &job_opts[i];
+  if (!o) return fail(err, errlen, "unknown job key '%s'%s", key, "");
+  char *field = (char *)s + o->offset;
+  uint64_t u;
+  switch (o->type) {
+  case T_STR:
+    if (strlen(value) >= o->size)
+      return fail(err, errlen, "value of '%s' is too long%s", key, "");
+    memcpy(field, value, strlen(value) + 1);
+    return STK_OK;
+  case T_U32:
+    if (parse_u64(value, UINT32_MAX, &u))
+      return fail(err, errlen, "'%s' wants an unsigned 32-bit integer, got '%s'",
+                  key, value);
+    *(uint32_t *)field = (uint32_t)u;
+    return STK_OK;
+  case T_U64:
+    if (parse_u64(value, UINT64_MAX, &u))
+      return fail(err, errlen, "'%s' wants an unsigned integer, got '%s'", key,
+                  value);
+    *(uint64_t *)field = u;
+    return STK_OK;
+  case T_F32:
+    if (parse_f32(value, (float *)field))
+      return fail(err, errlen, "'%s' wants a number, got '%s'", key, value);
+    return STK_OK;
+  case T_F32X3: {
+    char buf[128];
+    float v3[3];
+    if (strlen(value) >= sizeof(buf))
+      return fail(err, errlen, "value of '%s' is too long%s", key, "");
+    strcpy(buf, value);
+    char *save = NULL, *tok = strtok_r(buf, ",", &save);
+    for (int i = 0; i < 3; i++) {
+      while (tok && isspace((unsigned char)*tok)) tok++;
+      if (!tok || parse_f32(tok, &v3[i]))
+        return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'",
+                    key, value);
+      tok = strtok_r(NULL, ",", &save);
+    }
+    if (tok)
+      return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'", key,
+                  value);
+    memcpy(field, v3, sizeof(v3));
+    return STK_OK;
+  }
+  case T_BOOL:
+    if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes"))
+      *(int32_t *)field = 1;
+    else if (!strcmp(value, "false") || !strcmp(value, "0") ||
+             !strcmp(value, "no"))
+      *(int32_t *)field = 0;
+    else
+      return fail(err, errlen, "'%s' wants true or false, got '%s'", key, value);
+    return STK_OK;
+  case T_ENUM:
+    for (const enum_name *e = o->enums; e->name; e++)
+      if (!strcmp(e->name, value)) {
+        *(int32_t *)field = e->value;
+        return STK_OK;
+      }
+    return fail(err, errlen, "'%s': unknown value '%s'", key, value);
+  }
+  return STK_INTERNAL;
+}
+
+static char *trim(char *p) {
+  while (isspace((unsigned char)*p)) p++;
+  char *e = p + strlen(p);
+  while (e > p && isspace((unsigned char)e[-1])) *--e = 0;
+  return p;
+}
+
+int stk_job_spec_load(stk_job_spec *s, const char *path, char *err,
+                      size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    if (err && errlen)
+      snprintf(err, errlen, "cannot read job file %s: %s", path, strerror(errno));
+    return STK_IO;
+  }
+  char line[1024], msg[256];
+  int lineno = 0, rc = STK_OK;
+  while (rc == STK_OK && fgets(line, sizeof(line), f)) {
+    lineno++;
+    if (!strchr(line, '\n') && !feof(f)) {
+      if (err && errlen)
+        snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+      rc = STK_INVALID_ARGUMENT;
+      break;
+    }
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    char *p = trim(line);
+    if (!*p) continue;
+    char *eq = strchr(p, '=');
+    if (!eq) {
+      if (err && errlen)
+        snprintf(err, errlen, "%s:%d: expected 'key = value'", path, lineno);
+      rc = STK_INVALID_ARGUMENT;
+      break;
+    }
+    *eq = 0;
+    rc = stk_job_spec_set(s, trim(p), trim(eq + 1), msg, sizeof(msg));
+    if (rc != STK_OK && err && errlen)
+      snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
+  }
+  fclose(f);
+  return rc;
+}
+
+static const char *enum_str(const enum_name *e, int v) {
+  for (; e->name; e++)
+    if (e->value == v) return e->name;
+  return "?";
+}
+
+size_t stk_job_spec_format(const stk_job_spec *s, char *buf, size_t len) {
+  size_t n = 0;
+  char tmp[STK_PATH_MAX + 64];
+  for (size_t i = 0; i < NOPTS; i++) {
+    const job_opt *o = &job_opts[i];
+    const char *field = (const char *)s + o->offset;
+    switch (o->type) {
+    case T_STR:
+      snprintf(tmp, sizeof(tmp), "%s = %.*s\n", o->name, (int)o->size, field);
+      break;
+    case T_U32:
+      snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
+               *(const uint32_t *)field);
+      break;
+    case T_U64:
+      snprintf(tmp, sizeof(tmp), "%s = %" PRIu64 "\n", o->name,
+               *(const uint64_t *)field);
+      break;
+    case T_F32:
+      snprintf(tmp, sizeof(tmp), "%s = %.9g\n", o->name,
+               (double)*(const float *)field);
+      break;
+    case T_F32X3: {
+      const float *v = (const float *)field;
+      snprintf(tmp, sizeof(tmp), "%s = %.9g,%.9g,%.9g\n", o->name, (double)v[0],
+               (double)v[1], (double)v[2]);
+      break;
+    }
+    case T_BOOL:
+      snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
+               *(const int32_t *)field ? "true" : "false");
+      break;
+    case T_ENUM:
+      snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
+               enum_str(o->enums, *(const int32_t *)field));
+      break;
+    }
+    size_t t = strlen(tmp);
+    if (buf && n < len) {
+      size_t c = t < len - n ? t : len - n - 1;
+      memcpy(buf + n, tmp, c);
+      buf[n + c] = 0;
+    }
+    n += t;
+  }
+  if (buf && len && n == 0) buf[0] = 0;
+  return n;
+}
+
+uint64_t stk_job_spec_hash(const stk_job_spec *s) {
+  char buf[8192];
+  size_t n = stk_job_spec_format(s, buf, sizeof(buf));
+  if (n >= sizeof(buf)) n = sizeof(buf) - 1;
+  uint64_t h = 0xcbf29ce484222325ull; /* FNV-1a 64 */
+  for (size_t i = 0; i < n; i++) {
+    h ^= (unsigned char)buf[i];
+    h *= 0x100000001b3ull;
+  }
+  return stk__mix64(h);
+}
+
+static size_t dtype_size(int dtype) {
+  switch (dtype) {
+  case STK_DTYPE_UINT8: return 1;
+  case STK_DTYPE_BFLOAT16: return 2;
+  case STK_DTYPE_FLOAT32: return 4;
+  case STK_DTYPE_INT64: return 8;
+  }
+  return 0;
+}
+
+size_t stk__dtype_size(int dtype) { return dtype_size(dtype); }
+
+#define VFAIL(...)                                                             \
+  do {                                                                         \
+    if (err && errlen) snprintf(err, errlen, __VA_ARGS__);                     \
+    return STK_INVALID_ARGUMENT;                                               \
+  } while (0)
+
+int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
+  if (!memchr(s->name, 0, sizeof(s->name)) ||
+      !memchr(s->dataset, 0, sizeof(s->dataset)))
+    VFAIL("job spec strings are not terminated");
+  for (const char *p = s->name; *p; p++)
+    if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
+      VFAIL("job name may hold only letters, digits, '.', '_' and '-'");
+  if (!s->name[0]) VFAIL("job name is empty");
+  if (s->source < STK_SOURCE_SYNTHETIC || s->source > STK_SOURCE_TAR)
+    VFAIL("unknown source %d", (int)s->source);
+  if (s->pipeline < STK_PIPELINE_RAW || s->pipeline > STK_PIPELINE_EVAL)
+    VFAIL("unknown pipeline %d", (int)s->pipeline);
+  if (!dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
+    VFAIL("image dtype must be uint8, float32 or bfloat16");
+  if (s->layout != STK_LAYOUT_NHWC && s->layout != STK_LAYOUT_NCHW)
+    VFAIL("layout must be nhwc or nchw");
+  if (s->source == STK_SOURCE_SYNTHETIC) {
+    if (s->pipeline != STK_PIPELINE_RAW)
+      VFAIL("the synthetic source supports pipeline = raw only");
+    if (s->dtype != STK_DTYPE_UINT8)
+      VFAIL("pipeline = raw produces uint8 images (convert on the client)");
+    if (s->num_samples == 0) VFAIL("synthetic source needs num_samples > 0");
+    if (s->num_classes == 0) VFAIL("num_classes must be > 0");
+    if (s->synthetic_cost_us > 10000000)
+      VFAIL("synthetic_cost_us above 10 s per sample");
+  } else {
+    if (s->pipeline == STK_PIPELINE_RAW)
+      VFAIL("pipeline = raw is for the synthetic source; use train or eval");
+    if (!s->dataset[0]) VFAIL("source needs a dataset path");
+    if (s->dataset[0] == '/' || strstr(s->dataset, ".."))
+      VFAIL("dataset must be a path relative to the data root, without '..'");
+  }
+  if (s->channels != 3) VFAIL("channels must be 3");
+  if (s->height < 1 || s->height > 8192 || s->width < 1 || s->width > 8192)
+    VFAIL("height and width must be in 1..8192");
+  if (s->batch_size < 1 || s->batch_size > 65536)
+    VFAIL("batch_size must be in 1..65536");
+  if (s->world_size < 1 || s->world_size > 65536)
+    VFAIL("world_size must be in 1..65536");
+  if (s->epochs < 1 || s->epochs > 1000000) VFAIL("epochs must be in 1..1000000");
+  uint64_t img = (uint64_t)s->height * s->width * s->channels *
+                 dtype_size(s->dtype) * s->batch_size;
+  if (img > (2ull << 30)) VFAIL("a batch may hold at most 2 GiB of image data");
+  if (s->pipeline == STK_PIPELINE_EVAL &&
+      (s->resize < 1 || s->resize > 16384))
+    VFAIL("resize must be in 1..16384");
+  if (!(s->scale_min > 0 && s->scale_min <= s->scale_max && s->scale_max <= 1))
+    VFAIL("need 0 < scale_min <= scale_max <= 1");
+  if (!(s->ratio_min > 0 && s->ratio_min <= s->ratio_max && s->ratio_max < 100))
+    VFAIL("need 0 < ratio_min <= ratio_max < 100");
+  if (!(s->flip_p >= 0 && s->flip_p <= 1)) VFAIL("flip_p must be in [0, 1]");
+  if (!(s->brightness >= 0 && s->contrast >= 0 && s->saturation >= 0 &&
+        s->brightness <= 1 && s->contrast <= 1 && s->saturation <= 1))
+    VFAIL("brightness, contrast, saturation must be in [0, 1]");
+  for (int c = 0; c < 3; c++)
+    if (!(s->std[c] > 1e-6f && s->std[c] < 1e6f) || !isfinite(s->mean[c]))
+      VFAIL("std must be positive and mean finite");
+  return STK_OK;
+}
+
+uint64_t stk_steps_per_epoch(const stk_job_spec *s, uint64_t n) {
+  uint64_t per = (uint64_t)s->world_size * s->batch_size;
+  if (per == 0) return 0;
+  return s->drop_last ? n / per : (n + per - 1) / per;
+}
+
+int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
+  if (stk_job_spec_validate(s, NULL, 0) != STK_OK) return STK_INVALID_ARGUMENT;
+  memset(L, 0, sizeof(*L));
+  uint64_t B = s->batch_size, off = 0;
+  static const char *names[] = {"image", "label", "mask", "index"};
+  for (int t = 0; t < STK_MAX_TENSORS; t++) {
+    stk_tensor_desc *d = &L->tensors[t];
+    snprintf(d->name, sizeof(d->name), "%s", names[t]);
+    d->shape[0] = B;
+    if (t == STK_TENSOR_IMAGE) {
+      d->dtype = s->dtype;
+      d->ndim = 4;
+      if (s->layout == STK_LAYOUT_NHWC)
+        d->shape[1] = s->height, d->shape[2] = s->width, d->shape[3] = s->channels;
+      else
+        d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
+      d->nbytes = B * s->height * s->width * s->channels * dtype_size(s->dtype);
+    } else {
+      d->dtype = t == STK_TENSOR_MASK ? STK_DTYPE_UINT8 : STK_DTYPE_INT64;
+      d->ndim = 1;
+      d->nbytes = B * dtype_size(d->dtype);
+    }
+    d->offset = off;
+    off += (d->nbytes + 63) & ~(uint64_t)63;
+  }
+  L->ntensors = STK_MAX_TENSORS;
+  L->total_bytes = off;
+  return STK_OK;
+}
+
+const char *stk_strerror(int status) {
+  switch (status) {
+#define STK__STATUS_STR(name, num, msg)                                        \
+  case num:                                                                    \
+    return msg;
+    STK_STATUS_MAP(STK__STATUS_STR)
+#undef STK__STATUS_STR
+  }
+  return "unknown status";
+}

@@ -1,0 +1,765 @@
+/* rpc.c - blocking gRPC C core helpers: a thread-per-call server with a
+ * pluck completion queue per call, and client unary/stream calls.
+ *
+ * Owns: the gRPC server, its notification queue and dispatcher thread, one
+ * handler thread per live call. Must not: print, exit, or hold a lock while
+ * blocked in gRPC.
+ */
+#include "rpc.h"
+
+#include <errno.h>
+#include <grpc/grpc_security.h>
+#include <grpc/support/alloc.h>
+#include <grpc/support/time.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#define DEFAULT_MAX_MSG (16u << 20)
+
+void stk_rpc_init(void) { grpc_init(); }
+void stk_rpc_shutdown(void) { grpc_shutdown(); }
+
+int64_t stk_rpc_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
+
+static gpr_timespec deadline_in(int ms) {
+  if (ms < 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+static void copy_slice(grpc_slice s, char *out, size_t len) {
+  if (!out || !len) return;
+  size_t n = GRPC_SLICE_LENGTH(s);
+  if (n >= len) n = len - 1;
+  memcpy(out, GRPC_SLICE_START_PTR(s), n);
+  out[n] = 0;
+}
+
+grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m) {
+  size_t n = protobuf_c_message_get_packed_size(m);
+  grpc_slice s = grpc_slice_malloc(n);
+  protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&s, 1);
+  grpc_slice_unref(s);
+  return bb;
+}
+
+ProtobufCMessage *stk_rpc_unpack(const ProtobufCMessageDescriptor *d,
+                                 grpc_byte_buffer *bb, size_t max_bytes) {
+  if (!bb || grpc_byte_buffer_length(bb) > max_bytes) return NULL;
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
+  grpc_slice s = grpc_byte_buffer_reader_readall(&r);
+  grpc_byte_buffer_reader_destroy(&r);
+  ProtobufCMessage *m = protobuf_c_message_unpack(
+      d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  grpc_slice_unref(s);
+  return m;
+}
+
+static grpc_channel_args *make_args(grpc_arg *a, size_t *n, size_t max_msg,
+                                    int server) {
+  size_t i = 0;
+  a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+  a[i++].value.integer = (int)max_msg;
+  a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+  a[i++].value.integer = (int)max_msg;
+  if (server) {
+    /* Clients ping every 10 s; let them, with or without calls. */
+    a[i].type = GRPC_ARG_INTEGER,
+    a[i].key = GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+    a[i++].value.integer = 5000;
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_HTTP2_MAX_PING_STRIKES,
+    a[i++].value.integer = 0;
+    a[i].type = GRPC_ARG_INTEGER,
+    a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+    a[i++].value.integer = 1;
+  } else {
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIME_MS,
+    a[i++].value.integer = 10000;
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
+    a[i++].value.integer = 5000;
+    a[i].type = GRPC_ARG_INTEGER,
+    a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+    a[i++].value.integer = 1;
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+    a[i++].value.integer = 100;
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+    a[i++].value.integer = 100;
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+    a[i++].value.integer = 1000;
+    /* Our own connection per channel, so one worker stream per TCP link. */
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
+    a[i++].value.integer = 1;
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_ENABLE_RETRIES,
+    a[i++].value.integer = 0;
+  }
+  *n = i;
+  return NULL;
+}
+
+/* ---- Server ------------------------------------------------------------ */
+
+struct stk_rpc_call {
+  stk_rpc_server *srv;
+  grpc_call *call;
+  grpc_completion_queue *cq;
+  grpc_call_details details;
+  grpc_metadata_array md;
+  const stk_rpc_method *method;
+  pthread_t thread;
+  int thread_started;
+  int md_sent;
+  int finished;      /* atomic: a status was sent or the call was aborted */
+  int done;          /* handler thread returned; guarded by srv->mu */
+  int cancelled;     /* from RECV_CLOSE_ON_SERVER */
+  char *peer;
+  void *user;
+  struct stk_rpc_call *next;
+  char tag_recv, tag_send, tag_close, tag_finish;
+};
+
+struct stk_rpc_server {
+  grpc_server *server;
+  grpc_completion_queue *notify_cq;
+  pthread_t dispatcher;
+  stk_rpc_method *methods;
+  size_t nmethods;
+  void *ctx;
+  char *token;
+  size_t max_calls, max_msg;
+  pthread_mutex_t mu;
+  stk_rpc_call *calls; /* live and finished-not-yet-joined calls */
+  size_t active;
+  int stopping;
+  char shutdown_tag;
+};
+
+static stk_rpc_call *call_new(stk_rpc_server *srv) {
+  stk_rpc_call *c = calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->srv = srv;
+  c->cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_call_details_init(&c->details);
+  grpc_metadata_array_init(&c->md);
+  return c;
+}
+
+/* Wait for the close, then release everything gRPC gave the call. */
+static void call_release(stk_rpc_call *c) {
+  if (c->call) {
+    grpc_completion_queue_pluck(c->cq, &c->tag_close,
+                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  }
+  grpc_metadata_array_destroy(&c->md);
+  grpc_call_details_destroy(&c->details);
+  if (c->call) grpc_call_unref(c->call);
+  c->call = NULL;
+  grpc_completion_queue_shutdown(c->cq);
+  grpc_completion_queue_destroy(c->cq);
+  c->cq = NULL;
+  if (c->peer) gpr_free(c->peer);
+  c->peer = NULL;
+}
+
+int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out) {
+  grpc_byte_buffer *bb = NULL;
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_MESSAGE;
+  op.data.recv_message.recv_message = &bb;
+  *out = NULL;
+  if (grpc_call_start_batch(c->call, &op, 1, &c->tag_recv, NULL) != GRPC_CALL_OK)
+    return -1;
+  grpc_event ev = grpc_completion_queue_pluck(
+      c->cq, &c->tag_recv, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  if (!ev.success) {
+    if (bb) grpc_byte_buffer_destroy(bb);
+    return -1;
+  }
+  if (!bb) return 0;
+  *out = bb;
+  return 1;
+}
+
+int stk_rpc_call_recv_msg(stk_rpc_call *c, const ProtobufCMessageDescriptor *d,
+                          ProtobufCMessage **out) {
+  grpc_byte_buffer *bb;
+  *out = NULL;
+  int r = stk_rpc_call_recv(c, &bb);
+  if (r <= 0) return r;
+  *out = stk_rpc_unpack(d, bb, c->srv->max_msg);
+  grpc_byte_buffer_destroy(bb);
+  return *out ? 1 : -2;
+}
+
+int stk_rpc_call_send(stk_rpc_call *c, grpc_byte_buffer *msg) {
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof(ops));
+  if (!c->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->md_sent = 1;
+  }
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = msg;
+  int rc = -1;
+  if (grpc_call_start_batch(c->call, ops, n, &c->tag_send, NULL) == GRPC_CALL_OK) {
+    grpc_event ev = grpc_completion_queue_pluck(
+        c->cq, &c->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    rc = ev.success ? 0 : -1;
+  }
+  grpc_byte_buffer_destroy(msg);
+  return rc;
+}
+
+int stk_rpc_call_send_msg(stk_rpc_call *c, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = stk_rpc_pack(m);
+  return bb ? stk_rpc_call_send(c, bb) : -1;
+}
+
+int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code,
+                        const char *details) {
+  if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return 0;
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof(ops));
+  if (!c->md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    c->md_sent = 1;
+  }
+  grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
+  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
+  ops[n].data.send_status_from_server.status = code;
+  ops[n++].data.send_status_from_server.status_details = &det;
+  int rc = -1;
+  if (grpc_call_start_batch(c->call, ops, n, &c->tag_finish, NULL) ==
+      GRPC_CALL_OK) {
+    grpc_event ev = grpc_completion_queue_pluck(
+        c->cq, &c->tag_finish, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    rc = ev.success ? 0 : -1;
+  }
+  grpc_slice_unref(det);
+  return rc;
+}
+
+void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code,
+                        const char *details) {
+  if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return;
+  grpc_call_cancel_with_status(c->call, code, details ? details : "", NULL);
+}
+
+const char *stk_rpc_call_peer(stk_rpc_call *c) { return c->peer ? c->peer : "?"; }
+void **stk_rpc_call_user(stk_rpc_call *c) { return &c->user; }
+
+static void *call_thread(void *arg) {
+  stk_rpc_call *c = arg;
+  c->method->fn(c, c->srv->ctx);
+  if (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE))
+    stk_rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
+  call_release(c);
+  pthread_mutex_lock(&c->srv->mu);
+  c->done = 1;
+  c->srv->active--;
+  pthread_mutex_unlock(&c->srv->mu);
+  return NULL;
+}
+
+/* Join and free calls whose thread has returned. */
+static void reap(stk_rpc_server *s) {
+  for (;;) {
+    stk_rpc_call *dead = NULL;
+    pthread_mutex_lock(&s->mu);
+    for (stk_rpc_call **pp = &s->calls; *pp; pp = &(*pp)->next)
+      if ((*pp)->done) {
+        dead = *pp;
+        *pp = dead->next;
+        break;
+      }
+    pthread_mutex_unlock(&s->mu);
+    if (!dead) return;
+    pthread_join(dead->thread, NULL);
+    free(dead);
+  }
+}
+
+static int token_ok(stk_rpc_server *s, grpc_metadata_array *md) {
+  if (!s->token) return 1;
+  size_t want = strlen(s->token);
+  for (size_t i = 0; i < md->count; i++) {
+    grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
+    if (GRPC_SLICE_LENGTH(k) != 13 ||
+        memcmp(GRPC_SLICE_START_PTR(k), "authorization", 13))
+      continue;
+    const unsigned char *p = GRPC_SLICE_START_PTR(v);
+    size_t n = GRPC_SLICE_LENGTH(v);
+    if (n != want + 7 || memcmp(p, "Bearer ", 7)) return 0;
+    unsigned char diff = 0; /* constant time in the token's length */
+    for (size_t j = 0; j < want; j++) diff |= p[7 + j] ^ (unsigned char)s->token[j];
+    return diff == 0;
+  }
+  return 0;
+}
+
+/* Answer a call we will not run, inline on the dispatcher. */
+static void reject(stk_rpc_call *c, grpc_status_code code, const char *msg) {
+  stk_rpc_call_finish(c, code, msg);
+  call_release(c);
+  free(c);
+}
+
+static void dispatch(stk_rpc_server *s, stk_rpc_call *c) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
+  op.data.recv_close_on_server.cancelled = &c->cancelled;
+  grpc_call_start_batch(c->call, &op, 1, &c->tag_close, NULL);
+  c->peer = grpc_call_get_peer(c->call);
+  for (size_t i = 0; i < s->nmethods; i++) {
+    size_t n = strlen(s->methods[i].path);
+    if (GRPC_SLICE_LENGTH(c->details.method) == n &&
+        !memcmp(GRPC_SLICE_START_PTR(c->details.method), s->methods[i].path, n))
+      c->method = &s->methods[i];
+  }
+  if (!c->method) return reject(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+  if (!token_ok(s, &c->md))
+    return reject(c, GRPC_STATUS_UNAUTHENTICATED, "missing or wrong bearer token");
+  pthread_mutex_lock(&s->mu);
+  int full = s->active >= s->max_calls;
+  if (!full) s->active++;
+  pthread_mutex_unlock(&s->mu);
+  if (full) return reject(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "too many calls");
+  if (pthread_create(&c->thread, NULL, call_thread, c) != 0) {
+    pthread_mutex_lock(&s->mu);
+    s->active--;
+    pthread_mutex_unlock(&s->mu);
+    return reject(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
+  }
+  pthread_mutex_lock(&s->mu);
+  c->next = s->calls;
+  s->calls = c;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static stk_rpc_call *request_one(stk_rpc_server *s) {
+  stk_rpc_call *c = call_new(s);
+  if (!c) return NULL;
+  if (grpc_server_request_call(s->server, &c->call, &c->details, &c->md, c->cq,
+                               s->notify_cq, c) != GRPC_CALL_OK) {
+    call_release(c);
+    free(c);
+    return NULL;
+  }
+  return c;
+}
+
+static void *dispatcher_main(void *arg) {
+  stk_rpc_server *s = arg;
+  stk_rpc_call *pending = request_one(s);
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(s->notify_cq, deadline_in(200), NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+      reap(s);
+      if (!pending && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
+        pending = request_one(s); /* retry after an allocation failure */
+      continue;
+    }
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    if (ev.tag == &s->shutdown_tag) break;
+    if (ev.tag == pending) {
+      stk_rpc_call *c = pending;
+      pending = NULL;
+      if (ev.success) {
+        dispatch(s, c);
+      } else {
+        c->call = NULL; /* no call was created */
+        call_release(c);
+        free(c);
+      }
+      if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) pending = request_one(s);
+    }
+    reap(s);
+  }
+  return NULL;
+}
+
+int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
+                         int *port, char *err, size_t errlen) {
+  *out = NULL;
+  stk_rpc_server *s = calloc(1, sizeof(*s));
+  if (!s) return -1;
+  pthread_mutex_init(&s->mu, NULL);
+  s->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MSG;
+  s->max_calls = cfg->max_calls ? cfg->max_calls : 4096;
+  s->ctx = cfg->ctx;
+  s->nmethods = cfg->nmethods;
+  s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk_rpc_method));
+  if (cfg->token && *cfg->token) s->token = strdup(cfg->token);
+  if (!s->methods || (cfg->token && *cfg->token && !s->token)) goto fail_mem;
+  memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk_rpc_method));
+  grpc_arg a[16];
+  size_t na;
+  make_args(a, &na, s->max_msg, 1);
+  grpc_channel_args args = {na, a};
+  stk_rpc_init();
+  s->server = grpc_server_create(&args, NULL);
+  s->notify_cq = grpc_completion_queue_create_for_next(NULL);
+  grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
+  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
+  int p = grpc_server_add_http2_port(s->server, cfg->listen, creds);
+  grpc_server_credentials_release(creds);
+  if (p <= 0) {
+    if (err && errlen)
+      snprintf(err, errlen, "cannot listen on %s (in use, or not an address)",
+               cfg->listen);
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_shutdown(s->notify_cq);
+    grpc_completion_queue_destroy(s->notify_cq);
+    stk_rpc_shutdown();
+    goto fail;
+  }
+  grpc_server_start(s->server);
+  if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0) {
+    if (err && errlen) snprintf(err, errlen, "cannot start a thread");
+    grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
+    grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_server_destroy(s->server);
+    grpc_completion_queue_shutdown(s->notify_cq);
+    grpc_completion_queue_destroy(s->notify_cq);
+    stk_rpc_shutdown();
+    goto fail;
+  }
+  if (port) *port = p;
+  *out = s;
+  return 0;
+fail_mem:
+  if (err && errlen) snprintf(err, errlen, "out of memory");
+fail:
+  free(s->methods);
+  free(s->token);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  return -1;
+}
+
+size_t stk_rpc_server_active(stk_rpc_server *s) {
+  pthread_mutex_lock(&s->mu);
+  size_t n = s->active;
+  pthread_mutex_unlock(&s->mu);
+  return n;
+}
+
+void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
+  if (!s) return;
+  __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
+  grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
+  int64_t until = stk_rpc_now_ms() + (grace_ms > 0 ? grace_ms : 0);
+  while (stk_rpc_server_active(s) > 0 && stk_rpc_now_ms() < until) {
+    struct timespec ts = {0, 10 * 1000 * 1000};
+    nanosleep(&ts, NULL);
+  }
+  grpc_server_cancel_all_calls(s->server);
+  pthread_join(s->dispatcher, NULL);
+  /* Every handler has now been cancelled; join what is left. */
+  for (;;) {
+    pthread_mutex_lock(&s->mu);
+    stk_rpc_call *c = s->calls;
+    if (c) s->calls = c->next;
+    pthread_mutex_unlock(&s->mu);
+    if (!c) break;
+    pthread_join(c->thread, NULL);
+    free(c);
+  }
+  grpc_server_destroy(s->server);
+  grpc_completion_queue_shutdown(s->notify_cq);
+  while (grpc_completion_queue_next(s->notify_cq,
+                                    gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+             .type != GRPC_QUEUE_SHUTDOWN) {
+  }
+  grpc_completion_queue_destroy(s->notify_cq);
+  free(s->methods);
+  free(s->token);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+  stk_rpc_shutdown();
+}
+
+/* ---- Client ------------------------------------------------------------ */
+
+struct stk_rpc_channel {
+  grpc_channel *channel;
+  char *target;
+  char *auth; /* "Bearer <token>" or NULL */
+  size_t max_msg;
+};
+
+int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
+                         stk_rpc_channel **out) {
+  *out = NULL;
+  stk_rpc_channel *ch = calloc(1, sizeof(*ch));
+  if (!ch) return -1;
+  ch->max_msg = max_msg ? max_msg : DEFAULT_MAX_MSG;
+  ch->target = strdup(target);
+  if (token && *token) {
+    ch->auth = malloc(strlen(token) + 8);
+    if (ch->auth) sprintf(ch->auth, "Bearer %s", token);
+  }
+  if (!ch->target || (token && *token && !ch->auth)) {
+    free(ch->target);
+    free(ch->auth);
+    free(ch);
+    return -1;
+  }
+  stk_rpc_init();
+  grpc_arg a[16];
+  size_t na;
+  make_args(a, &na, ch->max_msg, 0);
+  grpc_channel_args args = {na, a};
+  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  ch->channel = grpc_channel_create(target, creds, &args);
+  grpc_channel_credentials_release(creds);
+  *out = ch;
+  return 0;
+}
+
+void stk_rpc_channel_close(stk_rpc_channel *ch) {
+  if (!ch) return;
+  grpc_channel_destroy(ch->channel);
+  free(ch->target);
+  free(ch->auth);
+  free(ch);
+  stk_rpc_shutdown();
+}
+
+const char *stk_rpc_channel_target(const stk_rpc_channel *ch) { return ch->target; }
+
+static void set_auth(stk_rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
+  op->op = GRPC_OP_SEND_INITIAL_METADATA;
+  if (ch->auth) {
+    md->key = grpc_slice_from_static_string("authorization");
+    md->value = grpc_slice_from_static_string(ch->auth);
+    op->data.send_initial_metadata.count = 1;
+    op->data.send_initial_metadata.metadata = md;
+  }
+}
+
+static grpc_call *new_call(stk_rpc_channel *ch, grpc_completion_queue *cq,
+                           const char *method, int timeout_ms) {
+  grpc_slice m = grpc_slice_from_copied_string(method);
+  grpc_call *call = grpc_channel_create_call(
+      ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
+      timeout_ms > 0 ? deadline_in(timeout_ms)
+                     : gpr_inf_future(GPR_CLOCK_REALTIME),
+      NULL);
+  grpc_slice_unref(m);
+  return call;
+}
+
+int stk_rpc_unary(stk_rpc_channel *ch, const char *method,
+                  const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *resp_desc,
+                  ProtobufCMessage **resp, int timeout_ms, char *details,
+                  size_t dlen) {
+  *resp = NULL;
+  if (details && dlen) details[0] = 0;
+  grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
+  grpc_call *call = new_call(ch, cq, method, timeout_ms);
+  grpc_byte_buffer *send = stk_rpc_pack(req), *recv = NULL;
+  grpc_metadata_array init_md, trail_md;
+  grpc_metadata_array_init(&init_md);
+  grpc_metadata_array_init(&trail_md);
+  grpc_status_code status = GRPC_STATUS_UNKNOWN;
+  grpc_slice det = grpc_empty_slice();
+  grpc_metadata auth;
+  grpc_op ops[6];
+  memset(ops, 0, sizeof(ops));
+  set_auth(ch, &ops[0], &auth);
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = send;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &init_md;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &trail_md;
+  ops[5].data.recv_status_on_client.status = &status;
+  ops[5].data.recv_status_on_client.status_details = &det;
+  char tag;
+  if (grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK) {
+    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    copy_slice(det, details, dlen);
+    if (status == GRPC_STATUS_OK) {
+      *resp = stk_rpc_unpack(resp_desc, recv, ch->max_msg);
+      if (!*resp) {
+        status = GRPC_STATUS_INTERNAL;
+        if (details && dlen) snprintf(details, dlen, "malformed response");
+      }
+    }
+  } else {
+    status = GRPC_STATUS_INTERNAL;
+  }
+  grpc_slice_unref(det);
+  if (send) grpc_byte_buffer_destroy(send);
+  if (recv) grpc_byte_buffer_destroy(recv);
+  grpc_metadata_array_destroy(&init_md);
+  grpc_metadata_array_destroy(&trail_md);
+  grpc_call_unref(call);
+  grpc_completion_queue_shutdown(cq);
+  grpc_completion_queue_destroy(cq);
+  return (int)status;
+}
+
+struct stk_rpc_stream {
+  stk_rpc_channel *ch;
+  grpc_call *call;
+  grpc_completion_queue *cq;
+  int recv_pending, got_md, status_done;
+  grpc_byte_buffer *recv_bb;
+  grpc_metadata_array init_md, trail_md;
+  grpc_status_code status;
+  grpc_slice details;
+  grpc_metadata auth;
+  char tag_send, tag_recv, tag_status;
+};
+
+int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
+                        stk_rpc_stream **out) {
+  *out = NULL;
+  stk_rpc_stream *s = calloc(1, sizeof(*s));
+  if (!s) return -1;
+  s->ch = ch;
+  s->cq = grpc_completion_queue_create_for_pluck(NULL);
+  s->call = new_call(ch, s->cq, method, timeout_ms);
+  grpc_metadata_array_init(&s->init_md);
+  grpc_metadata_array_init(&s->trail_md);
+  s->details = grpc_empty_slice();
+  s->status = GRPC_STATUS_UNKNOWN;
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  op.data.recv_status_on_client.trailing_metadata = &s->trail_md;
+  op.data.recv_status_on_client.status = &s->status;
+  op.data.recv_status_on_client.status_details = &s->details;
+  grpc_call_start_batch(s->call, &op, 1, &s->tag_status, NULL);
+  memset(&op, 0, sizeof(op));
+  set_auth(ch, &op, &s->auth);
+  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK)
+    grpc_completion_queue_pluck(s->cq, &s->tag_send,
+                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  *out = s;
+  return 0;
+}
+
+int stk_rpc_stream_send(stk_rpc_stream *s, grpc_byte_buffer *msg) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = msg;
+  int rc = -1;
+  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK) {
+    grpc_event ev = grpc_completion_queue_pluck(
+        s->cq, &s->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    rc = ev.success ? 0 : -1;
+  }
+  grpc_byte_buffer_destroy(msg);
+  return rc;
+}
+
+int stk_rpc_stream_send_msg(stk_rpc_stream *s, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = stk_rpc_pack(m);
+  return bb ? stk_rpc_stream_send(s, bb) : -1;
+}
+
+int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out,
+                        int timeout_ms) {
+  *out = NULL;
+  if (!s->recv_pending) {
+    grpc_op ops[2];
+    size_t n = 0;
+    memset(ops, 0, sizeof(ops));
+    if (!s->got_md) {
+      ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+      ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->init_md;
+      s->got_md = 1;
+    }
+    ops[n].op = GRPC_OP_RECV_MESSAGE;
+    ops[n++].data.recv_message.recv_message = &s->recv_bb;
+    s->recv_bb = NULL;
+    if (grpc_call_start_batch(s->call, ops, n, &s->tag_recv, NULL) != GRPC_CALL_OK)
+      return -1;
+    s->recv_pending = 1;
+  }
+  grpc_event ev = grpc_completion_queue_pluck(
+      s->cq, &s->tag_recv,
+      timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : deadline_in(timeout_ms),
+      NULL);
+  if (ev.type == GRPC_QUEUE_TIMEOUT) return -2;
+  s->recv_pending = 0;
+  if (!ev.success) {
+    if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
+    s->recv_bb = NULL;
+    return -1;
+  }
+  if (!s->recv_bb) return 0;
+  *out = s->recv_bb;
+  s->recv_bb = NULL;
+  return 1;
+}
+
+int stk_rpc_stream_close_send(stk_rpc_stream *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) != GRPC_CALL_OK)
+    return -1;
+  grpc_event ev = grpc_completion_queue_pluck(
+      s->cq, &s->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  return ev.success ? 0 : -1;
+}
+
+int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details,
+                          size_t dlen) {
+  if (!s->status_done) {
+    grpc_event ev = grpc_completion_queue_pluck(
+        s->cq, &s->tag_status,
+        timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : deadline_in(timeout_ms),
+        NULL);
+    if (ev.type == GRPC_QUEUE_TIMEOUT) {
+      if (details && dlen) snprintf(details, dlen, "no status yet");
+      return GRPC_STATUS_DEADLINE_EXCEEDED;
+    }
+    s->status_done = 1;
+  }
+  copy_slice(s->details, details, dlen);
+  return (int)s->status;
+}
+
+void stk_rpc_stream_cancel(stk_rpc_stream *s) { grpc_call_cancel(s->call, NULL); }
+
+void stk_rpc_stream_destroy(stk_rpc_stream *s) {
+  if (!s) return;
+  grpc_call_cancel(s->call, NULL);
+  if (s->recv_pending) {
+    grpc_completion_queue_pluck(s->cq, &s->tag_recv,
+                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
+  }
+  if (!s->status_done)
+    grpc_completion_queue_pluck(s->cq, &s->tag_status,
+                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_slice_unref(s->details);
+  grpc_metadata_array_destroy(&s->init_md);
+  grpc_metadata_array_destroy(&s->trail_md);
+  grpc_call_unref(s->call);
+  grpc_completion_queue_shutdown(s->cq);
+  grpc_completion_queue_destroy(s->cq);
+  free(s);
+}

@@ -1,0 +1,135 @@
+/* wire.c - zero-copy BatchResponse chunk framing (see wire.h). */
+#include "wire.h"
+
+#include <grpc/slice.h>
+#include <string.h>
+
+#include "rpc.h"
+
+static size_t put_varint(unsigned char *p, uint64_t v) {
+  size_t n = 0;
+  while (v >= 0x80) {
+    p[n++] = (unsigned char)(v | 0x80);
+    v >>= 7;
+  }
+  p[n++] = (unsigned char)v;
+  return n;
+}
+
+grpc_byte_buffer *stk_wire_chunk(uint64_t offset, const void *data, size_t len,
+                                 void (*release)(void *), void *ud) {
+  unsigned char hdr[24];
+  size_t n = 0;
+  hdr[n++] = 0x10; /* field 2, varint: chunk_offset */
+  n += put_varint(hdr + n, offset);
+  hdr[n++] = 0x1a; /* field 3, length-delimited: chunk */
+  n += put_varint(hdr + n, len);
+  grpc_slice s[2];
+  s[0] = grpc_slice_from_copied_buffer((const char *)hdr, n);
+  s[1] = grpc_slice_new_with_user_data((void *)data, len, release, ud);
+  grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(s, 2);
+  grpc_slice_unref(s[0]);
+  grpc_slice_unref(s[1]);
+  return bb;
+}
+
+/* Sequential reader over the first bytes of a byte buffer's slices. */
+typedef struct {
+  grpc_byte_buffer_reader r;
+  grpc_slice cur;
+  size_t pos, consumed;
+  int have;
+} byte_reader;
+
+static int br_byte(byte_reader *b, unsigned char *out) {
+  while (!b->have || b->pos >= GRPC_SLICE_LENGTH(b->cur)) {
+    if (b->have) grpc_slice_unref(b->cur);
+    b->have = 0;
+    if (!grpc_byte_buffer_reader_next(&b->r, &b->cur)) return -1;
+    b->have = 1;
+    b->pos = 0;
+  }
+  *out = GRPC_SLICE_START_PTR(b->cur)[b->pos++];
+  b->consumed++;
+  return 0;
+}
+
+static int br_varint(byte_reader *b, uint64_t *v) {
+  *v = 0;
+  for (int shift = 0; shift < 64; shift += 7) {
+    unsigned char c;
+    if (br_byte(b, &c)) return -1;
+    *v |= (uint64_t)(c & 0x7f) << shift;
+    if (!(c & 0x80)) return 0;
+  }
+  return -1;
+}
+
+int stk_wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk_wire_msg *m) {
+  memset(m, 0, sizeof(*m));
+  size_t total = grpc_byte_buffer_length(bb);
+  if (total > max_bytes) return -1;
+  byte_reader b;
+  memset(&b, 0, sizeof(b));
+  if (!grpc_byte_buffer_reader_init(&b.r, bb)) return -1;
+  uint64_t tag, off = 0, len;
+  int fast = 0;
+  if (br_varint(&b, &tag) == 0) {
+    if (tag == 0x10 && br_varint(&b, &off) == 0 && br_varint(&b, &tag) == 0) {
+      /* offset first, then the chunk */
+    }
+    if (tag == 0x1a && br_varint(&b, &len) == 0 && len <= total &&
+        b.consumed + len == total) {
+      fast = 1;
+    }
+  }
+  size_t start = b.consumed;
+  if (b.have) grpc_slice_unref(b.cur);
+  grpc_byte_buffer_reader_destroy(&b.r);
+  if (fast) {
+    m->is_chunk = 1;
+    m->offset = off;
+    m->len = len;
+    m->data_start = start;
+    return 0;
+  }
+  m->msg = (Stoker__V1__BatchResponse *)stk_rpc_unpack(
+      &stoker__v1__batch_response__descriptor, bb, max_bytes);
+  if (!m->msg) return -1;
+  if (!m->msg->header) {
+    m->is_chunk = 1;
+    m->offset = m->msg->chunk_offset;
+    m->len = m->msg->chunk.len;
+  }
+  return 0;
+}
+
+void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest) {
+  unsigned char *d = dest;
+  if (m->msg) {
+    if (m->len) memcpy(d, m->msg->chunk.data, m->len);
+    return;
+  }
+  grpc_byte_buffer_reader r;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) return;
+  size_t skip = m->data_start, left = m->len;
+  grpc_slice s;
+  while (left && grpc_byte_buffer_reader_next(&r, &s)) {
+    size_t n = GRPC_SLICE_LENGTH(s);
+    const unsigned char *p = GRPC_SLICE_START_PTR(s);
+    if (skip >= n) {
+      skip -= n;
+    } else {
+      size_t c = n - skip < left ? n - skip : left;
+      memcpy(d, p + skip, c);
+      d += c, left -= c, skip = 0;
+    }
+    grpc_slice_unref(s);
+  }
+  grpc_byte_buffer_reader_destroy(&r);
+}
+
+void stk_wire_msg_free(stk_wire_msg *m) {
+  if (m->msg) protobuf_c_message_free_unpacked(&m->msg->base, NULL);
+  m->msg = NULL;
+}

@@ -1,0 +1,41 @@
+/* wire.h - the hot path of the batch stream: BatchResponse chunk messages
+ * encoded and decoded without copying the payload through protobuf-c.
+ *
+ * A chunk message is an ordinary BatchResponse {chunk_offset, chunk}; any
+ * protobuf library reads it. The encoder emits the two field prefixes by
+ * hand and hands gRPC a slice that points into the caller's batch buffer
+ * (zero copy); the decoder recognises that shape and copies the bytes once,
+ * straight into the destination. Any other encoding falls back to a full
+ * protobuf-c unpack, so messages from other encoders still work.
+ */
+#ifndef STOKER_WIRE_H
+#define STOKER_WIRE_H
+
+#include <grpc/byte_buffer.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker.pb-c.h"
+
+/* A chunk message over data[0..len) at payload offset `offset`, without
+ * copying data: release(ud) runs once gRPC is done with the bytes. NULL on
+ * allocation failure (release is not called then). */
+grpc_byte_buffer *stk_wire_chunk(uint64_t offset, const void *data, size_t len,
+                                 void (*release)(void *), void *ud);
+
+typedef struct stk_wire_msg {
+  Stoker__V1__BatchResponse *msg; /* set for a header (or fallback chunk) */
+  int is_chunk;
+  uint64_t offset, len;           /* chunk position and size */
+  size_t data_start;              /* fast path: where the bytes begin */
+} stk_wire_msg;
+
+/* Decode a BatchResponse of at most max_bytes. Returns 0 and fills *m, or
+ * -1 for a malformed message. Release with stk_wire_msg_free. */
+int stk_wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk_wire_msg *m);
+/* Copy a chunk's m->len bytes to dest (the caller has bounds-checked
+ * offset + len against its buffer). */
+void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest);
+void stk_wire_msg_free(stk_wire_msg *m);
+
+#endif
