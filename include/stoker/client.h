@@ -1,0 +1,180 @@
+/* stoker/client.h - libstoker, the client library linked into a training
+ * process (one client per training rank).
+ *
+ * It joins a job at the coordinator, streams this rank's batches from every
+ * live worker (at most `prefetch` requests outstanding, spread by shortest
+ * queue weighted by each worker's observed rate), puts them back into step
+ * order, and fills a ring of device slots from a copy thread while the
+ * caller trains on the previous slot. If a worker fails, its outstanding
+ * requests go to the others and duplicates are dropped: every step arrives
+ * exactly once, in order, byte-identical to the reference batch.
+ *
+ * Rules: every call returns an stk_status (0 = STK_OK); the library never
+ * aborts, exits or prints; per-handle error text via stk_client_error().
+ * Unless a comment says otherwise, calls on one stk_client must not run
+ * concurrently (one training loop drives one client); stk_client_stats()
+ * may be called from any thread.
+ */
+#ifndef STOKER_CLIENT_H
+#define STOKER_CLIENT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/augment.h"
+#include "stoker/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct stk_client stk_client;
+typedef struct stk_batch stk_batch;
+
+typedef enum stk_device {
+  STK_DEVICE_CPU = 1,  /* host memory slots (the default) */
+  STK_DEVICE_CUDA = 2  /* device memory slots; CUDA runtime loaded at run time */
+} stk_device;
+
+typedef enum stk_convert {
+  STK_CONVERT_NONE = 0,     /* tensors as the workers built them */
+  STK_CONVERT_FLOAT32 = 1,  /* uint8 image -> float32 NCHW, normalized */
+  STK_CONVERT_BFLOAT16 = 2  /* uint8 image -> bfloat16 NCHW, normalized */
+} stk_convert;
+
+/* Plain value; fill with stk_client_config_defaults() then override. The
+ * strings are copied by stk_client_open. */
+typedef struct stk_client_config {
+  const char *coordinator;     /* "host:port" of stoker-coordinator */
+  uint32_t rank;               /* this training rank, < world_size */
+  uint32_t world_size;         /* must equal the job's world_size */
+  uint32_t prefetch;           /* outstanding batch requests, default 8 */
+  uint32_t slots;              /* device ring slots, >= 2, default 2 */
+  int32_t device;              /* stk_device, default STK_DEVICE_CPU */
+  int32_t cuda_device;         /* CUDA ordinal, default 0 */
+  void *cuda_stream;           /* the caller's cudaStream_t (NULL = legacy
+                                  default stream): batches are ordered
+                                  before work on it, see stk_client_next */
+  int32_t convert;             /* stk_convert, default NONE */
+  const char *token;           /* bearer token, NULL = none */
+  const void *resume_state;    /* from stk_client_save_state, NULL = start */
+  size_t resume_len;
+  uint32_t join_timeout_ms;    /* keep trying to join this long, default 60000 */
+  uint32_t verify_crc;         /* check each payload's crc32c, default 1 */
+  uint8_t reserved[128];
+} stk_client_config;
+
+STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
+
+/* Join the job and start streaming. On success *out owns the client (close
+ * with stk_client_close). Errors: STK_INVALID_ARGUMENT (bad config, rank out
+ * of range, world_size differs from the job's), STK_UNAVAILABLE (no
+ * coordinator within join_timeout_ms), STK_MISMATCH (resume state from
+ * another job), STK_UNSUPPORTED (CUDA asked for where there is none), with a
+ * message in err. Thread-safe (separate clients are independent). */
+STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out,
+                               char *err, size_t errlen);
+
+/* The next batch of this rank, in step order. Blocks until it is ready in a
+ * slot; the time blocked is the input stall (see stk_stats). Returns:
+ *   STK_OK           *out is a ready slot; release it with stk_batch_release.
+ *   STK_END_OF_EPOCH the epoch's last step was handed out; call again for
+ *                    the next epoch.
+ *   STK_END_OF_DATA  every epoch of the job was delivered.
+ *   other            a failure that retries cannot mend (every worker gone
+ *                    for longer than the job allows, job ended by rank 0);
+ *                    stk_client_error() says why.
+ * The caller may hold at most slots-1 batches at once (the copy thread
+ * needs a free slot); asking for more returns STK_STATE.
+ * CUDA: the slot's copy is ordered before later work on cfg.cuda_stream
+ * (the library makes that stream wait on the slot's ready event), so
+ * kernels launched on it may read the tensors at once. */
+STK_EXPORT int stk_client_next(stk_client *c, stk_batch **out);
+
+/* Give the slot back. CUDA: the slot is reused only after the work queued
+ * on cfg.cuda_stream before this call has finished (an event is recorded).
+ * Accepts NULL. A slot must be released before stk_client_close. */
+STK_EXPORT void stk_batch_release(stk_batch *b);
+
+typedef struct stk_tensor {
+  const char *name;        /* "image", "label", "mask", "index" */
+  int32_t dtype;           /* stk_dtype */
+  uint32_t ndim;
+  int64_t shape[STK_MAX_DIMS];
+  void *data;              /* host pointer (cpu) or device pointer (cuda) */
+  uint64_t nbytes;
+  int32_t device;          /* stk_device where data lives */
+} stk_tensor;
+
+/* Batch accessors; valid until stk_batch_release. */
+STK_EXPORT uint64_t stk_batch_epoch(const stk_batch *b);
+STK_EXPORT uint64_t stk_batch_step(const stk_batch *b);
+STK_EXPORT uint32_t stk_batch_num_tensors(const stk_batch *b);
+/* Fill *out for tensor i (STK_TENSOR_IMAGE, ...). STK_INVALID_ARGUMENT if
+ * i is out of range. */
+STK_EXPORT int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out);
+/* Host copy of the batch payload exactly as the workers sent it (before
+ * any conversion): for verification against stk_build_reference. Valid
+ * until release. */
+STK_EXPORT const void *stk_batch_payload(const stk_batch *b, size_t *len);
+
+/* The job as the coordinator defines it (num_samples resolved). */
+STK_EXPORT int stk_client_job(const stk_client *c, stk_job_spec *out);
+STK_EXPORT uint64_t stk_client_steps_per_epoch(const stk_client *c);
+
+/* Resume state: a few integers (job hash, epoch, next step, rank, world).
+ * With buf == NULL or *len too small, sets *len to the size needed and
+ * returns STK_LIMIT. Opening a client with this state continues exactly at
+ * the next undelivered step. Thread-safe with respect to next(). */
+STK_EXPORT int stk_client_save_state(stk_client *c, void *buf, size_t *len);
+
+/* Tell the coordinator this rank has finished. When all ranks have, the
+ * coordinator shuts every worker down. With shutdown_job non-zero (rank 0
+ * only), end the whole job now. STK_UNAVAILABLE if the coordinator cannot
+ * be reached within a few seconds (the job's idle timeout still ends it). */
+STK_EXPORT int stk_client_finish(stk_client *c, int shutdown_job);
+
+#define STK_MAX_WORKER_STATS 32
+
+typedef struct stk_worker_stats {
+  char address[64];
+  uint64_t batches;
+  uint64_t bytes;
+  double batches_per_s;     /* observed rate, smoothed */
+  uint32_t outstanding;     /* requests in flight now */
+  uint32_t alive;
+} stk_worker_stats;
+
+typedef struct stk_stats {
+  uint64_t batches;         /* handed to the caller */
+  uint64_t bytes;           /* payload bytes received */
+  uint64_t stall_ns;        /* time next() blocked */
+  uint64_t wall_ns;         /* since open */
+  double stall_fraction;    /* stall_ns / time between first and last next() */
+  uint64_t reissued;        /* requests moved to another worker */
+  uint64_t duplicates;      /* batches dropped because they came twice */
+  uint64_t crc_errors;      /* payloads that failed crc32c (re-requested) */
+  uint64_t substituted;     /* bad samples replaced by workers */
+  uint32_t workers_alive;
+  uint32_t nworkers;        /* entries in workers[] */
+  double workers_needed;    /* estimate of workers that would remove the
+                               stall (0 when not input-bound) */
+  stk_worker_stats workers[STK_MAX_WORKER_STATS];
+  uint8_t reserved[64];
+} stk_stats;
+
+/* Snapshot of the counters. Thread-safe. */
+STK_EXPORT void stk_client_stats(stk_client *c, stk_stats *out);
+
+/* Last error text of this client ("" if none). Valid until the next call
+ * on the client. */
+STK_EXPORT const char *stk_client_error(const stk_client *c);
+
+/* Stop streaming, cancel requests, free everything. Does not call finish.
+ * Accepts NULL. Outstanding batches must have been released. */
+STK_EXPORT void stk_client_close(stk_client *c);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
