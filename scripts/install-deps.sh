@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# install-deps.sh - install every Debian package stoker needs to build, test
+# and run the demo (bookworm). Idempotent; run as root (or with sudo).
+# Each package and why is listed in README.md, "Dependencies".
+set -euo pipefail
+PKGS=(
+  build-essential cmake pkg-config          # toolchain
+  libgrpc-dev                                # gRPC C core (grpc/grpc.h)
+  libprotobuf-c-dev protobuf-c-compiler      # protobuf-c + protoc-c
+  libjpeg62-turbo-dev libturbojpeg0-dev      # libjpeg-turbo (libjpeg API)
+  liburing-dev                               # io_uring reads
+  clang libclang-rt-14-dev                   # libFuzzer targets, sanitizer runtime
+  python3 python3-numpy python3-torch python3-torchvision python3-pil  # binding, parity tests
+  iproute2 procps                            # netns tests, process tools
+)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install-deps: all ${#PKGS[@]} packages present"
+  exit 0
+fi
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO=sudo
+echo "install-deps: installing ${missing[*]}"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# test.sh - the full test suite, as CI runs it (.ci/run calls this).
+#   1. installs the Debian packages (scripts/install-deps.sh)
+#   2. release build with warnings as errors, then every ctest test
+#   3. AddressSanitizer + UndefinedBehaviorSanitizer build, every test again
+#   4. the libFuzzer target built with clang (when clang is there)
+# Ends with one line "N passed, N failed". Exit status 0 only if all passed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+JOBS=$(nproc)
+./scripts/install-deps.sh || { echo "test.sh: dependency install failed"; exit 1; }
+
+passed=0; failed=0
+run_suite() { # name builddir cmake-args...
+  local name=$1 dir=$2; shift 2
+  echo "=== $name: configure + build ($dir)"
+  if ! cmake -S . -B "$dir" -DSTOKER_WERROR=ON "$@" >"$dir.configure.log" 2>&1; then
+    cat "$dir.configure.log"; failed=$((failed + 1)); return
+  fi
+  if ! cmake --build "$dir" -j"$JOBS" 2>&1 | tail -n 40; then :; fi
+  if [ "${PIPESTATUS[0]}" -ne 0 ]; then
+    echo "=== $name: BUILD FAILED"; failed=$((failed + 1)); return
+  fi
+  echo "=== $name: ctest"
+  ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$JOBS" 2>&1 | tee "$dir.ctest.log"
+  local p f
+  p=$(grep -Eo '[0-9]+% tests passed, [0-9]+ tests failed out of [0-9]+' "$dir.ctest.log" | tail -1)
+  if [ -z "$p" ]; then failed=$((failed + 1)); return; fi
+  f=$(echo "$p" | sed -E 's/.*passed, ([0-9]+) tests failed out of ([0-9]+)/\1/')
+  local total
+  total=$(echo "$p" | sed -E 's/.*out of ([0-9]+)/\1/')
+  passed=$((passed + total - f)); failed=$((failed + f))
+}
+
+mkdir -p build
+start=$(date +%s)
+run_suite release build/ci-release -DCMAKE_BUILD_TYPE=RelWithDebInfo
+export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1
+export LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0
+run_suite asan+ubsan build/ci-asan -DCMAKE_BUILD_TYPE=Debug -DSTOKER_SANITIZE=address,undefined
+unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
+
+if command -v clang >/dev/null; then
+  echo "=== libFuzzer targets (clang)"
+  if CC=clang cmake -S . -B build/ci-fuzz -DSTOKER_FUZZ=ON -DBUILD_TESTING=ON \
+        -DCMAKE_BUILD_TYPE=RelWithDebInfo >build/ci-fuzz.configure.log 2>&1 &&
+     cmake --build build/ci-fuzz -j"$JOBS" --target stoker_fuzz_targets 2>&1 | tail -n 20 &&
+     [ "${PIPESTATUS[0]}" -eq 0 ]; then
+    passed=$((passed + 1)); echo "fuzz targets built"
+  else
+    failed=$((failed + 1)); echo "FUZZ BUILD FAILED"; tail -n 20 build/ci-fuzz.configure.log
+  fi
+fi
+echo "=== suite took $(( $(date +%s) - start )) s"
+echo "$passed passed, $failed failed"
+[ "$failed" -eq 0 ]
