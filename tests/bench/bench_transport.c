@@ -1,0 +1,377 @@
+/* bench_transport.c - `stoker-bench transport`: how close the batch stream
+ * gets to the physical limit of the link.
+ *
+ * In one run it measures (1) one plain TCP stream over loopback moving the
+ * same bytes (the limit), and (2) a real stoker-coordinator and one
+ * stoker-worker serving 256x3x224x224 uint8 synthetic batches to libstoker
+ * in this process. It prints GB/s and CPU seconds per GB on both sides and
+ * the ratio stoker / raw TCP. The worker's CPU includes building the
+ * synthetic batches and their crc32c; the bench measures that cost
+ * in-process and prints it, so the wire's own share can be read off.
+ */
+#define _GNU_SOURCE
+#include <arpa/inet.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <getopt.h>
+#include <limits.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <pthread.h>
+#include <signal.h>
+#include <spawn.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "stoker/client.h"
+
+extern char **environ;
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double thread_cpu_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static double self_cpu_s(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
+         ru.ru_stime.tv_usec / 1e6;
+}
+
+static double proc_cpu_s(pid_t pid) {
+  char path[64], buf[1024];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  if (!p) return -1;
+  unsigned long ut = 0, st = 0;
+  /* fields after ")": state(3) ... utime(14) stime(15) */
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
+             &st) != 2)
+    return -1;
+  return (double)(ut + st) / sysconf(_SC_CLK_TCK);
+}
+
+/* ---- raw TCP ------------------------------------------------------------ */
+
+typedef struct {
+  int fd;
+  size_t total, chunk;
+  double cpu;
+} tcp_side;
+
+static void *tcp_sender(void *p) {
+  tcp_side *s = p;
+  char *buf = malloc(s->chunk);
+  memset(buf, 0x5a, s->chunk);
+  double c0 = thread_cpu_s();
+  size_t left = s->total;
+  while (left) {
+    size_t n = left < s->chunk ? left : s->chunk;
+    ssize_t w = send(s->fd, buf, n, 0);
+    if (w <= 0) {
+      if (w < 0 && errno == EINTR) continue;
+      break;
+    }
+    left -= (size_t)w;
+  }
+  s->cpu = thread_cpu_s() - c0;
+  shutdown(s->fd, SHUT_WR);
+  free(buf);
+  return NULL;
+}
+
+static int raw_tcp(size_t total, size_t batch_bytes, double *gbps,
+                   double *send_cpu_per_gb, double *recv_cpu_per_gb) {
+  int ls = socket(AF_INET, SOCK_STREAM, 0);
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
+  socklen_t al = sizeof a;
+  if (ls < 0 || bind(ls, (struct sockaddr *)&a, sizeof a) || listen(ls, 1) ||
+      getsockname(ls, (struct sockaddr *)&a, &al))
+    return -1;
+  int cs = socket(AF_INET, SOCK_STREAM, 0);
+  if (connect(cs, (struct sockaddr *)&a, sizeof a)) return -1;
+  int ss = accept(ls, NULL, NULL);
+  close(ls);
+  tcp_side snd = {ss, total, 4u << 20, 0};
+  char *dst = malloc(batch_bytes);
+  double t0 = now_s(), c0 = thread_cpu_s();
+  pthread_t th;
+  pthread_create(&th, NULL, tcp_sender, &snd);
+  size_t got = 0, off = 0;
+  for (;;) {
+    size_t room = batch_bytes - off;
+    ssize_t r = recv(cs, dst + off, room, 0);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) break;
+    got += (size_t)r;
+    off = (off + (size_t)r) % batch_bytes;
+  }
+  double recv_cpu = thread_cpu_s() - c0, dt = now_s() - t0;
+  pthread_join(th, NULL);
+  close(cs);
+  close(ss);
+  free(dst);
+  if (got != total) return -1;
+  double gb = total / 1e9;
+  *gbps = gb / dt;
+  *send_cpu_per_gb = snd.cpu / gb;
+  *recv_cpu_per_gb = recv_cpu / gb;
+  return 0;
+}
+
+/* ---- stoker ------------------------------------------------------------- */
+
+static int find_binary(const char *name, char *out, size_t len) {
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n > 0) {
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    if (slash) *slash = 0;
+    const char *rel[] = {"", "/../../server", "/../server"};
+    for (int i = 0; i < 3; i++) {
+      snprintf(out, len, "%s%s/%s", self, rel[i], name);
+      if (access(out, X_OK) == 0) return 0;
+    }
+  }
+  snprintf(out, len, "%s", name); /* from PATH */
+  return 0;
+}
+
+static pid_t spawn(char *const argv[], const char *log) {
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  pid_t pid;
+  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  return rc ? -1 : pid;
+}
+
+static int read_port(const char *file, double timeout_s) {
+  double until = now_s() + timeout_s;
+  while (now_s() < until) {
+    FILE *f = fopen(file, "r");
+    int port = 0;
+    if (f) {
+      if (fscanf(f, "%d", &port) != 1) port = 0;
+      fclose(f);
+      if (port > 0) return port;
+    }
+    usleep(20000);
+  }
+  return -1;
+}
+
+static int wait_exit(pid_t pid, double timeout_s) {
+  double until = now_s() + timeout_s;
+  int st;
+  while (now_s() < until) {
+    pid_t r = waitpid(pid, &st, WNOHANG);
+    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+    usleep(20000);
+  }
+  kill(pid, SIGKILL);
+  waitpid(pid, &st, 0);
+  return -1;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: stoker-bench transport [options]\n"
+          "  One stoker-worker streams 256x3x224x224 uint8 synthetic batches to\n"
+          "  libstoker over loopback; one plain TCP stream moving the same bytes is\n"
+          "  measured in the same run as the limit. Prints GB/s, CPU s/GB, ratio.\n"
+          "  --batches N     batches to time (default 40, after 3 warm-up)\n"
+          "  --batch-size B  samples per batch (default 256)\n"
+          "  --threads T     worker builder threads (default 2)\n"
+          "  --prefetch P    client outstanding requests (default 4)\n"
+          "  --bindir DIR    where stoker-coordinator and stoker-worker are\n"
+          "                  (default: next to this binary, ../../server, PATH)\n");
+}
+
+int bench_transport_main(int argc, char **argv) {
+  int batches = 40, bs = 256, threads = 2, prefetch = 4;
+  const char *bindir = NULL;
+  static const struct option opts[] = {{"batches", 1, 0, 'n'},
+                                       {"batch-size", 1, 0, 'b'},
+                                       {"threads", 1, 0, 't'},
+                                       {"prefetch", 1, 0, 'p'},
+                                       {"bindir", 1, 0, 'd'},
+                                       {"help", 0, 0, 'h'},
+                                       {0, 0, 0, 0}};
+  int c;
+  optind = 1;
+  while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
+    switch (c) {
+    case 'n': batches = atoi(optarg); break;
+    case 'b': bs = atoi(optarg); break;
+    case 't': threads = atoi(optarg); break;
+    case 'p': prefetch = atoi(optarg); break;
+    case 'd': bindir = optarg; break;
+    case 'h': usage(stdout); return 0;
+    default: usage(stderr); return 2;
+    }
+  }
+  if (batches < 1 || bs < 1 || threads < 1 || prefetch < 1) {
+    usage(stderr);
+    return 2;
+  }
+  stk_job_spec spec;
+  stk_job_spec_defaults(&spec);
+  spec.batch_size = (uint32_t)bs;
+  spec.num_samples = (uint64_t)(batches + 3) * bs;
+  snprintf(spec.name, sizeof spec.name, "bench-transport");
+  stk_batch_layout L;
+  stk_batch_layout_of(&spec, &L);
+  size_t total = (size_t)batches * L.total_bytes;
+  printf("transport: %d batches of %ux3x224x224 uint8 (%.1f MB each), loopback, %ld cores\n",
+         batches, spec.batch_size, L.total_bytes / 1e6, sysconf(_SC_NPROCESSORS_ONLN));
+
+  double tcp_gbps, tcp_s, tcp_r;
+  if (raw_tcp(total, L.total_bytes, &tcp_gbps, &tcp_s, &tcp_r)) {
+    fprintf(stderr, "raw TCP measurement failed\n");
+    return 1;
+  }
+  printf("  raw TCP, 1 stream : %6.2f GB/s   sender %.3f CPU s/GB, receiver %.3f CPU s/GB\n",
+         tcp_gbps, tcp_s, tcp_r);
+
+  /* In-process cost of what the worker does besides the wire. */
+  {
+    stk_dataset *ds;
+    stk_builder *b;
+    char err[256];
+    void *buf = malloc(L.total_bytes);
+    if (stk_dataset_open(&spec, NULL, NULL, &ds, err, sizeof err) ||
+        stk_builder_create(ds, &spec, &b, err, sizeof err)) {
+      fprintf(stderr, "builder: %s\n", err);
+      return 1;
+    }
+    double c0 = thread_cpu_s();
+    uint32_t crc = 0;
+    for (int i = 0; i < 5; i++) {
+      stk_builder_build(b, 0, 0, (uint64_t)i, buf, L.total_bytes, NULL);
+      crc ^= stk_crc32c(0, buf, L.total_bytes);
+    }
+    double per_gb = (thread_cpu_s() - c0) / (5 * L.total_bytes / 1e9);
+    printf("  worker build+crc  : %.3f CPU s/GB (measured in-process; part of the worker figure)%s\n",
+           per_gb, crc == 1 ? " " : "");
+    stk_builder_destroy(b);
+    stk_dataset_close(ds);
+    free(buf);
+  }
+
+  char tmp[] = "/tmp/stoker-bench-XXXXXX";
+  if (!mkdtemp(tmp)) return 1;
+  char job[PATH_MAX], cport[PATH_MAX], wport[PATH_MAX], clog[PATH_MAX], wlog[PATH_MAX];
+  snprintf(job, sizeof job, "%s/job.conf", tmp);
+  snprintf(cport, sizeof cport, "%s/coordinator.port", tmp);
+  snprintf(wport, sizeof wport, "%s/worker.port", tmp);
+  snprintf(clog, sizeof clog, "%s/coordinator.log", tmp);
+  snprintf(wlog, sizeof wlog, "%s/worker.log", tmp);
+  FILE *jf = fopen(job, "w");
+  char text[8192];
+  stk_job_spec_format(&spec, text, sizeof text);
+  fputs(text, jf);
+  fclose(jf);
+  char coord_bin[PATH_MAX], worker_bin[PATH_MAX];
+  if (bindir) {
+    snprintf(coord_bin, sizeof coord_bin, "%s/stoker-coordinator", bindir);
+    snprintf(worker_bin, sizeof worker_bin, "%s/stoker-worker", bindir);
+  } else {
+    find_binary("stoker-coordinator", coord_bin, sizeof coord_bin);
+    find_binary("stoker-worker", worker_bin, sizeof worker_bin);
+  }
+  char *cargv[] = {coord_bin, "--listen", "127.0.0.1:0", "--port-file", cport,
+                   "--job", job, "--idle-timeout-s", "120", NULL};
+  pid_t cpid = spawn(cargv, clog);
+  int port = cpid > 0 ? read_port(cport, 10) : -1;
+  if (port < 0) {
+    fprintf(stderr, "coordinator did not start (%s); log: %s\n", coord_bin, clog);
+    if (cpid > 0) wait_exit(cpid, 0);
+    return 1;
+  }
+  char caddr[64], tbuf[16];
+  snprintf(caddr, sizeof caddr, "127.0.0.1:%d", port);
+  snprintf(tbuf, sizeof tbuf, "%d", threads);
+  char *wargv[] = {worker_bin, "--coordinator", caddr, "--listen", "127.0.0.1:0",
+                   "--port-file", wport, "--threads", tbuf, NULL};
+  pid_t wpid = spawn(wargv, wlog);
+  int rc = 1;
+  stk_client *cl = NULL;
+  if (wpid < 0 || read_port(wport, 10) < 0) {
+    fprintf(stderr, "worker did not start; log: %s\n", wlog);
+    goto out;
+  }
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.coordinator = caddr;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.prefetch = (uint32_t)prefetch;
+  char err[512];
+  if (stk_client_open(&cfg, &cl, err, sizeof err)) {
+    fprintf(stderr, "client: %s\n", err);
+    goto out;
+  }
+  double t0 = 0, cpu_c0 = 0, cpu_w0 = 0;
+  uint64_t got = 0;
+  for (int i = 0; i < batches + 3; i++) {
+    if (i == 3) {
+      t0 = now_s();
+      cpu_c0 = self_cpu_s();
+      cpu_w0 = proc_cpu_s(wpid);
+    }
+    stk_batch *b;
+    int s = stk_client_next(cl, &b);
+    if (s != STK_OK) {
+      fprintf(stderr, "next: %s: %s\n", stk_strerror(s), stk_client_error(cl));
+      goto out;
+    }
+    size_t len;
+    stk_batch_payload(b, &len);
+    if (i >= 3) got += len;
+    stk_batch_release(b);
+  }
+  double dt = now_s() - t0;
+  double cpu_c = self_cpu_s() - cpu_c0, cpu_w = proc_cpu_s(wpid) - cpu_w0;
+  double gb = got / 1e9, gbps = gb / dt;
+  printf("  stoker, 1 worker  : %6.2f GB/s   worker %.3f CPU s/GB, client %.3f CPU s/GB"
+         " (%.1f batches/s)\n",
+         gbps, cpu_w / gb, cpu_c / gb, batches / dt);
+  printf("  ratio stoker / raw TCP: %.2f (target >= 0.50)\n", gbps / tcp_gbps);
+  stk_client_finish(cl, 1);
+  rc = 0;
+out:
+  stk_client_close(cl);
+  if (wpid > 0 && wait_exit(wpid, 10) != 0 && rc == 0)
+    fprintf(stderr, "worker did not exit 0; log: %s\n", wlog);
+  if (cpid > 0 && wait_exit(cpid, 10) != 0 && rc == 0)
+    fprintf(stderr, "coordinator did not exit 0; log: %s\n", clog);
+  if (rc == 0) {
+    unlink(job), unlink(cport), unlink(wport), unlink(clog), unlink(wlog);
+    rmdir(tmp);
+  }
+  return rc;
+}
