@@ -1,0 +1,102 @@
+/* e2e_util.h - rank threads for the end-to-end tests: each thread opens a
+ * real libstoker client against a real coordinator, consumes every epoch,
+ * and checks that each step arrives exactly once, in order, byte-identical
+ * to stk_build_reference. Header-only, test code only.
+ */
+#ifndef STOKER_TEST_E2E_UTIL_H
+#define STOKER_TEST_E2E_UTIL_H
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stoker/client.h"
+
+typedef struct rank_run {
+  /* in */
+  int port;
+  uint32_t rank, world;
+  uint32_t prefetch;
+  int step_ms;               /* simulated training step */
+  int finish;                /* call stk_client_finish at the end */
+  /* out */
+  uint64_t delivered, mismatches, order_errors, epochs_seen;
+  int final_status;          /* STK_END_OF_DATA when all went well */
+  stk_stats stats;
+  char error[512];
+  volatile int progress;     /* batches so far, read by the main thread */
+  struct timespec finished_at;
+} rank_run;
+
+static void *rank_main(void *arg) {
+  rank_run *r = arg;
+  char addr[64];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", r->port);
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.coordinator = addr;
+  cfg.rank = r->rank;
+  cfg.world_size = r->world;
+  if (r->prefetch) cfg.prefetch = r->prefetch;
+  cfg.join_timeout_ms = 20000;
+  stk_client *c = NULL;
+  r->final_status = stk_client_open(&cfg, &c, r->error, sizeof r->error);
+  if (r->final_status != STK_OK) return NULL;
+  stk_job_spec spec;
+  stk_client_job(c, &spec);
+  uint64_t spe = stk_client_steps_per_epoch(c);
+  stk_batch_layout L;
+  stk_batch_layout_of(&spec, &L);
+  unsigned char *ref = malloc(L.total_bytes);
+  uint64_t epoch = 0, step = 0;
+  for (;;) {
+    stk_batch *b = NULL;
+    int s = stk_client_next(c, &b);
+    if (s == STK_END_OF_EPOCH) {
+      if (step != spe) r->order_errors++;
+      r->epochs_seen++;
+      epoch++, step = 0;
+      continue;
+    }
+    if (s != STK_OK) {
+      r->final_status = s;
+      if (s != STK_END_OF_DATA)
+        snprintf(r->error, sizeof r->error, "%s: %s", stk_strerror(s),
+                 stk_client_error(c));
+      break;
+    }
+    if (stk_batch_epoch(b) != epoch || stk_batch_step(b) != step) r->order_errors++;
+    size_t len = 0;
+    const void *p = stk_batch_payload(b, &len);
+    char err[256];
+    if (len != L.total_bytes ||
+        stk_build_reference(&spec, NULL, stk_batch_epoch(b), r->rank,
+                            stk_batch_step(b), ref, L.total_bytes, err,
+                            sizeof err) != STK_OK ||
+        memcmp(p, ref, L.total_bytes) != 0)
+      r->mismatches++;
+    stk_batch_release(b);
+    r->delivered++;
+    step++;
+    __atomic_store_n(&r->progress, (int)r->delivered, __ATOMIC_RELEASE);
+    if (r->step_ms) {
+      struct timespec ts = {0, (long)r->step_ms * 1000000};
+      nanosleep(&ts, NULL);
+    }
+  }
+  stk_client_stats(c, &r->stats);
+  if (r->finish && stk_client_finish(c, 0) != STK_OK && !r->error[0])
+    snprintf(r->error, sizeof r->error, "finish: %s", stk_client_error(c));
+  clock_gettime(CLOCK_MONOTONIC, &r->finished_at);
+  stk_client_close(c);
+  free(ref);
+  return NULL;
+}
+
+static double ts_diff_s(struct timespec a, struct timespec b) {
+  return (double)(a.tv_sec - b.tv_sec) + (a.tv_nsec - b.tv_nsec) / 1e9;
+}
+
+#endif
