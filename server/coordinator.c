@@ -722,6 +722,7 @@ int main(int argc, char **argv) {
   }
   stk__signals_install();
   C.start_ms = C.last_touch_ms = stk_rpc_now_ms();
+  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
 
   stk_rpc_method methods[] = {
       {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
@@ -789,7 +790,7 @@ int main(int argc, char **argv) {
                "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
                state_names[state_locked()], nworkers_locked(), C.njoined,
                C.nfinished, C.watchers, bps, mbps,
-               (long long)((now - C.last_touch_ms) / 1000));
+               C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
       pthread_mutex_unlock(&C.mu);
       last_bytes = bytes, last_stats = now;
       next_stats = now + opt.stats_interval_s * 1000;
