@@ -33,7 +33,11 @@ struct sched_stream {
   uint64_t id;
   req *q;              /* ring of cap requests */
   uint32_t cap, head, len;
-  uint32_t outstanding; /* queued + building + done-not-sent */
+  uint32_t outstanding; /* queued + building + built-not-yet-sending: a
+                           batch stops counting when its sender takes it, so
+                           a client that has received a whole batch may send
+                           its next credit at once without racing the send's
+                           completion */
   uint32_t building;
   uint32_t held;        /* buffers this stream holds: building + built-not-sent */
   sched_done *done, *done_tail;
@@ -357,6 +361,7 @@ sched_done *sched_stream_next(sched_stream *st, int *why) {
     }
     if (st->done) {
       d = st->done;
+      st->outstanding--;
       st->done = d->next;
       if (!st->done) st->done_tail = NULL;
       d->next = NULL;
@@ -379,7 +384,6 @@ sched_done *sched_stream_next(sched_stream *st, int *why) {
 void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
   sched *s = st->s;
   pthread_mutex_lock(&s->mu);
-  st->outstanding--;
   st->held--;
   s->bytes_sent += bytes;
   pthread_cond_broadcast(&s->work_cv); /* the stream may be under its cap again */
