@@ -170,6 +170,36 @@ STK_EXPORT void stk_client_stats(stk_client *c, stk_stats *out);
  * on the client. */
 STK_EXPORT const char *stk_client_error(const stk_client *c);
 
+/* ---- additions ------------------------------------------------------- */
+
+/* Like stk_client_open, but without daemons: batches are built in-process
+ * by one builder thread from job_text ("key = value" lines, as a job file or
+ * the coordinator's canonical form) with files under data_root (NULL for
+ * synthetic). Everything else (prefetch pool, reorder, slots, convert,
+ * epochs, save_state, CUDA) is the same code path as a networked client.
+ * For tests, debugging and single-machine runs. cfg->coordinator is
+ * ignored. Errors as stk_client_open, plus those of stk_job_spec_set and
+ * stk_dataset_open. Thread-safe (separate clients are independent). */
+STK_EXPORT int stk_client_open_local(const stk_client_config *cfg,
+                                     const char *job_text,
+                                     const char *data_root, stk_client **out,
+                                     char *err, size_t errlen);
+
+/* Build the reference batch (epoch, step) of this client's rank in-process
+ * (stk_build_reference with the client's job) into buf (len >= the payload
+ * size, stk_batch_payload's len). data_root NULL: the local client's root,
+ * or none (synthetic). Slow; for verification. Errors as
+ * stk_build_reference, text in stk_client_error. Not thread-safe with
+ * other calls on c (it sets the error text). */
+STK_EXPORT int stk_client_reference(stk_client *c, uint64_t epoch,
+                                    uint64_t step, const char *data_root,
+                                    void *buf, size_t len);
+
+/* sizeof a public struct by name ("stk_client_config", "stk_tensor",
+ * "stk_stats", "stk_worker_stats", "stk_job_spec"); 0 for an unknown name.
+ * Lets FFI bindings check their struct mirrors. Thread-safe. */
+STK_EXPORT size_t stk_client_struct_size(const char *name);
+
 /* Stop streaming, cancel requests, free everything. Does not call finish.
  * Accepts NULL. Outstanding batches must have been released. */
 STK_EXPORT void stk_client_close(stk_client *c);
