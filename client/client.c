@@ -425,6 +425,10 @@ int stk_client_job(const stk_client *c, stk_job_spec *out) {
   return STK_OK;
 }
 
+uint64_t stk_client_payload_bytes(const stk_client *c) {
+  return c ? c->layout.total_bytes : 0;
+}
+
 uint64_t stk_client_steps_per_epoch(const stk_client *c) { return c ? c->spe : 0; }
 
 int stk_client_save_state(stk_client *c, void *buf, size_t *len) {

@@ -195,6 +195,10 @@ STK_EXPORT int stk_client_reference(stk_client *c, uint64_t epoch,
                                     uint64_t step, const char *data_root,
                                     void *buf, size_t len);
 
+/* Bytes of one batch payload as the workers send it (the job's layout
+ * total_bytes; stk_batch_payload's len). 0 for NULL. Thread-safe. */
+STK_EXPORT uint64_t stk_client_payload_bytes(const stk_client *c);
+
 /* sizeof a public struct by name ("stk_client_config", "stk_tensor",
  * "stk_stats", "stk_worker_stats", "stk_job_spec"); 0 for an unknown name.
  * Lets FFI bindings check their struct mirrors. Thread-safe. */
