@@ -200,6 +200,27 @@ class Loader:
     def steps_per_epoch(self):
         return int(lib.stk_client_steps_per_epoch(self._open()))
 
+    @property
+    def job(self):
+        """The job spec as a dict (num_samples resolved)."""
+        j = _lib.JobSpec()
+        lib.stk_client_job(self._open(), ctypes.byref(j))
+        out = {}
+        for k, _ in _lib.JobSpec._fields_:
+            if k == "reserved":
+                continue
+            v = getattr(j, k)
+            if isinstance(v, bytes):
+                v = v.decode(errors="replace")
+            elif not isinstance(v, (int, float)):
+                v = list(v)
+            out[k] = v
+        return out
+
+    @property
+    def epochs(self):
+        return int(self.job["epochs"])
+
     def __len__(self):
         return self.steps_per_epoch
 

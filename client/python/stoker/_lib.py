@@ -88,6 +88,26 @@ class Stats(ctypes.Structure):
     ]
 
 
+class JobSpec(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * 64), ("source", ctypes.c_int32),
+        ("dataset", ctypes.c_char * 512), ("num_samples", ctypes.c_uint64),
+        ("pipeline", ctypes.c_int32), ("height", ctypes.c_uint32),
+        ("width", ctypes.c_uint32), ("channels", ctypes.c_uint32),
+        ("dtype", ctypes.c_int32), ("layout", ctypes.c_int32),
+        ("batch_size", ctypes.c_uint32), ("world_size", ctypes.c_uint32),
+        ("seed", ctypes.c_uint64), ("epochs", ctypes.c_uint32),
+        ("drop_last", ctypes.c_int32), ("num_classes", ctypes.c_uint32),
+        ("synthetic_cost_us", ctypes.c_uint32), ("resize", ctypes.c_uint32),
+        ("scale_min", ctypes.c_float), ("scale_max", ctypes.c_float),
+        ("ratio_min", ctypes.c_float), ("ratio_max", ctypes.c_float),
+        ("flip_p", ctypes.c_float), ("brightness", ctypes.c_float),
+        ("contrast", ctypes.c_float), ("saturation", ctypes.c_float),
+        ("mean", ctypes.c_float * 3), ("std", ctypes.c_float * 3),
+        ("reserved", ctypes.c_uint8 * 256),
+    ]
+
+
 def _candidates():
     env = os.environ.get("STOKER_LIB")
     if env:
@@ -134,6 +154,7 @@ _sigs = {
     "stk_batch_num_tensors": (ctypes.c_uint32, [_P]),
     "stk_batch_tensor": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(Tensor)]),
     "stk_batch_payload": (ctypes.c_void_p, [_P, ctypes.POINTER(ctypes.c_size_t)]),
+    "stk_client_job": (ctypes.c_int, [_P, ctypes.POINTER(JobSpec)]),
     "stk_client_steps_per_epoch": (ctypes.c_uint64, [_P]),
     "stk_client_save_state": (ctypes.c_int, [_P, ctypes.c_void_p,
                                              ctypes.POINTER(ctypes.c_size_t)]),
@@ -155,7 +176,7 @@ for _name, (_res, _args) in _sigs.items():
     _f.argtypes = _args
 
 for _cls, _cname in ((Config, b"stk_client_config"), (Tensor, b"stk_tensor"),
-                     (Stats, b"stk_stats"), (WorkerStats, b"stk_worker_stats")):
+                     (Stats, b"stk_stats"), (JobSpec, b"stk_job_spec"), (WorkerStats, b"stk_worker_stats")):
     _want = lib.stk_client_struct_size(_cname)
     if _want != ctypes.sizeof(_cls):
         raise ImportError("libstoker at %s: %s is %d bytes, the binding expects %d "
