@@ -116,9 +116,11 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
       resp = NULL;
       snprintf(details, sizeof(details), "coordinator sent no job yet");
     } else if (code == GRPC_STATUS_FAILED_PRECONDITION) {
-      if (err && errlen)
-        snprintf(err, errlen, "join refused (job mismatch): %s", details);
-      return STK_MISMATCH;
+      /* Resume state from another job, a protocol version the coordinator
+       * does not speak, or a job that is already over. */
+      if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
+      if (c->job_hash) return STK_MISMATCH;
+      return strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
     } else if (code == GRPC_STATUS_INVALID_ARGUMENT ||
                code == GRPC_STATUS_OUT_OF_RANGE) {
       if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
