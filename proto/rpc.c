@@ -120,6 +120,7 @@ struct stk_rpc_call {
   int finished;      /* atomic: a status was sent or the call was aborted */
   int done;          /* handler thread returned; guarded by srv->mu */
   int cancelled;     /* from RECV_CLOSE_ON_SERVER */
+  int close_seen;    /* tag_close already plucked (stk_rpc_call_closed) */
   char *peer;
   void *user;
   struct stk_rpc_call *next;
@@ -154,7 +155,7 @@ static stk_rpc_call *call_new(stk_rpc_server *srv) {
 
 /* Wait for the close, then release everything gRPC gave the call. */
 static void call_release(stk_rpc_call *c) {
-  if (c->call) {
+  if (c->call && !c->close_seen) {
     grpc_completion_queue_pluck(c->cq, &c->tag_close,
                                 gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
   }
@@ -254,6 +255,15 @@ void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code,
                         const char *details) {
   if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return;
   grpc_call_cancel_with_status(c->call, code, details ? details : "", NULL);
+}
+
+int stk_rpc_call_closed(stk_rpc_call *c) {
+  if (!c->close_seen) {
+    grpc_event ev = grpc_completion_queue_pluck(
+        c->cq, &c->tag_close, gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
+    if (ev.type == GRPC_OP_COMPLETE) c->close_seen = 1;
+  }
+  return c->close_seen;
 }
 
 const char *stk_rpc_call_peer(stk_rpc_call *c) { return c->peer ? c->peer : "?"; }

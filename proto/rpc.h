@@ -91,6 +91,11 @@ int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code,
  * pending receive or send (thread-safe). */
 void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code,
                         const char *details);
+/* Non-blocking: 1 once the call is over (the client cancelled or went
+ * away, or a status was sent), else 0. For handlers that wait on something
+ * other than gRPC (a server-streaming call between messages) and want to
+ * notice a vanished client. Call from the handler thread only. */
+int stk_rpc_call_closed(stk_rpc_call *c);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
 const char *stk_rpc_call_peer(stk_rpc_call *c);
 /* Per-call slot for the handler's own state. */

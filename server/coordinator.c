@@ -1,0 +1,829 @@
+/* coordinator.c - stoker-coordinator, one per job: loads the job spec,
+ * keeps worker sessions (register, heartbeats, Drain/Shutdown commands),
+ * lets client ranks join and watch the live worker list, tracks finished
+ * ranks, answers Status, and ends the job in order: when every rank has
+ * finished, rank 0 asks, a signal arrives or no client touched the job for
+ * --idle-timeout-s, it commands every worker to shut down, waits for them
+ * (bounded) and exits.
+ *
+ * Owns the job, the worker table and the rank table, all under one mutex
+ * that is never held across a gRPC call. Must not trust the network: every
+ * message is validated and a bad one ends only its own call.
+ */
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "options.h"
+#include "rpc.h"
+#include "stoker.pb-c.h"
+#include "stoker/augment.h"
+#include "stoker/version.h"
+
+#define PROGRAM "stoker-coordinator"
+
+enum {
+  EXIT_OK = 0,    /* the job ended: all ranks finished, rank 0 asked, or a signal */
+  EXIT_FAIL = 1,  /* cannot listen, bad job spec, ... */
+  EXIT_USAGE = 2, /* bad option */
+  EXIT_IDLE = 3   /* no client touched the job for --idle-timeout-s */
+};
+
+static const char exit_codes_text[] =
+    "  0  the job ended: every rank finished, rank 0 asked, or SIGTERM/SIGINT\n"
+    "  1  runtime failure (cannot listen, invalid job spec, ...)\n"
+    "  2  usage error (bad option or config file)\n"
+    "  3  idle timeout: no client touched the job for --idle-timeout-s "
+    "(workers were still shut down)\n";
+
+#define MAX_STR 256 /* worker ids and addresses */
+
+/* ---- Options ----------------------------------------------------------- */
+
+static struct {
+  char *listen, *job, *token, *port_file, *log_level;
+  stk__strlist set;
+  long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses,
+      stats_interval_s, shutdown_grace_s, max_message_mb;
+  int print_job;
+} opt;
+
+static stk__option options[] = {
+    {"listen", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
+     "address to listen on (port 0 = any free port)", &opt.listen, 0, 0},
+    {"job", OPT_STR, "", NULL, "job spec file ('key = value' lines)", &opt.job, 0, 0},
+    {"set", OPT_LIST, NULL, NULL,
+     "override one job key, e.g. --set batch_size=64 (after --job)", &opt.set, 0, 0},
+    {"print-job", OPT_BOOL, "false", NULL,
+     "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
+    {"idle-timeout-s", OPT_INT, "600", NULL,
+     "end the job when no client touched it this long (an open watch counts)",
+     &opt.idle_timeout_s, 1, 86400 * 30},
+    {"heartbeat-interval-ms", OPT_INT, "1000", NULL,
+     "how often workers heartbeat", &opt.heartbeat_interval_ms, 50, 60000},
+    {"heartbeat-misses", OPT_INT, "3", NULL,
+     "missed heartbeats before a worker is dropped from the list",
+     &opt.heartbeat_misses, 1, 1000},
+    {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
+     &opt.stats_interval_s, 1, 86400},
+    {"shutdown-grace-s", OPT_INT, "15", NULL,
+     "on shutdown, how long to wait for workers to drain and disconnect",
+     &opt.shutdown_grace_s, 0, 3600},
+    {"token", OPT_STR, "", NULL, "bearer token every call must carry", &opt.token, 0, 0},
+    {"port-file", OPT_STR, "", NULL,
+     "after binding, write the bound port here (decimal, newline; atomic rename)",
+     &opt.port_file, 0, 0},
+    {"max-message-mb", OPT_INT, "4", NULL, "largest gRPC message received",
+     &opt.max_message_mb, 1, 1024},
+    {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
+     &opt.log_level, 0, 0},
+};
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+/* ---- State ------------------------------------------------------------- */
+
+typedef struct cworker {
+  char id[MAX_STR], address[MAX_STR];
+  uint32_t cores;
+  stk_rpc_call *call;
+  pthread_mutex_t send_mu; /* one sender at a time: the main thread's
+                              Shutdown vs the handler's final status */
+  int closed;              /* under send_mu: the call got its status */
+  int live;                /* in C.workers */
+  int shutdown_sent;
+  int refs;                /* under C.mu */
+  int64_t registered_ms, last_hb_ms;
+  struct {
+    uint64_t batches_built, bytes_sent, samples_substituted;
+    uint32_t active_streams, queued_requests;
+    double busy_fraction, batches_per_s;
+  } stats;
+  struct cworker *next;
+} cworker;
+
+enum { ST_WAITING, ST_RUNNING, ST_DRAINING, ST_DONE };
+static const char *const state_names[] = {"waiting", "running", "draining", "done"};
+
+static struct {
+  pthread_mutex_t mu;
+  pthread_cond_t cv;       /* list version changed, or shutting down */
+  stk_job_spec spec;
+  int resolved;            /* num_samples known */
+  char *canonical;
+  uint64_t hash;
+  uint64_t fingerprint;
+  int have_fp;
+  cworker *workers;        /* live ones */
+  uint64_t version;
+  uint8_t *joined, *finished;
+  uint32_t njoined, nfinished;
+  int shutting_down;
+  int shutdown_req;        /* exit code to use once requested, +1 */
+  char shutdown_reason[200];
+  int64_t start_ms, last_touch_ms;
+  int watchers;
+  int done;
+} C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+static void touch_locked(void) { C.last_touch_ms = stk_rpc_now_ms(); }
+
+static void request_shutdown_locked(int code, const char *why) {
+  if (C.shutdown_req) return;
+  C.shutdown_req = code + 1;
+  snprintf(C.shutdown_reason, sizeof(C.shutdown_reason), "%s", why);
+}
+
+static int state_locked(void) {
+  if (C.done) return ST_DONE;
+  if (C.shutting_down) return ST_DRAINING;
+  if (!C.resolved || !C.workers) return ST_WAITING;
+  return ST_RUNNING;
+}
+
+/* Recompute the canonical text and hash after a change of the spec. */
+static int job_publish_locked(void) {
+  size_t n = stk_job_spec_format(&C.spec, NULL, 0);
+  char *t = malloc(n + 1);
+  if (!t) return -1;
+  stk_job_spec_format(&C.spec, t, n + 1);
+  free(C.canonical);
+  C.canonical = t;
+  C.hash = stk_job_spec_hash(&C.spec);
+  return 0;
+}
+
+static void worker_unref_locked(cworker *w) {
+  if (--w->refs) return;
+  pthread_mutex_destroy(&w->send_mu);
+  free(w);
+}
+
+static int unlink_locked(cworker *w) {
+  for (cworker **pp = &C.workers; *pp; pp = &(*pp)->next)
+    if (*pp == w) {
+      *pp = w->next;
+      w->live = 0;
+      C.version++;
+      pthread_cond_broadcast(&C.cv);
+      return 1;
+    }
+  return 0;
+}
+
+static size_t nworkers_locked(void) {
+  size_t n = 0;
+  for (cworker *w = C.workers; w; w = w->next) n++;
+  return n;
+}
+
+/* Copies of the live list (strings duplicated); free with infos_free. */
+static Stoker__V1__WorkerInfo **infos_locked(size_t *n) {
+  *n = nworkers_locked();
+  Stoker__V1__WorkerInfo **v = calloc(*n ? *n : 1, sizeof(*v));
+  if (!v) return *n = 0, NULL;
+  size_t i = 0;
+  for (cworker *w = C.workers; w; w = w->next) {
+    Stoker__V1__WorkerInfo *x = malloc(sizeof(*x));
+    if (!x) break;
+    stoker__v1__worker_info__init(x);
+    x->worker_id = strdup(w->id);
+    x->address = strdup(w->address);
+    x->cores = w->cores;
+    if (!x->worker_id || !x->address) {
+      free(x->worker_id), free(x->address), free(x);
+      break;
+    }
+    v[i++] = x;
+  }
+  *n = i;
+  return v;
+}
+
+static void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(v[i]->worker_id);
+    free(v[i]->address);
+    free(v[i]);
+  }
+  free(v);
+}
+
+/* ---- Coordinator.WorkerSession ----------------------------------------- */
+
+static int send_ack(stk_rpc_call *call, const char *canonical, uint64_t hash) {
+  Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
+  job.canonical = (char *)canonical;
+  job.hash = hash;
+  Stoker__V1__RegisterAck ack = STOKER__V1__REGISTER_ACK__INIT;
+  ack.job = &job;
+  ack.heartbeat_interval_ms = (uint32_t)opt.heartbeat_interval_ms;
+  Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
+  cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_ACK;
+  cmd.ack = &ack;
+  return stk_rpc_call_send_msg(call, &cmd.base);
+}
+
+static Stoker__V1__Register *recv_hello(stk_rpc_call *call, Stoker__V1__WorkerMessage **m,
+                                        int *r) {
+  *r = stk_rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
+                             (ProtobufCMessage **)m);
+  if (*r != 1) return NULL;
+  if ((*m)->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HELLO) return NULL;
+  return (*m)->hello;
+}
+
+static void handle_worker_session(stk_rpc_call *call, void *ctx) {
+  Stoker__V1__WorkerMessage *m = NULL;
+  char msg[600];
+  int r;
+  Stoker__V1__Register *h = recv_hello(call, &m, &r);
+  if (!h) {
+    if (r != 0 && r != -1)
+      stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                          "the first message of a worker session must be hello");
+    else
+      stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
+    goto out;
+  }
+  if (h->protocol_version != STK_PROTOCOL_VERSION) {
+    snprintf(msg, sizeof(msg), "worker speaks protocol %u, this coordinator %u",
+             h->protocol_version, STK_PROTOCOL_VERSION);
+    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    goto out;
+  }
+  if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
+      !h->worker->address || !*h->worker->address ||
+      strlen(h->worker->worker_id) >= MAX_STR || strlen(h->worker->address) >= MAX_STR) {
+    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                        "hello needs worker.worker_id and worker.address (< 256 bytes)");
+    goto out;
+  }
+  cworker *w = calloc(1, sizeof(*w));
+  if (!w) {
+    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    goto out;
+  }
+  snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
+  snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
+  w->cores = h->worker->cores;
+  w->call = call;
+  w->refs = 1;
+  pthread_mutex_init(&w->send_mu, NULL);
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  m = NULL;
+
+  pthread_mutex_lock(&C.mu);
+  char *canonical = strdup(C.canonical);
+  uint64_t sent_hash = C.hash;
+  pthread_mutex_unlock(&C.mu);
+  r = canonical ? send_ack(call, canonical, sent_hash) : -1;
+  free(canonical);
+  if (r) goto end;
+
+  h = recv_hello(call, &m, &r);
+  if (!h || h->job_hash == 0) {
+    if (r == 1 || r == -2)
+      stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                          "expected the second hello (with job_hash) after RegisterAck");
+    goto end;
+  }
+  if (h->job_hash != sent_hash) {
+    snprintf(msg, sizeof(msg), "worker %s answered with job hash %016" PRIx64
+             ", expected %016" PRIx64, w->id, h->job_hash, sent_hash);
+    LOG_WARN("%s", msg);
+    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    goto end;
+  }
+  pthread_mutex_lock(&C.mu);
+  msg[0] = 0;
+  if (!C.resolved) {
+    stk_job_spec t = C.spec;
+    t.num_samples = h->dataset_size;
+    if (!h->dataset_size || stk_steps_per_epoch(&t, h->dataset_size) == 0) {
+      snprintf(msg, sizeof(msg), "worker %s has %" PRIu64 " samples: not one step "
+               "of world_size*batch_size", w->id, h->dataset_size);
+    } else {
+      C.spec = t;
+      C.resolved = 1;
+      job_publish_locked();
+      LOG_INFO("dataset size %" PRIu64 " learnt from worker %s: job hash now %016" PRIx64,
+               h->dataset_size, w->id, C.hash);
+    }
+  } else if (h->dataset_size != C.spec.num_samples) {
+    snprintf(msg, sizeof(msg), "worker %s has %" PRIu64 " samples, the job has %"
+             PRIu64 " (another dataset?)", w->id, h->dataset_size, C.spec.num_samples);
+  }
+  if (!msg[0] && C.have_fp && h->dataset_fingerprint != C.fingerprint) {
+    snprintf(msg, sizeof(msg), "worker %s's dataset fingerprint %016" PRIx64
+             " differs from the job's %016" PRIx64 " (another dataset or a "
+             "different copy)", w->id, h->dataset_fingerprint, C.fingerprint);
+  }
+  if (msg[0]) {
+    pthread_mutex_unlock(&C.mu);
+    LOG_WARN("rejecting: %s", msg);
+    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    goto end;
+  }
+  if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
+  /* A worker that comes back under the same id replaces its old entry. */
+  for (cworker *o = C.workers; o; o = o->next)
+    if (!strcmp(o->id, w->id)) {
+      unlink_locked(o);
+      stk_rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
+      break;
+    }
+  w->registered_ms = w->last_hb_ms = stk_rpc_now_ms();
+  w->live = 1;
+  w->next = C.workers;
+  C.workers = w;
+  C.version++;
+  pthread_cond_broadcast(&C.cv);
+  size_t nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address,
+           w->cores, nlive);
+  protobuf_c_message_free_unpacked(&m->base, NULL);
+  m = NULL;
+
+  for (;;) {
+    r = stk_rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
+                              (ProtobufCMessage **)&m);
+    if (r == -2) {
+      stk_rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "message is not a stoker.v1.WorkerMessage");
+      break;
+    }
+    if (r != 1) break;
+    if (m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) {
+      pthread_mutex_lock(&C.mu);
+      w->last_hb_ms = stk_rpc_now_ms();
+      const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
+      if (s) {
+        w->stats.batches_built = s->batches_built;
+        w->stats.bytes_sent = s->bytes_sent;
+        w->stats.samples_substituted = s->samples_substituted;
+        w->stats.active_streams = s->active_streams;
+        w->stats.queued_requests = s->queued_requests;
+        w->stats.busy_fraction = s->busy_fraction;
+        w->stats.batches_per_s = s->batches_per_s;
+      }
+      pthread_mutex_unlock(&C.mu);
+    }
+    protobuf_c_message_free_unpacked(&m->base, NULL);
+    m = NULL;
+  }
+  pthread_mutex_lock(&C.mu);
+  int was_live = unlink_locked(w);
+  nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
+end:
+  pthread_mutex_lock(&w->send_mu);
+  w->closed = 1;
+  stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+  pthread_mutex_unlock(&w->send_mu);
+  pthread_mutex_lock(&C.mu);
+  unlink_locked(w); /* no-op unless a path above skipped it */
+  worker_unref_locked(w);
+  pthread_mutex_unlock(&C.mu);
+out:
+  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+}
+
+/* ---- Coordinator.Join / WatchWorkers / Finish / Status ------------------ */
+
+static int reply(stk_rpc_call *call, const ProtobufCMessage *m) {
+  if (stk_rpc_call_send_msg(call, m)) return -1;
+  return stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+}
+
+/* Receive the one request of a unary or server-streaming call; on failure
+ * the call is answered and NULL returned. */
+static ProtobufCMessage *recv_request(stk_rpc_call *call,
+                                      const ProtobufCMessageDescriptor *d) {
+  ProtobufCMessage *m = NULL;
+  int r = stk_rpc_call_recv_msg(call, d, &m);
+  if (r == 1) return m;
+  char msg[200];
+  snprintf(msg, sizeof(msg), "request is not a %s", d->name);
+  if (r == -2) stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+  else if (r == 0) stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
+  return NULL;
+}
+
+static void handle_join(stk_rpc_call *call, void *ctx) {
+  Stoker__V1__JoinRequest *q = (Stoker__V1__JoinRequest *)recv_request(
+      call, &stoker__v1__join_request__descriptor);
+  if (!q) return;
+  char msg[400];
+  int code = 0;
+  pthread_mutex_lock(&C.mu);
+  touch_locked();
+  if (q->protocol_version != STK_PROTOCOL_VERSION) {
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, sizeof(msg), "client speaks protocol %u, this coordinator %u",
+             q->protocol_version, STK_PROTOCOL_VERSION);
+  } else if (q->world_size != C.spec.world_size) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "world_size %u differs from the job's %u",
+             q->world_size, C.spec.world_size);
+  } else if (q->rank >= C.spec.world_size) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u",
+             q->rank, C.spec.world_size);
+  } else if (C.shutting_down) {
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, sizeof(msg), "the job is over (%s)", C.shutdown_reason);
+  } else if (!C.resolved) {
+    code = GRPC_STATUS_UNAVAILABLE;
+    snprintf(msg, sizeof(msg), "waiting for a worker (the dataset size is not known yet)");
+  } else if (q->expect_job_hash && q->expect_job_hash != C.hash) {
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, sizeof(msg), "resume state is from job %016" PRIx64
+             ", this coordinator runs job %016" PRIx64 " (%s)",
+             q->expect_job_hash, C.hash, C.spec.name);
+  }
+  if (code) {
+    pthread_mutex_unlock(&C.mu);
+    LOG_WARN("join from %s rejected: %s", stk_rpc_call_peer(call), msg);
+    stk_rpc_call_finish(call, (grpc_status_code)code, msg);
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    return;
+  }
+  if (!C.joined[q->rank]) C.joined[q->rank] = 1, C.njoined++;
+  Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
+  job.canonical = strdup(C.canonical);
+  job.hash = C.hash;
+  Stoker__V1__JoinResponse resp = STOKER__V1__JOIN_RESPONSE__INIT;
+  resp.job = &job;
+  resp.list_version = C.version;
+  resp.workers = infos_locked(&resp.n_workers);
+  pthread_mutex_unlock(&C.mu);
+  LOG_INFO("rank %u joined (client %s from %s)", q->rank,
+           q->client_id ? q->client_id : "", stk_rpc_call_peer(call));
+  if (!job.canonical || !resp.workers)
+    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  else
+    reply(call, &resp.base);
+  free(job.canonical);
+  infos_free(resp.workers, resp.n_workers);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+}
+
+static void handle_watch(stk_rpc_call *call, void *ctx) {
+  Stoker__V1__WatchRequest *q = (Stoker__V1__WatchRequest *)recv_request(
+      call, &stoker__v1__watch_request__descriptor);
+  if (!q) return;
+  uint64_t known = q->known_version;
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  pthread_mutex_lock(&C.mu);
+  C.watchers++;
+  touch_locked();
+  pthread_mutex_unlock(&C.mu);
+  for (;;) {
+    pthread_mutex_lock(&C.mu);
+    if (C.version == known && !C.shutting_down) {
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 500 * 1000000;
+      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&C.cv, &C.mu, &ts);
+    }
+    int changed = C.version != known || C.shutting_down;
+    Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
+    if (changed) {
+      list.version = C.version;
+      list.shutting_down = C.shutting_down;
+      list.workers = infos_locked(&list.n_workers);
+    }
+    pthread_mutex_unlock(&C.mu);
+    if (!changed) {
+      if (stk_rpc_call_closed(call)) break;
+      continue;
+    }
+    int rc = list.workers ? stk_rpc_call_send_msg(call, &list.base) : -1;
+    infos_free(list.workers, list.n_workers);
+    if (rc) break;
+    known = list.version;
+    if (list.shutting_down) {
+      stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+      break;
+    }
+  }
+  pthread_mutex_lock(&C.mu);
+  C.watchers--;
+  touch_locked();
+  pthread_mutex_unlock(&C.mu);
+  stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
+}
+
+static void handle_finish(stk_rpc_call *call, void *ctx) {
+  Stoker__V1__FinishRequest *q = (Stoker__V1__FinishRequest *)recv_request(
+      call, &stoker__v1__finish_request__descriptor);
+  if (!q) return;
+  char msg[300];
+  pthread_mutex_lock(&C.mu);
+  touch_locked();
+  uint32_t W = C.spec.world_size;
+  if (q->rank >= W) {
+    pthread_mutex_unlock(&C.mu);
+    snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank, W);
+    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    return;
+  }
+  if (q->shutdown_job && q->rank != 0) {
+    pthread_mutex_unlock(&C.mu);
+    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                        "only rank 0 may end the whole job (shutdown_job)");
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    return;
+  }
+  if (!C.finished[q->rank]) C.finished[q->rank] = 1, C.nfinished++;
+  uint32_t nf = C.nfinished;
+  if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
+  else if (nf == W) request_shutdown_locked(EXIT_OK, "every rank finished");
+  pthread_mutex_unlock(&C.mu);
+  LOG_INFO("rank %u finished%s (%u/%u)", q->rank,
+           q->shutdown_job ? " and ends the job" : "", nf, W);
+  Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
+  resp.ranks_finished = nf;
+  resp.world_size = W;
+  reply(call, &resp.base);
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+}
+
+static void handle_status(stk_rpc_call *call, void *ctx) {
+  ProtobufCMessage *q = recv_request(call, &stoker__v1__status_request__descriptor);
+  if (!q) return;
+  protobuf_c_message_free_unpacked(q, NULL);
+  Stoker__V1__StatusResponse resp = STOKER__V1__STATUS_RESPONSE__INIT;
+  Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
+  pthread_mutex_lock(&C.mu);
+  int64_t now = stk_rpc_now_ms();
+  job.canonical = strdup(C.canonical);
+  job.hash = C.hash;
+  resp.job = &job;
+  resp.state = (char *)state_names[state_locked()];
+  resp.uptime_ms = (uint64_t)(now - C.start_ms);
+  resp.dataset_size = C.resolved ? C.spec.num_samples : 0;
+  size_t nw = nworkers_locked(), i = 0;
+  Stoker__V1__WorkerStatus *ws = calloc(nw ? nw : 1, sizeof(*ws));
+  Stoker__V1__WorkerStatus **wsp = calloc(nw ? nw : 1, sizeof(*wsp));
+  Stoker__V1__WorkerInfo *wi = calloc(nw ? nw : 1, sizeof(*wi));
+  Stoker__V1__WorkerStats *wt = calloc(nw ? nw : 1, sizeof(*wt));
+  uint32_t W = C.spec.world_size;
+  uint32_t *jr = calloc(W, sizeof(uint32_t)), *fr = calloc(W, sizeof(uint32_t));
+  int ok = job.canonical && ws && wsp && wi && wt && jr && fr;
+  if (ok) {
+    for (cworker *w = C.workers; w; w = w->next, i++) {
+      stoker__v1__worker_status__init(&ws[i]);
+      stoker__v1__worker_info__init(&wi[i]);
+      stoker__v1__worker_stats__init(&wt[i]);
+      wi[i].worker_id = strdup(w->id);
+      wi[i].address = strdup(w->address);
+      wi[i].cores = w->cores;
+      wt[i].batches_built = w->stats.batches_built;
+      wt[i].bytes_sent = w->stats.bytes_sent;
+      wt[i].samples_substituted = w->stats.samples_substituted;
+      wt[i].active_streams = w->stats.active_streams;
+      wt[i].queued_requests = w->stats.queued_requests;
+      wt[i].busy_fraction = w->stats.busy_fraction;
+      wt[i].batches_per_s = w->stats.batches_per_s;
+      ws[i].worker = &wi[i];
+      ws[i].stats = &wt[i];
+      ws[i].last_heartbeat_ms_ago = (uint64_t)(now - w->last_hb_ms);
+      wsp[i] = &ws[i];
+      if (!wi[i].worker_id || !wi[i].address) ok = 0;
+    }
+    resp.n_workers = i;
+    resp.workers = wsp;
+    for (uint32_t r = 0; r < W; r++) {
+      if (C.joined[r]) jr[resp.n_joined_ranks++] = r;
+      if (C.finished[r]) fr[resp.n_finished_ranks++] = r;
+    }
+    resp.joined_ranks = jr;
+    resp.finished_ranks = fr;
+  }
+  pthread_mutex_unlock(&C.mu);
+  if (ok) reply(call, &resp.base);
+  else stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  for (size_t k = 0; k < i; k++) free(wi[k].worker_id), free(wi[k].address);
+  free(ws), free(wsp), free(wi), free(wt), free(jr), free(fr);
+  free(job.canonical);
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+static int load_job(char *err, size_t errlen) {
+  stk_job_spec_defaults(&C.spec);
+  if (*opt.job && stk_job_spec_load(&C.spec, opt.job, err, errlen)) return -1;
+  for (size_t i = 0; i < opt.set.n; i++) {
+    char kv[1024];
+    snprintf(kv, sizeof(kv), "%s", opt.set.v[i]);
+    char *eq = strchr(kv, '=');
+    *eq = 0;
+    char *k = kv, *v = eq + 1;
+    while (*k == ' ') k++;
+    for (char *e = k + strlen(k); e > k && e[-1] == ' ';) *--e = 0;
+    while (*v == ' ') v++;
+    char msg[400];
+    if (stk_job_spec_set(&C.spec, k, v, msg, sizeof(msg))) {
+      snprintf(err, errlen, "--set %s: %s", opt.set.v[i], msg);
+      return -1;
+    }
+  }
+  if (stk_job_spec_validate(&C.spec, err, errlen)) return -1;
+  C.resolved = C.spec.num_samples != 0;
+  if (C.resolved && stk_steps_per_epoch(&C.spec, C.spec.num_samples) == 0) {
+    snprintf(err, errlen, "num_samples %" PRIu64 " gives no full step of "
+             "world_size*batch_size", C.spec.num_samples);
+    return -1;
+  }
+  if (job_publish_locked()) return snprintf(err, errlen, "out of memory"), -1;
+  C.joined = calloc(C.spec.world_size, 1);
+  C.finished = calloc(C.spec.world_size, 1);
+  if (!C.joined || !C.finished) return snprintf(err, errlen, "out of memory"), -1;
+  return 0;
+}
+
+/* Send Shutdown to every live worker that has not had it yet. */
+static void send_shutdowns(void) {
+  for (;;) {
+    pthread_mutex_lock(&C.mu);
+    cworker *w = C.workers;
+    while (w && w->shutdown_sent) w = w->next;
+    if (!w) {
+      pthread_mutex_unlock(&C.mu);
+      return;
+    }
+    w->shutdown_sent = 1;
+    w->refs++;
+    pthread_mutex_unlock(&C.mu);
+    pthread_mutex_lock(&w->send_mu);
+    if (!w->closed) {
+      Stoker__V1__Shutdown sd = STOKER__V1__SHUTDOWN__INIT;
+      Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
+      cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
+      cmd.shutdown = &sd;
+      if (stk_rpc_call_send_msg(w->call, &cmd.base) == 0)
+        LOG_INFO("sent shutdown to worker %s", w->id);
+    }
+    pthread_mutex_unlock(&w->send_mu);
+    pthread_mutex_lock(&C.mu);
+    worker_unref_locked(w);
+    pthread_mutex_unlock(&C.mu);
+  }
+}
+
+static void check_heartbeats(void) {
+  int64_t now = stk_rpc_now_ms(), limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
+  pthread_mutex_lock(&C.mu);
+  for (cworker *w = C.workers, *next; w; w = next) {
+    next = w->next;
+    if (now - w->last_hb_ms <= limit) continue;
+    LOG_WARN("worker %s (%s) missed %lld heartbeats: dropped from the list", w->id,
+             w->address, opt.heartbeat_misses);
+    unlink_locked(w);
+    /* The session ends; the worker reconnects and registers again. */
+    stk_rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
+  }
+  pthread_mutex_unlock(&C.mu);
+}
+
+int main(int argc, char **argv) {
+  stk__log_init(PROGRAM);
+  int pr = stk__options_parse(
+      options, NOPTIONS, argc, argv, PROGRAM,
+      "Runs one stoker job: worker sessions, client joins, finish, status.",
+      exit_codes_text);
+  if (pr != OPTS_RUN) {
+    stk__options_free(options, NOPTIONS);
+    return pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
+  }
+  char err[600];
+  if (load_job(err, sizeof(err))) {
+    fprintf(stderr, PROGRAM ": %s\n", err);
+    stk__options_free(options, NOPTIONS);
+    free(C.canonical), free(C.joined), free(C.finished);
+    return EXIT_USAGE;
+  }
+  if (opt.print_job) {
+    printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
+           C.resolved ? "" : " (num_samples from the dataset: changes once known)");
+    stk__options_free(options, NOPTIONS);
+    free(C.canonical), free(C.joined), free(C.finished);
+    return EXIT_OK;
+  }
+  stk__signals_install();
+  C.start_ms = C.last_touch_ms = stk_rpc_now_ms();
+
+  stk_rpc_method methods[] = {
+      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
+      {"/stoker.v1.Coordinator/Join", handle_join},
+      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
+      {"/stoker.v1.Coordinator/Finish", handle_finish},
+      {"/stoker.v1.Coordinator/Status", handle_status},
+  };
+  stk_rpc_server_config sc;
+  memset(&sc, 0, sizeof(sc));
+  sc.listen = opt.listen;
+  sc.methods = methods;
+  sc.nmethods = sizeof(methods) / sizeof(methods[0]);
+  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
+  sc.token = *opt.token ? opt.token : NULL;
+  stk_rpc_server *srv = NULL;
+  int port = 0;
+  if (stk_rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    stk__options_free(options, NOPTIONS);
+    return EXIT_FAIL;
+  }
+  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    stk_rpc_server_stop(srv, 0);
+    stk__options_free(options, NOPTIONS);
+    return EXIT_FAIL;
+  }
+  LOG_INFO("job %s (hash %016" PRIx64 ", world_size %u, batch_size %u, %s samples) "
+           "listening on %s port %d", C.spec.name, C.hash, C.spec.world_size,
+           C.spec.batch_size, C.resolved ? "known" : "unknown until a worker registers",
+           opt.listen, port);
+
+  int64_t next_stats = stk_rpc_now_ms() + opt.stats_interval_s * 1000;
+  int64_t last_stats = stk_rpc_now_ms();
+  uint64_t last_bytes = 0;
+  int code = EXIT_OK;
+  for (;;) {
+    int sig = stk__signal_pending();
+    int64_t now = stk_rpc_now_ms();
+    pthread_mutex_lock(&C.mu);
+    if (sig) {
+      char why[64];
+      snprintf(why, sizeof(why), "signal %d", sig);
+      request_shutdown_locked(EXIT_OK, why);
+    }
+    if (!C.watchers && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
+      request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
+    int req = C.shutdown_req;
+    pthread_mutex_unlock(&C.mu);
+    if (req) {
+      code = req - 1;
+      break;
+    }
+    check_heartbeats();
+    if (now >= next_stats) {
+      pthread_mutex_lock(&C.mu);
+      double bps = 0;
+      uint64_t bytes = 0;
+      for (cworker *w = C.workers; w; w = w->next)
+        bps += w->stats.batches_per_s, bytes += w->stats.bytes_sent;
+      double dt = (double)(now - last_stats) / 1000.0;
+      double mbps = bytes >= last_bytes ? (double)(bytes - last_bytes) / dt / 1e6 : 0;
+      LOG_INFO("stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
+               "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
+               state_names[state_locked()], nworkers_locked(), C.njoined,
+               C.nfinished, C.watchers, bps, mbps,
+               (long long)((now - C.last_touch_ms) / 1000));
+      pthread_mutex_unlock(&C.mu);
+      last_bytes = bytes, last_stats = now;
+      next_stats = now + opt.stats_interval_s * 1000;
+    }
+    stk__sleep_ms(50);
+  }
+
+  pthread_mutex_lock(&C.mu);
+  LOG_INFO("shutting down the job: %s", C.shutdown_reason);
+  C.shutting_down = 1;
+  pthread_cond_broadcast(&C.cv);
+  pthread_mutex_unlock(&C.mu);
+  /* Tell every worker (also ones that register meanwhile), then wait for
+   * them to drain and disconnect. */
+  int64_t until = stk_rpc_now_ms() + opt.shutdown_grace_s * 1000;
+  for (;;) {
+    send_shutdowns();
+    pthread_mutex_lock(&C.mu);
+    size_t left = nworkers_locked();
+    pthread_mutex_unlock(&C.mu);
+    if (!left) break;
+    if (stk_rpc_now_ms() >= until) {
+      LOG_WARN("%zu workers still connected after %lld s; exiting anyway", left,
+               opt.shutdown_grace_s);
+      break;
+    }
+    stk__sleep_ms(20);
+  }
+  pthread_mutex_lock(&C.mu);
+  C.done = 1;
+  pthread_mutex_unlock(&C.mu);
+  stk_rpc_server_stop(srv, 1000);
+  LOG_INFO("exiting (code %d)", code);
+  stk__options_free(options, NOPTIONS);
+  free(C.canonical), free(C.joined), free(C.finished);
+  return code;
+}

@@ -1,0 +1,53 @@
+/* daemon.c - signals and the port file for stoker-coordinator and
+ * stoker-worker. Owns the signal flag. Must not log from a signal handler. */
+#include "daemon.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdio.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+static volatile sig_atomic_t signal_got;
+
+static void on_signal(int sig) { signal_got = sig; }
+
+void stk__signals_install(void) {
+  struct sigaction sa;
+  memset(&sa, 0, sizeof(sa));
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, NULL);
+  sigaction(SIGINT, &sa, NULL);
+  signal(SIGPIPE, SIG_IGN);
+}
+
+int stk__signal_pending(void) { return signal_got; }
+
+int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
+  char tmp[4200], text[32];
+  snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
+  int n = snprintf(text, sizeof(text), "%d\n", port);
+  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
+    return -1;
+  }
+  int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
+  ok = close(fd) == 0 && ok;
+  if (!ok || rename(tmp, path) != 0) {
+    snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
+    unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+void stk__sleep_ms(int64_t ms) {
+  if (ms <= 0) return;
+  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
+  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {
+  }
+}

@@ -1,0 +1,20 @@
+/* daemon.h - process plumbing the two daemons share: termination signals
+ * turned into a flag, and the --port-file protocol. */
+#ifndef STOKER_SERVER_DAEMON_H
+#define STOKER_SERVER_DAEMON_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* SIGTERM/SIGINT set a flag (see stk__signal_pending); SIGPIPE ignored. */
+void stk__signals_install(void);
+/* The signal number received, or 0. Async-signal-safe to read. */
+int stk__signal_pending(void);
+
+/* Write "<port>\n" to path atomically (path.tmp.<pid>, then rename), so a
+ * reader never sees a partial file. 0 or -1 with err. */
+int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
+
+void stk__sleep_ms(int64_t ms);
+
+#endif

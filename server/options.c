@@ -1,0 +1,293 @@
+/* options.c - parse the daemons' option table from defaults, a config
+ * file and the command line; print help and the effective config. Owns
+ * the strings it stores in the table's destinations. Must not exit: it
+ * returns an outcome and main decides. */
+#include "options.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+
+static const char *type_name(stk__opt_type t) {
+  switch (t) {
+  case OPT_STR: return "string";
+  case OPT_INT: return "int";
+  case OPT_BOOL: return "bool";
+  case OPT_LIST: return "key=value, repeatable";
+  }
+  return "?";
+}
+
+static stk__option *find(stk__option *opts, size_t n, const char *name, size_t len) {
+  for (size_t i = 0; i < n; i++)
+    if (strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len))
+      return &opts[i];
+  return NULL;
+}
+
+static void list_clear(stk__strlist *l) {
+  for (size_t i = 0; i < l->n; i++) free(l->v[i]);
+  free(l->v);
+  l->v = NULL;
+  l->n = 0;
+}
+
+/* Store value into o->dst; 0 or -1 with err. */
+static int set_value(stk__option *o, const char *value, char *err, size_t errlen) {
+  switch (o->type) {
+  case OPT_STR: {
+    char **d = o->dst;
+    char *v = strdup(value ? value : "");
+    if (!v) return snprintf(err, errlen, "out of memory"), -1;
+    free(*d);
+    *d = v;
+    break;
+  }
+  case OPT_INT: {
+    char *end;
+    errno = 0;
+    long long v = strtoll(value, &end, 0);
+    if (errno || end == value || *end) {
+      snprintf(err, errlen, "--%s: '%s' is not an integer", o->name, value);
+      return -1;
+    }
+    if (v < o->min || v > o->max) {
+      snprintf(err, errlen, "--%s: %lld is outside %lld..%lld", o->name, v,
+               o->min, o->max);
+      return -1;
+    }
+    *(long long *)o->dst = v;
+    break;
+  }
+  case OPT_BOOL: {
+    int v;
+    if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes"))
+      v = 1;
+    else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
+      v = 0;
+    else {
+      snprintf(err, errlen, "--%s: '%s' is not true/false", o->name, value);
+      return -1;
+    }
+    *(int *)o->dst = v;
+    break;
+  }
+  case OPT_LIST: {
+    stk__strlist *l = o->dst;
+    if (!strchr(value, '=')) {
+      snprintf(err, errlen, "--%s: '%s' is not key=value", o->name, value);
+      return -1;
+    }
+    char **nv = realloc(l->v, (l->n + 1) * sizeof(char *));
+    if (!nv) return snprintf(err, errlen, "out of memory"), -1;
+    l->v = nv;
+    if (!(l->v[l->n] = strdup(value))) return snprintf(err, errlen, "out of memory"), -1;
+    l->n++;
+    break;
+  }
+  }
+  if (o->validate && o->validate(o, err, errlen)) return -1;
+  return 0;
+}
+
+static char *trim(char *p) {
+  while (*p == ' ' || *p == '\t') p++;
+  char *e = p + strlen(p);
+  while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
+    *--e = 0;
+  return p;
+}
+
+static int load_file(stk__option *opts, size_t n, const char *path, char *err,
+                     size_t errlen) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(errno));
+    return -1;
+  }
+  char line[4096], msg[512];
+  int lineno = 0, rc = 0;
+  while (fgets(line, sizeof(line), f)) {
+    lineno++;
+    char *p = trim(line);
+    if (!*p || *p == '#') continue;
+    char *eq = strchr(p, '=');
+    if (!eq) {
+      snprintf(err, errlen, "%s:%d: expected 'name = value'", path, lineno);
+      rc = -1;
+      break;
+    }
+    *eq = 0;
+    char *name = trim(p), *value = trim(eq + 1);
+    if (!strcmp(name, "config")) continue;
+    stk__option *o = find(opts, n, name, strlen(name));
+    if (!o) {
+      snprintf(err, errlen, "%s:%d: unknown option '%s'", path, lineno, name);
+      rc = -1;
+      break;
+    }
+    if (set_value(o, value, msg, sizeof(msg))) {
+      snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
+      rc = -1;
+      break;
+    }
+  }
+  fclose(f);
+  return rc;
+}
+
+static void print_help(const stk__option *opts, size_t n, const char *program,
+                       const char *synopsis, const char *exit_codes) {
+  printf("usage: %s [--name value]...\n%s\n\noptions (also accepted as "
+         "'name = value' lines in --config FILE):\n",
+         program, synopsis);
+  printf("  --%-22s %s\n", "config FILE", "read options from FILE first");
+  printf("  --%-22s %s\n", "print-config", "print the effective configuration and exit");
+  printf("  --%-22s %s\n", "help", "this text");
+  for (size_t i = 0; i < n; i++) {
+    const stk__option *o = &opts[i];
+    printf("  --%-22s %s [%s, default: %s", o->name, o->help, type_name(o->type),
+           o->def && *o->def ? o->def : "(none)");
+    if (o->type == OPT_INT) printf(", range %lld..%lld", o->min, o->max);
+    printf("]\n");
+  }
+  printf("\nexit codes:\n%s", exit_codes);
+}
+
+int stk__options_parse(stk__option *opts, size_t n, int argc, char **argv,
+                       const char *program, const char *synopsis,
+                       const char *exit_codes) {
+  char err[600];
+  for (size_t i = 0; i < n; i++) {
+    if (opts[i].type == OPT_LIST) {
+      list_clear(opts[i].dst);
+      continue;
+    }
+    if (set_value(&opts[i], opts[i].def ? opts[i].def : "", err, sizeof(err))) {
+      fprintf(stderr, "%s: bad built-in default: %s\n", program, err);
+      return OPTS_USAGE;
+    }
+  }
+  int help = 0, print = 0;
+  /* The config file first, so the command line overrides it. */
+  for (int i = 1; i < argc; i++) {
+    if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) help = 1;
+    if (!strcmp(argv[i], "--print-config")) print = 1;
+    const char *file = NULL;
+    if (!strcmp(argv[i], "--config") && i + 1 < argc) file = argv[i + 1];
+    else if (!strncmp(argv[i], "--config=", 9)) file = argv[i] + 9;
+    if (file && load_file(opts, n, file, err, sizeof(err))) {
+      fprintf(stderr, "%s: %s\n", program, err);
+      return OPTS_USAGE;
+    }
+  }
+  if (help) {
+    print_help(opts, n, program, synopsis, exit_codes);
+    return OPTS_EXIT_OK;
+  }
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i];
+    if (!strcmp(a, "--print-config")) continue;
+    if (strncmp(a, "--", 2)) {
+      fprintf(stderr, "%s: unexpected argument '%s' (see --help)\n", program, a);
+      return OPTS_USAGE;
+    }
+    a += 2;
+    const char *eq = strchr(a, '=');
+    size_t len = eq ? (size_t)(eq - a) : strlen(a);
+    const char *value = eq ? eq + 1 : NULL;
+    if (len == 6 && !strncmp(a, "config", 6)) {
+      if (!eq) i++;
+      continue;
+    }
+    stk__option *o = find(opts, n, a, len);
+    if (!o) {
+      fprintf(stderr, "%s: unknown option '--%.*s' (see --help)\n", program,
+              (int)len, a);
+      return OPTS_USAGE;
+    }
+    if (!value) {
+      if (o->type == OPT_BOOL && (i + 1 >= argc || !strncmp(argv[i + 1], "--", 2))) {
+        value = "true";
+      } else if (i + 1 < argc) {
+        value = argv[++i];
+      } else {
+        fprintf(stderr, "%s: option '--%s' needs a value\n", program, o->name);
+        return OPTS_USAGE;
+      }
+    }
+    if (set_value(o, value, err, sizeof(err))) {
+      fprintf(stderr, "%s: %s\n", program, err);
+      return OPTS_USAGE;
+    }
+  }
+  if (print) {
+    stk__options_print(opts, n);
+    return OPTS_EXIT_OK;
+  }
+  return OPTS_RUN;
+}
+
+void stk__options_print(const stk__option *opts, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    const stk__option *o = &opts[i];
+    switch (o->type) {
+    case OPT_STR: {
+      const char *v = *(char **)o->dst;
+      /* Never echo a secret. */
+      if (!strcmp(o->name, "token") && v && *v) v = "(set)";
+      printf("%s = %s\n", o->name, v ? v : "");
+      break;
+    }
+    case OPT_INT: printf("%s = %lld\n", o->name, *(long long *)o->dst); break;
+    case OPT_BOOL: printf("%s = %s\n", o->name, *(int *)o->dst ? "true" : "false"); break;
+    case OPT_LIST: {
+      const stk__strlist *l = o->dst;
+      for (size_t j = 0; j < l->n; j++) printf("%s = %s\n", o->name, l->v[j]);
+      break;
+    }
+    }
+  }
+}
+
+void stk__options_free(stk__option *opts, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    if (opts[i].type == OPT_STR) {
+      free(*(char **)opts[i].dst);
+      *(char **)opts[i].dst = NULL;
+    } else if (opts[i].type == OPT_LIST) {
+      list_clear(opts[i].dst);
+    }
+  }
+}
+
+int stk__opt_hostport(const stk__option *o, char *err, size_t errlen) {
+  const char *v = *(char **)o->dst;
+  if (!v || !*v) return 0; /* empty = not set; main decides if required */
+  const char *colon = strrchr(v, ':');
+  if (!colon || colon == v || !colon[1]) {
+    snprintf(err, errlen, "--%s: '%s' is not host:port", o->name, v);
+    return -1;
+  }
+  char *end;
+  long p = strtol(colon + 1, &end, 10);
+  if (*end || p < 0 || p > 65535) {
+    snprintf(err, errlen, "--%s: bad port in '%s'", o->name, v);
+    return -1;
+  }
+  return 0;
+}
+
+int stk__opt_loglevel(const stk__option *o, char *err, size_t errlen) {
+  const char *v = *(char **)o->dst;
+  int l = stk__log_level_parse(v ? v : "");
+  if (l < 0) {
+    snprintf(err, errlen, "--%s: '%s' is not debug|info|warn|error", o->name, v);
+    return -1;
+  }
+  stk__log_set_level(l);
+  return 0;
+}

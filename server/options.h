@@ -1,0 +1,54 @@
+/* options.h - the daemons' option table: one row {name, type, default,
+ * validator, help} per option, shared by the command line ("--name value"
+ * or "--name=value") and the config file ("name = value" lines, '#'
+ * comments), with --help and --print-config built from the same rows
+ * (as Redis's static_configs). */
+#ifndef STOKER_SERVER_OPTIONS_H
+#define STOKER_SERVER_OPTIONS_H
+
+#include <stddef.h>
+
+typedef enum { OPT_STR = 1, OPT_INT, OPT_BOOL, OPT_LIST } stk__opt_type;
+
+/* Value of an OPT_LIST option: every occurrence, in order. */
+typedef struct stk__strlist {
+  char **v;
+  size_t n;
+} stk__strlist;
+
+typedef struct stk__option stk__option;
+/* Extra check of a value already parsed into o->dst; 0 or -1 with err. */
+typedef int (*stk__opt_validator)(const stk__option *o, char *err, size_t errlen);
+
+struct stk__option {
+  const char *name;          /* without the leading "--" */
+  stk__opt_type type;
+  const char *def;           /* default as text (NULL = empty / none) */
+  stk__opt_validator validate;
+  const char *help;
+  void *dst;                 /* char ** | long long * | int * | stk__strlist * */
+  long long min, max;        /* OPT_INT bounds (inclusive) */
+};
+
+/* Outcome of stk__options_parse. */
+enum { OPTS_RUN = 0, OPTS_EXIT_OK = 1, OPTS_USAGE = 2 };
+
+/* Apply defaults, then --config FILE, then the command line. Handles
+ * --help (prints the table, the synopsis and exit_codes text) and
+ * --print-config (prints the effective "name = value" lines). Returns
+ * OPTS_RUN, OPTS_EXIT_OK (help/print-config done) or OPTS_USAGE (message
+ * printed to stderr). Not thread-safe; call once from main. */
+int stk__options_parse(stk__option *opts, size_t n, int argc, char **argv,
+                       const char *program, const char *synopsis,
+                       const char *exit_codes);
+/* Print "name = value" for every option to stdout. */
+void stk__options_print(const stk__option *opts, size_t n);
+/* Free every string the table owns. */
+void stk__options_free(stk__option *opts, size_t n);
+
+/* Validator: "host:port" with a non-empty host and a port in 0..65535. */
+int stk__opt_hostport(const stk__option *o, char *err, size_t errlen);
+/* Validator: log level name. */
+int stk__opt_loglevel(const stk__option *o, char *err, size_t errlen);
+
+#endif

@@ -1,0 +1,420 @@
+/* sched.c - the worker's fair scheduler (see sched.h).
+ *
+ * One mutex guards everything: the free-buffer list, every stream's queue
+ * and done list. Builders pick the next stream after the last one served
+ * (by stream id, wrapping) that has a queued request: round-robin across
+ * streams. Owns the builders, their threads and the buffers. Must not call
+ * into gRPC (senders do that, outside this lock).
+ */
+#include "sched.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "log.h"
+
+struct sched_buf {
+  sched *owner;
+  uint8_t *data;
+  int refs; /* atomic */
+  struct sched_buf *next_free;
+};
+
+typedef struct req {
+  uint64_t epoch, step;
+  uint32_t rank;
+} req;
+
+struct sched_stream {
+  sched *s;
+  uint64_t id;
+  req *q;              /* ring of cap requests */
+  uint32_t cap, head, len;
+  uint32_t outstanding; /* queued + building + done-not-sent */
+  uint32_t building;
+  sched_done *done, *done_tail;
+  int dead, half_closed;
+  pthread_cond_t cv;   /* done item, end condition, building == 0 */
+  struct sched_stream *next;
+};
+
+typedef struct builder {
+  sched *s;
+  stk_builder *b;
+  pthread_t thread;
+} builder;
+
+struct sched {
+  pthread_mutex_t mu;
+  pthread_cond_t work_cv; /* a request or a buffer appeared, or stop */
+  pthread_cond_t buf_cv;  /* a buffer came back (for destroy) */
+  stk_job_spec spec;
+  stk_batch_layout layout;
+  builder *builders;
+  int nbuilders;
+  sched_buf *bufs, *free_bufs;
+  int nbufs, nfree;
+  sched_stream *streams;
+  uint64_t next_id, last_served;
+  int stop, draining;
+  uint32_t queued;
+  sched_stats st;
+  uint64_t bytes_sent;
+};
+
+static uint64_t now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+}
+
+void sched_buf_ref(sched_buf *b) { __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED); }
+
+void sched_buf_unref(void *p) {
+  sched_buf *b = p;
+  if (__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
+  sched *s = b->owner;
+  pthread_mutex_lock(&s->mu);
+  b->next_free = s->free_bufs;
+  s->free_bufs = b;
+  s->nfree++;
+  pthread_cond_broadcast(&s->work_cv);
+  pthread_cond_broadcast(&s->buf_cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+/* The stream to serve next, round-robin by id; NULL if none has work. */
+static sched_stream *pick(sched *s) {
+  sched_stream *after = NULL, *first = NULL;
+  for (sched_stream *st = s->streams; st; st = st->next) {
+    if (!st->len || st->dead) continue;
+    if (st->id > s->last_served && (!after || st->id < after->id)) after = st;
+    if (!first || st->id < first->id) first = st;
+  }
+  return after ? after : first;
+}
+
+static void *builder_main(void *arg) {
+  builder *bd = arg;
+  sched *s = bd->s;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    sched_stream *st = NULL;
+    while (!s->stop && (!s->free_bufs || !(st = pick(s))))
+      pthread_cond_wait(&s->work_cv, &s->mu);
+    if (s->stop) break;
+    req r = st->q[st->head];
+    st->head = (st->head + 1) % st->cap;
+    st->len--;
+    s->queued--;
+    st->building++;
+    s->last_served = st->id;
+    sched_buf *buf = s->free_bufs;
+    s->free_bufs = buf->next_free;
+    s->nfree--;
+    buf->refs = 1;
+    pthread_mutex_unlock(&s->mu);
+
+    sched_done *d = calloc(1, sizeof(*d));
+    stk_build_info info;
+    uint64_t t0 = now_ns();
+    int rc = stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
+                               s->layout.total_bytes, &info);
+    uint64_t dt = now_ns() - t0;
+    if (d) {
+      d->buf = buf;
+      d->data = buf->data;
+      d->epoch = r.epoch, d->step = r.step, d->rank = r.rank;
+      d->substituted = info.substituted;
+      if (!rc) d->crc32c = stk_crc32c(0, buf->data, s->layout.total_bytes);
+      d->status = rc;
+      if (rc)
+        snprintf(d->err, sizeof(d->err), "building batch (epoch %llu, rank %u, "
+                 "step %llu) failed: %s", (unsigned long long)r.epoch, r.rank,
+                 (unsigned long long)r.step, stk_builder_error(bd->b));
+    }
+    if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bd->b));
+
+    int drop = 0;
+    pthread_mutex_lock(&s->mu);
+    s->st.busy_ns += dt;
+    if (rc) s->st.build_errors++;
+    else s->st.batches_built++, s->st.samples_substituted += info.substituted;
+    st->building--;
+    if (d && !st->dead) {
+      if (st->done_tail) st->done_tail->next = d;
+      else st->done = d;
+      st->done_tail = d;
+    } else {
+      drop = 1;
+      if (!d) st->dead = 1; /* out of memory: end the stream, never lose a batch */
+    }
+    pthread_cond_broadcast(&st->cv);
+    pthread_mutex_unlock(&s->mu);
+    /* st may be freed from here on (its closer waits for building == 0). */
+    if (drop) {
+      free(d);
+      sched_buf_unref(buf);
+    }
+    pthread_mutex_lock(&s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return NULL;
+}
+
+int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads,
+                 int nbuffers, sched **out, char *err, size_t errlen) {
+  *out = NULL;
+  sched *s = calloc(1, sizeof(*s));
+  if (!s) return snprintf(err, errlen, "out of memory"), -1;
+  pthread_mutex_init(&s->mu, NULL);
+  pthread_cond_init(&s->work_cv, NULL);
+  pthread_cond_init(&s->buf_cv, NULL);
+  s->spec = *spec;
+  if (stk_batch_layout_of(spec, &s->layout)) {
+    snprintf(err, errlen, "invalid job spec (no batch layout)");
+    goto fail;
+  }
+  if (threads < 1) threads = 1;
+  if (nbuffers < threads) nbuffers = threads;
+  s->bufs = calloc((size_t)nbuffers, sizeof(sched_buf));
+  s->builders = calloc((size_t)threads, sizeof(builder));
+  if (!s->bufs || !s->builders) {
+    snprintf(err, errlen, "out of memory");
+    goto fail;
+  }
+  s->nbufs = nbuffers;
+  for (int i = 0; i < nbuffers; i++) {
+    sched_buf *b = &s->bufs[i];
+    b->owner = s;
+    /* 64-byte aligned: the layout's tensors are. */
+    if (posix_memalign((void **)&b->data, 64, s->layout.total_bytes)) {
+      b->data = NULL;
+      snprintf(err, errlen, "cannot allocate %d batch buffers of %llu bytes",
+               nbuffers, (unsigned long long)s->layout.total_bytes);
+      goto fail;
+    }
+    b->next_free = s->free_bufs;
+    s->free_bufs = b;
+    s->nfree++;
+  }
+  for (int i = 0; i < threads; i++) {
+    builder *bd = &s->builders[i];
+    bd->s = s;
+    if (stk_builder_create(ds, spec, &bd->b, err, errlen)) goto fail;
+    if (pthread_create(&bd->thread, NULL, builder_main, bd)) {
+      stk_builder_destroy(bd->b);
+      bd->b = NULL;
+      snprintf(err, errlen, "cannot start a builder thread");
+      goto fail;
+    }
+    s->nbuilders++;
+  }
+  *out = s;
+  return 0;
+fail:
+  sched_destroy(s, 0);
+  return -1;
+}
+
+void sched_destroy(sched *s, int wait_ms) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_cond_broadcast(&s->work_cv);
+  pthread_mutex_unlock(&s->mu);
+  if (s->builders) {
+    for (int i = 0; i < s->nbuilders; i++) {
+      pthread_join(s->builders[i].thread, NULL);
+      stk_builder_destroy(s->builders[i].b);
+    }
+  }
+  /* gRPC may still hold chunk slices for a moment after the calls end. */
+  pthread_mutex_lock(&s->mu);
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  ts.tv_sec += wait_ms / 1000;
+  ts.tv_nsec += (long)(wait_ms % 1000) * 1000000;
+  if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+  int held = 0;
+  while (s->nfree < s->nbufs && s->bufs && s->bufs[0].data)
+    if (pthread_cond_timedwait(&s->buf_cv, &s->mu, &ts)) break;
+  held = s->nfree < s->nbufs;
+  pthread_mutex_unlock(&s->mu);
+  if (held && s->bufs && s->bufs[0].data) {
+    /* Leak rather than free memory gRPC may still read. */
+    LOG_WARN("%d batch buffers still referenced at exit", s->nbufs - s->nfree);
+  } else if (s->bufs) {
+    for (int i = 0; i < s->nbufs; i++) free(s->bufs[i].data);
+    free(s->bufs);
+  }
+  free(s->builders);
+  pthread_cond_destroy(&s->work_cv);
+  pthread_cond_destroy(&s->buf_cv);
+  pthread_mutex_destroy(&s->mu);
+  if (!held) free(s);
+}
+
+void sched_stats_get(sched *s, sched_stats *out) {
+  pthread_mutex_lock(&s->mu);
+  *out = s->st;
+  out->queued_requests = s->queued;
+  out->free_buffers = (uint32_t)s->nfree;
+  out->nbuffers = (uint32_t)s->nbufs;
+  uint32_t n = 0;
+  for (sched_stream *st = s->streams; st; st = st->next) n++;
+  out->active_streams = n;
+  pthread_mutex_unlock(&s->mu);
+}
+
+uint64_t sched_bytes_sent(sched *s) {
+  pthread_mutex_lock(&s->mu);
+  uint64_t b = s->bytes_sent;
+  pthread_mutex_unlock(&s->mu);
+  return b;
+}
+
+void sched_drain(sched *s) {
+  pthread_mutex_lock(&s->mu);
+  s->draining = 1;
+  for (sched_stream *st = s->streams; st; st = st->next)
+    pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+sched_stream *sched_stream_open(sched *s) {
+  sched_stream *st = calloc(1, sizeof(*st));
+  if (!st) return NULL;
+  st->s = s;
+  pthread_cond_init(&st->cv, NULL);
+  pthread_mutex_lock(&s->mu);
+  if (s->draining) {
+    pthread_mutex_unlock(&s->mu);
+    pthread_cond_destroy(&st->cv);
+    free(st);
+    return NULL;
+  }
+  st->id = ++s->next_id;
+  st->next = s->streams;
+  s->streams = st;
+  pthread_mutex_unlock(&s->mu);
+  return st;
+}
+
+int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank,
+                      uint64_t step, uint32_t max_outstanding) {
+  sched *s = st->s;
+  int rc = 0;
+  pthread_mutex_lock(&s->mu);
+  if (st->outstanding >= max_outstanding) {
+    rc = -1;
+  } else {
+    if (st->len == st->cap) {
+      uint32_t ncap = st->cap ? st->cap * 2 : 8;
+      req *nq = malloc(ncap * sizeof(req));
+      if (!nq) {
+        rc = -1;
+        goto out;
+      }
+      for (uint32_t i = 0; i < st->len; i++) nq[i] = st->q[(st->head + i) % st->cap];
+      free(st->q);
+      st->q = nq;
+      st->cap = ncap;
+      st->head = 0;
+    }
+    st->q[(st->head + st->len) % st->cap] = (req){epoch, step, rank};
+    st->len++;
+    st->outstanding++;
+    s->queued++;
+    pthread_cond_broadcast(&s->work_cv);
+  }
+out:
+  pthread_mutex_unlock(&s->mu);
+  return rc;
+}
+
+sched_done *sched_stream_next(sched_stream *st, int *why) {
+  sched *s = st->s;
+  sched_done *d = NULL;
+  *why = 0;
+  pthread_mutex_lock(&s->mu);
+  for (;;) {
+    if (st->dead) {
+      *why = SCHED_END_DEAD;
+      break;
+    }
+    if (st->done) {
+      d = st->done;
+      st->done = d->next;
+      if (!st->done) st->done_tail = NULL;
+      d->next = NULL;
+      break;
+    }
+    if (st->outstanding == 0 && st->half_closed) {
+      *why = SCHED_END_DONE;
+      break;
+    }
+    if (st->outstanding == 0 && s->draining) {
+      *why = SCHED_END_DRAINED;
+      break;
+    }
+    pthread_cond_wait(&st->cv, &s->mu);
+  }
+  pthread_mutex_unlock(&s->mu);
+  return d;
+}
+
+void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
+  sched *s = st->s;
+  pthread_mutex_lock(&s->mu);
+  st->outstanding--;
+  s->bytes_sent += bytes;
+  pthread_mutex_unlock(&s->mu);
+  sched_buf_unref(d->buf);
+  free(d);
+}
+
+void sched_stream_half_close(sched_stream *st) {
+  pthread_mutex_lock(&st->s->mu);
+  st->half_closed = 1;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&st->s->mu);
+}
+
+void sched_stream_kill(sched_stream *st) {
+  sched *s = st->s;
+  pthread_mutex_lock(&s->mu);
+  st->dead = 1;
+  s->queued -= st->len;
+  st->outstanding -= st->len;
+  st->len = 0;
+  pthread_cond_broadcast(&st->cv);
+  pthread_mutex_unlock(&s->mu);
+}
+
+void sched_stream_close(sched_stream *st) {
+  sched *s = st->s;
+  sched_stream_kill(st);
+  pthread_mutex_lock(&s->mu);
+  while (st->building) pthread_cond_wait(&st->cv, &s->mu);
+  for (sched_stream **pp = &s->streams; *pp; pp = &(*pp)->next)
+    if (*pp == st) {
+      *pp = st->next;
+      break;
+    }
+  sched_done *d = st->done;
+  st->done = st->done_tail = NULL;
+  pthread_mutex_unlock(&s->mu);
+  while (d) {
+    sched_done *next = d->next;
+    sched_buf_unref(d->buf);
+    free(d);
+    d = next;
+  }
+  free(st->q);
+  pthread_cond_destroy(&st->cv);
+  free(st);
+}

@@ -1,0 +1,83 @@
+/* sched.h - the worker's fair batch scheduler: a fixed pool of batch
+ * buffers, a pool of builder threads (one stk_builder each), and per-stream
+ * request queues that the builders serve round-robin so no stream (rank)
+ * starves. A stream's sender takes finished batches in completion order.
+ *
+ * Memory is bounded by construction: a builder holds a buffer only while
+ * it builds, and a batch keeps its buffer until the last chunk referencing
+ * it is released by gRPC; builders wait for a free buffer.
+ * Every function is thread-safe unless noted.
+ */
+#ifndef STOKER_SERVER_SCHED_H
+#define STOKER_SERVER_SCHED_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/augment.h"
+
+typedef struct sched sched;
+typedef struct sched_stream sched_stream;
+typedef struct sched_buf sched_buf;
+
+/* A finished batch, handed to the stream's sender. */
+typedef struct sched_done {
+  sched_buf *buf;        /* one reference, owned by this item */
+  const uint8_t *data;   /* payload, total_bytes long */
+  uint64_t epoch, step;
+  uint32_t rank;
+  uint32_t substituted;
+  uint32_t crc32c;       /* stk_crc32c(0, data, total_bytes) */
+  int status;            /* STK_OK, else err says why the build failed */
+  char err[256];
+  struct sched_done *next;
+} sched_done;
+
+typedef struct sched_stats {
+  uint64_t batches_built, samples_substituted, build_errors;
+  uint32_t active_streams, queued_requests, free_buffers, nbuffers;
+  uint64_t busy_ns;      /* builder time spent building, cumulative */
+} sched_stats;
+
+/* Start `threads` builders over ds (spec resolved: num_samples = N) and
+ * `nbuffers` buffers of the job's batch size. 0 or -1 with err. */
+int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads,
+                 int nbuffers, sched **out, char *err, size_t errlen);
+/* Stop and join the builders, wait up to wait_ms for buffers that gRPC
+ * still holds, free everything. All streams must be closed. Accepts NULL. */
+void sched_destroy(sched *s, int wait_ms);
+void sched_stats_get(sched *s, sched_stats *out);
+/* Stop taking new streams; open streams end once their requests are sent. */
+void sched_drain(sched *s);
+
+/* Buffer references for zero-copy chunks (release callbacks). */
+void sched_buf_ref(sched_buf *b);
+void sched_buf_unref(void *b);
+
+/* A new stream; NULL when draining (or out of memory). */
+sched_stream *sched_stream_open(sched *s);
+/* Queue a request. 0, or -1 when the stream would then have more than
+ * max_outstanding requests not yet fully sent. */
+int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank,
+                      uint64_t step, uint32_t max_outstanding);
+
+/* Why sched_stream_next returned NULL. */
+enum { SCHED_END_DEAD = 1, SCHED_END_DONE = 2, SCHED_END_DRAINED = 3 };
+/* Block until a finished batch is ready (returned, caller owns it), or the
+ * stream should end: NULL with *why = DEAD (killed), DONE (half-closed and
+ * everything sent) or DRAINED (worker draining and everything sent). */
+sched_done *sched_stream_next(sched_stream *st, int *why);
+/* The sender is done with d (sent or not): the request no longer counts as
+ * outstanding; frees d and drops its buffer reference. */
+void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes);
+/* The client half-closed: end once everything asked for is sent. */
+void sched_stream_half_close(sched_stream *st);
+/* Kill: drop queued requests, wake the sender (it sees DEAD). */
+void sched_stream_kill(sched_stream *st);
+/* Kill, wait for builds in progress, free. The sender must have stopped. */
+void sched_stream_close(sched_stream *st);
+
+/* Bytes sent by all streams, cumulative. */
+uint64_t sched_bytes_sent(sched *s);
+
+#endif

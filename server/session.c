@@ -1,0 +1,246 @@
+/* session.c - the worker's coordinator session (see session.h).
+ *
+ * One thread runs: connect, hello (job_hash 0), wait for RegisterAck, hand
+ * the job to the worker (on_job), second hello with the job hash and the
+ * dataset's size and fingerprint, then heartbeats every interval while
+ * reading commands. On a break it backs off (100 ms doubling to 2 s) and
+ * registers again. Owns the channel and the stream. Must not decide to
+ * exit: main reads session_lost_ms/session_failed and decides.
+ */
+#include "session.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "rpc.h"
+#include "stoker/version.h"
+
+struct session {
+  session_config cfg;
+  char *coordinator, *token, *worker_id, *address;
+  session_hooks hooks;
+  pthread_t thread;
+  pthread_mutex_t mu;
+  int stop;
+  int64_t lost_since; /* 0 = healthy */
+  char failed[512];
+  int has_failed;
+};
+
+static int stopping(session *s) {
+  pthread_mutex_lock(&s->mu);
+  int v = s->stop;
+  pthread_mutex_unlock(&s->mu);
+  return v;
+}
+
+static void set_healthy(session *s, int healthy) {
+  pthread_mutex_lock(&s->mu);
+  if (healthy) s->lost_since = 0;
+  else if (!s->lost_since) s->lost_since = stk_rpc_now_ms();
+  pthread_mutex_unlock(&s->mu);
+}
+
+static void fail(session *s, const char *why) {
+  pthread_mutex_lock(&s->mu);
+  snprintf(s->failed, sizeof(s->failed), "%s", why);
+  s->has_failed = 1;
+  pthread_mutex_unlock(&s->mu);
+}
+
+static int send_hello(session *s, stk_rpc_stream *st, uint64_t job_hash,
+                      uint64_t size, uint64_t fp) {
+  Stoker__V1__WorkerInfo info = STOKER__V1__WORKER_INFO__INIT;
+  info.worker_id = s->worker_id;
+  info.address = s->address;
+  info.cores = s->cfg.cores;
+  Stoker__V1__Register reg = STOKER__V1__REGISTER__INIT;
+  reg.worker = &info;
+  reg.protocol_version = STK_PROTOCOL_VERSION;
+  reg.job_hash = job_hash;
+  reg.dataset_size = size;
+  reg.dataset_fingerprint = fp;
+  Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
+  m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
+  m.hello = &reg;
+  return stk_rpc_stream_send_msg(st, &m.base);
+}
+
+/* Receive one command, polling the stop flag; 1 with *out, 0 end, -1 broken,
+ * -3 stopped, -2 when until_ms passed (the receive stays pending). */
+static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
+                    Stoker__V1__CoordinatorCommand **out) {
+  *out = NULL;
+  for (;;) {
+    if (stopping(s)) return -3;
+    int64_t left = until_ms - stk_rpc_now_ms();
+    if (left <= 0) return -2;
+    grpc_byte_buffer *bb;
+    int r = stk_rpc_stream_recv(st, &bb, left < 200 ? (int)left : 200);
+    if (r == -2) continue;
+    if (r <= 0) return r;
+    *out = (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+        &stoker__v1__coordinator_command__descriptor, bb, 1u << 20);
+    grpc_byte_buffer_destroy(bb);
+    if (!*out) return -1; /* garbage from the coordinator: reconnect */
+    return 1;
+  }
+}
+
+/* One session; returns when it breaks or the worker stops. */
+static void run_once(session *s, stk_rpc_channel *ch) {
+  stk_rpc_stream *st = NULL;
+  Stoker__V1__CoordinatorCommand *cmd = NULL;
+  char det[256];
+  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st))
+    return;
+  if (send_hello(s, st, 0, 0, 0)) goto out;
+  int r = recv_cmd(s, st, stk_rpc_now_ms() + 5000, &cmd);
+  if (r != 1 || cmd->kind_case != STOKER__V1__COORDINATOR_COMMAND__KIND_ACK ||
+      !cmd->ack->job) {
+    if (r == 0) {
+      int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
+      LOG_WARN("coordinator %s ended the session: status %d: %s",
+               s->cfg.coordinator, code, det);
+    }
+    goto out;
+  }
+  uint64_t job_hash = 0, size = 0, fp = 0;
+  char err[512];
+  if (s->hooks.on_job(s->hooks.ud, cmd->ack->job->canonical, cmd->ack->job->hash,
+                      &job_hash, &size, &fp, err, sizeof(err))) {
+    fail(s, err);
+    goto out;
+  }
+  int64_t interval = cmd->ack->heartbeat_interval_ms;
+  if (interval < 50) interval = 50;
+  if (interval > 60000) interval = 60000;
+  protobuf_c_message_free_unpacked(&cmd->base, NULL);
+  cmd = NULL;
+  if (send_hello(s, st, job_hash, size, fp)) goto out;
+  LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)",
+           s->cfg.coordinator, (long long)interval);
+  set_healthy(s, 1);
+  int64_t next_hb = stk_rpc_now_ms() + interval;
+  for (;;) {
+    r = recv_cmd(s, st, next_hb, &cmd);
+    if (r == -3) break;
+    if (r == -2) {
+      Stoker__V1__WorkerStats stats = STOKER__V1__WORKER_STATS__INIT;
+      s->hooks.fill_stats(s->hooks.ud, &stats);
+      Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
+      hb.stats = &stats;
+      Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
+      m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT;
+      m.heartbeat = &hb;
+      if (stk_rpc_stream_send_msg(st, &m.base)) break;
+      next_hb += interval;
+      if (next_hb < stk_rpc_now_ms()) next_hb = stk_rpc_now_ms() + interval;
+      continue;
+    }
+    if (r == 0) {
+      int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
+      if (code == GRPC_STATUS_FAILED_PRECONDITION ||
+          code == GRPC_STATUS_INVALID_ARGUMENT) {
+        snprintf(err, sizeof(err), "coordinator rejected this worker: %s", det);
+        fail(s, err);
+      } else {
+        LOG_WARN("coordinator %s ended the session: status %d: %s",
+                 s->cfg.coordinator, code, det);
+      }
+      break;
+    }
+    if (r < 0) {
+      LOG_WARN("session with coordinator %s broke", s->cfg.coordinator);
+      break;
+    }
+    if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN)
+      s->hooks.on_command(s->hooks.ud, SESSION_CMD_SHUTDOWN);
+    else if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_DRAIN)
+      s->hooks.on_command(s->hooks.ud, SESSION_CMD_DRAIN);
+    protobuf_c_message_free_unpacked(&cmd->base, NULL);
+    cmd = NULL;
+  }
+out:
+  if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
+  set_healthy(s, 0);
+  stk_rpc_stream_destroy(st);
+}
+
+static void *session_main(void *arg) {
+  session *s = arg;
+  stk_rpc_channel *ch = NULL;
+  if (stk_rpc_channel_open(s->coordinator, 0, s->token, &ch)) {
+    fail(s, "cannot create a channel to the coordinator");
+    return NULL;
+  }
+  int64_t backoff = 100;
+  while (!stopping(s)) {
+    int64_t t0 = stk_rpc_now_ms();
+    run_once(s, ch);
+    pthread_mutex_lock(&s->mu);
+    int done = s->stop || s->has_failed;
+    pthread_mutex_unlock(&s->mu);
+    if (done) break;
+    if (stk_rpc_now_ms() - t0 > 10000) backoff = 100; /* it had been healthy */
+    for (int64_t waited = 0; waited < backoff && !stopping(s); waited += 50)
+      stk__sleep_ms(50);
+    backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+  }
+  stk_rpc_channel_close(ch);
+  return NULL;
+}
+
+int session_start(const session_config *cfg, const session_hooks *hooks,
+                  session **out) {
+  *out = NULL;
+  session *s = calloc(1, sizeof(*s));
+  if (!s) return -1;
+  s->cfg = *cfg;
+  s->hooks = *hooks;
+  s->coordinator = strdup(cfg->coordinator);
+  s->token = cfg->token && *cfg->token ? strdup(cfg->token) : NULL;
+  s->worker_id = strdup(cfg->worker_id);
+  s->address = strdup(cfg->address);
+  s->cfg.coordinator = s->coordinator;
+  s->lost_since = stk_rpc_now_ms();
+  pthread_mutex_init(&s->mu, NULL);
+  if (!s->coordinator || !s->worker_id || !s->address ||
+      pthread_create(&s->thread, NULL, session_main, s)) {
+    free(s->coordinator), free(s->token), free(s->worker_id), free(s->address);
+    pthread_mutex_destroy(&s->mu);
+    free(s);
+    return -1;
+  }
+  *out = s;
+  return 0;
+}
+
+int64_t session_lost_ms(session *s) {
+  pthread_mutex_lock(&s->mu);
+  int64_t v = s->lost_since ? stk_rpc_now_ms() - s->lost_since : 0;
+  pthread_mutex_unlock(&s->mu);
+  return v;
+}
+
+const char *session_failed(session *s) {
+  pthread_mutex_lock(&s->mu);
+  const char *v = s->has_failed ? s->failed : NULL;
+  pthread_mutex_unlock(&s->mu);
+  return v;
+}
+
+void session_stop(session *s) {
+  if (!s) return;
+  pthread_mutex_lock(&s->mu);
+  s->stop = 1;
+  pthread_mutex_unlock(&s->mu);
+  pthread_join(s->thread, NULL);
+  free(s->coordinator), free(s->token), free(s->worker_id), free(s->address);
+  pthread_mutex_destroy(&s->mu);
+  free(s);
+}

@@ -1,0 +1,50 @@
+/* session.h - the worker's session with its coordinator: register (two
+ * hellos around opening the dataset), heartbeat with stats, receive
+ * Drain/Shutdown, and reconnect with backoff when the session breaks.
+ * Runs on a thread of its own; the hooks run on that thread. */
+#ifndef STOKER_SERVER_SESSION_H
+#define STOKER_SERVER_SESSION_H
+
+#include <stdint.h>
+
+#include "stoker.pb-c.h"
+
+enum { SESSION_CMD_DRAIN = 1, SESSION_CMD_SHUTDOWN = 2 };
+
+typedef struct session_hooks {
+  void *ud;
+  /* The coordinator's job (canonical text + hash). Load it (first time) or
+   * check it is the one already loaded (re-registration). Fill the second
+   * hello's fields. 0, or -1 with err: a fatal mismatch (the session stops
+   * and session_failed() says why). */
+  int (*on_job)(void *ud, const char *canonical, uint64_t hash,
+                uint64_t *job_hash, uint64_t *dataset_size,
+                uint64_t *fingerprint, char *err, size_t errlen);
+  /* Fill the stats of a heartbeat. */
+  void (*fill_stats)(void *ud, Stoker__V1__WorkerStats *st);
+  void (*on_command)(void *ud, int cmd);
+} session_hooks;
+
+typedef struct session session;
+
+typedef struct session_config {
+  const char *coordinator; /* host:port */
+  const char *token;
+  const char *worker_id, *address;
+  uint32_t cores;
+} session_config;
+
+/* Start the session thread (it connects on its own). 0 or -1. */
+int session_start(const session_config *cfg, const session_hooks *hooks,
+                  session **out);
+/* Milliseconds since the session was last healthy (registered and
+ * streaming), counting from start before the first registration; 0 while
+ * it is healthy. Thread-safe. */
+int64_t session_lost_ms(session *s);
+/* Non-NULL once the coordinator rejected this worker for good (job or
+ * dataset mismatch): the reason. Thread-safe. */
+const char *session_failed(session *s);
+/* Stop the thread and free. Accepts NULL. */
+void session_stop(session *s);
+
+#endif

@@ -1,0 +1,174 @@
+/* stoker_cli.c - the `stoker` command-line tool. Subcommands:
+ *   stoker status --coordinator host:port   render the job's Status RPC
+ * Others may add subcommands to the table in main. Owns nothing beyond one
+ * call; prints to stdout, errors to stderr.
+ */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "log.h"
+#include "options.h"
+#include "rpc.h"
+#include "stoker.pb-c.h"
+
+static struct {
+  char *coordinator, *token, *log_level;
+  long long timeout_ms;
+} opt;
+
+static stk__option status_options[] = {
+    {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
+     "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
+    {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
+    {"timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms,
+     1, 3600000},
+    {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
+     &opt.log_level, 0, 0},
+};
+#define NSTATUS (sizeof(status_options) / sizeof(status_options[0]))
+
+static const char status_exit_codes[] =
+    "  0  status printed\n  1  the coordinator could not be reached or answered an error\n"
+    "  2  usage error\n";
+
+static void human_bytes(uint64_t b, char *out, size_t len) {
+  const char *u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
+  double v = (double)b;
+  int i = 0;
+  while (v >= 1000 && i < 5) v /= 1000, i++;
+  snprintf(out, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
+}
+
+/* The job line "name = value" from the canonical text, or "?". */
+static void job_field(const char *canonical, const char *key, char *out, size_t len) {
+  snprintf(out, len, "?");
+  size_t kl = strlen(key);
+  for (const char *p = canonical; p && *p;) {
+    const char *nl = strchr(p, '\n');
+    size_t ll = nl ? (size_t)(nl - p) : strlen(p);
+    if (ll >= kl + 3 && !strncmp(p, key, kl) && !strncmp(p + kl, " = ", 3)) {
+      snprintf(out, len, "%.*s", (int)(ll - kl - 3), p + kl + 3);
+      return;
+    }
+    p = nl ? nl + 1 : NULL;
+  }
+}
+
+static void print_ranks(const char *label, const uint32_t *r, size_t n, uint32_t world) {
+  printf("%-16s %zu/%u", label, n, world);
+  if (n) {
+    printf("  [");
+    for (size_t i = 0; i < n && i < 64; i++) printf("%s%u", i ? " " : "", r[i]);
+    if (n > 64) printf(" ...");
+    printf("]");
+  }
+  printf("\n");
+}
+
+static int cmd_status(int argc, char **argv) {
+  int pr = stk__options_parse(status_options, NSTATUS, argc, argv, "stoker status",
+                              "Prints the job, its state, the live workers and the ranks.",
+                              status_exit_codes);
+  if (pr != OPTS_RUN) {
+    stk__options_free(status_options, NSTATUS);
+    return pr == OPTS_EXIT_OK ? 0 : 2;
+  }
+  stk_rpc_channel *ch = NULL;
+  int rc = 1;
+  if (stk_rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+    fprintf(stderr, "stoker status: cannot create a channel\n");
+    goto out;
+  }
+  Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
+  Stoker__V1__StatusResponse *r = NULL;
+  char det[512];
+  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
+                           &stoker__v1__status_response__descriptor,
+                           (ProtobufCMessage **)&r, (int)opt.timeout_ms, det, sizeof(det));
+  if (code != GRPC_STATUS_OK) {
+    fprintf(stderr, "stoker status: %s: gRPC status %d%s%s\n", opt.coordinator, code,
+            *det ? ": " : "", det);
+    goto out;
+  }
+  const char *canon = r->job && r->job->canonical ? r->job->canonical : "";
+  char name[128], source[64], dataset[600], bs[32], ws[32], epochs[32], pipeline[32];
+  job_field(canon, "name", name, sizeof(name));
+  job_field(canon, "source", source, sizeof(source));
+  job_field(canon, "dataset", dataset, sizeof(dataset));
+  job_field(canon, "batch_size", bs, sizeof(bs));
+  job_field(canon, "world_size", ws, sizeof(ws));
+  job_field(canon, "epochs", epochs, sizeof(epochs));
+  job_field(canon, "pipeline", pipeline, sizeof(pipeline));
+  uint32_t world = (uint32_t)strtoul(ws, NULL, 10);
+  printf("coordinator      %s\n", opt.coordinator);
+  printf("job              %s  (hash %016" PRIx64 ")\n", *name ? name : "(unnamed)",
+         r->job ? r->job->hash : 0);
+  printf("dataset          %s %s, %" PRIu64 " samples%s\n", source, dataset,
+         r->dataset_size, r->dataset_size ? "" : " (not known yet)");
+  printf("pipeline         %s, batch_size %s, world_size %s, epochs %s\n", pipeline, bs,
+         ws, epochs);
+  printf("state            %s  (up %.1f s)\n", r->state ? r->state : "?",
+         (double)r->uptime_ms / 1000.0);
+  print_ranks("ranks joined", r->joined_ranks, r->n_joined_ranks, world);
+  print_ranks("ranks finished", r->finished_ranks, r->n_finished_ranks, world);
+  printf("workers          %zu live\n\n", r->n_workers);
+  if (r->n_workers) {
+    printf("%-24s %5s %7s %8s %7s %10s %10s %6s %6s %9s\n", "ADDRESS", "CORES",
+           "STREAMS", "QUEUED", "BUSY", "BATCHES", "SENT", "B/S", "SUBST", "HEARTBEAT");
+    for (size_t i = 0; i < r->n_workers; i++) {
+      const Stoker__V1__WorkerStatus *w = r->workers[i];
+      const Stoker__V1__WorkerStats *s = w->stats;
+      char sent[32], hb[32];
+      human_bytes(s ? s->bytes_sent : 0, sent, sizeof(sent));
+      snprintf(hb, sizeof(hb), "%.1fs ago", (double)w->last_heartbeat_ms_ago / 1000.0);
+      printf("%-24s %5u %7u %8u %6.0f%% %10" PRIu64 " %10s %6.1f %6" PRIu64 " %9s\n",
+             w->worker && w->worker->address ? w->worker->address : "?",
+             w->worker ? w->worker->cores : 0, s ? s->active_streams : 0,
+             s ? s->queued_requests : 0, s ? s->busy_fraction * 100 : 0.0,
+             s ? s->batches_built : 0, sent, s ? s->batches_per_s : 0.0,
+             s ? s->samples_substituted : 0, hb);
+    }
+    printf("\n%-24s %s\n", "ADDRESS", "WORKER ID");
+    for (size_t i = 0; i < r->n_workers; i++) {
+      const Stoker__V1__WorkerInfo *wi = r->workers[i]->worker;
+      printf("%-24s %s\n", wi && wi->address ? wi->address : "?",
+             wi && wi->worker_id ? wi->worker_id : "?");
+    }
+  }
+  protobuf_c_message_free_unpacked(&r->base, NULL);
+  rc = 0;
+out:
+  stk_rpc_channel_close(ch);
+  stk__options_free(status_options, NSTATUS);
+  return rc;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: stoker <command> [options]\n\n"
+          "commands:\n"
+          "  status   show a job: state, workers and their stats, ranks joined/finished\n"
+          "           (stoker status --coordinator host:port; --help for its options)\n\n"
+          "exit codes: 0 ok, 1 the command failed, 2 usage error\n");
+}
+
+int main(int argc, char **argv) {
+  stk__log_init("stoker");
+  stk__log_set_level(STK_LOG_WARN);
+  if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") ||
+      !strcmp(argv[1], "help")) {
+    usage(argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  static const struct {
+    const char *name;
+    int (*fn)(int, char **);
+  } commands[] = {{"status", cmd_status}};
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+  fprintf(stderr, "stoker: unknown command '%s'\n", argv[1]);
+  usage(stderr);
+  return 2;
+}

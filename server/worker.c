@@ -1,0 +1,600 @@
+/* worker.c - stoker-worker, the data-group sidecar: registers with the
+ * coordinator (session.c), serves Worker.Stream to many clients, builds
+ * only requested batches with a pool of builder threads scheduled fairly
+ * across streams (sched.c), and sends each batch as a header message plus
+ * zero-copy payload chunks (wire.c).
+ *
+ * Per stream: the rpc handler thread receives and validates BatchRequests
+ * (credits) and queues them; a sender thread of the stream sends finished
+ * batches, whole, in completion order. An invalid request ends only that
+ * stream, with a gRPC status. Owns the job, the dataset and the scheduler.
+ * Must not trust anything from the network.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "daemon.h"
+#include "log.h"
+#include "options.h"
+#include "rpc.h"
+#include "sched.h"
+#include "session.h"
+#include "stoker/augment.h"
+#include "stoker/version.h"
+#include "wire.h"
+
+#define PROGRAM "stoker-worker"
+
+enum {
+  EXIT_OK = 0,       /* Shutdown from the coordinator, or SIGTERM/SIGINT */
+  EXIT_FAIL = 1,     /* cannot listen, cannot open the dataset, ... */
+  EXIT_USAGE = 2,    /* bad option */
+  EXIT_ORPHAN = 3,   /* coordinator unreachable past --orphan-timeout-s */
+  EXIT_REJECTED = 4  /* the coordinator rejected this worker (job/dataset) */
+};
+
+static const char exit_codes_text[] =
+    "  0  shut down by the coordinator (job over), or SIGTERM/SIGINT, after draining\n"
+    "  1  runtime failure (cannot listen, cannot open the dataset, ...)\n"
+    "  2  usage error (bad option or config file)\n"
+    "  3  orphaned: the coordinator was unreachable longer than --orphan-timeout-s\n"
+    "  4  rejected by the coordinator (another job, dataset size or fingerprint differs)\n";
+
+/* ---- Options ----------------------------------------------------------- */
+
+static struct {
+  char *coordinator, *listen, *advertise, *data_root, *token, *port_file,
+      *log_level;
+  long long threads, batch_buffers, max_outstanding, chunk_bytes,
+      drain_timeout_s, orphan_timeout_s, stats_interval_s, max_message_mb,
+      max_file_mb, max_pixels;
+} opt;
+
+static stk__option options[] = {
+    {"coordinator", OPT_STR, "", stk__opt_hostport,
+     "host:port of stoker-coordinator (required)", &opt.coordinator, 0, 0},
+    {"listen", OPT_STR, "127.0.0.1:0", stk__opt_hostport,
+     "address to serve Worker.Stream on (port 0 = any free port)", &opt.listen, 0, 0},
+    {"advertise", OPT_STR, "", stk__opt_hostport,
+     "host:port clients dial (default: the bound listen address; the host "
+     "name when listening on all addresses)", &opt.advertise, 0, 0},
+    {"data-root", OPT_STR, "", NULL,
+     "directory file datasets are read under (never outside it)", &opt.data_root, 0, 0},
+    {"threads", OPT_INT, "0", NULL, "batch builder threads (0 = number of cores)",
+     &opt.threads, 0, 1024},
+    {"batch-buffers", OPT_INT, "0", NULL,
+     "batch buffers, the bound on memory (0 = 2 * threads + 2)", &opt.batch_buffers, 0, 4096},
+    {"max-outstanding", OPT_INT, "64", NULL,
+     "unanswered requests allowed per stream (past it: RESOURCE_EXHAUSTED)",
+     &opt.max_outstanding, 1, 1 << 20},
+    {"chunk-bytes", OPT_INT, "4194304", NULL, "payload bytes per chunk message",
+     &opt.chunk_bytes, 4096, 8 << 20},
+    {"drain-timeout-s", OPT_INT, "10", NULL,
+     "on shutdown, time to finish sending what was requested", &opt.drain_timeout_s, 0, 3600},
+    {"orphan-timeout-s", OPT_INT, "60", NULL,
+     "exit (code 3) when the coordinator is unreachable this long",
+     &opt.orphan_timeout_s, 1, 86400 * 7},
+    {"token", OPT_STR, "", NULL, "bearer token every call must carry (and sent "
+     "to the coordinator)", &opt.token, 0, 0},
+    {"port-file", OPT_STR, "", NULL,
+     "after binding, write the bound port here (decimal, newline; atomic rename)",
+     &opt.port_file, 0, 0},
+    {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
+     &opt.stats_interval_s, 1, 86400},
+    {"max-message-mb", OPT_INT, "16", NULL, "largest gRPC message received",
+     &opt.max_message_mb, 1, 1024},
+    {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1, 1 << 20},
+    {"max-pixels", OPT_INT, "100000000", NULL, "largest decoded image (width*height)",
+     &opt.max_pixels, 1, 1LL << 40},
+    {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
+     &opt.log_level, 0, 0},
+};
+#define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+/* ---- State ------------------------------------------------------------- */
+
+static struct {
+  pthread_mutex_t mu;
+  int have_job;
+  stk_job_spec spec;       /* resolved: num_samples = dataset size */
+  uint64_t job_hash;       /* hash of the resolved spec: what streams carry */
+  uint64_t steps;          /* per epoch per rank */
+  stk_batch_layout layout;
+  Stoker__V1__TensorDesc tdesc[STK_MAX_TENSORS];
+  Stoker__V1__TensorDesc *tdesc_ptr[STK_MAX_TENSORS];
+  uint64_t shapes[STK_MAX_TENSORS][STK_MAX_DIMS];
+  stk_dataset *ds;
+  sched *sch;
+  int draining;            /* atomic */
+  int shutdown_cmd;        /* atomic */
+  uint64_t dropped_requests; /* atomic: asked while draining */
+  uint64_t stream_errors;    /* atomic */
+  uint32_t threads;
+  /* heartbeat rate bookkeeping (session thread only) */
+  int64_t last_ms;
+  uint64_t last_built, last_busy;
+} W = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+static sched *current_sched(void) {
+  pthread_mutex_lock(&W.mu);
+  sched *s = W.have_job ? W.sch : NULL;
+  pthread_mutex_unlock(&W.mu);
+  return s;
+}
+
+static const char *dtype_name(int dt) {
+  switch (dt) {
+  case STK_DTYPE_UINT8: return "uint8";
+  case STK_DTYPE_FLOAT32: return "float32";
+  case STK_DTYPE_BFLOAT16: return "bfloat16";
+  case STK_DTYPE_INT64: return "int64";
+  }
+  return "unknown";
+}
+
+/* Parse canonical "key = value" lines onto the defaults. */
+static int job_from_text(const char *text, stk_job_spec *spec, char *err,
+                         size_t errlen) {
+  stk_job_spec_defaults(spec);
+  const char *p = text;
+  while (*p) {
+    const char *nl = strchr(p, '\n');
+    size_t len = nl ? (size_t)(nl - p) : strlen(p);
+    char line[1024];
+    if (len >= sizeof(line)) return snprintf(err, errlen, "job line too long"), -1;
+    memcpy(line, p, len);
+    line[len] = 0;
+    p += len + (nl ? 1 : 0);
+    if (!len) continue;
+    char *eq = strstr(line, " = ");
+    if (!eq) return snprintf(err, errlen, "bad job line '%.200s'", line), -1;
+    *eq = 0;
+    if (stk_job_spec_set(spec, line, eq + 3, err, errlen)) return -1;
+  }
+  return 0;
+}
+
+/* session hook: the coordinator's job. */
+static int on_job(void *ud, const char *canonical, uint64_t hash,
+                  uint64_t *job_hash, uint64_t *dataset_size, uint64_t *fp,
+                  char *err, size_t errlen) {
+  stk_job_spec spec;
+  char msg[512];
+  if (job_from_text(canonical, &spec, msg, sizeof(msg))) {
+    snprintf(err, errlen, "the coordinator's job does not parse: %s", msg);
+    return -1;
+  }
+  if (stk_job_spec_hash(&spec) != hash) {
+    snprintf(err, errlen, "the coordinator's job text does not match its hash "
+             "(another stoker version?)");
+    return -1;
+  }
+  pthread_mutex_lock(&W.mu);
+  int have = W.have_job;
+  pthread_mutex_unlock(&W.mu);
+  if (have) {
+    stk_job_spec resolved = spec;
+    resolved.num_samples = stk_dataset_size(W.ds);
+    if (stk_job_spec_hash(&resolved) != W.job_hash) {
+      snprintf(err, errlen, "the coordinator now runs another job (hash "
+               "%016" PRIx64 ", this worker serves %016" PRIx64 "); restart the worker",
+               stk_job_spec_hash(&resolved), W.job_hash);
+      return -1;
+    }
+  } else {
+    stk_limits lim;
+    memset(&lim, 0, sizeof(lim));
+    lim.max_file_bytes = (uint64_t)opt.max_file_mb << 20;
+    lim.max_pixels = (uint64_t)opt.max_pixels;
+    stk_dataset *ds = NULL;
+    if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds,
+                         msg, sizeof(msg))) {
+      snprintf(err, errlen, "cannot open the dataset: %s", msg);
+      return -1;
+    }
+    stk_job_spec resolved = spec;
+    resolved.num_samples = stk_dataset_size(ds);
+    int nbuf = opt.batch_buffers ? (int)opt.batch_buffers : 2 * (int)W.threads + 2;
+    sched *sch = NULL;
+    if (stk_batch_layout_of(&resolved, &W.layout) ||
+        sched_create(&resolved, ds, (int)W.threads, nbuf, &sch, msg, sizeof(msg))) {
+      snprintf(err, errlen, "cannot start the builders: %s", msg);
+      stk_dataset_close(ds);
+      return -1;
+    }
+    for (uint32_t i = 0; i < W.layout.ntensors; i++) {
+      const stk_tensor_desc *t = &W.layout.tensors[i];
+      Stoker__V1__TensorDesc *d = &W.tdesc[i];
+      stoker__v1__tensor_desc__init(d);
+      d->name = (char *)t->name;
+      d->dtype = (char *)dtype_name(t->dtype);
+      for (uint32_t k = 0; k < t->ndim; k++) W.shapes[i][k] = t->shape[k];
+      d->n_shape = t->ndim;
+      d->shape = W.shapes[i];
+      d->offset = t->offset;
+      d->nbytes = t->nbytes;
+      W.tdesc_ptr[i] = d;
+    }
+    pthread_mutex_lock(&W.mu);
+    W.ds = ds;
+    W.spec = resolved;
+    W.job_hash = stk_job_spec_hash(&resolved);
+    W.steps = stk_steps_per_epoch(&resolved, resolved.num_samples);
+    W.sch = sch;
+    W.have_job = 1;
+    pthread_mutex_unlock(&W.mu);
+    LOG_INFO("job %s loaded: hash=%016" PRIx64 " samples=%" PRIu64
+             " steps_per_epoch=%" PRIu64 " batch_bytes=%" PRIu64 " buffers=%d",
+             resolved.name, W.job_hash, resolved.num_samples, W.steps,
+             W.layout.total_bytes, nbuf);
+  }
+  *job_hash = hash;
+  *dataset_size = stk_dataset_size(W.ds);
+  *fp = stk_dataset_fingerprint(W.ds);
+  return 0;
+}
+
+static void fill_stats(void *ud, Stoker__V1__WorkerStats *out) {
+  sched *s = current_sched();
+  if (!s) return;
+  sched_stats st;
+  sched_stats_get(s, &st);
+  int64_t now = stk_rpc_now_ms();
+  out->batches_built = st.batches_built;
+  out->bytes_sent = sched_bytes_sent(s);
+  out->samples_substituted = st.samples_substituted;
+  out->active_streams = st.active_streams;
+  out->queued_requests = st.queued_requests;
+  if (W.last_ms && now > W.last_ms) {
+    double dt = (double)(now - W.last_ms) / 1000.0;
+    out->batches_per_s = (double)(st.batches_built - W.last_built) / dt;
+    out->busy_fraction = (double)(st.busy_ns - W.last_busy) / 1e9 / dt / W.threads;
+  }
+  W.last_ms = now, W.last_built = st.batches_built, W.last_busy = st.busy_ns;
+}
+
+static void on_command(void *ud, int cmd) {
+  if (cmd == SESSION_CMD_SHUTDOWN) {
+    LOG_INFO("coordinator says shut down");
+    __atomic_store_n(&W.shutdown_cmd, 1, __ATOMIC_RELEASE);
+  } else {
+    LOG_INFO("coordinator says drain");
+  }
+  __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
+  sched *s = current_sched();
+  if (s) sched_drain(s);
+}
+
+/* ---- Worker.Stream ----------------------------------------------------- */
+
+typedef struct stream_ctx {
+  stk_rpc_call *call;
+  sched_stream *st;
+  uint64_t batches, bytes;
+} stream_ctx;
+
+static int send_batch(stream_ctx *x, sched_done *d) {
+  uint32_t B = W.spec.batch_size;
+  uint64_t *idx = malloc(B * sizeof(uint64_t));
+  if (!idx) return -1;
+  const stk_tensor_desc *ti = &W.layout.tensors[STK_TENSOR_INDEX];
+  for (uint32_t j = 0; j < B; j++) {
+    int64_t v;
+    memcpy(&v, d->data + ti->offset + 8ull * j, 8);
+    idx[j] = (uint64_t)v;
+  }
+  Stoker__V1__BatchHeader h = STOKER__V1__BATCH_HEADER__INIT;
+  h.epoch = d->epoch;
+  h.rank = d->rank;
+  h.step = d->step;
+  h.n_tensors = W.layout.ntensors;
+  h.tensors = W.tdesc_ptr;
+  h.n_sample_indices = B;
+  h.sample_indices = idx;
+  h.crc32c = d->crc32c;
+  h.total_bytes = W.layout.total_bytes;
+  h.substituted = d->substituted;
+  Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
+  r.header = &h;
+  int rc = stk_rpc_call_send_msg(x->call, &r.base);
+  free(idx);
+  if (rc) return -1;
+  uint64_t total = W.layout.total_bytes, chunk = (uint64_t)opt.chunk_bytes;
+  for (uint64_t off = 0; off < total; off += chunk) {
+    size_t n = (size_t)(total - off < chunk ? total - off : chunk);
+    sched_buf_ref(d->buf);
+    grpc_byte_buffer *bb =
+        stk_wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
+    if (!bb) {
+      sched_buf_unref(d->buf);
+      return -1;
+    }
+    if (stk_rpc_call_send(x->call, bb)) return -1;
+  }
+  return 0;
+}
+
+static void *sender_main(void *arg) {
+  stream_ctx *x = arg;
+  for (;;) {
+    int why;
+    sched_done *d = sched_stream_next(x->st, &why);
+    if (!d) {
+      if (why == SCHED_END_DONE)
+        stk_rpc_call_finish(x->call, GRPC_STATUS_OK, "");
+      else if (why == SCHED_END_DRAINED)
+        stk_rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
+                            "worker is draining: ask another worker");
+      break;
+    }
+    if (d->status) {
+      stk_rpc_call_abort(x->call, GRPC_STATUS_INTERNAL, d->err);
+      sched_stream_sent(x->st, d, 0);
+      sched_stream_kill(x->st);
+      break;
+    }
+    int rc = send_batch(x, d);
+    sched_stream_sent(x->st, d, rc ? 0 : W.layout.total_bytes);
+    if (rc) {
+      sched_stream_kill(x->st);
+      break;
+    }
+    x->batches++;
+    x->bytes += W.layout.total_bytes;
+  }
+  return NULL;
+}
+
+/* Validate one request: 0, or a gRPC status code with msg. */
+static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t len) {
+  if (q->job_hash != W.job_hash) {
+    snprintf(msg, len, "job hash %016" PRIx64 " does not match this worker's job "
+             "%016" PRIx64 " (%s)", q->job_hash, W.job_hash, W.spec.name);
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  if (q->rank >= W.spec.world_size) {
+    snprintf(msg, len, "rank %u is outside the job's world_size %u", q->rank,
+             W.spec.world_size);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (q->epoch >= W.spec.epochs) {
+    snprintf(msg, len, "epoch %" PRIu64 " is past the job's %u epochs", q->epoch,
+             W.spec.epochs);
+    return GRPC_STATUS_OUT_OF_RANGE;
+  }
+  if (q->step >= W.steps) {
+    snprintf(msg, len, "step %" PRIu64 " is past the epoch's %" PRIu64 " steps",
+             q->step, W.steps);
+    return GRPC_STATUS_OUT_OF_RANGE;
+  }
+  return 0;
+}
+
+static void handle_stream(stk_rpc_call *call, void *ctx) {
+  sched *s = current_sched();
+  if (!s) {
+    stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                        "worker has no job yet (not registered with its coordinator)");
+    return;
+  }
+  stream_ctx x = {call, NULL, 0, 0};
+  if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) ||
+      !(x.st = sched_stream_open(s))) {
+    stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                        "worker is draining: ask another worker");
+    return;
+  }
+  pthread_t sender;
+  if (pthread_create(&sender, NULL, sender_main, &x)) {
+    sched_stream_close(x.st);
+    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
+    return;
+  }
+  LOG_DEBUG("stream from %s opened", stk_rpc_call_peer(call));
+  char msg[512];
+  const char *ended = "cancelled";
+  for (;;) {
+    Stoker__V1__BatchRequest *q = NULL;
+    int r = stk_rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor,
+                                  (ProtobufCMessage **)&q);
+    if (r == 0) {
+      ended = "half-closed";
+      sched_stream_half_close(x.st);
+      break;
+    }
+    if (r == -1) break;
+    int code = 0;
+    if (r == -2) {
+      code = GRPC_STATUS_INVALID_ARGUMENT;
+      snprintf(msg, sizeof(msg), "message is not a stoker.v1.BatchRequest");
+    } else {
+      code = check_request(q, msg, sizeof(msg));
+      if (!code && __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE)) {
+        /* Not queued: the stream ends UNAVAILABLE once what was asked
+         * before the drain is sent, and the client asks elsewhere. */
+        __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
+      } else if (!code && sched_stream_push(x.st, q->epoch, q->rank, q->step,
+                                            (uint32_t)opt.max_outstanding)) {
+        code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+        snprintf(msg, sizeof(msg), "more than %lld unanswered requests on this "
+                 "stream (--max-outstanding)", opt.max_outstanding);
+      }
+      protobuf_c_message_free_unpacked(&q->base, NULL);
+    }
+    if (code) {
+      LOG_WARN("stream from %s: %s", stk_rpc_call_peer(call), msg);
+      __atomic_add_fetch(&W.stream_errors, 1, __ATOMIC_RELAXED);
+      stk_rpc_call_abort(call, (grpc_status_code)code, msg);
+      ended = "error";
+      break;
+    }
+  }
+  if (strcmp(ended, "half-closed")) sched_stream_kill(x.st);
+  pthread_join(sender, NULL);
+  sched_stream_close(x.st);
+  LOG_DEBUG("stream from %s ended (%s): %" PRIu64 " batches, %" PRIu64 " bytes",
+            stk_rpc_call_peer(call), ended, x.batches, x.bytes);
+}
+
+/* ---- main -------------------------------------------------------------- */
+
+static void default_advertise(char *out, size_t len, int port) {
+  const char *l = opt.listen;
+  const char *colon = strrchr(l, ':');
+  size_t hlen = colon ? (size_t)(colon - l) : strlen(l);
+  char host[256];
+  snprintf(host, sizeof(host), "%.*s", (int)(hlen < 255 ? hlen : 255), l);
+  if (!*host || !strcmp(host, "0.0.0.0") || !strcmp(host, "[::]") ||
+      !strcmp(host, "::")) {
+    if (gethostname(host, sizeof(host) - 1)) snprintf(host, sizeof(host), "localhost");
+    host[sizeof(host) - 1] = 0;
+  }
+  snprintf(out, len, "%s:%d", host, port);
+}
+
+int main(int argc, char **argv) {
+  stk__log_init(PROGRAM);
+  int pr = stk__options_parse(
+      options, NOPTIONS, argc, argv, PROGRAM,
+      "Serves batches of the coordinator's job to training clients "
+      "(Worker.Stream).",
+      exit_codes_text);
+  if (pr != OPTS_RUN) {
+    stk__options_free(options, NOPTIONS);
+    return pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
+  }
+  if (!*opt.coordinator) {
+    fprintf(stderr, PROGRAM ": --coordinator host:port is required (see --help)\n");
+    stk__options_free(options, NOPTIONS);
+    return EXIT_USAGE;
+  }
+  stk__signals_install();
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
+
+  stk_rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
+  stk_rpc_server_config sc;
+  memset(&sc, 0, sizeof(sc));
+  sc.listen = opt.listen;
+  sc.methods = methods;
+  sc.nmethods = 1;
+  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
+  sc.token = *opt.token ? opt.token : NULL;
+  stk_rpc_server *srv = NULL;
+  int port = 0, code = EXIT_OK;
+  char err[512];
+  if (stk_rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    stk__options_free(options, NOPTIONS);
+    return EXIT_FAIL;
+  }
+  char advertise[300], host[256], worker_id[400];
+  if (*opt.advertise) snprintf(advertise, sizeof(advertise), "%s", opt.advertise);
+  else default_advertise(advertise, sizeof(advertise), port);
+  if (gethostname(host, sizeof(host) - 1)) snprintf(host, sizeof(host), "localhost");
+  host[sizeof(host) - 1] = 0;
+  snprintf(worker_id, sizeof(worker_id), "%s:%d:%lld", host, (int)getpid(),
+           (long long)stk_rpc_now_ms());
+  LOG_INFO("listening on %s port %d, advertising %s, %u builder threads, "
+           "coordinator %s", opt.listen, port, advertise, W.threads, opt.coordinator);
+  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    stk_rpc_server_stop(srv, 0);
+    stk__options_free(options, NOPTIONS);
+    return EXIT_FAIL;
+  }
+
+  session_config cfg = {opt.coordinator, opt.token, worker_id, advertise, W.threads};
+  session_hooks hooks = {NULL, on_job, fill_stats, on_command};
+  session *sess = NULL;
+  if (session_start(&cfg, &hooks, &sess)) {
+    LOG_ERROR("cannot start the coordinator session");
+    stk_rpc_server_stop(srv, 0);
+    stk__options_free(options, NOPTIONS);
+    return EXIT_FAIL;
+  }
+
+  int64_t next_stats = stk_rpc_now_ms() + opt.stats_interval_s * 1000;
+  uint64_t last_bytes = 0, last_built = 0;
+  int64_t last_stats_ms = stk_rpc_now_ms();
+  int64_t orphan_ms = opt.orphan_timeout_s * 1000;
+  for (;;) {
+    int sig = stk__signal_pending();
+    if (sig) {
+      LOG_INFO("signal %d: draining and exiting", sig);
+      break;
+    }
+    if (__atomic_load_n(&W.shutdown_cmd, __ATOMIC_ACQUIRE)) break;
+    const char *why = session_failed(sess);
+    if (why) {
+      LOG_ERROR("%s", why);
+      code = EXIT_REJECTED;
+      break;
+    }
+    int64_t lost = session_lost_ms(sess);
+    if (lost > orphan_ms) {
+      LOG_ERROR("coordinator %s unreachable for %lld s (--orphan-timeout-s %lld): "
+                "exiting as an orphan (code %d)", opt.coordinator,
+                (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
+      code = EXIT_ORPHAN;
+      break;
+    }
+    int64_t now = stk_rpc_now_ms();
+    if (now >= next_stats) {
+      sched *s = current_sched();
+      sched_stats st;
+      memset(&st, 0, sizeof(st));
+      uint64_t bytes = 0;
+      if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
+      double dt = (double)(now - last_stats_ms) / 1000.0;
+      LOG_INFO("stats state=%s streams=%u queued=%u free_buffers=%u/%u "
+               "batches_built=%" PRIu64 " batches_per_s=%.1f mb_per_s=%.1f "
+               "substituted=%" PRIu64 " build_errors=%" PRIu64 " stream_errors=%" PRIu64
+               " coordinator=%s",
+               s ? "serving" : "waiting", st.active_streams, st.queued_requests,
+               st.free_buffers, st.nbuffers, st.batches_built,
+               (double)(st.batches_built - last_built) / dt,
+               (double)(bytes - last_bytes) / dt / 1e6, st.samples_substituted,
+               st.build_errors, __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED),
+               lost ? "lost" : "ok");
+      last_bytes = bytes, last_built = st.batches_built, last_stats_ms = now;
+      next_stats = now + opt.stats_interval_s * 1000;
+    }
+    stk__sleep_ms(50);
+  }
+
+  /* Drain: no new streams; open streams finish what they were asked. */
+  __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
+  sched *s = current_sched();
+  if (s) {
+    sched_drain(s);
+    int64_t until = stk_rpc_now_ms() + opt.drain_timeout_s * 1000;
+    sched_stats st;
+    for (;;) {
+      sched_stats_get(s, &st);
+      if (!st.active_streams || stk_rpc_now_ms() >= until) break;
+      stk__sleep_ms(20);
+    }
+    if (st.active_streams)
+      LOG_WARN("drain timeout: cancelling %u streams", st.active_streams);
+  }
+  stk_rpc_server_stop(srv, 500);
+  session_stop(sess);
+  if (s) {
+    sched_stats st;
+    sched_stats_get(s, &st);
+    LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64 " bytes sent",
+             code, st.batches_built, sched_bytes_sent(s));
+  } else {
+    LOG_INFO("exiting (code %d)", code);
+  }
+  sched_destroy(s, 2000);
+  stk_dataset_close(W.ds);
+  stk__options_free(options, NOPTIONS);
+  return code;
+}
