@@ -62,6 +62,7 @@ typedef struct stk__worker {
   int64_t last_done_ns;
   int64_t last_msg_ns;
   uint64_t batches, bytes;
+  uint64_t stream_batches; /* completed on the current stream */
   uint32_t failures;     /* consecutive broken streams (backoff) */
   struct stk_client *c;
 } stk__worker;

@@ -126,15 +126,20 @@ static void complete(stk_client *c, stk__worker *w, stk__req *r, int crc_ok) {
   }
   r->state = REQ_DONE;
   r->worker = -1;
+  w->batches++;
+  w->stream_batches++;
+  pthread_cond_broadcast(&c->cv_copy);
+  pthread_cond_broadcast(&c->cv_sched);
+  if (w->stream_batches == 1) { /* includes connection setup: not a rate */
+    w->last_done_ns = now;
+    return;
+  }
   int64_t since = r->issued_ns > w->last_done_ns ? r->issued_ns : w->last_done_ns;
   double dt = (double)(now - since) / 1e9;
   if (dt < 1e-6) dt = 1e-6;
   double inst = 1.0 / dt;
   w->rate = w->rate > 0 ? 0.8 * w->rate + 0.2 * inst : inst;
   w->last_done_ns = now;
-  w->batches++;
-  pthread_cond_broadcast(&c->cv_copy);
-  pthread_cond_broadcast(&c->cv_sched);
 }
 
 /* ---- remote worker ---------------------------------------------------- */
@@ -321,6 +326,7 @@ static void *remote_main(void *arg) {
       w->stream = s;
       w->alive = 1;
       w->probing = 1;
+      w->stream_batches = 0;
       w->last_msg_ns = stk__now_ns();
       pthread_cond_broadcast(&c->cv_sched);
       pthread_mutex_unlock(&c->mu);
@@ -437,7 +443,11 @@ static stk__worker *pick(stk_client *c, int avoid) {
     if (!w->alive || !w->listed) continue;
     uint32_t cap = w->probing ? 1 : STK__MAX_PER_WORKER;
     if (w->outstanding >= cap) continue;
+    /* A worker measured slow still gets work when the others' queues are
+     * deep (rate floored at a quarter of the mean), so one noisy sample
+     * cannot starve it for good. */
     double rate = w->rate > 0 ? w->rate : def_rate;
+    if (rate < 0.25 * def_rate) rate = 0.25 * def_rate;
     double score = (w->outstanding + 1) / rate;
     if (w->idx == avoid) {
       if (!fallback || score < fb_score) fallback = w, fb_score = score;
