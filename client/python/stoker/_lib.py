@@ -5,8 +5,9 @@ with stk_client_struct_size) and every function's argtypes/restype.
 Where libstoker comes from, first match wins:
   1. $STOKER_LIB (a path to libstoker.so*)
   2. next to this package (stoker/libstoker.so*), as a wheel-style install
-  3. a CMake build tree above the package (build*/client/libstoker.so)
-  4. ctypes.util.find_library("stoker") (the installed library)
+  3. the directory cmake --install recorded in stoker/_installed.py
+  4. a CMake build tree above the package (build*/client/libstoker.so)
+  5. ctypes.util.find_library("stoker") (the system's library path)
 """
 import ctypes
 import ctypes.util
@@ -116,6 +117,12 @@ def _candidates():
     here = os.path.dirname(os.path.abspath(__file__))
     for p in sorted(glob.glob(os.path.join(here, "libstoker.so*"))):
         yield p
+    try:
+        from ._installed import LIBDIR
+        for p in sorted(glob.glob(os.path.join(LIBDIR, "libstoker.so*"))):
+            yield p
+    except ImportError:
+        pass
     d = here
     for _ in range(6):
         d = os.path.dirname(d)
