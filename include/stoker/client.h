@@ -158,7 +158,11 @@ typedef struct stk_stats {
   uint32_t workers_alive;
   uint32_t nworkers;        /* entries in workers[] */
   double workers_needed;    /* estimate of workers that would remove the
-                               stall (0 when not input-bound) */
+                               stall (0 when not input-bound): with
+                               compute = (time between the first and last
+                               next()) - stall_ns, it is workers_alive x
+                               (1 + stall_ns / compute), reported when
+                               stall_fraction > 2% */
   stk_worker_stats workers[STK_MAX_WORKER_STATS];
   uint8_t reserved[64];
 } stk_stats;

@@ -152,6 +152,25 @@ def main():
                            text=True)
         print(r.stdout[-1500:], flush=True)
         check(r.returncode == 0, "pytorch_train.py exit %d" % r.returncode)
+        # rank 0 ends the job: rank 1's next() fails saying the job ended
+        A = stoker.Loader(coord, rank=0, world_size=2, join_timeout_ms=15000)
+        B = stoker.Loader(coord, rank=1, world_size=2, join_timeout_ms=15000)
+        itb = iter(B)
+        next(itb)
+        A.finish(shutdown_job=True)
+        t_end = time.time() + 10
+        err = None
+        try:
+            while time.time() < t_end:
+                if next(itb, None) is None:
+                    itb = iter(B)
+        except stoker.StokerError as e:
+            err = e
+        check(err is not None and "job ended" in str(err),
+              "after shutdown_job, rank 1 gets 'job ended' (got %r)" % (err,))
+        A.close()
+        B.close()
+        check(c.wait(10) == 0, "coordinator exits 0 after shutdown_job")
     except Exception as e:  # a crash of the harness is a failure, not a skip
         check(False, "exception: %r" % (e,))
     finally:
