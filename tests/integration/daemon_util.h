@@ -1,0 +1,268 @@
+/* daemon_util.h - helpers the daemon integration tests share: start a
+ * coordinator and workers on 127.0.0.1 port 0 (through --port-file), wait
+ * until the workers are registered, raw Join/Finish/Status calls with the
+ * rpc layer, and fetching one batch over Worker.Stream with a full check
+ * against stk_build_reference. Header-only (static), test code only. */
+#ifndef STOKER_TEST_DAEMON_UTIL_H
+#define STOKER_TEST_DAEMON_UTIL_H
+
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "proc.h"
+#include "rpc.h"
+#include "stoker.pb-c.h"
+#include "stoker/augment.h"
+#include "stoker/version.h"
+#include "wire.h"
+
+static const char *coord_bin, *worker_bin;
+
+static inline void du_sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+/* Spawn the coordinator with extra args; returns its port or -1. */
+static inline int du_start_coordinator(stk_proc *p, const char *name, const char *const *extra) {
+  char pf[600];
+  snprintf(pf, sizeof(pf), "%s/%s.port", proc_tmpdir(), name);
+  unlink(pf);
+  char *argv[64];
+  int n = 0;
+  argv[n++] = (char *)coord_bin;
+  argv[n++] = "--listen";
+  argv[n++] = "127.0.0.1:0";
+  argv[n++] = "--port-file";
+  argv[n++] = pf;
+  argv[n++] = "--stats-interval-s";
+  argv[n++] = "1";
+  for (; extra && *extra && n < 62; extra++) argv[n++] = (char *)*extra;
+  argv[n] = NULL;
+  if (proc_spawn(p, name, argv)) return -1;
+  int port = proc_wait_port(p, pf, 10000);
+  if (port < 0) proc_dump_log(p);
+  return port;
+}
+
+static inline int du_start_worker(stk_proc *p, const char *name, int coord_port,
+                           const char *const *extra) {
+  char pf[600], target[64];
+  snprintf(pf, sizeof(pf), "%s/%s.port", proc_tmpdir(), name);
+  snprintf(target, sizeof(target), "127.0.0.1:%d", coord_port);
+  unlink(pf);
+  char *argv[64];
+  int n = 0;
+  argv[n++] = (char *)worker_bin;
+  argv[n++] = "--coordinator";
+  argv[n++] = target;
+  argv[n++] = "--port-file";
+  argv[n++] = pf;
+  argv[n++] = "--stats-interval-s";
+  argv[n++] = "1";
+  for (; extra && *extra && n < 62; extra++) argv[n++] = (char *)*extra;
+  argv[n] = NULL;
+  if (proc_spawn(p, name, argv)) return -1;
+  int port = proc_wait_port(p, pf, 10000);
+  if (port < 0) proc_dump_log(p);
+  return port;
+}
+
+static inline stk_rpc_channel *du_channel(int port) {
+  char target[64];
+  snprintf(target, sizeof(target), "127.0.0.1:%d", port);
+  stk_rpc_channel *ch = NULL;
+  if (stk_rpc_channel_open(target, 0, NULL, &ch)) return NULL;
+  return ch;
+}
+
+/* Status; caller frees. NULL on error. */
+static inline Stoker__V1__StatusResponse *du_status(stk_rpc_channel *ch) {
+  Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
+  ProtobufCMessage *r = NULL;
+  char det[256];
+  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
+                           &stoker__v1__status_response__descriptor, &r, 5000, det,
+                           sizeof(det));
+  return code == 0 ? (Stoker__V1__StatusResponse *)r : NULL;
+}
+
+/* Wait until the coordinator lists n live workers; 0 or -1. */
+static inline int du_wait_workers(stk_rpc_channel *ch, size_t n, int timeout_ms) {
+  for (int waited = 0; waited < timeout_ms; waited += 50) {
+    Stoker__V1__StatusResponse *s = du_status(ch);
+    size_t have = s ? s->n_workers : 0;
+    if (s) protobuf_c_message_free_unpacked(&s->base, NULL);
+    if (have >= n) return 0;
+    du_sleep_ms(50);
+  }
+  return -1;
+}
+
+/* Join; the gRPC status code. On OK, *resp is set (caller frees). */
+static inline int du_join(stk_rpc_channel *ch, uint32_t rank, uint32_t world, uint32_t proto,
+                   uint64_t expect, Stoker__V1__JoinResponse **resp, char *det,
+                   size_t dlen) {
+  Stoker__V1__JoinRequest q = STOKER__V1__JOIN_REQUEST__INIT;
+  q.rank = rank;
+  q.world_size = world;
+  q.client_id = "test";
+  q.protocol_version = proto;
+  q.expect_job_hash = expect;
+  ProtobufCMessage *r = NULL;
+  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Join", &q.base,
+                           &stoker__v1__join_response__descriptor, &r, 5000, det, dlen);
+  *resp = (Stoker__V1__JoinResponse *)r;
+  return code;
+}
+
+static inline int du_finish(stk_rpc_channel *ch, uint32_t rank, int shutdown_job,
+                     uint32_t *nfinished, char *det, size_t dlen) {
+  Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
+  q.rank = rank;
+  q.shutdown_job = shutdown_job;
+  ProtobufCMessage *r = NULL;
+  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
+                           &stoker__v1__finish_response__descriptor, &r, 5000, det, dlen);
+  if (r) {
+    if (nfinished) *nfinished = ((Stoker__V1__FinishResponse *)r)->ranks_finished;
+    protobuf_c_message_free_unpacked(r, NULL);
+  }
+  return code;
+}
+
+/* The job spec from its canonical text. */
+static inline int du_job_parse(const char *text, stk_job_spec *spec) {
+  stk_job_spec_defaults(spec);
+  char *copy = strdup(text), *save = NULL;
+  int rc = 0;
+  for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+    char *eq = strstr(line, " = ");
+    if (!eq) {
+      rc = -1;
+      break;
+    }
+    *eq = 0;
+    if (stk_job_spec_set(spec, line, eq + 3, NULL, 0)) {
+      rc = -1;
+      break;
+    }
+  }
+  free(copy);
+  return rc;
+}
+
+/* Receive one whole batch (header + chunks) from s into a new buffer and
+ * check it: address, layout, sample ids, crc32c, and every byte against
+ * stk_build_reference. 0 when it all holds. */
+static inline int du_recv_batch_checked(stk_rpc_stream *s, const stk_job_spec *spec,
+                                 uint64_t epoch, uint32_t rank, uint64_t step) {
+  stk_batch_layout L;
+  if (stk_batch_layout_of(spec, &L)) return -1;
+  uint8_t *got = calloc(1, L.total_bytes), *ref = calloc(1, L.total_bytes);
+  int ok = got && ref;
+  grpc_byte_buffer *bb = NULL;
+  stk_wire_msg m;
+  int r = stk_rpc_stream_recv(s, &bb, 10000);
+  CHECK(r == 1);
+  if (r != 1) ok = 0;
+  if (ok) {
+    CHECK(stk_wire_decode(bb, 32u << 20, &m) == 0);
+    const Stoker__V1__BatchHeader *h = m.msg ? m.msg->header : NULL;
+    CHECK(h != NULL);
+    if (!h) ok = 0;
+    if (h) {
+      CHECK_EQ_U64(h->epoch, epoch);
+      CHECK_EQ_U64(h->rank, rank);
+      CHECK_EQ_U64(h->step, step);
+      CHECK_EQ_U64(h->total_bytes, L.total_bytes);
+      CHECK_EQ_U64(h->n_tensors, L.ntensors);
+      CHECK_EQ_U64(h->n_sample_indices, spec->batch_size);
+      static const char *const dt[] = {"", "uint8", "float32", "bfloat16", "int64"};
+      for (size_t i = 0; i < h->n_tensors && i < L.ntensors; i++) {
+        CHECK(!strcmp(h->tensors[i]->name, L.tensors[i].name));
+        CHECK(!strcmp(h->tensors[i]->dtype, dt[L.tensors[i].dtype]));
+        CHECK_EQ_U64(h->tensors[i]->offset, L.tensors[i].offset);
+        CHECK_EQ_U64(h->tensors[i]->nbytes, L.tensors[i].nbytes);
+        CHECK_EQ_U64(h->tensors[i]->n_shape, L.tensors[i].ndim);
+      }
+      uint64_t have = 0;
+      uint32_t crc = h->crc32c;
+      uint64_t *idx = malloc(h->n_sample_indices * sizeof(uint64_t) + 1);
+      if (idx && h->n_sample_indices) memcpy(idx, h->sample_indices, h->n_sample_indices * 8);
+      size_t nidx = h->n_sample_indices;
+      stk_wire_msg_free(&m);
+      grpc_byte_buffer_destroy(bb);
+      bb = NULL;
+      while (ok && have < L.total_bytes) {
+        r = stk_rpc_stream_recv(s, &bb, 10000);
+        CHECK(r == 1);
+        if (r != 1) {
+          ok = 0;
+          break;
+        }
+        CHECK(stk_wire_decode(bb, 32u << 20, &m) == 0);
+        CHECK(m.is_chunk);
+        CHECK_EQ_U64(m.offset, have); /* in order, never interleaved */
+        if (!m.is_chunk || m.offset != have || m.offset + m.len > L.total_bytes) {
+          ok = 0;
+        } else {
+          stk_wire_copy_chunk(bb, &m, got + m.offset);
+          have += m.len;
+        }
+        stk_wire_msg_free(&m);
+        grpc_byte_buffer_destroy(bb);
+        bb = NULL;
+      }
+      if (ok) {
+        CHECK(stk_crc32c(0, got, L.total_bytes) == crc);
+        char err[256] = "";
+        int rc = stk_build_reference(spec, NULL, epoch, rank, step, ref, L.total_bytes,
+                                     err, sizeof(err));
+        CHECK(rc == 0);
+        CHECK(memcmp(got, ref, L.total_bytes) == 0);
+        const uint8_t *ti = got + L.tensors[STK_TENSOR_INDEX].offset;
+        for (size_t j = 0; idx && j < nidx; j++) {
+          int64_t v;
+          memcpy(&v, ti + 8 * j, 8);
+          CHECK_EQ_U64(idx[j], (uint64_t)v);
+        }
+        if (rc || memcmp(got, ref, L.total_bytes) || stk_crc32c(0, got, L.total_bytes) != crc)
+          ok = 0;
+      }
+      free(idx);
+    }
+  }
+  if (bb) grpc_byte_buffer_destroy(bb);
+  free(got);
+  free(ref);
+  return ok ? 0 : -1;
+}
+
+static inline int du_send_request(stk_rpc_stream *s, uint64_t hash, uint64_t epoch,
+                           uint32_t rank, uint64_t step) {
+  Stoker__V1__BatchRequest q = STOKER__V1__BATCH_REQUEST__INIT;
+  q.job_hash = hash;
+  q.epoch = epoch;
+  q.rank = rank;
+  q.step = step;
+  return stk_rpc_stream_send_msg(s, &q.base);
+}
+
+/* Drain a stream to its end and return its status code. */
+static inline int du_stream_end(stk_rpc_stream *s, char *det, size_t dlen) {
+  for (int i = 0; i < 100000; i++) {
+    grpc_byte_buffer *bb = NULL;
+    int r = stk_rpc_stream_recv(s, &bb, 10000);
+    if (bb) grpc_byte_buffer_destroy(bb);
+    if (r != 1) break;
+  }
+  return stk_rpc_stream_status(s, 10000, det, dlen);
+}
+
+#endif
