@@ -158,7 +158,11 @@ typedef struct stk_stats {
   uint32_t workers_alive;
   uint32_t nworkers;        /* entries in workers[] */
   double workers_needed;    /* estimate of workers that would remove the
-                               stall (0 when not input-bound) */
+                               stall (0 when not input-bound): with
+                               compute = (time between the first and last
+                               next()) - stall_ns, it is workers_alive x
+                               (1 + stall_ns / compute), reported when
+                               stall_fraction > 2% */
   stk_worker_stats workers[STK_MAX_WORKER_STATS];
   uint8_t reserved[64];
 } stk_stats;
@@ -169,6 +173,40 @@ STK_EXPORT void stk_client_stats(stk_client *c, stk_stats *out);
 /* Last error text of this client ("" if none). Valid until the next call
  * on the client. */
 STK_EXPORT const char *stk_client_error(const stk_client *c);
+
+/* ---- additions ------------------------------------------------------- */
+
+/* Like stk_client_open, but without daemons: batches are built in-process
+ * by one builder thread from job_text ("key = value" lines, as a job file or
+ * the coordinator's canonical form) with files under data_root (NULL for
+ * synthetic). Everything else (prefetch pool, reorder, slots, convert,
+ * epochs, save_state, CUDA) is the same code path as a networked client.
+ * For tests, debugging and single-machine runs. cfg->coordinator is
+ * ignored. Errors as stk_client_open, plus those of stk_job_spec_set and
+ * stk_dataset_open. Thread-safe (separate clients are independent). */
+STK_EXPORT int stk_client_open_local(const stk_client_config *cfg,
+                                     const char *job_text,
+                                     const char *data_root, stk_client **out,
+                                     char *err, size_t errlen);
+
+/* Build the reference batch (epoch, step) of this client's rank in-process
+ * (stk_build_reference with the client's job) into buf (len >= the payload
+ * size, stk_batch_payload's len). data_root NULL: the local client's root,
+ * or none (synthetic). Slow; for verification. Errors as
+ * stk_build_reference, text in stk_client_error. Not thread-safe with
+ * other calls on c (it sets the error text). */
+STK_EXPORT int stk_client_reference(stk_client *c, uint64_t epoch,
+                                    uint64_t step, const char *data_root,
+                                    void *buf, size_t len);
+
+/* Bytes of one batch payload as the workers send it (the job's layout
+ * total_bytes; stk_batch_payload's len). 0 for NULL. Thread-safe. */
+STK_EXPORT uint64_t stk_client_payload_bytes(const stk_client *c);
+
+/* sizeof a public struct by name ("stk_client_config", "stk_tensor",
+ * "stk_stats", "stk_worker_stats", "stk_job_spec"); 0 for an unknown name.
+ * Lets FFI bindings check their struct mirrors. Thread-safe. */
+STK_EXPORT size_t stk_client_struct_size(const char *name);
 
 /* Stop streaming, cancel requests, free everything. Does not call finish.
  * Accepts NULL. Outstanding batches must have been released. */

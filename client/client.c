@@ -1,0 +1,528 @@
+/* client.c - libstoker's public API and the client's lifecycle: open
+ * (config checks, backend, join or local job, buffers, threads), next /
+ * release (the caller's side of the slot ring, stall measurement, epoch
+ * boundaries), accessors, save_state, stats, finish and close.
+ *
+ * Owns: the stk_client and its lock. Must not: abort, exit, print, or block
+ * in gRPC/CUDA while holding c->mu.
+ */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "internal.h"
+
+int64_t stk__now_ns(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
+}
+
+void stk__set_fatal(stk_client *c, int status, const char *msg) {
+  /* under mu */
+  if (c->fatal) return;
+  c->fatal = status;
+  snprintf(c->fatal_msg, sizeof(c->fatal_msg), "%s", msg);
+  pthread_cond_broadcast(&c->cv_next);
+  pthread_cond_broadcast(&c->cv_copy);
+  pthread_cond_broadcast(&c->cv_sched);
+}
+
+void stk__seterr(stk_client *c, const char *fmt, const char *arg) {
+  snprintf(c->err, sizeof(c->err), fmt, arg);
+}
+
+static int fail(char *err, size_t errlen, int st, const char *msg) {
+  if (err && errlen) snprintf(err, errlen, "%s", msg);
+  return st;
+}
+
+void stk_client_config_defaults(stk_client_config *cfg) {
+  if (!cfg) return;
+  memset(cfg, 0, sizeof(*cfg));
+  cfg->prefetch = 8;
+  cfg->slots = 2;
+  cfg->device = STK_DEVICE_CPU;
+  cfg->convert = STK_CONVERT_NONE;
+  cfg->join_timeout_ms = 60000;
+  cfg->verify_crc = 1;
+}
+
+size_t stk_client_struct_size(const char *name) {
+  if (!name) return 0;
+  if (!strcmp(name, "stk_client_config")) return sizeof(stk_client_config);
+  if (!strcmp(name, "stk_tensor")) return sizeof(stk_tensor);
+  if (!strcmp(name, "stk_stats")) return sizeof(stk_stats);
+  if (!strcmp(name, "stk_worker_stats")) return sizeof(stk_worker_stats);
+  if (!strcmp(name, "stk_job_spec")) return sizeof(stk_job_spec);
+  return 0;
+}
+
+/* ---- resume state: 40 bytes, little-endian --------------------------- */
+
+static void put32(unsigned char *p, uint32_t v) {
+  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static void put64(unsigned char *p, uint64_t v) {
+  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t get32(const unsigned char *p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
+  return v;
+}
+static uint64_t get64(const unsigned char *p) {
+  uint64_t v = 0;
+  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
+  return v;
+}
+
+typedef struct resume_state {
+  uint64_t job_hash, epoch, step;
+  uint32_t rank, world;
+} resume_state;
+
+static int parse_state(const void *buf, size_t len, resume_state *st,
+                       char *err, size_t errlen) {
+  const unsigned char *p = buf;
+  if (len < STK__STATE_SIZE || get32(p) != STK__STATE_MAGIC)
+    return fail(err, errlen, STK_INVALID_ARGUMENT,
+                "resume_state is not a stoker state (bad size or magic)");
+  if (get32(p + 4) != STK__STATE_VERSION)
+    return fail(err, errlen, STK_UNSUPPORTED,
+                "resume_state has an unknown version");
+  st->job_hash = get64(p + 8);
+  st->rank = get32(p + 16);
+  st->world = get32(p + 20);
+  st->epoch = get64(p + 24);
+  st->step = get64(p + 32);
+  return STK_OK;
+}
+
+/* ---- open ------------------------------------------------------------ */
+
+static int check_config(const stk_client_config *cfg, int local, char *err,
+                        size_t errlen) {
+  if (!cfg) return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg is NULL");
+  if (!local && (!cfg->coordinator || !*cfg->coordinator))
+    return fail(err, errlen, STK_INVALID_ARGUMENT,
+                "cfg.coordinator is empty (want host:port)");
+  if (cfg->world_size == 0)
+    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.world_size is 0");
+  if (cfg->rank >= cfg->world_size)
+    return fail(err, errlen, STK_INVALID_ARGUMENT,
+                "cfg.rank must be < cfg.world_size");
+  if (cfg->prefetch < 1 || cfg->prefetch > 1024)
+    return fail(err, errlen, STK_INVALID_ARGUMENT,
+                "cfg.prefetch must be in 1..1024");
+  if (cfg->slots < 2 || cfg->slots > 64)
+    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.slots must be in 2..64");
+  if (cfg->device != STK_DEVICE_CPU && cfg->device != STK_DEVICE_CUDA)
+    return fail(err, errlen, STK_INVALID_ARGUMENT,
+                "cfg.device must be STK_DEVICE_CPU or STK_DEVICE_CUDA");
+  if (cfg->convert < STK_CONVERT_NONE || cfg->convert > STK_CONVERT_BFLOAT16)
+    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.convert is unknown");
+  if (cfg->resume_state && cfg->resume_len == 0)
+    return fail(err, errlen, STK_INVALID_ARGUMENT,
+                "cfg.resume_state given with resume_len 0");
+  return STK_OK;
+}
+
+static void client_free(stk_client *c) {
+  if (!c) return;
+  stk__ring_free(c);
+  if (c->workers) {
+    for (uint32_t i = 0; i < c->nworkers; i++) {
+      stk_rpc_channel_close(c->workers[i].ch);
+      pthread_mutex_destroy(&c->workers[i].send_mu);
+    }
+    free(c->workers);
+  }
+  stk_rpc_channel_close(c->coord);
+  stk__cuda_close(c);
+  stk_dataset_close(c->dataset);
+  pthread_mutex_destroy(&c->mu);
+  pthread_cond_destroy(&c->cv_sched);
+  pthread_cond_destroy(&c->cv_copy);
+  pthread_cond_destroy(&c->cv_next);
+  pthread_cond_destroy(&c->cv_local);
+  free(c->coordinator);
+  free(c->token);
+  free(c->data_root);
+  free(c);
+}
+
+static int open_common(const stk_client_config *cfg, const char *job_text,
+                       const char *data_root, stk_client **out, char *err,
+                       size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  if (!out) return fail(err, errlen, STK_INVALID_ARGUMENT, "out is NULL");
+  *out = NULL;
+  int local = job_text != NULL;
+  int st = check_config(cfg, local, err, errlen);
+  if (st) return st;
+  resume_state rs;
+  memset(&rs, 0, sizeof(rs));
+  if (cfg->resume_state) {
+    st = parse_state(cfg->resume_state, cfg->resume_len, &rs, err, errlen);
+    if (st) return st;
+    if (rs.rank != cfg->rank || rs.world != cfg->world_size)
+      return fail(err, errlen, STK_MISMATCH,
+                  "resume_state was saved by another rank or world size");
+  }
+
+  stk_client *c = calloc(1, sizeof(*c));
+  if (!c) return fail(err, errlen, STK_NO_MEMORY, "out of memory");
+  c->cfg = *cfg;
+  c->cfg.coordinator = NULL;
+  c->cfg.token = NULL;
+  c->cfg.resume_state = NULL;
+  c->local = local;
+  c->coordinator = cfg->coordinator ? strdup(cfg->coordinator) : NULL;
+  c->token = cfg->token ? strdup(cfg->token) : NULL;
+  c->data_root = data_root ? strdup(data_root) : NULL;
+  c->workers = calloc(STK__MAX_WORKERS, sizeof(stk__worker));
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv_sched, NULL);
+  pthread_cond_init(&c->cv_copy, NULL);
+  pthread_cond_init(&c->cv_next, NULL);
+  pthread_cond_init(&c->cv_local, NULL);
+  c->open_ns = stk__now_ns();
+  if ((cfg->coordinator && !c->coordinator) || (cfg->token && !c->token) ||
+      (data_root && !c->data_root) || !c->workers) {
+    client_free(c);
+    return fail(err, errlen, STK_NO_MEMORY, "out of memory");
+  }
+
+  /* The device first: asking for CUDA where there is none fails at once,
+   * before any network wait. */
+  if (cfg->device == STK_DEVICE_CUDA) {
+    st = stk__cuda_open(c, err, errlen);
+    if (st) {
+      client_free(c);
+      return st;
+    }
+  }
+
+  if (local) {
+    stk_job_spec_defaults(&c->spec);
+    st = stk__parse_job(job_text, &c->spec, err, errlen);
+    if (!st) st = stk_job_spec_validate(&c->spec, err, errlen);
+    if (!st) st = stk_dataset_open(&c->spec, data_root, NULL, &c->dataset, err, errlen);
+    if (st) {
+      client_free(c);
+      return st;
+    }
+    c->spec.num_samples = stk_dataset_size(c->dataset);
+    c->job_hash = stk_job_spec_hash(&c->spec);
+    if (c->spec.world_size != cfg->world_size) {
+      client_free(c);
+      return fail(err, errlen, STK_INVALID_ARGUMENT,
+                  "cfg.world_size differs from the job's world_size");
+    }
+  } else {
+    if (cfg->resume_state) c->job_hash = rs.job_hash; /* expect_job_hash */
+    st = stk__join(c, err, errlen);
+    if (st) {
+      client_free(c);
+      return st;
+    }
+  }
+  c->nsamples = c->spec.num_samples;
+  c->spe = stk_steps_per_epoch(&c->spec, c->nsamples);
+  c->total = c->spe * c->spec.epochs;
+  if (c->spe == 0) {
+    client_free(c);
+    return fail(err, errlen, STK_INVALID_ARGUMENT,
+                "the job has no steps per epoch (fewer samples than world_size x batch_size)");
+  }
+  if (cfg->resume_state) {
+    if (rs.job_hash != c->job_hash) {
+      client_free(c);
+      return fail(err, errlen, STK_MISMATCH,
+                  "resume_state belongs to another job (job hash differs)");
+    }
+    if (rs.epoch > c->spec.epochs || rs.step >= c->spe ||
+        (rs.epoch == c->spec.epochs && rs.step != 0)) {
+      client_free(c);
+      return fail(err, errlen, STK_INVALID_ARGUMENT,
+                  "resume_state points past the end of the job");
+    }
+    c->next_issue = c->next_copy = c->next_deliver = rs.epoch * c->spe + rs.step;
+  }
+  st = stk_batch_layout_of(&c->spec, &c->layout);
+  if (!st) st = stk__convert_layout(&c->spec, cfg->convert, &c->out);
+  if (st) {
+    client_free(c);
+    return fail(err, errlen, st,
+                "cfg.convert needs a job whose image tensor is uint8");
+  }
+  st = stk__ring_init(c, err, errlen);
+  if (st) {
+    client_free(c);
+    return st;
+  }
+  pthread_mutex_lock(&c->mu);
+  if (local) stk__worker_add(c, "local", "in-process", 1);
+  pthread_mutex_unlock(&c->mu);
+  if (stk__sched_start(c) || stk__copy_start(c) || (!local && stk__watch_start(c))) {
+    stk_client_close(c);
+    return fail(err, errlen, STK_INTERNAL, "cannot start a thread");
+  }
+  *out = c;
+  return STK_OK;
+}
+
+int stk_client_open(const stk_client_config *cfg, stk_client **out, char *err,
+                    size_t errlen) {
+  return open_common(cfg, NULL, NULL, out, err, errlen);
+}
+
+int stk_client_open_local(const stk_client_config *cfg, const char *job_text,
+                          const char *data_root, stk_client **out, char *err,
+                          size_t errlen) {
+  if (!job_text)
+    return fail(err, errlen, STK_INVALID_ARGUMENT, "job_text is NULL");
+  return open_common(cfg, job_text, data_root, out, err, errlen);
+}
+
+/* ---- next / release -------------------------------------------------- */
+
+static stk_batch *ready_slot(stk_client *c) {
+  for (uint32_t i = 0; i < c->nslots; i++)
+    if (c->slots[i].state == SLOT_READY && c->slots[i].seq == c->next_deliver)
+      return &c->slots[i];
+  return NULL;
+}
+
+static uint32_t alive_workers(stk_client *c) {
+  uint32_t n = 0;
+  for (uint32_t i = 0; i < c->nworkers; i++)
+    n += c->workers[i].alive ? 1 : 0;
+  return n;
+}
+
+int stk_client_next(stk_client *c, stk_batch **out) {
+  if (!c || !out) return STK_INVALID_ARGUMENT;
+  *out = NULL;
+  pthread_mutex_lock(&c->mu);
+  c->err[0] = 0;
+  int64_t t0 = stk__now_ns();
+  if (!c->first_next_ns) c->first_next_ns = t0;
+  int st = STK_OK;
+  stk_batch *s = NULL;
+  if (c->fatal) {
+    st = c->fatal;
+    snprintf(c->err, sizeof(c->err), "%s", c->fatal_msg);
+  } else if (c->eoe_pending) {
+    c->eoe_pending = 0;
+    st = STK_END_OF_EPOCH;
+  } else if (c->next_deliver >= c->total) {
+    st = STK_END_OF_DATA;
+  } else if (c->held + 1 >= c->nslots) {
+    st = STK_STATE;
+    snprintf(c->err, sizeof(c->err),
+             "the caller holds %u batches: release one first (at most slots-1 = %u)",
+             c->held, c->nslots - 1);
+  } else {
+    while (!(s = ready_slot(c))) {
+      if (c->fatal) {
+        st = c->fatal;
+        snprintf(c->err, sizeof(c->err), "%s", c->fatal_msg);
+        break;
+      }
+      if (c->job_ended) {
+        st = STK_CANCELLED;
+        snprintf(c->err, sizeof(c->err),
+                 "the job ended: the coordinator is shutting it down");
+        break;
+      }
+      int64_t now = stk__now_ns();
+      if (!c->local && alive_workers(c) == 0 && c->no_worker_since_ns &&
+          now - c->no_worker_since_ns >
+              (int64_t)c->cfg.join_timeout_ms * 1000000) {
+        st = STK_UNAVAILABLE;
+        snprintf(c->err, sizeof(c->err),
+                 "no live worker for %u ms (join_timeout_ms)",
+                 c->cfg.join_timeout_ms);
+        break;
+      }
+      struct timespec ts;
+      clock_gettime(CLOCK_REALTIME, &ts);
+      ts.tv_nsec += 100 * 1000000;
+      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+      pthread_cond_timedwait(&c->cv_next, &c->mu, &ts);
+    }
+    int64_t t1 = stk__now_ns();
+    c->stall_ns += (uint64_t)(t1 - t0);
+    c->last_next_ns = t1;
+    if (s) {
+      s->state = SLOT_HELD;
+      c->held++;
+      c->next_deliver++;
+      c->batches++;
+      if (c->next_deliver % c->spe == 0) c->eoe_pending = 1;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  if (s && c->cuda) {
+    int cst = stk__cuda_on_next(c, s);
+    if (cst) {
+      snprintf(c->err, sizeof(c->err), "CUDA: %s", stk__cuda_error(c));
+      stk_batch_release(s);
+      return cst;
+    }
+  }
+  if (s) *out = s;
+  else if (st != STK_END_OF_EPOCH && st != STK_END_OF_DATA && !c->err[0])
+    snprintf(c->err, sizeof(c->err), "%s", stk_strerror(st));
+  return st;
+}
+
+void stk_batch_release(stk_batch *b) {
+  if (!b) return;
+  stk_client *c = b->c;
+  if (c->cuda && b->state == SLOT_HELD) stk__cuda_on_release(c, b);
+  pthread_mutex_lock(&c->mu);
+  if (b->state == SLOT_HELD) {
+    b->state = SLOT_FREE;
+    c->held--;
+    pthread_cond_broadcast(&c->cv_copy);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+uint64_t stk_batch_epoch(const stk_batch *b) {
+  return b ? b->seq / b->c->spe : 0;
+}
+uint64_t stk_batch_step(const stk_batch *b) {
+  return b ? b->seq % b->c->spe : 0;
+}
+uint32_t stk_batch_num_tensors(const stk_batch *b) {
+  return b ? b->c->out.ntensors : 0;
+}
+
+int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out) {
+  if (!b || !out || i >= b->c->out.ntensors) return STK_INVALID_ARGUMENT;
+  *out = b->tensors[i];
+  return STK_OK;
+}
+
+const void *stk_batch_payload(const stk_batch *b, size_t *len) {
+  if (!b) return NULL;
+  if (len) *len = (size_t)b->c->layout.total_bytes;
+  return b->payload;
+}
+
+/* ---- job, state, stats ----------------------------------------------- */
+
+int stk_client_job(const stk_client *c, stk_job_spec *out) {
+  if (!c || !out) return STK_INVALID_ARGUMENT;
+  *out = c->spec;
+  return STK_OK;
+}
+
+uint64_t stk_client_payload_bytes(const stk_client *c) {
+  return c ? c->layout.total_bytes : 0;
+}
+
+uint64_t stk_client_steps_per_epoch(const stk_client *c) { return c ? c->spe : 0; }
+
+int stk_client_save_state(stk_client *c, void *buf, size_t *len) {
+  if (!c || !len) return STK_INVALID_ARGUMENT;
+  if (!buf || *len < STK__STATE_SIZE) {
+    *len = STK__STATE_SIZE;
+    return STK_LIMIT;
+  }
+  pthread_mutex_lock(&c->mu);
+  uint64_t seq = c->next_deliver;
+  pthread_mutex_unlock(&c->mu);
+  unsigned char *p = buf;
+  put32(p, STK__STATE_MAGIC);
+  put32(p + 4, STK__STATE_VERSION);
+  put64(p + 8, c->job_hash);
+  put32(p + 16, c->cfg.rank);
+  put32(p + 20, c->cfg.world_size);
+  put64(p + 24, seq / c->spe);
+  put64(p + 32, seq % c->spe);
+  *len = STK__STATE_SIZE;
+  return STK_OK;
+}
+
+int stk_client_reference(stk_client *c, uint64_t epoch, uint64_t step,
+                         const char *data_root, void *buf, size_t len) {
+  if (!c || !buf) return STK_INVALID_ARGUMENT;
+  char err[256] = "";
+  int st = stk_build_reference(&c->spec, data_root ? data_root : c->data_root,
+                               epoch, c->cfg.rank, step, buf, len, err,
+                               sizeof(err));
+  if (st) stk__seterr(c, "reference: %s", err);
+  return st;
+}
+
+void stk_client_stats(stk_client *c, stk_stats *o) {
+  if (!o) return;
+  memset(o, 0, sizeof(*o));
+  if (!c) return;
+  int64_t now = stk__now_ns();
+  pthread_mutex_lock(&c->mu);
+  o->batches = c->batches;
+  o->bytes = c->bytes;
+  o->stall_ns = c->stall_ns;
+  o->wall_ns = (uint64_t)(now - c->open_ns);
+  int64_t span = c->last_next_ns - c->first_next_ns;
+  o->stall_fraction = span > 0 ? (double)c->stall_ns / (double)span : 0.0;
+  if (o->stall_fraction > 1.0) o->stall_fraction = 1.0;
+  o->reissued = c->reissued;
+  o->duplicates = c->duplicates;
+  o->crc_errors = c->crc_errors;
+  o->substituted = c->substituted;
+  uint32_t alive = 0;
+  for (uint32_t i = 0; i < c->nworkers; i++) {
+    stk__worker *w = &c->workers[i];
+    alive += w->alive ? 1 : 0;
+    if (o->nworkers < STK_MAX_WORKER_STATS) {
+      stk_worker_stats *ws = &o->workers[o->nworkers++];
+      size_t al = strnlen(w->address, sizeof(ws->address) - 1);
+      memcpy(ws->address, w->address, al);
+      ws->address[al] = 0;
+      ws->batches = w->batches;
+      ws->bytes = w->bytes;
+      ws->batches_per_s = w->rate;
+      ws->outstanding = w->outstanding;
+      ws->alive = (uint32_t)w->alive;
+    }
+  }
+  o->workers_alive = alive;
+  /* Input-bound estimate. Per delivered batch the loop spends `compute`
+   * (time between next() calls not blocked) plus `stall`; the workers
+   * deliver one batch per (compute + stall), so matching one batch per
+   * compute needs workers x (1 + stall/compute). Reported only when the
+   * stall is above 2% of the loop time (else 0: not input-bound). */
+  if (o->stall_fraction > 0.02 && span > 0 && alive > 0) {
+    double stall = (double)c->stall_ns, compute = (double)span - stall;
+    if (compute < 1.0) compute = 1.0;
+    o->workers_needed = (double)alive * (1.0 + stall / compute);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
+const char *stk_client_error(const stk_client *c) { return c ? c->err : ""; }
+
+void stk_client_close(stk_client *c) {
+  if (!c) return;
+  pthread_mutex_lock(&c->mu);
+  c->stopping = 1;
+  pthread_cond_broadcast(&c->cv_sched);
+  pthread_cond_broadcast(&c->cv_copy);
+  pthread_cond_broadcast(&c->cv_next);
+  pthread_cond_broadcast(&c->cv_local);
+  pthread_mutex_unlock(&c->mu);
+  if (c->watch_started) stk__watch_stop(c);
+  stk__streams_stop(c);
+  if (c->copy_started) pthread_join(c->copy_thread, NULL);
+  client_free(c);
+}

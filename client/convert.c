@@ -1,0 +1,76 @@
+/* convert.c - uint8 image -> float32 / bfloat16 NCHW, normalized with the
+ * job's mean/std ((x/255 - mean[c]) / std[c]), on the CPU in the copy
+ * thread for both backends. A 256-entry table per channel turns it into a
+ * lookup per pixel. label/mask/index tensors are copied unchanged.
+ *
+ * Pure functions: no state, thread-safe.
+ */
+#include <string.h>
+
+#include "internal.h"
+
+int stk__convert_layout(const stk_job_spec *spec, int convert,
+                        stk_batch_layout *out) {
+  int st = stk_batch_layout_of(spec, out);
+  if (st || convert == STK_CONVERT_NONE) return st;
+  if (spec->dtype != STK_DTYPE_UINT8) return STK_INVALID_ARGUMENT;
+  stk_tensor_desc *img = &out->tensors[STK_TENSOR_IMAGE];
+  uint64_t esz = convert == STK_CONVERT_FLOAT32 ? 4 : 2;
+  img->dtype = convert == STK_CONVERT_FLOAT32 ? STK_DTYPE_FLOAT32 : STK_DTYPE_BFLOAT16;
+  img->shape[1] = spec->channels;
+  img->shape[2] = spec->height;
+  img->shape[3] = spec->width;
+  img->nbytes = (uint64_t)spec->batch_size * spec->channels * spec->height *
+                spec->width * esz;
+  uint64_t off = 0;
+  for (uint32_t t = 0; t < out->ntensors; t++) {
+    out->tensors[t].offset = off;
+    off += (out->tensors[t].nbytes + 63) & ~(uint64_t)63;
+  }
+  out->total_bytes = off;
+  return STK_OK;
+}
+
+static uint16_t to_bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7f800000u) == 0x7f800000u && (u & 0x7fffffu)) return 0x7fc0; /* NaN */
+  u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+void stk__convert_batch(const stk_job_spec *spec, int convert,
+                        const stk_batch_layout *in, const unsigned char *src,
+                        const stk_batch_layout *out, unsigned char *dst) {
+  uint32_t B = spec->batch_size, C = spec->channels, H = spec->height,
+           W = spec->width;
+  float lut[4][256];
+  for (uint32_t c = 0; c < C && c < 4; c++) {
+    float m = c < 3 ? spec->mean[c] : 0.f, sd = c < 3 ? spec->std[c] : 1.f;
+    if (sd == 0.f) sd = 1.f;
+    for (int v = 0; v < 256; v++) lut[c][v] = ((float)v / 255.f - m) / sd;
+  }
+  const unsigned char *img = src + in->tensors[STK_TENSOR_IMAGE].offset;
+  unsigned char *o = dst + out->tensors[STK_TENSOR_IMAGE].offset;
+  int nhwc = spec->layout == STK_LAYOUT_NHWC;
+  size_t plane = (size_t)H * W, per = plane * C;
+  for (uint32_t b = 0; b < B; b++) {
+    const unsigned char *si = img + per * b;
+    for (uint32_t c = 0; c < C && c < 4; c++) {
+      size_t obase = per * b + plane * c;
+      for (size_t p = 0; p < plane; p++) {
+        unsigned char v = nhwc ? si[p * C + c] : si[plane * c + p];
+        float f = lut[c][v];
+        if (convert == STK_CONVERT_FLOAT32) {
+          memcpy(o + 4 * (obase + p), &f, 4);
+        } else {
+          uint16_t h = to_bf16(f);
+          memcpy(o + 2 * (obase + p), &h, 2);
+        }
+      }
+    }
+  }
+  for (uint32_t t = 1; t < in->ntensors && t < out->ntensors; t++)
+    memcpy(dst + out->tensors[t].offset, src + in->tensors[t].offset,
+           (size_t)in->tensors[t].nbytes);
+}

@@ -1,0 +1,185 @@
+/* internal.h - libstoker's private structures, shared by the client's
+ * subsystems (client.c API + lifecycle, join.c coordinator, stream.c worker
+ * streams + scheduling, ring.c reorder + device slots, backend_*.c,
+ * convert.c). Not installed; nothing here is ABI.
+ *
+ * Locking: one mutex per client (c->mu) guards every field below that more
+ * than one thread touches, except the counters marked atomic. No thread
+ * holds c->mu while it blocks in gRPC, CUDA or a memcpy of a payload.
+ *
+ * Request life (c->reqs, a fixed pool of `prefetch` receive buffers):
+ *   FREE -> QUEUED (seq assigned, waiting for a worker)
+ *        -> ISSUED (sent to worker w) -> RECEIVING (w's chunks arriving)
+ *        -> DONE (payload complete, crc ok) -> FREE (copy thread took it)
+ *   A broken stream sends its ISSUED/RECEIVING requests back to QUEUED;
+ *   only the thread of the worker a request is assigned to ever writes its
+ *   buffer, so a request is re-issued only once that thread has let go.
+ */
+#ifndef STOKER_CLIENT_INTERNAL_H
+#define STOKER_CLIENT_INTERNAL_H
+
+#include <pthread.h>
+#include <stdint.h>
+
+#include "rpc.h"
+#include "stoker/client.h"
+
+#define STK__MAX_WORKERS 256
+#define STK__MAX_PER_WORKER 64  /* the worker's outstanding limit */
+#define STK__MAX_MSG (64u << 20)
+#define STK__STATE_MAGIC 0x534b5453u /* "STKS" little-endian */
+#define STK__STATE_VERSION 1u
+#define STK__STATE_SIZE 40u
+
+enum { REQ_FREE, REQ_QUEUED, REQ_ISSUED, REQ_RECEIVING, REQ_DONE };
+enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
+
+typedef struct stk__req {
+  int state;
+  uint64_t seq;          /* linear step: epoch * steps_per_epoch + step */
+  int worker;            /* assigned worker, -1 */
+  int avoid;             /* worker that sent a bad copy, -1 */
+  unsigned char *buf;    /* layout.total_bytes, owned by the pool */
+  int64_t issued_ns;
+} stk__req;
+
+typedef struct stk__worker {
+  int used;
+  int idx;
+  int local;             /* in-process builder instead of a stream */
+  char id[128];
+  char address[256];
+  int listed;            /* in the coordinator's current list */
+  int thread_started, thread_exited;
+  pthread_t thread;
+  stk_rpc_channel *ch;   /* owned by the worker thread */
+  stk_rpc_stream *stream;/* guarded by mu; destroyed by the worker thread */
+  pthread_mutex_t send_mu; /* held while a request is being sent */
+  int alive;             /* stream open and taking requests */
+  int probing;           /* no message yet on this stream: at most 1 request */
+  uint32_t outstanding;
+  double rate;           /* batches/s, smoothed */
+  int64_t last_done_ns;
+  int64_t last_msg_ns;
+  uint64_t batches, bytes;
+  uint64_t stream_batches; /* completed on the current stream */
+  uint32_t failures;     /* consecutive broken streams (backoff) */
+  struct stk_client *c;
+} stk__worker;
+
+struct stk_batch {
+  struct stk_client *c;
+  int idx;
+  int state;
+  uint64_t seq;
+  unsigned char *payload; /* host payload as sent (pool buffer, swapped in) */
+  unsigned char *conv;    /* converted host tensors (convert only) */
+  void *dev;              /* device buffer (cuda) */
+  void *ev_ready;         /* cuda: copy into dev done */
+  void *ev_released;      /* cuda: caller's work on the slot done */
+  int released_recorded, ready_recorded;
+  stk_tensor tensors[STK_MAX_TENSORS];
+};
+
+struct stk__cuda;
+
+struct stk_client {
+  stk_client_config cfg;
+  char *coordinator, *token;
+  int local;
+  char *data_root;
+  stk_dataset *dataset;
+
+  stk_job_spec spec;
+  uint64_t job_hash, nsamples, spe, total;
+  stk_batch_layout layout;  /* as sent by workers */
+  stk_batch_layout out;     /* as handed out (after convert) */
+
+  pthread_mutex_t mu;
+  pthread_cond_t cv_sched, cv_copy, cv_next, cv_local;
+  int stopping;
+  int fatal;                /* stk_status that ends the client, 0 = none */
+  char fatal_msg[256];
+  int job_ended;
+
+  stk__req *reqs;
+  uint32_t nreqs;
+  uint64_t next_issue, next_copy, next_deliver;
+  int eoe_pending;
+
+  stk_batch *slots;
+  uint32_t nslots, held;
+
+  stk__worker *workers;     /* STK__MAX_WORKERS entries */
+  uint32_t nworkers;        /* entries used */
+  int64_t no_worker_since_ns;
+
+  stk_rpc_channel *coord;
+  stk_rpc_stream *watch;    /* guarded by mu */
+  uint64_t list_version;
+  pthread_t sched_thread, copy_thread, watch_thread;
+  int sched_started, copy_started, watch_started;
+
+  struct stk__cuda *cuda;
+
+  /* counters (under mu) */
+  uint64_t batches, bytes, stall_ns, reissued, duplicates, crc_errors,
+      substituted;
+  int64_t open_ns, first_next_ns, last_next_ns;
+
+  char err[512];
+};
+
+/* client.c */
+int64_t stk__now_ns(void);
+void stk__set_fatal(stk_client *c, int status, const char *msg);
+void stk__seterr(stk_client *c, const char *fmt, const char *arg);
+
+/* join.c */
+int stk__join(stk_client *c, char *err, size_t errlen);
+int stk__watch_start(stk_client *c);
+void stk__watch_stop(stk_client *c);
+int stk__parse_job(const char *text, stk_job_spec *spec, char *err, size_t errlen);
+
+/* stream.c */
+int stk__worker_add(stk_client *c, const char *id, const char *address,
+                    int local); /* under mu; returns index or -1 */
+void stk__worker_unlist_missing(stk_client *c, const char *const *ids,
+                                size_t n); /* under mu */
+int stk__sched_start(stk_client *c);
+void stk__streams_stop(stk_client *c); /* joins sched + worker threads */
+
+/* ring.c */
+int stk__ring_init(stk_client *c, char *err, size_t errlen);
+int stk__copy_start(stk_client *c);
+void stk__ring_free(stk_client *c);
+
+/* backend_cpu.c: host buffers for payloads */
+void *stk__host_alloc(stk_client *c, size_t n);
+void stk__host_free(stk_client *c, void *p);
+
+/* backend_cuda.c */
+int stk__cuda_open(stk_client *c, char *err, size_t errlen);
+int stk__cuda_slot_init(stk_client *c, stk_batch *s, char *err, size_t errlen);
+void *stk__cuda_host_alloc(stk_client *c, size_t n);
+void stk__cuda_host_free(stk_client *c, void *p);
+/* Before reusing s's host buffers: wait for the previous copy from them. */
+int stk__cuda_before_fill(stk_client *c, stk_batch *s);
+/* Queue host -> device copy of src (n bytes) into s->dev, record ready. */
+int stk__cuda_fill(stk_client *c, stk_batch *s, const void *src, size_t n);
+int stk__cuda_on_next(stk_client *c, stk_batch *s);
+void stk__cuda_on_release(stk_client *c, stk_batch *s);
+void stk__cuda_slot_free(stk_client *c, stk_batch *s);
+void stk__cuda_close(stk_client *c);
+const char *stk__cuda_error(stk_client *c);
+
+/* convert.c */
+/* Layout of the converted batch (image dtype/NCHW changed, others same). */
+int stk__convert_layout(const stk_job_spec *spec, int convert,
+                        stk_batch_layout *out);
+/* src: payload in `in` layout; dst: buffer in `out` layout. */
+void stk__convert_batch(const stk_job_spec *spec, int convert,
+                        const stk_batch_layout *in, const unsigned char *src,
+                        const stk_batch_layout *out, unsigned char *dst);
+
+#endif

@@ -1,0 +1,295 @@
+/* join.c - the client's side of the coordinator: Join with retries until
+ * join_timeout_ms, parsing and verifying the job (canonical text + hash),
+ * the watcher thread on WatchWorkers (reconnects with backoff; applies each
+ * worker list; shutting_down ends the job), and Finish.
+ *
+ * Owns: c->coord (the coordinator channel) and c->watch (the watch stream,
+ * destroyed only by the watcher thread). Must not: block in gRPC holding
+ * c->mu.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "internal.h"
+#include "stoker.pb-c.h"
+#include "stoker/version.h"
+
+static void sleep_ms(int ms) {
+  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
+  nanosleep(&ts, NULL);
+}
+
+int stk__parse_job(const char *text, stk_job_spec *spec, char *err,
+                   size_t errlen) {
+  const char *p = text;
+  int lineno = 0;
+  while (*p) {
+    const char *nl = strchr(p, '\n');
+    size_t n = nl ? (size_t)(nl - p) : strlen(p);
+    lineno++;
+    char line[1024];
+    if (n >= sizeof(line)) {
+      if (err && errlen) snprintf(err, errlen, "job line %d is too long", lineno);
+      return STK_INVALID_ARGUMENT;
+    }
+    memcpy(line, p, n);
+    line[n] = 0;
+    p = nl ? nl + 1 : p + n;
+    char *hash = strchr(line, '#');
+    if (hash) *hash = 0;
+    char *eq = strchr(line, '=');
+    char *k = line;
+    while (*k == ' ' || *k == '\t' || *k == '\r') k++;
+    if (!*k) continue;
+    if (!eq) {
+      if (err && errlen)
+        snprintf(err, errlen, "job line %d: want key = value", lineno);
+      return STK_INVALID_ARGUMENT;
+    }
+    *eq = 0;
+    char *v = eq + 1;
+    char *e = eq;
+    while (e > k && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
+    while (*v == ' ' || *v == '\t') v++;
+    e = v + strlen(v);
+    while (e > v && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
+    char why[256] = "";
+    if (stk_job_spec_set(spec, k, v, why, sizeof(why)) != STK_OK) {
+      if (err && errlen) snprintf(err, errlen, "job line %d: %s", lineno, why);
+      return STK_INVALID_ARGUMENT;
+    }
+  }
+  return STK_OK;
+}
+
+/* ---- Join ------------------------------------------------------------ */
+
+static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
+  pthread_mutex_lock(&c->mu);
+  const char *ids[STK__MAX_WORKERS];
+  size_t k = 0;
+  for (size_t i = 0; i < n && k < STK__MAX_WORKERS; i++) {
+    if (!ws[i] || !ws[i]->address || !*ws[i]->address) continue;
+    const char *id = ws[i]->worker_id && *ws[i]->worker_id ? ws[i]->worker_id
+                                                           : ws[i]->address;
+    ids[k++] = id;
+    stk__worker_add(c, id, ws[i]->address, 0);
+  }
+  stk__worker_unlist_missing(c, ids, k);
+  pthread_mutex_unlock(&c->mu);
+  return 0;
+}
+
+int stk__join(stk_client *c, char *err, size_t errlen) {
+  if (stk_rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord)) {
+    if (err && errlen) snprintf(err, errlen, "out of memory");
+    return STK_NO_MEMORY;
+  }
+  char client_id[128], host[64] = "host";
+  gethostname(host, sizeof(host) - 1);
+  snprintf(client_id, sizeof(client_id), "%s:%d:rank%u", host, (int)getpid(),
+           c->cfg.rank);
+  int64_t deadline = stk_rpc_now_ms() + c->cfg.join_timeout_ms;
+  char details[256] = "";
+  Stoker__V1__JoinResponse *resp = NULL;
+  int backoff = 50;
+  for (;;) {
+    Stoker__V1__JoinRequest req = STOKER__V1__JOIN_REQUEST__INIT;
+    req.rank = c->cfg.rank;
+    req.world_size = c->cfg.world_size;
+    req.client_id = client_id;
+    req.protocol_version = STK_PROTOCOL_VERSION;
+    req.expect_job_hash = c->job_hash; /* set by open from resume_state */
+    int64_t left = deadline - stk_rpc_now_ms();
+    int tmo = left < 200 ? 200 : (left > 5000 ? 5000 : (int)left);
+    ProtobufCMessage *m = NULL;
+    int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
+                             &stoker__v1__join_response__descriptor, &m, tmo,
+                             details, sizeof(details));
+    if (code == GRPC_STATUS_OK) {
+      resp = (Stoker__V1__JoinResponse *)m;
+      if (resp->job && resp->job->canonical && *resp->job->canonical) break;
+      protobuf_c_message_free_unpacked(m, NULL);
+      resp = NULL;
+      snprintf(details, sizeof(details), "coordinator sent no job yet");
+    } else if (code == GRPC_STATUS_FAILED_PRECONDITION) {
+      /* Resume state from another job, a protocol version the coordinator
+       * does not speak, or a job that is already over. */
+      if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
+      if (c->job_hash) return STK_MISMATCH;
+      return strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
+    } else if (code == GRPC_STATUS_INVALID_ARGUMENT ||
+               code == GRPC_STATUS_OUT_OF_RANGE) {
+      if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
+      return STK_INVALID_ARGUMENT;
+    } else if (code == GRPC_STATUS_UNAUTHENTICATED ||
+               code == GRPC_STATUS_PERMISSION_DENIED) {
+      if (err && errlen)
+        snprintf(err, errlen, "join refused (token): %s", details);
+      return STK_INVALID_ARGUMENT;
+    }
+    /* UNAVAILABLE (no coordinator yet, or no worker registered), deadline,
+     * anything transient: retry until join_timeout_ms. */
+    if (stk_rpc_now_ms() >= deadline) {
+      if (err && errlen)
+        snprintf(err, errlen,
+                 "could not join the job at %s within %u ms (last: gRPC status %d%s%s)",
+                 c->coordinator, c->cfg.join_timeout_ms, code,
+                 details[0] ? ": " : "", details);
+      return STK_UNAVAILABLE;
+    }
+    sleep_ms(backoff);
+    if (backoff < 500) backoff *= 2;
+  }
+  stk_job_spec spec;
+  stk_job_spec_defaults(&spec);
+  int st = stk__parse_job(resp->job->canonical, &spec, err, errlen);
+  if (!st && stk_job_spec_hash(&spec) != resp->job->hash) {
+    if (err && errlen)
+      snprintf(err, errlen,
+               "the coordinator's job text does not hash to its job hash "
+               "(protocol or version mismatch)");
+    st = STK_PROTOCOL;
+  }
+  if (!st) st = stk_job_spec_validate(&spec, err, errlen);
+  if (!st && c->job_hash && c->job_hash != resp->job->hash) {
+    if (err && errlen)
+      snprintf(err, errlen, "resume_state belongs to another job (job hash differs)");
+    st = STK_MISMATCH;
+  }
+  if (!st && spec.world_size != c->cfg.world_size) {
+    if (err && errlen)
+      snprintf(err, errlen, "cfg.world_size %u differs from the job's world_size %u",
+               c->cfg.world_size, spec.world_size);
+    st = STK_INVALID_ARGUMENT;
+  }
+  if (!st && spec.num_samples == 0) {
+    if (err && errlen) snprintf(err, errlen, "the job has no samples");
+    st = STK_PROTOCOL;
+  }
+  if (!st) {
+    c->spec = spec;
+    c->job_hash = resp->job->hash;
+    c->list_version = resp->list_version;
+    add_workers(c, resp->workers, resp->n_workers);
+    pthread_mutex_lock(&c->mu);
+    c->no_worker_since_ns = stk__now_ns();
+    pthread_mutex_unlock(&c->mu);
+  }
+  protobuf_c_message_free_unpacked(&resp->base, NULL);
+  return st;
+}
+
+/* ---- WatchWorkers ---------------------------------------------------- */
+
+static int stopping(stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  int s = c->stopping;
+  pthread_mutex_unlock(&c->mu);
+  return s;
+}
+
+static void *watch_main(void *arg) {
+  stk_client *c = arg;
+  int backoff = 100;
+  while (!stopping(c)) {
+    stk_rpc_stream *s = NULL;
+    if (stk_rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
+      sleep_ms(backoff);
+      continue;
+    }
+    pthread_mutex_lock(&c->mu);
+    int stop = c->stopping;
+    if (!stop) c->watch = s;
+    pthread_mutex_unlock(&c->mu);
+    if (stop) {
+      stk_rpc_stream_destroy(s);
+      break;
+    }
+    Stoker__V1__WatchRequest req = STOKER__V1__WATCH_REQUEST__INIT;
+    req.rank = c->cfg.rank;
+    req.known_version = c->list_version;
+    int ok = stk_rpc_stream_send_msg(s, &req.base) == 0;
+    if (ok) stk_rpc_stream_close_send(s);
+    while (ok) {
+      grpc_byte_buffer *bb = NULL;
+      int rc = stk_rpc_stream_recv(s, &bb, 500);
+      if (rc == -2) {
+        if (stopping(c)) break;
+        continue;
+      }
+      if (rc != 1) break;
+      Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk_rpc_unpack(
+          &stoker__v1__worker_list__descriptor, bb, STK__MAX_MSG);
+      grpc_byte_buffer_destroy(bb);
+      if (!wl) break;
+      backoff = 100;
+      c->list_version = wl->version;
+      add_workers(c, wl->workers, wl->n_workers);
+      if (wl->shutting_down) {
+        pthread_mutex_lock(&c->mu);
+        c->job_ended = 1;
+        pthread_cond_broadcast(&c->cv_next);
+        pthread_mutex_unlock(&c->mu);
+      }
+      protobuf_c_message_free_unpacked(&wl->base, NULL);
+    }
+    pthread_mutex_lock(&c->mu);
+    c->watch = NULL;
+    pthread_mutex_unlock(&c->mu);
+    stk_rpc_stream_destroy(s);
+    for (int waited = 0; waited < backoff && !stopping(c); waited += 50) sleep_ms(50);
+    if (backoff < 2000) backoff *= 2;
+  }
+  return NULL;
+}
+
+int stk__watch_start(stk_client *c) {
+  if (pthread_create(&c->watch_thread, NULL, watch_main, c)) return -1;
+  c->watch_started = 1;
+  return 0;
+}
+
+void stk__watch_stop(stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  if (c->watch) stk_rpc_stream_cancel(c->watch);
+  pthread_mutex_unlock(&c->mu);
+  pthread_join(c->watch_thread, NULL);
+  c->watch_started = 0;
+}
+
+/* ---- Finish ---------------------------------------------------------- */
+
+int stk_client_finish(stk_client *c, int shutdown_job) {
+  if (!c) return STK_INVALID_ARGUMENT;
+  c->err[0] = 0;
+  if (c->local) return STK_OK;
+  Stoker__V1__FinishRequest req = STOKER__V1__FINISH_REQUEST__INIT;
+  req.rank = c->cfg.rank;
+  req.shutdown_job = shutdown_job ? 1 : 0;
+  char details[256] = "";
+  int64_t deadline = stk_rpc_now_ms() + 5000;
+  for (;;) {
+    ProtobufCMessage *m = NULL;
+    int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
+                             &stoker__v1__finish_response__descriptor, &m, 2000,
+                             details, sizeof(details));
+    if (m) protobuf_c_message_free_unpacked(m, NULL);
+    if (code == GRPC_STATUS_OK) return STK_OK;
+    if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_PERMISSION_DENIED ||
+        code == GRPC_STATUS_FAILED_PRECONDITION) {
+      snprintf(c->err, sizeof(c->err), "finish refused: %s", details);
+      return STK_INVALID_ARGUMENT;
+    }
+    if (stk_rpc_now_ms() >= deadline) {
+      snprintf(c->err, sizeof(c->err),
+               "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
+               c->coordinator, details);
+      return STK_UNAVAILABLE;
+    }
+    sleep_ms(200);
+  }
+}

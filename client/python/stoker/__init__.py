@@ -1,0 +1,319 @@
+"""stoker - Python binding of libstoker (ctypes, no compiled extension).
+
+    import stoker
+    loader = stoker.Loader("10.0.0.5:7000", rank=0, world_size=2)
+    for epoch in range(loader.epochs):
+        for images, labels in loader:      # one epoch per `for`
+            ...                            # images, labels: torch tensors
+    loader.close()
+
+Tensors are NOT copied: on the CPU they are torch.frombuffer views of the
+library's slot memory, on CUDA they wrap the device slot through
+__cuda_array_interface__. The slot is released when the next batch is taken
+(or the epoch/loader ends), so a batch's tensors must not be used after the
+next iteration step: clone() what you keep. Loader.batch describes the
+current batch (epoch, step, mask, index, the raw pointers).
+
+The library is found as described in stoker._lib (STOKER_LIB first).
+"""
+import ctypes
+import types
+
+from . import _lib
+from ._lib import lib
+
+__all__ = ["Loader", "StokerError", "lib_path", "status_name"]
+lib_path = _lib.lib_path
+
+
+def status_name(st):
+    return _lib.STK_STATUS_NAMES.get(st, str(st))
+
+
+class StokerError(RuntimeError):
+    """A libstoker call failed. .status is the stk_status code, .name its
+    name (e.g. "UNAVAILABLE"), the message the library's error text."""
+
+    def __init__(self, status, message):
+        self.status = status
+        self.name = status_name(status)
+        super().__init__("%s: %s" % (self.name, message))
+
+
+def _torch():
+    import torch  # imported lazily: the module loads without torch
+    return torch
+
+
+def _tdtype(dtype):
+    torch = _torch()
+    return {_lib.DTYPE_UINT8: torch.uint8, _lib.DTYPE_FLOAT32: torch.float32,
+            _lib.DTYPE_BFLOAT16: torch.bfloat16, _lib.DTYPE_INT64: torch.int64}[dtype]
+
+
+class _CudaArray:
+    """Minimal __cuda_array_interface__ holder for a device pointer."""
+    _typestr = {_lib.DTYPE_UINT8: "|u1", _lib.DTYPE_FLOAT32: "<f4",
+                _lib.DTYPE_BFLOAT16: "<i2", _lib.DTYPE_INT64: "<i8"}
+
+    def __init__(self, ptr, shape, dtype):
+        self.__cuda_array_interface__ = {
+            "shape": tuple(shape), "typestr": self._typestr[dtype],
+            "data": (ptr, False), "version": 2, "strides": None}
+
+
+def _as_tensor(t):
+    """Zero-copy torch tensor over a stk_tensor."""
+    torch = _torch()
+    shape = [t.shape[i] for i in range(t.ndim)]
+    dt = _tdtype(t.dtype)
+    if t.device == _lib.DEVICE_CUDA:
+        x = torch.as_tensor(_CudaArray(t.data, shape, t.dtype), device="cuda")
+        return x.view(torch.bfloat16) if t.dtype == _lib.DTYPE_BFLOAT16 else x
+    buf = (ctypes.c_uint8 * t.nbytes).from_address(t.data)
+    count = 1
+    for s in shape:
+        count *= s
+    return torch.frombuffer(buf, dtype=dt, count=count).view(shape)
+
+
+class Loader:
+    """Iterable over this rank's batches; one `for` loop = one epoch.
+
+    coordinator: "host:port" of stoker-coordinator (or None with job=...:
+        batches are then built in-process, no daemons; for tests/debugging).
+    rank, world_size: this training rank and the job's world size.
+    device: "cpu" or "cuda" (CUDA runtime loaded at run time).
+    prefetch: batch requests kept in flight; slots: device ring slots (>= 2).
+    convert: None, "float32" or "bfloat16" (uint8 image -> normalized NCHW).
+    state: bytes from state_dict()["stoker_state"] to resume from.
+    token: bearer token for the coordinator and workers.
+    with_meta: yield (images, labels, batch) where batch has mask/index.
+    The client is opened on first use, so load_state_dict() may come first.
+    Not thread-safe: drive one Loader from one thread (stats() excepted).
+    """
+
+    def __init__(self, coordinator=None, rank=0, world_size=1, device="cpu",
+                 prefetch=8, slots=3, convert=None, state=None, token=None,
+                 join_timeout_ms=60000, cuda_device=0, cuda_stream=None,
+                 job=None, data_root=None, with_meta=False):
+        if device not in ("cpu", "cuda"):
+            raise ValueError("device must be 'cpu' or 'cuda'")
+        if convert not in _lib.CONVERT:
+            raise ValueError("convert must be None, 'float32' or 'bfloat16'")
+        if coordinator is None and job is None:
+            raise ValueError("give coordinator='host:port' (or job=... for local mode)")
+        self._args = dict(coordinator=coordinator, rank=rank, world_size=world_size,
+                          device=device, prefetch=prefetch, slots=slots,
+                          convert=convert, token=token,
+                          join_timeout_ms=join_timeout_ms, cuda_device=cuda_device,
+                          cuda_stream=cuda_stream, job=job, data_root=data_root)
+        self._state = bytes(state) if state is not None else None
+        self._c = None
+        self._cur = None
+        self._done = False
+        self._finished = False
+        self.with_meta = with_meta
+        self.batch = None
+
+    # ---- lifecycle --------------------------------------------------------
+    def _open(self):
+        if self._c is not None:
+            return self._c
+        a = self._args
+        cfg = _lib.Config()
+        lib.stk_client_config_defaults(ctypes.byref(cfg))
+        keep = []
+        if a["coordinator"]:
+            keep.append(a["coordinator"].encode())
+            cfg.coordinator = keep[-1]
+        cfg.rank, cfg.world_size = a["rank"], a["world_size"]
+        cfg.prefetch, cfg.slots = a["prefetch"], a["slots"]
+        cfg.device = _lib.DEVICE_CUDA if a["device"] == "cuda" else _lib.DEVICE_CPU
+        cfg.cuda_device = a["cuda_device"]
+        if a["cuda_stream"] is not None:
+            s = a["cuda_stream"]
+            cfg.cuda_stream = getattr(s, "cuda_stream", s)  # torch.cuda.Stream or int
+        cfg.convert = _lib.CONVERT[a["convert"]]
+        cfg.join_timeout_ms = a["join_timeout_ms"]
+        if a["token"]:
+            keep.append(a["token"].encode())
+            cfg.token = keep[-1]
+        if self._state is not None:
+            sbuf = ctypes.create_string_buffer(self._state, len(self._state))
+            keep.append(sbuf)
+            cfg.resume_state = ctypes.cast(sbuf, ctypes.c_void_p)
+            cfg.resume_len = len(self._state)
+        c = ctypes.c_void_p()
+        err = ctypes.create_string_buffer(512)
+        if a["job"] is not None:
+            root = a["data_root"].encode() if a["data_root"] else None
+            st = lib.stk_client_open_local(ctypes.byref(cfg), a["job"].encode(), root,
+                                           ctypes.byref(c), err, len(err))
+        else:
+            st = lib.stk_client_open(ctypes.byref(cfg), ctypes.byref(c), err, len(err))
+        if st != 0:
+            raise StokerError(st, err.value.decode(errors="replace"))
+        self._c = c
+        return c
+
+    def _error(self, st):
+        msg = lib.stk_client_error(self._c) if self._c else b""
+        return StokerError(st, (msg or lib.stk_strerror(st)).decode(errors="replace"))
+
+    def _release(self):
+        if self._cur is not None:
+            lib.stk_batch_release(self._cur)
+            self._cur = None
+            self.batch = None
+
+    def close(self):
+        """Release the current slot and close the client (no finish)."""
+        self._release()
+        if self._c is not None:
+            lib.stk_client_close(self._c)
+            self._c = None
+
+    def finish(self, shutdown_job=False):
+        """Tell the coordinator this rank is done (rank 0 may end the job)."""
+        c = self._open()
+        st = lib.stk_client_finish(c, 1 if shutdown_job else 0)
+        if st != 0:
+            raise self._error(st)
+        self._finished = True
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    # ---- iteration --------------------------------------------------------
+    @property
+    def steps_per_epoch(self):
+        return int(lib.stk_client_steps_per_epoch(self._open()))
+
+    @property
+    def job(self):
+        """The job spec as a dict (num_samples resolved)."""
+        j = _lib.JobSpec()
+        lib.stk_client_job(self._open(), ctypes.byref(j))
+        out = {}
+        for k, _ in _lib.JobSpec._fields_:
+            if k == "reserved":
+                continue
+            v = getattr(j, k)
+            if isinstance(v, bytes):
+                v = v.decode(errors="replace")
+            elif not isinstance(v, (int, float)):
+                v = list(v)
+            out[k] = v
+        return out
+
+    @property
+    def epochs(self):
+        return int(self.job["epochs"])
+
+    def __len__(self):
+        return self.steps_per_epoch
+
+    def __iter__(self):
+        self._open()
+        return self._epoch()
+
+    def _epoch(self):
+        while not self._done:
+            self._release()
+            b = ctypes.c_void_p()
+            st = lib.stk_client_next(self._c, ctypes.byref(b))
+            if st == _lib.STK_END_OF_EPOCH:
+                return
+            if st == _lib.STK_END_OF_DATA:
+                self._done = True
+                if not self._finished:
+                    self.finish()
+                return
+            if st != 0:
+                raise self._error(st)
+            self._cur = b
+            self.batch = self._describe(b)
+            if self.with_meta:
+                yield self.batch.images, self.batch.labels, self.batch
+            else:
+                yield self.batch.images, self.batch.labels
+        self._release()
+
+    def _describe(self, b):
+        ts = []
+        for i in range(lib.stk_batch_num_tensors(b)):
+            t = _lib.Tensor()
+            lib.stk_batch_tensor(b, i, ctypes.byref(t))
+            ts.append(t)
+        n = ctypes.c_size_t()
+        payload = lib.stk_batch_payload(b, ctypes.byref(n))
+        tensors = [_as_tensor(t) for t in ts]
+        return types.SimpleNamespace(
+            epoch=int(lib.stk_batch_epoch(b)), step=int(lib.stk_batch_step(b)),
+            images=tensors[0], labels=tensors[1],
+            mask=tensors[2] if len(tensors) > 2 else None,
+            index=tensors[3] if len(tensors) > 3 else None,
+            pointers=[t.data for t in ts], payload_ptr=payload,
+            payload_len=n.value)
+
+    def payload(self):
+        """bytes of the current batch's payload as the workers sent it."""
+        if self.batch is None:
+            raise RuntimeError("no current batch")
+        return ctypes.string_at(self.batch.payload_ptr, self.batch.payload_len)
+
+    def reference(self, epoch, step, data_root=None):
+        """The reference payload of (epoch, step) for this rank, built
+        in-process (stk_build_reference); for verification."""
+        c = self._open()
+        n = int(lib.stk_client_payload_bytes(c))
+        buf = ctypes.create_string_buffer(n)
+        st = lib.stk_client_reference(c, epoch, step,
+                                      data_root.encode() if data_root else None, buf, n)
+        if st != 0:
+            raise self._error(st)
+        return buf.raw
+
+    # ---- state and stats --------------------------------------------------
+    def state_dict(self):
+        """{"stoker_state": bytes}: resume exactly at the next undelivered
+        step with load_state_dict (or Loader(state=...))."""
+        c = self._open()
+        n = ctypes.c_size_t(0)
+        lib.stk_client_save_state(c, None, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value)
+        st = lib.stk_client_save_state(c, buf, ctypes.byref(n))
+        if st != 0:
+            raise self._error(st)
+        return {"stoker_state": buf.raw[:n.value]}
+
+    def load_state_dict(self, d):
+        """Resume from a state_dict(); reopens the client if already open."""
+        self._state = bytes(d["stoker_state"])
+        self._done = False
+        if self._c is not None:
+            self.close()
+
+    def stats(self):
+        """Counters as a dict (see stk_stats in client.h)."""
+        s = _lib.Stats()
+        lib.stk_client_stats(self._open(), ctypes.byref(s))
+        out = {k: getattr(s, k) for k, _ in _lib.Stats._fields_
+               if k not in ("workers", "reserved")}
+        out["workers"] = [
+            {"address": w.address.decode(errors="replace"), "batches": w.batches,
+             "bytes": w.bytes, "batches_per_s": w.batches_per_s,
+             "outstanding": w.outstanding, "alive": bool(w.alive)}
+            for w in s.workers[:s.nworkers]]
+        return out

@@ -1,0 +1,162 @@
+/* ring.c - reorder and device slots: the receive-buffer pool, the ring of
+ * `slots` device slots, and the copy thread.
+ *
+ * The copy thread waits until the request holding the next step in order
+ * (c->next_copy) is DONE and a slot is FREE, then moves the batch into the
+ * slot: the payload buffer is swapped with the slot's (no copy for the CPU
+ * backend without conversion), converted on the CPU if cfg.convert asks,
+ * and for CUDA copied to device memory on the backend's stream. Steps thus
+ * reach slots strictly in order while the caller holds earlier slots; a
+ * held slot is never touched (its state is HELD until release).
+ *
+ * Owns: payload buffers (reqs[].buf and slots[].payload are one pool whose
+ * pointers move between them), converted buffers. Must not: hold c->mu
+ * while copying or converting.
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "internal.h"
+
+static void *alloc_host(stk_client *c, size_t n) {
+  return c->cuda ? stk__cuda_host_alloc(c, n) : stk__host_alloc(c, n);
+}
+static void free_host(stk_client *c, void *p) {
+  if (!p) return;
+  if (c->cuda) stk__cuda_host_free(c, p);
+  else stk__host_free(c, p);
+}
+
+int stk__ring_init(stk_client *c, char *err, size_t errlen) {
+  size_t tb = (size_t)c->layout.total_bytes;
+  uint64_t need = (uint64_t)(c->cfg.prefetch + c->cfg.slots) * tb;
+  if (need > (64ull << 30)) {
+    if (err && errlen)
+      snprintf(err, errlen, "prefetch + slots buffers would need %llu MiB (limit 64 GiB)",
+               (unsigned long long)(need >> 20));
+    return STK_LIMIT;
+  }
+  c->nreqs = c->cfg.prefetch;
+  c->nslots = c->cfg.slots;
+  c->reqs = calloc(c->nreqs, sizeof(stk__req));
+  c->slots = calloc(c->nslots, sizeof(stk_batch));
+  if (!c->reqs || !c->slots) goto nomem;
+  for (uint32_t i = 0; i < c->nreqs; i++) {
+    c->reqs[i].worker = -1;
+    c->reqs[i].avoid = -1;
+    if (!(c->reqs[i].buf = alloc_host(c, tb))) goto nomem;
+  }
+  int conv = c->cfg.convert != STK_CONVERT_NONE;
+  for (uint32_t i = 0; i < c->nslots; i++) {
+    stk_batch *s = &c->slots[i];
+    s->c = c;
+    s->idx = (int)i;
+    if (!(s->payload = alloc_host(c, tb))) goto nomem;
+    if (conv && !(s->conv = alloc_host(c, (size_t)c->out.total_bytes))) goto nomem;
+    if (c->cuda) {
+      int st = stk__cuda_slot_init(c, s, err, errlen);
+      if (st) return st;
+    }
+  }
+  return STK_OK;
+nomem:
+  if (err && errlen)
+    snprintf(err, errlen, "cannot allocate %u receive buffers + %u slots of %zu bytes",
+             c->cfg.prefetch, c->cfg.slots, tb);
+  return STK_NO_MEMORY;
+}
+
+void stk__ring_free(stk_client *c) {
+  if (c->reqs) {
+    for (uint32_t i = 0; i < c->nreqs; i++) free_host(c, c->reqs[i].buf);
+    free(c->reqs);
+    c->reqs = NULL;
+  }
+  if (c->slots) {
+    for (uint32_t i = 0; i < c->nslots; i++) {
+      stk_batch *s = &c->slots[i];
+      free_host(c, s->payload);
+      free_host(c, s->conv);
+      if (c->cuda) stk__cuda_slot_free(c, s);
+    }
+    free(c->slots);
+    c->slots = NULL;
+  }
+}
+
+static void set_tensors(stk_client *c, stk_batch *s) {
+  unsigned char *base = c->cuda ? (unsigned char *)s->dev
+                                : (s->conv ? s->conv : s->payload);
+  for (uint32_t i = 0; i < c->out.ntensors; i++) {
+    const stk_tensor_desc *d = &c->out.tensors[i];
+    stk_tensor *t = &s->tensors[i];
+    memset(t, 0, sizeof(*t));
+    t->name = d->name;
+    t->dtype = d->dtype;
+    t->ndim = d->ndim;
+    for (uint32_t k = 0; k < d->ndim && k < STK_MAX_DIMS; k++)
+      t->shape[k] = (int64_t)d->shape[k];
+    t->data = base + d->offset;
+    t->nbytes = d->nbytes;
+    t->device = c->cuda ? STK_DEVICE_CUDA : STK_DEVICE_CPU;
+  }
+}
+
+static void *copy_main(void *arg) {
+  stk_client *c = arg;
+  pthread_mutex_lock(&c->mu);
+  while (!c->stopping && !c->fatal) {
+    stk__req *r = NULL;
+    stk_batch *s = NULL;
+    if (c->next_copy < c->total) {
+      for (uint32_t i = 0; i < c->nreqs && !r; i++)
+        if (c->reqs[i].state == REQ_DONE && c->reqs[i].seq == c->next_copy)
+          r = &c->reqs[i];
+      for (uint32_t i = 0; i < c->nslots && r && !s; i++)
+        if (c->slots[i].state == SLOT_FREE) s = &c->slots[i];
+    }
+    if (!r || !s) {
+      pthread_cond_wait(&c->cv_copy, &c->mu);
+      continue;
+    }
+    s->state = SLOT_FILLING;
+    pthread_mutex_unlock(&c->mu);
+
+    int st = STK_OK;
+    if (c->cuda) st = stk__cuda_before_fill(c, s);
+    unsigned char *tmp = s->payload; /* swap: the batch moves, no copy */
+    s->payload = r->buf;
+    r->buf = tmp;
+    if (!st && s->conv)
+      stk__convert_batch(&c->spec, c->cfg.convert, &c->layout, s->payload, &c->out,
+                         s->conv);
+    if (!st && c->cuda)
+      st = stk__cuda_fill(c, s, s->conv ? s->conv : s->payload,
+                          (size_t)c->out.total_bytes);
+    set_tensors(c, s);
+
+    pthread_mutex_lock(&c->mu);
+    if (st) {
+      char msg[256];
+      snprintf(msg, sizeof(msg), "CUDA copy failed: %s", stk__cuda_error(c));
+      stk__set_fatal(c, st, msg);
+      s->state = SLOT_FREE;
+      break;
+    }
+    s->seq = r->seq;
+    s->state = SLOT_READY;
+    r->state = REQ_FREE;
+    c->next_copy++;
+    pthread_cond_broadcast(&c->cv_next);
+    pthread_cond_broadcast(&c->cv_sched);
+  }
+  pthread_mutex_unlock(&c->mu);
+  return NULL;
+}
+
+int stk__copy_start(stk_client *c) {
+  if (pthread_create(&c->copy_thread, NULL, copy_main, c)) return -1;
+  c->copy_started = 1;
+  return 0;
+}

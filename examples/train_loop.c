@@ -1,0 +1,179 @@
+/* train_loop.c - stoker-train-loop: a C training loop over libstoker.
+ *
+ * Joins a job as rank r of W, consumes epochs with a simulated step time,
+ * counts what the library verified (crc32c per batch) and, with --verify,
+ * compares every payload with the reference batch built in-process. Prints
+ * a progress line every second (--progress) and a summary; calls finish.
+ * Exit 0 only if every batch arrived, in order, and verified.
+ */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "stoker/client.h"
+
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void usage(FILE *f) {
+  fprintf(f,
+          "usage: stoker-train-loop --coordinator HOST:PORT [options]\n"
+          "  --coordinator HOST:PORT  the job's stoker-coordinator\n"
+          "  --rank R                 this rank (default 0)\n"
+          "  --world-size W           ranks in the job (default 1)\n"
+          "  --epochs N               epochs to consume (default: all of the job)\n"
+          "  --step-ms MS             simulated training step time (default 0)\n"
+          "  --prefetch N             outstanding requests (default 8)\n"
+          "  --slots N                device slots (default 2)\n"
+          "  --device cpu|cuda        slot memory (default cpu)\n"
+          "  --verify                 compare each batch with stk_build_reference\n"
+          "  --data-root DIR          dataset root for --verify of file datasets\n"
+          "  --token T                bearer token\n"
+          "  --join-timeout-ms MS     (default 60000)\n"
+          "  --shutdown               finish with shutdown_job (rank 0)\n"
+          "  --progress               a progress line every second\n"
+          "  --help\n");
+}
+
+int main(int argc, char **argv) {
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  long epochs = -1, step_ms = 0;
+  int verify = 0, progress = 0, shutdown = 0;
+  const char *data_root = NULL, *device = "cpu";
+  static const struct option opts[] = {
+      {"coordinator", 1, 0, 'c'}, {"rank", 1, 0, 'r'},     {"world-size", 1, 0, 'w'},
+      {"epochs", 1, 0, 'e'},      {"step-ms", 1, 0, 's'},  {"prefetch", 1, 0, 'p'},
+      {"slots", 1, 0, 'S'},       {"device", 1, 0, 'd'},   {"verify", 0, 0, 'v'},
+      {"data-root", 1, 0, 'D'},   {"token", 1, 0, 't'},    {"join-timeout-ms", 1, 0, 'j'},
+      {"shutdown", 0, 0, 'x'},    {"progress", 0, 0, 'P'}, {"help", 0, 0, 'h'},
+      {0, 0, 0, 0}};
+  int o;
+  while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
+    switch (o) {
+      case 'c': cfg.coordinator = optarg; break;
+      case 'r': cfg.rank = (uint32_t)strtoul(optarg, NULL, 10); break;
+      case 'w': cfg.world_size = (uint32_t)strtoul(optarg, NULL, 10); break;
+      case 'e': epochs = strtol(optarg, NULL, 10); break;
+      case 's': step_ms = strtol(optarg, NULL, 10); break;
+      case 'p': cfg.prefetch = (uint32_t)strtoul(optarg, NULL, 10); break;
+      case 'S': cfg.slots = (uint32_t)strtoul(optarg, NULL, 10); break;
+      case 'd': device = optarg; break;
+      case 'v': verify = 1; break;
+      case 'D': data_root = optarg; break;
+      case 't': cfg.token = optarg; break;
+      case 'j': cfg.join_timeout_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
+      case 'x': shutdown = 1; break;
+      case 'P': progress = 1; break;
+      case 'h': usage(stdout); return 0;
+      default: usage(stderr); return 2;
+    }
+  }
+  if (!cfg.coordinator) {
+    usage(stderr);
+    return 2;
+  }
+  if (!cfg.world_size) cfg.world_size = 1;
+  if (!strcmp(device, "cuda")) cfg.device = STK_DEVICE_CUDA;
+  else if (strcmp(device, "cpu") != 0) {
+    fprintf(stderr, "--device must be cpu or cuda\n");
+    return 2;
+  }
+  char err[512];
+  stk_client *c = NULL;
+  int st = stk_client_open(&cfg, &c, err, sizeof(err));
+  if (st) {
+    fprintf(stderr, "stoker-train-loop: open: %s: %s\n", stk_strerror(st), err);
+    return 1;
+  }
+  stk_job_spec spec;
+  stk_client_job(c, &spec);
+  uint64_t spe = stk_client_steps_per_epoch(c);
+  if (epochs < 0 || epochs > (long)spec.epochs) epochs = spec.epochs;
+  size_t plen = (size_t)stk_client_payload_bytes(c);
+  unsigned char *ref = verify ? malloc(plen) : NULL;
+  uint64_t batches = 0, bytes = 0, verify_fail = 0, order_fail = 0;
+  double t0 = now_s(), last = t0;
+  uint64_t last_b = 0, last_bytes = 0;
+  int ok = 1;
+  printf("rank %u/%u: job %s, %llu steps/epoch, %ld epoch(s), %zu bytes/batch\n",
+         cfg.rank, cfg.world_size, spec.name, (unsigned long long)spe, epochs, plen);
+  for (long e = 0; e < epochs && ok; e++) {
+    uint64_t expect = 0;
+    for (;;) {
+      stk_batch *b = NULL;
+      st = stk_client_next(c, &b);
+      if (st == STK_END_OF_EPOCH || st == STK_END_OF_DATA) break;
+      if (st) {
+        fprintf(stderr, "stoker-train-loop: next: %s: %s\n", stk_strerror(st),
+                stk_client_error(c));
+        ok = 0;
+        break;
+      }
+      size_t len = 0;
+      const void *p = stk_batch_payload(b, &len);
+      if (stk_batch_step(b) != expect) order_fail++;
+      expect = stk_batch_step(b) + 1;
+      if (ref) {
+        st = stk_client_reference(c, stk_batch_epoch(b), stk_batch_step(b), data_root,
+                                  ref, plen);
+        if (st || memcmp(ref, p, len) != 0) {
+          if (verify_fail < 5)
+            fprintf(stderr, "verify: epoch %llu step %llu differs from the reference%s%s\n",
+                    (unsigned long long)stk_batch_epoch(b),
+                    (unsigned long long)stk_batch_step(b), st ? ": " : "",
+                    st ? stk_client_error(c) : "");
+          verify_fail++;
+        }
+      }
+      batches++;
+      bytes += len;
+      if (step_ms > 0) {
+        struct timespec ts = {step_ms / 1000, (step_ms % 1000) * 1000000};
+        nanosleep(&ts, NULL);
+      }
+      stk_batch_release(b);
+      double now = now_s();
+      if (progress && now - last >= 1.0) {
+        stk_stats s;
+        stk_client_stats(c, &s);
+        printf("rank %u: epoch %ld step %llu  %.1f batches/s  %.1f MB/s  stall %.1f%%  "
+               "workers %u\n",
+               cfg.rank, e, (unsigned long long)expect, (batches - last_b) / (now - last),
+               (bytes - last_bytes) / (now - last) / 1e6, 100 * s.stall_fraction,
+               s.workers_alive);
+        fflush(stdout);
+        last = now, last_b = batches, last_bytes = bytes;
+      }
+    }
+    if (ok && expect != spe) {
+      fprintf(stderr, "epoch %ld ended after %llu of %llu steps\n", e,
+              (unsigned long long)expect, (unsigned long long)spe);
+      ok = 0;
+    }
+  }
+  double dt = now_s() - t0;
+  stk_stats s;
+  stk_client_stats(c, &s);
+  printf("summary rank %u: batches %llu  GB %.3f  %.1f batches/s  %.1f MB/s  stall %.1f%%"
+         "  reissued %llu  duplicates %llu  crc_errors %llu  verify_failures %llu%s"
+         "  order_failures %llu\n",
+         cfg.rank, (unsigned long long)batches, bytes / 1e9, dt > 0 ? batches / dt : 0,
+         dt > 0 ? bytes / dt / 1e6 : 0, 100 * s.stall_fraction,
+         (unsigned long long)s.reissued, (unsigned long long)s.duplicates,
+         (unsigned long long)s.crc_errors, (unsigned long long)verify_fail,
+         verify ? "" : " (not verified)", (unsigned long long)order_fail);
+  if (s.workers_needed > 0)
+    printf("input-bound: about %.1f workers would remove the stall (now %u)\n",
+           s.workers_needed, s.workers_alive);
+  st = stk_client_finish(c, shutdown);
+  if (st) fprintf(stderr, "finish: %s: %s\n", stk_strerror(st), stk_client_error(c));
+  stk_client_close(c);
+  free(ref);
+  return ok && !verify_fail && !order_fail && batches == (uint64_t)epochs * spe ? 0 : 1;
+}

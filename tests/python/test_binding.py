@@ -1,0 +1,187 @@
+"""test_binding.py - the Python binding against real daemons on loopback.
+
+Spawns stoker-coordinator and two stoker-workers (always reaped), then:
+  - ranks 0 and 1 (two Loaders) iterate an epoch: every batch in order,
+    equal to the reference (stk_build_reference through the library),
+    tensors are views of the slot memory (data_ptr == slot pointer);
+  - state_dict / load_state_dict resumes exactly at the next step;
+  - examples/pytorch_train.py runs a bounded number of steps (loss
+    decreases, resume check) against the same job.
+Binaries come from $STOKER_COORDINATOR_BIN / $STOKER_WORKER_BIN (ctest sets
+them); exit 77 when they, or torch, are missing, or under sanitizers.
+"""
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+if os.environ.get("STOKER_SANITIZED") == "1":
+    print("SKIP: libstoker is built with sanitizers; preloading them into python is fragile")
+    sys.exit(77)
+COORD = os.environ.get("STOKER_COORDINATOR_BIN", "")
+WORKER = os.environ.get("STOKER_WORKER_BIN", "")
+if not (COORD and WORKER and os.access(COORD, os.X_OK) and os.access(WORKER, os.X_OK)):
+    print("SKIP: stoker-coordinator / stoker-worker not built in this tree")
+    sys.exit(77)
+try:
+    import torch
+except ImportError:
+    print("SKIP: torch is not importable (install python3-torch)")
+    sys.exit(77)
+import stoker
+
+JOB = {"name": "pytest", "source": "synthetic", "num_samples": "1024", "height": "32",
+       "width": "32", "batch_size": "8", "world_size": "2", "epochs": "3",
+       "num_classes": "10", "seed": "11"}
+procs = []
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what, flush=True)
+
+
+def wait_port(path, proc, timeout=15.0):
+    t = time.time() + timeout
+    while time.time() < t:
+        if os.path.exists(path):
+            with open(path) as f:
+                s = f.read().strip()
+            if s:
+                return int(s)
+        if proc.poll() is not None:
+            raise RuntimeError("%s exited with %s" % (proc.args[0], proc.returncode))
+        time.sleep(0.02)
+    raise RuntimeError("no port file %s" % path)
+
+
+def spawn(args, log):
+    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+
+def reap():
+    for p in procs:
+        if p.poll() is None:
+            p.send_signal(signal.SIGTERM)
+    deadline = time.time() + 5
+    for p in procs:
+        try:
+            p.wait(max(0.1, deadline - time.time()))
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait()
+
+
+def epoch_check(loaders, spe):
+    """Both ranks, one epoch, interleaved."""
+    its = [iter(L) for L in loaders]
+    counts = [0, 0]
+    for step in range(spe):
+        for r, it in enumerate(its):
+            images, labels, b = next(it)
+            L = loaders[r]
+            check(b.step == step, "rank %d step %d got %d" % (r, step, b.step))
+            check(images.data_ptr() == b.pointers[0], "rank %d image is a slot view" % r)
+            check(labels.data_ptr() == b.pointers[1], "rank %d label is a slot view" % r)
+            check(L.payload() == L.reference(b.epoch, b.step),
+                  "rank %d epoch %d step %d equals the reference" % (r, b.epoch, b.step))
+            counts[r] += 1
+    for r, it in enumerate(its):
+        check(next(it, None) is None, "rank %d: epoch ends after %d steps" % (r, spe))
+    return counts
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="stoker-pytest-")
+    log = open(os.path.join(tmp, "daemons.log"), "w")
+    try:
+        pf = os.path.join(tmp, "coord.port")
+        args = [COORD, "--listen", "127.0.0.1:0", "--port-file", pf,
+                "--idle-timeout-s", "60"]
+        for k, v in JOB.items():
+            args += ["--set", "%s=%s" % (k, v)]
+        c = spawn(args, log)
+        cport = wait_port(pf, c)
+        coord = "127.0.0.1:%d" % cport
+        for i in range(2):
+            wpf = os.path.join(tmp, "w%d.port" % i)
+            w = spawn([WORKER, "--coordinator", coord, "--listen", "127.0.0.1:0",
+                       "--port-file", wpf, "--threads", "1"], log)
+            wait_port(wpf, w)
+        loaders = [stoker.Loader(coord, rank=r, world_size=2, prefetch=4, slots=3,
+                                 with_meta=True, join_timeout_ms=15000) for r in range(2)]
+        spe = loaders[0].steps_per_epoch
+        check(spe == 1024 // 16, "steps per epoch %d" % spe)
+        counts = epoch_check(loaders, spe)
+        check(counts == [spe, spe], "counts %s" % counts)
+        s = loaders[0].stats()
+        check(s["batches"] == spe and s["workers_alive"] >= 1, "stats %s" % s)
+        print("epoch 0 ok for both ranks; rank 0 stats: batches %d stall %.1f%% workers %s"
+              % (s["batches"], 100 * s["stall_fraction"],
+                 [(w["address"], w["batches"]) for w in s["workers"]]), flush=True)
+
+        # resume: rank 1, epoch 1 after 3 steps
+        L = loaders[1]
+        it = iter(L)
+        for _ in range(3):
+            next(it)
+        sd = L.state_dict()
+        _, _, b = next(it)
+        want = (b.epoch, b.step, b.index.clone())
+        for L in loaders:
+            L.close()
+        R = stoker.Loader(coord, rank=1, world_size=2, with_meta=True, join_timeout_ms=15000)
+        R.load_state_dict(sd)
+        _, _, b = next(iter(R))
+        check((b.epoch, b.step) == want[:2] and torch.equal(b.index, want[2]),
+              "resume gives epoch %d step %d (want %d %d)" % (b.epoch, b.step, *want[:2]))
+        R.close()
+
+        # the PyTorch example, bounded
+        ex = os.path.join(os.environ.get("STOKER_EXAMPLES", "examples"), "pytorch_train.py")
+        r = subprocess.run([sys.executable, ex, "--coordinator", coord, "--rank", "0",
+                            "--world-size", "2", "--steps", "120", "--no-finish",
+                            "--join-timeout-ms", "15000"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=90,
+                           text=True)
+        print(r.stdout[-1500:], flush=True)
+        check(r.returncode == 0, "pytorch_train.py exit %d" % r.returncode)
+        # rank 0 ends the job: rank 1's next() fails saying the job ended
+        A = stoker.Loader(coord, rank=0, world_size=2, join_timeout_ms=15000)
+        B = stoker.Loader(coord, rank=1, world_size=2, join_timeout_ms=15000)
+        itb = iter(B)
+        next(itb)
+        A.finish(shutdown_job=True)
+        t_end = time.time() + 10
+        err = None
+        try:
+            while time.time() < t_end:
+                if next(itb, None) is None:
+                    itb = iter(B)
+        except stoker.StokerError as e:
+            err = e
+        check(err is not None and "job ended" in str(err),
+              "after shutdown_job, rank 1 gets 'job ended' (got %r)" % (err,))
+        A.close()
+        B.close()
+        check(c.wait(10) == 0, "coordinator exits 0 after shutdown_job")
+    except Exception as e:  # a crash of the harness is a failure, not a skip
+        check(False, "exception: %r" % (e,))
+    finally:
+        reap()
+        log.close()
+        if fails:
+            with open(os.path.join(tmp, "daemons.log")) as f:
+                print("---- daemon log tail ----\n" + f.read()[-3000:])
+    print("%d passed, %d failed" % (0 if fails else 1, 1 if fails else 0))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,72 @@
+"""test_local.py - the Python binding without daemons (local, in-process
+batches): one epoch per `for`, END_OF_DATA ends iteration for good, zero
+copy (tensor data_ptr is the slot pointer), payload == reference, resume via
+state_dict/load_state_dict, bfloat16 conversion, stats()."""
+import os
+import sys
+
+if os.environ.get("STOKER_SANITIZED") == "1":
+    print("SKIP: libstoker is built with sanitizers; preloading them into python is fragile")
+    sys.exit(77)
+try:
+    import torch
+except ImportError:
+    print("SKIP: torch is not importable (install python3-torch)")
+    sys.exit(77)
+import stoker
+
+JOB = ("source = synthetic\nnum_samples = 96\nheight = 16\nwidth = 16\n"
+       "batch_size = 4\nworld_size = 2\nepochs = 2\nseed = 5\nnum_classes = 10\n")
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+
+
+L = stoker.Loader(job=JOB, rank=1, world_size=2, slots=3, with_meta=True)
+spe = L.steps_per_epoch
+check(spe == 12, "steps_per_epoch %d" % spe)
+for epoch in range(2):
+    n = 0
+    for images, labels, b in L:
+        check(b.epoch == epoch and b.step == n, "order %d/%d" % (b.epoch, b.step))
+        check(images.data_ptr() == b.pointers[0], "image tensor is a view of the slot")
+        check(labels.data_ptr() == b.pointers[1], "label tensor is a view of the slot")
+        check(L.payload() == L.reference(b.epoch, b.step), "payload == reference")
+        check(torch.equal(labels, b.index % 10), "labels = index mod classes")
+        n += 1
+    check(n == spe, "epoch %d had %d batches" % (epoch, n))
+check(sum(1 for _ in L) == 0, "after END_OF_DATA iteration ends at once")
+s = L.stats()
+check(s["batches"] == 2 * spe, "stats batches %d" % s["batches"])
+L.close()
+
+# resume exactly at the next step
+A = stoker.Loader(job=JOB, rank=0, world_size=2, with_meta=True)
+it = iter(A)
+for _ in range(5):
+    next(it)
+sd = A.state_dict()
+_, _, b6 = next(it)
+want = b6.index.clone()
+A.close()
+B = stoker.Loader(job=JOB, rank=0, world_size=2, with_meta=True)
+B.load_state_dict(sd)
+_, _, b = next(iter(B))
+check(b.step == 5 and torch.equal(b.index, want), "resume yields step 5")
+B.close()
+
+C = stoker.Loader(job=JOB, rank=0, world_size=2, convert="bfloat16")
+img, lab = next(iter(C))
+check(img.dtype == torch.bfloat16 and tuple(img.shape) == (4, 3, 16, 16), "bf16 NCHW")
+C.close()
+try:
+    stoker.Loader(job=JOB, rank=0, world_size=3).steps_per_epoch
+    check(False, "world_size mismatch raises")
+except stoker.StokerError as e:
+    check(e.name == "INVALID_ARGUMENT", "error name %s" % e.name)
+print("%d passed, %d failed" % (0 if fails else 1, 1 if fails else 0))
+sys.exit(1 if fails else 0)
