@@ -8,7 +8,8 @@
  * .stoker-index (rebuilt when a shard's size or mtime changes), so that a
  * sample is one read. Plain ustar and GNU long names are understood; pax
  * headers are skipped (their overrides are ignored). A sample without a
- * .cls member is left out.
+ * .cls member is left out; a shard cut short or damaged keeps the samples
+ * before the damage.
  *
  * Owns the index; never writes anything but the cache file.
  */
@@ -173,10 +174,8 @@ static int scan_shard(builder_t *t, uint32_t f, const shard *sh, int fd,
     for (int i = 0; i < 512 && zero; i++) zero = h[i] == 0;
     if (zero) break;
     uint64_t size;
-    if (parse_octal(h + 124, 12, &size) || size > sh->size - off - 512) {
-      snprintf(err, errlen, "%s: bad member header at %" PRIu64, sh->name, off);
-      return STK_CORRUPT;
-    }
+    if (parse_octal(h + 124, 12, &size) || size > sh->size - off - 512)
+      break; /* a cut or damaged shard: keep the samples before the damage */
     char type = (char)h[156];
     uint64_t data = off + 512;
     off = data + ((size + 511) & ~(uint64_t)511);
