@@ -286,7 +286,8 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx,
     margin = (int)ceil(sup < 1 ? 1 : sup) + 1;
   }
   stk__roi roi;
-  if (stk__decoder_roi(jp->dec, bx0, by0, bx1, by1, ow, oh, margin, 8, &roi,
+  if (stk__decoder_roi(jp->dec, bx0, by0, bx1, by1, ow, oh, margin, 8,
+                       s->pipeline == STK_PIPELINE_TRAIN, &roi,
                        jp->why, sizeof(jp->why)))
     return -1;
   double ox = roi.x0, oy = roi.y0;

@@ -64,11 +64,15 @@ int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
 /* Decode the box [bx0,bx1)x[by0,by1) (original pixels) plus `margin`
  * decoded pixels around it, at the smallest DCT scale that keeps the box
  * at least ow x oh (scale_max caps it; 8 = full size). Only the rows and
- * columns the box needs are decoded. The result stays valid until the
- * next call on d. Always leaves the decoder reusable. */
+ * columns the box needs are decoded. fast: SIMD-friendly scales only, the
+ * fast integer IDCT and merged upsampling (the train pipeline); else the
+ * libjpeg defaults PIL uses (exact IDCT, fancy upsampling). The result
+ * stays valid until the next call on d. Always leaves the decoder
+ * reusable. */
 int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
                      double by1, uint32_t ow, uint32_t oh, int margin,
-                     int scale_max, stk__roi *roi, char *why, size_t whylen);
+                     int scale_max, int fast, stk__roi *roi, char *why,
+                     size_t whylen);
 /* Decode the whole image at full size (the benchmark's reference). */
 int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why,
                       size_t whylen);

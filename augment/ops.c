@@ -164,15 +164,25 @@ uint16_t stk__bf16(float f) {
 
 static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 
+/* Store one channel row: n values from q (stride 3, reversed if flip). */
+static void store_row_f32(float *o, const float *q, uint32_t n, int flip,
+                          float a, float b) {
+  if (flip)
+    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)(n - 1 - x)] * a + b;
+  else
+    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)x] * a + b;
+}
+
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
                      const stk__post *p, void *out) {
   size_t npix = (size_t)ow * oh;
   float *img = s->img;
   int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
-  /* 8-bit quantization, as the PIL image torchvision resizes would be */
+  /* 8-bit quantization, as the PIL image torchvision resizes would be
+   * (values are >= 0 by construction of the filter, the clamp is cheap) */
   for (size_t i = 0; i < npix * 3; i++) {
-    float v = floorf(img[i] + 0.5f);
-    img[i] = v < 0 ? 0 : v > 255 ? 255 : v;
+    float v = (float)(int)(img[i] + 0.5f);
+    img[i] = v > 255 ? 255 : v < 0 ? 0 : v;
   }
   if (jitter) {
     /* Fixed order brightness, contrast, saturation, on the 0..1 scale
@@ -193,32 +203,43 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
         float g = 0.299f * q[0] + 0.587f * q[1] + 0.114f * q[2];
         for (int c = 0; c < 3; c++) q[c] = clamp01(g + p->satur * (q[c] - g));
       }
-    for (size_t i = 0; i < npix * 3; i++) img[i] *= 255.f;
+    for (size_t i = 0; i < npix * 3; i++) img[i] = (float)(int)(img[i] * 255.f + 0.5f);
   }
   float a[3], b[3];
   for (int c = 0; c < 3; c++) {
     a[c] = 1.f / (255.f * p->std[c]);
     b[c] = -p->mean[c] / p->std[c];
   }
+  int flip = p->flip;
   for (uint32_t y = 0; y < oh; y++) {
     const float *row = img + (size_t)y * ow * 3;
-    for (uint32_t x = 0; x < ow; x++) {
-      const float *q = row + 3 * (size_t)(p->flip ? ow - 1 - x : x);
+    if (p->layout == STK_LAYOUT_NCHW) {
       for (int c = 0; c < 3; c++) {
-        size_t at = p->layout == STK_LAYOUT_NHWC
-                        ? ((size_t)y * ow + x) * 3 + c
-                        : ((size_t)c * oh + y) * ow + x;
-        float v = q[c];
-        switch (p->dtype) {
-        case STK_DTYPE_UINT8:
-          ((uint8_t *)out)[at] = (uint8_t)(jitter ? floorf(v + 0.5f) : v);
-          break;
-        case STK_DTYPE_FLOAT32:
-          ((float *)out)[at] = v * a[c] + b[c];
-          break;
-        case STK_DTYPE_BFLOAT16:
-          ((uint16_t *)out)[at] = stk__bf16(v * a[c] + b[c]);
-          break;
+        size_t at = ((size_t)c * oh + y) * ow;
+        const float *q = row + c;
+        if (p->dtype == STK_DTYPE_FLOAT32) {
+          store_row_f32((float *)out + at, q, ow, flip, a[c], b[c]);
+        } else if (p->dtype == STK_DTYPE_UINT8) {
+          uint8_t *o = (uint8_t *)out + at;
+          for (uint32_t x = 0; x < ow; x++)
+            o[x] = (uint8_t)q[3 * (size_t)(flip ? ow - 1 - x : x)];
+        } else {
+          uint16_t *o = (uint16_t *)out + at;
+          for (uint32_t x = 0; x < ow; x++)
+            o[x] = stk__bf16(q[3 * (size_t)(flip ? ow - 1 - x : x)] * a[c] + b[c]);
+        }
+      }
+    } else {
+      for (uint32_t x = 0; x < ow; x++) {
+        const float *q = row + 3 * (size_t)(flip ? ow - 1 - x : x);
+        size_t at = ((size_t)y * ow + x) * 3;
+        for (int c = 0; c < 3; c++) {
+          if (p->dtype == STK_DTYPE_UINT8)
+            ((uint8_t *)out)[at + c] = (uint8_t)q[c];
+          else if (p->dtype == STK_DTYPE_FLOAT32)
+            ((float *)out)[at + c] = q[c] * a[c] + b[c];
+          else
+            ((uint16_t *)out)[at + c] = stk__bf16(q[c] * a[c] + b[c]);
         }
       }
     }

@@ -35,7 +35,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   uint32_t ow = 1 + (data[size - 3] & 31), oh = 1 + (data[size - 4] & 31);
   stk__roi roi;
   if (stk__decoder_roi(d, b.x, b.y, b.x + b.w, b.y + b.h, ow, oh, data[2] & 3, 8,
-                       &roi, NULL, 0) == STK_OK) {
+                       data[1] & 1, &roi, NULL, 0) == STK_OK) {
     if (stk__resample(&sc, roi.px, roi.w, roi.h, b.x * roi.sx - roi.x0,
                       b.y * roi.sy - roi.y0, (b.x + b.w) * roi.sx - roi.x0,
                       (b.y + b.h) * roi.sy - roi.y0, ow, oh) == 0) {

@@ -179,13 +179,13 @@ static void test_roi(void) {
       CHECK(stk__decoder_header(d, jpg, len, &w, &h, NULL, 0) == STK_OK);
       CHECK(w == W && h == H);
       /* full decode at scale s: a box of the whole image */
-      CHECK(stk__decoder_roi(d, 0, 0, W, H, W * s / 8, H * s / 8, 0, 8, &full, NULL, 0) == STK_OK);
+      CHECK(stk__decoder_roi(d, 0, 0, W, H, W * s / 8, H * s / 8, 0, 8, 0, &full, NULL, 0) == STK_OK);
       CHECK(full.scale_num == s);
       size_t fw = full.w, fh = full.h;
       uint8_t *copy = malloc(fw * fh * 3);
       memcpy(copy, full.px, fw * fh * 3);
       CHECK(stk__decoder_header(d, jpg, len, &w, &h, NULL, 0) == STK_OK);
-      CHECK(stk__decoder_roi(d, 101, 77, 260, 200, 159 * s / 8, 123 * s / 8, 0, 8, &roi, NULL, 0) == STK_OK);
+      CHECK(stk__decoder_roi(d, 101, 77, 260, 200, 159 * s / 8, 123 * s / 8, 0, 8, 0, &roi, NULL, 0) == STK_OK);
       CHECK(roi.scale_num == full.scale_num);
       CHECK(roi.w >= (uint32_t)ceil(159 * roi.sx) && roi.h >= (uint32_t)ceil(123 * roi.sy));
       double sum = 0;
