@@ -86,6 +86,17 @@ uint64_t stk_dataset_fingerprint(const stk_dataset *ds) {
   return ds ? ds->fingerprint : 0;
 }
 
+void stk_dataset_set_log(stk_dataset *ds, stk_bad_sample_fn fn, void *ud) {
+  if (!ds) return;
+  ds->log_fn = fn;
+  ds->log_ud = ud;
+}
+
+uint64_t stk_dataset_bad_samples(const stk_dataset *ds) {
+  if (!ds || !ds->ops->bad_samples) return 0;
+  return ds->ops->bad_samples(ds);
+}
+
 void stk_dataset_close(stk_dataset *ds) {
   if (!ds) return;
   ds->ops->close(ds);
@@ -144,6 +155,7 @@ int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
              (unsigned long long)epoch, rank, (unsigned long long)step);
     return STK_INVALID_ARGUMENT;
   }
+  b->pos0 = (step * b->spec.world_size + rank) * (uint64_t)b->spec.batch_size;
   unsigned char *p = buf;
   const stk_tensor_desc *ti = &b->layout.tensors[STK_TENSOR_INDEX];
   const stk_tensor_desc *tm = &b->layout.tensors[STK_TENSOR_MASK];
@@ -163,6 +175,8 @@ int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
   }
   return b->ds->ops->build(b, epoch, p, info);
 }
+
+int stk_builder_io_mode(const stk_builder *b) { return b ? b->io_mode : 0; }
 
 const char *stk_builder_error(const stk_builder *b) { return b ? b->err : ""; }
 

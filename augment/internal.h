@@ -22,6 +22,8 @@ struct stk_dataset {
   uint64_t fingerprint;
   const struct stk__source_ops *ops;
   void *impl;             /* the source's own index */
+  stk_bad_sample_fn log_fn; /* stk_dataset_set_log; NULL = silent */
+  void *log_ud;
 };
 
 struct stk_builder {
@@ -30,7 +32,10 @@ struct stk_builder {
   stk_batch_layout layout;
   uint64_t *indices;      /* batch_size sample indices of the batch */
   uint8_t *mask;          /* batch_size validity flags */
+  uint64_t pos0;          /* epoch position of indices[0]; slot j is at
+                             (pos0 + j) mod n, for substitution */
   void *impl;             /* the source's per-thread state */
+  int io_mode;            /* 1 pread, 2 io_uring, 0 no files */
   char err[256];
 };
 
@@ -46,6 +51,7 @@ typedef struct stk__source_ops {
   void (*builder_free)(stk_builder *b);
   int (*build)(stk_builder *b, uint64_t epoch, unsigned char *buf,
                stk_build_info *info);
+  uint64_t (*bad_samples)(const stk_dataset *ds); /* NULL: none can be bad */
 } stk__source_ops;
 
 extern const stk__source_ops stk__synthetic_source;

@@ -88,4 +88,4 @@ static int syn_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
 }
 
 const stk__source_ops stk__synthetic_source = {
-    "synthetic", syn_open, syn_close, syn_binit, syn_bfree, syn_build};
+    "synthetic", syn_open, syn_close, syn_binit, syn_bfree, syn_build, NULL};

@@ -219,6 +219,23 @@ STK_EXPORT uint64_t stk_dataset_fingerprint(const stk_dataset *ds);
 /* Accepts NULL. The dataset must outlive its builders. */
 STK_EXPORT void stk_dataset_close(stk_dataset *ds);
 
+/* Called once per bad sample (the first time any builder of the dataset
+ * finds it unreadable or undecodable) with the sample's path (for tar:
+ * "shard.tar:key") and a short reason. It runs on the builder's thread,
+ * possibly on several threads at once for different samples, so it must
+ * be thread-safe; it must not call back into the builder. The library
+ * itself never prints. */
+typedef void (*stk_bad_sample_fn)(void *ud, const char *path, const char *why);
+
+/* Install the bad-sample hook (fn NULL = silent, the default). Call it
+ * after open and before builders run; not synchronized with them. */
+STK_EXPORT void stk_dataset_set_log(stk_dataset *ds, stk_bad_sample_fn fn,
+                                    void *ud);
+/* Distinct bad samples found so far by all builders of ds (each also
+ * counts in stk_build_info.substituted of every batch that replaced it).
+ * Thread-safe. */
+STK_EXPORT uint64_t stk_dataset_bad_samples(const stk_dataset *ds);
+
 /* Per-thread batch builder: owns decode state, scratch buffers and an I/O
  * ring. Not thread-safe: one builder per thread. */
 typedef struct stk_builder stk_builder;
@@ -242,6 +259,16 @@ STK_EXPORT int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec,
 STK_EXPORT int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
                                  uint64_t step, void *buf, size_t len,
                                  stk_build_info *info);
+/* The read path this builder uses: 1 pread, 2 io_uring (0 for sources
+ * that read no files). With io_mode 0 (auto), 1 means io_uring was not
+ * available (seccomp, gVisor, kernel.io_uring_disabled). */
+STK_EXPORT int stk_builder_io_mode(const stk_builder *b);
+
+/* Build the tar index cache of a shard directory (dir/.stoker-index,
+ * written atomically) so workers need not scan the shards. Returns STK_OK,
+ * STK_IO, STK_CORRUPT (message in err). Thread-safe. */
+STK_EXPORT int stk_tar_index(const char *dir, char *err, size_t errlen);
+
 /* Last error text of this builder ("" if none). */
 STK_EXPORT const char *stk_builder_error(const stk_builder *b);
 /* Accepts NULL. */

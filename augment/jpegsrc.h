@@ -1,0 +1,154 @@
+/* jpegsrc.h - what the JPEG file sources share inside augment/: the I/O
+ * layer (io.c), the ROI decoder (decode.c), the resampling and output ops
+ * (ops.c), the common file index and the per-builder pipeline (jpegsrc.c)
+ * that ImageFolder (source_folder.c) and tar shards (source_tar.c) plug
+ * into. Nothing outside augment/ (and its tests) may include it.
+ */
+#ifndef STOKER_AUGMENT_JPEGSRC_H
+#define STOKER_AUGMENT_JPEGSRC_H
+
+#include <stdatomic.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <sys/types.h>
+
+#include "internal.h"
+
+/* ---- io.c: batched reads, io_uring or pread ---------------------------- */
+
+enum { STK__IO_PREAD = 1, STK__IO_URING = 2 };
+
+typedef struct stk__io {
+  int mode;              /* STK__IO_PREAD or STK__IO_URING, as in use */
+  int fallback;          /* 1: auto mode wanted io_uring and could not */
+  unsigned depth;
+  struct io_uring *ring; /* NULL in pread mode */
+  uint64_t uring_reads, pread_reads, errors;
+} stk__io;
+
+typedef struct stk__io_req {
+  int fd;
+  uint64_t off;
+  size_t len;
+  void *buf;
+  ssize_t res; /* out: bytes read (short at EOF) or -errno */
+} stk__io_req;
+
+/* mode: 0 auto, 1 pread, 2 io_uring (STK_UNSUPPORTED if unavailable). */
+int stk__io_init(stk__io *io, int mode, unsigned depth, char *err,
+                 size_t errlen);
+void stk__io_free(stk__io *io);
+/* Read every request; never fails as a whole, each request has its res. */
+void stk__io_read(stk__io *io, stk__io_req *reqs, size_t n);
+
+/* ---- decode.c: libjpeg-turbo with region-of-interest decoding ---------- */
+
+typedef struct stk__decoder stk__decoder;
+
+/* The decoded part of an image: RGB rows, and where they sit. */
+typedef struct stk__roi {
+  const uint8_t *px; /* w*h*3 bytes, row stride w*3 */
+  uint32_t w, h;
+  double x0, y0;     /* origin of px in decoded (scaled) pixel coordinates */
+  double sx, sy;     /* decoded pixels per original pixel (DCT scaling) */
+  int scale_num;     /* the scale_num/8 used */
+} stk__roi;
+
+int stk__decoder_create(stk__decoder **out, const stk_limits *lim);
+void stk__decoder_destroy(stk__decoder *d);
+/* Read the header of data[0..len): fills *w, *h. Checks size, dimension
+ * and pixel limits. STK_OK, STK_CORRUPT or STK_LIMIT with why filled. The
+ * decoder stays positioned for stk__decoder_roi or is reset on failure. */
+int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
+                        uint32_t *w, uint32_t *h, char *why, size_t whylen);
+/* Decode the box [bx0,bx1)x[by0,by1) (original pixels) plus `margin`
+ * decoded pixels around it, at the smallest DCT scale that keeps the box
+ * at least ow x oh (scale_max caps it; 8 = full size). Only the rows and
+ * columns the box needs are decoded. fast: SIMD-friendly scales only, the
+ * fast integer IDCT and merged upsampling (the train pipeline); else the
+ * libjpeg defaults PIL uses (exact IDCT, fancy upsampling). The result
+ * stays valid until the next call on d. Always leaves the decoder
+ * reusable. */
+int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
+                     double by1, uint32_t ow, uint32_t oh, int margin,
+                     int scale_max, int fast, stk__roi *roi, char *why,
+                     size_t whylen);
+/* Decode the whole image at full size (the benchmark's reference). */
+int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why,
+                      size_t whylen);
+
+/* ---- ops.c: crop-box sampling, resampling, color, output --------------- */
+
+typedef struct stk__box { int32_t x, y, w, h; } stk__box;
+
+/* torchvision RandomResizedCrop.get_params with draws from r. */
+stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min,
+                      double scale_max, double ratio_min, double ratio_max,
+                      stk_rng *r);
+
+/* Scratch that resampling keeps between samples (no allocation per sample
+ * in steady state: buffers only grow). */
+typedef struct stk__scratch {
+  int32_t *xb, *yb;     /* per output column/row: first tap, tap count */
+  float *xw, *yw;       /* weights, ksize per output */
+  float *tmp;           /* horizontal pass */
+  float *img;           /* oh*ow*3 resampled image, 0..255 */
+  size_t xcap, ycap, tcap, icap;
+} stk__scratch;
+void stk__scratch_free(stk__scratch *s);
+
+/* Antialiased bilinear (triangle) resampling in PIL's manner of the box
+ * [bx0,bx1)x[by0,by1) of src (sw x sh RGB, coordinates in src pixels)
+ * into s->img (oh x ow x 3 floats, 0..255). Taps outside src are
+ * dropped; an output pixel with no tap is 0. */
+int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw,
+                  uint32_t sh, double bx0, double by0, double bx1, double by1,
+                  uint32_t ow, uint32_t oh);
+
+typedef struct stk__post {
+  int flip;                       /* mirror horizontally */
+  float bright, contrast, satur;  /* factors, 1 = unchanged */
+  int dtype, layout;
+  float mean[3], std[3];
+} stk__post;
+/* Quantize s->img to 8 bits, apply flip and jitter, write one sample
+ * (oh x ow x 3) in p's dtype/layout at out (normalized unless uint8). */
+void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
+                     const stk__post *p, void *out);
+uint16_t stk__bf16(float f);
+
+/* ---- jpegsrc.c: the file index shared by ImageFolder and tar ----------- */
+
+typedef struct stk__jds {
+  int kind;          /* STK_SOURCE_IMAGEFOLDER or STK_SOURCE_TAR */
+  int dirfd;         /* the dataset directory, resolved under the root */
+  char dir[4096];    /* its real path, for messages */
+  uint64_t n;        /* samples */
+  uint32_t nfiles;   /* folder: one per sample; tar: one per shard */
+  char **files;      /* paths relative to dirfd */
+  uint32_t *file_of; /* per sample */
+  uint64_t *off, *size; /* per sample: member offset/size (tar), 0 (folder) */
+  int64_t *label;
+  char **keys;       /* tar: member key per sample, NULL for folder */
+  uint32_t nclasses;
+  _Atomic unsigned char *bad; /* per sample: reported once */
+  _Atomic uint64_t nbad;
+} stk__jds;
+
+/* Resolve spec->dataset under ds->root (realpath, no escape, symlinks
+ * included) into j->dir and open j->dirfd. */
+int stk__jds_open_dir(stk_dataset *ds, stk__jds *j, char *err, size_t errlen);
+void stk__jds_free(stk__jds *j);
+/* Fill ds->n and ds->fingerprint from a filled index. */
+void stk__jds_finish(stk_dataset *ds, stk__jds *j);
+
+int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen);
+void stk__jpeg_builder_free(stk_builder *b);
+int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
+                    stk_build_info *info);
+void stk__jpeg_close(stk_dataset *ds);
+
+/* Tar index (source_tar.c): scan dir's shards, write the cache. */
+int stk__tar_scan(stk__jds *j, int write_cache, char *err, size_t errlen);
+
+#endif

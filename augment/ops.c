@@ -1,0 +1,247 @@
+/* ops.c - the image operations of the pipelines: torchvision's
+ * RandomResizedCrop box sampling, antialiased resampling (PIL's separable
+ * triangle filter whose support widens with the downscale factor), and the
+ * final store: 8-bit quantization (as a PIL image would be), horizontal
+ * flip, brightness/contrast/saturation, Normalize, and the output
+ * dtype/layout written straight into the batch buffer.
+ *
+ * Owns nothing but the scratch buffers it is handed; pure functions of
+ * their arguments, so thread-safe with one scratch per thread.
+ */
+#include <math.h>
+#include <string.h>
+
+#include "jpegsrc.h"
+
+/* Python's round(): half to even, which nearbyint gives in the default
+ * rounding mode. */
+static double pyround(double x) { return nearbyint(x); }
+
+stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min,
+                      double scale_max, double ratio_min, double ratio_max,
+                      stk_rng *r) {
+  stk__box b;
+  double area = (double)W * H;
+  double lr0 = log(ratio_min), lr1 = log(ratio_max);
+  for (int t = 0; t < 10; t++) {
+    double target = area * (scale_min + (scale_max - scale_min) * stk_rng_uniform(r));
+    double ar = exp(lr0 + (lr1 - lr0) * stk_rng_uniform(r));
+    double wf = pyround(sqrt(target * ar)), hf = pyround(sqrt(target / ar));
+    if (wf > 0 && wf <= W && hf > 0 && hf <= H) {
+      b.w = (int32_t)wf, b.h = (int32_t)hf;
+      /* torch.randint(0, n + 1): uniform integer in [0, n] */
+      b.y = (int32_t)(stk_rng_uniform(r) * (double)(H - (uint32_t)b.h + 1));
+      b.x = (int32_t)(stk_rng_uniform(r) * (double)(W - (uint32_t)b.w + 1));
+      return b;
+    }
+  }
+  double in_ratio = (double)W / H;
+  if (in_ratio < ratio_min) {
+    b.w = (int32_t)W, b.h = (int32_t)pyround(W / ratio_min);
+  } else if (in_ratio > ratio_max) {
+    b.h = (int32_t)H, b.w = (int32_t)pyround(H * ratio_max);
+  } else {
+    b.w = (int32_t)W, b.h = (int32_t)H;
+  }
+  if (b.w < 1) b.w = 1;
+  if (b.h < 1) b.h = 1;
+  if (b.w > (int32_t)W) b.w = (int32_t)W;
+  if (b.h > (int32_t)H) b.h = (int32_t)H;
+  b.y = ((int32_t)H - b.h) / 2;
+  b.x = ((int32_t)W - b.w) / 2;
+  return b;
+}
+
+void stk__scratch_free(stk__scratch *s) {
+  /* xb and yb live inside the xw and yw blocks */
+  free(s->xw), free(s->yw), free(s->tmp), free(s->img);
+  memset(s, 0, sizeof(*s));
+}
+
+static int ensure(void **p, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 1024;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c);
+  if (!q) return -1;
+  *p = q, *cap = c;
+  return 0;
+}
+
+/* Taps of each of `out` outputs over [in0,in1) of an axis of `size`
+ * pixels: bounds[2i] first tap, bounds[2i+1] count, ksize weights each. */
+static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0,
+                  double in1, uint32_t size, uint32_t out, int *ksize_out) {
+  double scale = (in1 - in0) / out;
+  double fscale = scale < 1 ? 1 : scale;
+  double support = fscale; /* triangle filter: support 1 */
+  int ksize = (int)ceil(support) * 2 + 1;
+  size_t need = (size_t)out * (size_t)ksize * sizeof(float) +
+                (size_t)out * 2 * sizeof(int32_t);
+  if (ensure((void **)w, cap, need)) return -1;
+  *bounds = (int32_t *)(void *)((char *)*w + (size_t)out * ksize * sizeof(float));
+  for (uint32_t i = 0; i < out; i++) {
+    double center = in0 + (i + 0.5) * scale;
+    double lo = floor(center - support + 0.5), hi = floor(center + support + 0.5);
+    if (lo < 0) lo = 0;
+    if (hi > size) hi = size;
+    int xmin = (int)lo, n = hi > lo ? (int)(hi - lo) : 0;
+    if (n > ksize) n = ksize;
+    float *ww = *w + (size_t)i * ksize;
+    double sum = 0;
+    for (int k = 0; k < n; k++) {
+      double x = (k + xmin - center + 0.5) / fscale;
+      double v = x < 0 ? 1 + x : 1 - x;
+      ww[k] = v > 0 ? (float)v : 0.f;
+      sum += ww[k];
+    }
+    for (int k = 0; k < ksize; k++)
+      ww[k] = k < n && sum > 0 ? (float)(ww[k] / sum) : 0.f;
+    (*bounds)[2 * i] = xmin;
+    (*bounds)[2 * i + 1] = sum > 0 ? n : 0;
+  }
+  *ksize_out = ksize;
+  return 0;
+}
+
+int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw,
+                  uint32_t sh, double bx0, double by0, double bx1, double by1,
+                  uint32_t ow, uint32_t oh) {
+  int kx, ky;
+  if (coeffs(&s->xb, &s->xw, &s->xcap, bx0, bx1, sw, ow, &kx)) return -1;
+  if (coeffs(&s->yb, &s->yw, &s->ycap, by0, by1, sh, oh, &ky)) return -1;
+  /* rows the vertical pass touches */
+  int32_t r0 = INT32_MAX, r1 = 0;
+  for (uint32_t i = 0; i < oh; i++) {
+    int32_t a = s->yb[2 * i], n = s->yb[2 * i + 1];
+    if (!n) continue;
+    if (a < r0) r0 = a;
+    if (a + n > r1) r1 = a + n;
+  }
+  if (r1 <= r0) r0 = r1 = 0;
+  size_t rows = (size_t)(r1 - r0);
+  if (ensure((void **)&s->tmp, &s->tcap, (rows ? rows : 1) * ow * 3 * sizeof(float)) ||
+      ensure((void **)&s->img, &s->icap, (size_t)oh * ow * 3 * sizeof(float)))
+    return -1;
+  for (size_t y = 0; y < rows; y++) {
+    const uint8_t *in = src + (size_t)(r0 + (int32_t)y) * sw * 3;
+    float *o = s->tmp + y * ow * 3;
+    for (uint32_t i = 0; i < ow; i++) {
+      int32_t a = s->xb[2 * i], n = s->xb[2 * i + 1];
+      const float *w = s->xw + (size_t)i * kx;
+      const uint8_t *p = in + (size_t)a * 3;
+      float r = 0, g = 0, b = 0;
+      for (int32_t k = 0; k < n; k++, p += 3) {
+        r += w[k] * p[0];
+        g += w[k] * p[1];
+        b += w[k] * p[2];
+      }
+      o[3 * i] = r, o[3 * i + 1] = g, o[3 * i + 2] = b;
+    }
+  }
+  size_t rowlen = (size_t)ow * 3;
+  for (uint32_t j = 0; j < oh; j++) {
+    int32_t a = s->yb[2 * j], n = s->yb[2 * j + 1];
+    const float *w = s->yw + (size_t)j * ky;
+    float *o = s->img + j * rowlen;
+    memset(o, 0, rowlen * sizeof(float));
+    for (int32_t k = 0; k < n; k++) {
+      const float *t = s->tmp + (size_t)(a + k - r0) * rowlen;
+      float wk = w[k];
+      for (size_t i = 0; i < rowlen; i++) o[i] += wk * t[i];
+    }
+  }
+  return 0;
+}
+
+uint16_t stk__bf16(float f) {
+  uint32_t u;
+  memcpy(&u, &f, 4);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1); /* round to nearest even */
+  return (uint16_t)(u >> 16);
+}
+
+static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
+
+/* Store one channel row: n values from q (stride 3, reversed if flip). */
+static void store_row_f32(float *o, const float *q, uint32_t n, int flip,
+                          float a, float b) {
+  if (flip)
+    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)(n - 1 - x)] * a + b;
+  else
+    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)x] * a + b;
+}
+
+void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
+                     const stk__post *p, void *out) {
+  size_t npix = (size_t)ow * oh;
+  float *img = s->img;
+  int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
+  /* 8-bit quantization, as the PIL image torchvision resizes would be
+   * (values are >= 0 by construction of the filter, the clamp is cheap) */
+  for (size_t i = 0; i < npix * 3; i++) {
+    float v = (float)(int)(img[i] + 0.5f);
+    img[i] = v > 255 ? 255 : v < 0 ? 0 : v;
+  }
+  if (jitter) {
+    /* Fixed order brightness, contrast, saturation, on the 0..1 scale
+     * (torchvision's tensor formulas; it also shuffles the order). */
+    for (size_t i = 0; i < npix * 3; i++)
+      img[i] = clamp01(img[i] * (1.f / 255.f) * p->bright);
+    if (p->contrast != 1) {
+      double m = 0;
+      for (size_t i = 0; i < npix; i++)
+        m += 0.299 * img[3 * i] + 0.587 * img[3 * i + 1] + 0.114 * img[3 * i + 2];
+      float mean = (float)(m / (double)npix);
+      for (size_t i = 0; i < npix * 3; i++)
+        img[i] = clamp01(mean + p->contrast * (img[i] - mean));
+    }
+    if (p->satur != 1)
+      for (size_t i = 0; i < npix; i++) {
+        float *q = img + 3 * i;
+        float g = 0.299f * q[0] + 0.587f * q[1] + 0.114f * q[2];
+        for (int c = 0; c < 3; c++) q[c] = clamp01(g + p->satur * (q[c] - g));
+      }
+    for (size_t i = 0; i < npix * 3; i++) img[i] = (float)(int)(img[i] * 255.f + 0.5f);
+  }
+  float a[3], b[3];
+  for (int c = 0; c < 3; c++) {
+    a[c] = 1.f / (255.f * p->std[c]);
+    b[c] = -p->mean[c] / p->std[c];
+  }
+  int flip = p->flip;
+  for (uint32_t y = 0; y < oh; y++) {
+    const float *row = img + (size_t)y * ow * 3;
+    if (p->layout == STK_LAYOUT_NCHW) {
+      for (int c = 0; c < 3; c++) {
+        size_t at = ((size_t)c * oh + y) * ow;
+        const float *q = row + c;
+        if (p->dtype == STK_DTYPE_FLOAT32) {
+          store_row_f32((float *)out + at, q, ow, flip, a[c], b[c]);
+        } else if (p->dtype == STK_DTYPE_UINT8) {
+          uint8_t *o = (uint8_t *)out + at;
+          for (uint32_t x = 0; x < ow; x++)
+            o[x] = (uint8_t)q[3 * (size_t)(flip ? ow - 1 - x : x)];
+        } else {
+          uint16_t *o = (uint16_t *)out + at;
+          for (uint32_t x = 0; x < ow; x++)
+            o[x] = stk__bf16(q[3 * (size_t)(flip ? ow - 1 - x : x)] * a[c] + b[c]);
+        }
+      }
+    } else {
+      for (uint32_t x = 0; x < ow; x++) {
+        const float *q = row + 3 * (size_t)(flip ? ow - 1 - x : x);
+        size_t at = ((size_t)y * ow + x) * 3;
+        for (int c = 0; c < 3; c++) {
+          if (p->dtype == STK_DTYPE_UINT8)
+            ((uint8_t *)out)[at + c] = (uint8_t)q[c];
+          else if (p->dtype == STK_DTYPE_FLOAT32)
+            ((float *)out)[at + c] = q[c] * a[c] + b[c];
+          else
+            ((uint16_t *)out)[at + c] = stk__bf16(q[c] * a[c] + b[c]);
+        }
+      }
+    }
+  }
+}

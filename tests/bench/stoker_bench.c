@@ -1,0 +1,32 @@
+/* stoker_bench.c - `stoker-bench`, one binary for the in-tree benchmarks:
+ * a table of subcommands {name, main, help}. Each subcommand prints its
+ * figures and a baseline measured in the same run. */
+#include <stdio.h>
+#include <string.h>
+
+int bench_augment_main(int argc, char **argv);
+
+static const struct {
+  const char *name;
+  int (*main)(int argc, char **argv);
+  const char *help;
+} commands[] = {
+    {"augment", bench_augment_main,
+     "RandomResizedCrop(224)+flip+Normalize images/s vs full decode and torchvision"},
+};
+
+static int usage(FILE *f) {
+  fprintf(f, "usage: stoker-bench COMMAND [ARGS] (COMMAND --help for its options)\n");
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+  return f == stdout ? 0 : 2;
+}
+
+int main(int argc, char **argv) {
+  if (argc < 2) return usage(stderr);
+  if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) return usage(stdout);
+  for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
+    if (!strcmp(argv[1], commands[i].name)) return commands[i].main(argc - 1, argv + 1);
+  fprintf(stderr, "stoker-bench: unknown command %s\n", argv[1]);
+  return usage(stderr);
+}

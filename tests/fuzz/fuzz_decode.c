@@ -1,0 +1,52 @@
+/* fuzz_decode.c - libFuzzer target for the decode path: header checks,
+ * RandomResizedCrop box, ROI decode at a DCT scale, antialiased resample
+ * and the float32 store, plus a full-size decode. Any input must come back
+ * with a status, never a crash, leak or undefined behaviour.
+ *
+ * Built as a libFuzzer binary with clang and STOKER_FUZZ=ON; always built
+ * as a replay program (replay_main.c) that ctest runs over the corpus.
+ */
+#include <stdint.h>
+#include <string.h>
+
+#include "jpegsrc.h"
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
+  static stk__decoder *d;
+  static stk__scratch sc;
+  static float out[32 * 32 * 3];
+  if (!d) {
+    stk_limits l;
+    memset(&l, 0, sizeof(l));
+    l.max_file_bytes = 1 << 20;
+    l.max_pixels = 4u << 20;
+    l.max_dimension = 8192;
+    l.max_scans = 100;
+    l.max_decoder_bytes = 64u << 20;
+    if (stk__decoder_create(&d, &l)) return 0;
+  }
+  uint32_t w, h;
+  if (stk__decoder_header(d, data, size, &w, &h, NULL, 0) != STK_OK) return 0;
+  stk_rng r;
+  stk_rng_init(&r, size, 0, data[size / 2]);
+  stk__box b = stk__rrc_box(w, h, 0.08, 1, 0.75, 4.0 / 3, &r);
+  uint32_t ow = 1 + (data[size - 3] & 31), oh = 1 + (data[size - 4] & 31);
+  stk__roi roi;
+  if (stk__decoder_roi(d, b.x, b.y, b.x + b.w, b.y + b.h, ow, oh, data[2] & 3, 8,
+                       data[1] & 1, &roi, NULL, 0) == STK_OK) {
+    if (stk__resample(&sc, roi.px, roi.w, roi.h, b.x * roi.sx - roi.x0,
+                      b.y * roi.sy - roi.y0, (b.x + b.w) * roi.sx - roi.x0,
+                      (b.y + b.h) * roi.sy - roi.y0, ow, oh) == 0) {
+      stk__post p = {data[3] & 1, 1.2f, 0.8f, 1.1f, STK_DTYPE_FLOAT32,
+                     STK_LAYOUT_NCHW, {0.5f, 0.5f, 0.5f}, {0.25f, 0.25f, 0.25f}};
+      stk__post_store(&sc, ow, oh, &p, out);
+    }
+  }
+  if (stk__decoder_header(d, data, size, &w, &h, NULL, 0) == STK_OK) {
+    stk__roi full;
+    stk__decoder_full(d, &full, NULL, 0);
+  }
+  return 0;
+}

@@ -1,0 +1,66 @@
+/* aug_probe.c - helper of test_aug_parity.py, exposing what the Python
+ * side compares with torchvision:
+ *   aug_probe boxes W H N SEED   RandomResizedCrop boxes "x y w h" of
+ *                                samples 0..N-1 (epoch 0), default params
+ *   aug_probe eval ROOT DATASET OUT
+ *                                Resize(256)+CenterCrop(224)+Normalize,
+ *                                float32 NCHW, every sample of an
+ *                                ImageFolder dataset: OUT holds per sample
+ *                                int64 index + 3*224*224 float32
+ */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "jpegsrc.h"
+#include "util.h"
+
+int main(int argc, char **argv) {
+  if (argc == 6 && !strcmp(argv[1], "boxes")) {
+    uint32_t W = (uint32_t)atoi(argv[2]), H = (uint32_t)atoi(argv[3]);
+    long n = atol(argv[4]);
+    uint64_t seed = strtoull(argv[5], NULL, 10);
+    for (long i = 0; i < n; i++) {
+      stk_rng r;
+      stk_rng_init(&r, seed, 0, (uint64_t)i);
+      stk__box b = stk__rrc_box(W, H, 0.08, 1.0, 3.0 / 4, 4.0 / 3, &r);
+      printf("%d %d %d %d\n", b.x, b.y, b.w, b.h);
+    }
+    return 0;
+  }
+  if (argc == 5 && !strcmp(argv[1], "eval")) {
+    stk_job_spec s;
+    tu_spec(&s, STK_SOURCE_IMAGEFOLDER, argv[3], STK_PIPELINE_EVAL,
+            STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW, 1, 224);
+    s.resize = 256;
+    s.epochs = 1;
+    stk_dataset *ds;
+    stk_builder *b;
+    char err[256];
+    if (stk_dataset_open(&s, argv[2], NULL, &ds, err, sizeof(err)) ||
+        stk_builder_create(ds, &s, &b, err, sizeof(err))) {
+      fprintf(stderr, "%s\n", err);
+      return 1;
+    }
+    stk_batch_layout L;
+    stk_batch_layout_of(&s, &L);
+    uint8_t *buf = malloc(L.total_bytes);
+    FILE *f = fopen(argv[4], "wb");
+    for (uint64_t st = 0; st < stk_dataset_size(ds); st++) {
+      stk_build_info info;
+      if (stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info) || info.substituted) {
+        fprintf(stderr, "build %llu failed\n", (unsigned long long)st);
+        return 1;
+      }
+      fwrite(buf + L.tensors[STK_TENSOR_INDEX].offset, 8, 1, f);
+      fwrite(buf + L.tensors[STK_TENSOR_IMAGE].offset, 1, L.tensors[0].nbytes, f);
+    }
+    fclose(f);
+    free(buf);
+    stk_builder_destroy(b);
+    stk_dataset_close(ds);
+    return 0;
+  }
+  fprintf(stderr, "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT\n");
+  return 2;
+}

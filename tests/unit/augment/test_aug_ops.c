@@ -1,0 +1,229 @@
+/* test_aug_ops.c - each image op against an independent reference:
+ * RandomResizedCrop's box rule (bounds, the center fallback, determinism
+ * per (seed, epoch, index)), antialiased resampling against a float64
+ * implementation of the same filter, flip and normalize exactness,
+ * bfloat16 rounding, and ROI decode against full decode + crop
+ * (baseline, progressive, grayscale and CMYK inputs).
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "gen.h"
+#include "jpegsrc.h"
+
+static void test_rrc(void) {
+  int fallbacks = 0;
+  for (uint64_t i = 0; i < 2000; i++) {
+    stk_rng r, r2;
+    stk_rng_init(&r, 5, 1, i);
+    stk_rng_init(&r2, 5, 1, i);
+    uint32_t W = 50 + (uint32_t)(i * 37 % 500), H = 50 + (uint32_t)(i * 91 % 400);
+    stk__box b = stk__rrc_box(W, H, 0.08, 1, 3.0 / 4, 4.0 / 3, &r);
+    stk__box c = stk__rrc_box(W, H, 0.08, 1, 3.0 / 4, 4.0 / 3, &r2);
+    CHECK(!memcmp(&b, &c, sizeof(b)));
+    CHECK(b.x >= 0 && b.y >= 0 && b.w >= 1 && b.h >= 1);
+    CHECK(b.x + b.w <= (int32_t)W && b.y + b.h <= (int32_t)H);
+  }
+  /* impossible tries -> center fallback, torchvision's arithmetic */
+  stk_rng r;
+  stk_rng_init(&r, 1, 0, 0);
+  stk__box b = stk__rrc_box(300, 300, 1, 1, 3, 4, &r);
+  CHECK(b.w == 300 && b.h == 100 && b.x == 0 && b.y == 100);
+  stk_rng_init(&r, 1, 0, 0);
+  b = stk__rrc_box(300, 300, 1, 1, 0.25, 0.5, &r);
+  CHECK(b.h == 300 && b.w == 150 && b.x == 75 && b.y == 0);
+  stk_rng_init(&r, 1, 0, 0);
+  b = stk__rrc_box(301, 100, 1, 1, 0.9, 1.1, &r); /* ratio 3.01 > 1.1 */
+  CHECK(b.h == 100 && b.w == 110 && b.x == 95 && b.y == 0);
+  (void)fallbacks;
+}
+
+/* float64 reference of the antialiased triangle filter over a box */
+static double tri(double x) {
+  x = fabs(x);
+  return x < 1 ? 1 - x : 0;
+}
+static void ref_weights(double in0, double in1, int size, int out, int i,
+                        double *w, int *lo, int *n) {
+  double scale = (in1 - in0) / out, fs = scale < 1 ? 1 : scale;
+  double center = in0 + (i + 0.5) * scale;
+  int a = (int)floor(center - fs + 0.5), b = (int)floor(center + fs + 0.5);
+  if (a < 0) a = 0;
+  if (b > size) b = size;
+  double sum = 0;
+  for (int k = a; k < b; k++) sum += w[k - a] = tri((k - center + 0.5) / fs);
+  for (int k = a; k < b; k++) w[k - a] /= sum;
+  *lo = a, *n = b - a;
+}
+
+static void test_resample(void) {
+  enum { SW = 173, SH = 131 };
+  uint8_t *src = malloc(SW * SH * 3);
+  stk__gen_image(src, SW, SH, 3, 99);
+  stk__scratch sc;
+  memset(&sc, 0, sizeof(sc));
+  struct { double x0, y0, x1, y1; uint32_t ow, oh; } cases[] = {
+      {0, 0, SW, SH, 64, 48},       /* downscale */
+      {10.5, 7.25, 90.5, 100, 40, 40},
+      {20, 20, 50, 40, 96, 64},     /* upscale */
+      {0, 0, SW, SH, SW, SH},       /* identity */
+      {3, 1, 170, 130, 17, 111},    /* mixed */
+  };
+  double wx[1024], wy[1024];
+  for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+    uint32_t ow = cases[t].ow, oh = cases[t].oh;
+    CHECK(stk__resample(&sc, src, SW, SH, cases[t].x0, cases[t].y0, cases[t].x1,
+                        cases[t].y1, ow, oh) == 0);
+    double maxd = 0;
+    for (uint32_t y = 0; y < oh; y++) {
+      int ya, yn;
+      ref_weights(cases[t].y0, cases[t].y1, SH, (int)oh, (int)y, wy, &ya, &yn);
+      for (uint32_t x = 0; x < ow; x++) {
+        int xa, xn;
+        ref_weights(cases[t].x0, cases[t].x1, SW, (int)ow, (int)x, wx, &xa, &xn);
+        for (int c = 0; c < 3; c++) {
+          double v = 0;
+          for (int j = 0; j < yn; j++)
+            for (int i = 0; i < xn; i++)
+              v += wy[j] * wx[i] * src[((size_t)(ya + j) * SW + xa + i) * 3 + c];
+          double d = fabs(v - sc.img[((size_t)y * ow + x) * 3 + c]);
+          if (d > maxd) maxd = d;
+        }
+      }
+    }
+    if (maxd > 0.01) fprintf(stderr, "case %zu: max diff %g\n", t, maxd);
+    CHECK(maxd <= 0.01);
+  }
+  /* identity resampling returns the source exactly after quantization */
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
+  uint8_t *out = malloc(SW * SH * 3);
+  stk__post p = {0, 1, 1, 1, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, {0}, {1, 1, 1}};
+  stk__post_store(&sc, SW, SH, &p, out);
+  CHECK(memcmp(out, src, SW * SH * 3) == 0);
+  /* flip is an exact mirror */
+  uint8_t *fl = malloc(SW * SH * 3);
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
+  p.flip = 1;
+  stk__post_store(&sc, SW, SH, &p, fl);
+  int bad = 0;
+  for (int y = 0; y < SH; y++)
+    for (int x = 0; x < SW; x++)
+      bad += memcmp(fl + ((size_t)y * SW + x) * 3,
+                    src + ((size_t)y * SW + SW - 1 - x) * 3, 3) != 0;
+  CHECK(bad == 0);
+  /* normalize: float32 NCHW = (v/255 - mean)/std within float rounding */
+  float *f = malloc(sizeof(float) * SW * SH * 3);
+  stk__post q = {0, 1, 1, 1, STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW,
+                 {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
+  stk__post_store(&sc, SW, SH, &q, f);
+  double maxe = 0;
+  for (int c = 0; c < 3; c++)
+    for (int i = 0; i < SW * SH; i++) {
+      double want = (src[i * 3 + c] / 255.0 - q.mean[c]) / q.std[c];
+      double e = fabs(f[c * SW * SH + i] - want);
+      if (e > maxe) maxe = e;
+    }
+  CHECK(maxe < 1e-5);
+  /* jitter with factors 1 is the identity; brightness 0.5 halves */
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
+  stk__post jb = {0, 0.5f, 1, 1, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, {0}, {1, 1, 1}};
+  stk__post_store(&sc, SW, SH, &jb, out);
+  bad = 0;
+  for (int i = 0; i < SW * SH * 3; i++) bad += abs(out[i] - (int)floor(src[i] * 0.5 + 0.5)) > 1;
+  CHECK(bad == 0);
+  free(f), free(fl), free(out), free(src);
+  stk__scratch_free(&sc);
+}
+
+static void test_bf16(void) {
+  CHECK(stk__bf16(1.0f) == 0x3f80);
+  CHECK(stk__bf16(-2.0f) == 0xc000);
+  float x;
+  uint32_t u = 0x3f808000; /* exactly half way: rounds to even (0x3f80) */
+  memcpy(&x, &u, 4);
+  CHECK(stk__bf16(x) == 0x3f80);
+  u = 0x3f818000; /* half way, odd below: rounds up */
+  memcpy(&x, &u, 4);
+  CHECK(stk__bf16(x) == 0x3f82);
+}
+
+static stk_limits lims(void) {
+  stk_limits l;
+  memset(&l, 0, sizeof(l));
+  l.max_file_bytes = 64 << 20, l.max_pixels = 100000000, l.max_dimension = 32768;
+  l.max_scans = 500, l.max_decoder_bytes = 512 << 20;
+  return l;
+}
+
+/* ROI decode equals full decode + crop (same scale) up to upsampling at
+ * the crop edges. */
+static void test_roi(void) {
+  enum { W = 333, H = 257 };
+  uint8_t *rgb = malloc(W * H * 3);
+  stk__gen_image(rgb, W, H, 2, 5);
+  stk_limits l = lims();
+  stk__decoder *d;
+  CHECK(stk__decoder_create(&d, &l) == STK_OK);
+  for (int kind = 0; kind < 4; kind++) {
+    uint8_t *jpg;
+    size_t len;
+    int color = kind == 2 ? STK__GEN_GRAY : kind == 3 ? STK__GEN_CMYK : STK__GEN_RGB;
+    CHECK(stk__encode_jpeg(rgb, W, H, color, 90, kind == 1, &jpg, &len) == 0);
+    for (int s = 8; s >= 3; s -= 5) {
+      uint32_t w, h;
+      stk__roi full, roi;
+      CHECK(stk__decoder_header(d, jpg, len, &w, &h, NULL, 0) == STK_OK);
+      CHECK(w == W && h == H);
+      /* full decode at scale s: a box of the whole image */
+      CHECK(stk__decoder_roi(d, 0, 0, W, H, W * s / 8, H * s / 8, 0, 8, 0, &full, NULL, 0) == STK_OK);
+      CHECK(full.scale_num == s);
+      size_t fw = full.w, fh = full.h;
+      uint8_t *copy = malloc(fw * fh * 3);
+      memcpy(copy, full.px, fw * fh * 3);
+      CHECK(stk__decoder_header(d, jpg, len, &w, &h, NULL, 0) == STK_OK);
+      CHECK(stk__decoder_roi(d, 101, 77, 260, 200, 159 * s / 8, 123 * s / 8, 0, 8, 0, &roi, NULL, 0) == STK_OK);
+      CHECK(roi.scale_num == full.scale_num);
+      CHECK(roi.w >= (uint32_t)ceil(159 * roi.sx) && roi.h >= (uint32_t)ceil(123 * roi.sy));
+      double sum = 0;
+      int maxd = 0;
+      for (uint32_t y = 0; y < roi.h; y++)
+        for (uint32_t x = 0; x < roi.w * 3; x++) {
+          int a = roi.px[(size_t)y * roi.w * 3 + x];
+          int b = copy[((size_t)(y + (uint32_t)roi.y0) * fw + (uint32_t)roi.x0) * 3 + x];
+          int dd = abs(a - b);
+          sum += dd;
+          if (dd > maxd) maxd = dd;
+        }
+      double mean = sum / (roi.w * roi.h * 3.0);
+      if (mean > 0.05 || maxd > 32)
+        fprintf(stderr, "kind %d scale %d: mean %g max %d\n", kind, s, mean, maxd);
+      CHECK(mean <= 0.05 && maxd <= 32); /* chroma upsampling at crop edges */
+      /* color conversion: gray is R=G=B; CMYK and RGB close to the source */
+      if (s == 8) {
+        double e = 0;
+        for (size_t i = 0; i < fw * fh; i++) {
+          if (kind == 2) CHECK(copy[3 * i] == copy[3 * i + 1] && copy[3 * i] == copy[3 * i + 2]);
+          if (kind != 2) e += abs(copy[3 * i] - rgb[3 * i]);
+        }
+        if (kind != 2 && e / (fw * fh) >= 12) fprintf(stderr, "kind %d err %g\n", kind, e / (fw * fh));
+        if (kind != 2) CHECK(e / (fw * fh) < 12);
+      }
+      free(copy);
+    }
+    free(jpg);
+  }
+  stk__decoder_destroy(d);
+  free(rgb);
+}
+
+int main(void) {
+  test_rrc();
+  test_resample();
+  test_bf16();
+  test_roi();
+  CHECK_DONE();
+}
