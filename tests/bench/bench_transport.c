@@ -151,7 +151,7 @@ static int find_binary(const char *name, char *out, size_t len) {
     if (slash) *slash = 0;
     const char *rel[] = {"", "/../../server", "/../server"};
     for (int i = 0; i < 3; i++) {
-      snprintf(out, len, "%s%s/%s", self, rel[i], name);
+      if (snprintf(out, len, "%s%s/%s", self, rel[i], name) >= (int)len) continue;
       if (access(out, X_OK) == 0) return 0;
     }
   }

@@ -5,6 +5,7 @@
 #include <string.h>
 
 int bench_augment_main(int argc, char **argv);
+int bench_transport_main(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -13,6 +14,8 @@ static const struct {
 } commands[] = {
     {"augment", bench_augment_main,
      "RandomResizedCrop(224)+flip+Normalize images/s vs full decode and torchvision"},
+    {"transport", bench_transport_main,
+     "worker -> client batch stream GB/s and CPU s/GB vs one raw TCP stream"},
 };
 
 static int usage(FILE *f) {

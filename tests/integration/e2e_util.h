@@ -30,7 +30,7 @@ typedef struct rank_run {
   struct timespec finished_at;
 } rank_run;
 
-static void *rank_main(void *arg) {
+static inline void *rank_main(void *arg) {
   rank_run *r = arg;
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", r->port);
@@ -95,7 +95,7 @@ static void *rank_main(void *arg) {
   return NULL;
 }
 
-static double ts_diff_s(struct timespec a, struct timespec b) {
+static inline double ts_diff_s(struct timespec a, struct timespec b) {
   return (double)(a.tv_sec - b.tv_sec) + (a.tv_nsec - b.tv_nsec) / 1e9;
 }
 
