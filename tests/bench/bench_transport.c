@@ -197,13 +197,26 @@ static int wait_exit(pid_t pid, double timeout_s) {
   return -1;
 }
 
+static double median(double *v, int n) {
+  double t[16];
+  memcpy(t, v, sizeof(double) * (size_t)n);
+  for (int i = 1; i < n; i++)
+    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
+      double x = t[j];
+      t[j] = t[j - 1], t[j - 1] = x;
+    }
+  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
+}
+
 static void usage(FILE *f) {
   fprintf(f,
           "usage: stoker-bench transport [options]\n"
           "  One stoker-worker streams 256x3x224x224 uint8 synthetic batches to\n"
           "  libstoker over loopback; one plain TCP stream moving the same bytes is\n"
           "  measured in the same run as the limit. Prints GB/s, CPU s/GB, ratio.\n"
-          "  --batches N     batches to time (default 40, after 3 warm-up)\n"
+          "  --batches N     batches per round (default 40, after 3 warm-up)\n"
+          "  --rounds R      alternating raw-TCP / stoker rounds, medians\n"
+          "                  reported (default 3, at most 15)\n"
           "  --batch-size B  samples per batch (default 256)\n"
           "  --threads T     worker builder threads (default 2)\n"
           "  --prefetch P    client outstanding requests (default 4)\n"
@@ -212,13 +225,14 @@ static void usage(FILE *f) {
 }
 
 int bench_transport_main(int argc, char **argv) {
-  int batches = 40, bs = 256, threads = 2, prefetch = 4;
+  int batches = 40, bs = 256, threads = 2, prefetch = 4, rounds = 3;
   const char *bindir = NULL;
   static const struct option opts[] = {{"batches", 1, 0, 'n'},
                                        {"batch-size", 1, 0, 'b'},
                                        {"threads", 1, 0, 't'},
                                        {"prefetch", 1, 0, 'p'},
                                        {"bindir", 1, 0, 'd'},
+                                       {"rounds", 1, 0, 'r'},
                                        {"help", 0, 0, 'h'},
                                        {0, 0, 0, 0}};
   int c;
@@ -230,18 +244,20 @@ int bench_transport_main(int argc, char **argv) {
     case 't': threads = atoi(optarg); break;
     case 'p': prefetch = atoi(optarg); break;
     case 'd': bindir = optarg; break;
+    case 'r': rounds = atoi(optarg); break;
     case 'h': usage(stdout); return 0;
     default: usage(stderr); return 2;
     }
   }
-  if (batches < 1 || bs < 1 || threads < 1 || prefetch < 1) {
+  if (batches < 1 || bs < 1 || threads < 1 || prefetch < 1 || rounds < 1 ||
+      rounds > 15) {
     usage(stderr);
     return 2;
   }
   stk_job_spec spec;
   stk_job_spec_defaults(&spec);
   spec.batch_size = (uint32_t)bs;
-  spec.num_samples = (uint64_t)(batches + 3) * bs;
+  spec.num_samples = (uint64_t)(rounds * batches + 3) * bs;
   snprintf(spec.name, sizeof spec.name, "bench-transport");
   stk_batch_layout L;
   stk_batch_layout_of(&spec, &L);
@@ -249,20 +265,13 @@ int bench_transport_main(int argc, char **argv) {
   printf("transport: %d batches of %ux3x224x224 uint8 (%.1f MB each), loopback, %ld cores\n",
          batches, spec.batch_size, L.total_bytes / 1e6, sysconf(_SC_NPROCESSORS_ONLN));
 
-  double tcp_gbps, tcp_s, tcp_r;
-  if (raw_tcp(total, L.total_bytes, &tcp_gbps, &tcp_s, &tcp_r)) {
-    fprintf(stderr, "raw TCP measurement failed\n");
-    return 1;
-  }
-  printf("  raw TCP, 1 stream : %6.2f GB/s   sender %.3f CPU s/GB, receiver %.3f CPU s/GB\n",
-         tcp_gbps, tcp_s, tcp_r);
-
   /* In-process cost of what the worker does besides the wire. */
   {
     stk_dataset *ds;
     stk_builder *b;
     char err[256];
     void *buf = malloc(L.total_bytes);
+    memset(buf, 0, L.total_bytes); /* fault the pages in: measure the build */
     if (stk_dataset_open(&spec, NULL, NULL, &ds, err, sizeof err) ||
         stk_builder_create(ds, &spec, &b, err, sizeof err)) {
       fprintf(stderr, "builder: %s\n", err);
@@ -335,32 +344,52 @@ int bench_transport_main(int argc, char **argv) {
     fprintf(stderr, "client: %s\n", err);
     goto out;
   }
-  double t0 = 0, cpu_c0 = 0, cpu_w0 = 0;
-  uint64_t got = 0;
-  for (int i = 0; i < batches + 3; i++) {
-    if (i == 3) {
-      t0 = now_s();
-      cpu_c0 = self_cpu_s();
-      cpu_w0 = proc_cpu_s(wpid);
-    }
+  /* Warm up (connections, page faults of the buffers), then alternate:
+   * a raw TCP round, a stoker round. Medians of the rounds are reported,
+   * so a noisy neighbour hurts both sides alike. */
+  double raw_g[16], raw_s[16], raw_r[16], stk_g[16], stk_w[16], stk_c[16];
+  for (int i = 0; i < 3; i++) {
     stk_batch *b;
-    int s = stk_client_next(cl, &b);
-    if (s != STK_OK) {
-      fprintf(stderr, "next: %s: %s\n", stk_strerror(s), stk_client_error(cl));
+    if (stk_client_next(cl, &b) != STK_OK) {
+      fprintf(stderr, "next: %s\n", stk_client_error(cl));
       goto out;
     }
-    size_t len;
-    stk_batch_payload(b, &len);
-    if (i >= 3) got += len;
     stk_batch_release(b);
   }
-  double dt = now_s() - t0;
-  double cpu_c = self_cpu_s() - cpu_c0, cpu_w = proc_cpu_s(wpid) - cpu_w0;
-  double gb = got / 1e9, gbps = gb / dt;
+  for (int round = 0; round < rounds; round++) {
+    if (raw_tcp(total, L.total_bytes, &raw_g[round], &raw_s[round], &raw_r[round])) {
+      fprintf(stderr, "raw TCP measurement failed\n");
+      goto out;
+    }
+    double t0 = now_s(), cpu_c0 = self_cpu_s(), cpu_w0 = proc_cpu_s(wpid);
+    uint64_t got = 0;
+    for (int i = 0; i < batches; i++) {
+      stk_batch *b;
+      int s = stk_client_next(cl, &b);
+      if (s != STK_OK) {
+        fprintf(stderr, "next: %s: %s\n", stk_strerror(s), stk_client_error(cl));
+        goto out;
+      }
+      size_t len;
+      stk_batch_payload(b, &len);
+      got += len;
+      stk_batch_release(b);
+    }
+    double dt = now_s() - t0, gb = got / 1e9;
+    stk_g[round] = gb / dt;
+    stk_w[round] = (proc_cpu_s(wpid) - cpu_w0) / gb;
+    stk_c[round] = (self_cpu_s() - cpu_c0) / gb;
+    printf("  round %d: raw TCP %5.2f GB/s | stoker %5.2f GB/s (worker %.3f, client %.3f CPU s/GB)\n",
+           round + 1, raw_g[round], stk_g[round], stk_w[round], stk_c[round]);
+  }
+  double rg = median(raw_g, rounds), sg = median(stk_g, rounds);
+  printf("median of %d rounds:\n", rounds);
+  printf("  raw TCP, 1 stream : %6.2f GB/s   sender %.3f CPU s/GB, receiver %.3f CPU s/GB\n",
+         rg, median(raw_s, rounds), median(raw_r, rounds));
   printf("  stoker, 1 worker  : %6.2f GB/s   worker %.3f CPU s/GB, client %.3f CPU s/GB"
          " (%.1f batches/s)\n",
-         gbps, cpu_w / gb, cpu_c / gb, batches / dt);
-  printf("  ratio stoker / raw TCP: %.2f (target >= 0.50)\n", gbps / tcp_gbps);
+         sg, median(stk_w, rounds), median(stk_c, rounds), sg * 1e9 / L.total_bytes);
+  printf("  ratio stoker / raw TCP: %.2f (target >= 0.50)\n", sg / rg);
   stk_client_finish(cl, 1);
   rc = 0;
 out:
