@@ -91,7 +91,7 @@ void stk_job_spec_defaults(stk_job_spec *s) {
   memset(s, 0, sizeof(*s));
   snprintf(s->name, sizeof(s->name), "job");
   s->source = STK_SOURCE_SYNTHETIC;
-  s->num_samples = 1024;
+  s->num_samples = 0; /* files: from the index; synthetic must say */
   s->pipeline = STK_PIPELINE_RAW;
   s->height = s->width = 224;
   s->channels = 3;
@@ -358,7 +358,8 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
       VFAIL("the synthetic source supports pipeline = raw only");
     if (s->dtype != STK_DTYPE_UINT8)
       VFAIL("pipeline = raw produces uint8 images (convert on the client)");
-    if (s->num_samples == 0) VFAIL("synthetic source needs num_samples > 0");
+    if (s->num_samples == 0)
+      VFAIL("the synthetic source needs num_samples (how many samples to make)");
     if (s->num_classes == 0) VFAIL("num_classes must be > 0");
     if (s->synthetic_cost_us > 10000000)
       VFAIL("synthetic_cost_us above 10 s per sample");

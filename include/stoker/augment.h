@@ -76,7 +76,8 @@ typedef struct stk_job_spec {
   uint8_t reserved[256];
 } stk_job_spec;
 
-/* Fill *spec with the defaults (synthetic, 1024 samples, raw 3x224x224
+/* Fill *spec with the defaults (synthetic with num_samples 0, which the
+ * caller must set for synthetic jobs; raw 3x224x224
  * uint8 NCHW, B=32, W=1, seed 0, 1 epoch, drop_last, ImageNet mean/std).
  * Thread-safe. */
 STK_EXPORT void stk_job_spec_defaults(stk_job_spec *spec);

@@ -137,6 +137,9 @@ static void test_spec_roundtrip(void) {
   stk_job_spec a, b;
   stk_job_spec_defaults(&a);
   char err[256];
+  CHECK(stk_job_spec_validate(&a, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "num_samples") != NULL);
+  a.num_samples = 1000;
   CHECK(stk_job_spec_set(&a, "batch_size", "17", err, sizeof err) == STK_OK);
   CHECK(stk_job_spec_set(&a, "mean", "0.5,0.25,0.125", err, sizeof err) == STK_OK);
   CHECK(stk_job_spec_set(&a, "drop_last", "false", err, sizeof err) == STK_OK);
