@@ -82,9 +82,10 @@ for i in 1 2; do
 done
 echo "== 2 workers started (1 builder thread each; logs in $WORK)"
 
-echo "== 2 training ranks, $EPOCHS epochs, ${STEP_MS} ms simulated step; rank 0's progress:"
+echo "== 2 training ranks, $EPOCHS epochs, ${STEP_MS} ms simulated step (rank 1 verifies every batch); rank 0's progress:"
+# Rank 1 also rebuilds every batch in-process and compares it byte for byte.
 "$B/examples/stoker-train-loop" --coordinator "$ADDR" --rank 1 --world-size 2 \
-  --step-ms "$STEP_MS" >"$WORK/rank1.out" 2>&1 &
+  --step-ms "$STEP_MS" --verify --data-root "$WORK/data" >"$WORK/rank1.out" 2>&1 &
 R1=$!; PIDS+=("$R1")
 set +e
 "$B/examples/stoker-train-loop" --coordinator "$ADDR" --rank 0 --world-size 2 \
@@ -94,16 +95,19 @@ wait "$R1"; R1_RC=$?
 echo "== rank 1:"; sed 's/^/   /' "$WORK/rank1.out"
 
 # Both ranks called finish: the coordinator now shuts the workers down.
-wait_rc() { # pid seconds -> exit code, or "timeout"
+# Wait (bounded) for a child; its exit code lands in RC ("timeout" if it
+# did not exit). No $(...): a subshell cannot wait for our children.
+wait_rc() {
   local pid=$1 t=$2
+  RC=timeout
   for _ in $(seq $((t * 10))); do
-    if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; echo $?; return; fi
+    if ! kill -0 "$pid" 2>/dev/null; then wait "$pid"; RC=$?; return; fi
     sleep 0.1
   done
-  echo timeout
 }
-W1_RC=$(wait_rc "${WORKERS[0]}" 15); W2_RC=$(wait_rc "${WORKERS[1]}" 15)
-C_RC=$(wait_rc "$COORD" 15)
+wait_rc "${WORKERS[0]}" 15; W1_RC=$RC
+wait_rc "${WORKERS[1]}" 15; W2_RC=$RC
+wait_rc "$COORD" 15; C_RC=$RC
 set -e
 echo "== exit status: coordinator=$C_RC worker1=$W1_RC worker2=$W2_RC rank0=$R0_RC rank1=$R1_RC"
 grep -h "stats" "$WORK/worker1.log" | tail -n 1 | sed 's/^/   worker1 last stats: /' || true
