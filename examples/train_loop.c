@@ -162,12 +162,13 @@ int main(int argc, char **argv) {
   stk_client_stats(c, &s);
   printf("summary rank %u: batches %llu  GB %.3f  %.1f batches/s  %.1f MB/s  stall %.1f%%"
          "  reissued %llu  duplicates %llu  crc_errors %llu  verify_failures %llu%s"
-         "  order_failures %llu\n",
+         "  order_failures %llu  substituted_samples %llu\n",
          cfg.rank, (unsigned long long)batches, bytes / 1e9, dt > 0 ? batches / dt : 0,
          dt > 0 ? bytes / dt / 1e6 : 0, 100 * s.stall_fraction,
          (unsigned long long)s.reissued, (unsigned long long)s.duplicates,
          (unsigned long long)s.crc_errors, (unsigned long long)verify_fail,
-         verify ? "" : " (not verified)", (unsigned long long)order_fail);
+         verify ? "" : " (not verified)", (unsigned long long)order_fail,
+         (unsigned long long)s.substituted);
   if (s.workers_needed > 0)
     printf("input-bound: about %.1f workers would remove the stall (now %u)\n",
            s.workers_needed, s.workers_alive);
