@@ -143,10 +143,16 @@ int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw,
   for (uint32_t j = 0; j < oh; j++) {
     int32_t a = s->yb[2 * j], n = s->yb[2 * j + 1];
     const float *w = s->yw + (size_t)j * ky;
-    float *o = s->img + j * rowlen;
-    memset(o, 0, rowlen * sizeof(float));
-    for (int32_t k = 0; k < n; k++) {
-      const float *t = s->tmp + (size_t)(a + k - r0) * rowlen;
+    float *restrict o = s->img + j * rowlen;
+    if (!n) {
+      memset(o, 0, rowlen * sizeof(float));
+      continue;
+    }
+    const float *restrict t0 = s->tmp + (size_t)(a - r0) * rowlen;
+    float w0 = w[0];
+    for (size_t i = 0; i < rowlen; i++) o[i] = w0 * t0[i];
+    for (int32_t k = 1; k < n; k++) {
+      const float *restrict t = s->tmp + (size_t)(a + k - r0) * rowlen;
       float wk = w[k];
       for (size_t i = 0; i < rowlen; i++) o[i] += wk * t[i];
     }
@@ -165,8 +171,8 @@ uint16_t stk__bf16(float f) {
 static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 
 /* Store one channel row: n values from q (stride 3, reversed if flip). */
-static void store_row_f32(float *o, const float *q, uint32_t n, int flip,
-                          float a, float b) {
+static void store_row_f32(float *restrict o, const float *restrict q,
+                          uint32_t n, int flip, float a, float b) {
   if (flip)
     for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)(n - 1 - x)] * a + b;
   else
@@ -179,10 +185,10 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
   float *img = s->img;
   int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
   /* 8-bit quantization, as the PIL image torchvision resizes would be
-   * (values are >= 0 by construction of the filter, the clamp is cheap) */
+   * (the triangle filter's weights are >= 0, so values are too) */
   for (size_t i = 0; i < npix * 3; i++) {
     float v = (float)(int)(img[i] + 0.5f);
-    img[i] = v > 255 ? 255 : v < 0 ? 0 : v;
+    img[i] = v > 255 ? 255 : v;
   }
   if (jitter) {
     /* Fixed order brightness, contrast, saturation, on the 0..1 scale
