@@ -104,57 +104,61 @@ static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0,
   return 0;
 }
 
+typedef float v4f __attribute__((vector_size(16)));
+
 int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw,
                   uint32_t sh, double bx0, double by0, double bx1, double by1,
                   uint32_t ow, uint32_t oh) {
   int kx, ky;
   if (coeffs(&s->xb, &s->xw, &s->xcap, bx0, bx1, sw, ow, &kx)) return -1;
   if (coeffs(&s->yb, &s->yw, &s->ycap, by0, by1, sh, oh, &ky)) return -1;
-  /* rows the vertical pass touches */
-  int32_t r0 = INT32_MAX, r1 = 0;
-  for (uint32_t i = 0; i < oh; i++) {
-    int32_t a = s->yb[2 * i], n = s->yb[2 * i + 1];
+  /* columns the horizontal pass touches */
+  int32_t c0 = INT32_MAX, c1 = 0;
+  for (uint32_t i = 0; i < ow; i++) {
+    int32_t a = s->xb[2 * i], n = s->xb[2 * i + 1];
     if (!n) continue;
-    if (a < r0) r0 = a;
-    if (a + n > r1) r1 = a + n;
+    if (a < c0) c0 = a;
+    if (a + n > c1) c1 = a + n;
   }
-  if (r1 <= r0) r0 = r1 = 0;
-  size_t rows = (size_t)(r1 - r0);
-  if (ensure((void **)&s->tmp, &s->tcap, (rows ? rows : 1) * ow * 3 * sizeof(float)) ||
-      ensure((void **)&s->img, &s->icap, (size_t)oh * ow * 3 * sizeof(float)))
+  if (c1 <= c0) c0 = c1 = 0;
+  size_t cols = (size_t)(c1 - c0) * 3;
+  /* +4 floats of slack: the horizontal pass loads and stores 4 lanes */
+  if (ensure((void **)&s->tmp, &s->tcap, (cols + 4) * sizeof(float)) ||
+      ensure((void **)&s->img, &s->icap, ((size_t)oh * ow * 3 + 4) * sizeof(float)))
     return -1;
-  for (size_t y = 0; y < rows; y++) {
-    const uint8_t *in = src + (size_t)(r0 + (int32_t)y) * sw * 3;
-    float *o = s->tmp + y * ow * 3;
-    for (uint32_t i = 0; i < ow; i++) {
-      int32_t a = s->xb[2 * i], n = s->xb[2 * i + 1];
-      const float *w = s->xw + (size_t)i * kx;
-      const uint8_t *p = in + (size_t)a * 3;
-      float r = 0, g = 0, b = 0;
-      for (int32_t k = 0; k < n; k++, p += 3) {
-        r += w[k] * p[0];
-        g += w[k] * p[1];
-        b += w[k] * p[2];
-      }
-      o[3 * i] = r, o[3 * i + 1] = g, o[3 * i + 2] = b;
-    }
-  }
+  float *restrict t = s->tmp;
+  memset(t + cols, 0, 4 * sizeof(float));
   size_t rowlen = (size_t)ow * 3;
+  /* Vertical pass first, straight from the decoded 8-bit rows (contiguous,
+   * so it vectorizes), then the horizontal pass one RGB pixel per 4-lane
+   * vector. */
   for (uint32_t j = 0; j < oh; j++) {
     int32_t a = s->yb[2 * j], n = s->yb[2 * j + 1];
     const float *w = s->yw + (size_t)j * ky;
-    float *restrict o = s->img + j * rowlen;
+    float *o = s->img + j * rowlen;
     if (!n) {
       memset(o, 0, rowlen * sizeof(float));
       continue;
     }
-    const float *restrict t0 = s->tmp + (size_t)(a - r0) * rowlen;
+    const uint8_t *restrict r = src + (size_t)a * sw * 3 + (size_t)c0 * 3;
     float w0 = w[0];
-    for (size_t i = 0; i < rowlen; i++) o[i] = w0 * t0[i];
+    for (size_t i = 0; i < cols; i++) t[i] = w0 * r[i];
     for (int32_t k = 1; k < n; k++) {
-      const float *restrict t = s->tmp + (size_t)(a + k - r0) * rowlen;
+      const uint8_t *restrict rk = r + (size_t)k * sw * 3;
       float wk = w[k];
-      for (size_t i = 0; i < rowlen; i++) o[i] += wk * t[i];
+      for (size_t i = 0; i < cols; i++) t[i] += wk * rk[i];
+    }
+    for (uint32_t i = 0; i < ow; i++) {
+      int32_t xa = s->xb[2 * i], xn = s->xb[2 * i + 1];
+      const float *xw = s->xw + (size_t)i * kx;
+      const float *p = t + (size_t)(xa - c0) * 3;
+      v4f acc = {0, 0, 0, 0};
+      for (int32_t k = 0; k < xn; k++, p += 3) {
+        v4f v;
+        memcpy(&v, p, sizeof(v));
+        acc += xw[k] * v;
+      }
+      memcpy(o + 3 * (size_t)i, &acc, sizeof(acc)); /* lane 4 is rewritten next */
     }
   }
   return 0;
