@@ -174,13 +174,19 @@ uint16_t stk__bf16(float f) {
 
 static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 
+/* Round to the nearest 8-bit level (v >= 0). */
+static inline float q8(float v) {
+  v = (float)(int)(v + 0.5f);
+  return v > 255 ? 255 : v;
+}
+
 /* Store one channel row: n values from q (stride 3, reversed if flip). */
 static void store_row_f32(float *restrict o, const float *restrict q,
                           uint32_t n, int flip, float a, float b) {
   if (flip)
-    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)(n - 1 - x)] * a + b;
+    for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)(n - 1 - x)]) * a + b;
   else
-    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)x] * a + b;
+    for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)x]) * a + b;
 }
 
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
@@ -189,12 +195,10 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
   float *img = s->img;
   int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
   /* 8-bit quantization, as the PIL image torchvision resizes would be
-   * (the triangle filter's weights are >= 0, so values are too) */
-  for (size_t i = 0; i < npix * 3; i++) {
-    float v = (float)(int)(img[i] + 0.5f);
-    img[i] = v > 255 ? 255 : v;
-  }
+   * (the triangle filter's weights are >= 0, so values are too); without
+   * jitter it happens in the store loops (q8) */
   if (jitter) {
+    for (size_t i = 0; i < npix * 3; i++) img[i] = q8(img[i]);
     /* Fixed order brightness, contrast, saturation, on the 0..1 scale
      * (torchvision's tensor formulas; it also shuffles the order). */
     for (size_t i = 0; i < npix * 3; i++)
@@ -232,11 +236,11 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
         } else if (p->dtype == STK_DTYPE_UINT8) {
           uint8_t *o = (uint8_t *)out + at;
           for (uint32_t x = 0; x < ow; x++)
-            o[x] = (uint8_t)q[3 * (size_t)(flip ? ow - 1 - x : x)];
+            o[x] = (uint8_t)q8(q[3 * (size_t)(flip ? ow - 1 - x : x)]);
         } else {
           uint16_t *o = (uint16_t *)out + at;
           for (uint32_t x = 0; x < ow; x++)
-            o[x] = stk__bf16(q[3 * (size_t)(flip ? ow - 1 - x : x)] * a[c] + b[c]);
+            o[x] = stk__bf16(q8(q[3 * (size_t)(flip ? ow - 1 - x : x)]) * a[c] + b[c]);
         }
       }
     } else {
@@ -244,12 +248,13 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
         const float *q = row + 3 * (size_t)(flip ? ow - 1 - x : x);
         size_t at = ((size_t)y * ow + x) * 3;
         for (int c = 0; c < 3; c++) {
+          float v = q8(q[c]);
           if (p->dtype == STK_DTYPE_UINT8)
-            ((uint8_t *)out)[at + c] = (uint8_t)q[c];
+            ((uint8_t *)out)[at + c] = (uint8_t)v;
           else if (p->dtype == STK_DTYPE_FLOAT32)
-            ((float *)out)[at + c] = q[c] * a[c] + b[c];
+            ((float *)out)[at + c] = v * a[c] + b[c];
           else
-            ((uint16_t *)out)[at + c] = stk__bf16(q[c] * a[c] + b[c]);
+            ((uint16_t *)out)[at + c] = stk__bf16(v * a[c] + b[c]);
         }
       }
     }
