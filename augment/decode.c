@@ -184,6 +184,10 @@ static int decode_rows(stk__decoder *d, int x0, int x1, int y0, int y1,
   size_t comps = (size_t)c->output_components;
   size_t stride = (size_t)c->output_width * comps;
   size_t rows = (size_t)(y1 - y0);
+  if (stride * rows > d->lim.max_decoder_bytes) {
+    snprintf(d->msg, sizeof(d->msg), "decoded region over max_decoder_bytes");
+    return fail(d, STK_LIMIT, why, whylen);
+  }
   if (grow(d, stride * rows + 64)) {
     snprintf(d->msg, sizeof(d->msg), "out of memory");
     return fail(d, STK_NO_MEMORY, why, whylen);

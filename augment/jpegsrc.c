@@ -10,6 +10,8 @@
  */
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
@@ -84,6 +86,28 @@ void stk__jds_finish(stk_dataset *ds, stk__jds *j) {
     h = hash_bytes(h, &j->label[i], sizeof(j->label[i]));
   }
   ds->fingerprint = stk__mix64(h);
+}
+
+/* Open dirfd/rel for reading without leaving dirfd and without following
+ * any symbolic link on the way (openat2 RESOLVE_BENEATH|NO_SYMLINKS);
+ * where openat2 is missing (old kernels, gVisor, seccomp), openat with
+ * O_NOFOLLOW on the last component (the index holds no symlinked
+ * directories: the scans skip them). */
+int stk__open_beneath(int dirfd, const char *rel) {
+  static _Atomic int no_openat2;
+#ifdef SYS_openat2
+  if (!atomic_load(&no_openat2)) {
+    struct open_how how;
+    memset(&how, 0, sizeof(how));
+    how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
+    how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
+    long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM && errno != EINVAL))
+      return (int)fd;
+    atomic_store(&no_openat2, 1);
+  }
+#endif
+  return openat(dirfd, rel, O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
 }
 
 /* ---- per-builder pipeline --------------------------------------------- */
@@ -206,8 +230,7 @@ static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off,
   *owned = 0;
   if (j->kind == STK_SOURCE_TAR) {
     if (jp->shard_fd[f] < 0) {
-      jp->shard_fd[f] = openat(j->dirfd, j->files[f],
-                               O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+      jp->shard_fd[f] = stk__open_beneath(j->dirfd, j->files[f]);
       if (jp->shard_fd[f] < 0) {
         snprintf(jp->why, sizeof(jp->why), "open: %s", strerror(errno));
         return -1;
@@ -217,8 +240,7 @@ static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off,
     *off = j->off[i];
     *size = j->size[i];
   } else {
-    int d = openat(j->dirfd, j->files[f],
-                   O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK);
+    int d = stk__open_beneath(j->dirfd, j->files[f]);
     if (d < 0) {
       snprintf(jp->why, sizeof(jp->why), "open: %s", strerror(errno));
       return -1;

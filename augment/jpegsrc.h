@@ -139,6 +139,8 @@ typedef struct stk__jds {
  * included) into j->dir and open j->dirfd. */
 int stk__jds_open_dir(stk_dataset *ds, stk__jds *j, char *err, size_t errlen);
 void stk__jds_free(stk__jds *j);
+/* Open dirfd/rel read-only, never leaving dirfd nor following symlinks. */
+int stk__open_beneath(int dirfd, const char *rel);
 /* Fill ds->n and ds->fingerprint from a filled index. */
 void stk__jds_finish(stk_dataset *ds, stk__jds *j);
 

@@ -104,51 +104,61 @@ static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0,
   return 0;
 }
 
+typedef float v4f __attribute__((vector_size(16)));
+
 int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw,
                   uint32_t sh, double bx0, double by0, double bx1, double by1,
                   uint32_t ow, uint32_t oh) {
   int kx, ky;
   if (coeffs(&s->xb, &s->xw, &s->xcap, bx0, bx1, sw, ow, &kx)) return -1;
   if (coeffs(&s->yb, &s->yw, &s->ycap, by0, by1, sh, oh, &ky)) return -1;
-  /* rows the vertical pass touches */
-  int32_t r0 = INT32_MAX, r1 = 0;
-  for (uint32_t i = 0; i < oh; i++) {
-    int32_t a = s->yb[2 * i], n = s->yb[2 * i + 1];
+  /* columns the horizontal pass touches */
+  int32_t c0 = INT32_MAX, c1 = 0;
+  for (uint32_t i = 0; i < ow; i++) {
+    int32_t a = s->xb[2 * i], n = s->xb[2 * i + 1];
     if (!n) continue;
-    if (a < r0) r0 = a;
-    if (a + n > r1) r1 = a + n;
+    if (a < c0) c0 = a;
+    if (a + n > c1) c1 = a + n;
   }
-  if (r1 <= r0) r0 = r1 = 0;
-  size_t rows = (size_t)(r1 - r0);
-  if (ensure((void **)&s->tmp, &s->tcap, (rows ? rows : 1) * ow * 3 * sizeof(float)) ||
-      ensure((void **)&s->img, &s->icap, (size_t)oh * ow * 3 * sizeof(float)))
+  if (c1 <= c0) c0 = c1 = 0;
+  size_t cols = (size_t)(c1 - c0) * 3;
+  /* +4 floats of slack: the horizontal pass loads and stores 4 lanes */
+  if (ensure((void **)&s->tmp, &s->tcap, (cols + 4) * sizeof(float)) ||
+      ensure((void **)&s->img, &s->icap, ((size_t)oh * ow * 3 + 4) * sizeof(float)))
     return -1;
-  for (size_t y = 0; y < rows; y++) {
-    const uint8_t *in = src + (size_t)(r0 + (int32_t)y) * sw * 3;
-    float *o = s->tmp + y * ow * 3;
-    for (uint32_t i = 0; i < ow; i++) {
-      int32_t a = s->xb[2 * i], n = s->xb[2 * i + 1];
-      const float *w = s->xw + (size_t)i * kx;
-      const uint8_t *p = in + (size_t)a * 3;
-      float r = 0, g = 0, b = 0;
-      for (int32_t k = 0; k < n; k++, p += 3) {
-        r += w[k] * p[0];
-        g += w[k] * p[1];
-        b += w[k] * p[2];
-      }
-      o[3 * i] = r, o[3 * i + 1] = g, o[3 * i + 2] = b;
-    }
-  }
+  float *restrict t = s->tmp;
+  memset(t + cols, 0, 4 * sizeof(float));
   size_t rowlen = (size_t)ow * 3;
+  /* Vertical pass first, straight from the decoded 8-bit rows (contiguous,
+   * so it vectorizes), then the horizontal pass one RGB pixel per 4-lane
+   * vector. */
   for (uint32_t j = 0; j < oh; j++) {
     int32_t a = s->yb[2 * j], n = s->yb[2 * j + 1];
     const float *w = s->yw + (size_t)j * ky;
     float *o = s->img + j * rowlen;
-    memset(o, 0, rowlen * sizeof(float));
-    for (int32_t k = 0; k < n; k++) {
-      const float *t = s->tmp + (size_t)(a + k - r0) * rowlen;
+    if (!n) {
+      memset(o, 0, rowlen * sizeof(float));
+      continue;
+    }
+    const uint8_t *restrict r = src + (size_t)a * sw * 3 + (size_t)c0 * 3;
+    float w0 = w[0];
+    for (size_t i = 0; i < cols; i++) t[i] = w0 * r[i];
+    for (int32_t k = 1; k < n; k++) {
+      const uint8_t *restrict rk = r + (size_t)k * sw * 3;
       float wk = w[k];
-      for (size_t i = 0; i < rowlen; i++) o[i] += wk * t[i];
+      for (size_t i = 0; i < cols; i++) t[i] += wk * rk[i];
+    }
+    for (uint32_t i = 0; i < ow; i++) {
+      int32_t xa = s->xb[2 * i], xn = s->xb[2 * i + 1];
+      const float *xw = s->xw + (size_t)i * kx;
+      const float *p = t + (size_t)(xa - c0) * 3;
+      v4f acc = {0, 0, 0, 0};
+      for (int32_t k = 0; k < xn; k++, p += 3) {
+        v4f v;
+        memcpy(&v, p, sizeof(v));
+        acc += xw[k] * v;
+      }
+      memcpy(o + 3 * (size_t)i, &acc, sizeof(acc)); /* lane 4 is rewritten next */
     }
   }
   return 0;
@@ -164,13 +174,19 @@ uint16_t stk__bf16(float f) {
 
 static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 
+/* Round to the nearest 8-bit level (v >= 0). */
+static inline float q8(float v) {
+  v = (float)(int)(v + 0.5f);
+  return v > 255 ? 255 : v;
+}
+
 /* Store one channel row: n values from q (stride 3, reversed if flip). */
-static void store_row_f32(float *o, const float *q, uint32_t n, int flip,
-                          float a, float b) {
+static void store_row_f32(float *restrict o, const float *restrict q,
+                          uint32_t n, int flip, float a, float b) {
   if (flip)
-    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)(n - 1 - x)] * a + b;
+    for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)(n - 1 - x)]) * a + b;
   else
-    for (uint32_t x = 0; x < n; x++) o[x] = q[3 * (size_t)x] * a + b;
+    for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)x]) * a + b;
 }
 
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
@@ -179,12 +195,10 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
   float *img = s->img;
   int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
   /* 8-bit quantization, as the PIL image torchvision resizes would be
-   * (values are >= 0 by construction of the filter, the clamp is cheap) */
-  for (size_t i = 0; i < npix * 3; i++) {
-    float v = (float)(int)(img[i] + 0.5f);
-    img[i] = v > 255 ? 255 : v < 0 ? 0 : v;
-  }
+   * (the triangle filter's weights are >= 0, so values are too); without
+   * jitter it happens in the store loops (q8) */
   if (jitter) {
+    for (size_t i = 0; i < npix * 3; i++) img[i] = q8(img[i]);
     /* Fixed order brightness, contrast, saturation, on the 0..1 scale
      * (torchvision's tensor formulas; it also shuffles the order). */
     for (size_t i = 0; i < npix * 3; i++)
@@ -222,11 +236,11 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
         } else if (p->dtype == STK_DTYPE_UINT8) {
           uint8_t *o = (uint8_t *)out + at;
           for (uint32_t x = 0; x < ow; x++)
-            o[x] = (uint8_t)q[3 * (size_t)(flip ? ow - 1 - x : x)];
+            o[x] = (uint8_t)q8(q[3 * (size_t)(flip ? ow - 1 - x : x)]);
         } else {
           uint16_t *o = (uint16_t *)out + at;
           for (uint32_t x = 0; x < ow; x++)
-            o[x] = stk__bf16(q[3 * (size_t)(flip ? ow - 1 - x : x)] * a[c] + b[c]);
+            o[x] = stk__bf16(q8(q[3 * (size_t)(flip ? ow - 1 - x : x)]) * a[c] + b[c]);
         }
       }
     } else {
@@ -234,12 +248,13 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
         const float *q = row + 3 * (size_t)(flip ? ow - 1 - x : x);
         size_t at = ((size_t)y * ow + x) * 3;
         for (int c = 0; c < 3; c++) {
+          float v = q8(q[c]);
           if (p->dtype == STK_DTYPE_UINT8)
-            ((uint8_t *)out)[at + c] = (uint8_t)q[c];
+            ((uint8_t *)out)[at + c] = (uint8_t)v;
           else if (p->dtype == STK_DTYPE_FLOAT32)
-            ((float *)out)[at + c] = q[c] * a[c] + b[c];
+            ((float *)out)[at + c] = v * a[c] + b[c];
           else
-            ((uint16_t *)out)[at + c] = stk__bf16(q[c] * a[c] + b[c]);
+            ((uint16_t *)out)[at + c] = stk__bf16(v * a[c] + b[c]);
         }
       }
     }
