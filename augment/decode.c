@@ -28,6 +28,7 @@ struct stk__decoder {
   char msg[JMSG_LENGTH_MAX];
   stk_limits lim;
   int have_header;
+  int live;        /* cinfo is created (0 only after out of memory) */
   uint8_t *buf;
   size_t cap;
 };
@@ -61,37 +62,60 @@ static void dec_progress(j_common_ptr c) {
   }
 }
 
-int stk__decoder_create(stk__decoder **out, const stk_limits *lim) {
-  *out = NULL;
-  stk__decoder *d = calloc(1, sizeof(*d));
-  if (!d) return STK_NO_MEMORY;
-  d->lim = *lim;
+/* (Re)initialise the libjpeg object. Returns 0, or -1 out of memory (the
+ * object is then left destroyed and d->live is 0). */
+static int init_cinfo(stk__decoder *d) {
   d->cinfo.err = jpeg_std_error(&d->jerr);
   d->jerr.error_exit = dec_error_exit;
   d->jerr.emit_message = dec_emit_message;
   d->cinfo.client_data = d;
   if (setjmp(d->jb)) { /* only out of memory can fail here */
     jpeg_destroy_decompress(&d->cinfo);
-    free(d);
-    return STK_NO_MEMORY;
+    d->live = 0;
+    return -1;
   }
   jpeg_create_decompress(&d->cinfo);
   d->prog.progress_monitor = dec_progress;
   d->cinfo.progress = &d->prog;
+  d->live = 1;
+  return 0;
+}
+
+/* After every image, a fresh libjpeg object instead of jpeg_abort: with
+ * libjpeg-turbo 2.1.5, jpeg_skip_scanlines() on a reused object with
+ * merged upsampling reads memory that the previous image's abort freed
+ * (found with valgrind: the worker's batches then differed from the
+ * reference). A new object per image costs a few small allocations
+ * against a millisecond of decoding, and no state can cross images. */
+static void reset(stk__decoder *d) {
+  if (d->live) jpeg_destroy_decompress(&d->cinfo);
+  d->live = 0;
+  init_cinfo(d);
+}
+
+int stk__decoder_create(stk__decoder **out, const stk_limits *lim) {
+  *out = NULL;
+  stk__decoder *d = calloc(1, sizeof(*d));
+  if (!d) return STK_NO_MEMORY;
+  d->lim = *lim;
+  if (init_cinfo(d)) {
+    free(d);
+    return STK_NO_MEMORY;
+  }
   *out = d;
   return STK_OK;
 }
 
 void stk__decoder_destroy(stk__decoder *d) {
   if (!d) return;
-  jpeg_destroy_decompress(&d->cinfo);
+  if (d->live) jpeg_destroy_decompress(&d->cinfo);
   free(d->buf);
   free(d);
 }
 
 static int fail(stk__decoder *d, int rc, char *why, size_t whylen) {
   if (why && whylen) snprintf(why, whylen, "%s", d->msg);
-  jpeg_abort_decompress(&d->cinfo);
+  reset(d);
   d->have_header = 0;
   return rc;
 }
@@ -101,6 +125,11 @@ int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
   struct jpeg_decompress_struct *c = &d->cinfo;
   d->have_header = 0;
   d->msg[0] = 0;
+  if (!d->live && init_cinfo(d)) {
+    snprintf(d->msg, sizeof(d->msg), "out of memory (libjpeg)");
+    if (why && whylen) snprintf(why, whylen, "%s", d->msg);
+    return STK_NO_MEMORY;
+  }
   if (len < 4 || data[0] != 0xFF || data[1] != 0xD8) {
     snprintf(d->msg, sizeof(d->msg), "not a JPEG file");
     return fail(d, STK_CORRUPT, why, whylen);
@@ -216,7 +245,7 @@ static int decode_rows(stk__decoder *d, int x0, int x1, int y0, int y1,
   roi->h = (uint32_t)rows;
   roi->x0 = xoff;
   roi->y0 = y0;
-  jpeg_abort_decompress(c); /* rows below the crop are never decoded */
+  reset(d); /* rows below the crop are never decoded */
   d->have_header = 0;
   return STK_OK;
 }

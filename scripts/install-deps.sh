@@ -12,6 +12,7 @@ PKGS=(
   clang libclang-rt-14-dev                   # libFuzzer targets, sanitizer runtime
   python3 python3-numpy python3-torch python3-torchvision python3-pil  # binding, parity tests
   iproute2 procps                            # netns tests, process tools
+  valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)
 )
 missing=()
 for p in "${PKGS[@]}"; do
