@@ -250,6 +250,14 @@ static int decode_rows(stk__decoder *d, int x0, int x1, int y0, int y1,
   return STK_OK;
 }
 
+/* jpeg_calc_output_dimensions behind its own setjmp, so no caller's locals
+ * live across a longjmp. 0, or -1 when libjpeg raised an error. */
+static int calc_dims(stk__decoder *d) {
+  if (setjmp(d->jb)) return -1;
+  jpeg_calc_output_dimensions(&d->cinfo);
+  return 0;
+}
+
 int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
                      double by1, uint32_t ow, uint32_t oh, int margin,
                      int scale_max, int fast, stk__roi *roi, char *why,
@@ -262,7 +270,6 @@ int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
   int s = 1, smax = scale_max < 1 || scale_max > 8 ? 8 : scale_max;
   while (s < smax && ((bx1 - bx0) * s / 8 < ow || (by1 - by0) * s / 8 < oh))
     s++;
-  if (setjmp(d->jb)) return fail(d, STK_CORRUPT, why, whylen);
   if (fast) {
     /* The scales with SIMD IDCTs (8/8, 4/8, 2/8, 1/8; others, and the
      * chroma IDCTs they imply, are plain C), the fast integer IDCT and
@@ -277,7 +284,7 @@ int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
   }
   c->scale_num = (unsigned)s;
   c->scale_denom = 8;
-  jpeg_calc_output_dimensions(c);
+  if (calc_dims(d)) return fail(d, STK_CORRUPT, why, whylen);
   double sx = (double)c->output_width / c->image_width;
   double sy = (double)c->output_height / c->image_height;
   int W = (int)c->output_width, H = (int)c->output_height;
