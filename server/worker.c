@@ -75,7 +75,8 @@ static stk__option options[] = {
     {"chunk-bytes", OPT_INT, "4194304", NULL, "payload bytes per chunk message",
      &opt.chunk_bytes, 4096, 8 << 20},
     {"drain-timeout-s", OPT_INT, "10", NULL,
-     "on shutdown, time to finish sending what was requested", &opt.drain_timeout_s, 0, 3600},
+     "on shutdown, time to finish sending what was requested (a second "
+     "SIGTERM/SIGINT cuts it short)", &opt.drain_timeout_s, 0, 3600},
     {"orphan-timeout-s", OPT_INT, "60", NULL,
      "exit (code 3) when the coordinator is unreachable this long",
      &opt.orphan_timeout_s, 1, 86400 * 7},
@@ -584,6 +585,10 @@ int main(int argc, char **argv) {
     for (;;) {
       sched_stats_get(s, &st);
       if (!st.active_streams || stk_rpc_now_ms() >= until) break;
+      if (stk__signal_count() >= 2) {
+        LOG_WARN("second signal: not waiting for the drain");
+        break;
+      }
       stk__sleep_ms(20);
     }
     if (st.active_streams)
