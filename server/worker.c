@@ -43,7 +43,8 @@ static const char exit_codes_text[] =
     "  1  runtime failure (cannot listen, cannot open the dataset, ...)\n"
     "  2  usage error (bad option or config file)\n"
     "  3  orphaned: the coordinator was unreachable longer than --orphan-timeout-s\n"
-    "  4  rejected by the coordinator (another job, dataset size or fingerprint differs)\n";
+    "  4  rejected by the coordinator (another job, dataset size or fingerprint differs,\n"
+    "     protocol version, wrong --token)\n";
 
 /* ---- Options ----------------------------------------------------------- */
 
