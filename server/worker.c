@@ -332,6 +332,10 @@ static void *sender_main(void *arg) {
       else if (why == SCHED_END_DRAINED)
         stk_rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
                             "worker is draining: ask another worker");
+      else /* killed: a no-op when the call already ended; else the
+              scheduler gave up on it (out of memory) */
+        stk_rpc_call_abort(x->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                           "worker out of memory: ask another worker");
       break;
     }
     if (d->status) {
