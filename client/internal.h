@@ -127,6 +127,8 @@ struct stk_client {
       substituted;
   int64_t open_ns, first_next_ns, last_next_ns;
 
+  uint64_t fault_crc_every, fault_count; /* $STOKER_FAULT_CRC_EVERY (local) */
+
   char err[512];
 };
 

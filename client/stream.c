@@ -420,7 +420,12 @@ static void *local_main(void *arg) {
     c->bytes += c->layout.total_bytes;
     w->bytes += c->layout.total_bytes;
     c->substituted += info.substituted;
-    complete(c, w, r, 1);
+    /* Fault injection for tests ($STOKER_FAULT_CRC_EVERY=N): every Nth
+     * local batch counts as a crc32c mismatch and takes the re-request
+     * path a corrupted network batch takes. */
+    int crc_ok = 1;
+    if (c->fault_crc_every && ++c->fault_count % c->fault_crc_every == 0) crc_ok = 0;
+    complete(c, w, r, crc_ok);
   }
   w->thread_exited = 1;
   pthread_mutex_unlock(&c->mu);
