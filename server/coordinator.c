@@ -29,15 +29,15 @@
 
 enum {
   EXIT_OK = 0,    /* the job ended: all ranks finished, rank 0 asked, or a signal */
-  EXIT_FAIL = 1,  /* cannot listen, bad job spec, ... */
-  EXIT_USAGE = 2, /* bad option */
+  EXIT_FAIL = 1,  /* cannot listen, cannot write the port file */
+  EXIT_USAGE = 2, /* bad option, config file or job spec */
   EXIT_IDLE = 3   /* no client touched the job for --idle-timeout-s */
 };
 
 static const char exit_codes_text[] =
     "  0  the job ended: every rank finished, rank 0 asked, or SIGTERM/SIGINT\n"
-    "  1  runtime failure (cannot listen, invalid job spec, ...)\n"
-    "  2  usage error (bad option or config file)\n"
+    "  1  runtime failure (cannot listen, cannot write the port file)\n"
+    "  2  usage error (bad option, config file or job spec)\n"
     "  3  idle timeout: no client touched the job for --idle-timeout-s "
     "(workers were still shut down)\n";
 
@@ -58,7 +58,8 @@ static stk__option options[] = {
      "address to listen on (port 0 = any free port)", &opt.listen, 0, 0},
     {"job", OPT_STR, "", NULL, "job spec file ('key = value' lines)", &opt.job, 0, 0},
     {"set", OPT_LIST, NULL, NULL,
-     "override one job key, e.g. --set batch_size=64 (after --job)", &opt.set, 0, 0},
+     "override one job key (the keys --print-job shows), e.g. --set "
+     "batch_size=64; applied after --job", &opt.set, 0, 0},
     {"print-job", OPT_BOOL, "false", NULL,
      "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
     {"idle-timeout-s", OPT_INT, "600", NULL,
@@ -722,6 +723,7 @@ int main(int argc, char **argv) {
   }
   stk__signals_install();
   C.start_ms = C.last_touch_ms = stk_rpc_now_ms();
+  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
 
   stk_rpc_method methods[] = {
       {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
@@ -789,7 +791,7 @@ int main(int argc, char **argv) {
                "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
                state_names[state_locked()], nworkers_locked(), C.njoined,
                C.nfinished, C.watchers, bps, mbps,
-               (long long)((now - C.last_touch_ms) / 1000));
+               C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
       pthread_mutex_unlock(&C.mu);
       last_bytes = bytes, last_stats = now;
       next_stats = now + opt.stats_interval_s * 1000;

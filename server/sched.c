@@ -33,8 +33,13 @@ struct sched_stream {
   uint64_t id;
   req *q;              /* ring of cap requests */
   uint32_t cap, head, len;
-  uint32_t outstanding; /* queued + building + done-not-sent */
+  uint32_t outstanding; /* queued + building + built-not-yet-sending: a
+                           batch stops counting when its sender takes it, so
+                           a client that has received a whole batch may send
+                           its next credit at once without racing the send's
+                           completion */
   uint32_t building;
+  uint32_t held;        /* buffers this stream holds: building + built-not-sent */
   sched_done *done, *done_tail;
   int dead, half_closed;
   pthread_cond_t cv;   /* done item, end condition, building == 0 */
@@ -86,11 +91,17 @@ void sched_buf_unref(void *p) {
   pthread_mutex_unlock(&s->mu);
 }
 
-/* The stream to serve next, round-robin by id; NULL if none has work. */
+/* The stream to serve next, round-robin by id; NULL if none has work.
+ * A stream may hold at most its share of the buffers (at least 2), so a
+ * client that stops reading cannot starve the others of buffers. */
 static sched_stream *pick(sched *s) {
   sched_stream *after = NULL, *first = NULL;
+  uint32_t nstreams = 0;
+  for (sched_stream *st = s->streams; st; st = st->next) nstreams++;
+  uint32_t cap = nstreams ? ((uint32_t)s->nbufs + nstreams - 1) / nstreams : 1;
+  if (cap < 2) cap = 2;
   for (sched_stream *st = s->streams; st; st = st->next) {
-    if (!st->len || st->dead) continue;
+    if (!st->len || st->dead || st->held >= cap) continue;
     if (st->id > s->last_served && (!after || st->id < after->id)) after = st;
     if (!first || st->id < first->id) first = st;
   }
@@ -111,6 +122,7 @@ static void *builder_main(void *arg) {
     st->len--;
     s->queued--;
     st->building++;
+    st->held++;
     s->last_served = st->id;
     sched_buf *buf = s->free_bufs;
     s->free_bufs = buf->next_free;
@@ -150,6 +162,7 @@ static void *builder_main(void *arg) {
       st->done_tail = d;
     } else {
       drop = 1;
+      st->held--;
       if (!d) st->dead = 1; /* out of memory: end the stream, never lose a batch */
     }
     pthread_cond_broadcast(&st->cv);
@@ -348,6 +361,7 @@ sched_done *sched_stream_next(sched_stream *st, int *why) {
     }
     if (st->done) {
       d = st->done;
+      st->outstanding--;
       st->done = d->next;
       if (!st->done) st->done_tail = NULL;
       d->next = NULL;
@@ -370,8 +384,9 @@ sched_done *sched_stream_next(sched_stream *st, int *why) {
 void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
   sched *s = st->s;
   pthread_mutex_lock(&s->mu);
-  st->outstanding--;
+  st->held--;
   s->bytes_sent += bytes;
+  pthread_cond_broadcast(&s->work_cv); /* the stream may be under its cap again */
   pthread_mutex_unlock(&s->mu);
   sched_buf_unref(d->buf);
   free(d);

@@ -57,7 +57,7 @@ void sched_buf_unref(void *b);
 /* A new stream; NULL when draining (or out of memory). */
 sched_stream *sched_stream_open(sched *s);
 /* Queue a request. 0, or -1 when the stream would then have more than
- * max_outstanding requests not yet fully sent. */
+ * max_outstanding requests whose batch is not yet being sent. */
 int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank,
                       uint64_t step, uint32_t max_outstanding);
 
@@ -67,8 +67,9 @@ enum { SCHED_END_DEAD = 1, SCHED_END_DONE = 2, SCHED_END_DRAINED = 3 };
  * stream should end: NULL with *why = DEAD (killed), DONE (half-closed and
  * everything sent) or DRAINED (worker draining and everything sent). */
 sched_done *sched_stream_next(sched_stream *st, int *why);
-/* The sender is done with d (sent or not): the request no longer counts as
- * outstanding; frees d and drops its buffer reference. */
+/* The sender is done with d (sent or not): frees d and drops its buffer
+ * reference (the request stopped counting as outstanding when
+ * sched_stream_next handed it out). */
 void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes);
 /* The client half-closed: end once everything asked for is sent. */
 void sched_stream_half_close(sched_stream *st);

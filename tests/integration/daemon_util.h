@@ -160,8 +160,20 @@ static inline int du_job_parse(const char *text, stk_job_spec *spec) {
 /* Receive one whole batch (header + chunks) from s into a new buffer and
  * check it: address, layout, sample ids, crc32c, and every byte against
  * stk_build_reference. 0 when it all holds. */
+static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
+                                    uint64_t epoch, uint32_t rank, uint64_t step,
+                                    uint64_t *any_step);
 static inline int du_recv_batch_checked(stk_rpc_stream *s, const stk_job_spec *spec,
                                  uint64_t epoch, uint32_t rank, uint64_t step) {
+  return du_recv_batch_any(s, spec, epoch, rank, step, NULL);
+}
+
+/* As du_recv_batch_checked; with any_step non-NULL, the batch may be any
+ * step (batches come in completion order): it is checked against the
+ * reference of the step its header names, stored in *any_step. */
+static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
+                                    uint64_t epoch, uint32_t rank, uint64_t step,
+                                    uint64_t *any_step) {
   stk_batch_layout L;
   if (stk_batch_layout_of(spec, &L)) return -1;
   uint8_t *got = calloc(1, L.total_bytes), *ref = calloc(1, L.total_bytes);
@@ -176,6 +188,11 @@ static inline int du_recv_batch_checked(stk_rpc_stream *s, const stk_job_spec *s
     const Stoker__V1__BatchHeader *h = m.msg ? m.msg->header : NULL;
     CHECK(h != NULL);
     if (!h) ok = 0;
+    if (h && any_step) {
+      step = h->step;
+      *any_step = step;
+      CHECK(step < stk_steps_per_epoch(spec, spec->num_samples));
+    }
     if (h) {
       CHECK_EQ_U64(h->epoch, epoch);
       CHECK_EQ_U64(h->rank, rank);

@@ -160,6 +160,30 @@ int main(int argc, char **argv) {
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_OK);
   stk_rpc_stream_destroy(s);
 
+  /* Two ranks at once, each keeping exactly --max-outstanding (4) credits
+   * in flight and sending the next as soon as a batch is whole: every
+   * batch arrives whole and right, with neither rank starved. */
+  stk_rpc_stream *rs[2] = {NULL, NULL};
+  uint64_t next[2] = {0, 0};
+  for (uint32_t r = 0; r < 2; r++) {
+    CHECK(stk_rpc_stream_open(w, STREAM, 20000, &rs[r]) == 0);
+    for (; next[r] < 4; next[r]++) CHECK(du_send_request(rs[r], job_hash, 1, r, next[r]) == 0);
+  }
+  uint32_t seen[2] = {0, 0};
+  for (uint64_t k = 0; k < steps; k++)
+    for (uint32_t r = 0; r < 2; r++) {
+      uint64_t got = 0;
+      CHECK(du_recv_batch_any(rs[r], &spec, 1, r, 0, &got) == 0);
+      if (got < 32) seen[r] |= 1u << got;
+      if (next[r] < steps) CHECK(du_send_request(rs[r], job_hash, 1, r, next[r]++) == 0);
+    }
+  for (uint32_t r = 0; r < 2; r++) {
+    CHECK_EQ_U64(seen[r], (1u << steps) - 1);
+    CHECK(stk_rpc_stream_close_send(rs[r]) == 0);
+    CHECK(du_stream_end(rs[r], det, sizeof(det)) == GRPC_STATUS_OK);
+    stk_rpc_stream_destroy(rs[r]);
+  }
+
   /* Unknown methods. */
   Stoker__V1__StatusRequest sq = STOKER__V1__STATUS_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;

@@ -1,0 +1,192 @@
+/* test_failover.c - failure rules of the daemons, real processes on
+ * 127.0.0.1:
+ *  1. a worker that stops heartbeating (SIGSTOP) is dropped from the list
+ *     and watchers get a new WorkerList (bumped version); after SIGCONT it
+ *     re-registers and watchers see it again;
+ *  2. the coordinator is killed -9 and restarted on the same port: the
+ *     worker re-registers and serves the restarted job's clients;
+ *  3. an open WatchWorkers stream keeps an idle job alive; once it closes
+ *     the idle timeout ends the job.
+ *
+ * usage: test_failover <stoker-coordinator> <stoker-worker>
+ */
+#include <signal.h>
+
+#include "daemon_util.h"
+
+static const char *const job_args[] = {
+    "--set", "num_samples=64", "--set", "batch_size=4", "--set", "height=16",
+    "--set", "width=16",       "--set", "world_size=1", NULL};
+
+static stk_rpc_stream *watch_open(stk_rpc_channel *c, uint64_t known) {
+  stk_rpc_stream *s = NULL;
+  if (stk_rpc_stream_open(c, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) return NULL;
+  Stoker__V1__WatchRequest q = STOKER__V1__WATCH_REQUEST__INIT;
+  q.rank = 0;
+  q.known_version = known;
+  stk_rpc_stream_send_msg(s, &q.base);
+  stk_rpc_stream_close_send(s);
+  return s;
+}
+
+/* Next list from a watch within timeout_ms; caller frees. */
+static Stoker__V1__WorkerList *watch_next(stk_rpc_stream *s, int timeout_ms) {
+  grpc_byte_buffer *bb = NULL;
+  if (stk_rpc_stream_recv(s, &bb, timeout_ms) != 1) return NULL;
+  ProtobufCMessage *m = stk_rpc_unpack(&stoker__v1__worker_list__descriptor, bb, 1 << 20);
+  grpc_byte_buffer_destroy(bb);
+  return (Stoker__V1__WorkerList *)m;
+}
+
+static void heartbeat_lapse(void) {
+  stk_proc p[2];
+  int before = check_failures;
+  const char *args[32];
+  int n = 0;
+  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
+  args[n++] = "--heartbeat-interval-ms";
+  args[n++] = "200";
+  args[n] = NULL;
+  int cport = du_start_coordinator(&p[0], "lapse-coord", args);
+  CHECK(cport > 0);
+  if (cport <= 0) return;
+  const char *wargs[] = {"--threads", "1", NULL};
+  CHECK(du_start_worker(&p[1], "lapse-w", cport, wargs) > 0);
+  stk_rpc_channel *c = du_channel(cport);
+  CHECK(du_wait_workers(c, 1, 10000) == 0);
+  stk_rpc_stream *w = watch_open(c, 0);
+  Stoker__V1__WorkerList *l = watch_next(w, 5000);
+  CHECK(l && l->n_workers == 1);
+  uint64_t v1 = l ? l->version : 0;
+  if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
+
+  proc_signal(&p[1], SIGSTOP); /* no more heartbeats */
+  l = watch_next(w, 5000);
+  CHECK(l && l->n_workers == 0 && l->version > v1);
+  uint64_t v2 = l ? l->version : 0;
+  if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
+
+  proc_signal(&p[1], SIGCONT); /* it comes back and registers again */
+  l = watch_next(w, 8000);
+  CHECK(l && l->n_workers == 1 && l->version > v2);
+  if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
+
+  proc_signal(&p[0], SIGTERM);
+  /* Watchers hear that the job is over. */
+  l = watch_next(w, 5000);
+  CHECK(l && l->shutting_down);
+  if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
+  stk_rpc_stream_destroy(w);
+  stk_rpc_channel_close(c);
+  for (int i = 0; i < 2; i++) CHECK(proc_wait(&p[i], 10000) == 0);
+  if (check_failures != before) {
+    for (int i = 0; i < 2; i++) proc_dump_log(&p[i]);
+    proc_keep_tmp();
+  }
+}
+
+static void coordinator_restart(void) {
+  stk_proc p[3];
+  int before = check_failures;
+  int cport = du_start_coordinator(&p[0], "restart-coord1", job_args);
+  CHECK(cport > 0);
+  if (cport <= 0) return;
+  const char *wargs[] = {"--threads", "1", NULL};
+  int wport = du_start_worker(&p[1], "restart-w", cport, wargs);
+  CHECK(wport > 0);
+  stk_rpc_channel *c = du_channel(cport);
+  CHECK(du_wait_workers(c, 1, 10000) == 0);
+  proc_signal(&p[0], SIGKILL);
+  CHECK(proc_wait(&p[0], 5000) == 128 + SIGKILL);
+
+  char listen[64];
+  snprintf(listen, sizeof(listen), "127.0.0.1:%d", cport);
+  char pf[600];
+  snprintf(pf, sizeof(pf), "%s/restart-coord2.port", proc_tmpdir());
+  char *argv[40];
+  int n = 0;
+  argv[n++] = (char *)coord_bin;
+  argv[n++] = "--listen";
+  argv[n++] = listen;
+  argv[n++] = "--port-file";
+  argv[n++] = pf;
+  for (const char *const *a = job_args; *a; a++) argv[n++] = (char *)*a;
+  argv[n] = NULL;
+  CHECK(proc_spawn(&p[2], "restart-coord2", argv) == 0);
+  CHECK(proc_wait_port(&p[2], pf, 10000) == cport);
+  CHECK(du_wait_workers(c, 1, 10000) == 0);
+
+  /* The restarted job's client is served by the re-registered worker. */
+  char det[256];
+  Stoker__V1__JoinResponse *jr = NULL;
+  CHECK(du_join(c, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) == 0);
+  if (jr && jr->job && jr->n_workers == 1) {
+    stk_job_spec spec;
+    CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
+    stk_rpc_channel *w = stk_rpc_channel_open(jr->workers[0]->address, 0, NULL, &w) ? NULL : w;
+    stk_rpc_stream *s = NULL;
+    CHECK(w && stk_rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
+    if (s) {
+      CHECK(du_send_request(s, jr->job->hash, 0, 0, 2) == 0);
+      CHECK(du_recv_batch_checked(s, &spec, 0, 0, 2) == 0);
+      stk_rpc_stream_close_send(s);
+      CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_OK);
+      stk_rpc_stream_destroy(s);
+    }
+    stk_rpc_channel_close(w);
+  } else {
+    CHECK(!"join after restart");
+  }
+  if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+  uint32_t nf;
+  CHECK(du_finish(c, 0, 0, &nf, det, sizeof(det)) == 0);
+  stk_rpc_channel_close(c);
+  CHECK(proc_wait(&p[2], 10000) == 0);
+  CHECK(proc_wait(&p[1], 10000) == 0);
+  if (check_failures != before) {
+    for (int i = 0; i < 3; i++) proc_dump_log(&p[i]);
+    proc_keep_tmp();
+  }
+}
+
+static void watch_keeps_job_alive(void) {
+  stk_proc p;
+  int before = check_failures;
+  const char *args[32];
+  int n = 0;
+  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
+  args[n++] = "--idle-timeout-s";
+  args[n++] = "1";
+  args[n] = NULL;
+  int cport = du_start_coordinator(&p, "watch-coord", args);
+  CHECK(cport > 0);
+  if (cport <= 0) return;
+  stk_rpc_channel *c = du_channel(cport);
+  stk_rpc_stream *w = watch_open(c, 0);
+  Stoker__V1__WorkerList *l = watch_next(w, 5000); /* version 0 -> first list */
+  CHECK(l != NULL);
+  if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
+  CHECK(proc_wait(&p, 2500) == -1); /* still running past the idle timeout */
+  stk_rpc_stream_destroy(w);        /* the client goes away */
+  CHECK(proc_wait(&p, 8000) == 3);
+  stk_rpc_channel_close(c);
+  if (check_failures != before) {
+    proc_dump_log(&p);
+    proc_keep_tmp();
+  }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
+    return 2;
+  }
+  coord_bin = argv[1];
+  worker_bin = argv[2];
+  stk_rpc_init();
+  heartbeat_lapse();
+  coordinator_restart();
+  watch_keeps_job_alive();
+  stk_rpc_shutdown();
+  CHECK_DONE();
+}
