@@ -61,6 +61,7 @@ typedef struct stk__worker {
   double rate;           /* batches/s, smoothed */
   int64_t last_done_ns;
   int64_t last_msg_ns;
+  int64_t last_assigned_ns;
   uint64_t batches, bytes;
   uint64_t stream_batches; /* completed on the current stream */
   uint32_t failures;     /* consecutive broken streams (backoff) */

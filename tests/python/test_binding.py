@@ -146,7 +146,7 @@ def main():
         # the PyTorch example, bounded
         ex = os.path.join(os.environ.get("STOKER_EXAMPLES", "examples"), "pytorch_train.py")
         r = subprocess.run([sys.executable, ex, "--coordinator", coord, "--rank", "0",
-                            "--world-size", "2", "--steps", "120", "--no-finish",
+                            "--world-size", "2", "--steps", "80", "--no-finish",
                             "--join-timeout-ms", "15000"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=90,
                            text=True)
