@@ -154,9 +154,10 @@ def main():
         check(r.returncode == 0, "pytorch_train.py exit %d" % r.returncode)
         # rank 0 ends the job: rank 1's next() fails saying the job ended
         A = stoker.Loader(coord, rank=0, world_size=2, join_timeout_ms=15000)
-        B = stoker.Loader(coord, rank=1, world_size=2, join_timeout_ms=15000)
+        B = stoker.Loader(coord, rank=1, world_size=2, join_timeout_ms=5000)
         itb = iter(B)
         next(itb)
+        time.sleep(0.5)  # B's watcher is connected (else it can only time out)
         A.finish(shutdown_job=True)
         t_end = time.time() + 10
         err = None
