@@ -63,7 +63,8 @@ static stk__option options[] = {
     {"print-job", OPT_BOOL, "false", NULL,
      "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
     {"idle-timeout-s", OPT_INT, "600", NULL,
-     "end the job when no client touched it this long (an open watch counts)",
+     "end the job when no client touched it this long (a call, an open watch, "
+     "or batches flowing from a worker count)",
      &opt.idle_timeout_s, 1, 86400 * 30},
     {"heartbeat-interval-ms", OPT_INT, "1000", NULL,
      "how often workers heartbeat", &opt.heartbeat_interval_ms, 50, 60000},
@@ -365,6 +366,8 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
       w->last_hb_ms = stk_rpc_now_ms();
       const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
       if (s) {
+        /* Batches flowing to clients: the job is in use. */
+        if (s->bytes_sent > w->stats.bytes_sent) touch_locked();
         w->stats.batches_built = s->batches_built;
         w->stats.bytes_sent = s->bytes_sent;
         w->stats.samples_substituted = s->samples_substituted;

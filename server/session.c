@@ -109,6 +109,9 @@ static void run_once(session *s, stk_rpc_channel *ch) {
     }
     goto out;
   }
+  /* The coordinator answered: not an orphan, even if opening the dataset
+   * (on_job, first time) takes long. */
+  set_healthy(s, 1);
   uint64_t job_hash = 0, size = 0, fp = 0;
   char err[512];
   if (s->hooks.on_job(s->hooks.ud, cmd->ack->job->canonical, cmd->ack->job->hash,

@@ -86,7 +86,7 @@ static stk__option options[] = {
      &opt.port_file, 0, 0},
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
-    {"max-message-mb", OPT_INT, "16", NULL, "largest gRPC message received",
+    {"max-message-mb", OPT_INT, "16", NULL, "largest gRPC message sent or received (chunks must fit)",
      &opt.max_message_mb, 1, 1024},
     {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1, 1 << 20},
     {"max-pixels", OPT_INT, "100000000", NULL, "largest decoded image (width*height)",
@@ -470,6 +470,12 @@ int main(int argc, char **argv) {
   }
   if (!*opt.coordinator) {
     fprintf(stderr, PROGRAM ": --coordinator host:port is required (see --help)\n");
+    stk__options_free(options, NOPTIONS);
+    return EXIT_USAGE;
+  }
+  if ((opt.chunk_bytes + (64 << 10)) > (opt.max_message_mb << 20)) {
+    fprintf(stderr, PROGRAM ": --chunk-bytes %lld does not fit in --max-message-mb %lld "
+            "(with 64 KiB for framing)\n", opt.chunk_bytes, opt.max_message_mb);
     stk__options_free(options, NOPTIONS);
     return EXIT_USAGE;
   }

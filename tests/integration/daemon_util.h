@@ -73,13 +73,15 @@ static inline int du_start_worker(stk_proc *p, const char *name, int coord_port,
   return port;
 }
 
-static inline stk_rpc_channel *du_channel(int port) {
+static inline stk_rpc_channel *du_channel_token(int port, const char *token) {
   char target[64];
   snprintf(target, sizeof(target), "127.0.0.1:%d", port);
   stk_rpc_channel *ch = NULL;
-  if (stk_rpc_channel_open(target, 0, NULL, &ch)) return NULL;
+  if (stk_rpc_channel_open(target, 0, token, &ch)) return NULL;
   return ch;
 }
+
+static inline stk_rpc_channel *du_channel(int port) { return du_channel_token(port, NULL); }
 
 /* Status; caller frees. NULL on error. */
 static inline Stoker__V1__StatusResponse *du_status(stk_rpc_channel *ch) {

@@ -5,7 +5,9 @@
  * get the right gRPC status, and after each a fresh stream must still get
  * a valid batch, byte-identical to stk_build_reference.
  *
- * usage: test_daemon_badinput <stoker-coordinator> <stoker-worker>
+ * Also renders `stoker status` against the live job.
+ *
+ * usage: test_daemon_badinput <stoker-coordinator> <stoker-worker> [stoker]
  */
 #include <signal.h>
 
@@ -210,6 +212,28 @@ int main(int argc, char **argv) {
         GRPC_STATUS_INVALID_ARGUMENT);
   CHECK(du_wait_workers(c, 1, 1000) == 0);
   check_still_serving(w, "unknown methods and garbage");
+
+  /* `stoker status` renders the job. */
+  if (argc > 3) {
+    char target[64];
+    snprintf(target, sizeof(target), "127.0.0.1:%d", cport);
+    char *sargv[] = {argv[3], "status", "--coordinator", target, NULL};
+    stk_proc cli;
+    CHECK(proc_spawn(&cli, "stoker-status", sargv) == 0);
+    CHECK(proc_wait(&cli, 10000) == 0);
+    FILE *f = fopen(cli.log, "r");
+    char out[8192] = "";
+    size_t n = f ? fread(out, 1, sizeof(out) - 1, f) : 0;
+    out[n] = 0;
+    if (f) fclose(f);
+    char waddr[64];
+    snprintf(waddr, sizeof(waddr), "127.0.0.1:%d", wport);
+    CHECK(strstr(out, "badinput") != NULL);
+    CHECK(strstr(out, "running") != NULL);
+    CHECK(strstr(out, waddr) != NULL);
+    CHECK(strstr(out, "ranks joined     1/2") != NULL);
+    if (check_failures) fputs(out, stderr);
+  }
 
   /* Orderly end: SIGTERM to the coordinator shuts the worker down too. */
   stk_rpc_channel_close(c);

@@ -6,7 +6,9 @@
  *  2. the coordinator is killed -9 and restarted on the same port: the
  *     worker re-registers and serves the restarted job's clients;
  *  3. an open WatchWorkers stream keeps an idle job alive; once it closes
- *     the idle timeout ends the job.
+ *     the idle timeout ends the job;
+ *  4. with --token, calls without it are UNAUTHENTICATED and a worker with
+ *     it registers and serves.
  *
  * usage: test_failover <stoker-coordinator> <stoker-worker>
  */
@@ -176,6 +178,48 @@ static void watch_keeps_job_alive(void) {
   }
 }
 
+static void token(void) {
+  stk_proc p[2];
+  int before = check_failures;
+  const char *args[32];
+  int n = 0;
+  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
+  args[n++] = "--token";
+  args[n++] = "s3cret";
+  args[n] = NULL;
+  int cport = du_start_coordinator(&p[0], "token-coord", args);
+  CHECK(cport > 0);
+  if (cport <= 0) return;
+  const char *wargs[] = {"--threads", "1", "--token", "s3cret", NULL};
+  int wport = du_start_worker(&p[1], "token-w", cport, wargs);
+  CHECK(wport > 0);
+  stk_rpc_channel *good = du_channel_token(cport, "s3cret"), *bad = du_channel(cport),
+                  *wrong = du_channel_token(cport, "s3creT"), *wbad = du_channel(wport);
+  CHECK(du_wait_workers(good, 1, 10000) == 0);
+  char det[256];
+  Stoker__V1__JoinResponse *jr = NULL;
+  CHECK(du_join(bad, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) ==
+        GRPC_STATUS_UNAUTHENTICATED);
+  CHECK(du_join(wrong, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) ==
+        GRPC_STATUS_UNAUTHENTICATED);
+  stk_rpc_stream *s = NULL;
+  CHECK(stk_rpc_stream_open(wbad, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
+  du_send_request(s, 1, 0, 0, 0); /* may fail: the call is refused */
+  CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_UNAUTHENTICATED);
+  stk_rpc_stream_destroy(s);
+  uint32_t nf;
+  CHECK(du_finish(good, 0, 1, &nf, det, sizeof(det)) == 0);
+  stk_rpc_channel_close(good);
+  stk_rpc_channel_close(bad);
+  stk_rpc_channel_close(wrong);
+  stk_rpc_channel_close(wbad);
+  for (int i = 0; i < 2; i++) CHECK(proc_wait(&p[i], 10000) == 0);
+  if (check_failures != before) {
+    for (int i = 0; i < 2; i++) proc_dump_log(&p[i]);
+    proc_keep_tmp();
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
@@ -187,6 +231,7 @@ int main(int argc, char **argv) {
   heartbeat_lapse();
   coordinator_restart();
   watch_keeps_job_alive();
+  token();
   stk_rpc_shutdown();
   CHECK_DONE();
 }

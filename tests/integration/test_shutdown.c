@@ -4,7 +4,10 @@
  *  3. no client touches the job (--idle-timeout-s 1) -> the coordinator
  *     exits 3 (idle) and its worker exits 0;
  *  4. the coordinator is killed -9 -> the worker (--orphan-timeout-s 2)
- *     exits 3 (orphan).
+ *     exits 3 (orphan);
+ *  5. SIGTERM to a worker with requests in flight: it sends every batch
+ *     already asked for, byte-exact, then ends the stream UNAVAILABLE
+ *     (ask elsewhere), leaves the coordinator's list and exits 0.
  *
  * usage: test_shutdown <stoker-coordinator> <stoker-worker>
  */
@@ -108,6 +111,66 @@ static void orphan(void) {
   if (check_failures != before) fail_dump(p, 2);
 }
 
+static void worker_drain(void) {
+  stk_proc p[2];
+  int before = check_failures;
+  const char *args[32];
+  int n = 0;
+  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
+  args[n++] = "--set";
+  args[n++] = "synthetic_cost_us=5000"; /* 20 ms per batch on one thread */
+  args[n] = NULL;
+  int cport = du_start_coordinator(&p[0], "drain-coord", args);
+  CHECK(cport > 0);
+  if (cport <= 0) return;
+  const char *wargs[] = {"--threads", "1", NULL};
+  int wport = du_start_worker(&p[1], "drain-w", cport, wargs);
+  CHECK(wport > 0);
+  stk_rpc_channel *c = du_channel(cport), *w = du_channel(wport);
+  CHECK(du_wait_workers(c, 1, 10000) == 0);
+  char det[256];
+  Stoker__V1__JoinResponse *jr = NULL;
+  CHECK(du_join(c, 1, 2, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) == 0);
+  if (!jr) return;
+  stk_job_spec spec;
+  CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
+  uint64_t hash = jr->job->hash;
+  protobuf_c_message_free_unpacked(&jr->base, NULL);
+  stk_rpc_stream *s = NULL;
+  CHECK(stk_rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
+  for (uint64_t k = 0; k < 8; k++) CHECK(du_send_request(s, hash, 0, 1, k) == 0);
+  /* The first batch is being built when the signal comes. */
+  CHECK(du_recv_batch_checked(s, &spec, 0, 1, 0) == 0);
+  proc_signal(&p[1], SIGTERM);
+  uint32_t seen = 1;
+  for (int k = 1; k < 8; k++) {
+    uint64_t got = 0;
+    CHECK(du_recv_batch_any(s, &spec, 0, 1, 0, &got) == 0);
+    if (got < 32) seen |= 1u << got;
+  }
+  CHECK_EQ_U64(seen, 0xff);
+  /* Asked after the drain began: not served, the stream ends UNAVAILABLE. */
+  du_send_request(s, hash, 0, 1, 0);
+  CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_UNAVAILABLE);
+  stk_rpc_stream_destroy(s);
+  CHECK(proc_wait(&p[1], 10000) == 0);
+  for (int i = 0; i < 100; i++) {
+    Stoker__V1__StatusResponse *st = du_status(c);
+    size_t nw = st ? st->n_workers : 99;
+    if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
+    if (!nw) break;
+    du_sleep_ms(50);
+  }
+  Stoker__V1__StatusResponse *st = du_status(c);
+  CHECK(st && st->n_workers == 0);
+  if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
+  proc_signal(&p[0], SIGTERM);
+  CHECK(proc_wait(&p[0], 10000) == 0);
+  stk_rpc_channel_close(c);
+  stk_rpc_channel_close(w);
+  if (check_failures != before) fail_dump(p, 2);
+}
+
 int main(int argc, char **argv) {
   if (argc < 3) {
     fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
@@ -120,6 +183,7 @@ int main(int argc, char **argv) {
   rank0_ends_job();
   idle_timeout();
   orphan();
+  worker_drain();
   stk_rpc_shutdown();
   CHECK_DONE();
 }
