@@ -159,16 +159,22 @@ def main():
         next(itb)
         time.sleep(0.5)  # B's watcher is connected (else it can only time out)
         A.finish(shutdown_job=True)
-        t_end = time.time() + 10
-        err = None
+        t0 = time.time()
+        err, n, slow = None, 0, []
         try:
-            while time.time() < t_end:
+            while time.time() < t0 + 10:
+                t1 = time.time()
                 if next(itb, None) is None:
                     itb = iter(B)
+                n += 1
+                if time.time() - t1 > 0.5:
+                    slow.append(round(time.time() - t1, 2))
         except stoker.StokerError as e:
             err = e
         check(err is not None and "job ended" in str(err),
-              "after shutdown_job, rank 1 gets 'job ended' (got %r)" % (err,))
+              "after shutdown_job, rank 1 gets 'job ended' (got %r after %.1f s, %d "
+              "batches, slow next() calls %s, stats %s)"
+              % (err, time.time() - t0, n, slow, B.stats()))
         A.close()
         B.close()
         check(c.wait(10) == 0, "coordinator exits 0 after shutdown_job")
