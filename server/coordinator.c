@@ -74,7 +74,8 @@ static stk__option options[] = {
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
     {"shutdown-grace-s", OPT_INT, "15", NULL,
-     "on shutdown, how long to wait for workers to drain and disconnect",
+     "on shutdown, how long to wait for workers to drain and disconnect (a "
+     "second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
     {"token", OPT_STR, "", NULL, "bearer token every call must carry", &opt.token, 0, 0},
     {"port-file", OPT_STR, "", NULL,
@@ -816,6 +817,10 @@ int main(int argc, char **argv) {
     size_t left = nworkers_locked();
     pthread_mutex_unlock(&C.mu);
     if (!left) break;
+    if (stk__signal_count() >= 2) {
+      LOG_WARN("second signal: not waiting for %zu workers", left);
+      break;
+    }
     if (stk_rpc_now_ms() >= until) {
       LOG_WARN("%zu workers still connected after %lld s; exiting anyway", left,
                opt.shutdown_grace_s);

@@ -10,9 +10,12 @@
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t signal_got;
+static volatile sig_atomic_t signal_got, signal_count;
 
-static void on_signal(int sig) { signal_got = sig; }
+static void on_signal(int sig) {
+  signal_got = sig;
+  signal_count = signal_count + 1;
+}
 
 void stk__signals_install(void) {
   struct sigaction sa;
@@ -25,6 +28,7 @@ void stk__signals_install(void) {
 }
 
 int stk__signal_pending(void) { return signal_got; }
+int stk__signal_count(void) { return signal_count; }
 
 int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
   char tmp[4200], text[32];

@@ -10,6 +10,8 @@
 void stk__signals_install(void);
 /* The signal number received, or 0. Async-signal-safe to read. */
 int stk__signal_pending(void);
+/* How many SIGTERM/SIGINT arrived: a second one cuts a drain short. */
+int stk__signal_count(void);
 
 /* Write "<port>\n" to path atomically (path.tmp.<pid>, then rename), so a
  * reader never sees a partial file. 0 or -1 with err. */

@@ -422,6 +422,7 @@ void sched_stream_close(sched_stream *st) {
     }
   sched_done *d = st->done;
   st->done = st->done_tail = NULL;
+  pthread_cond_broadcast(&s->work_cv); /* fewer streams: larger buffer shares */
   pthread_mutex_unlock(&s->mu);
   while (d) {
     sched_done *next = d->next;

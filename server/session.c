@@ -104,8 +104,16 @@ static void run_once(session *s, stk_rpc_channel *ch) {
       !cmd->ack->job) {
     if (r == 0) {
       int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
-      LOG_WARN("coordinator %s ended the session: status %d: %s",
-               s->cfg.coordinator, code, det);
+      if (code == GRPC_STATUS_FAILED_PRECONDITION ||
+          code == GRPC_STATUS_INVALID_ARGUMENT ||
+          code == GRPC_STATUS_UNAUTHENTICATED) {
+        char why[400];
+        snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
+        fail(s, why); /* retrying cannot help */
+      } else {
+        LOG_WARN("coordinator %s ended the session: status %d: %s",
+                 s->cfg.coordinator, code, det);
+      }
     }
     goto out;
   }

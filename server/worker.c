@@ -43,7 +43,8 @@ static const char exit_codes_text[] =
     "  1  runtime failure (cannot listen, cannot open the dataset, ...)\n"
     "  2  usage error (bad option or config file)\n"
     "  3  orphaned: the coordinator was unreachable longer than --orphan-timeout-s\n"
-    "  4  rejected by the coordinator (another job, dataset size or fingerprint differs)\n";
+    "  4  rejected by the coordinator (another job, dataset size or fingerprint differs,\n"
+    "     protocol version, wrong --token)\n";
 
 /* ---- Options ----------------------------------------------------------- */
 
@@ -75,7 +76,8 @@ static stk__option options[] = {
     {"chunk-bytes", OPT_INT, "4194304", NULL, "payload bytes per chunk message",
      &opt.chunk_bytes, 4096, 8 << 20},
     {"drain-timeout-s", OPT_INT, "10", NULL,
-     "on shutdown, time to finish sending what was requested", &opt.drain_timeout_s, 0, 3600},
+     "on shutdown, time to finish sending what was requested (a second "
+     "SIGTERM/SIGINT cuts it short)", &opt.drain_timeout_s, 0, 3600},
     {"orphan-timeout-s", OPT_INT, "60", NULL,
      "exit (code 3) when the coordinator is unreachable this long",
      &opt.orphan_timeout_s, 1, 86400 * 7},
@@ -330,6 +332,10 @@ static void *sender_main(void *arg) {
       else if (why == SCHED_END_DRAINED)
         stk_rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
                             "worker is draining: ask another worker");
+      else /* killed: a no-op when the call already ended; else the
+              scheduler gave up on it (out of memory) */
+        stk_rpc_call_abort(x->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                           "worker out of memory: ask another worker");
       break;
     }
     if (d->status) {
@@ -584,6 +590,10 @@ int main(int argc, char **argv) {
     for (;;) {
       sched_stats_get(s, &st);
       if (!st.active_streams || stk_rpc_now_ms() >= until) break;
+      if (stk__signal_count() >= 2) {
+        LOG_WARN("second signal: not waiting for the drain");
+        break;
+      }
       stk__sleep_ms(20);
     }
     if (st.active_streams)

@@ -7,8 +7,8 @@
  *     worker re-registers and serves the restarted job's clients;
  *  3. an open WatchWorkers stream keeps an idle job alive; once it closes
  *     the idle timeout ends the job;
- *  4. with --token, calls without it are UNAUTHENTICATED and a worker with
- *     it registers and serves.
+ *  4. with --token, calls without it are UNAUTHENTICATED, a worker with a
+ *     wrong one exits 4, and a worker with it registers and serves.
  *
  * usage: test_failover <stoker-coordinator> <stoker-worker>
  */
@@ -196,6 +196,11 @@ static void token(void) {
   stk_rpc_channel *good = du_channel_token(cport, "s3cret"), *bad = du_channel(cport),
                   *wrong = du_channel_token(cport, "s3creT"), *wbad = du_channel(wport);
   CHECK(du_wait_workers(good, 1, 10000) == 0);
+  /* A worker with the wrong token is rejected for good: exit 4. */
+  stk_proc wrong_w;
+  const char *bargs[] = {"--threads", "1", "--token", "nope", NULL};
+  CHECK(du_start_worker(&wrong_w, "token-wrong-w", cport, bargs) > 0);
+  CHECK(proc_wait(&wrong_w, 10000) == 4);
   char det[256];
   Stoker__V1__JoinResponse *jr = NULL;
   CHECK(du_join(bad, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) ==
