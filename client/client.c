@@ -191,6 +191,8 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   pthread_cond_init(&c->cv_next, NULL);
   pthread_cond_init(&c->cv_local, NULL);
   c->open_ns = stk__now_ns();
+  const char *fault = getenv("STOKER_FAULT_CRC_EVERY");
+  if (local && fault) c->fault_crc_every = strtoull(fault, NULL, 10);
   if ((cfg->coordinator && !c->coordinator) || (cfg->token && !c->token) ||
       (data_root && !c->data_root) || !c->workers) {
     client_free(c);

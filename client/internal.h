@@ -61,6 +61,7 @@ typedef struct stk__worker {
   double rate;           /* batches/s, smoothed */
   int64_t last_done_ns;
   int64_t last_msg_ns;
+  int64_t last_assigned_ns;
   uint64_t batches, bytes;
   uint64_t stream_batches; /* completed on the current stream */
   uint32_t failures;     /* consecutive broken streams (backoff) */
@@ -126,6 +127,8 @@ struct stk_client {
   uint64_t batches, bytes, stall_ns, reissued, duplicates, crc_errors,
       substituted;
   int64_t open_ns, first_next_ns, last_next_ns;
+
+  uint64_t fault_crc_every, fault_count; /* $STOKER_FAULT_CRC_EVERY (local) */
 
   char err[512];
 };

@@ -420,7 +420,12 @@ static void *local_main(void *arg) {
     c->bytes += c->layout.total_bytes;
     w->bytes += c->layout.total_bytes;
     c->substituted += info.substituted;
-    complete(c, w, r, 1);
+    /* Fault injection for tests ($STOKER_FAULT_CRC_EVERY=N): every Nth
+     * local batch counts as a crc32c mismatch and takes the re-request
+     * path a corrupted network batch takes. */
+    int crc_ok = 1;
+    if (c->fault_crc_every && ++c->fault_count % c->fault_crc_every == 0) crc_ok = 0;
+    complete(c, w, r, crc_ok);
   }
   w->thread_exited = 1;
   pthread_mutex_unlock(&c->mu);
@@ -453,7 +458,12 @@ static stk__worker *pick(stk_client *c, int avoid) {
       if (!fallback || score < fb_score) fallback = w, fb_score = score;
       continue;
     }
-    if (!best || score < best_score) best = w, best_score = score;
+    /* Near-ties (within 5%) go to the worker assigned least recently, so
+     * a lightly loaded job still spreads over every worker (and measures
+     * each one's rate) instead of always picking the first. */
+    if (!best || score < 0.95 * best_score ||
+        (score <= 1.05 * best_score && w->last_assigned_ns < best->last_assigned_ns))
+      best = w, best_score = score;
   }
   return best ? best : fallback;
 }
@@ -492,6 +502,7 @@ static void *sched_main(void *arg) {
     r->state = REQ_ISSUED;
     r->worker = w->idx;
     r->issued_ns = stk__now_ns();
+    w->last_assigned_ns = r->issued_ns;
     if (w->outstanding == 0) w->last_msg_ns = r->issued_ns;
     w->outstanding++;
     if (w->local) {

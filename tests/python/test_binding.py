@@ -146,7 +146,7 @@ def main():
         # the PyTorch example, bounded
         ex = os.path.join(os.environ.get("STOKER_EXAMPLES", "examples"), "pytorch_train.py")
         r = subprocess.run([sys.executable, ex, "--coordinator", coord, "--rank", "0",
-                            "--world-size", "2", "--steps", "120", "--no-finish",
+                            "--world-size", "2", "--steps", "80", "--no-finish",
                             "--join-timeout-ms", "15000"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=90,
                            text=True)
@@ -154,20 +154,31 @@ def main():
         check(r.returncode == 0, "pytorch_train.py exit %d" % r.returncode)
         # rank 0 ends the job: rank 1's next() fails saying the job ended
         A = stoker.Loader(coord, rank=0, world_size=2, join_timeout_ms=15000)
-        B = stoker.Loader(coord, rank=1, world_size=2, join_timeout_ms=15000)
+        B = stoker.Loader(coord, rank=1, world_size=2, prefetch=2, join_timeout_ms=5000)
         itb = iter(B)
         next(itb)
+        time.sleep(0.5)  # B's watcher is connected (else it can only time out)
         A.finish(shutdown_job=True)
-        t_end = time.time() + 10
-        err = None
+        # B stands still until the workers are gone (else a fast B could
+        # legitimately finish its whole job during the drain); then only
+        # what it had buffered (prefetch + slots) comes before the error.
+        time.sleep(1.0)
+        t0 = time.time()
+        err, n, slow = None, 0, []
         try:
-            while time.time() < t_end:
+            while time.time() < t0 + 10:
+                t1 = time.time()
                 if next(itb, None) is None:
                     itb = iter(B)
+                n += 1
+                if time.time() - t1 > 0.5:
+                    slow.append(round(time.time() - t1, 2))
         except stoker.StokerError as e:
             err = e
-        check(err is not None and "job ended" in str(err),
-              "after shutdown_job, rank 1 gets 'job ended' (got %r)" % (err,))
+        check(err is not None and "job ended" in str(err) and n <= 6,
+              "after shutdown_job, rank 1 gets 'job ended' (got %r after %.1f s, %d "
+              "batches, slow next() calls %s, stats %s)"
+              % (err, time.time() - t0, n, slow, B.stats()))
         A.close()
         B.close()
         check(c.wait(10) == 0, "coordinator exits 0 after shutdown_job")

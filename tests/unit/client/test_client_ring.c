@@ -181,8 +181,33 @@ static void convert_f32(void) {
   stk_client_close(c);
 }
 
+/* Every 3rd batch fails its crc32c (fault injection): it is re-requested,
+ * counted, and the caller still sees every step once, in order, intact. */
+static void crc_reissue(void) {
+  setenv("STOKER_FAULT_CRC_EVERY", "3", 1);
+  stk_client *c = open_local(0, 2, 0);
+  unsetenv("STOKER_FAULT_CRC_EVERY");
+  CHECK(c != NULL);
+  if (!c) return;
+  for (uint64_t s = 0; s < 8; s++) {
+    stk_batch *b = NULL;
+    CHECK(stk_client_next(c, &b) == STK_OK);
+    if (!b) break;
+    CHECK_EQ_U64(stk_batch_step(b), s);
+    CHECK(same_as_reference(c, b));
+    stk_batch_release(b);
+  }
+  stk_stats st;
+  stk_client_stats(c, &st);
+  CHECK(st.crc_errors >= 2);
+  CHECK(st.reissued == st.crc_errors);
+  CHECK_EQ_U64(st.batches, 8);
+  stk_client_close(c);
+}
+
 int main(void) {
   full_run();
+  crc_reissue();
   held_slots();
   independent_clients();
   convert_f32();
