@@ -21,6 +21,7 @@ typedef struct rank_run {
   uint32_t prefetch;
   int step_ms;               /* simulated training step */
   int finish;                /* call stk_client_finish at the end */
+  const char *data_root;     /* for the reference of file datasets */
   /* out */
   uint64_t delivered, mismatches, order_errors, epochs_seen;
   int final_status;          /* STK_END_OF_DATA when all went well */
@@ -72,7 +73,7 @@ static inline void *rank_main(void *arg) {
     const void *p = stk_batch_payload(b, &len);
     char err[256];
     if (len != L.total_bytes ||
-        stk_build_reference(&spec, NULL, stk_batch_epoch(b), r->rank,
+        stk_build_reference(&spec, r->data_root, stk_batch_epoch(b), r->rank,
                             stk_batch_step(b), ref, L.total_bytes, err,
                             sizeof err) != STK_OK ||
         memcmp(p, ref, L.total_bytes) != 0)

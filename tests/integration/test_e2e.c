@@ -4,47 +4,49 @@
  * and in order over two epochs, and every process must exit 0 within 10 s
  * of the last finish.
  *
- * usage: test_e2e <stoker-coordinator> <stoker-worker>
+ * Then the same with real JPEGs: a generated ImageFolder dataset, the train
+ * pipeline, num_samples learnt from the workers' index, and both ranks
+ * comparing every batch with the reference built from the same files.
+ *
+ * usage: test_e2e <stoker-coordinator> <stoker-worker> [<stoker-dataset>]
  */
 #include "daemon_util.h"
 #include "e2e_util.h"
 
-int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s <stoker-coordinator> <stoker-worker>\n", argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
-  const char *job[] = {"--set", "num_samples=600", "--set", "batch_size=8",
-                       "--set", "height=32",       "--set", "width=32",
-                       "--set", "world_size=2",    "--set", "epochs=2",
-                       "--set", "seed=11",         NULL};
+/* Run one job: coordinator with `job` args, two workers with `wargs`, two
+ * rank threads; checks as described above. */
+static void run_job(const char *tag, const char *const *job, const char *const *wargs,
+                    const char *data_root, uint64_t want_batches) {
+  int before = check_failures;
   stk_proc p[3];
-  int port = du_start_coordinator(&p[0], "coordinator", job);
+  char name[64];
+  snprintf(name, sizeof name, "%s-coordinator", tag);
+  int port = du_start_coordinator(&p[0], name, job);
   CHECK(port > 0);
-  if (port <= 0) CHECK_DONE();
-  const char *wargs[] = {"--threads", "1", NULL};
-  CHECK(du_start_worker(&p[1], "worker1", port, wargs) > 0);
-  CHECK(du_start_worker(&p[2], "worker2", port, wargs) > 0);
+  if (port <= 0) return;
+  snprintf(name, sizeof name, "%s-worker1", tag);
+  CHECK(du_start_worker(&p[1], name, port, wargs) > 0);
+  snprintf(name, sizeof name, "%s-worker2", tag);
+  CHECK(du_start_worker(&p[2], name, port, wargs) > 0);
 
   rank_run r[2];
   pthread_t t[2];
   for (uint32_t i = 0; i < 2; i++) {
     memset(&r[i], 0, sizeof r[i]);
     r[i].port = port, r[i].rank = i, r[i].world = 2, r[i].finish = 1;
+    r[i].data_root = data_root;
     pthread_create(&t[i], NULL, rank_main, &r[i]);
   }
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 2; i++) {
-    if (r[i].error[0]) fprintf(stderr, "rank %d: %s\n", i, r[i].error);
+    if (r[i].error[0]) fprintf(stderr, "%s rank %d: %s\n", tag, i, r[i].error);
     CHECK(r[i].final_status == STK_END_OF_DATA);
-    CHECK_EQ_U64(r[i].delivered, 2 * 37); /* floor(600 / 16) steps x 2 epochs */
+    CHECK_EQ_U64(r[i].delivered, want_batches);
     CHECK_EQ_U64(r[i].mismatches, 0);
     CHECK_EQ_U64(r[i].order_errors, 0);
     CHECK_EQ_U64(r[i].epochs_seen, 2);
     CHECK(r[i].stats.crc_errors == 0);
-    fprintf(stderr, "rank %d: %llu batches, stall %.1f%%, %u workers used\n", i,
+    fprintf(stderr, "%s rank %d: %llu batches, stall %.1f%%, %u workers used\n", tag, i,
             (unsigned long long)r[i].delivered, 100 * r[i].stats.stall_fraction,
             r[i].stats.nworkers);
   }
@@ -59,9 +61,46 @@ int main(int argc, char **argv) {
     CHECK(code == 0);
     CHECK(ts_diff_s(now, last) < 10.0);
   }
-  if (check_failures) {
+  if (check_failures != before) {
     for (int i = 0; i < 3; i++) proc_dump_log(&p[i]);
     proc_keep_tmp();
   }
+}
+
+int main(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s <stoker-coordinator> <stoker-worker> [<stoker-dataset>]\n",
+            argv[0]);
+    return 2;
+  }
+  coord_bin = argv[1];
+  worker_bin = argv[2];
+  const char *syn[] = {"--set", "num_samples=600", "--set", "batch_size=8",
+                       "--set", "height=32",       "--set", "width=32",
+                       "--set", "world_size=2",    "--set", "epochs=2",
+                       "--set", "seed=11",         NULL};
+  const char *w1[] = {"--threads", "1", NULL};
+  run_job("synthetic", syn, w1, NULL, 2 * 37); /* floor(600 / 16) steps x 2 epochs */
+
+  if (argc < 4) {
+    fprintf(stderr, "no stoker-dataset given: JPEG phase skipped\n");
+    CHECK_DONE();
+  }
+  char root[600];
+  snprintf(root, sizeof root, "%s/data", proc_tmpdir());
+  char *gen[] = {argv[3], "gen", "--out", root, "--count", "120", "--classes", "4",
+                 "--layout", "imagefolder", "--min-side", "120", "--max-side", "360",
+                 NULL};
+  stk_proc g;
+  CHECK(proc_spawn(&g, "gen", gen) == 0);
+  CHECK(proc_wait(&g, 60000) == 0);
+  const char *jpg[] = {"--set", "source=imagefolder", "--set", "dataset=imagefolder",
+                       "--set", "pipeline=train",     "--set", "height=64",
+                       "--set", "width=64",           "--set", "dtype=float32",
+                       "--set", "batch_size=6",       "--set", "world_size=2",
+                       "--set", "epochs=2",           "--set", "drop_last=false",
+                       "--set", "seed=3",             NULL};
+  const char *w2[] = {"--threads", "1", "--data-root", root, NULL};
+  run_job("jpeg", jpg, w2, root, 2 * 10); /* ceil(120 / 12) steps x 2 epochs */
   CHECK_DONE();
 }
