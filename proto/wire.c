@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rpc.h"
+#include "stoker/augment.h"
 
 static size_t put_varint(unsigned char *p, uint64_t v) {
   size_t n = 0;
@@ -104,14 +105,27 @@ int stk_wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk_wire_msg *m) {
   return 0;
 }
 
-void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest) {
-  unsigned char *d = dest;
-  if (m->msg) {
-    if (m->len) memcpy(d, m->msg->chunk.data, m->len);
-    return;
+/* Pieces of at most this size are copied and then checksummed, so the
+ * checksum reads them from L1/L2 rather than memory. */
+#define CRC_PIECE (64u << 10)
+
+static uint32_t copy_piece(unsigned char *d, const unsigned char *p, size_t n,
+                           uint32_t crc, int with_crc) {
+  while (n) {
+    size_t c = n < CRC_PIECE ? n : CRC_PIECE;
+    memcpy(d, p, c);
+    if (with_crc) crc = stk_crc32c(crc, d, c);
+    d += c, p += c, n -= c;
   }
+  return crc;
+}
+
+static uint32_t copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m,
+                           unsigned char *d, uint32_t crc, int with_crc) {
+  if (m->msg) return m->len ? copy_piece(d, m->msg->chunk.data, m->len, crc, with_crc)
+                            : crc;
   grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb)) return;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) return crc;
   size_t skip = m->data_start, left = m->len;
   grpc_slice s;
   while (left && grpc_byte_buffer_reader_next(&r, &s)) {
@@ -121,12 +135,22 @@ void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest
       skip -= n;
     } else {
       size_t c = n - skip < left ? n - skip : left;
-      memcpy(d, p + skip, c);
+      crc = copy_piece(d, p + skip, c, crc, with_crc);
       d += c, left -= c, skip = 0;
     }
     grpc_slice_unref(s);
   }
   grpc_byte_buffer_reader_destroy(&r);
+  return crc;
+}
+
+void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest) {
+  copy_chunk(bb, m, dest, 0, 0);
+}
+
+uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m,
+                                 void *dest, uint32_t crc) {
+  return copy_chunk(bb, m, dest, crc, 1);
 }
 
 void stk_wire_msg_free(stk_wire_msg *m) {

@@ -36,6 +36,12 @@ int stk_wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk_wire_msg *m);
 /* Copy a chunk's m->len bytes to dest (the caller has bounds-checked
  * offset + len against its buffer). */
 void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest);
+/* As stk_wire_copy_chunk, and returns the CRC-32C of the chunk's bytes
+ * continued from crc (stk_crc32c semantics): each piece is checksummed
+ * right after it is copied, while it is still in cache, instead of in a
+ * second pass over the whole batch. */
+uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m,
+                                 void *dest, uint32_t crc);
 void stk_wire_msg_free(stk_wire_msg *m);
 
 #endif
