@@ -285,7 +285,7 @@ static int rx_loop(stk_client *c, stk__worker *w, stk_rpc_stream *s) {
       pthread_mutex_lock(&c->mu);
       int64_t idle = (stk__now_ns() - w->last_msg_ns) / 1000000;
       int cut = c->stopping || c->fatal ||
-                (!w->listed && (w->outstanding == 0 || idle > 2000)) ||
+                (!w->listed && (w->outstanding == 0 || idle > 1000)) ||
                 (w->outstanding > 0 && idle > 30000);
       pthread_mutex_unlock(&c->mu);
       if (cut) {
