@@ -1,7 +1,7 @@
 /* test_shutdown.c - the ways a job ends, with real processes on 127.0.0.1:
  *  1. every rank calls Finish -> coordinator and both workers exit 0;
  *  2. rank 0 calls Finish with shutdown_job -> everything exits 0;
- *  3. no client touches the job (--idle-timeout-s 1) -> the coordinator
+ *  3. no client touches the job (--idle-timeout-s 2) -> the coordinator
  *     exits 3 (idle) and its worker exits 0;
  *  4. the coordinator is killed -9 -> the worker (--orphan-timeout-s 2)
  *     exits 3 (orphan);
@@ -81,13 +81,17 @@ static void idle_timeout(void) {
   int n = 0;
   for (const char *const *a = job_args; *a; a++) args[n++] = *a;
   args[n++] = "--idle-timeout-s";
-  args[n++] = "1";
+  args[n++] = "2";
   args[n] = NULL;
   int cport = du_start_coordinator(&p[0], "idle-coord", args);
   CHECK(cport > 0);
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", NULL};
   CHECK(du_start_worker(&p[1], "idle-w", cport, wargs) > 0);
+  /* Status does not count as touching the job. */
+  stk_rpc_channel *c = du_channel(cport);
+  CHECK(du_wait_workers(c, 1, 10000) == 0);
+  stk_rpc_channel_close(c);
   CHECK(proc_wait(&p[0], 10000) == 3); /* idle */
   CHECK(proc_wait(&p[1], 10000) == 0); /* told to shut down */
   if (check_failures != before) fail_dump(p, 2);
