@@ -58,6 +58,7 @@ typedef struct stk__worker {
   int alive;             /* stream open and taking requests */
   int probing;           /* no message yet on this stream: at most 1 request */
   uint32_t outstanding;
+  uint32_t cap;          /* outstanding limit learnt from RESOURCE_EXHAUSTED, 0 = 64 */
   double rate;           /* batches/s, smoothed */
   int64_t last_done_ns;
   int64_t last_msg_ns;

@@ -285,7 +285,7 @@ static int rx_loop(stk_client *c, stk__worker *w, stk_rpc_stream *s) {
       pthread_mutex_lock(&c->mu);
       int64_t idle = (stk__now_ns() - w->last_msg_ns) / 1000000;
       int cut = c->stopping || c->fatal ||
-                (!w->listed && (w->outstanding == 0 || idle > 2000)) ||
+                (!w->listed && (w->outstanding == 0 || idle > 1000)) ||
                 (w->outstanding > 0 && idle > 30000);
       pthread_mutex_unlock(&c->mu);
       if (cut) {
@@ -332,6 +332,7 @@ static void *remote_main(void *arg) {
       pthread_mutex_unlock(&c->mu);
       got_any = rx_loop(c, w, s);
       pthread_mutex_lock(&c->mu);
+      uint32_t had = w->outstanding;
       w->stream = NULL;
       w->alive = 0;
       requeue(c, w);
@@ -343,6 +344,13 @@ static void *remote_main(void *arg) {
       int code = stk_rpc_stream_status(s, 500, det, sizeof(det));
       stk_rpc_stream_destroy(s);
       int fst = 0;
+      if (code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
+        /* The worker allows fewer outstanding requests than we sent:
+         * ask for at most half as many from now on. */
+        pthread_mutex_lock(&c->mu);
+        w->cap = had > 2 ? had / 2 : 1;
+        pthread_mutex_unlock(&c->mu);
+      }
       if (code == GRPC_STATUS_FAILED_PRECONDITION) fst = STK_MISMATCH;
       else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE)
         fst = STK_PROTOCOL;
@@ -446,7 +454,7 @@ static stk__worker *pick(stk_client *c, int avoid) {
   for (uint32_t i = 0; i < c->nworkers; i++) {
     stk__worker *w = &c->workers[i];
     if (!w->alive || !w->listed) continue;
-    uint32_t cap = w->probing ? 1 : STK__MAX_PER_WORKER;
+    uint32_t cap = w->probing ? 1 : (w->cap ? w->cap : STK__MAX_PER_WORKER);
     if (w->outstanding >= cap) continue;
     /* A worker measured slow still gets work when the others' queues are
      * deep (rate floored at a quarter of the mean), so one noisy sample

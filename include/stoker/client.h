@@ -83,7 +83,11 @@ STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out,
  *   STK_END_OF_DATA  every epoch of the job was delivered.
  *   other            a failure that retries cannot mend (every worker gone
  *                    for longer than the job allows, job ended by rank 0);
- *                    stk_client_error() says why.
+ *                    stk_client_error() says why. In this library:
+ *                    STK_CANCELLED the job ended (coordinator shutting it
+ *                    down), STK_UNAVAILABLE no live worker for
+ *                    join_timeout_ms, STK_MISMATCH / STK_PROTOCOL a worker
+ *                    refused our job or sent a malformed batch.
  * The caller may hold at most slots-1 batches at once (the copy thread
  * needs a free slot); asking for more returns STK_STATE.
  * CUDA: the slot's copy is ordered before later work on cfg.cuda_stream
