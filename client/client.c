@@ -164,6 +164,7 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   int local = job_text != NULL;
   int st = check_config(cfg, local, err, errlen);
   if (st) return st;
+  if (!local) stk_rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */
   resume_state rs;
   memset(&rs, 0, sizeof(rs));
   if (cfg->resume_state) {

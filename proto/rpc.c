@@ -11,6 +11,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <malloc.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +22,22 @@
 
 void stk_rpc_init(void) { grpc_init(); }
 void stk_rpc_shutdown(void) { grpc_shutdown(); }
+
+int stk_rpc_tune_malloc(void) {
+  const char *opt = getenv("STOKER_MALLOC_TUNING");
+  if ((opt && strcmp(opt, "0") == 0) || getenv("MALLOC_MMAP_THRESHOLD_") ||
+      getenv("MALLOC_TRIM_THRESHOLD_"))
+    return 0;
+#ifdef M_MMAP_THRESHOLD
+  static int done;
+  if (__atomic_exchange_n(&done, 1, __ATOMIC_ACQ_REL)) return 1;
+  mallopt(M_MMAP_THRESHOLD, 32 << 20);
+  mallopt(M_TRIM_THRESHOLD, 64 << 20);
+  return 1;
+#else
+  return 0;
+#endif
+}
 
 int64_t stk_rpc_now_ms(void) {
   struct timespec ts;

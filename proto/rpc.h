@@ -23,6 +23,17 @@
 void stk_rpc_init(void);
 void stk_rpc_shutdown(void);
 
+/* Keep glibc from handing gRPC's large receive buffers back to the kernel
+ * after every message (mmap threshold 32 MiB, trim threshold 64 MiB), so
+ * they are reused instead of being faulted in again. On this project's
+ * 2-core VM that took the client from ~1.0 to ~0.33 CPU s per GB received
+ * (docs/benchmarks.md, "Transport"). Process-wide: the daemons call it at
+ * start; libstoker calls it when a client opens unless the environment has
+ * STOKER_MALLOC_TUNING=0, and never overrides a MALLOC_MMAP_THRESHOLD_ or
+ * MALLOC_TRIM_THRESHOLD_ the user set. Idempotent, thread-safe. Returns 1
+ * if it changed the settings, 0 if it left them alone. */
+int stk_rpc_tune_malloc(void);
+
 /* Monotonic milliseconds. */
 int64_t stk_rpc_now_ms(void);
 

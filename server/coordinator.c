@@ -703,6 +703,7 @@ static void check_heartbeats(void) {
 
 int main(int argc, char **argv) {
   stk__log_init(PROGRAM);
+  stk_rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
   int pr = stk__options_parse(
       options, NOPTIONS, argc, argv, PROGRAM,
       "Runs one stoker job: worker sessions, client joins, finish, status.",

@@ -465,6 +465,7 @@ static void default_advertise(char *out, size_t len, int port) {
 
 int main(int argc, char **argv) {
   stk__log_init(PROGRAM);
+  stk_rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
   int pr = stk__options_parse(
       options, NOPTIONS, argc, argv, PROGRAM,
       "Serves batches of the coordinator's job to training clients "

@@ -71,7 +71,14 @@ STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
  * of range, world_size differs from the job's), STK_UNAVAILABLE (no
  * coordinator within join_timeout_ms), STK_MISMATCH (resume state from
  * another job), STK_UNSUPPORTED (CUDA asked for where there is none), with a
- * message in err. Thread-safe (separate clients are independent). */
+ * message in err. Thread-safe (separate clients are independent).
+ * Side effect, process-wide: raises glibc's mmap and trim thresholds (32 and
+ * 64 MiB) so gRPC's receive buffers are reused instead of being returned to
+ * the kernel and faulted in again after every message; that cut the
+ * client's CPU per GB about threefold (docs/benchmarks.md). Set the
+ * environment variable STOKER_MALLOC_TUNING=0 to leave malloc alone; a
+ * MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ you set is never
+ * overridden. */
 STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out,
                                char *err, size_t errlen);
 
