@@ -28,8 +28,11 @@ static inline void du_sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-/* Spawn the coordinator with extra args; returns its port or -1. */
-static inline int du_start_coordinator(stk_proc *p, const char *name, const char *const *extra) {
+/* Spawn the coordinator with the args of `extra` then of `more` (either
+ * may be NULL); returns its port or -1. */
+static inline int du_start_coordinator2(stk_proc *p, const char *name,
+                                        const char *const *extra,
+                                        const char *const *more) {
   char pf[600];
   snprintf(pf, sizeof(pf), "%s/%s.port", proc_tmpdir(), name);
   unlink(pf);
@@ -43,11 +46,17 @@ static inline int du_start_coordinator(stk_proc *p, const char *name, const char
   argv[n++] = "--stats-interval-s";
   argv[n++] = "1";
   for (; extra && *extra && n < 62; extra++) argv[n++] = (char *)*extra;
+  for (; more && *more && n < 62; more++) argv[n++] = (char *)*more;
   argv[n] = NULL;
   if (proc_spawn(p, name, argv)) return -1;
   int port = proc_wait_port(p, pf, 10000);
   if (port < 0) proc_dump_log(p);
   return port;
+}
+
+/* Spawn the coordinator with extra args; returns its port or -1. */
+static inline int du_start_coordinator(stk_proc *p, const char *name, const char *const *extra) {
+  return du_start_coordinator2(p, name, extra, NULL);
 }
 
 static inline int du_start_worker(stk_proc *p, const char *name, int coord_port,

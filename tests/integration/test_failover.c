@@ -43,13 +43,8 @@ static Stoker__V1__WorkerList *watch_next(stk_rpc_stream *s, int timeout_ms) {
 static void heartbeat_lapse(void) {
   stk_proc p[2];
   int before = check_failures;
-  const char *args[32];
-  int n = 0;
-  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
-  args[n++] = "--heartbeat-interval-ms";
-  args[n++] = "200";
-  args[n] = NULL;
-  int cport = du_start_coordinator(&p[0], "lapse-coord", args);
+  const char *more[] = {"--heartbeat-interval-ms", "200", NULL};
+  int cport = du_start_coordinator2(&p[0], "lapse-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", NULL};
@@ -154,13 +149,8 @@ static void coordinator_restart(void) {
 static void watch_keeps_job_alive(void) {
   stk_proc p;
   int before = check_failures;
-  const char *args[32];
-  int n = 0;
-  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
-  args[n++] = "--idle-timeout-s";
-  args[n++] = "1";
-  args[n] = NULL;
-  int cport = du_start_coordinator(&p, "watch-coord", args);
+  const char *more[] = {"--idle-timeout-s", "1", NULL};
+  int cport = du_start_coordinator2(&p, "watch-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
   stk_rpc_channel *c = du_channel(cport);
@@ -181,13 +171,8 @@ static void watch_keeps_job_alive(void) {
 static void token(void) {
   stk_proc p[2];
   int before = check_failures;
-  const char *args[32];
-  int n = 0;
-  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
-  args[n++] = "--token";
-  args[n++] = "s3cret";
-  args[n] = NULL;
-  int cport = du_start_coordinator(&p[0], "token-coord", args);
+  const char *more[] = {"--token", "s3cret", NULL};
+  int cport = du_start_coordinator2(&p[0], "token-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", "--token", "s3cret", NULL};

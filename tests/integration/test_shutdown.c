@@ -77,13 +77,8 @@ static void rank0_ends_job(void) {
 static void idle_timeout(void) {
   stk_proc p[2];
   int before = check_failures;
-  const char *args[32];
-  int n = 0;
-  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
-  args[n++] = "--idle-timeout-s";
-  args[n++] = "2";
-  args[n] = NULL;
-  int cport = du_start_coordinator(&p[0], "idle-coord", args);
+  const char *more[] = {"--idle-timeout-s", "2", NULL};
+  int cport = du_start_coordinator2(&p[0], "idle-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", NULL};
@@ -118,13 +113,8 @@ static void orphan(void) {
 static void worker_drain(void) {
   stk_proc p[2];
   int before = check_failures;
-  const char *args[32];
-  int n = 0;
-  for (const char *const *a = job_args; *a; a++) args[n++] = *a;
-  args[n++] = "--set";
-  args[n++] = "synthetic_cost_us=5000"; /* 20 ms per batch on one thread */
-  args[n] = NULL;
-  int cport = du_start_coordinator(&p[0], "drain-coord", args);
+  const char *more[] = {"--set", "synthetic_cost_us=5000", NULL}; /* 20 ms per batch on one thread */
+  int cport = du_start_coordinator2(&p[0], "drain-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", NULL};
