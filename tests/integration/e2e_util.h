@@ -22,6 +22,7 @@ typedef struct rank_run {
   int step_ms;               /* simulated training step */
   int finish;                /* call stk_client_finish at the end */
   const char *data_root;     /* for the reference of file datasets */
+  const char *token;         /* bearer token, NULL = none */
   /* out */
   uint64_t delivered, mismatches, order_errors, epochs_seen;
   int final_status;          /* STK_END_OF_DATA when all went well */
@@ -42,6 +43,7 @@ static inline void *rank_main(void *arg) {
   cfg.world_size = r->world;
   if (r->prefetch) cfg.prefetch = r->prefetch;
   cfg.join_timeout_ms = 20000;
+  cfg.token = r->token;
   stk_client *c = NULL;
   r->final_status = stk_client_open(&cfg, &c, r->error, sizeof r->error);
   if (r->final_status != STK_OK) return NULL;

@@ -4,7 +4,8 @@
  * and in order over two epochs, and every process must exit 0 within 10 s
  * of the last finish.
  *
- * Then the same with real JPEGs: a generated ImageFolder dataset, the train
+ * Then the same with a bearer token on every call (and a client without
+ * it refused at once), then with real JPEGs: a generated ImageFolder dataset, the train
  * pipeline, num_samples learnt from the workers' index, and both ranks
  * comparing every batch with the reference built from the same files.
  *
@@ -16,14 +17,32 @@
 /* Run one job: coordinator with `job` args, two workers with `wargs`, two
  * rank threads; checks as described above. */
 static void run_job(const char *tag, const char *const *job, const char *const *wargs,
-                    const char *data_root, uint64_t want_batches) {
+                    const char *data_root, const char *token, uint64_t want_batches) {
   int before = check_failures;
   stk_proc p[3];
   char name[64];
   snprintf(name, sizeof name, "%s-coordinator", tag);
-  int port = du_start_coordinator(&p[0], name, job);
+  const char *tok[] = {"--token", token, NULL};
+  int port = du_start_coordinator2(&p[0], name, job, token ? tok : NULL);
   CHECK(port > 0);
   if (port <= 0) return;
+  if (token) { /* a client without the token is refused at once, clearly */
+    char addr[64], err[512];
+    snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
+    stk_client_config cfg;
+    stk_client_config_defaults(&cfg);
+    cfg.coordinator = addr;
+    cfg.world_size = 2;
+    cfg.join_timeout_ms = 20000;
+    stk_client *c = NULL;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    CHECK(stk_client_open(&cfg, &c, err, sizeof err) == STK_INVALID_ARGUMENT);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    CHECK(strstr(err, "token") != NULL);
+    CHECK(ts_diff_s(t1, t0) < 5.0);
+    stk_client_close(c);
+  }
   snprintf(name, sizeof name, "%s-worker1", tag);
   CHECK(du_start_worker(&p[1], name, port, wargs) > 0);
   snprintf(name, sizeof name, "%s-worker2", tag);
@@ -35,6 +54,7 @@ static void run_job(const char *tag, const char *const *job, const char *const *
     memset(&r[i], 0, sizeof r[i]);
     r[i].port = port, r[i].rank = i, r[i].world = 2, r[i].finish = 1;
     r[i].data_root = data_root;
+    r[i].token = token;
     pthread_create(&t[i], NULL, rank_main, &r[i]);
   }
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
@@ -80,7 +100,10 @@ int main(int argc, char **argv) {
                        "--set", "world_size=2",    "--set", "epochs=2",
                        "--set", "seed=11",         NULL};
   const char *w1[] = {"--threads", "1", NULL};
-  run_job("synthetic", syn, w1, NULL, 2 * 37); /* floor(600 / 16) steps x 2 epochs */
+  run_job("synthetic", syn, w1, NULL, NULL, 2 * 37); /* floor(600 / 16) x 2 epochs */
+  /* The same with a bearer token on every call: Join, watch, streams. */
+  const char *w1t[] = {"--threads", "1", "--token", "s3cret-t0ken", NULL};
+  run_job("token", syn, w1t, NULL, "s3cret-t0ken", 2 * 37);
 
   if (argc < 4) {
     fprintf(stderr, "no stoker-dataset given: JPEG phase skipped\n");
@@ -101,6 +124,6 @@ int main(int argc, char **argv) {
                        "--set", "epochs=2",           "--set", "drop_last=false",
                        "--set", "seed=3",             NULL};
   const char *w2[] = {"--threads", "1", "--data-root", root, NULL};
-  run_job("jpeg", jpg, w2, root, 2 * 10); /* ceil(120 / 12) steps x 2 epochs */
+  run_job("jpeg", jpg, w2, root, NULL, 2 * 10); /* ceil(120 / 12) steps x 2 epochs */
   CHECK_DONE();
 }
