@@ -23,6 +23,20 @@
 
 static const char *coord_bin, *worker_bin;
 
+/* Every integration test's start: argv[1] and argv[2] are the coordinator
+ * and worker binaries (ctest passes them). 0, or 2 (usage) to return from
+ * main. */
+static inline int du_init(int argc, char **argv) {
+  if (argc < 3) {
+    fprintf(stderr, "usage: %s <stoker-coordinator> <stoker-worker> [...]\n", argv[0]);
+    return 2;
+  }
+  coord_bin = argv[1];
+  worker_bin = argv[2];
+  stk_rpc_init();
+  return 0;
+}
+
 static inline void du_sleep_ms(int ms) {
   struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
   nanosleep(&ts, NULL);

@@ -64,13 +64,7 @@ static int raw_call(stk_rpc_channel *ch, const char *method, int half_close) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
-  stk_rpc_init();
+  if (du_init(argc, argv)) return 2;
   stk_proc coord, worker;
   const char *cargs[] = {"--set", "num_samples=64", "--set", "batch_size=4",
                          "--set", "height=32",      "--set", "width=32",

@@ -88,13 +88,7 @@ static void run_job(const char *tag, const char *const *job, const char *const *
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s <stoker-coordinator> <stoker-worker> [<stoker-dataset>]\n",
-            argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
+  if (du_init(argc, argv)) return 2; /* argv[3]: stoker-dataset, optional */
   const char *syn[] = {"--set", "num_samples=600", "--set", "batch_size=8",
                        "--set", "height=32",       "--set", "width=32",
                        "--set", "world_size=2",    "--set", "epochs=2",

@@ -211,13 +211,7 @@ static void token(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
-  stk_rpc_init();
+  if (du_init(argc, argv)) return 2;
   heartbeat_lapse();
   coordinator_restart();
   watch_keeps_job_alive();

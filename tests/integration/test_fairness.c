@@ -12,13 +12,7 @@
 #define STREAM "/stoker.v1.Worker/Stream"
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
-  stk_rpc_init();
+  if (du_init(argc, argv)) return 2;
   stk_proc p[2];
   /* 4 samples x 5 ms = 20 ms per batch: 60 batches take 1.2 s in FIFO. */
   const char *cargs[] = {"--set", "num_samples=512", "--set", "batch_size=4",

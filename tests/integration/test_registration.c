@@ -80,13 +80,7 @@ static int fake_register(stk_rpc_channel *c, const char *id, uint64_t hash_xor,
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
-  stk_rpc_init();
+  if (du_init(argc, argv)) return 2;
   stk_proc coord;
   const char *cargs[] = {"--set", "source=imagefolder", "--set", "dataset=imgs",
                          "--set", "num_samples=0",      "--set", "pipeline=train",

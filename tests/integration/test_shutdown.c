@@ -166,13 +166,7 @@ static void worker_drain(void) {
 }
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s stoker-coordinator stoker-worker\n", argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
-  stk_rpc_init();
+  if (du_init(argc, argv)) return 2;
   all_ranks_finish();
   rank0_ends_job();
   idle_timeout();

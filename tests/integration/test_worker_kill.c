@@ -13,12 +13,7 @@
 #include "e2e_util.h"
 
 int main(int argc, char **argv) {
-  if (argc < 3) {
-    fprintf(stderr, "usage: %s <stoker-coordinator> <stoker-worker>\n", argv[0]);
-    return 2;
-  }
-  coord_bin = argv[1];
-  worker_bin = argv[2];
+  if (du_init(argc, argv)) return 2;
   /* 1 ms of CPU per sample: a batch of 8 takes ~8 ms per builder, so the
    * epoch (2 x 40 steps) lasts long enough to kill a worker in its middle. */
   const char *job[] = {"--set", "num_samples=640",        "--set", "batch_size=8",
