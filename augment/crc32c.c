@@ -27,8 +27,9 @@ static uint32_t crc_sw(uint32_t crc, const unsigned char *p, size_t n) {
 }
 
 #if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t
-crc_hw(uint32_t crc, const unsigned char *p, size_t n) {
+__attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc,
+                                                         const unsigned char *p,
+                                                         size_t n) {
   uint64_t c = crc;
   while (n && ((uintptr_t)p & 7)) c = __builtin_ia32_crc32qi((uint32_t)c, *p++), n--;
   while (n >= 8) {

@@ -26,9 +26,15 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
   if (rc) return rc;
   const stk__source_ops *ops = NULL;
   switch (spec->source) {
-  case STK_SOURCE_SYNTHETIC: ops = &stk__synthetic_source; break;
-  case STK_SOURCE_IMAGEFOLDER: ops = stk__imagefolder_source_ptr; break;
-  case STK_SOURCE_TAR: ops = stk__tar_source_ptr; break;
+    case STK_SOURCE_SYNTHETIC:
+      ops = &stk__synthetic_source;
+      break;
+    case STK_SOURCE_IMAGEFOLDER:
+      ops = stk__imagefolder_source_ptr;
+      break;
+    case STK_SOURCE_TAR:
+      ops = stk__tar_source_ptr;
+      break;
   }
   if (!ops) {
     if (err && errlen) snprintf(err, errlen, "this build has no such source");
@@ -103,8 +109,8 @@ void stk_dataset_close(stk_dataset *ds) {
   free(ds);
 }
 
-int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec,
-                       stk_builder **out, char *err, size_t errlen) {
+int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec, stk_builder **out,
+                       char *err, size_t errlen) {
   *out = NULL;
   stk_builder *b = calloc(1, sizeof(*b));
   if (!b) return STK_NO_MEMORY;
@@ -136,20 +142,19 @@ int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec,
   return STK_OK;
 }
 
-int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
-                      uint64_t step, void *buf, size_t len,
-                      stk_build_info *info) {
+int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank, uint64_t step,
+                      void *buf, size_t len, stk_build_info *info) {
   stk_build_info local;
   if (!info) info = &local;
   memset(info, 0, sizeof(*info));
   b->err[0] = 0;
   if (len < b->layout.total_bytes) {
-    snprintf(b->err, sizeof(b->err), "buffer of %zu bytes < batch of %llu",
-             len, (unsigned long long)b->layout.total_bytes);
+    snprintf(b->err, sizeof(b->err), "buffer of %zu bytes < batch of %llu", len,
+             (unsigned long long)b->layout.total_bytes);
     return STK_INVALID_ARGUMENT;
   }
-  if (stk_batch_samples(&b->spec, b->ds->n, epoch, rank, step, b->indices,
-                        b->mask) != STK_OK) {
+  if (stk_batch_samples(&b->spec, b->ds->n, epoch, rank, step, b->indices, b->mask) !=
+      STK_OK) {
     snprintf(b->err, sizeof(b->err),
              "address (epoch %llu, rank %u, step %llu) is outside the job",
              (unsigned long long)epoch, rank, (unsigned long long)step);
@@ -188,9 +193,9 @@ void stk_builder_destroy(stk_builder *b) {
   free(b);
 }
 
-int stk_build_reference(const stk_job_spec *spec, const char *data_root,
-                        uint64_t epoch, uint32_t rank, uint64_t step, void *buf,
-                        size_t len, char *err, size_t errlen) {
+int stk_build_reference(const stk_job_spec *spec, const char *data_root, uint64_t epoch,
+                        uint32_t rank, uint64_t step, void *buf, size_t len, char *err,
+                        size_t errlen) {
   stk_dataset *ds;
   stk_builder *b;
   int rc = stk_dataset_open(spec, data_root, NULL, &ds, err, errlen);

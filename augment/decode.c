@@ -28,7 +28,7 @@ struct stk__decoder {
   char msg[JMSG_LENGTH_MAX];
   stk_limits lim;
   int have_header;
-  int live;        /* cinfo is created (0 only after out of memory) */
+  int live; /* cinfo is created (0 only after out of memory) */
   uint8_t *buf;
   size_t cap;
 };
@@ -55,8 +55,7 @@ static void dec_progress(j_common_ptr c) {
   if (c->is_decompressor) {
     j_decompress_ptr di = (j_decompress_ptr)c;
     if (di->input_scan_number > (int)d->lim.max_scans) {
-      snprintf(d->msg, sizeof(d->msg), "more than %u scans",
-               (unsigned)d->lim.max_scans);
+      snprintf(d->msg, sizeof(d->msg), "more than %u scans", (unsigned)d->lim.max_scans);
       longjmp(d->jb, 1);
     }
   }
@@ -120,8 +119,8 @@ static int fail(stk__decoder *d, int rc, char *why, size_t whylen) {
   return rc;
 }
 
-int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
-                        uint32_t *w, uint32_t *h, char *why, size_t whylen) {
+int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len, uint32_t *w,
+                        uint32_t *h, char *why, size_t whylen) {
   struct jpeg_decompress_struct *c = &d->cinfo;
   d->have_header = 0;
   d->msg[0] = 0;
@@ -153,13 +152,12 @@ int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
     return fail(d, STK_CORRUPT, why, whylen);
   }
   if (setjmp(d->jb)) return fail(d, STK_CORRUPT, why, whylen);
-  c->mem->max_memory_to_use = (long)(d->lim.max_decoder_bytes > (1ull << 62)
-                                         ? (1ull << 62)
-                                         : d->lim.max_decoder_bytes);
+  c->mem->max_memory_to_use =
+      (long)(d->lim.max_decoder_bytes > (1ull << 62) ? (1ull << 62)
+                                                     : d->lim.max_decoder_bytes);
   jpeg_mem_src(c, data, (unsigned long)len);
   jpeg_read_header(c, TRUE);
-  if (c->image_width > d->lim.max_dimension ||
-      c->image_height > d->lim.max_dimension ||
+  if (c->image_width > d->lim.max_dimension || c->image_height > d->lim.max_dimension ||
       (uint64_t)c->image_width * c->image_height > d->lim.max_pixels) {
     snprintf(d->msg, sizeof(d->msg), "%ux%u exceeds the pixel limits",
              (unsigned)c->image_width, (unsigned)c->image_height);
@@ -170,8 +168,7 @@ int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
   else if (c->num_components == 1 || c->num_components == 3)
     c->out_color_space = JCS_RGB; /* libjpeg-turbo expands grayscale */
   else {
-    snprintf(d->msg, sizeof(d->msg), "%d color components",
-             c->num_components);
+    snprintf(d->msg, sizeof(d->msg), "%d color components", c->num_components);
     return fail(d, STK_CORRUPT, why, whylen);
   }
   *w = c->image_width;
@@ -203,8 +200,8 @@ static void cmyk_to_rgb(uint8_t *p, size_t npix) {
   }
 }
 
-static int decode_rows(stk__decoder *d, int x0, int x1, int y0, int y1,
-                       stk__roi *roi, char *why, size_t whylen) {
+static int decode_rows(stk__decoder *d, int x0, int x1, int y0, int y1, stk__roi *roi,
+                       char *why, size_t whylen) {
   struct jpeg_decompress_struct *c = &d->cinfo;
   if (setjmp(d->jb)) return fail(d, STK_CORRUPT, why, whylen);
   jpeg_start_decompress(c);
@@ -258,18 +255,16 @@ static int calc_dims(stk__decoder *d) {
   return 0;
 }
 
-int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
-                     double by1, uint32_t ow, uint32_t oh, int margin,
-                     int scale_max, int fast, stk__roi *roi, char *why,
-                     size_t whylen) {
+int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1, double by1,
+                     uint32_t ow, uint32_t oh, int margin, int scale_max, int fast,
+                     stk__roi *roi, char *why, size_t whylen) {
   struct jpeg_decompress_struct *c = &d->cinfo;
   if (!d->have_header) {
     snprintf(d->msg, sizeof(d->msg), "no header");
     return fail(d, STK_INTERNAL, why, whylen);
   }
   int s = 1, smax = scale_max < 1 || scale_max > 8 ? 8 : scale_max;
-  while (s < smax && ((bx1 - bx0) * s / 8 < ow || (by1 - by0) * s / 8 < oh))
-    s++;
+  while (s < smax && ((bx1 - bx0) * s / 8 < ow || (by1 - by0) * s / 8 < oh)) s++;
   if (fast) {
     /* The scales with SIMD IDCTs (8/8, 4/8, 2/8, 1/8; others, and the
      * chroma IDCTs they imply, are plain C), the fast integer IDCT and
@@ -298,8 +293,7 @@ int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
   return decode_rows(d, x0, x1, y0, y1, roi, why, whylen);
 }
 
-int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why,
-                      size_t whylen) {
+int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why, size_t whylen) {
   struct jpeg_decompress_struct *c = &d->cinfo;
   if (!d->have_header) {
     snprintf(d->msg, sizeof(d->msg), "no header");
@@ -308,6 +302,6 @@ int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why,
   roi->sx = roi->sy = 1, roi->scale_num = 8;
   c->dct_method = JDCT_ISLOW;
   c->do_fancy_upsampling = TRUE;
-  return decode_rows(d, 0, (int)c->image_width, 0, (int)c->image_height, roi,
-                     why, whylen);
+  return decode_rows(d, 0, (int)c->image_width, 0, (int)c->image_height, roi, why,
+                     whylen);
 }

@@ -25,17 +25,16 @@ static uint64_t next(uint64_t *s) {
 }
 static double unif(uint64_t *s) { return (next(s) >> 11) * (1.0 / 9007199254740992.0); }
 
-void stk__gen_image(uint8_t *rgb, uint32_t w, uint32_t h, uint32_t label,
-                    uint64_t seed) {
+void stk__gen_image(uint8_t *rgb, uint32_t w, uint32_t h, uint32_t label, uint64_t seed) {
   uint64_t cs = stk__mix64(label * 0x51ull + 7), st = stk__mix64(seed) ^ cs;
   uint8_t fg[3], bg[3];
   for (int c = 0; c < 3; c++) {
     fg[c] = (uint8_t)(40 + next(&cs) % 200);
     bg[c] = (uint8_t)(next(&cs) % 256);
   }
-  int shape = (int)(label % 4);          /* disc, square, ring, diamond */
+  int shape = (int)(label % 4);            /* disc, square, ring, diamond */
   double freq = 0.02 + 0.01 * (label % 7); /* stripe frequency, per class */
-  double ang = (label % 5) * 0.6283;     /* stripe orientation, per class */
+  double ang = (label % 5) * 0.6283;       /* stripe orientation, per class */
   double ca = cos(ang), sa = sin(ang);
   double cx = w * (0.3 + 0.4 * unif(&st)), cy = h * (0.3 + 0.4 * unif(&st));
   double rad = (w < h ? w : h) * (0.2 + 0.15 * unif(&st));
@@ -45,10 +44,18 @@ void stk__gen_image(uint8_t *rgb, uint32_t w, uint32_t h, uint32_t label,
     for (uint32_t x = 0; x < w; x++) {
       double dx = x - cx, dy = y - cy, d;
       switch (shape) {
-      case 0: d = sqrt(dx * dx + dy * dy) / rad; break;
-      case 1: d = fmax(fabs(dx), fabs(dy)) / rad; break;
-      case 2: d = fabs(sqrt(dx * dx + dy * dy) / rad - 0.7) * 3; break;
-      default: d = (fabs(dx) + fabs(dy)) / rad; break;
+        case 0:
+          d = sqrt(dx * dx + dy * dy) / rad;
+          break;
+        case 1:
+          d = fmax(fabs(dx), fabs(dy)) / rad;
+          break;
+        case 2:
+          d = fabs(sqrt(dx * dx + dy * dy) / rad - 0.7) * 3;
+          break;
+        default:
+          d = (fabs(dx) + fabs(dy)) / rad;
+          break;
       }
       double stripe = 0.5 + 0.5 * sin((x * ca + y * sa) * freq * 6.283 + phase);
       int inside = d < 1;
@@ -68,13 +75,11 @@ struct gen_err {
   struct jpeg_error_mgr pub;
   jmp_buf jb;
 };
-static void gen_error_exit(j_common_ptr c) {
-  longjmp(((struct gen_err *)c->err)->jb, 1);
-}
+static void gen_error_exit(j_common_ptr c) { longjmp(((struct gen_err *)c->err)->jb, 1); }
 static void gen_emit(j_common_ptr c, int level) { (void)c, (void)level; }
 
-int stk__encode_jpeg(const uint8_t *rgb, uint32_t w, uint32_t h, int color,
-                     int quality, int progressive, uint8_t **out, size_t *len) {
+int stk__encode_jpeg(const uint8_t *rgb, uint32_t w, uint32_t h, int color, int quality,
+                     int progressive, uint8_t **out, size_t *len) {
   struct jpeg_compress_struct ci;
   struct gen_err je;
   unsigned char *volatile mem = NULL;
@@ -96,8 +101,9 @@ int stk__encode_jpeg(const uint8_t *rgb, uint32_t w, uint32_t h, int color,
   ci.image_width = w;
   ci.image_height = h;
   ci.input_components = color == STK__GEN_GRAY ? 1 : color == STK__GEN_CMYK ? 4 : 3;
-  ci.in_color_space = color == STK__GEN_GRAY ? JCS_GRAYSCALE
-                      : color == STK__GEN_CMYK ? JCS_CMYK : JCS_RGB;
+  ci.in_color_space = color == STK__GEN_GRAY   ? JCS_GRAYSCALE
+                      : color == STK__GEN_CMYK ? JCS_CMYK
+                                               : JCS_RGB;
   jpeg_set_defaults(&ci);
   if (color == STK__GEN_CMYK) {
     jpeg_set_colorspace(&ci, JCS_YCCK);
@@ -110,12 +116,12 @@ int stk__encode_jpeg(const uint8_t *rgb, uint32_t w, uint32_t h, int color,
     const uint8_t *s = rgb + (size_t)ci.next_scanline * w * 3;
     for (uint32_t x = 0; x < w; x++) {
       if (color == STK__GEN_GRAY)
-        row[x] = (uint8_t)((299 * s[3 * x] + 587 * s[3 * x + 1] + 114 * s[3 * x + 2]) / 1000);
+        row[x] =
+            (uint8_t)((299 * s[3 * x] + 587 * s[3 * x + 1] + 114 * s[3 * x + 2]) / 1000);
       else if (color == STK__GEN_CMYK) { /* Adobe inverted CMYK, K = 255 */
         row[4 * x] = s[3 * x], row[4 * x + 1] = s[3 * x + 1];
         row[4 * x + 2] = s[3 * x + 2], row[4 * x + 3] = 255;
-      } else
-        memcpy(row + 3 * x, s + 3 * x, 3);
+      } else memcpy(row + 3 * x, s + 3 * x, 3);
     }
     JSAMPROW r = (JSAMPROW)row;
     jpeg_write_scanlines(&ci, &r, 1);
@@ -196,17 +202,20 @@ int stk__gen_dataset(const stk__gen_opts *o, char *err, size_t errlen) {
   }
   FILE *tf = NULL;
   int rc = 0;
-  static const double aspects[] = {4.0 / 3, 3.0 / 4, 1.0, 3.0 / 2, 2.0 / 3, 16.0 / 9, 5.0 / 4};
+  static const double aspects[] = {4.0 / 3, 3.0 / 4,  1.0,    3.0 / 2,
+                                   2.0 / 3, 16.0 / 9, 5.0 / 4};
   for (uint64_t i = 0; i < o->count && !rc; i++) {
     uint64_t s = stk__mix64(o->seed ^ stk__mix64(i + 1));
     uint32_t label = (uint32_t)(i % K);
     double ar = aspects[next(&s) % 7];
     uint32_t lng = lo + (uint32_t)(next(&s) % (hi - lo + 1));
-    uint32_t w = ar >= 1 ? lng : (uint32_t)(lng * ar), h = ar >= 1 ? (uint32_t)(lng / ar) : lng;
+    uint32_t w = ar >= 1 ? lng : (uint32_t)(lng * ar),
+             h = ar >= 1 ? (uint32_t)(lng / ar) : lng;
     if (w < 8) w = 8;
     if (h < 8) h = 8;
     uint64_t r = next(&s);
-    int progressive = r % 8 == 0, color = (r >> 8) % 16 == 0 ? STK__GEN_GRAY : STK__GEN_RGB;
+    int progressive = r % 8 == 0,
+        color = (r >> 8) % 16 == 0 ? STK__GEN_GRAY : STK__GEN_RGB;
     int quality = 80 + (int)((r >> 16) % 16);
     stk__gen_image(rgb, w, h, label, s);
     uint8_t *jpg;

@@ -15,27 +15,27 @@ uint64_t stk__mix64(uint64_t x);
 size_t stk__dtype_size(int dtype);
 
 struct stk_dataset {
-  stk_job_spec spec;      /* as opened; num_samples resolved to n */
-  stk_limits limits;      /* defaults filled in */
-  char root[4096];        /* data root, "" for synthetic */
-  uint64_t n;             /* samples */
+  stk_job_spec spec; /* as opened; num_samples resolved to n */
+  stk_limits limits; /* defaults filled in */
+  char root[4096];   /* data root, "" for synthetic */
+  uint64_t n;        /* samples */
   uint64_t fingerprint;
   const struct stk__source_ops *ops;
-  void *impl;             /* the source's own index */
+  void *impl;               /* the source's own index */
   stk_bad_sample_fn log_fn; /* stk_dataset_set_log; NULL = silent */
   void *log_ud;
 };
 
 struct stk_builder {
   stk_dataset *ds;
-  stk_job_spec spec;      /* ds->spec with the caller's pipeline fields */
+  stk_job_spec spec; /* ds->spec with the caller's pipeline fields */
   stk_batch_layout layout;
-  uint64_t *indices;      /* batch_size sample indices of the batch */
-  uint8_t *mask;          /* batch_size validity flags */
-  uint64_t pos0;          /* epoch position of indices[0]; slot j is at
-                             (pos0 + j) mod n, for substitution */
-  void *impl;             /* the source's per-thread state */
-  int io_mode;            /* 1 pread, 2 io_uring, 0 no files */
+  uint64_t *indices; /* batch_size sample indices of the batch */
+  uint8_t *mask;     /* batch_size validity flags */
+  uint64_t pos0;     /* epoch position of indices[0]; slot j is at
+                        (pos0 + j) mod n, for substitution */
+  void *impl;        /* the source's per-thread state */
+  int io_mode;       /* 1 pread, 2 io_uring, 0 no files */
   char err[256];
 };
 
@@ -49,8 +49,7 @@ typedef struct stk__source_ops {
   void (*close)(stk_dataset *ds);
   int (*builder_init)(stk_builder *b, char *err, size_t errlen);
   void (*builder_free)(stk_builder *b);
-  int (*build)(stk_builder *b, uint64_t epoch, unsigned char *buf,
-               stk_build_info *info);
+  int (*build)(stk_builder *b, uint64_t epoch, unsigned char *buf, stk_build_info *info);
   uint64_t (*bad_samples)(const stk_dataset *ds); /* NULL: none can be bad */
 } stk__source_ops;
 

@@ -14,8 +14,7 @@
 
 #include "jpegsrc.h"
 
-int stk__io_init(stk__io *io, int mode, unsigned depth, char *err,
-                 size_t errlen) {
+int stk__io_init(stk__io *io, int mode, unsigned depth, char *err, size_t errlen) {
   memset(io, 0, sizeof(*io));
   io->depth = depth < 1 ? 1 : depth > 256 ? 256 : depth;
   io->mode = STK__IO_PREAD;
@@ -50,8 +49,8 @@ void stk__io_free(stk__io *io) {
 /* Finish a request with pread from where it stands (short reads, EINTR). */
 static void finish_pread(stk__io_req *r, size_t done) {
   while (done < r->len) {
-    ssize_t k = pread(r->fd, (char *)r->buf + done, r->len - done,
-                      (off_t)(r->off + done));
+    ssize_t k =
+        pread(r->fd, (char *)r->buf + done, r->len - done, (off_t)(r->off + done));
     if (k < 0 && errno == EINTR) continue;
     if (k < 0) {
       r->res = -errno;
@@ -98,10 +97,8 @@ static void read_uring(stk__io *io, stk__io_req *reqs, size_t n) {
       int res = cqe->res;
       io_uring_cqe_seen(ring, cqe);
       inflight--;
-      if (res < 0 && res != -EAGAIN && res != -EINTR)
-        r->res = res;
-      else
-        finish_pread(r, res < 0 ? 0 : (size_t)res);
+      if (res < 0 && res != -EAGAIN && res != -EINTR) r->res = res;
+      else finish_pread(r, res < 0 ? 0 : (size_t)res);
     }
   }
 }

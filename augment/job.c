@@ -47,11 +47,10 @@ typedef struct {
 } job_opt;
 
 #define OFF(f) offsetof(stk_job_spec, f)
-#define SZ(f) sizeof(((stk_job_spec *)0)->f)
+#define SZ(f)  sizeof(((stk_job_spec *)0)->f)
 static const job_opt job_opts[] = {
     {"name", T_STR, OFF(name), SZ(name), NULL, "job id"},
-    {"source", T_ENUM, OFF(source), 0, source_names,
-     "synthetic | imagefolder | tar"},
+    {"source", T_ENUM, OFF(source), 0, source_names, "synthetic | imagefolder | tar"},
     {"dataset", T_STR, OFF(dataset), SZ(dataset), NULL,
      "dataset path, relative to the worker's --data-root"},
     {"num_samples", T_U64, OFF(num_samples), 0, NULL,
@@ -61,8 +60,7 @@ static const job_opt job_opts[] = {
     {"height", T_U32, OFF(height), 0, NULL, "output image height"},
     {"width", T_U32, OFF(width), 0, NULL, "output image width"},
     {"channels", T_U32, OFF(channels), 0, NULL, "output channels (3)"},
-    {"dtype", T_ENUM, OFF(dtype), 0, dtype_names,
-     "uint8 | float32 | bfloat16"},
+    {"dtype", T_ENUM, OFF(dtype), 0, dtype_names, "uint8 | float32 | bfloat16"},
     {"layout", T_ENUM, OFF(layout), 0, layout_names, "nhwc | nchw"},
     {"batch_size", T_U32, OFF(batch_size), 0, NULL, "samples per rank per step"},
     {"world_size", T_U32, OFF(world_size), 0, NULL, "consumer ranks"},
@@ -112,8 +110,7 @@ void stk_job_spec_defaults(stk_job_spec *s) {
   s->std[0] = 0.229f, s->std[1] = 0.224f, s->std[2] = 0.225f;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, const char *a,
-                const char *b) {
+static int fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
   if (err && errlen) snprintf(err, errlen, fmt, a, b);
   return STK_INVALID_ARGUMENT;
 }
@@ -137,8 +134,8 @@ static int parse_f32(const char *v, float *out) {
   return 0;
 }
 
-int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value,
-                     char *err, size_t errlen) {
+int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *err,
+                     size_t errlen) {
   const job_opt *o = NULL;
   for (size_t i = 0; i < NOPTS; i++)
     if (strcmp(job_opts[i].name, key) == 0) o = &job_opts[i];
@@ -146,63 +143,59 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value,
   char *field = (char *)s + o->offset;
   uint64_t u;
   switch (o->type) {
-  case T_STR:
-    if (strlen(value) >= o->size)
-      return fail(err, errlen, "value of '%s' is too long%s", key, "");
-    memcpy(field, value, strlen(value) + 1);
-    return STK_OK;
-  case T_U32:
-    if (parse_u64(value, UINT32_MAX, &u))
-      return fail(err, errlen, "'%s' wants an unsigned 32-bit integer, got '%s'",
-                  key, value);
-    *(uint32_t *)field = (uint32_t)u;
-    return STK_OK;
-  case T_U64:
-    if (parse_u64(value, UINT64_MAX, &u))
-      return fail(err, errlen, "'%s' wants an unsigned integer, got '%s'", key,
-                  value);
-    *(uint64_t *)field = u;
-    return STK_OK;
-  case T_F32:
-    if (parse_f32(value, (float *)field))
-      return fail(err, errlen, "'%s' wants a number, got '%s'", key, value);
-    return STK_OK;
-  case T_F32X3: {
-    char buf[128];
-    float v3[3];
-    if (strlen(value) >= sizeof(buf))
-      return fail(err, errlen, "value of '%s' is too long%s", key, "");
-    strcpy(buf, value);
-    char *save = NULL, *tok = strtok_r(buf, ",", &save);
-    for (int i = 0; i < 3; i++) {
-      while (tok && isspace((unsigned char)*tok)) tok++;
-      if (!tok || parse_f32(tok, &v3[i]))
-        return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'",
-                    key, value);
-      tok = strtok_r(NULL, ",", &save);
-    }
-    if (tok)
-      return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'", key,
-                  value);
-    memcpy(field, v3, sizeof(v3));
-    return STK_OK;
-  }
-  case T_BOOL:
-    if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes"))
-      *(int32_t *)field = 1;
-    else if (!strcmp(value, "false") || !strcmp(value, "0") ||
-             !strcmp(value, "no"))
-      *(int32_t *)field = 0;
-    else
-      return fail(err, errlen, "'%s' wants true or false, got '%s'", key, value);
-    return STK_OK;
-  case T_ENUM:
-    for (const enum_name *e = o->enums; e->name; e++)
-      if (!strcmp(e->name, value)) {
-        *(int32_t *)field = e->value;
-        return STK_OK;
+    case T_STR:
+      if (strlen(value) >= o->size)
+        return fail(err, errlen, "value of '%s' is too long%s", key, "");
+      memcpy(field, value, strlen(value) + 1);
+      return STK_OK;
+    case T_U32:
+      if (parse_u64(value, UINT32_MAX, &u))
+        return fail(err, errlen, "'%s' wants an unsigned 32-bit integer, got '%s'", key,
+                    value);
+      *(uint32_t *)field = (uint32_t)u;
+      return STK_OK;
+    case T_U64:
+      if (parse_u64(value, UINT64_MAX, &u))
+        return fail(err, errlen, "'%s' wants an unsigned integer, got '%s'", key, value);
+      *(uint64_t *)field = u;
+      return STK_OK;
+    case T_F32:
+      if (parse_f32(value, (float *)field))
+        return fail(err, errlen, "'%s' wants a number, got '%s'", key, value);
+      return STK_OK;
+    case T_F32X3: {
+      char buf[128];
+      float v3[3];
+      if (strlen(value) >= sizeof(buf))
+        return fail(err, errlen, "value of '%s' is too long%s", key, "");
+      strcpy(buf, value);
+      char *save = NULL, *tok = strtok_r(buf, ",", &save);
+      for (int i = 0; i < 3; i++) {
+        while (tok && isspace((unsigned char)*tok)) tok++;
+        if (!tok || parse_f32(tok, &v3[i]))
+          return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'", key,
+                      value);
+        tok = strtok_r(NULL, ",", &save);
       }
-    return fail(err, errlen, "'%s': unknown value '%s'", key, value);
+      if (tok)
+        return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'", key, value);
+      memcpy(field, v3, sizeof(v3));
+      return STK_OK;
+    }
+    case T_BOOL:
+      if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes"))
+        *(int32_t *)field = 1;
+      else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
+        *(int32_t *)field = 0;
+      else return fail(err, errlen, "'%s' wants true or false, got '%s'", key, value);
+      return STK_OK;
+    case T_ENUM:
+      for (const enum_name *e = o->enums; e->name; e++)
+        if (!strcmp(e->name, value)) {
+          *(int32_t *)field = e->value;
+          return STK_OK;
+        }
+      return fail(err, errlen, "'%s': unknown value '%s'", key, value);
   }
   return STK_INTERNAL;
 }
@@ -214,8 +207,7 @@ static char *trim(char *p) {
   return p;
 }
 
-int stk_job_spec_load(stk_job_spec *s, const char *path, char *err,
-                      size_t errlen) {
+int stk_job_spec_load(stk_job_spec *s, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) {
     if (err && errlen)
@@ -227,8 +219,7 @@ int stk_job_spec_load(stk_job_spec *s, const char *path, char *err,
   while (rc == STK_OK && fgets(line, sizeof(line), f)) {
     lineno++;
     if (!strchr(line, '\n') && !feof(f)) {
-      if (err && errlen)
-        snprintf(err, errlen, "%s:%d: line too long", path, lineno);
+      if (err && errlen) snprintf(err, errlen, "%s:%d: line too long", path, lineno);
       rc = STK_INVALID_ARGUMENT;
       break;
     }
@@ -265,35 +256,34 @@ size_t stk_job_spec_format(const stk_job_spec *s, char *buf, size_t len) {
     const job_opt *o = &job_opts[i];
     const char *field = (const char *)s + o->offset;
     switch (o->type) {
-    case T_STR:
-      snprintf(tmp, sizeof(tmp), "%s = %.*s\n", o->name, (int)o->size, field);
-      break;
-    case T_U32:
-      snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
-               *(const uint32_t *)field);
-      break;
-    case T_U64:
-      snprintf(tmp, sizeof(tmp), "%s = %" PRIu64 "\n", o->name,
-               *(const uint64_t *)field);
-      break;
-    case T_F32:
-      snprintf(tmp, sizeof(tmp), "%s = %.9g\n", o->name,
-               (double)*(const float *)field);
-      break;
-    case T_F32X3: {
-      const float *v = (const float *)field;
-      snprintf(tmp, sizeof(tmp), "%s = %.9g,%.9g,%.9g\n", o->name, (double)v[0],
-               (double)v[1], (double)v[2]);
-      break;
-    }
-    case T_BOOL:
-      snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
-               *(const int32_t *)field ? "true" : "false");
-      break;
-    case T_ENUM:
-      snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
-               enum_str(o->enums, *(const int32_t *)field));
-      break;
+      case T_STR:
+        snprintf(tmp, sizeof(tmp), "%s = %.*s\n", o->name, (int)o->size, field);
+        break;
+      case T_U32:
+        snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
+                 *(const uint32_t *)field);
+        break;
+      case T_U64:
+        snprintf(tmp, sizeof(tmp), "%s = %" PRIu64 "\n", o->name,
+                 *(const uint64_t *)field);
+        break;
+      case T_F32:
+        snprintf(tmp, sizeof(tmp), "%s = %.9g\n", o->name, (double)*(const float *)field);
+        break;
+      case T_F32X3: {
+        const float *v = (const float *)field;
+        snprintf(tmp, sizeof(tmp), "%s = %.9g,%.9g,%.9g\n", o->name, (double)v[0],
+                 (double)v[1], (double)v[2]);
+        break;
+      }
+      case T_BOOL:
+        snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
+                 *(const int32_t *)field ? "true" : "false");
+        break;
+      case T_ENUM:
+        snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
+                 enum_str(o->enums, *(const int32_t *)field));
+        break;
     }
     size_t t = strlen(tmp);
     if (buf && n < len) {
@@ -321,25 +311,28 @@ uint64_t stk_job_spec_hash(const stk_job_spec *s) {
 
 static size_t dtype_size(int dtype) {
   switch (dtype) {
-  case STK_DTYPE_UINT8: return 1;
-  case STK_DTYPE_BFLOAT16: return 2;
-  case STK_DTYPE_FLOAT32: return 4;
-  case STK_DTYPE_INT64: return 8;
+    case STK_DTYPE_UINT8:
+      return 1;
+    case STK_DTYPE_BFLOAT16:
+      return 2;
+    case STK_DTYPE_FLOAT32:
+      return 4;
+    case STK_DTYPE_INT64:
+      return 8;
   }
   return 0;
 }
 
 size_t stk__dtype_size(int dtype) { return dtype_size(dtype); }
 
-#define VFAIL(...)                                                             \
-  do {                                                                         \
-    if (err && errlen) snprintf(err, errlen, __VA_ARGS__);                     \
-    return STK_INVALID_ARGUMENT;                                               \
+#define VFAIL(...)                                         \
+  do {                                                     \
+    if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
+    return STK_INVALID_ARGUMENT;                           \
   } while (0)
 
 int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
-  if (!memchr(s->name, 0, sizeof(s->name)) ||
-      !memchr(s->dataset, 0, sizeof(s->dataset)))
+  if (!memchr(s->name, 0, sizeof(s->name)) || !memchr(s->dataset, 0, sizeof(s->dataset)))
     VFAIL("job spec strings are not terminated");
   for (const char *p = s->name; *p; p++)
     if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
@@ -361,8 +354,7 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     if (s->num_samples == 0)
       VFAIL("the synthetic source needs num_samples (how many samples to make)");
     if (s->num_classes == 0) VFAIL("num_classes must be > 0");
-    if (s->synthetic_cost_us > 10000000)
-      VFAIL("synthetic_cost_us above 10 s per sample");
+    if (s->synthetic_cost_us > 10000000) VFAIL("synthetic_cost_us above 10 s per sample");
   } else {
     if (s->pipeline == STK_PIPELINE_RAW)
       VFAIL("pipeline = raw is for the synthetic source; use train or eval");
@@ -373,16 +365,13 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (s->channels != 3) VFAIL("channels must be 3");
   if (s->height < 1 || s->height > 8192 || s->width < 1 || s->width > 8192)
     VFAIL("height and width must be in 1..8192");
-  if (s->batch_size < 1 || s->batch_size > 65536)
-    VFAIL("batch_size must be in 1..65536");
-  if (s->world_size < 1 || s->world_size > 65536)
-    VFAIL("world_size must be in 1..65536");
+  if (s->batch_size < 1 || s->batch_size > 65536) VFAIL("batch_size must be in 1..65536");
+  if (s->world_size < 1 || s->world_size > 65536) VFAIL("world_size must be in 1..65536");
   if (s->epochs < 1 || s->epochs > 1000000) VFAIL("epochs must be in 1..1000000");
-  uint64_t img = (uint64_t)s->height * s->width * s->channels *
-                 dtype_size(s->dtype) * s->batch_size;
+  uint64_t img =
+      (uint64_t)s->height * s->width * s->channels * dtype_size(s->dtype) * s->batch_size;
   if (img > (2ull << 30)) VFAIL("a batch may hold at most 2 GiB of image data");
-  if (s->pipeline == STK_PIPELINE_EVAL &&
-      (s->resize < 1 || s->resize > 16384))
+  if (s->pipeline == STK_PIPELINE_EVAL && (s->resize < 1 || s->resize > 16384))
     VFAIL("resize must be in 1..16384");
   if (!(s->scale_min > 0 && s->scale_min <= s->scale_max && s->scale_max <= 1))
     VFAIL("need 0 < scale_min <= scale_max <= 1");
@@ -418,8 +407,7 @@ int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
       d->ndim = 4;
       if (s->layout == STK_LAYOUT_NHWC)
         d->shape[1] = s->height, d->shape[2] = s->width, d->shape[3] = s->channels;
-      else
-        d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
+      else d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
       d->nbytes = B * s->height * s->width * s->channels * dtype_size(s->dtype);
     } else {
       d->dtype = t == STK_TENSOR_MASK ? STK_DTYPE_UINT8 : STK_DTYPE_INT64;
@@ -436,8 +424,8 @@ int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
 
 const char *stk_strerror(int status) {
   switch (status) {
-#define STK__STATUS_STR(name, num, msg)                                        \
-  case num:                                                                    \
+#define STK__STATUS_STR(name, num, msg) \
+  case num:                             \
     return msg;
     STK_STATUS_MAP(STK__STATUS_STR)
 #undef STK__STATUS_STR

@@ -38,8 +38,7 @@ int stk__jds_open_dir(stk_dataset *ds, stk__jds *j, char *err, size_t errlen) {
   size_t rl = strlen(root);
   if (strncmp(dir, root, rl) != 0 ||
       (dir[rl] != '/' && dir[rl] != 0 && strcmp(root, "/") != 0)) {
-    snprintf(err, errlen, "dataset %s resolves outside the data root",
-             ds->spec.dataset);
+    snprintf(err, errlen, "dataset %s resolves outside the data root", ds->spec.dataset);
     return STK_INVALID_ARGUMENT;
   }
   j->dirfd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
@@ -102,8 +101,7 @@ int stk__open_beneath(int dirfd, const char *rel) {
     how.flags = O_RDONLY | O_CLOEXEC | O_NOFOLLOW | O_NONBLOCK;
     how.resolve = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS;
     long fd = syscall(SYS_openat2, dirfd, rel, &how, sizeof(how));
-    if (fd >= 0 || (errno != ENOSYS && errno != EPERM && errno != EINVAL))
-      return (int)fd;
+    if (fd >= 0 || (errno != ENOSYS && errno != EPERM && errno != EINVAL)) return (int)fd;
     atomic_store(&no_openat2, 1);
   }
 #endif
@@ -117,14 +115,14 @@ typedef struct jpipe {
   stk__decoder *dec;
   stk__scratch sc;
   uint32_t nslots;
-  uint8_t **slot;     /* per batch slot file buffer, up to SLOT_MAX_BYTES */
+  uint8_t **slot; /* per batch slot file buffer, up to SLOT_MAX_BYTES */
   size_t *slotcap;
   stk__io_req *reqs;
-  int *fds;           /* per slot: fd to close after the read, or -1 */
-  int *state;         /* per slot: 0 read queued, 1 deferred, 2 bad */
-  uint8_t *big;       /* one-at-a-time buffer (big files, substitutes) */
+  int *fds;     /* per slot: fd to close after the read, or -1 */
+  int *state;   /* per slot: 0 read queued, 1 deferred, 2 bad */
+  uint8_t *big; /* one-at-a-time buffer (big files, substitutes) */
   size_t bigcap;
-  int *shard_fd;      /* tar: per shard, opened on first use */
+  int *shard_fd; /* tar: per shard, opened on first use */
   char why[200];
 } jpipe;
 
@@ -161,8 +159,7 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
     return STK_NO_MEMORY;
   }
   for (uint32_t i = 0; i < B; i++) jp->fds[i] = -1;
-  int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, B < 32 ? B : 32, err,
-                        errlen);
+  int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, B < 32 ? B : 32, err, errlen);
   if (rc) {
     stk__jpeg_builder_free(b);
     return rc;
@@ -199,8 +196,7 @@ void stk__jpeg_builder_free(stk_builder *b) {
 static void sample_path(const stk__jds *j, uint64_t i, char *buf, size_t len) {
   if (j->kind == STK_SOURCE_TAR)
     snprintf(buf, len, "%s/%s:%s", j->dir, j->files[j->file_of[i]], j->keys[i]);
-  else
-    snprintf(buf, len, "%s/%s", j->dir, j->files[j->file_of[i]]);
+  else snprintf(buf, len, "%s/%s", j->dir, j->files[j->file_of[i]]);
 }
 
 static void report_bad(stk_dataset *ds, uint64_t i, const char *why) {
@@ -221,8 +217,8 @@ static uint64_t jpeg_bad_samples(const stk_dataset *ds) {
 
 /* Open (folder) or find (tar) the bytes of sample i: fd, offset, size.
  * The fd is the caller's to close when *owned. */
-static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off,
-                  uint64_t *size, int *owned) {
+static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off, uint64_t *size,
+                  int *owned) {
   stk__jds *j = b->ds->impl;
   jpipe *jp = b->impl;
   const stk_limits *L = &b->ds->limits;
@@ -254,8 +250,7 @@ static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off,
     *fd = d, *owned = 1, *off = 0, *size = (uint64_t)st.st_size;
   }
   if (*size == 0 || *size > L->max_file_bytes) {
-    snprintf(jp->why, sizeof(jp->why),
-             *size ? "file over the size limit" : "empty file");
+    snprintf(jp->why, sizeof(jp->why), *size ? "file over the size limit" : "empty file");
     if (*owned) close(*fd);
     *owned = 0;
     return -1;
@@ -264,8 +259,8 @@ static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off,
 }
 
 /* Decode sample idx from data and write it at out. */
-static int process(stk_builder *b, uint64_t epoch, uint64_t idx,
-                   const uint8_t *data, size_t len, void *out) {
+static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
+                   size_t len, void *out) {
   jpipe *jp = b->impl;
   const stk_job_spec *s = &b->spec;
   uint32_t W, H, ow = s->width, oh = s->height;
@@ -282,14 +277,14 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx,
   if (s->pipeline == STK_PIPELINE_TRAIN) {
     stk_rng r;
     stk_rng_init(&r, s->seed, epoch, idx);
-    stk__box box = stk__rrc_box(W, H, s->scale_min, s->scale_max, s->ratio_min,
-                                s->ratio_max, &r);
+    stk__box box =
+        stk__rrc_box(W, H, s->scale_min, s->scale_max, s->ratio_min, s->ratio_max, &r);
     bx0 = box.x, by0 = box.y, bx1 = box.x + box.w, by1 = box.y + box.h;
     margin = 0; /* torchvision crops, then resizes the crop alone */
     post.flip = stk_rng_uniform(&r) < s->flip_p;
-    double u1 = stk_rng_uniform(&r), u2 = stk_rng_uniform(&r),
-           u3 = stk_rng_uniform(&r);
-#define JIT(v, u) ((v) > 0 ? (float)(fmax(0, 1 - (v)) + (u) * (1 + (v) - fmax(0, 1 - (v)))) : 1.f)
+    double u1 = stk_rng_uniform(&r), u2 = stk_rng_uniform(&r), u3 = stk_rng_uniform(&r);
+#define JIT(v, u) \
+  ((v) > 0 ? (float)(fmax(0, 1 - (v)) + (u) * (1 + (v)-fmax(0, 1 - (v)))) : 1.f)
     post.bright = JIT(s->brightness, u1);
     post.contrast = JIT(s->contrast, u2);
     post.satur = JIT(s->saturation, u3);
@@ -313,13 +308,11 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx,
    * the rest, as close to PIL's full-size resize as 0.2/255 on average */
   uint32_t k = s->pipeline == STK_PIPELINE_TRAIN ? 1 : 2;
   if (stk__decoder_roi(jp->dec, bx0, by0, bx1, by1, ow * k, oh * k, margin, 8,
-                       s->pipeline == STK_PIPELINE_TRAIN, &roi,
-                       jp->why, sizeof(jp->why)))
+                       s->pipeline == STK_PIPELINE_TRAIN, &roi, jp->why, sizeof(jp->why)))
     return -1;
   double ox = roi.x0, oy = roi.y0;
-  if (stk__resample(&jp->sc, roi.px, roi.w, roi.h, bx0 * roi.sx - ox,
-                    by0 * roi.sy - oy, bx1 * roi.sx - ox, by1 * roi.sy - oy, ow,
-                    oh)) {
+  if (stk__resample(&jp->sc, roi.px, roi.w, roi.h, bx0 * roi.sx - ox, by0 * roi.sy - oy,
+                    bx1 * roi.sx - ox, by1 * roi.sy - oy, ow, oh)) {
     snprintf(jp->why, sizeof(jp->why), "out of memory");
     return -1;
   }
@@ -328,8 +321,7 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx,
 }
 
 /* Read and process one sample with the one-at-a-time buffer. */
-static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out,
-               uint64_t *bytes) {
+static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t *bytes) {
   jpipe *jp = b->impl;
   int fd, owned;
   uint64_t off, size;
@@ -375,8 +367,7 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
       report_bad(b->ds, idx, jp->why);
       continue;
     }
-    if (size > SLOT_MAX_BYTES ||
-        grow_buf(&jp->slot[k], &jp->slotcap[k], size)) {
+    if (size > SLOT_MAX_BYTES || grow_buf(&jp->slot[k], &jp->slotcap[k], size)) {
       if (owned) close(fd);
       jp->state[k] = 1;
       continue;
@@ -417,8 +408,7 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
         if (!ok) report_bad(b->ds, got, jp->why);
       }
       if (!ok) {
-        snprintf(b->err, sizeof(b->err),
-                 "no sample of epoch %llu can be read or decoded",
+        snprintf(b->err, sizeof(b->err), "no sample of epoch %llu can be read or decoded",
                  (unsigned long long)epoch);
         for (uint32_t m = k + 1; m < B; m++)
           if (jp->fds[m] >= 0) close(jp->fds[m]), jp->fds[m] = -1;
@@ -438,13 +428,15 @@ int stk__folder_open(stk_dataset *ds, char *err, size_t errlen);
 int stk__tar_open(stk_dataset *ds, char *err, size_t errlen);
 
 static const stk__source_ops folder_ops = {
-    "imagefolder",          stk__folder_open,       stk__jpeg_close,
-    stk__jpeg_builder_init, stk__jpeg_builder_free, stk__jpeg_build,
-    jpeg_bad_samples};
-static const stk__source_ops tar_ops = {
-    "tar",                  stk__tar_open,          stk__jpeg_close,
-    stk__jpeg_builder_init, stk__jpeg_builder_free, stk__jpeg_build,
-    jpeg_bad_samples};
+    "imagefolder",          stk__folder_open, stk__jpeg_close, stk__jpeg_builder_init,
+    stk__jpeg_builder_free, stk__jpeg_build,  jpeg_bad_samples};
+static const stk__source_ops tar_ops = {"tar",
+                                        stk__tar_open,
+                                        stk__jpeg_close,
+                                        stk__jpeg_builder_init,
+                                        stk__jpeg_builder_free,
+                                        stk__jpeg_build,
+                                        jpeg_bad_samples};
 
 const stk__source_ops *const stk__imagefolder_source_ptr = &folder_ops;
 const stk__source_ops *const stk__tar_source_ptr = &tar_ops;

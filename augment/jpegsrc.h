@@ -19,8 +19,8 @@
 enum { STK__IO_PREAD = 1, STK__IO_URING = 2 };
 
 typedef struct stk__io {
-  int mode;              /* STK__IO_PREAD or STK__IO_URING, as in use */
-  int fallback;          /* 1: auto mode wanted io_uring and could not */
+  int mode;     /* STK__IO_PREAD or STK__IO_URING, as in use */
+  int fallback; /* 1: auto mode wanted io_uring and could not */
   unsigned depth;
   struct io_uring *ring; /* NULL in pread mode */
   uint64_t uring_reads, pread_reads, errors;
@@ -35,8 +35,7 @@ typedef struct stk__io_req {
 } stk__io_req;
 
 /* mode: 0 auto, 1 pread, 2 io_uring (STK_UNSUPPORTED if unavailable). */
-int stk__io_init(stk__io *io, int mode, unsigned depth, char *err,
-                 size_t errlen);
+int stk__io_init(stk__io *io, int mode, unsigned depth, char *err, size_t errlen);
 void stk__io_free(stk__io *io);
 /* Read every request; never fails as a whole, each request has its res. */
 void stk__io_read(stk__io *io, stk__io_req *reqs, size_t n);
@@ -49,9 +48,9 @@ typedef struct stk__decoder stk__decoder;
 typedef struct stk__roi {
   const uint8_t *px; /* w*h*3 bytes, row stride w*3 */
   uint32_t w, h;
-  double x0, y0;     /* origin of px in decoded (scaled) pixel coordinates */
-  double sx, sy;     /* decoded pixels per original pixel (DCT scaling) */
-  int scale_num;     /* the scale_num/8 used */
+  double x0, y0; /* origin of px in decoded (scaled) pixel coordinates */
+  double sx, sy; /* decoded pixels per original pixel (DCT scaling) */
+  int scale_num; /* the scale_num/8 used */
 } stk__roi;
 
 int stk__decoder_create(stk__decoder **out, const stk_limits *lim);
@@ -59,8 +58,8 @@ void stk__decoder_destroy(stk__decoder *d);
 /* Read the header of data[0..len): fills *w, *h. Checks size, dimension
  * and pixel limits. STK_OK, STK_CORRUPT or STK_LIMIT with why filled. The
  * decoder stays positioned for stk__decoder_roi or is reset on failure. */
-int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
-                        uint32_t *w, uint32_t *h, char *why, size_t whylen);
+int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len, uint32_t *w,
+                        uint32_t *h, char *why, size_t whylen);
 /* Decode the box [bx0,bx1)x[by0,by1) (original pixels) plus `margin`
  * decoded pixels around it, at the smallest DCT scale that keeps the box
  * at least ow x oh (scale_max caps it; 8 = full size). Only the rows and
@@ -69,30 +68,29 @@ int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len,
  * libjpeg defaults PIL uses (exact IDCT, fancy upsampling). The result
  * stays valid until the next call on d. Always leaves the decoder
  * reusable. */
-int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1,
-                     double by1, uint32_t ow, uint32_t oh, int margin,
-                     int scale_max, int fast, stk__roi *roi, char *why,
-                     size_t whylen);
+int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1, double by1,
+                     uint32_t ow, uint32_t oh, int margin, int scale_max, int fast,
+                     stk__roi *roi, char *why, size_t whylen);
 /* Decode the whole image at full size (the benchmark's reference). */
-int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why,
-                      size_t whylen);
+int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why, size_t whylen);
 
 /* ---- ops.c: crop-box sampling, resampling, color, output --------------- */
 
-typedef struct stk__box { int32_t x, y, w, h; } stk__box;
+typedef struct stk__box {
+  int32_t x, y, w, h;
+} stk__box;
 
 /* torchvision RandomResizedCrop.get_params with draws from r. */
-stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min,
-                      double scale_max, double ratio_min, double ratio_max,
-                      stk_rng *r);
+stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min, double scale_max,
+                      double ratio_min, double ratio_max, stk_rng *r);
 
 /* Scratch that resampling keeps between samples (no allocation per sample
  * in steady state: buffers only grow). */
 typedef struct stk__scratch {
-  int32_t *xb, *yb;     /* per output column/row: first tap, tap count */
-  float *xw, *yw;       /* weights, ksize per output */
-  float *tmp;           /* horizontal pass */
-  float *img;           /* oh*ow*3 resampled image, 0..255 */
+  int32_t *xb, *yb; /* per output column/row: first tap, tap count */
+  float *xw, *yw;   /* weights, ksize per output */
+  float *tmp;       /* horizontal pass */
+  float *img;       /* oh*ow*3 resampled image, 0..255 */
   size_t xcap, ycap, tcap, icap;
 } stk__scratch;
 void stk__scratch_free(stk__scratch *s);
@@ -101,35 +99,35 @@ void stk__scratch_free(stk__scratch *s);
  * [bx0,bx1)x[by0,by1) of src (sw x sh RGB, coordinates in src pixels)
  * into s->img (oh x ow x 3 floats, 0..255). Taps outside src are
  * dropped; an output pixel with no tap is 0. */
-int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw,
-                  uint32_t sh, double bx0, double by0, double bx1, double by1,
-                  uint32_t ow, uint32_t oh);
+int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
+                  double bx0, double by0, double bx1, double by1, uint32_t ow,
+                  uint32_t oh);
 
 typedef struct stk__post {
-  int flip;                       /* mirror horizontally */
-  float bright, contrast, satur;  /* factors, 1 = unchanged */
+  int flip;                      /* mirror horizontally */
+  float bright, contrast, satur; /* factors, 1 = unchanged */
   int dtype, layout;
   float mean[3], std[3];
 } stk__post;
 /* Quantize s->img to 8 bits, apply flip and jitter, write one sample
  * (oh x ow x 3) in p's dtype/layout at out (normalized unless uint8). */
-void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
-                     const stk__post *p, void *out);
+void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post *p,
+                     void *out);
 uint16_t stk__bf16(float f);
 
 /* ---- jpegsrc.c: the file index shared by ImageFolder and tar ----------- */
 
 typedef struct stk__jds {
-  int kind;          /* STK_SOURCE_IMAGEFOLDER or STK_SOURCE_TAR */
-  int dirfd;         /* the dataset directory, resolved under the root */
-  char dir[4096];    /* its real path, for messages */
-  uint64_t n;        /* samples */
-  uint32_t nfiles;   /* folder: one per sample; tar: one per shard */
-  char **files;      /* paths relative to dirfd */
-  uint32_t *file_of; /* per sample */
+  int kind;             /* STK_SOURCE_IMAGEFOLDER or STK_SOURCE_TAR */
+  int dirfd;            /* the dataset directory, resolved under the root */
+  char dir[4096];       /* its real path, for messages */
+  uint64_t n;           /* samples */
+  uint32_t nfiles;      /* folder: one per sample; tar: one per shard */
+  char **files;         /* paths relative to dirfd */
+  uint32_t *file_of;    /* per sample */
   uint64_t *off, *size; /* per sample: member offset/size (tar), 0 (folder) */
   int64_t *label;
-  char **keys;       /* tar: member key per sample, NULL for folder */
+  char **keys; /* tar: member key per sample, NULL for folder */
   uint32_t nclasses;
   _Atomic unsigned char *bad; /* per sample: reported once */
   _Atomic uint64_t nbad;

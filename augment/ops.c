@@ -17,9 +17,8 @@
  * rounding mode. */
 static double pyround(double x) { return nearbyint(x); }
 
-stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min,
-                      double scale_max, double ratio_min, double ratio_max,
-                      stk_rng *r) {
+stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min, double scale_max,
+                      double ratio_min, double ratio_max, stk_rng *r) {
   stk__box b;
   double area = (double)W * H;
   double lr0 = log(ratio_min), lr1 = log(ratio_max);
@@ -70,14 +69,14 @@ static int ensure(void **p, size_t *cap, size_t need) {
 
 /* Taps of each of `out` outputs over [in0,in1) of an axis of `size`
  * pixels: bounds[2i] first tap, bounds[2i+1] count, ksize weights each. */
-static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0,
-                  double in1, uint32_t size, uint32_t out, int *ksize_out) {
+static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0, double in1,
+                  uint32_t size, uint32_t out, int *ksize_out) {
   double scale = (in1 - in0) / out;
   double fscale = scale < 1 ? 1 : scale;
   double support = fscale; /* triangle filter: support 1 */
   int ksize = (int)ceil(support) * 2 + 1;
-  size_t need = (size_t)out * (size_t)ksize * sizeof(float) +
-                (size_t)out * 2 * sizeof(int32_t);
+  size_t need =
+      (size_t)out * (size_t)ksize * sizeof(float) + (size_t)out * 2 * sizeof(int32_t);
   if (ensure((void **)w, cap, need)) return -1;
   *bounds = (int32_t *)(void *)((char *)*w + (size_t)out * ksize * sizeof(float));
   for (uint32_t i = 0; i < out; i++) {
@@ -95,8 +94,7 @@ static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0,
       ww[k] = v > 0 ? (float)v : 0.f;
       sum += ww[k];
     }
-    for (int k = 0; k < ksize; k++)
-      ww[k] = k < n && sum > 0 ? (float)(ww[k] / sum) : 0.f;
+    for (int k = 0; k < ksize; k++) ww[k] = k < n && sum > 0 ? (float)(ww[k] / sum) : 0.f;
     (*bounds)[2 * i] = xmin;
     (*bounds)[2 * i + 1] = sum > 0 ? n : 0;
   }
@@ -106,9 +104,9 @@ static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0,
 
 typedef float v4f __attribute__((vector_size(16)));
 
-int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw,
-                  uint32_t sh, double bx0, double by0, double bx1, double by1,
-                  uint32_t ow, uint32_t oh) {
+int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
+                  double bx0, double by0, double bx1, double by1, uint32_t ow,
+                  uint32_t oh) {
   int kx, ky;
   if (coeffs(&s->xb, &s->xw, &s->xcap, bx0, bx1, sw, ow, &kx)) return -1;
   if (coeffs(&s->yb, &s->yw, &s->ycap, by0, by1, sh, oh, &ky)) return -1;
@@ -181,16 +179,16 @@ static inline float q8(float v) {
 }
 
 /* Store one channel row: n values from q (stride 3, reversed if flip). */
-static void store_row_f32(float *restrict o, const float *restrict q,
-                          uint32_t n, int flip, float a, float b) {
+static void store_row_f32(float *restrict o, const float *restrict q, uint32_t n,
+                          int flip, float a, float b) {
   if (flip)
     for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)(n - 1 - x)]) * a + b;
   else
     for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)x]) * a + b;
 }
 
-void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
-                     const stk__post *p, void *out) {
+void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post *p,
+                     void *out) {
   size_t npix = (size_t)ow * oh;
   float *img = s->img;
   int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
@@ -249,12 +247,10 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh,
         size_t at = ((size_t)y * ow + x) * 3;
         for (int c = 0; c < 3; c++) {
           float v = q8(q[c]);
-          if (p->dtype == STK_DTYPE_UINT8)
-            ((uint8_t *)out)[at + c] = (uint8_t)v;
+          if (p->dtype == STK_DTYPE_UINT8) ((uint8_t *)out)[at + c] = (uint8_t)v;
           else if (p->dtype == STK_DTYPE_FLOAT32)
             ((float *)out)[at + c] = v * a[c] + b[c];
-          else
-            ((uint16_t *)out)[at + c] = stk__bf16(v * a[c] + b[c]);
+          else ((uint16_t *)out)[at + c] = stk__bf16(v * a[c] + b[c]);
         }
       }
     }

@@ -57,9 +57,8 @@ uint64_t stk_perm_apply(const stk_perm *p, uint64_t i) {
   return y;
 }
 
-int stk_batch_samples(const stk_job_spec *s, uint64_t n, uint64_t epoch,
-                      uint32_t rank, uint64_t step, uint64_t *indices,
-                      uint8_t *mask) {
+int stk_batch_samples(const stk_job_spec *s, uint64_t n, uint64_t epoch, uint32_t rank,
+                      uint64_t step, uint64_t *indices, uint8_t *mask) {
   if (n == 0 || epoch >= s->epochs || rank >= s->world_size ||
       step >= stk_steps_per_epoch(s, n))
     return STK_INVALID_ARGUMENT;
@@ -97,7 +96,7 @@ static void philox_block(const uint32_t key_in[2], const uint32_t ctr_in[4],
 void stk_rng_init(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t index) {
   r->key[0] = (uint32_t)seed;
   r->key[1] = (uint32_t)(seed >> 32);
-  r->ctr[0] = 0;                       /* block counter within the sample */
+  r->ctr[0] = 0; /* block counter within the sample */
   r->ctr[1] = (uint32_t)index;
   r->ctr[2] = (uint32_t)(index >> 32);
   r->ctr[3] = (uint32_t)epoch;

@@ -54,8 +54,8 @@ static int is_jpeg_name(const char *s) {
 /* Entries of dirfd/sub (sub NULL: dirfd itself) that are directories
  * (want_dir) or regular JPEG files; symlinks never count. Sorted. */
 static int list_dir(int dirfd, const char *sub, int want_dir, namelist *out) {
-  int fd = openat(dirfd, sub ? sub : ".",
-                  O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+  int fd =
+      openat(dirfd, sub ? sub : ".", O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return -1;
   DIR *d = fdopendir(fd);
   if (!d) {
@@ -72,8 +72,7 @@ static int list_dir(int dirfd, const char *sub, int want_dir, namelist *out) {
       if (fstatat(fd, e->d_name, &st, AT_SYMLINK_NOFOLLOW)) continue;
       t = S_ISDIR(st.st_mode) ? DT_DIR : S_ISREG(st.st_mode) ? DT_REG : DT_LNK;
     }
-    if (want_dir ? t != DT_DIR : (t != DT_REG || !is_jpeg_name(e->d_name)))
-      continue;
+    if (want_dir ? t != DT_DIR : (t != DT_REG || !is_jpeg_name(e->d_name))) continue;
     if (nl_push(out, e->d_name)) {
       rc = -1;
       break;
@@ -97,8 +96,8 @@ int stk__folder_open(stk_dataset *ds, char *err, size_t errlen) {
     goto out;
   }
   if (classes.n == 0 || classes.n > MAX_CLASSES) {
-    snprintf(err, errlen, "%s: %zu class directories (need 1..%u)", j->dir,
-             classes.n, MAX_CLASSES);
+    snprintf(err, errlen, "%s: %zu class directories (need 1..%u)", j->dir, classes.n,
+             MAX_CLASSES);
     rc = classes.n ? STK_LIMIT : STK_NOT_FOUND;
     goto out;
   }

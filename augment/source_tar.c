@@ -25,8 +25,8 @@
 #include "jpegsrc.h"
 
 #define MAX_SAMPLES (1ull << 31)
-#define MAX_SHARDS (1u << 20)
-#define INDEX_NAME ".stoker-index"
+#define MAX_SHARDS  (1u << 20)
+#define INDEX_NAME  ".stoker-index"
 
 typedef struct shard {
   char *name;
@@ -156,8 +156,8 @@ static int full_pread(int fd, void *buf, size_t len, uint64_t off) {
 }
 
 /* Scan one shard's member headers into the index. */
-static int scan_shard(builder_t *t, uint32_t f, const shard *sh, int fd,
-                      char *err, size_t errlen) {
+static int scan_shard(builder_t *t, uint32_t f, const shard *sh, int fd, char *err,
+                      size_t errlen) {
   unsigned char h[512];
   char name[4096], key[4096] = "", longname[4096];
   int have_long = 0;
@@ -206,8 +206,7 @@ static int scan_shard(builder_t *t, uint32_t f, const shard *sh, int fd,
     *dot = 0;
     const char *ext = dot + 1;
     if (strcmp(name, key) != 0) {
-      if (have_jpg && have_cls &&
-          push_sample(t, f, jpg_off, jpg_size, label, key)) {
+      if (have_jpg && have_cls && push_sample(t, f, jpg_off, jpg_size, label, key)) {
         snprintf(err, errlen, "out of memory or too many samples");
         return STK_NO_MEMORY;
       }
@@ -247,12 +246,12 @@ static int write_cache(const stk__jds *j, const shard *sh, size_t nsh) {
   }
   fprintf(f, "stoker-tar-index 1\nshards %zu\n", nsh);
   for (size_t i = 0; i < nsh; i++)
-    fprintf(f, "%" PRIu64 " %" PRId64 " %" PRId64 " %s\n", sh[i].size,
-            sh[i].mtime_s, sh[i].mtime_ns, sh[i].name);
+    fprintf(f, "%" PRIu64 " %" PRId64 " %" PRId64 " %s\n", sh[i].size, sh[i].mtime_s,
+            sh[i].mtime_ns, sh[i].name);
   fprintf(f, "samples %" PRIu64 "\n", j->n);
   for (uint64_t i = 0; i < j->n; i++)
-    fprintf(f, "%u %" PRIu64 " %" PRIu64 " %" PRId64 " %s\n", j->file_of[i],
-            j->off[i], j->size[i], j->label[i], j->keys[i]);
+    fprintf(f, "%u %" PRIu64 " %" PRIu64 " %" PRId64 " %s\n", j->file_of[i], j->off[i],
+            j->size[i], j->label[i], j->keys[i]);
   int bad = ferror(f);
   if (fclose(f) || bad || renameat(j->dirfd, tmp, j->dirfd, INDEX_NAME)) {
     unlinkat(j->dirfd, tmp, 0);
@@ -275,10 +274,8 @@ static int load_cache(builder_t *t, const shard *sh, size_t nsh) {
   size_t ns;
   uint64_t nsamp;
   int rc = -1;
-  if (!fgets(line, sizeof(line), f) || strcmp(line, "stoker-tar-index 1\n"))
-    goto out;
-  if (!fgets(line, sizeof(line), f) || sscanf(line, "shards %zu", &ns) != 1 ||
-      ns != nsh)
+  if (!fgets(line, sizeof(line), f) || strcmp(line, "stoker-tar-index 1\n")) goto out;
+  if (!fgets(line, sizeof(line), f) || sscanf(line, "shards %zu", &ns) != 1 || ns != nsh)
     goto out;
   for (size_t i = 0; i < ns; i++) {
     uint64_t size;
@@ -286,14 +283,14 @@ static int load_cache(builder_t *t, const shard *sh, size_t nsh) {
     int pos = 0;
     if (!fgets(line, sizeof(line), f)) goto out;
     line[strcspn(line, "\n")] = 0;
-    if (sscanf(line, "%" SCNu64 " %" SCNd64 " %" SCNd64 " %n", &size, &ms, &mn,
-               &pos) != 3 ||
+    if (sscanf(line, "%" SCNu64 " %" SCNd64 " %" SCNd64 " %n", &size, &ms, &mn, &pos) !=
+            3 ||
         size != sh[i].size || ms != sh[i].mtime_s || mn != sh[i].mtime_ns ||
         strcmp(line + pos, sh[i].name))
       goto out;
   }
-  if (!fgets(line, sizeof(line), f) ||
-      sscanf(line, "samples %" SCNu64, &nsamp) != 1 || nsamp > MAX_SAMPLES)
+  if (!fgets(line, sizeof(line), f) || sscanf(line, "samples %" SCNu64, &nsamp) != 1 ||
+      nsamp > MAX_SAMPLES)
     goto out;
   for (uint64_t i = 0; i < nsamp; i++) {
     unsigned sid;
@@ -302,10 +299,10 @@ static int load_cache(builder_t *t, const shard *sh, size_t nsh) {
     int pos = 0;
     if (!fgets(line, sizeof(line), f)) goto out;
     line[strcspn(line, "\n")] = 0;
-    if (sscanf(line, "%u %" SCNu64 " %" SCNu64 " %" SCNd64 " %n", &sid, &off,
-               &size, &label, &pos) != 4 ||
-        sid >= nsh || off > sh[sid].size || size > sh[sid].size - off ||
-        label < 0 || push_sample(t, sid, off, size, label, line + pos))
+    if (sscanf(line, "%u %" SCNu64 " %" SCNu64 " %" SCNd64 " %n", &sid, &off, &size,
+               &label, &pos) != 4 ||
+        sid >= nsh || off > sh[sid].size || size > sh[sid].size - off || label < 0 ||
+        push_sample(t, sid, off, size, label, line + pos))
       goto out;
   }
   rc = 0;

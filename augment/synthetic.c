@@ -58,8 +58,7 @@ static void fill_image(const stk_job_spec *s, uint64_t idx, uint64_t label,
         noise[i + k] = (unsigned char)(((r >> (8 * k)) & 0x7f) + tint);
     }
     for (uint32_t y = 0; y < H; y++) {
-      const unsigned char *src =
-          noise + (stk__mix64(x ^ ((uint64_t)y << 20 | c)) & 0xff);
+      const unsigned char *src = noise + (stk__mix64(x ^ ((uint64_t)y << 20 | c)) & 0xff);
       if (s->layout == STK_LAYOUT_NCHW) {
         memcpy(out + ((size_t)c * H + y) * W, src, W);
       } else {

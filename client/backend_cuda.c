@@ -30,22 +30,22 @@ typedef int cuerr;
 typedef void *custream;
 typedef void *cuevent;
 
-#define CUDA_FNS(X)                                                          \
-  X(cudaGetDeviceCount, cuerr, (int *))                                      \
-  X(cudaSetDevice, cuerr, (int))                                             \
-  X(cudaGetErrorString, const char *, (cuerr))                               \
-  X(cudaHostAlloc, cuerr, (void **, size_t, unsigned))                       \
-  X(cudaFreeHost, cuerr, (void *))                                           \
-  X(cudaMalloc, cuerr, (void **, size_t))                                    \
-  X(cudaFree, cuerr, (void *))                                               \
-  X(cudaStreamCreateWithFlags, cuerr, (custream *, unsigned))                \
-  X(cudaStreamDestroy, cuerr, (custream))                                    \
-  X(cudaStreamSynchronize, cuerr, (custream))                                \
-  X(cudaStreamWaitEvent, cuerr, (custream, cuevent, unsigned))               \
-  X(cudaEventCreateWithFlags, cuerr, (cuevent *, unsigned))                  \
-  X(cudaEventDestroy, cuerr, (cuevent))                                      \
-  X(cudaEventRecord, cuerr, (cuevent, custream))                             \
-  X(cudaEventSynchronize, cuerr, (cuevent))                                  \
+#define CUDA_FNS(X)                                            \
+  X(cudaGetDeviceCount, cuerr, (int *))                        \
+  X(cudaSetDevice, cuerr, (int))                               \
+  X(cudaGetErrorString, const char *, (cuerr))                 \
+  X(cudaHostAlloc, cuerr, (void **, size_t, unsigned))         \
+  X(cudaFreeHost, cuerr, (void *))                             \
+  X(cudaMalloc, cuerr, (void **, size_t))                      \
+  X(cudaFree, cuerr, (void *))                                 \
+  X(cudaStreamCreateWithFlags, cuerr, (custream *, unsigned))  \
+  X(cudaStreamDestroy, cuerr, (custream))                      \
+  X(cudaStreamSynchronize, cuerr, (custream))                  \
+  X(cudaStreamWaitEvent, cuerr, (custream, cuevent, unsigned)) \
+  X(cudaEventCreateWithFlags, cuerr, (cuevent *, unsigned))    \
+  X(cudaEventDestroy, cuerr, (cuevent))                        \
+  X(cudaEventRecord, cuerr, (cuevent, custream))               \
+  X(cudaEventSynchronize, cuerr, (cuevent))                    \
   X(cudaMemcpyAsync, cuerr, (void *, const void *, size_t, int, custream))
 
 typedef struct cudart {
@@ -59,8 +59,12 @@ static int rt_status = -1; /* -1 unloaded, 0 ok, else stk_status */
 static char rt_msg[512];
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 
-enum { HOST_ALLOC_PORTABLE = 1, STREAM_NON_BLOCKING = 1,
-       EVENT_DISABLE_TIMING = 2, MEMCPY_H2D = 1 };
+enum {
+  HOST_ALLOC_PORTABLE = 1,
+  STREAM_NON_BLOCKING = 1,
+  EVENT_DISABLE_TIMING = 2,
+  MEMCPY_H2D = 1
+};
 
 static void rt_load(void) {
   /* $STOKER_CUDART, when set, is the only candidate. */
@@ -82,16 +86,17 @@ static void rt_load(void) {
   if (!h) {
     snprintf(rt_msg, sizeof(rt_msg),
              "CUDA runtime not found: tried %s (install the CUDA runtime or set "
-             "STOKER_CUDART to its path)", tried);
+             "STOKER_CUDART to its path)",
+             tried);
     rt_status = STK_UNSUPPORTED;
     return;
   }
-#define X(name, ret, args)                                                   \
-  rt.name = (ret(*) args)dlsym(h, #name);                                    \
-  if (!rt.name) {                                                            \
-    snprintf(rt_msg, sizeof(rt_msg), "CUDA runtime lacks %s", #name);        \
-    rt_status = STK_UNSUPPORTED;                                             \
-    return;                                                                  \
+#define X(name, ret, args)                                            \
+  rt.name = (ret(*) args)dlsym(h, #name);                             \
+  if (!rt.name) {                                                     \
+    snprintf(rt_msg, sizeof(rt_msg), "CUDA runtime lacks %s", #name); \
+    rt_status = STK_UNSUPPORTED;                                      \
+    return;                                                           \
   }
   CUDA_FNS(X)
 #undef X
@@ -114,8 +119,7 @@ struct stk__cuda {
 
 static int cerr(stk_client *c, cuerr e, const char *what) {
   if (e == 0) return STK_OK;
-  snprintf(c->cuda->msg, sizeof(c->cuda->msg), "%s: %s", what,
-           rt.cudaGetErrorString(e));
+  snprintf(c->cuda->msg, sizeof(c->cuda->msg), "%s: %s", what, rt.cudaGetErrorString(e));
   return STK_INTERNAL;
 }
 
@@ -205,7 +209,8 @@ int stk__cuda_fill(stk_client *c, stk_batch *s, const void *src, size_t n) {
   /* The caller's kernels queued before release may still read s->dev. */
   if (s->released_recorded)
     r = cerr(c, rt.cudaStreamWaitEvent(st, s->ev_released, 0), "cudaStreamWaitEvent");
-  if (!r) r = cerr(c, rt.cudaMemcpyAsync(s->dev, src, n, MEMCPY_H2D, st), "cudaMemcpyAsync");
+  if (!r)
+    r = cerr(c, rt.cudaMemcpyAsync(s->dev, src, n, MEMCPY_H2D, st), "cudaMemcpyAsync");
   if (!r) r = cerr(c, rt.cudaEventRecord(s->ev_ready, st), "cudaEventRecord");
   if (!r) s->ready_recorded = 1;
   return r;

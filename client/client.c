@@ -85,15 +85,14 @@ typedef struct resume_state {
   uint32_t rank, world;
 } resume_state;
 
-static int parse_state(const void *buf, size_t len, resume_state *st,
-                       char *err, size_t errlen) {
+static int parse_state(const void *buf, size_t len, resume_state *st, char *err,
+                       size_t errlen) {
   const unsigned char *p = buf;
   if (len < STK__STATE_SIZE || get32(p) != STK__STATE_MAGIC)
     return fail(err, errlen, STK_INVALID_ARGUMENT,
                 "resume_state is not a stoker state (bad size or magic)");
   if (get32(p + 4) != STK__STATE_VERSION)
-    return fail(err, errlen, STK_UNSUPPORTED,
-                "resume_state has an unknown version");
+    return fail(err, errlen, STK_UNSUPPORTED, "resume_state has an unknown version");
   st->job_hash = get64(p + 8);
   st->rank = get32(p + 16);
   st->world = get32(p + 20);
@@ -113,11 +112,9 @@ static int check_config(const stk_client_config *cfg, int local, char *err,
   if (cfg->world_size == 0)
     return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.world_size is 0");
   if (cfg->rank >= cfg->world_size)
-    return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "cfg.rank must be < cfg.world_size");
+    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.rank must be < cfg.world_size");
   if (cfg->prefetch < 1 || cfg->prefetch > 1024)
-    return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "cfg.prefetch must be in 1..1024");
+    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.prefetch must be in 1..1024");
   if (cfg->slots < 2 || cfg->slots > 64)
     return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.slots must be in 2..64");
   if (cfg->device != STK_DEVICE_CPU && cfg->device != STK_DEVICE_CUDA)
@@ -239,8 +236,9 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   c->total = c->spe * c->spec.epochs;
   if (c->spe == 0) {
     client_free(c);
-    return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "the job has no steps per epoch (fewer samples than world_size x batch_size)");
+    return fail(
+        err, errlen, STK_INVALID_ARGUMENT,
+        "the job has no steps per epoch (fewer samples than world_size x batch_size)");
   }
   if (cfg->resume_state) {
     if (rs.job_hash != c->job_hash) {
@@ -260,8 +258,7 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   if (!st) st = stk__convert_layout(&c->spec, cfg->convert, &c->out);
   if (st) {
     client_free(c);
-    return fail(err, errlen, st,
-                "cfg.convert needs a job whose image tensor is uint8");
+    return fail(err, errlen, st, "cfg.convert needs a job whose image tensor is uint8");
   }
   st = stk__ring_init(c, err, errlen);
   if (st) {
@@ -287,8 +284,7 @@ int stk_client_open(const stk_client_config *cfg, stk_client **out, char *err,
 int stk_client_open_local(const stk_client_config *cfg, const char *job_text,
                           const char *data_root, stk_client **out, char *err,
                           size_t errlen) {
-  if (!job_text)
-    return fail(err, errlen, STK_INVALID_ARGUMENT, "job_text is NULL");
+  if (!job_text) return fail(err, errlen, STK_INVALID_ARGUMENT, "job_text is NULL");
   return open_common(cfg, job_text, data_root, out, err, errlen);
 }
 
@@ -303,8 +299,7 @@ static stk_batch *ready_slot(stk_client *c) {
 
 static uint32_t alive_workers(stk_client *c) {
   uint32_t n = 0;
-  for (uint32_t i = 0; i < c->nworkers; i++)
-    n += c->workers[i].alive ? 1 : 0;
+  for (uint32_t i = 0; i < c->nworkers; i++) n += c->workers[i].alive ? 1 : 0;
   return n;
 }
 
@@ -345,11 +340,9 @@ int stk_client_next(stk_client *c, stk_batch **out) {
       }
       int64_t now = stk__now_ns();
       if (!c->local && alive_workers(c) == 0 && c->no_worker_since_ns &&
-          now - c->no_worker_since_ns >
-              (int64_t)c->cfg.join_timeout_ms * 1000000) {
+          now - c->no_worker_since_ns > (int64_t)c->cfg.join_timeout_ms * 1000000) {
         st = STK_UNAVAILABLE;
-        snprintf(c->err, sizeof(c->err),
-                 "no live worker for %u ms (join_timeout_ms)",
+        snprintf(c->err, sizeof(c->err), "no live worker for %u ms (join_timeout_ms)",
                  c->cfg.join_timeout_ms);
         break;
       }
@@ -398,15 +391,9 @@ void stk_batch_release(stk_batch *b) {
   pthread_mutex_unlock(&c->mu);
 }
 
-uint64_t stk_batch_epoch(const stk_batch *b) {
-  return b ? b->seq / b->c->spe : 0;
-}
-uint64_t stk_batch_step(const stk_batch *b) {
-  return b ? b->seq % b->c->spe : 0;
-}
-uint32_t stk_batch_num_tensors(const stk_batch *b) {
-  return b ? b->c->out.ntensors : 0;
-}
+uint64_t stk_batch_epoch(const stk_batch *b) { return b ? b->seq / b->c->spe : 0; }
+uint64_t stk_batch_step(const stk_batch *b) { return b ? b->seq % b->c->spe : 0; }
+uint32_t stk_batch_num_tensors(const stk_batch *b) { return b ? b->c->out.ntensors : 0; }
 
 int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out) {
   if (!b || !out || i >= b->c->out.ntensors) return STK_INVALID_ARGUMENT;
@@ -459,9 +446,8 @@ int stk_client_reference(stk_client *c, uint64_t epoch, uint64_t step,
                          const char *data_root, void *buf, size_t len) {
   if (!c || !buf) return STK_INVALID_ARGUMENT;
   char err[256] = "";
-  int st = stk_build_reference(&c->spec, data_root ? data_root : c->data_root,
-                               epoch, c->cfg.rank, step, buf, len, err,
-                               sizeof(err));
+  int st = stk_build_reference(&c->spec, data_root ? data_root : c->data_root, epoch,
+                               c->cfg.rank, step, buf, len, err, sizeof(err));
   if (st) stk__seterr(c, "reference: %s", err);
   return st;
 }

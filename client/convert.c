@@ -9,8 +9,7 @@
 
 #include "internal.h"
 
-int stk__convert_layout(const stk_job_spec *spec, int convert,
-                        stk_batch_layout *out) {
+int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out) {
   int st = stk_batch_layout_of(spec, out);
   if (st || convert == STK_CONVERT_NONE) return st;
   if (spec->dtype != STK_DTYPE_UINT8) return STK_INVALID_ARGUMENT;
@@ -20,8 +19,8 @@ int stk__convert_layout(const stk_job_spec *spec, int convert,
   img->shape[1] = spec->channels;
   img->shape[2] = spec->height;
   img->shape[3] = spec->width;
-  img->nbytes = (uint64_t)spec->batch_size * spec->channels * spec->height *
-                spec->width * esz;
+  img->nbytes =
+      (uint64_t)spec->batch_size * spec->channels * spec->height * spec->width * esz;
   uint64_t off = 0;
   for (uint32_t t = 0; t < out->ntensors; t++) {
     out->tensors[t].offset = off;
@@ -39,11 +38,10 @@ static uint16_t to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-void stk__convert_batch(const stk_job_spec *spec, int convert,
-                        const stk_batch_layout *in, const unsigned char *src,
-                        const stk_batch_layout *out, unsigned char *dst) {
-  uint32_t B = spec->batch_size, C = spec->channels, H = spec->height,
-           W = spec->width;
+void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
+                        const unsigned char *src, const stk_batch_layout *out,
+                        unsigned char *dst) {
+  uint32_t B = spec->batch_size, C = spec->channels, H = spec->height, W = spec->width;
   float lut[4][256];
   for (uint32_t c = 0; c < C && c < 4; c++) {
     float m = c < 3 ? spec->mean[c] : 0.f, sd = c < 3 ? spec->std[c] : 1.f;

@@ -24,48 +24,48 @@
 #include "rpc.h"
 #include "stoker/client.h"
 
-#define STK__MAX_WORKERS 256
-#define STK__MAX_PER_WORKER 64  /* the worker's outstanding limit */
-#define STK__MAX_MSG (64u << 20)
-#define STK__STATE_MAGIC 0x534b5453u /* "STKS" little-endian */
-#define STK__STATE_VERSION 1u
-#define STK__STATE_SIZE 40u
+#define STK__MAX_WORKERS    256
+#define STK__MAX_PER_WORKER 64 /* the worker's outstanding limit */
+#define STK__MAX_MSG        (64u << 20)
+#define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
+#define STK__STATE_VERSION  1u
+#define STK__STATE_SIZE     40u
 
 enum { REQ_FREE, REQ_QUEUED, REQ_ISSUED, REQ_RECEIVING, REQ_DONE };
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
 typedef struct stk__req {
   int state;
-  uint64_t seq;          /* linear step: epoch * steps_per_epoch + step */
-  int worker;            /* assigned worker, -1 */
-  int avoid;             /* worker that sent a bad copy, -1 */
-  unsigned char *buf;    /* layout.total_bytes, owned by the pool */
+  uint64_t seq;       /* linear step: epoch * steps_per_epoch + step */
+  int worker;         /* assigned worker, -1 */
+  int avoid;          /* worker that sent a bad copy, -1 */
+  unsigned char *buf; /* layout.total_bytes, owned by the pool */
   int64_t issued_ns;
 } stk__req;
 
 typedef struct stk__worker {
   int used;
   int idx;
-  int local;             /* in-process builder instead of a stream */
+  int local; /* in-process builder instead of a stream */
   char id[128];
   char address[256];
-  int listed;            /* in the coordinator's current list */
+  int listed; /* in the coordinator's current list */
   int thread_started, thread_exited;
   pthread_t thread;
-  stk_rpc_channel *ch;   /* owned by the worker thread */
-  stk_rpc_stream *stream;/* guarded by mu; destroyed by the worker thread */
+  stk_rpc_channel *ch;     /* owned by the worker thread */
+  stk_rpc_stream *stream;  /* guarded by mu; destroyed by the worker thread */
   pthread_mutex_t send_mu; /* held while a request is being sent */
-  int alive;             /* stream open and taking requests */
-  int probing;           /* no message yet on this stream: at most 1 request */
+  int alive;               /* stream open and taking requests */
+  int probing;             /* no message yet on this stream: at most 1 request */
   uint32_t outstanding;
-  uint32_t cap;          /* outstanding limit learnt from RESOURCE_EXHAUSTED, 0 = 64 */
-  double rate;           /* batches/s, smoothed */
+  uint32_t cap; /* outstanding limit learnt from RESOURCE_EXHAUSTED, 0 = 64 */
+  double rate;  /* batches/s, smoothed */
   int64_t last_done_ns;
   int64_t last_msg_ns;
   int64_t last_assigned_ns;
   uint64_t batches, bytes;
   uint64_t stream_batches; /* completed on the current stream */
-  uint32_t failures;     /* consecutive broken streams (backoff) */
+  uint32_t failures;       /* consecutive broken streams (backoff) */
   struct stk_client *c;
 } stk__worker;
 
@@ -94,13 +94,13 @@ struct stk_client {
 
   stk_job_spec spec;
   uint64_t job_hash, nsamples, spe, total;
-  stk_batch_layout layout;  /* as sent by workers */
-  stk_batch_layout out;     /* as handed out (after convert) */
+  stk_batch_layout layout; /* as sent by workers */
+  stk_batch_layout out;    /* as handed out (after convert) */
 
   pthread_mutex_t mu;
   pthread_cond_t cv_sched, cv_copy, cv_next, cv_local;
   int stopping;
-  int fatal;                /* stk_status that ends the client, 0 = none */
+  int fatal; /* stk_status that ends the client, 0 = none */
   char fatal_msg[256];
   int job_ended;
 
@@ -112,12 +112,12 @@ struct stk_client {
   stk_batch *slots;
   uint32_t nslots, held;
 
-  stk__worker *workers;     /* STK__MAX_WORKERS entries */
-  uint32_t nworkers;        /* entries used */
+  stk__worker *workers; /* STK__MAX_WORKERS entries */
+  uint32_t nworkers;    /* entries used */
   int64_t no_worker_since_ns;
 
   stk_rpc_channel *coord;
-  stk_rpc_stream *watch;    /* guarded by mu */
+  stk_rpc_stream *watch; /* guarded by mu */
   uint64_t list_version;
   pthread_t sched_thread, copy_thread, watch_thread;
   int sched_started, copy_started, watch_started;
@@ -125,8 +125,7 @@ struct stk_client {
   struct stk__cuda *cuda;
 
   /* counters (under mu) */
-  uint64_t batches, bytes, stall_ns, reissued, duplicates, crc_errors,
-      substituted;
+  uint64_t batches, bytes, stall_ns, reissued, duplicates, crc_errors, substituted;
   int64_t open_ns, first_next_ns, last_next_ns;
 
   uint64_t fault_crc_every, fault_count; /* $STOKER_FAULT_CRC_EVERY (local) */
@@ -179,11 +178,10 @@ const char *stk__cuda_error(stk_client *c);
 
 /* convert.c */
 /* Layout of the converted batch (image dtype/NCHW changed, others same). */
-int stk__convert_layout(const stk_job_spec *spec, int convert,
-                        stk_batch_layout *out);
+int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out);
 /* src: payload in `in` layout; dst: buffer in `out` layout. */
-void stk__convert_batch(const stk_job_spec *spec, int convert,
-                        const stk_batch_layout *in, const unsigned char *src,
-                        const stk_batch_layout *out, unsigned char *dst);
+void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
+                        const unsigned char *src, const stk_batch_layout *out,
+                        unsigned char *dst);
 
 #endif

@@ -22,8 +22,7 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-int stk__parse_job(const char *text, stk_job_spec *spec, char *err,
-                   size_t errlen) {
+int stk__parse_job(const char *text, stk_job_spec *spec, char *err, size_t errlen) {
   const char *p = text;
   int lineno = 0;
   while (*p) {
@@ -45,8 +44,7 @@ int stk__parse_job(const char *text, stk_job_spec *spec, char *err,
     while (*k == ' ' || *k == '\t' || *k == '\r') k++;
     if (!*k) continue;
     if (!eq) {
-      if (err && errlen)
-        snprintf(err, errlen, "job line %d: want key = value", lineno);
+      if (err && errlen) snprintf(err, errlen, "job line %d: want key = value", lineno);
       return STK_INVALID_ARGUMENT;
     }
     *eq = 0;
@@ -73,8 +71,8 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
   size_t k = 0;
   for (size_t i = 0; i < n && k < STK__MAX_WORKERS; i++) {
     if (!ws[i] || !ws[i]->address || !*ws[i]->address) continue;
-    const char *id = ws[i]->worker_id && *ws[i]->worker_id ? ws[i]->worker_id
-                                                           : ws[i]->address;
+    const char *id =
+        ws[i]->worker_id && *ws[i]->worker_id ? ws[i]->worker_id : ws[i]->address;
     ids[k++] = id;
     stk__worker_add(c, id, ws[i]->address, 0);
   }
@@ -107,8 +105,8 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
     int tmo = left < 200 ? 200 : (left > 5000 ? 5000 : (int)left);
     ProtobufCMessage *m = NULL;
     int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
-                             &stoker__v1__join_response__descriptor, &m, tmo,
-                             details, sizeof(details));
+                             &stoker__v1__join_response__descriptor, &m, tmo, details,
+                             sizeof(details));
     if (code == GRPC_STATUS_OK) {
       resp = (Stoker__V1__JoinResponse *)m;
       if (resp->job && resp->job->canonical && *resp->job->canonical) break;
@@ -121,14 +119,12 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
       if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
       if (c->job_hash) return STK_MISMATCH;
       return strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
-    } else if (code == GRPC_STATUS_INVALID_ARGUMENT ||
-               code == GRPC_STATUS_OUT_OF_RANGE) {
+    } else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE) {
       if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
       return STK_INVALID_ARGUMENT;
     } else if (code == GRPC_STATUS_UNAUTHENTICATED ||
                code == GRPC_STATUS_PERMISSION_DENIED) {
-      if (err && errlen)
-        snprintf(err, errlen, "join refused (token): %s", details);
+      if (err && errlen) snprintf(err, errlen, "join refused (token): %s", details);
       return STK_INVALID_ARGUMENT;
     }
     /* UNAVAILABLE (no coordinator yet, or no worker registered), deadline,
@@ -137,8 +133,8 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
       if (err && errlen)
         snprintf(err, errlen,
                  "could not join the job at %s within %u ms (last: gRPC status %d%s%s)",
-                 c->coordinator, c->cfg.join_timeout_ms, code,
-                 details[0] ? ": " : "", details);
+                 c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "",
+                 details);
       return STK_UNAVAILABLE;
     }
     sleep_ms(backoff);
@@ -275,8 +271,8 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
   for (;;) {
     ProtobufCMessage *m = NULL;
     int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
-                             &stoker__v1__finish_response__descriptor, &m, 2000,
-                             details, sizeof(details));
+                             &stoker__v1__finish_response__descriptor, &m, 2000, details,
+                             sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
     if (code == GRPC_STATUS_OK) return STK_OK;
     if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_PERMISSION_DENIED ||
@@ -285,9 +281,10 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
       return STK_INVALID_ARGUMENT;
     }
     if (stk_rpc_now_ms() >= deadline) {
-      snprintf(c->err, sizeof(c->err),
-               "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
-               c->coordinator, details);
+      snprintf(
+          c->err, sizeof(c->err),
+          "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
+          c->coordinator, details);
       return STK_UNAVAILABLE;
     }
     sleep_ms(200);

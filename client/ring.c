@@ -86,8 +86,8 @@ void stk__ring_free(stk_client *c) {
 }
 
 static void set_tensors(stk_client *c, stk_batch *s) {
-  unsigned char *base = c->cuda ? (unsigned char *)s->dev
-                                : (s->conv ? s->conv : s->payload);
+  unsigned char *base =
+      c->cuda ? (unsigned char *)s->dev : (s->conv ? s->conv : s->payload);
   for (uint32_t i = 0; i < c->out.ntensors; i++) {
     const stk_tensor_desc *d = &c->out.tensors[i];
     stk_tensor *t = &s->tensors[i];

@@ -146,14 +146,14 @@ static void complete(stk_client *c, stk__worker *w, stk__req *r, int crc_ok) {
 
 typedef struct rx {
   int active;
-  int req;              /* index into c->reqs, -1 = dropping a duplicate */
+  int req; /* index into c->reqs, -1 = dropping a duplicate */
   uint64_t total, got;
-  uint32_t crc;          /* from the header */
-  uint32_t crc_acc;      /* of the chunks so far, in offset order */
+  uint32_t crc;     /* from the header */
+  uint32_t crc_acc; /* of the chunks so far, in offset order */
 } rx;
 
-static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h,
-                        char *why, size_t n) {
+static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h, char *why,
+                        size_t n) {
   if (h->total_bytes != c->layout.total_bytes) {
     snprintf(why, n, "batch of %llu bytes, the job's layout has %llu",
              (unsigned long long)h->total_bytes,
@@ -161,8 +161,7 @@ static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h,
     return -1;
   }
   if (h->n_tensors != c->layout.ntensors) {
-    snprintf(why, n, "batch with %zu tensors, want %u", h->n_tensors,
-             c->layout.ntensors);
+    snprintf(why, n, "batch with %zu tensors, want %u", h->n_tensors, c->layout.ntensors);
     return -1;
   }
   for (size_t i = 0; i < h->n_tensors; i++) {
@@ -192,10 +191,8 @@ static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
     /* The buffer pointer is stable while the request is RECEIVING: only
      * DONE requests have their buffers swapped by the copy thread. */
     unsigned char *dst = c->reqs[x->req].buf + m->offset;
-    if (c->cfg.verify_crc)
-      x->crc_acc = stk_wire_copy_chunk_crc(bb, m, dst, x->crc_acc);
-    else
-      stk_wire_copy_chunk(bb, m, dst);
+    if (c->cfg.verify_crc) x->crc_acc = stk_wire_copy_chunk_crc(bb, m, dst, x->crc_acc);
+    else stk_wire_copy_chunk(bb, m, dst);
   }
   x->got += m->len;
   if (x->got == x->total) {
@@ -308,7 +305,8 @@ static int rx_loop(stk_client *c, stk__worker *w, stk_rpc_stream *s) {
     grpc_byte_buffer_destroy(bb);
     if (bad) {
       char msg[256];
-      snprintf(msg, sizeof(msg), "worker %.100s: protocol error: %.120s", w->address, why);
+      snprintf(msg, sizeof(msg), "worker %.100s: protocol error: %.120s", w->address,
+               why);
       pthread_mutex_lock(&c->mu);
       stk__set_fatal(c, STK_PROTOCOL, msg);
       pthread_mutex_unlock(&c->mu);
@@ -362,12 +360,14 @@ static void *remote_main(void *arg) {
       if (code == GRPC_STATUS_FAILED_PRECONDITION) fst = STK_MISMATCH;
       else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE)
         fst = STK_PROTOCOL;
-      else if (code == GRPC_STATUS_UNAUTHENTICATED || code == GRPC_STATUS_PERMISSION_DENIED)
+      else if (code == GRPC_STATUS_UNAUTHENTICATED ||
+               code == GRPC_STATUS_PERMISSION_DENIED)
         fst = STK_INVALID_ARGUMENT;
       if (fst) {
         char msg[256];
-        snprintf(msg, sizeof(msg), "worker %.100s refused the stream (gRPC status %d): %.100s",
-                 w->address, code, det);
+        snprintf(msg, sizeof(msg),
+                 "worker %.100s refused the stream (gRPC status %d): %.100s", w->address,
+                 code, det);
         pthread_mutex_lock(&c->mu);
         stk__set_fatal(c, fst, msg);
         pthread_mutex_unlock(&c->mu);
@@ -412,8 +412,7 @@ static void *local_main(void *arg) {
     stk__req *r = NULL;
     for (uint32_t i = 0; i < c->nreqs; i++) {
       stk__req *q = &c->reqs[i];
-      if (q->state == REQ_ISSUED && q->worker == w->idx && (!r || q->seq < r->seq))
-        r = q;
+      if (q->state == REQ_ISSUED && q->worker == w->idx && (!r || q->seq < r->seq)) r = q;
     }
     if (!r) {
       pthread_cond_wait(&c->cv_local, &c->mu);
@@ -529,8 +528,8 @@ static void *sched_main(void *arg) {
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&w->send_mu);
     pthread_mutex_lock(&c->mu);
-    int still = w->stream == s && s && r->state == REQ_ISSUED &&
-                r->worker == w->idx && r->seq == seq;
+    int still = w->stream == s && s && r->state == REQ_ISSUED && r->worker == w->idx &&
+                r->seq == seq;
     pthread_mutex_unlock(&c->mu);
     if (still) {
       Stoker__V1__BatchRequest req = STOKER__V1__BATCH_REQUEST__INIT;

@@ -45,14 +45,13 @@ static struct {
                const float *, int, const float *, float *, int);
 } blas;
 
-#define CK(x)                                                                 \
-  do {                                                                        \
-    cuerr e_ = (x);                                                           \
-    if (e_) {                                                                 \
-      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x,              \
-              cu.GetErrorString(e_));                                         \
-      exit(1);                                                                \
-    }                                                                         \
+#define CK(x)                                                                            \
+  do {                                                                                   \
+    cuerr e_ = (x);                                                                      \
+    if (e_) {                                                                            \
+      fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #x, cu.GetErrorString(e_)); \
+      exit(1);                                                                           \
+    }                                                                                    \
   } while (0)
 
 static double now_s(void) {
@@ -62,7 +61,8 @@ static double now_s(void) {
 }
 
 static int load(void) {
-  const char *names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12", "libcudart.so.11.0"};
+  const char *names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
+                         "libcudart.so.11.0"};
   void *h = NULL;
   for (int i = 0; i < 4 && !h; i++) h = dlopen(names[i], RTLD_NOW);
   if (!h) return -1;
@@ -79,7 +79,8 @@ static int load(void) {
   SYM(EventSynchronize, "cudaEventSynchronize");
   SYM(EventElapsedTime, "cudaEventElapsedTime");
   SYM(GetErrorString, "cudaGetErrorString");
-  const char *bn[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12", "libcublas.so.11"};
+  const char *bn[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12",
+                      "libcublas.so.11"};
   void *b = NULL;
   for (int i = 0; i < 4 && !b; i++) b = dlopen(bn[i], RTLD_NOW);
   if (b) {
@@ -115,8 +116,9 @@ int main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = atoi(argv[++i]);
     else {
-      printf("usage: stoker-cuda-overlap [--coordinator HOST:PORT] [--steps N] [--reps R]\n"
-             "  R = matmuls (2048^3) per stand-in training step\n");
+      printf(
+          "usage: stoker-cuda-overlap [--coordinator HOST:PORT] [--steps N] [--reps R]\n"
+          "  R = matmuls (2048^3) per stand-in training step\n");
       return strcmp(argv[i], "--help") ? 2 : 0;
     }
   }
@@ -137,7 +139,8 @@ int main(int argc, char **argv) {
   CK(cu.Malloc((void **)&B, mat));
   CK(cu.Malloc((void **)&C, mat));
   if (blas.Create && blas.Create(&handle) != 0) blas.Sgemm = NULL;
-  printf("step stand-in: %s\n", blas.Sgemm ? "cuBLAS SGEMM 2048^3" : "device memcpy loop");
+  printf("step stand-in: %s\n",
+         blas.Sgemm ? "cuBLAS SGEMM 2048^3" : "device memcpy loop");
 
   stk_client_config cfg;
   stk_client_config_defaults(&cfg);
@@ -153,8 +156,9 @@ int main(int argc, char **argv) {
     cfg.coordinator = coord;
     st = stk_client_open(&cfg, &c, err, sizeof(err));
   } else {
-    const char *job = "source = synthetic\nnum_samples = 100000\nheight = 224\n"
-                      "width = 224\nbatch_size = 32\nworld_size = 1\nepochs = 1\n";
+    const char *job =
+        "source = synthetic\nnum_samples = 100000\nheight = 224\n"
+        "width = 224\nbatch_size = 32\nworld_size = 1\nepochs = 1\n";
     st = stk_client_open_local(&cfg, job, NULL, &c, err, sizeof(err));
   }
   if (st) {
@@ -225,11 +229,14 @@ int main(int argc, char **argv) {
   stk_client_stats(c, &s);
   double serial = compute_ms + got * copy_ms;
   double overlap = got ? (serial - ms) / (got * copy_ms) : 0;
-  printf("streamed: %d steps in %.1f ms GPU (%.1f ms wall): %.2f GB/s of batches, "
-         "stall %.1f%%\n",
-         got, ms, wall * 1e3, got * (double)len / (wall) / 1e9, 100 * s.stall_fraction);
-  printf("overlap: serial would be %.1f ms; hidden copy fraction %.2f (1 = fully "
-         "overlapped, 0 = serial)\n", serial, overlap);
+  printf(
+      "streamed: %d steps in %.1f ms GPU (%.1f ms wall): %.2f GB/s of batches, "
+      "stall %.1f%%\n",
+      got, ms, wall * 1e3, got * (double)len / (wall) / 1e9, 100 * s.stall_fraction);
+  printf(
+      "overlap: serial would be %.1f ms; hidden copy fraction %.2f (1 = fully "
+      "overlapped, 0 = serial)\n",
+      serial, overlap);
   printf("device bytes checked: %s\n", bad ? "MISMATCH" : "ok");
   stk_client_close(c);
   free(check);

@@ -47,31 +47,65 @@ int main(int argc, char **argv) {
   int verify = 0, progress = 0, shutdown = 0;
   const char *data_root = NULL, *device = "cpu";
   static const struct option opts[] = {
-      {"coordinator", 1, 0, 'c'}, {"rank", 1, 0, 'r'},     {"world-size", 1, 0, 'w'},
-      {"epochs", 1, 0, 'e'},      {"step-ms", 1, 0, 's'},  {"prefetch", 1, 0, 'p'},
-      {"slots", 1, 0, 'S'},       {"device", 1, 0, 'd'},   {"verify", 0, 0, 'v'},
-      {"data-root", 1, 0, 'D'},   {"token", 1, 0, 't'},    {"join-timeout-ms", 1, 0, 'j'},
-      {"shutdown", 0, 0, 'x'},    {"progress", 0, 0, 'P'}, {"help", 0, 0, 'h'},
-      {0, 0, 0, 0}};
+      {"coordinator", 1, 0, 'c'}, {"rank", 1, 0, 'r'},
+      {"world-size", 1, 0, 'w'},  {"epochs", 1, 0, 'e'},
+      {"step-ms", 1, 0, 's'},     {"prefetch", 1, 0, 'p'},
+      {"slots", 1, 0, 'S'},       {"device", 1, 0, 'd'},
+      {"verify", 0, 0, 'v'},      {"data-root", 1, 0, 'D'},
+      {"token", 1, 0, 't'},       {"join-timeout-ms", 1, 0, 'j'},
+      {"shutdown", 0, 0, 'x'},    {"progress", 0, 0, 'P'},
+      {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
-      case 'c': cfg.coordinator = optarg; break;
-      case 'r': cfg.rank = (uint32_t)strtoul(optarg, NULL, 10); break;
-      case 'w': cfg.world_size = (uint32_t)strtoul(optarg, NULL, 10); break;
-      case 'e': epochs = strtol(optarg, NULL, 10); break;
-      case 's': step_ms = strtol(optarg, NULL, 10); break;
-      case 'p': cfg.prefetch = (uint32_t)strtoul(optarg, NULL, 10); break;
-      case 'S': cfg.slots = (uint32_t)strtoul(optarg, NULL, 10); break;
-      case 'd': device = optarg; break;
-      case 'v': verify = 1; break;
-      case 'D': data_root = optarg; break;
-      case 't': cfg.token = optarg; break;
-      case 'j': cfg.join_timeout_ms = (uint32_t)strtoul(optarg, NULL, 10); break;
-      case 'x': shutdown = 1; break;
-      case 'P': progress = 1; break;
-      case 'h': usage(stdout); return 0;
-      default: usage(stderr); return 2;
+      case 'c':
+        cfg.coordinator = optarg;
+        break;
+      case 'r':
+        cfg.rank = (uint32_t)strtoul(optarg, NULL, 10);
+        break;
+      case 'w':
+        cfg.world_size = (uint32_t)strtoul(optarg, NULL, 10);
+        break;
+      case 'e':
+        epochs = strtol(optarg, NULL, 10);
+        break;
+      case 's':
+        step_ms = strtol(optarg, NULL, 10);
+        break;
+      case 'p':
+        cfg.prefetch = (uint32_t)strtoul(optarg, NULL, 10);
+        break;
+      case 'S':
+        cfg.slots = (uint32_t)strtoul(optarg, NULL, 10);
+        break;
+      case 'd':
+        device = optarg;
+        break;
+      case 'v':
+        verify = 1;
+        break;
+      case 'D':
+        data_root = optarg;
+        break;
+      case 't':
+        cfg.token = optarg;
+        break;
+      case 'j':
+        cfg.join_timeout_ms = (uint32_t)strtoul(optarg, NULL, 10);
+        break;
+      case 'x':
+        shutdown = 1;
+        break;
+      case 'P':
+        progress = 1;
+        break;
+      case 'h':
+        usage(stdout);
+        return 0;
+      default:
+        usage(stderr);
+        return 2;
     }
   }
   if (!cfg.coordinator) {
@@ -124,7 +158,8 @@ int main(int argc, char **argv) {
                                   ref, plen);
         if (st || memcmp(ref, p, len) != 0) {
           if (verify_fail < 5)
-            fprintf(stderr, "verify: epoch %llu step %llu differs from the reference%s%s\n",
+            fprintf(stderr,
+                    "verify: epoch %llu step %llu differs from the reference%s%s\n",
                     (unsigned long long)stk_batch_epoch(b),
                     (unsigned long long)stk_batch_step(b), st ? ": " : "",
                     st ? stk_client_error(c) : "");
@@ -142,11 +177,12 @@ int main(int argc, char **argv) {
       if (progress && now - last >= 1.0) {
         stk_stats s;
         stk_client_stats(c, &s);
-        printf("rank %u: epoch %ld step %llu  %.1f batches/s  %.1f MB/s  stall %.1f%%  "
-               "workers %u\n",
-               cfg.rank, e, (unsigned long long)expect, (batches - last_b) / (now - last),
-               (bytes - last_bytes) / (now - last) / 1e6, 100 * s.stall_fraction,
-               s.workers_alive);
+        printf(
+            "rank %u: epoch %ld step %llu  %.1f batches/s  %.1f MB/s  stall %.1f%%  "
+            "workers %u\n",
+            cfg.rank, e, (unsigned long long)expect, (batches - last_b) / (now - last),
+            (bytes - last_bytes) / (now - last) / 1e6, 100 * s.stall_fraction,
+            s.workers_alive);
         fflush(stdout);
         last = now, last_b = batches, last_bytes = bytes;
       }
@@ -160,15 +196,16 @@ int main(int argc, char **argv) {
   double dt = now_s() - t0;
   stk_stats s;
   stk_client_stats(c, &s);
-  printf("summary rank %u: batches %llu  GB %.3f  %.1f batches/s  %.1f MB/s  stall %.1f%%"
-         "  reissued %llu  duplicates %llu  crc_errors %llu  verify_failures %llu%s"
-         "  order_failures %llu  substituted_samples %llu\n",
-         cfg.rank, (unsigned long long)batches, bytes / 1e9, dt > 0 ? batches / dt : 0,
-         dt > 0 ? bytes / dt / 1e6 : 0, 100 * s.stall_fraction,
-         (unsigned long long)s.reissued, (unsigned long long)s.duplicates,
-         (unsigned long long)s.crc_errors, (unsigned long long)verify_fail,
-         verify ? "" : " (not verified)", (unsigned long long)order_fail,
-         (unsigned long long)s.substituted);
+  printf(
+      "summary rank %u: batches %llu  GB %.3f  %.1f batches/s  %.1f MB/s  stall %.1f%%"
+      "  reissued %llu  duplicates %llu  crc_errors %llu  verify_failures %llu%s"
+      "  order_failures %llu  substituted_samples %llu\n",
+      cfg.rank, (unsigned long long)batches, bytes / 1e9, dt > 0 ? batches / dt : 0,
+      dt > 0 ? bytes / dt / 1e6 : 0, 100 * s.stall_fraction,
+      (unsigned long long)s.reissued, (unsigned long long)s.duplicates,
+      (unsigned long long)s.crc_errors, (unsigned long long)verify_fail,
+      verify ? "" : " (not verified)", (unsigned long long)order_fail,
+      (unsigned long long)s.substituted);
   if (s.workers_needed > 0)
     printf("input-bound: about %.1f workers would remove the stall (now %u)\n",
            s.workers_needed, s.workers_alive);

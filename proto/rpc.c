@@ -75,14 +75,13 @@ ProtobufCMessage *stk_rpc_unpack(const ProtobufCMessageDescriptor *d,
   if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   grpc_byte_buffer_reader_destroy(&r);
-  ProtobufCMessage *m = protobuf_c_message_unpack(
-      d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+  ProtobufCMessage *m =
+      protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
   grpc_slice_unref(s);
   return m;
 }
 
-static grpc_channel_args *make_args(grpc_arg *a, size_t *n, size_t max_msg,
-                                    int server) {
+static grpc_channel_args *make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
   size_t i = 0;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
   a[i++].value.integer = (int)max_msg;
@@ -95,16 +94,14 @@ static grpc_channel_args *make_args(grpc_arg *a, size_t *n, size_t max_msg,
     a[i++].value.integer = 5000;
     a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_HTTP2_MAX_PING_STRIKES,
     a[i++].value.integer = 0;
-    a[i].type = GRPC_ARG_INTEGER,
-    a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
     a[i++].value.integer = 1;
   } else {
     a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIME_MS,
     a[i++].value.integer = 10000;
     a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
     a[i++].value.integer = 5000;
-    a[i].type = GRPC_ARG_INTEGER,
-    a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
     a[i++].value.integer = 1;
     a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
     a[i++].value.integer = 100;
@@ -134,10 +131,10 @@ struct stk_rpc_call {
   pthread_t thread;
   int thread_started;
   int md_sent;
-  int finished;      /* atomic: a status was sent or the call was aborted */
-  int done;          /* handler thread returned; guarded by srv->mu */
-  int cancelled;     /* from RECV_CLOSE_ON_SERVER */
-  int close_seen;    /* tag_close already plucked (stk_rpc_call_closed) */
+  int finished;   /* atomic: a status was sent or the call was aborted */
+  int done;       /* handler thread returned; guarded by srv->mu */
+  int cancelled;  /* from RECV_CLOSE_ON_SERVER */
+  int close_seen; /* tag_close already plucked (stk_rpc_call_closed) */
   char *peer;
   void *user;
   struct stk_rpc_call *next;
@@ -173,8 +170,8 @@ static stk_rpc_call *call_new(stk_rpc_server *srv) {
 /* Wait for the close, then release everything gRPC gave the call. */
 static void call_release(stk_rpc_call *c) {
   if (c->call && !c->close_seen) {
-    grpc_completion_queue_pluck(c->cq, &c->tag_close,
-                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_completion_queue_pluck(c->cq, &c->tag_close, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                NULL);
   }
   grpc_metadata_array_destroy(&c->md);
   grpc_call_details_destroy(&c->details);
@@ -196,8 +193,8 @@ int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out) {
   *out = NULL;
   if (grpc_call_start_batch(c->call, &op, 1, &c->tag_recv, NULL) != GRPC_CALL_OK)
     return -1;
-  grpc_event ev = grpc_completion_queue_pluck(
-      c->cq, &c->tag_recv, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_recv,
+                                              gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
   if (!ev.success) {
     if (bb) grpc_byte_buffer_destroy(bb);
     return -1;
@@ -230,8 +227,8 @@ int stk_rpc_call_send(stk_rpc_call *c, grpc_byte_buffer *msg) {
   ops[n++].data.send_message.send_message = msg;
   int rc = -1;
   if (grpc_call_start_batch(c->call, ops, n, &c->tag_send, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(
-        c->cq, &c->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_send,
+                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     rc = ev.success ? 0 : -1;
   }
   grpc_byte_buffer_destroy(msg);
@@ -243,8 +240,7 @@ int stk_rpc_call_send_msg(stk_rpc_call *c, const ProtobufCMessage *m) {
   return bb ? stk_rpc_call_send(c, bb) : -1;
 }
 
-int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code,
-                        const char *details) {
+int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *details) {
   if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return 0;
   grpc_op ops[2];
   size_t n = 0;
@@ -258,26 +254,24 @@ int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code,
   ops[n].data.send_status_from_server.status = code;
   ops[n++].data.send_status_from_server.status_details = &det;
   int rc = -1;
-  if (grpc_call_start_batch(c->call, ops, n, &c->tag_finish, NULL) ==
-      GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(
-        c->cq, &c->tag_finish, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  if (grpc_call_start_batch(c->call, ops, n, &c->tag_finish, NULL) == GRPC_CALL_OK) {
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_finish,
+                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     rc = ev.success ? 0 : -1;
   }
   grpc_slice_unref(det);
   return rc;
 }
 
-void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code,
-                        const char *details) {
+void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code, const char *details) {
   if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return;
   grpc_call_cancel_with_status(c->call, code, details ? details : "", NULL);
 }
 
 int stk_rpc_call_closed(stk_rpc_call *c) {
   if (!c->close_seen) {
-    grpc_event ev = grpc_completion_queue_pluck(
-        c->cq, &c->tag_close, gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
+    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_close,
+                                                gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
     if (ev.type == GRPC_OP_COMPLETE) c->close_seen = 1;
   }
   return c->close_seen;
@@ -506,10 +500,9 @@ void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
   }
   grpc_server_destroy(s->server);
   grpc_completion_queue_shutdown(s->notify_cq);
-  while (grpc_completion_queue_next(s->notify_cq,
-                                    gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
-             .type != GRPC_QUEUE_SHUTDOWN) {
-  }
+  while (
+      grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+          .type != GRPC_QUEUE_SHUTDOWN) {}
   grpc_completion_queue_destroy(s->notify_cq);
   free(s->methods);
   free(s->token);
@@ -582,18 +575,15 @@ static grpc_call *new_call(stk_rpc_channel *ch, grpc_completion_queue *cq,
   grpc_slice m = grpc_slice_from_copied_string(method);
   grpc_call *call = grpc_channel_create_call(
       ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
-      timeout_ms > 0 ? deadline_in(timeout_ms)
-                     : gpr_inf_future(GPR_CLOCK_REALTIME),
+      timeout_ms > 0 ? deadline_in(timeout_ms) : gpr_inf_future(GPR_CLOCK_REALTIME),
       NULL);
   grpc_slice_unref(m);
   return call;
 }
 
-int stk_rpc_unary(stk_rpc_channel *ch, const char *method,
-                  const ProtobufCMessage *req,
-                  const ProtobufCMessageDescriptor *resp_desc,
-                  ProtobufCMessage **resp, int timeout_ms, char *details,
-                  size_t dlen) {
+int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                  int timeout_ms, char *details, size_t dlen) {
   *resp = NULL;
   if (details && dlen) details[0] = 0;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -679,8 +669,8 @@ int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
   memset(&op, 0, sizeof(op));
   set_auth(ch, &op, &s->auth);
   if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK)
-    grpc_completion_queue_pluck(s->cq, &s->tag_send,
-                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_completion_queue_pluck(s->cq, &s->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                NULL);
   *out = s;
   return 0;
 }
@@ -692,8 +682,8 @@ int stk_rpc_stream_send(stk_rpc_stream *s, grpc_byte_buffer *msg) {
   op.data.send_message.send_message = msg;
   int rc = -1;
   if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(
-        s->cq, &s->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_event ev = grpc_completion_queue_pluck(s->cq, &s->tag_send,
+                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     rc = ev.success ? 0 : -1;
   }
   grpc_byte_buffer_destroy(msg);
@@ -705,8 +695,7 @@ int stk_rpc_stream_send_msg(stk_rpc_stream *s, const ProtobufCMessage *m) {
   return bb ? stk_rpc_stream_send(s, bb) : -1;
 }
 
-int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out,
-                        int timeout_ms) {
+int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_ms) {
   *out = NULL;
   if (!s->recv_pending) {
     grpc_op ops[2];
@@ -747,13 +736,12 @@ int stk_rpc_stream_close_send(stk_rpc_stream *s) {
   op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) != GRPC_CALL_OK)
     return -1;
-  grpc_event ev = grpc_completion_queue_pluck(
-      s->cq, &s->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_event ev = grpc_completion_queue_pluck(s->cq, &s->tag_send,
+                                              gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
   return ev.success ? 0 : -1;
 }
 
-int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details,
-                          size_t dlen) {
+int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size_t dlen) {
   if (!s->status_done) {
     grpc_event ev = grpc_completion_queue_pluck(
         s->cq, &s->tag_status,
@@ -775,13 +763,13 @@ void stk_rpc_stream_destroy(stk_rpc_stream *s) {
   if (!s) return;
   grpc_call_cancel(s->call, NULL);
   if (s->recv_pending) {
-    grpc_completion_queue_pluck(s->cq, &s->tag_recv,
-                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_completion_queue_pluck(s->cq, &s->tag_recv, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                NULL);
     if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
   }
   if (!s->status_done)
-    grpc_completion_queue_pluck(s->cq, &s->tag_status,
-                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_completion_queue_pluck(s->cq, &s->tag_status, gpr_inf_future(GPR_CLOCK_REALTIME),
+                                NULL);
   grpc_slice_unref(s->details);
   grpc_metadata_array_destroy(&s->init_md);
   grpc_metadata_array_destroy(&s->trail_md);

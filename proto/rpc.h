@@ -62,20 +62,19 @@ typedef struct stk_rpc_method {
 } stk_rpc_method;
 
 typedef struct stk_rpc_server_config {
-  const char *listen;          /* "127.0.0.1:0" binds a free port */
+  const char *listen; /* "127.0.0.1:0" binds a free port */
   const stk_rpc_method *methods;
   size_t nmethods;
-  void *ctx;                   /* handed to every handler */
-  size_t max_message_bytes;    /* receive limit; 0 = 16 MiB */
-  const char *token;           /* bearer token every call must carry; NULL = none */
-  size_t max_calls;            /* concurrent calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
+  void *ctx;                /* handed to every handler */
+  size_t max_message_bytes; /* receive limit; 0 = 16 MiB */
+  const char *token;        /* bearer token every call must carry; NULL = none */
+  size_t max_calls;         /* concurrent calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
 } stk_rpc_server_config;
 
 /* Bind and start serving. *port gets the bound port. Returns 0, or -1 with
  * a message in err (address in use, bad address). */
-int stk_rpc_server_start(const stk_rpc_server_config *cfg,
-                         stk_rpc_server **out, int *port, char *err,
-                         size_t errlen);
+int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
+                         int *port, char *err, size_t errlen);
 /* Stop accepting calls, give running calls grace_ms to end, cancel the
  * rest, join every handler thread and free the server. Accepts NULL. */
 void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms);
@@ -96,12 +95,10 @@ int stk_rpc_call_send(stk_rpc_call *c, grpc_byte_buffer *msg);
 int stk_rpc_call_send_msg(stk_rpc_call *c, const ProtobufCMessage *m);
 /* End the call with a status. Call once, from the sending thread (or when
  * no send is in flight). Returns 0 or -1. */
-int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code,
-                        const char *details);
+int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *details);
 /* End the call with a status from any thread, failing the other thread's
  * pending receive or send (thread-safe). */
-void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code,
-                        const char *details);
+void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code, const char *details);
 /* Non-blocking: 1 once the call is over (the client cancelled or went
  * away, or a status was sent), else 0. For handlers that wait on something
  * other than gRPC (a server-streaming call between messages) and want to
@@ -118,39 +115,35 @@ typedef struct stk_rpc_channel stk_rpc_channel;
 
 /* A channel to target ("host:port"); connects lazily and reconnects with a
  * short backoff. 0, or -1 on allocation failure. */
-int stk_rpc_channel_open(const char *target, size_t max_message_bytes,
-                         const char *token, stk_rpc_channel **out);
+int stk_rpc_channel_open(const char *target, size_t max_message_bytes, const char *token,
+                         stk_rpc_channel **out);
 void stk_rpc_channel_close(stk_rpc_channel *ch); /* accepts NULL */
 const char *stk_rpc_channel_target(const stk_rpc_channel *ch);
 
 /* Unary call: returns the gRPC status code (0 = OK, then *resp is set and
  * owned by the caller) and copies the status details into details. A
  * response that does not parse is GRPC_STATUS_INTERNAL. */
-int stk_rpc_unary(stk_rpc_channel *ch, const char *method,
-                  const ProtobufCMessage *req,
-                  const ProtobufCMessageDescriptor *resp_desc,
-                  ProtobufCMessage **resp, int timeout_ms, char *details,
-                  size_t dlen);
+int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                  int timeout_ms, char *details, size_t dlen);
 
 typedef struct stk_rpc_stream stk_rpc_stream;
 
 /* Start a streaming call; timeout_ms <= 0 means no deadline. 0 or -1. */
-int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method,
-                        int timeout_ms, stk_rpc_stream **out);
+int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
+                        stk_rpc_stream **out);
 /* Takes ownership of msg. 0, or -1 when the stream is broken. */
 int stk_rpc_stream_send(stk_rpc_stream *s, grpc_byte_buffer *msg);
 int stk_rpc_stream_send_msg(stk_rpc_stream *s, const ProtobufCMessage *m);
 /* 1 with *out (caller destroys), 0 at the end of the stream (read the
  * status), -1 broken, -2 timeout (the receive stays pending: call again).
  * timeout_ms < 0 waits forever. */
-int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out,
-                        int timeout_ms);
+int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_ms);
 /* Half-close: no more sends. 0 or -1. */
 int stk_rpc_stream_close_send(stk_rpc_stream *s);
 /* Wait up to timeout_ms for the final status; returns the code (or
  * GRPC_STATUS_DEADLINE_EXCEEDED if it did not come) and its details. */
-int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details,
-                          size_t dlen);
+int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size_t dlen);
 /* Cancel from any thread; pending send/recv fail. */
 void stk_rpc_stream_cancel(stk_rpc_stream *s);
 /* Cancel if still open, wait for every pending op, free. Accepts NULL. */

@@ -120,10 +120,10 @@ static uint32_t copy_piece(unsigned char *d, const unsigned char *p, size_t n,
   return crc;
 }
 
-static uint32_t copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m,
-                           unsigned char *d, uint32_t crc, int with_crc) {
-  if (m->msg) return m->len ? copy_piece(d, m->msg->chunk.data, m->len, crc, with_crc)
-                            : crc;
+static uint32_t copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, unsigned char *d,
+                           uint32_t crc, int with_crc) {
+  if (m->msg)
+    return m->len ? copy_piece(d, m->msg->chunk.data, m->len, crc, with_crc) : crc;
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb)) return crc;
   size_t skip = m->data_start, left = m->len;
@@ -148,8 +148,8 @@ void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest
   copy_chunk(bb, m, dest, 0, 0);
 }
 
-uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m,
-                                 void *dest, uint32_t crc) {
+uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest,
+                                 uint32_t crc) {
   return copy_chunk(bb, m, dest, crc, 1);
 }
 

@@ -26,8 +26,8 @@ grpc_byte_buffer *stk_wire_chunk(uint64_t offset, const void *data, size_t len,
 typedef struct stk_wire_msg {
   Stoker__V1__BatchResponse *msg; /* set for a header (or fallback chunk) */
   int is_chunk;
-  uint64_t offset, len;           /* chunk position and size */
-  size_t data_start;              /* fast path: where the bytes begin */
+  uint64_t offset, len; /* chunk position and size */
+  size_t data_start;    /* fast path: where the bytes begin */
 } stk_wire_msg;
 
 /* Decode a BatchResponse of at most max_bytes. Returns 0 and fills *m, or
@@ -40,8 +40,8 @@ void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest
  * continued from crc (stk_crc32c semantics): each piece is checksummed
  * right after it is copied, while it is still in cache, instead of in a
  * second pass over the whole batch. */
-uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m,
-                                 void *dest, uint32_t crc);
+uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest,
+                                 uint32_t crc);
 void stk_wire_msg_free(stk_wire_msg *m);
 
 #endif

@@ -9,7 +9,7 @@ PKGS=(
   libprotobuf-c-dev protobuf-c-compiler      # protobuf-c + protoc-c
   libjpeg62-turbo-dev libturbojpeg0-dev      # libjpeg-turbo (libjpeg API)
   liburing-dev                               # io_uring reads
-  clang libclang-rt-14-dev                   # libFuzzer targets, sanitizer runtime
+  clang libclang-rt-14-dev clang-format      # libFuzzer targets, sanitizer runtime, layout check
   python3 python3-numpy python3-torch python3-torchvision python3-pil  # binding, parity tests
   iproute2 procps                            # netns tests, process tools
   valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # test.sh - the full test suite, as CI runs it (.ci/run calls this).
-#   1. installs the Debian packages (scripts/install-deps.sh)
+#   1. installs the Debian packages (scripts/install-deps.sh), checks the
+#      layout of the C code (scripts/format.sh --check, clang-format 14)
 #   2. release build with warnings as errors, then every ctest test
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build, every test again
 #   4. the libFuzzer target built with clang and run for 20 s (when clang is there)
@@ -38,6 +39,9 @@ run_suite() { # name builddir cmake-args...
 
 mkdir -p build
 start=$(date +%s)
+echo "=== layout: clang-format check (.clang-format)"
+./scripts/format.sh --check; rc=$?
+if [ $rc -eq 0 ]; then passed=$((passed + 1)); elif [ $rc -eq 77 ]; then skipped=$((skipped + 1)); else failed=$((failed + 1)); fi
 run_suite release build/ci-release -DCMAKE_BUILD_TYPE=RelWithDebInfo
 export ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1

@@ -48,8 +48,8 @@ static const char exit_codes_text[] =
 static struct {
   char *listen, *job, *token, *port_file, *log_level;
   stk__strlist set;
-  long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses,
-      stats_interval_s, shutdown_grace_s, max_message_mb;
+  long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
+      shutdown_grace_s, max_message_mb;
   int print_job;
 } opt;
 
@@ -59,18 +59,19 @@ static stk__option options[] = {
     {"job", OPT_STR, "", NULL, "job spec file ('key = value' lines)", &opt.job, 0, 0},
     {"set", OPT_LIST, NULL, NULL,
      "override one job key (the keys --print-job shows), e.g. --set "
-     "batch_size=64; applied after --job", &opt.set, 0, 0},
+     "batch_size=64; applied after --job",
+     &opt.set, 0, 0},
     {"print-job", OPT_BOOL, "false", NULL,
      "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
     {"idle-timeout-s", OPT_INT, "600", NULL,
      "end the job when no client touched it this long (a call, an open watch, "
      "or batches flowing from a worker count)",
      &opt.idle_timeout_s, 1, 86400 * 30},
-    {"heartbeat-interval-ms", OPT_INT, "1000", NULL,
-     "how often workers heartbeat", &opt.heartbeat_interval_ms, 50, 60000},
+    {"heartbeat-interval-ms", OPT_INT, "1000", NULL, "how often workers heartbeat",
+     &opt.heartbeat_interval_ms, 50, 60000},
     {"heartbeat-misses", OPT_INT, "3", NULL,
-     "missed heartbeats before a worker is dropped from the list",
-     &opt.heartbeat_misses, 1, 1000},
+     "missed heartbeats before a worker is dropped from the list", &opt.heartbeat_misses,
+     1, 1000},
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
     {"shutdown-grace-s", OPT_INT, "15", NULL,
@@ -99,7 +100,7 @@ typedef struct cworker {
   int closed;              /* under send_mu: the call got its status */
   int live;                /* in C.workers */
   int shutdown_sent;
-  int refs;                /* under C.mu */
+  int refs; /* under C.mu */
   int64_t registered_ms, last_hb_ms;
   struct {
     uint64_t batches_built, bytes_sent, samples_substituted;
@@ -114,19 +115,19 @@ static const char *const state_names[] = {"waiting", "running", "draining", "don
 
 static struct {
   pthread_mutex_t mu;
-  pthread_cond_t cv;       /* list version changed, or shutting down */
+  pthread_cond_t cv; /* list version changed, or shutting down */
   stk_job_spec spec;
-  int resolved;            /* num_samples known */
+  int resolved; /* num_samples known */
   char *canonical;
   uint64_t hash;
   uint64_t fingerprint;
   int have_fp;
-  cworker *workers;        /* live ones */
+  cworker *workers; /* live ones */
   uint64_t version;
   uint8_t *joined, *finished;
   uint32_t njoined, nfinished;
   int shutting_down;
-  int shutdown_req;        /* exit code to use once requested, +1 */
+  int shutdown_req; /* exit code to use once requested, +1 */
   char shutdown_reason[200];
   int64_t start_ms, last_touch_ms;
   int watchers;
@@ -249,8 +250,7 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
     if (r != 0 && r != -1)
       stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                           "the first message of a worker session must be hello");
-    else
-      stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
+    else stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
     goto out;
   }
   if (h->protocol_version != STK_PROTOCOL_VERSION) {
@@ -296,8 +296,9 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
     goto end;
   }
   if (h->job_hash != sent_hash) {
-    snprintf(msg, sizeof(msg), "worker %s answered with job hash %016" PRIx64
-             ", expected %016" PRIx64, w->id, h->job_hash, sent_hash);
+    snprintf(msg, sizeof(msg),
+             "worker %s answered with job hash %016" PRIx64 ", expected %016" PRIx64,
+             w->id, h->job_hash, sent_hash);
     LOG_WARN("%s", msg);
     stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     goto end;
@@ -308,8 +309,11 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
     stk_job_spec t = C.spec;
     t.num_samples = h->dataset_size;
     if (!h->dataset_size || stk_steps_per_epoch(&t, h->dataset_size) == 0) {
-      snprintf(msg, sizeof(msg), "worker %s has %" PRIu64 " samples: not one step "
-               "of world_size*batch_size", w->id, h->dataset_size);
+      snprintf(msg, sizeof(msg),
+               "worker %s has %" PRIu64
+               " samples: not one step "
+               "of world_size*batch_size",
+               w->id, h->dataset_size);
     } else {
       C.spec = t;
       C.resolved = 1;
@@ -318,13 +322,18 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
                h->dataset_size, w->id, C.hash);
     }
   } else if (h->dataset_size != C.spec.num_samples) {
-    snprintf(msg, sizeof(msg), "worker %s has %" PRIu64 " samples, the job has %"
-             PRIu64 " (another dataset?)", w->id, h->dataset_size, C.spec.num_samples);
+    snprintf(msg, sizeof(msg),
+             "worker %s has %" PRIu64 " samples, the job has %" PRIu64
+             " (another dataset?)",
+             w->id, h->dataset_size, C.spec.num_samples);
   }
   if (!msg[0] && C.have_fp && h->dataset_fingerprint != C.fingerprint) {
-    snprintf(msg, sizeof(msg), "worker %s's dataset fingerprint %016" PRIx64
-             " differs from the job's %016" PRIx64 " (another dataset or a "
-             "different copy)", w->id, h->dataset_fingerprint, C.fingerprint);
+    snprintf(msg, sizeof(msg),
+             "worker %s's dataset fingerprint %016" PRIx64
+             " differs from the job's %016" PRIx64
+             " (another dataset or a "
+             "different copy)",
+             w->id, h->dataset_fingerprint, C.fingerprint);
   }
   if (msg[0]) {
     pthread_mutex_unlock(&C.mu);
@@ -348,8 +357,8 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
   pthread_cond_broadcast(&C.cv);
   size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
-  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address,
-           w->cores, nlive);
+  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
+           nlive);
   protobuf_c_message_free_unpacked(&m->base, NULL);
   m = NULL;
 
@@ -435,21 +444,23 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
              q->protocol_version, STK_PROTOCOL_VERSION);
   } else if (q->world_size != C.spec.world_size) {
     code = GRPC_STATUS_INVALID_ARGUMENT;
-    snprintf(msg, sizeof(msg), "world_size %u differs from the job's %u",
-             q->world_size, C.spec.world_size);
+    snprintf(msg, sizeof(msg), "world_size %u differs from the job's %u", q->world_size,
+             C.spec.world_size);
   } else if (q->rank >= C.spec.world_size) {
     code = GRPC_STATUS_INVALID_ARGUMENT;
-    snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u",
-             q->rank, C.spec.world_size);
+    snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank,
+             C.spec.world_size);
   } else if (C.shutting_down) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg), "the job is over (%s)", C.shutdown_reason);
   } else if (!C.resolved) {
     code = GRPC_STATUS_UNAVAILABLE;
-    snprintf(msg, sizeof(msg), "waiting for a worker (the dataset size is not known yet)");
+    snprintf(msg, sizeof(msg),
+             "waiting for a worker (the dataset size is not known yet)");
   } else if (q->expect_job_hash && q->expect_job_hash != C.hash) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
-    snprintf(msg, sizeof(msg), "resume state is from job %016" PRIx64
+    snprintf(msg, sizeof(msg),
+             "resume state is from job %016" PRIx64
              ", this coordinator runs job %016" PRIx64 " (%s)",
              q->expect_job_hash, C.hash, C.spec.name);
   }
@@ -473,8 +484,7 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
            q->client_id ? q->client_id : "", stk_rpc_call_peer(call));
   if (!job.canonical || !resp.workers)
     stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  else
-    reply(call, &resp.base);
+  else reply(call, &resp.base);
   free(job.canonical);
   infos_free(resp.workers, resp.n_workers);
   protobuf_c_message_free_unpacked(&q->base, NULL);
@@ -646,8 +656,11 @@ static int load_job(char *err, size_t errlen) {
   if (stk_job_spec_validate(&C.spec, err, errlen)) return -1;
   C.resolved = C.spec.num_samples != 0;
   if (C.resolved && stk_steps_per_epoch(&C.spec, C.spec.num_samples) == 0) {
-    snprintf(err, errlen, "num_samples %" PRIu64 " gives no full step of "
-             "world_size*batch_size", C.spec.num_samples);
+    snprintf(err, errlen,
+             "num_samples %" PRIu64
+             " gives no full step of "
+             "world_size*batch_size",
+             C.spec.num_samples);
     return -1;
   }
   if (job_publish_locked()) return snprintf(err, errlen, "out of memory"), -1;
@@ -687,7 +700,8 @@ static void send_shutdowns(void) {
 }
 
 static void check_heartbeats(void) {
-  int64_t now = stk_rpc_now_ms(), limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
+  int64_t now = stk_rpc_now_ms(),
+          limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
   pthread_mutex_lock(&C.mu);
   for (cworker *w = C.workers, *next; w; w = next) {
     next = w->next;
@@ -757,10 +771,11 @@ int main(int argc, char **argv) {
     stk__options_free(options, NOPTIONS);
     return EXIT_FAIL;
   }
-  LOG_INFO("job %s (hash %016" PRIx64 ", world_size %u, batch_size %u, %s samples) "
-           "listening on %s port %d", C.spec.name, C.hash, C.spec.world_size,
-           C.spec.batch_size, C.resolved ? "known" : "unknown until a worker registers",
-           opt.listen, port);
+  LOG_INFO("job %s (hash %016" PRIx64
+           ", world_size %u, batch_size %u, %s samples) "
+           "listening on %s port %d",
+           C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
+           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port);
 
   int64_t next_stats = stk_rpc_now_ms() + opt.stats_interval_s * 1000;
   int64_t last_stats = stk_rpc_now_ms();
@@ -792,11 +807,12 @@ int main(int argc, char **argv) {
         bps += w->stats.batches_per_s, bytes += w->stats.bytes_sent;
       double dt = (double)(now - last_stats) / 1000.0;
       double mbps = bytes >= last_bytes ? (double)(bytes - last_bytes) / dt / 1e6 : 0;
-      LOG_INFO("stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
-               "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
-               state_names[state_locked()], nworkers_locked(), C.njoined,
-               C.nfinished, C.watchers, bps, mbps,
-               C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
+      LOG_INFO(
+          "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
+          "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
+          state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished,
+          C.watchers, bps, mbps,
+          C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
       pthread_mutex_unlock(&C.mu);
       last_bytes = bytes, last_stats = now;
       next_stats = now + opt.stats_interval_s * 1000;

@@ -33,9 +33,8 @@ void stk__log(int level, const char *fmt, ...) {
   gettimeofday(&tv, NULL);
   gmtime_r(&tv.tv_sec, &tm);
   int n = snprintf(line, sizeof(line), "%04d-%02d-%02dT%02d:%02d:%02d.%03dZ %s %s ",
-                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour,
-                   tm.tm_min, tm.tm_sec, (int)(tv.tv_usec / 1000), log_program,
-                   log_names[level]);
+                   tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday, tm.tm_hour, tm.tm_min,
+                   tm.tm_sec, (int)(tv.tv_usec / 1000), log_program, log_names[level]);
   if (n < 0) return;
   va_list ap;
   va_start(ap, fmt);

@@ -13,18 +13,21 @@
 
 static const char *type_name(stk__opt_type t) {
   switch (t) {
-  case OPT_STR: return "string";
-  case OPT_INT: return "int";
-  case OPT_BOOL: return "bool";
-  case OPT_LIST: return "key=value, repeatable";
+    case OPT_STR:
+      return "string";
+    case OPT_INT:
+      return "int";
+    case OPT_BOOL:
+      return "bool";
+    case OPT_LIST:
+      return "key=value, repeatable";
   }
   return "?";
 }
 
 static stk__option *find(stk__option *opts, size_t n, const char *name, size_t len) {
   for (size_t i = 0; i < n; i++)
-    if (strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len))
-      return &opts[i];
+    if (strlen(opts[i].name) == len && !strncmp(opts[i].name, name, len)) return &opts[i];
   return NULL;
 }
 
@@ -38,56 +41,56 @@ static void list_clear(stk__strlist *l) {
 /* Store value into o->dst; 0 or -1 with err. */
 static int set_value(stk__option *o, const char *value, char *err, size_t errlen) {
   switch (o->type) {
-  case OPT_STR: {
-    char **d = o->dst;
-    char *v = strdup(value ? value : "");
-    if (!v) return snprintf(err, errlen, "out of memory"), -1;
-    free(*d);
-    *d = v;
-    break;
-  }
-  case OPT_INT: {
-    char *end;
-    errno = 0;
-    long long v = strtoll(value, &end, 0);
-    if (errno || end == value || *end) {
-      snprintf(err, errlen, "--%s: '%s' is not an integer", o->name, value);
-      return -1;
+    case OPT_STR: {
+      char **d = o->dst;
+      char *v = strdup(value ? value : "");
+      if (!v) return snprintf(err, errlen, "out of memory"), -1;
+      free(*d);
+      *d = v;
+      break;
     }
-    if (v < o->min || v > o->max) {
-      snprintf(err, errlen, "--%s: %lld is outside %lld..%lld", o->name, v,
-               o->min, o->max);
-      return -1;
+    case OPT_INT: {
+      char *end;
+      errno = 0;
+      long long v = strtoll(value, &end, 0);
+      if (errno || end == value || *end) {
+        snprintf(err, errlen, "--%s: '%s' is not an integer", o->name, value);
+        return -1;
+      }
+      if (v < o->min || v > o->max) {
+        snprintf(err, errlen, "--%s: %lld is outside %lld..%lld", o->name, v, o->min,
+                 o->max);
+        return -1;
+      }
+      *(long long *)o->dst = v;
+      break;
     }
-    *(long long *)o->dst = v;
-    break;
-  }
-  case OPT_BOOL: {
-    int v;
-    if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes"))
-      v = 1;
-    else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
-      v = 0;
-    else {
-      snprintf(err, errlen, "--%s: '%s' is not true/false", o->name, value);
-      return -1;
+    case OPT_BOOL: {
+      int v;
+      if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes")) v = 1;
+      else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
+        v = 0;
+      else {
+        snprintf(err, errlen, "--%s: '%s' is not true/false", o->name, value);
+        return -1;
+      }
+      *(int *)o->dst = v;
+      break;
     }
-    *(int *)o->dst = v;
-    break;
-  }
-  case OPT_LIST: {
-    stk__strlist *l = o->dst;
-    if (!strchr(value, '=')) {
-      snprintf(err, errlen, "--%s: '%s' is not key=value", o->name, value);
-      return -1;
+    case OPT_LIST: {
+      stk__strlist *l = o->dst;
+      if (!strchr(value, '=')) {
+        snprintf(err, errlen, "--%s: '%s' is not key=value", o->name, value);
+        return -1;
+      }
+      char **nv = realloc(l->v, (l->n + 1) * sizeof(char *));
+      if (!nv) return snprintf(err, errlen, "out of memory"), -1;
+      l->v = nv;
+      if (!(l->v[l->n] = strdup(value)))
+        return snprintf(err, errlen, "out of memory"), -1;
+      l->n++;
+      break;
     }
-    char **nv = realloc(l->v, (l->n + 1) * sizeof(char *));
-    if (!nv) return snprintf(err, errlen, "out of memory"), -1;
-    l->v = nv;
-    if (!(l->v[l->n] = strdup(value))) return snprintf(err, errlen, "out of memory"), -1;
-    l->n++;
-    break;
-  }
   }
   if (o->validate && o->validate(o, err, errlen)) return -1;
   return 0;
@@ -141,9 +144,10 @@ static int load_file(stk__option *opts, size_t n, const char *path, char *err,
 
 static void print_help(const stk__option *opts, size_t n, const char *program,
                        const char *synopsis, const char *exit_codes) {
-  printf("usage: %s [--name value]...\n%s\n\noptions (also accepted as "
-         "'name = value' lines in --config FILE):\n",
-         program, synopsis);
+  printf(
+      "usage: %s [--name value]...\n%s\n\noptions (also accepted as "
+      "'name = value' lines in --config FILE):\n",
+      program, synopsis);
   printf("  --%-22s %s\n", "config FILE", "read options from FILE first");
   printf("  --%-22s %s\n", "print-config", "print the effective configuration and exit");
   printf("  --%-22s %s\n", "help", "this text");
@@ -205,8 +209,7 @@ int stk__options_parse(stk__option *opts, size_t n, int argc, char **argv,
     }
     stk__option *o = find(opts, n, a, len);
     if (!o) {
-      fprintf(stderr, "%s: unknown option '--%.*s' (see --help)\n", program,
-              (int)len, a);
+      fprintf(stderr, "%s: unknown option '--%.*s' (see --help)\n", program, (int)len, a);
       return OPTS_USAGE;
     }
     if (!value) {
@@ -235,20 +238,24 @@ void stk__options_print(const stk__option *opts, size_t n) {
   for (size_t i = 0; i < n; i++) {
     const stk__option *o = &opts[i];
     switch (o->type) {
-    case OPT_STR: {
-      const char *v = *(char **)o->dst;
-      /* Never echo a secret. */
-      if (!strcmp(o->name, "token") && v && *v) v = "(set)";
-      printf("%s = %s\n", o->name, v ? v : "");
-      break;
-    }
-    case OPT_INT: printf("%s = %lld\n", o->name, *(long long *)o->dst); break;
-    case OPT_BOOL: printf("%s = %s\n", o->name, *(int *)o->dst ? "true" : "false"); break;
-    case OPT_LIST: {
-      const stk__strlist *l = o->dst;
-      for (size_t j = 0; j < l->n; j++) printf("%s = %s\n", o->name, l->v[j]);
-      break;
-    }
+      case OPT_STR: {
+        const char *v = *(char **)o->dst;
+        /* Never echo a secret. */
+        if (!strcmp(o->name, "token") && v && *v) v = "(set)";
+        printf("%s = %s\n", o->name, v ? v : "");
+        break;
+      }
+      case OPT_INT:
+        printf("%s = %lld\n", o->name, *(long long *)o->dst);
+        break;
+      case OPT_BOOL:
+        printf("%s = %s\n", o->name, *(int *)o->dst ? "true" : "false");
+        break;
+      case OPT_LIST: {
+        const stk__strlist *l = o->dst;
+        for (size_t j = 0; j < l->n; j++) printf("%s = %s\n", o->name, l->v[j]);
+        break;
+      }
     }
   }
 }

@@ -21,13 +21,13 @@ typedef struct stk__option stk__option;
 typedef int (*stk__opt_validator)(const stk__option *o, char *err, size_t errlen);
 
 struct stk__option {
-  const char *name;          /* without the leading "--" */
+  const char *name; /* without the leading "--" */
   stk__opt_type type;
-  const char *def;           /* default as text (NULL = empty / none) */
+  const char *def; /* default as text (NULL = empty / none) */
   stk__opt_validator validate;
   const char *help;
-  void *dst;                 /* char ** | long long * | int * | stk__strlist * */
-  long long min, max;        /* OPT_INT bounds (inclusive) */
+  void *dst;          /* char ** | long long * | int * | stk__strlist * */
+  long long min, max; /* OPT_INT bounds (inclusive) */
 };
 
 /* Outcome of stk__options_parse. */
@@ -39,8 +39,7 @@ enum { OPTS_RUN = 0, OPTS_EXIT_OK = 1, OPTS_USAGE = 2 };
  * OPTS_RUN, OPTS_EXIT_OK (help/print-config done) or OPTS_USAGE (message
  * printed to stderr). Not thread-safe; call once from main. */
 int stk__options_parse(stk__option *opts, size_t n, int argc, char **argv,
-                       const char *program, const char *synopsis,
-                       const char *exit_codes);
+                       const char *program, const char *synopsis, const char *exit_codes);
 /* Print "name = value" for every option to stdout. */
 void stk__options_print(const stk__option *opts, size_t n);
 /* Free every string the table owns. */

@@ -31,7 +31,7 @@ typedef struct req {
 struct sched_stream {
   sched *s;
   uint64_t id;
-  req *q;              /* ring of cap requests */
+  req *q; /* ring of cap requests */
   uint32_t cap, head, len;
   uint32_t outstanding; /* queued + building + built-not-yet-sending: a
                            batch stops counting when its sender takes it, so
@@ -39,10 +39,10 @@ struct sched_stream {
                            its next credit at once without racing the send's
                            completion */
   uint32_t building;
-  uint32_t held;        /* buffers this stream holds: building + built-not-sent */
+  uint32_t held; /* buffers this stream holds: building + built-not-sent */
   sched_done *done, *done_tail;
   int dead, half_closed;
-  pthread_cond_t cv;   /* done item, end condition, building == 0 */
+  pthread_cond_t cv; /* done item, end condition, building == 0 */
   struct sched_stream *next;
 };
 
@@ -144,9 +144,11 @@ static void *builder_main(void *arg) {
       if (!rc) d->crc32c = stk_crc32c(0, buf->data, s->layout.total_bytes);
       d->status = rc;
       if (rc)
-        snprintf(d->err, sizeof(d->err), "building batch (epoch %llu, rank %u, "
-                 "step %llu) failed: %s", (unsigned long long)r.epoch, r.rank,
-                 (unsigned long long)r.step, stk_builder_error(bd->b));
+        snprintf(d->err, sizeof(d->err),
+                 "building batch (epoch %llu, rank %u, "
+                 "step %llu) failed: %s",
+                 (unsigned long long)r.epoch, r.rank, (unsigned long long)r.step,
+                 stk_builder_error(bd->b));
     }
     if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bd->b));
 
@@ -178,8 +180,8 @@ static void *builder_main(void *arg) {
   return NULL;
 }
 
-int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads,
-                 int nbuffers, sched **out, char *err, size_t errlen) {
+int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbuffers,
+                 sched **out, char *err, size_t errlen) {
   *out = NULL;
   sched *s = calloc(1, sizeof(*s));
   if (!s) return snprintf(err, errlen, "out of memory"), -1;
@@ -206,8 +208,8 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads,
     /* 64-byte aligned: the layout's tensors are. */
     if (posix_memalign((void **)&b->data, 64, s->layout.total_bytes)) {
       b->data = NULL;
-      snprintf(err, errlen, "cannot allocate %d batch buffers of %llu bytes",
-               nbuffers, (unsigned long long)s->layout.total_bytes);
+      snprintf(err, errlen, "cannot allocate %d batch buffers of %llu bytes", nbuffers,
+               (unsigned long long)s->layout.total_bytes);
       goto fail;
     }
     b->next_free = s->free_bufs;
@@ -293,8 +295,7 @@ uint64_t sched_bytes_sent(sched *s) {
 void sched_drain(sched *s) {
   pthread_mutex_lock(&s->mu);
   s->draining = 1;
-  for (sched_stream *st = s->streams; st; st = st->next)
-    pthread_cond_broadcast(&st->cv);
+  for (sched_stream *st = s->streams; st; st = st->next) pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&s->mu);
 }
 
@@ -317,8 +318,8 @@ sched_stream *sched_stream_open(sched *s) {
   return st;
 }
 
-int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank,
-                      uint64_t step, uint32_t max_outstanding) {
+int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
+                      uint32_t max_outstanding) {
   sched *s = st->s;
   int rc = 0;
   pthread_mutex_lock(&s->mu);

@@ -22,13 +22,13 @@ typedef struct sched_buf sched_buf;
 
 /* A finished batch, handed to the stream's sender. */
 typedef struct sched_done {
-  sched_buf *buf;        /* one reference, owned by this item */
-  const uint8_t *data;   /* payload, total_bytes long */
+  sched_buf *buf;      /* one reference, owned by this item */
+  const uint8_t *data; /* payload, total_bytes long */
   uint64_t epoch, step;
   uint32_t rank;
   uint32_t substituted;
-  uint32_t crc32c;       /* stk_crc32c(0, data, total_bytes) */
-  int status;            /* STK_OK, else err says why the build failed */
+  uint32_t crc32c; /* stk_crc32c(0, data, total_bytes) */
+  int status;      /* STK_OK, else err says why the build failed */
   char err[256];
   struct sched_done *next;
 } sched_done;
@@ -36,13 +36,13 @@ typedef struct sched_done {
 typedef struct sched_stats {
   uint64_t batches_built, samples_substituted, build_errors;
   uint32_t active_streams, queued_requests, free_buffers, nbuffers;
-  uint64_t busy_ns;      /* builder time spent building, cumulative */
+  uint64_t busy_ns; /* builder time spent building, cumulative */
 } sched_stats;
 
 /* Start `threads` builders over ds (spec resolved: num_samples = N) and
  * `nbuffers` buffers of the job's batch size. 0 or -1 with err. */
-int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads,
-                 int nbuffers, sched **out, char *err, size_t errlen);
+int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbuffers,
+                 sched **out, char *err, size_t errlen);
 /* Stop and join the builders, wait up to wait_ms for buffers that gRPC
  * still holds, free everything. All streams must be closed. Accepts NULL. */
 void sched_destroy(sched *s, int wait_ms);
@@ -58,8 +58,8 @@ void sched_buf_unref(void *b);
 sched_stream *sched_stream_open(sched *s);
 /* Queue a request. 0, or -1 when the stream would then have more than
  * max_outstanding requests whose batch is not yet being sent. */
-int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank,
-                      uint64_t step, uint32_t max_outstanding);
+int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
+                      uint32_t max_outstanding);
 
 /* Why sched_stream_next returned NULL. */
 enum { SCHED_END_DEAD = 1, SCHED_END_DONE = 2, SCHED_END_DRAINED = 3 };

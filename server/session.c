@@ -52,8 +52,8 @@ static void fail(session *s, const char *why) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static int send_hello(session *s, stk_rpc_stream *st, uint64_t job_hash,
-                      uint64_t size, uint64_t fp) {
+static int send_hello(session *s, stk_rpc_stream *st, uint64_t job_hash, uint64_t size,
+                      uint64_t fp) {
   Stoker__V1__WorkerInfo info = STOKER__V1__WORKER_INFO__INIT;
   info.worker_id = s->worker_id;
   info.address = s->address;
@@ -96,8 +96,7 @@ static void run_once(session *s, stk_rpc_channel *ch) {
   stk_rpc_stream *st = NULL;
   Stoker__V1__CoordinatorCommand *cmd = NULL;
   char det[256];
-  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st))
-    return;
+  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
   if (send_hello(s, st, 0, 0, 0)) goto out;
   int r = recv_cmd(s, st, stk_rpc_now_ms() + 5000, &cmd);
   if (r != 1 || cmd->kind_case != STOKER__V1__COORDINATOR_COMMAND__KIND_ACK ||
@@ -105,14 +104,13 @@ static void run_once(session *s, stk_rpc_channel *ch) {
     if (r == 0) {
       int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
       if (code == GRPC_STATUS_FAILED_PRECONDITION ||
-          code == GRPC_STATUS_INVALID_ARGUMENT ||
-          code == GRPC_STATUS_UNAUTHENTICATED) {
+          code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_UNAUTHENTICATED) {
         char why[400];
         snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
         fail(s, why); /* retrying cannot help */
       } else {
-        LOG_WARN("coordinator %s ended the session: status %d: %s",
-                 s->cfg.coordinator, code, det);
+        LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
+                 code, det);
       }
     }
     goto out;
@@ -133,8 +131,8 @@ static void run_once(session *s, stk_rpc_channel *ch) {
   protobuf_c_message_free_unpacked(&cmd->base, NULL);
   cmd = NULL;
   if (send_hello(s, st, job_hash, size, fp)) goto out;
-  LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)",
-           s->cfg.coordinator, (long long)interval);
+  LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)", s->cfg.coordinator,
+           (long long)interval);
   set_healthy(s, 1);
   int64_t next_hb = stk_rpc_now_ms() + interval;
   for (;;) {
@@ -160,8 +158,8 @@ static void run_once(session *s, stk_rpc_channel *ch) {
         snprintf(err, sizeof(err), "coordinator rejected this worker: %s", det);
         fail(s, err);
       } else {
-        LOG_WARN("coordinator %s ended the session: status %d: %s",
-                 s->cfg.coordinator, code, det);
+        LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
+                 code, det);
       }
       break;
     }
@@ -206,8 +204,7 @@ static void *session_main(void *arg) {
   return NULL;
 }
 
-int session_start(const session_config *cfg, const session_hooks *hooks,
-                  session **out) {
+int session_start(const session_config *cfg, const session_hooks *hooks, session **out) {
   *out = NULL;
   session *s = calloc(1, sizeof(*s));
   if (!s) return -1;

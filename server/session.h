@@ -17,9 +17,8 @@ typedef struct session_hooks {
    * check it is the one already loaded (re-registration). Fill the second
    * hello's fields. 0, or -1 with err: a fatal mismatch (the session stops
    * and session_failed() says why). */
-  int (*on_job)(void *ud, const char *canonical, uint64_t hash,
-                uint64_t *job_hash, uint64_t *dataset_size,
-                uint64_t *fingerprint, char *err, size_t errlen);
+  int (*on_job)(void *ud, const char *canonical, uint64_t hash, uint64_t *job_hash,
+                uint64_t *dataset_size, uint64_t *fingerprint, char *err, size_t errlen);
   /* Fill the stats of a heartbeat. */
   void (*fill_stats)(void *ud, Stoker__V1__WorkerStats *st);
   void (*on_command)(void *ud, int cmd);
@@ -35,8 +34,7 @@ typedef struct session_config {
 } session_config;
 
 /* Start the session thread (it connects on its own). 0 or -1. */
-int session_start(const session_config *cfg, const session_hooks *hooks,
-                  session **out);
+int session_start(const session_config *cfg, const session_hooks *hooks, session **out);
 /* Milliseconds since the session was last healthy (registered and
  * streaming), counting from start before the first registration; 0 while
  * it is healthy. Thread-safe. */

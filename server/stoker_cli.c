@@ -22,15 +22,16 @@ static stk__option status_options[] = {
     {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
      "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
     {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
-    {"timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms,
-     1, 3600000},
+    {"timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1,
+     3600000},
     {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
 };
 #define NSTATUS (sizeof(status_options) / sizeof(status_options[0]))
 
 static const char status_exit_codes[] =
-    "  0  status printed\n  1  the coordinator could not be reached or answered an error\n"
+    "  0  status printed\n  1  the coordinator could not be reached or answered an "
+    "error\n"
     "  2  usage error\n";
 
 static void human_bytes(uint64_t b, char *out, size_t len) {
@@ -68,9 +69,9 @@ static void print_ranks(const char *label, const uint32_t *r, size_t n, uint32_t
 }
 
 static int cmd_status(int argc, char **argv) {
-  int pr = stk__options_parse(status_options, NSTATUS, argc, argv, "stoker status",
-                              "Prints the job, its state, the live workers and the ranks.",
-                              status_exit_codes);
+  int pr = stk__options_parse(
+      status_options, NSTATUS, argc, argv, "stoker status",
+      "Prints the job, its state, the live workers and the ranks.", status_exit_codes);
   if (pr != OPTS_RUN) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
@@ -84,9 +85,10 @@ static int cmd_status(int argc, char **argv) {
   Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
   Stoker__V1__StatusResponse *r = NULL;
   char det[512];
-  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
-                           &stoker__v1__status_response__descriptor,
-                           (ProtobufCMessage **)&r, (int)opt.timeout_ms, det, sizeof(det));
+  int code =
+      stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
+                    &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r,
+                    (int)opt.timeout_ms, det, sizeof(det));
   if (code != GRPC_STATUS_OK) {
     fprintf(stderr, "stoker status: %s: gRPC status %d%s%s\n", opt.coordinator, code,
             *det ? ": " : "", det);
@@ -115,8 +117,8 @@ static int cmd_status(int argc, char **argv) {
   print_ranks("ranks finished", r->finished_ranks, r->n_finished_ranks, world);
   printf("workers          %zu live\n\n", r->n_workers);
   if (r->n_workers) {
-    printf("%-24s %5s %7s %8s %7s %10s %10s %6s %6s %9s\n", "ADDRESS", "CORES",
-           "STREAMS", "QUEUED", "BUSY", "BATCHES", "SENT", "B/S", "SUBST", "HEARTBEAT");
+    printf("%-24s %5s %7s %8s %7s %10s %10s %6s %6s %9s\n", "ADDRESS", "CORES", "STREAMS",
+           "QUEUED", "BUSY", "BATCHES", "SENT", "B/S", "SUBST", "HEARTBEAT");
     for (size_t i = 0; i < r->n_workers; i++) {
       const Stoker__V1__WorkerStatus *w = r->workers[i];
       const Stoker__V1__WorkerStats *s = w->stats;

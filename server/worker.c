@@ -31,11 +31,11 @@
 #define PROGRAM "stoker-worker"
 
 enum {
-  EXIT_OK = 0,       /* Shutdown from the coordinator, or SIGTERM/SIGINT */
-  EXIT_FAIL = 1,     /* cannot listen, cannot open the dataset, ... */
-  EXIT_USAGE = 2,    /* bad option */
-  EXIT_ORPHAN = 3,   /* coordinator unreachable past --orphan-timeout-s */
-  EXIT_REJECTED = 4  /* the coordinator rejected this worker (job/dataset) */
+  EXIT_OK = 0,      /* Shutdown from the coordinator, or SIGTERM/SIGINT */
+  EXIT_FAIL = 1,    /* cannot listen, cannot open the dataset, ... */
+  EXIT_USAGE = 2,   /* bad option */
+  EXIT_ORPHAN = 3,  /* coordinator unreachable past --orphan-timeout-s */
+  EXIT_REJECTED = 4 /* the coordinator rejected this worker (job/dataset) */
 };
 
 static const char exit_codes_text[] =
@@ -43,17 +43,16 @@ static const char exit_codes_text[] =
     "  1  runtime failure (cannot listen, cannot open the dataset, ...)\n"
     "  2  usage error (bad option or config file)\n"
     "  3  orphaned: the coordinator was unreachable longer than --orphan-timeout-s\n"
-    "  4  rejected by the coordinator (another job, dataset size or fingerprint differs,\n"
+    "  4  rejected by the coordinator (another job, dataset size or fingerprint "
+    "differs,\n"
     "     protocol version, wrong --token)\n";
 
 /* ---- Options ----------------------------------------------------------- */
 
 static struct {
-  char *coordinator, *listen, *advertise, *data_root, *token, *port_file,
-      *log_level;
-  long long threads, batch_buffers, max_outstanding, chunk_bytes,
-      drain_timeout_s, orphan_timeout_s, stats_interval_s, max_message_mb,
-      max_file_mb, max_pixels;
+  char *coordinator, *listen, *advertise, *data_root, *token, *port_file, *log_level;
+  long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
+      orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels;
 } opt;
 
 static stk__option options[] = {
@@ -63,13 +62,15 @@ static stk__option options[] = {
      "address to serve Worker.Stream on (port 0 = any free port)", &opt.listen, 0, 0},
     {"advertise", OPT_STR, "", stk__opt_hostport,
      "host:port clients dial (default: the bound listen address; the host "
-     "name when listening on all addresses)", &opt.advertise, 0, 0},
+     "name when listening on all addresses)",
+     &opt.advertise, 0, 0},
     {"data-root", OPT_STR, "", NULL,
      "directory file datasets are read under (never outside it)", &opt.data_root, 0, 0},
     {"threads", OPT_INT, "0", NULL, "batch builder threads (0 = number of cores)",
      &opt.threads, 0, 1024},
     {"batch-buffers", OPT_INT, "0", NULL,
-     "batch buffers, the bound on memory (0 = 2 * threads + 2)", &opt.batch_buffers, 0, 4096},
+     "batch buffers, the bound on memory (0 = 2 * threads + 2)", &opt.batch_buffers, 0,
+     4096},
     {"max-outstanding", OPT_INT, "64", NULL,
      "unanswered requests allowed per stream (past it: RESOURCE_EXHAUSTED)",
      &opt.max_outstanding, 1, 1 << 20},
@@ -77,20 +78,25 @@ static stk__option options[] = {
      &opt.chunk_bytes, 4096, 8 << 20},
     {"drain-timeout-s", OPT_INT, "10", NULL,
      "on shutdown, time to finish sending what was requested (a second "
-     "SIGTERM/SIGINT cuts it short)", &opt.drain_timeout_s, 0, 3600},
+     "SIGTERM/SIGINT cuts it short)",
+     &opt.drain_timeout_s, 0, 3600},
     {"orphan-timeout-s", OPT_INT, "60", NULL,
-     "exit (code 3) when the coordinator is unreachable this long",
-     &opt.orphan_timeout_s, 1, 86400 * 7},
-    {"token", OPT_STR, "", NULL, "bearer token every call must carry (and sent "
-     "to the coordinator)", &opt.token, 0, 0},
+     "exit (code 3) when the coordinator is unreachable this long", &opt.orphan_timeout_s,
+     1, 86400 * 7},
+    {"token", OPT_STR, "", NULL,
+     "bearer token every call must carry (and sent "
+     "to the coordinator)",
+     &opt.token, 0, 0},
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
      &opt.port_file, 0, 0},
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
-    {"max-message-mb", OPT_INT, "16", NULL, "largest gRPC message sent or received (chunks must fit)",
-     &opt.max_message_mb, 1, 1024},
-    {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1, 1 << 20},
+    {"max-message-mb", OPT_INT, "16", NULL,
+     "largest gRPC message sent or received (chunks must fit)", &opt.max_message_mb, 1,
+     1024},
+    {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1,
+     1 << 20},
     {"max-pixels", OPT_INT, "100000000", NULL, "largest decoded image (width*height)",
      &opt.max_pixels, 1, 1LL << 40},
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
@@ -103,17 +109,17 @@ static stk__option options[] = {
 static struct {
   pthread_mutex_t mu;
   int have_job;
-  stk_job_spec spec;       /* resolved: num_samples = dataset size */
-  uint64_t job_hash;       /* hash of the resolved spec: what streams carry */
-  uint64_t steps;          /* per epoch per rank */
+  stk_job_spec spec; /* resolved: num_samples = dataset size */
+  uint64_t job_hash; /* hash of the resolved spec: what streams carry */
+  uint64_t steps;    /* per epoch per rank */
   stk_batch_layout layout;
   Stoker__V1__TensorDesc tdesc[STK_MAX_TENSORS];
   Stoker__V1__TensorDesc *tdesc_ptr[STK_MAX_TENSORS];
   uint64_t shapes[STK_MAX_TENSORS][STK_MAX_DIMS];
   stk_dataset *ds;
   sched *sch;
-  int draining;            /* atomic */
-  int shutdown_cmd;        /* atomic */
+  int draining;              /* atomic */
+  int shutdown_cmd;          /* atomic */
   uint64_t dropped_requests; /* atomic: asked while draining */
   uint64_t stream_errors;    /* atomic */
   uint32_t threads;
@@ -131,17 +137,20 @@ static sched *current_sched(void) {
 
 static const char *dtype_name(int dt) {
   switch (dt) {
-  case STK_DTYPE_UINT8: return "uint8";
-  case STK_DTYPE_FLOAT32: return "float32";
-  case STK_DTYPE_BFLOAT16: return "bfloat16";
-  case STK_DTYPE_INT64: return "int64";
+    case STK_DTYPE_UINT8:
+      return "uint8";
+    case STK_DTYPE_FLOAT32:
+      return "float32";
+    case STK_DTYPE_BFLOAT16:
+      return "bfloat16";
+    case STK_DTYPE_INT64:
+      return "int64";
   }
   return "unknown";
 }
 
 /* Parse canonical "key = value" lines onto the defaults. */
-static int job_from_text(const char *text, stk_job_spec *spec, char *err,
-                         size_t errlen) {
+static int job_from_text(const char *text, stk_job_spec *spec, char *err, size_t errlen) {
   stk_job_spec_defaults(spec);
   const char *p = text;
   while (*p) {
@@ -162,9 +171,8 @@ static int job_from_text(const char *text, stk_job_spec *spec, char *err,
 }
 
 /* session hook: the coordinator's job. */
-static int on_job(void *ud, const char *canonical, uint64_t hash,
-                  uint64_t *job_hash, uint64_t *dataset_size, uint64_t *fp,
-                  char *err, size_t errlen) {
+static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_hash,
+                  uint64_t *dataset_size, uint64_t *fp, char *err, size_t errlen) {
   stk_job_spec spec;
   char msg[512];
   if (job_from_text(canonical, &spec, msg, sizeof(msg))) {
@@ -172,7 +180,8 @@ static int on_job(void *ud, const char *canonical, uint64_t hash,
     return -1;
   }
   if (stk_job_spec_hash(&spec) != hash) {
-    snprintf(err, errlen, "the coordinator's job text does not match its hash "
+    snprintf(err, errlen,
+             "the coordinator's job text does not match its hash "
              "(another stoker version?)");
     return -1;
   }
@@ -183,7 +192,8 @@ static int on_job(void *ud, const char *canonical, uint64_t hash,
     stk_job_spec resolved = spec;
     resolved.num_samples = stk_dataset_size(W.ds);
     if (stk_job_spec_hash(&resolved) != W.job_hash) {
-      snprintf(err, errlen, "the coordinator now runs another job (hash "
+      snprintf(err, errlen,
+               "the coordinator now runs another job (hash "
                "%016" PRIx64 ", this worker serves %016" PRIx64 "); restart the worker",
                stk_job_spec_hash(&resolved), W.job_hash);
       return -1;
@@ -194,8 +204,8 @@ static int on_job(void *ud, const char *canonical, uint64_t hash,
     lim.max_file_bytes = (uint64_t)opt.max_file_mb << 20;
     lim.max_pixels = (uint64_t)opt.max_pixels;
     stk_dataset *ds = NULL;
-    if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds,
-                         msg, sizeof(msg))) {
+    if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds, msg,
+                         sizeof(msg))) {
       snprintf(err, errlen, "cannot open the dataset: %s", msg);
       return -1;
     }
@@ -310,8 +320,7 @@ static int send_batch(stream_ctx *x, sched_done *d) {
   for (uint64_t off = 0; off < total; off += chunk) {
     size_t n = (size_t)(total - off < chunk ? total - off : chunk);
     sched_buf_ref(d->buf);
-    grpc_byte_buffer *bb =
-        stk_wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
+    grpc_byte_buffer *bb = stk_wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
     if (!bb) {
       sched_buf_unref(d->buf);
       return -1;
@@ -327,8 +336,7 @@ static void *sender_main(void *arg) {
     int why;
     sched_done *d = sched_stream_next(x->st, &why);
     if (!d) {
-      if (why == SCHED_END_DONE)
-        stk_rpc_call_finish(x->call, GRPC_STATUS_OK, "");
+      if (why == SCHED_END_DONE) stk_rpc_call_finish(x->call, GRPC_STATUS_OK, "");
       else if (why == SCHED_END_DRAINED)
         stk_rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
                             "worker is draining: ask another worker");
@@ -359,8 +367,11 @@ static void *sender_main(void *arg) {
 /* Validate one request: 0, or a gRPC status code with msg. */
 static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t len) {
   if (q->job_hash != W.job_hash) {
-    snprintf(msg, len, "job hash %016" PRIx64 " does not match this worker's job "
-             "%016" PRIx64 " (%s)", q->job_hash, W.job_hash, W.spec.name);
+    snprintf(msg, len,
+             "job hash %016" PRIx64
+             " does not match this worker's job "
+             "%016" PRIx64 " (%s)",
+             q->job_hash, W.job_hash, W.spec.name);
     return GRPC_STATUS_FAILED_PRECONDITION;
   }
   if (q->rank >= W.spec.world_size) {
@@ -374,8 +385,8 @@ static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t le
     return GRPC_STATUS_OUT_OF_RANGE;
   }
   if (q->step >= W.steps) {
-    snprintf(msg, len, "step %" PRIu64 " is past the epoch's %" PRIu64 " steps",
-             q->step, W.steps);
+    snprintf(msg, len, "step %" PRIu64 " is past the epoch's %" PRIu64 " steps", q->step,
+             W.steps);
     return GRPC_STATUS_OUT_OF_RANGE;
   }
   return 0;
@@ -389,8 +400,7 @@ static void handle_stream(stk_rpc_call *call, void *ctx) {
     return;
   }
   stream_ctx x = {call, NULL, 0, 0};
-  if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) ||
-      !(x.st = sched_stream_open(s))) {
+  if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) || !(x.st = sched_stream_open(s))) {
     stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
                         "worker is draining: ask another worker");
     return;
@@ -427,8 +437,10 @@ static void handle_stream(stk_rpc_call *call, void *ctx) {
       } else if (!code && sched_stream_push(x.st, q->epoch, q->rank, q->step,
                                             (uint32_t)opt.max_outstanding)) {
         code = GRPC_STATUS_RESOURCE_EXHAUSTED;
-        snprintf(msg, sizeof(msg), "more than %lld unanswered requests on this "
-                 "stream (--max-outstanding)", opt.max_outstanding);
+        snprintf(msg, sizeof(msg),
+                 "more than %lld unanswered requests on this "
+                 "stream (--max-outstanding)",
+                 opt.max_outstanding);
       }
       protobuf_c_message_free_unpacked(&q->base, NULL);
     }
@@ -466,11 +478,11 @@ static void default_advertise(char *out, size_t len, int port) {
 int main(int argc, char **argv) {
   stk__log_init(PROGRAM);
   stk_rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
-  int pr = stk__options_parse(
-      options, NOPTIONS, argc, argv, PROGRAM,
-      "Serves batches of the coordinator's job to training clients "
-      "(Worker.Stream).",
-      exit_codes_text);
+  int pr =
+      stk__options_parse(options, NOPTIONS, argc, argv, PROGRAM,
+                         "Serves batches of the coordinator's job to training clients "
+                         "(Worker.Stream).",
+                         exit_codes_text);
   if (pr != OPTS_RUN) {
     stk__options_free(options, NOPTIONS);
     return pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
@@ -481,8 +493,11 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   if ((opt.chunk_bytes + (64 << 10)) > (opt.max_message_mb << 20)) {
-    fprintf(stderr, PROGRAM ": --chunk-bytes %lld does not fit in --max-message-mb %lld "
-            "(with 64 KiB for framing)\n", opt.chunk_bytes, opt.max_message_mb);
+    fprintf(stderr,
+            PROGRAM
+            ": --chunk-bytes %lld does not fit in --max-message-mb %lld "
+            "(with 64 KiB for framing)\n",
+            opt.chunk_bytes, opt.max_message_mb);
     stk__options_free(options, NOPTIONS);
     return EXIT_USAGE;
   }
@@ -513,8 +528,10 @@ int main(int argc, char **argv) {
   host[sizeof(host) - 1] = 0;
   snprintf(worker_id, sizeof(worker_id), "%s:%d:%lld", host, (int)getpid(),
            (long long)stk_rpc_now_ms());
-  LOG_INFO("listening on %s port %d, advertising %s, %u builder threads, "
-           "coordinator %s", opt.listen, port, advertise, W.threads, opt.coordinator);
+  LOG_INFO(
+      "listening on %s port %d, advertising %s, %u builder threads, "
+      "coordinator %s",
+      opt.listen, port, advertise, W.threads, opt.coordinator);
   if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     stk_rpc_server_stop(srv, 0);
@@ -551,9 +568,10 @@ int main(int argc, char **argv) {
     }
     int64_t lost = session_lost_ms(sess);
     if (lost > orphan_ms) {
-      LOG_ERROR("coordinator %s unreachable for %lld s (--orphan-timeout-s %lld): "
-                "exiting as an orphan (code %d)", opt.coordinator,
-                (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
+      LOG_ERROR(
+          "coordinator %s unreachable for %lld s (--orphan-timeout-s %lld): "
+          "exiting as an orphan (code %d)",
+          opt.coordinator, (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
       code = EXIT_ORPHAN;
       break;
     }
@@ -565,16 +583,18 @@ int main(int argc, char **argv) {
       uint64_t bytes = 0;
       if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
       double dt = (double)(now - last_stats_ms) / 1000.0;
-      LOG_INFO("stats state=%s streams=%u queued=%u free_buffers=%u/%u "
-               "batches_built=%" PRIu64 " batches_per_s=%.1f mb_per_s=%.1f "
-               "substituted=%" PRIu64 " build_errors=%" PRIu64 " stream_errors=%" PRIu64
-               " coordinator=%s",
-               s ? "serving" : "waiting", st.active_streams, st.queued_requests,
-               st.free_buffers, st.nbuffers, st.batches_built,
-               (double)(st.batches_built - last_built) / dt,
-               (double)(bytes - last_bytes) / dt / 1e6, st.samples_substituted,
-               st.build_errors, __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED),
-               lost ? "lost" : "ok");
+      LOG_INFO(
+          "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
+          "batches_built=%" PRIu64
+          " batches_per_s=%.1f mb_per_s=%.1f "
+          "substituted=%" PRIu64 " build_errors=%" PRIu64 " stream_errors=%" PRIu64
+          " coordinator=%s",
+          s ? "serving" : "waiting", st.active_streams, st.queued_requests,
+          st.free_buffers, st.nbuffers, st.batches_built,
+          (double)(st.batches_built - last_built) / dt,
+          (double)(bytes - last_bytes) / dt / 1e6, st.samples_substituted,
+          st.build_errors, __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED),
+          lost ? "lost" : "ok");
       last_bytes = bytes, last_built = st.batches_built, last_stats_ms = now;
       next_stats = now + opt.stats_interval_s * 1000;
     }
@@ -605,8 +625,8 @@ int main(int argc, char **argv) {
   if (s) {
     sched_stats st;
     sched_stats_get(s, &st);
-    LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64 " bytes sent",
-             code, st.batches_built, sched_bytes_sent(s));
+    LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64 " bytes sent", code,
+             st.batches_built, sched_bytes_sent(s));
   } else {
     LOG_INFO("exiting (code %d)", code);
   }

@@ -12,18 +12,18 @@ static int check_failures;
       check_failures++;                                                        \
     }                                                                          \
   } while (0)
-#define CHECK_EQ_U64(a, b)                                                     \
-  do {                                                                         \
+#define CHECK_EQ_U64(a, b)                                                         \
+  do {                                                                             \
     unsigned long long a_ = (unsigned long long)(a), b_ = (unsigned long long)(b); \
-    if (a_ != b_) {                                                            \
-      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%llu vs %llu)\n",        \
-              __FILE__, __LINE__, #a, #b, a_, b_);                             \
-      check_failures++;                                                        \
-    }                                                                          \
+    if (a_ != b_) {                                                                \
+      fprintf(stderr, "%s:%d: CHECK failed: %s == %s (%llu vs %llu)\n", __FILE__,  \
+              __LINE__, #a, #b, a_, b_);                                           \
+      check_failures++;                                                            \
+    }                                                                              \
   } while (0)
-#define CHECK_DONE()                                                           \
-  do {                                                                         \
+#define CHECK_DONE()                                                             \
+  do {                                                                           \
     if (check_failures) fprintf(stderr, "%d check(s) failed\n", check_failures); \
-    return check_failures ? 1 : 0;                                             \
+    return check_failures ? 1 : 0;                                               \
   } while (0)
 #endif

@@ -58,8 +58,7 @@ static void at_exit(void) {
   proc_reap_all();
   if (*tmpdir && !keep_tmp && !getenv("STOKER_KEEP_TMP"))
     nftw(tmpdir, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-  else if (*tmpdir)
-    fprintf(stderr, "proc: logs kept in %s\n", tmpdir);
+  else if (*tmpdir) fprintf(stderr, "proc: logs kept in %s\n", tmpdir);
 }
 
 static void on_fatal(int sig) {
@@ -84,7 +83,8 @@ const char *proc_tmpdir(void) {
   if (!*tmpdir) {
     install_hooks();
     const char *base = getenv("TMPDIR");
-    snprintf(tmpdir, sizeof(tmpdir), "%s/stoker-test-XXXXXX", base && *base ? base : "/tmp");
+    snprintf(tmpdir, sizeof(tmpdir), "%s/stoker-test-XXXXXX",
+             base && *base ? base : "/tmp");
     if (!mkdtemp(tmpdir)) {
       perror("mkdtemp");
       tmpdir[0] = 0;
@@ -173,8 +173,8 @@ int proc_wait_port(stk_proc *p, const char *path, int timeout_ms) {
       if (n == 2 && nl == '\n' && port > 0 && port < 65536) return port;
     }
     if (p && proc_wait(p, 0) >= 0) {
-      fprintf(stderr, "proc: %s exited (code %d) before writing %s\n", p->name,
-              p->code, path);
+      fprintf(stderr, "proc: %s exited (code %d) before writing %s\n", p->name, p->code,
+              path);
       return -1;
     }
     if (now_ms() >= until) {

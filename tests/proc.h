@@ -13,11 +13,11 @@
 #include <sys/types.h>
 
 typedef struct stk_proc {
-  pid_t pid;          /* 0 once reaped */
-  int exited;         /* reaped: status below is valid */
-  int code;           /* exit code, or 128 + signal number */
+  pid_t pid;  /* 0 once reaped */
+  int exited; /* reaped: status below is valid */
+  int code;   /* exit code, or 128 + signal number */
   char name[64];
-  char log[512];      /* where its stdout and stderr went */
+  char log[512]; /* where its stdout and stderr went */
 } stk_proc;
 
 /* A fresh temporary directory for this test (removed at exit unless

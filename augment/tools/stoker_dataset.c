@@ -47,16 +47,19 @@ static int cmd_gen(int argc, char **argv) {
     if (!strcmp(a, "--out")) o.out = val;
     else if (!strcmp(a, "--count") && !parse_u64(val, &v)) o.count = v;
     else if (!strcmp(a, "--seed") && !parse_u64(val, &v)) o.seed = v;
-    else if (!strcmp(a, "--classes") && !parse_u64(val, &v) && v && v <= 100000) o.classes = (uint32_t)v;
-    else if (!strcmp(a, "--per-shard") && !parse_u64(val, &v) && v && v < (1ull << 31)) o.per_shard = (uint32_t)v;
-    else if (!strcmp(a, "--min-side") && !parse_u64(val, &v) && v >= 8 && v <= 8192) o.min_side = (uint32_t)v;
-    else if (!strcmp(a, "--max-side") && !parse_u64(val, &v) && v >= 8 && v <= 8192) o.max_side = (uint32_t)v;
+    else if (!strcmp(a, "--classes") && !parse_u64(val, &v) && v && v <= 100000)
+      o.classes = (uint32_t)v;
+    else if (!strcmp(a, "--per-shard") && !parse_u64(val, &v) && v && v < (1ull << 31))
+      o.per_shard = (uint32_t)v;
+    else if (!strcmp(a, "--min-side") && !parse_u64(val, &v) && v >= 8 && v <= 8192)
+      o.min_side = (uint32_t)v;
+    else if (!strcmp(a, "--max-side") && !parse_u64(val, &v) && v >= 8 && v <= 8192)
+      o.max_side = (uint32_t)v;
     else if (!strcmp(a, "--layout")) {
       o.imagefolder = !strcmp(val, "imagefolder") || !strcmp(val, "both");
       o.tar = !strcmp(val, "tar") || !strcmp(val, "both");
       if (!o.imagefolder && !o.tar) goto usage;
-    } else
-      goto usage;
+    } else goto usage;
   }
   if (!o.out || !o.count) goto usage;
   char err[512];
@@ -101,10 +104,12 @@ static int cmd_index(int argc, char **argv) {
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "gen")) return cmd_gen(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "index")) return cmd_index(argc - 1, argv + 1);
-  FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))
-                ? stdout : stderr;
-  fputs("usage: stoker-dataset gen|index [--help]\n"
-        "  gen    write a procedural JPEG dataset (ImageFolder and tar shards)\n"
-        "  index  build the index cache of a tar shard directory\n", f);
+  FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? stdout
+                                                                                : stderr;
+  fputs(
+      "usage: stoker-dataset gen|index [--help]\n"
+      "  gen    write a procedural JPEG dataset (ImageFolder and tar shards)\n"
+      "  index  build the index cache of a tar shard directory\n",
+      f);
   return f == stdout ? 0 : 2;
 }

@@ -52,27 +52,27 @@ typedef enum stk_layout { STK_LAYOUT_NHWC = 1, STK_LAYOUT_NCHW = 2 } stk_layout;
  * with stk_job_spec_defaults() then override. Strings are NUL-terminated in
  * place. The reserved tail keeps the size stable as fields are added. */
 typedef struct stk_job_spec {
-  char name[STK_NAME_MAX];       /* job id, free text ([A-Za-z0-9._-]) */
-  int32_t source;                /* stk_source_kind */
-  char dataset[STK_PATH_MAX];    /* path relative to the worker's data root */
-  uint64_t num_samples;          /* synthetic: N; files: 0 = from the index */
-  int32_t pipeline;              /* stk_pipeline_kind */
+  char name[STK_NAME_MAX];          /* job id, free text ([A-Za-z0-9._-]) */
+  int32_t source;                   /* stk_source_kind */
+  char dataset[STK_PATH_MAX];       /* path relative to the worker's data root */
+  uint64_t num_samples;             /* synthetic: N; files: 0 = from the index */
+  int32_t pipeline;                 /* stk_pipeline_kind */
   uint32_t height, width, channels; /* output image shape (channels = 3) */
-  int32_t dtype;                 /* stk_dtype of the image tensor */
-  int32_t layout;                /* stk_layout of the image tensor */
-  uint32_t batch_size;           /* per rank, B */
-  uint32_t world_size;           /* consumer ranks, W */
+  int32_t dtype;                    /* stk_dtype of the image tensor */
+  int32_t layout;                   /* stk_layout of the image tensor */
+  uint32_t batch_size;              /* per rank, B */
+  uint32_t world_size;              /* consumer ranks, W */
   uint64_t seed;
-  uint32_t epochs;               /* epochs the job delivers */
-  int32_t drop_last;             /* 1: floor(N/(W*B)) steps; 0: pad + mask */
-  uint32_t num_classes;          /* synthetic: labels are in [0, num_classes) */
-  uint32_t synthetic_cost_us;    /* synthetic: CPU time burnt per sample */
-  uint32_t resize;               /* eval: shorter side before the center crop */
-  float scale_min, scale_max;    /* RandomResizedCrop area fraction */
-  float ratio_min, ratio_max;    /* RandomResizedCrop aspect ratio */
-  float flip_p;                  /* horizontal flip probability */
+  uint32_t epochs;                        /* epochs the job delivers */
+  int32_t drop_last;                      /* 1: floor(N/(W*B)) steps; 0: pad + mask */
+  uint32_t num_classes;                   /* synthetic: labels are in [0, num_classes) */
+  uint32_t synthetic_cost_us;             /* synthetic: CPU time burnt per sample */
+  uint32_t resize;                        /* eval: shorter side before the center crop */
+  float scale_min, scale_max;             /* RandomResizedCrop area fraction */
+  float ratio_min, ratio_max;             /* RandomResizedCrop aspect ratio */
+  float flip_p;                           /* horizontal flip probability */
   float brightness, contrast, saturation; /* ColorJitter strengths, 0 = off */
-  float mean[3], std[3];         /* Normalize, on the 0..1 scale */
+  float mean[3], std[3];                  /* Normalize, on the 0..1 scale */
   uint8_t reserved[256];
 } stk_job_spec;
 
@@ -85,25 +85,23 @@ STK_EXPORT void stk_job_spec_defaults(stk_job_spec *spec);
 /* Set one field from text, as in a job file line "key = value".
  * Returns STK_OK, or STK_INVALID_ARGUMENT with a message in err (which may
  * be NULL) for an unknown key or a bad value. Thread-safe. */
-STK_EXPORT int stk_job_spec_set(stk_job_spec *spec, const char *key,
-                                const char *value, char *err, size_t errlen);
+STK_EXPORT int stk_job_spec_set(stk_job_spec *spec, const char *key, const char *value,
+                                char *err, size_t errlen);
 
 /* Parse a job file: "key = value" lines, '#' comments, blank lines.
  * Fields not named keep their current value. Returns STK_OK, STK_IO if the
  * file cannot be read, STK_INVALID_ARGUMENT (err says file:line why). */
-STK_EXPORT int stk_job_spec_load(stk_job_spec *spec, const char *path,
-                                 char *err, size_t errlen);
+STK_EXPORT int stk_job_spec_load(stk_job_spec *spec, const char *path, char *err,
+                                 size_t errlen);
 
 /* Check a spec for consistency (non-zero sizes, known enums, limits such as
  * a batch of at most 2 GiB). STK_OK or STK_INVALID_ARGUMENT with a message. */
-STK_EXPORT int stk_job_spec_validate(const stk_job_spec *spec, char *err,
-                                     size_t errlen);
+STK_EXPORT int stk_job_spec_validate(const stk_job_spec *spec, char *err, size_t errlen);
 
 /* Write the canonical text form ("key = value\n" for every field, fixed
  * order) into buf. Returns the length it needs (excluding the NUL), like
  * snprintf; output is truncated if len is too small. */
-STK_EXPORT size_t stk_job_spec_format(const stk_job_spec *spec, char *buf,
-                                      size_t len);
+STK_EXPORT size_t stk_job_spec_format(const stk_job_spec *spec, char *buf, size_t len);
 
 /* 64-bit hash of the canonical text form: two specs that build the same
  * bytes have the same hash. num_samples is included as resolved. */
@@ -120,8 +118,7 @@ typedef struct stk_perm {
 } stk_perm;
 
 /* Permutation of epoch `epoch` of a job with seed `seed` over n items. */
-STK_EXPORT void stk_perm_init(stk_perm *p, uint64_t n, uint64_t seed,
-                              uint64_t epoch);
+STK_EXPORT void stk_perm_init(stk_perm *p, uint64_t n, uint64_t seed, uint64_t epoch);
 /* P(i) for i < n. Thread-safe (p is read only). */
 STK_EXPORT uint64_t stk_perm_apply(const stk_perm *p, uint64_t i);
 
@@ -134,9 +131,9 @@ STK_EXPORT uint64_t stk_steps_per_epoch(const stk_job_spec *spec, uint64_t n);
  * drop_last) gets the sample P_e[pos mod N] and mask[j] = 0. Both arrays
  * hold batch_size entries. Returns STK_INVALID_ARGUMENT for an address out
  * of range (epoch >= epochs, rank >= W, step >= steps per epoch). */
-STK_EXPORT int stk_batch_samples(const stk_job_spec *spec, uint64_t n,
-                                 uint64_t epoch, uint32_t rank, uint64_t step,
-                                 uint64_t *indices, uint8_t *mask);
+STK_EXPORT int stk_batch_samples(const stk_job_spec *spec, uint64_t n, uint64_t epoch,
+                                 uint32_t rank, uint64_t step, uint64_t *indices,
+                                 uint8_t *mask);
 
 /* Counter-based generator (Philox4x32-10) keyed by (seed, epoch, index):
  * the only source of randomness for a sample. Plain value. */
@@ -147,8 +144,7 @@ typedef struct stk_rng {
   uint32_t used; /* words of out[] consumed */
 } stk_rng;
 
-STK_EXPORT void stk_rng_init(stk_rng *r, uint64_t seed, uint64_t epoch,
-                             uint64_t index);
+STK_EXPORT void stk_rng_init(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t index);
 STK_EXPORT uint32_t stk_rng_u32(stk_rng *r);
 /* Uniform double in [0, 1) with 53 random bits. */
 STK_EXPORT double stk_rng_uniform(stk_rng *r);
@@ -160,18 +156,22 @@ STK_EXPORT uint32_t stk_crc32c(uint32_t crc, const void *buf, size_t len);
 /* ---- Batch layout ------------------------------------------------------ */
 
 #define STK_MAX_TENSORS 4
-#define STK_MAX_DIMS 4
+#define STK_MAX_DIMS    4
 
 /* Tensor ids in a batch, in payload order. */
-enum { STK_TENSOR_IMAGE = 0, STK_TENSOR_LABEL = 1, STK_TENSOR_MASK = 2,
-       STK_TENSOR_INDEX = 3 };
+enum {
+  STK_TENSOR_IMAGE = 0,
+  STK_TENSOR_LABEL = 1,
+  STK_TENSOR_MASK = 2,
+  STK_TENSOR_INDEX = 3
+};
 
 typedef struct stk_tensor_desc {
-  char name[16];            /* "image", "label", "mask", "index" */
-  int32_t dtype;            /* stk_dtype */
+  char name[16]; /* "image", "label", "mask", "index" */
+  int32_t dtype; /* stk_dtype */
   uint32_t ndim;
   uint64_t shape[STK_MAX_DIMS];
-  uint64_t offset;          /* byte offset in the payload, 64-byte aligned */
+  uint64_t offset; /* byte offset in the payload, 64-byte aligned */
   uint64_t nbytes;
 } stk_tensor_desc;
 
@@ -180,25 +180,24 @@ typedef struct stk_tensor_desc {
 typedef struct stk_batch_layout {
   uint32_t ntensors;
   stk_tensor_desc tensors[STK_MAX_TENSORS];
-  uint64_t total_bytes;     /* payload size, a multiple of 64 */
+  uint64_t total_bytes; /* payload size, a multiple of 64 */
 } stk_batch_layout;
 
 /* image: [B,H,W,C] or [B,C,H,W] of the spec's dtype; label: int64 [B];
  * mask: uint8 [B] (1 = real sample, 0 = padding); index: int64 [B].
  * Returns STK_INVALID_ARGUMENT for an invalid spec. */
-STK_EXPORT int stk_batch_layout_of(const stk_job_spec *spec,
-                                   stk_batch_layout *layout);
+STK_EXPORT int stk_batch_layout_of(const stk_job_spec *spec, stk_batch_layout *layout);
 
 /* ---- Datasets and the batch builder ------------------------------------ */
 
 /* Limits that protect a worker from hostile files. 0 = default. */
 typedef struct stk_limits {
-  uint64_t max_file_bytes;   /* default 64 MiB */
-  uint64_t max_pixels;       /* default 100 Mpx (width * height) */
-  uint32_t max_dimension;    /* default 32768 per side */
-  uint32_t max_scans;        /* progressive scans, default 500 */
-  uint64_t max_decoder_bytes;/* libjpeg memory cap, default 512 MiB */
-  int32_t io_mode;           /* 0 auto (io_uring, else pread), 1 pread, 2 io_uring */
+  uint64_t max_file_bytes;    /* default 64 MiB */
+  uint64_t max_pixels;        /* default 100 Mpx (width * height) */
+  uint32_t max_dimension;     /* default 32768 per side */
+  uint32_t max_scans;         /* progressive scans, default 500 */
+  uint64_t max_decoder_bytes; /* libjpeg memory cap, default 512 MiB */
+  int32_t io_mode;            /* 0 auto (io_uring, else pread), 1 pread, 2 io_uring */
   uint8_t reserved[64];
 } stk_limits;
 
@@ -211,8 +210,8 @@ typedef struct stk_dataset stk_dataset;
  * STK_NOT_FOUND, STK_INVALID_ARGUMENT, STK_CORRUPT (bad tar), message in
  * err. A dataset is read-only after open and may be shared by threads. */
 STK_EXPORT int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
-                                const stk_limits *limits, stk_dataset **out,
-                                char *err, size_t errlen);
+                                const stk_limits *limits, stk_dataset **out, char *err,
+                                size_t errlen);
 STK_EXPORT uint64_t stk_dataset_size(const stk_dataset *ds);
 /* Hash of the index (sample count, names, sizes, labels): workers of one
  * job must agree on it. */
@@ -230,8 +229,7 @@ typedef void (*stk_bad_sample_fn)(void *ud, const char *path, const char *why);
 
 /* Install the bad-sample hook (fn NULL = silent, the default). Call it
  * after open and before builders run; not synchronized with them. */
-STK_EXPORT void stk_dataset_set_log(stk_dataset *ds, stk_bad_sample_fn fn,
-                                    void *ud);
+STK_EXPORT void stk_dataset_set_log(stk_dataset *ds, stk_bad_sample_fn fn, void *ud);
 /* Distinct bad samples found so far by all builders of ds (each also
  * counts in stk_build_info.substituted of every batch that replaced it).
  * Thread-safe. */
@@ -242,9 +240,9 @@ STK_EXPORT uint64_t stk_dataset_bad_samples(const stk_dataset *ds);
 typedef struct stk_builder stk_builder;
 
 typedef struct stk_build_info {
-  uint32_t substituted;     /* samples replaced because they were bad */
+  uint32_t substituted; /* samples replaced because they were bad */
   uint32_t reserved_u32;
-  uint64_t bytes_read;      /* file bytes read for this batch */
+  uint64_t bytes_read; /* file bytes read for this batch */
   uint64_t reserved[6];
 } stk_build_info;
 
@@ -277,10 +275,9 @@ STK_EXPORT void stk_builder_destroy(stk_builder *b);
 
 /* Convenience for tests and clients: open the dataset, build one batch,
  * close. Slow (opens the dataset each call); for the reference check. */
-STK_EXPORT int stk_build_reference(const stk_job_spec *spec,
-                                   const char *data_root, uint64_t epoch,
-                                   uint32_t rank, uint64_t step, void *buf,
-                                   size_t len, char *err, size_t errlen);
+STK_EXPORT int stk_build_reference(const stk_job_spec *spec, const char *data_root,
+                                   uint64_t epoch, uint32_t rank, uint64_t step,
+                                   void *buf, size_t len, char *err, size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -32,35 +32,35 @@ typedef struct stk_client stk_client;
 typedef struct stk_batch stk_batch;
 
 typedef enum stk_device {
-  STK_DEVICE_CPU = 1,  /* host memory slots (the default) */
-  STK_DEVICE_CUDA = 2  /* device memory slots; CUDA runtime loaded at run time */
+  STK_DEVICE_CPU = 1, /* host memory slots (the default) */
+  STK_DEVICE_CUDA = 2 /* device memory slots; CUDA runtime loaded at run time */
 } stk_device;
 
 typedef enum stk_convert {
-  STK_CONVERT_NONE = 0,     /* tensors as the workers built them */
-  STK_CONVERT_FLOAT32 = 1,  /* uint8 image -> float32 NCHW, normalized */
-  STK_CONVERT_BFLOAT16 = 2  /* uint8 image -> bfloat16 NCHW, normalized */
+  STK_CONVERT_NONE = 0,    /* tensors as the workers built them */
+  STK_CONVERT_FLOAT32 = 1, /* uint8 image -> float32 NCHW, normalized */
+  STK_CONVERT_BFLOAT16 = 2 /* uint8 image -> bfloat16 NCHW, normalized */
 } stk_convert;
 
 /* Plain value; fill with stk_client_config_defaults() then override. The
  * strings are copied by stk_client_open. */
 typedef struct stk_client_config {
-  const char *coordinator;     /* "host:port" of stoker-coordinator */
-  uint32_t rank;               /* this training rank, < world_size */
-  uint32_t world_size;         /* must equal the job's world_size */
-  uint32_t prefetch;           /* outstanding batch requests, default 8 */
-  uint32_t slots;              /* device ring slots, >= 2, default 2 */
-  int32_t device;              /* stk_device, default STK_DEVICE_CPU */
-  int32_t cuda_device;         /* CUDA ordinal, default 0 */
-  void *cuda_stream;           /* the caller's cudaStream_t (NULL = legacy
-                                  default stream): batches are ordered
-                                  before work on it, see stk_client_next */
-  int32_t convert;             /* stk_convert, default NONE */
-  const char *token;           /* bearer token, NULL = none */
-  const void *resume_state;    /* from stk_client_save_state, NULL = start */
+  const char *coordinator;  /* "host:port" of stoker-coordinator */
+  uint32_t rank;            /* this training rank, < world_size */
+  uint32_t world_size;      /* must equal the job's world_size */
+  uint32_t prefetch;        /* outstanding batch requests, default 8 */
+  uint32_t slots;           /* device ring slots, >= 2, default 2 */
+  int32_t device;           /* stk_device, default STK_DEVICE_CPU */
+  int32_t cuda_device;      /* CUDA ordinal, default 0 */
+  void *cuda_stream;        /* the caller's cudaStream_t (NULL = legacy
+                               default stream): batches are ordered
+                               before work on it, see stk_client_next */
+  int32_t convert;          /* stk_convert, default NONE */
+  const char *token;        /* bearer token, NULL = none */
+  const void *resume_state; /* from stk_client_save_state, NULL = start */
   size_t resume_len;
-  uint32_t join_timeout_ms;    /* keep trying to join this long, default 60000 */
-  uint32_t verify_crc;         /* check each payload's crc32c, default 1 */
+  uint32_t join_timeout_ms; /* keep trying to join this long, default 60000 */
+  uint32_t verify_crc;      /* check each payload's crc32c, default 1 */
   uint8_t reserved[128];
 } stk_client_config;
 
@@ -79,8 +79,8 @@ STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
  * environment variable STOKER_MALLOC_TUNING=0 to leave malloc alone; a
  * MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ you set is never
  * overridden. */
-STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out,
-                               char *err, size_t errlen);
+STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out, char *err,
+                               size_t errlen);
 
 /* The next batch of this rank, in step order. Blocks until it is ready in a
  * slot; the time blocked is the input stall (see stk_stats). Returns:
@@ -108,13 +108,13 @@ STK_EXPORT int stk_client_next(stk_client *c, stk_batch **out);
 STK_EXPORT void stk_batch_release(stk_batch *b);
 
 typedef struct stk_tensor {
-  const char *name;        /* "image", "label", "mask", "index" */
-  int32_t dtype;           /* stk_dtype */
+  const char *name; /* "image", "label", "mask", "index" */
+  int32_t dtype;    /* stk_dtype */
   uint32_t ndim;
   int64_t shape[STK_MAX_DIMS];
-  void *data;              /* host pointer (cpu) or device pointer (cuda) */
+  void *data; /* host pointer (cpu) or device pointer (cuda) */
   uint64_t nbytes;
-  int32_t device;          /* stk_device where data lives */
+  int32_t device; /* stk_device where data lives */
 } stk_tensor;
 
 /* Batch accessors; valid until stk_batch_release. */
@@ -151,29 +151,29 @@ typedef struct stk_worker_stats {
   char address[64];
   uint64_t batches;
   uint64_t bytes;
-  double batches_per_s;     /* observed rate, smoothed */
-  uint32_t outstanding;     /* requests in flight now */
+  double batches_per_s; /* observed rate, smoothed */
+  uint32_t outstanding; /* requests in flight now */
   uint32_t alive;
 } stk_worker_stats;
 
 typedef struct stk_stats {
-  uint64_t batches;         /* handed to the caller */
-  uint64_t bytes;           /* payload bytes received */
-  uint64_t stall_ns;        /* time next() blocked */
-  uint64_t wall_ns;         /* since open */
-  double stall_fraction;    /* stall_ns / time between first and last next() */
-  uint64_t reissued;        /* requests moved to another worker */
-  uint64_t duplicates;      /* batches dropped because they came twice */
-  uint64_t crc_errors;      /* payloads that failed crc32c (re-requested) */
-  uint64_t substituted;     /* bad samples replaced by workers */
+  uint64_t batches;      /* handed to the caller */
+  uint64_t bytes;        /* payload bytes received */
+  uint64_t stall_ns;     /* time next() blocked */
+  uint64_t wall_ns;      /* since open */
+  double stall_fraction; /* stall_ns / time between first and last next() */
+  uint64_t reissued;     /* requests moved to another worker */
+  uint64_t duplicates;   /* batches dropped because they came twice */
+  uint64_t crc_errors;   /* payloads that failed crc32c (re-requested) */
+  uint64_t substituted;  /* bad samples replaced by workers */
   uint32_t workers_alive;
-  uint32_t nworkers;        /* entries in workers[] */
-  double workers_needed;    /* estimate of workers that would remove the
-                               stall (0 when not input-bound): with
-                               compute = (time between the first and last
-                               next()) - stall_ns, it is workers_alive x
-                               (1 + stall_ns / compute), reported when
-                               stall_fraction > 2% */
+  uint32_t nworkers;     /* entries in workers[] */
+  double workers_needed; /* estimate of workers that would remove the
+                            stall (0 when not input-bound): with
+                            compute = (time between the first and last
+                            next()) - stall_ns, it is workers_alive x
+                            (1 + stall_ns / compute), reported when
+                            stall_fraction > 2% */
   stk_worker_stats workers[STK_MAX_WORKER_STATS];
   uint8_t reserved[64];
 } stk_stats;
@@ -195,10 +195,9 @@ STK_EXPORT const char *stk_client_error(const stk_client *c);
  * For tests, debugging and single-machine runs. cfg->coordinator is
  * ignored. Errors as stk_client_open, plus those of stk_job_spec_set and
  * stk_dataset_open. Thread-safe (separate clients are independent). */
-STK_EXPORT int stk_client_open_local(const stk_client_config *cfg,
-                                     const char *job_text,
-                                     const char *data_root, stk_client **out,
-                                     char *err, size_t errlen);
+STK_EXPORT int stk_client_open_local(const stk_client_config *cfg, const char *job_text,
+                                     const char *data_root, stk_client **out, char *err,
+                                     size_t errlen);
 
 /* Build the reference batch (epoch, step) of this client's rank in-process
  * (stk_build_reference with the client's job) into buf (len >= the payload
@@ -206,9 +205,8 @@ STK_EXPORT int stk_client_open_local(const stk_client_config *cfg,
  * or none (synthetic). Slow; for verification. Errors as
  * stk_build_reference, text in stk_client_error. Not thread-safe with
  * other calls on c (it sets the error text). */
-STK_EXPORT int stk_client_reference(stk_client *c, uint64_t epoch,
-                                    uint64_t step, const char *data_root,
-                                    void *buf, size_t len);
+STK_EXPORT int stk_client_reference(stk_client *c, uint64_t epoch, uint64_t step,
+                                    const char *data_root, void *buf, size_t len);
 
 /* Bytes of one batch payload as the workers send it (the job's layout
  * total_bytes; stk_batch_payload's len). 0 for NULL. Thread-safe. */

@@ -122,10 +122,8 @@ int bench_augment_main(int argc, char **argv) {
       nimg = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
       B = (uint32_t)strtoul(argv[++i], NULL, 10);
-    else if (!strcmp(argv[i], "--no-torch"))
-      torch = 0;
-    else if (!dir)
-      dir = argv[i];
+    else if (!strcmp(argv[i], "--no-torch")) torch = 0;
+    else if (!dir) dir = argv[i];
     else {
       fputs(help, stderr);
       return 2;
@@ -203,12 +201,13 @@ int bench_augment_main(int argc, char **argv) {
   printf("stoker-bench augment: %s, %llu samples, single thread, batch %u\n", real,
          (unsigned long long)n, B);
   printf("images/s per CPU second of one thread (wall-clock rate in brackets)\n");
-  printf("  stoker RandomResizedCrop(224)+flip+Normalize f32 NCHW: %8.1f (%.1f)"
-         " [%llu images, %llu substituted, %s]\n",
-         ours, ours_wall, (unsigned long long)imgs, (unsigned long long)subst,
-         io == 2 ? "io_uring" : "pread");
-  printf("  libjpeg-turbo full-size decode (TurboJPEG, RGB):       %8.1f (%.1f)\n",
-         full, full_wall);
+  printf(
+      "  stoker RandomResizedCrop(224)+flip+Normalize f32 NCHW: %8.1f (%.1f)"
+      " [%llu images, %llu substituted, %s]\n",
+      ours, ours_wall, (unsigned long long)imgs, (unsigned long long)subst,
+      io == 2 ? "io_uring" : "pread");
+  printf("  libjpeg-turbo full-size decode (TurboJPEG, RGB):       %8.1f (%.1f)\n", full,
+         full_wall);
   double tv = 0, tv_wall = 0;
   if (torch) {
     char cmd[PATH_MAX * 2];
@@ -226,10 +225,9 @@ int bench_augment_main(int argc, char **argv) {
     if (rc != 0 || tv <= 0) tv = 0;
   }
   if (tv > 0)
-    printf("  torchvision RandomResizedCrop+Flip+ToTensor+Normalize: %8.1f (%.1f)\n",
-           tv, tv_wall);
-  else
-    printf("  torchvision: not available (python3-torchvision not installed)\n");
+    printf("  torchvision RandomResizedCrop+Flip+ToTensor+Normalize: %8.1f (%.1f)\n", tv,
+           tv_wall);
+  else printf("  torchvision: not available (python3-torchvision not installed)\n");
   printf("ratio stoker / full decode:  %.2fx\n", ours / full);
   if (tv > 0) printf("ratio stoker / torchvision:  %.2fx\n", ours / tv);
   return 0;

@@ -65,8 +65,7 @@ static double proc_cpu_s(pid_t pid) {
   if (!p) return -1;
   unsigned long ut = 0, st = 0;
   /* fields after ")": state(3) ... utime(14) stime(15) */
-  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut,
-             &st) != 2)
+  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
     return -1;
   return (double)(ut + st) / sysconf(_SC_CLK_TCK);
 }
@@ -227,30 +226,41 @@ static void usage(FILE *f) {
 int bench_transport_main(int argc, char **argv) {
   int batches = 40, bs = 256, threads = 2, prefetch = 4, rounds = 3;
   const char *bindir = NULL;
-  static const struct option opts[] = {{"batches", 1, 0, 'n'},
-                                       {"batch-size", 1, 0, 'b'},
-                                       {"threads", 1, 0, 't'},
-                                       {"prefetch", 1, 0, 'p'},
-                                       {"bindir", 1, 0, 'd'},
-                                       {"rounds", 1, 0, 'r'},
-                                       {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static const struct option opts[] = {{"batches", 1, 0, 'n'}, {"batch-size", 1, 0, 'b'},
+                                       {"threads", 1, 0, 't'}, {"prefetch", 1, 0, 'p'},
+                                       {"bindir", 1, 0, 'd'},  {"rounds", 1, 0, 'r'},
+                                       {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
     switch (c) {
-    case 'n': batches = atoi(optarg); break;
-    case 'b': bs = atoi(optarg); break;
-    case 't': threads = atoi(optarg); break;
-    case 'p': prefetch = atoi(optarg); break;
-    case 'd': bindir = optarg; break;
-    case 'r': rounds = atoi(optarg); break;
-    case 'h': usage(stdout); return 0;
-    default: usage(stderr); return 2;
+      case 'n':
+        batches = atoi(optarg);
+        break;
+      case 'b':
+        bs = atoi(optarg);
+        break;
+      case 't':
+        threads = atoi(optarg);
+        break;
+      case 'p':
+        prefetch = atoi(optarg);
+        break;
+      case 'd':
+        bindir = optarg;
+        break;
+      case 'r':
+        rounds = atoi(optarg);
+        break;
+      case 'h':
+        usage(stdout);
+        return 0;
+      default:
+        usage(stderr);
+        return 2;
     }
   }
-  if (batches < 1 || bs < 1 || threads < 1 || prefetch < 1 || rounds < 1 ||
-      rounds > 15) {
+  if (batches < 1 || bs < 1 || threads < 1 || prefetch < 1 || rounds < 1 || rounds > 15) {
     usage(stderr);
     return 2;
   }
@@ -262,8 +272,9 @@ int bench_transport_main(int argc, char **argv) {
   stk_batch_layout L;
   stk_batch_layout_of(&spec, &L);
   size_t total = (size_t)batches * L.total_bytes;
-  printf("transport: %d batches of %ux3x224x224 uint8 (%.1f MB each), loopback, %ld cores\n",
-         batches, spec.batch_size, L.total_bytes / 1e6, sysconf(_SC_NPROCESSORS_ONLN));
+  printf(
+      "transport: %d batches of %ux3x224x224 uint8 (%.1f MB each), loopback, %ld cores\n",
+      batches, spec.batch_size, L.total_bytes / 1e6, sysconf(_SC_NPROCESSORS_ONLN));
 
   /* In-process cost of what the worker does besides the wire. */
   {
@@ -285,8 +296,10 @@ int bench_transport_main(int argc, char **argv) {
       crc ^= stk_crc32c(0, buf, L.total_bytes);
     }
     double per_gb = (thread_cpu_s() - c0) / (10 * L.total_bytes / 1e9);
-    printf("  worker build+crc  : %.3f CPU s/GB (measured in-process; part of the worker figure)%s\n",
-           per_gb, crc == 1 ? " " : "");
+    printf(
+        "  worker build+crc  : %.3f CPU s/GB (measured in-process; part of the worker "
+        "figure)%s\n",
+        per_gb, crc == 1 ? " " : "");
     stk_builder_destroy(b);
     stk_dataset_close(ds);
     free(buf);
@@ -313,8 +326,8 @@ int bench_transport_main(int argc, char **argv) {
     find_binary("stoker-coordinator", coord_bin, sizeof coord_bin);
     find_binary("stoker-worker", worker_bin, sizeof worker_bin);
   }
-  char *cargv[] = {coord_bin, "--listen", "127.0.0.1:0", "--port-file", cport,
-                   "--job", job, "--idle-timeout-s", "120", NULL};
+  char *cargv[] = {coord_bin, "--listen", "127.0.0.1:0",      "--port-file", cport,
+                   "--job",   job,        "--idle-timeout-s", "120",         NULL};
   pid_t cpid = spawn(cargv, clog);
   int port = cpid > 0 ? read_port(cport, 10) : -1;
   if (port < 0) {
@@ -325,8 +338,8 @@ int bench_transport_main(int argc, char **argv) {
   char caddr[64], tbuf[16];
   snprintf(caddr, sizeof caddr, "127.0.0.1:%d", port);
   snprintf(tbuf, sizeof tbuf, "%d", threads);
-  char *wargv[] = {worker_bin, "--coordinator", caddr, "--listen", "127.0.0.1:0",
-                   "--port-file", wport, "--threads", tbuf, NULL};
+  char *wargv[] = {worker_bin,    "--coordinator", caddr,       "--listen", "127.0.0.1:0",
+                   "--port-file", wport,           "--threads", tbuf,       NULL};
   pid_t wpid = spawn(wargv, wlog);
   int rc = 1;
   stk_client *cl = NULL;
@@ -380,16 +393,20 @@ int bench_transport_main(int argc, char **argv) {
     stk_g[round] = gb / dt;
     stk_w[round] = (proc_cpu_s(wpid) - cpu_w0) / gb;
     stk_c[round] = (self_cpu_s() - cpu_c0) / gb;
-    printf("  round %d: raw TCP %5.2f GB/s | stoker %5.2f GB/s (worker %.3f, client %.3f CPU s/GB)\n",
-           round + 1, raw_g[round], stk_g[round], stk_w[round], stk_c[round]);
+    printf(
+        "  round %d: raw TCP %5.2f GB/s | stoker %5.2f GB/s (worker %.3f, client %.3f "
+        "CPU s/GB)\n",
+        round + 1, raw_g[round], stk_g[round], stk_w[round], stk_c[round]);
   }
   double rg = median(raw_g, rounds), sg = median(stk_g, rounds);
   printf("median of %d rounds:\n", rounds);
-  printf("  raw TCP, 1 stream : %6.2f GB/s   sender %.3f CPU s/GB, receiver %.3f CPU s/GB\n",
-         rg, median(raw_s, rounds), median(raw_r, rounds));
-  printf("  stoker, 1 worker  : %6.2f GB/s   worker %.3f CPU s/GB, client %.3f CPU s/GB"
-         " (%.1f batches/s)\n",
-         sg, median(stk_w, rounds), median(stk_c, rounds), sg * 1e9 / L.total_bytes);
+  printf(
+      "  raw TCP, 1 stream : %6.2f GB/s   sender %.3f CPU s/GB, receiver %.3f CPU s/GB\n",
+      rg, median(raw_s, rounds), median(raw_r, rounds));
+  printf(
+      "  stoker, 1 worker  : %6.2f GB/s   worker %.3f CPU s/GB, client %.3f CPU s/GB"
+      " (%.1f batches/s)\n",
+      sg, median(stk_w, rounds), median(stk_c, rounds), sg * 1e9 / L.total_bytes);
   printf("  ratio stoker / raw TCP: %.2f (target >= 0.50)\n", sg / rg);
   stk_client_finish(cl, 1);
   rc = 0;

@@ -39,8 +39,14 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (stk__resample(&sc, roi.px, roi.w, roi.h, b.x * roi.sx - roi.x0,
                       b.y * roi.sy - roi.y0, (b.x + b.w) * roi.sx - roi.x0,
                       (b.y + b.h) * roi.sy - roi.y0, ow, oh) == 0) {
-      stk__post p = {data[3] & 1, 1.2f, 0.8f, 1.1f, STK_DTYPE_FLOAT32,
-                     STK_LAYOUT_NCHW, {0.5f, 0.5f, 0.5f}, {0.25f, 0.25f, 0.25f}};
+      stk__post p = {data[3] & 1,
+                     1.2f,
+                     0.8f,
+                     1.1f,
+                     STK_DTYPE_FLOAT32,
+                     STK_LAYOUT_NCHW,
+                     {0.5f, 0.5f, 0.5f},
+                     {0.25f, 0.25f, 0.25f}};
       stk__post_store(&sc, ow, oh, &p, out);
     }
   }

@@ -69,12 +69,13 @@ static inline int du_start_coordinator2(stk_proc *p, const char *name,
 }
 
 /* Spawn the coordinator with extra args; returns its port or -1. */
-static inline int du_start_coordinator(stk_proc *p, const char *name, const char *const *extra) {
+static inline int du_start_coordinator(stk_proc *p, const char *name,
+                                       const char *const *extra) {
   return du_start_coordinator2(p, name, extra, NULL);
 }
 
 static inline int du_start_worker(stk_proc *p, const char *name, int coord_port,
-                           const char *const *extra) {
+                                  const char *const *extra) {
   char pf[600], target[64];
   snprintf(pf, sizeof(pf), "%s/%s.port", proc_tmpdir(), name);
   snprintf(target, sizeof(target), "127.0.0.1:%d", coord_port);
@@ -104,16 +105,18 @@ static inline stk_rpc_channel *du_channel_token(int port, const char *token) {
   return ch;
 }
 
-static inline stk_rpc_channel *du_channel(int port) { return du_channel_token(port, NULL); }
+static inline stk_rpc_channel *du_channel(int port) {
+  return du_channel_token(port, NULL);
+}
 
 /* Status; caller frees. NULL on error. */
 static inline Stoker__V1__StatusResponse *du_status(stk_rpc_channel *ch) {
   Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
   ProtobufCMessage *r = NULL;
   char det[256];
-  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
-                           &stoker__v1__status_response__descriptor, &r, 5000, det,
-                           sizeof(det));
+  int code =
+      stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
+                    &stoker__v1__status_response__descriptor, &r, 5000, det, sizeof(det));
   return code == 0 ? (Stoker__V1__StatusResponse *)r : NULL;
 }
 
@@ -130,9 +133,9 @@ static inline int du_wait_workers(stk_rpc_channel *ch, size_t n, int timeout_ms)
 }
 
 /* Join; the gRPC status code. On OK, *resp is set (caller frees). */
-static inline int du_join(stk_rpc_channel *ch, uint32_t rank, uint32_t world, uint32_t proto,
-                   uint64_t expect, Stoker__V1__JoinResponse **resp, char *det,
-                   size_t dlen) {
+static inline int du_join(stk_rpc_channel *ch, uint32_t rank, uint32_t world,
+                          uint32_t proto, uint64_t expect,
+                          Stoker__V1__JoinResponse **resp, char *det, size_t dlen) {
   Stoker__V1__JoinRequest q = STOKER__V1__JOIN_REQUEST__INIT;
   q.rank = rank;
   q.world_size = world;
@@ -147,7 +150,7 @@ static inline int du_join(stk_rpc_channel *ch, uint32_t rank, uint32_t world, ui
 }
 
 static inline int du_finish(stk_rpc_channel *ch, uint32_t rank, int shutdown_job,
-                     uint32_t *nfinished, char *det, size_t dlen) {
+                            uint32_t *nfinished, char *det, size_t dlen) {
   Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
   q.rank = rank;
   q.shutdown_job = shutdown_job;
@@ -166,7 +169,8 @@ static inline int du_job_parse(const char *text, stk_job_spec *spec) {
   stk_job_spec_defaults(spec);
   char *copy = strdup(text), *save = NULL;
   int rc = 0;
-  for (char *line = strtok_r(copy, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+  for (char *line = strtok_r(copy, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
     char *eq = strstr(line, " = ");
     if (!eq) {
       rc = -1;
@@ -189,7 +193,7 @@ static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
                                     uint64_t epoch, uint32_t rank, uint64_t step,
                                     uint64_t *any_step);
 static inline int du_recv_batch_checked(stk_rpc_stream *s, const stk_job_spec *spec,
-                                 uint64_t epoch, uint32_t rank, uint64_t step) {
+                                        uint64_t epoch, uint32_t rank, uint64_t step) {
   return du_recv_batch_any(s, spec, epoch, rank, step, NULL);
 }
 
@@ -236,7 +240,8 @@ static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
       uint64_t have = 0;
       uint32_t crc = h->crc32c;
       uint64_t *idx = malloc(h->n_sample_indices * sizeof(uint64_t) + 1);
-      if (idx && h->n_sample_indices) memcpy(idx, h->sample_indices, h->n_sample_indices * 8);
+      if (idx && h->n_sample_indices)
+        memcpy(idx, h->sample_indices, h->n_sample_indices * 8);
       size_t nidx = h->n_sample_indices;
       stk_wire_msg_free(&m);
       grpc_byte_buffer_destroy(bb);
@@ -274,7 +279,8 @@ static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
           memcpy(&v, ti + 8 * j, 8);
           CHECK_EQ_U64(idx[j], (uint64_t)v);
         }
-        if (rc || memcmp(got, ref, L.total_bytes) || stk_crc32c(0, got, L.total_bytes) != crc)
+        if (rc || memcmp(got, ref, L.total_bytes) ||
+            stk_crc32c(0, got, L.total_bytes) != crc)
           ok = 0;
       }
       free(idx);
@@ -287,7 +293,7 @@ static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
 }
 
 static inline int du_send_request(stk_rpc_stream *s, uint64_t hash, uint64_t epoch,
-                           uint32_t rank, uint64_t step) {
+                                  uint32_t rank, uint64_t step) {
   Stoker__V1__BatchRequest q = STOKER__V1__BATCH_REQUEST__INIT;
   q.job_hash = hash;
   q.epoch = epoch;

@@ -19,16 +19,16 @@ typedef struct rank_run {
   int port;
   uint32_t rank, world;
   uint32_t prefetch;
-  int step_ms;               /* simulated training step */
-  int finish;                /* call stk_client_finish at the end */
-  const char *data_root;     /* for the reference of file datasets */
-  const char *token;         /* bearer token, NULL = none */
+  int step_ms;           /* simulated training step */
+  int finish;            /* call stk_client_finish at the end */
+  const char *data_root; /* for the reference of file datasets */
+  const char *token;     /* bearer token, NULL = none */
   /* out */
   uint64_t delivered, mismatches, order_errors, epochs_seen;
-  int final_status;          /* STK_END_OF_DATA when all went well */
+  int final_status; /* STK_END_OF_DATA when all went well */
   stk_stats stats;
   char error[512];
-  volatile int progress;     /* batches so far, read by the main thread */
+  volatile int progress; /* batches so far, read by the main thread */
   struct timespec finished_at;
 } rank_run;
 

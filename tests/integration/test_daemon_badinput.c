@@ -66,16 +66,30 @@ static int raw_call(stk_rpc_channel *ch, const char *method, int half_close) {
 int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
   stk_proc coord, worker;
-  const char *cargs[] = {"--set", "num_samples=64", "--set", "batch_size=4",
-                         "--set", "height=32",      "--set", "width=32",
-                         "--set", "world_size=2",   "--set", "epochs=2",
-                         "--set", "seed=7",         "--set", "name=badinput",
-                         "--idle-timeout-s", "60", NULL};
+  const char *cargs[] = {"--set",
+                         "num_samples=64",
+                         "--set",
+                         "batch_size=4",
+                         "--set",
+                         "height=32",
+                         "--set",
+                         "width=32",
+                         "--set",
+                         "world_size=2",
+                         "--set",
+                         "epochs=2",
+                         "--set",
+                         "seed=7",
+                         "--set",
+                         "name=badinput",
+                         "--idle-timeout-s",
+                         "60",
+                         NULL};
   int cport = du_start_coordinator(&coord, "coordinator", cargs);
   CHECK(cport > 0);
   if (cport <= 0) return 1;
   const char *wargs[] = {"--threads", "2", "--max-outstanding", "4", "--chunk-bytes",
-                         "4096", NULL};
+                         "4096",      NULL};
   int wport = du_start_worker(&worker, "worker", cport, wargs);
   CHECK(wport > 0);
   if (wport <= 0) return 1;
@@ -96,8 +110,9 @@ int main(int argc, char **argv) {
   job_hash = jr->job->hash;
   CHECK(stk_job_spec_hash(&spec) == job_hash);
   CHECK_EQ_U64(jr->n_workers, 1);
-  CHECK(jr->n_workers == 1 && !strcmp(jr->workers[0]->address,
-                                      (snprintf(det, sizeof(det), "127.0.0.1:%d", wport), det)));
+  CHECK(jr->n_workers == 1 &&
+        !strcmp(jr->workers[0]->address,
+                (snprintf(det, sizeof(det), "127.0.0.1:%d", wport), det)));
   protobuf_c_message_free_unpacked(&jr->base, NULL);
   steps = stk_steps_per_epoch(&spec, spec.num_samples);
   CHECK_EQ_U64(steps, 8);
@@ -109,7 +124,8 @@ int main(int argc, char **argv) {
   CHECK(du_join(c, 0, 3, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) ==
         GRPC_STATUS_INVALID_ARGUMENT);
   CHECK(strstr(det, "world_size") != NULL);
-  CHECK(du_join(c, 0, 2, 99, 0, &jr, det, sizeof(det)) == GRPC_STATUS_FAILED_PRECONDITION);
+  CHECK(du_join(c, 0, 2, 99, 0, &jr, det, sizeof(det)) ==
+        GRPC_STATUS_FAILED_PRECONDITION);
   CHECK(du_join(c, 0, 2, STK_PROTOCOL_VERSION, job_hash ^ 1, &jr, det, sizeof(det)) ==
         GRPC_STATUS_FAILED_PRECONDITION);
   CHECK(strstr(det, "resume") != NULL);
@@ -139,7 +155,8 @@ int main(int argc, char **argv) {
     if (du_send_request(s, job_hash, 0, 0, (uint64_t)i % steps)) break;
   code = du_stream_end(s, det, sizeof(det));
   CHECK(code == GRPC_STATUS_RESOURCE_EXHAUSTED);
-  if (code != GRPC_STATUS_RESOURCE_EXHAUSTED) fprintf(stderr, "flood: %d %s\n", code, det);
+  if (code != GRPC_STATUS_RESOURCE_EXHAUSTED)
+    fprintf(stderr, "flood: %d %s\n", code, det);
   stk_rpc_stream_destroy(s);
   check_still_serving(w, "too many outstanding requests");
 
@@ -163,7 +180,8 @@ int main(int argc, char **argv) {
   uint64_t next[2] = {0, 0};
   for (uint32_t r = 0; r < 2; r++) {
     CHECK(stk_rpc_stream_open(w, STREAM, 20000, &rs[r]) == 0);
-    for (; next[r] < 4; next[r]++) CHECK(du_send_request(rs[r], job_hash, 1, r, next[r]) == 0);
+    for (; next[r] < 4; next[r]++)
+      CHECK(du_send_request(rs[r], job_hash, 1, r, next[r]) == 0);
   }
   uint32_t seen[2] = {0, 0};
   for (uint64_t k = 0; k < steps; k++)

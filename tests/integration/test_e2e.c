@@ -105,18 +105,24 @@ int main(int argc, char **argv) {
   }
   char root[600];
   snprintf(root, sizeof root, "%s/data", proc_tmpdir());
-  char *gen[] = {argv[3], "gen", "--out", root, "--count", "120", "--classes", "4",
-                 "--layout", "imagefolder", "--min-side", "120", "--max-side", "360",
-                 NULL};
+  char *gen[] = {argv[3],      "gen",       "--out",      root,       "--count",
+                 "120",        "--classes", "4",          "--layout", "imagefolder",
+                 "--min-side", "120",       "--max-side", "360",      NULL};
   stk_proc g;
   CHECK(proc_spawn(&g, "gen", gen) == 0);
   CHECK(proc_wait(&g, 60000) == 0);
-  const char *jpg[] = {"--set", "source=imagefolder", "--set", "dataset=imagefolder",
-                       "--set", "pipeline=train",     "--set", "height=64",
-                       "--set", "width=64",           "--set", "dtype=float32",
-                       "--set", "batch_size=6",       "--set", "world_size=2",
-                       "--set", "epochs=2",           "--set", "drop_last=false",
-                       "--set", "seed=3",             NULL};
+  const char *jpg[] = {"--set", "source=imagefolder",
+                       "--set", "dataset=imagefolder",
+                       "--set", "pipeline=train",
+                       "--set", "height=64",
+                       "--set", "width=64",
+                       "--set", "dtype=float32",
+                       "--set", "batch_size=6",
+                       "--set", "world_size=2",
+                       "--set", "epochs=2",
+                       "--set", "drop_last=false",
+                       "--set", "seed=3",
+                       NULL};
   const char *w2[] = {"--threads", "1", "--data-root", root, NULL};
   run_job("jpeg", jpg, w2, root, NULL, 2 * 10); /* ceil(120 / 12) steps x 2 epochs */
   CHECK_DONE();

@@ -16,9 +16,9 @@
 
 #include "daemon_util.h"
 
-static const char *const job_args[] = {
-    "--set", "num_samples=64", "--set", "batch_size=4", "--set", "height=16",
-    "--set", "width=16",       "--set", "world_size=1", NULL};
+static const char *const job_args[] = {"--set", "num_samples=64", "--set", "batch_size=4",
+                                       "--set", "height=16",      "--set", "width=16",
+                                       "--set", "world_size=1",   NULL};
 
 static stk_rpc_stream *watch_open(stk_rpc_channel *c, uint64_t known) {
   stk_rpc_stream *s = NULL;
@@ -120,7 +120,8 @@ static void coordinator_restart(void) {
   if (jr && jr->job && jr->n_workers == 1) {
     stk_job_spec spec;
     CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
-    stk_rpc_channel *w = stk_rpc_channel_open(jr->workers[0]->address, 0, NULL, &w) ? NULL : w;
+    stk_rpc_channel *w =
+        stk_rpc_channel_open(jr->workers[0]->address, 0, NULL, &w) ? NULL : w;
     stk_rpc_stream *s = NULL;
     CHECK(w && stk_rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
     if (s) {

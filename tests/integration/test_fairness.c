@@ -16,8 +16,9 @@ int main(int argc, char **argv) {
   stk_proc p[2];
   /* 4 samples x 5 ms = 20 ms per batch: 60 batches take 1.2 s in FIFO. */
   const char *cargs[] = {"--set", "num_samples=512", "--set", "batch_size=4",
-                         "--set", "height=16", "--set", "width=16",
-                         "--set", "world_size=2", "--set", "synthetic_cost_us=5000", NULL};
+                         "--set", "height=16",       "--set", "width=16",
+                         "--set", "world_size=2",    "--set", "synthetic_cost_us=5000",
+                         NULL};
   int cport = du_start_coordinator(&p[0], "fair-coord", cargs);
   CHECK(cport > 0);
   if (cport <= 0) return 1;

@@ -82,10 +82,10 @@ static int fake_register(stk_rpc_channel *c, const char *id, uint64_t hash_xor,
 int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
   stk_proc coord;
-  const char *cargs[] = {"--set", "source=imagefolder", "--set", "dataset=imgs",
-                         "--set", "num_samples=0",      "--set", "pipeline=train",
-                         "--set", "batch_size=4",       "--set", "world_size=2",
-                         "--set", "height=8", "--set", "width=8", NULL};
+  const char *cargs[] = {
+      "--set", "source=imagefolder", "--set", "dataset=imgs", "--set", "num_samples=0",
+      "--set", "pipeline=train",     "--set", "batch_size=4", "--set", "world_size=2",
+      "--set", "height=8",           "--set", "width=8",      NULL};
   int cport = du_start_coordinator(&coord, "reg-coord", cargs);
   CHECK(cport > 0);
   if (cport <= 0) return 1;
@@ -163,8 +163,10 @@ int main(int argc, char **argv) {
   proc_signal(&coord, SIGTERM);
   grpc_byte_buffer *bb = NULL;
   CHECK(stk_rpc_stream_recv(a, &bb, 5000) == 1);
-  Stoker__V1__CoordinatorCommand *cmd = bb ? (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
-      &stoker__v1__coordinator_command__descriptor, bb, 1 << 20) : NULL;
+  Stoker__V1__CoordinatorCommand *cmd =
+      bb ? (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+               &stoker__v1__coordinator_command__descriptor, bb, 1 << 20)
+         : NULL;
   CHECK(cmd && cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN);
   if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
   if (bb) grpc_byte_buffer_destroy(bb);

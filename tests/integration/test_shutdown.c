@@ -15,9 +15,9 @@
 
 #include "daemon_util.h"
 
-static const char *const job_args[] = {
-    "--set", "num_samples=64", "--set", "batch_size=4", "--set", "height=16",
-    "--set", "width=16",       "--set", "world_size=2", NULL};
+static const char *const job_args[] = {"--set", "num_samples=64", "--set", "batch_size=4",
+                                       "--set", "height=16",      "--set", "width=16",
+                                       "--set", "world_size=2",   NULL};
 
 static void fail_dump(stk_proc *ps, int n) {
   for (int i = 0; i < n; i++) proc_dump_log(&ps[i]);
@@ -113,7 +113,8 @@ static void orphan(void) {
 static void worker_drain(void) {
   stk_proc p[2];
   int before = check_failures;
-  const char *more[] = {"--set", "synthetic_cost_us=5000", NULL}; /* 20 ms per batch on one thread */
+  const char *more[] = {"--set", "synthetic_cost_us=5000",
+                        NULL}; /* 20 ms per batch on one thread */
   int cport = du_start_coordinator2(&p[0], "drain-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;

@@ -16,10 +16,14 @@ int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
   /* 1 ms of CPU per sample: a batch of 8 takes ~8 ms per builder, so the
    * epoch (2 x 40 steps) lasts long enough to kill a worker in its middle. */
-  const char *job[] = {"--set", "num_samples=640",        "--set", "batch_size=8",
-                       "--set", "height=32",              "--set", "width=32",
-                       "--set", "world_size=2",           "--set", "epochs=1",
-                       "--set", "synthetic_cost_us=1000", "--set", "seed=5",
+  const char *job[] = {"--set", "num_samples=640",
+                       "--set", "batch_size=8",
+                       "--set", "height=32",
+                       "--set", "width=32",
+                       "--set", "world_size=2",
+                       "--set", "epochs=1",
+                       "--set", "synthetic_cost_us=1000",
+                       "--set", "seed=5",
                        NULL};
   stk_proc p[3];
   int port = du_start_coordinator(&p[0], "coordinator", job);
@@ -65,8 +69,7 @@ int main(int argc, char **argv) {
     CHECK(r[i].progress < 40 || r[i].delivered == 40);
     reissued += r[i].stats.reissued;
     fprintf(stderr, "rank %d: %llu batches, reissued %llu, duplicates %llu\n", i,
-            (unsigned long long)r[i].delivered,
-            (unsigned long long)r[i].stats.reissued,
+            (unsigned long long)r[i].delivered, (unsigned long long)r[i].stats.reissued,
             (unsigned long long)r[i].stats.duplicates);
   }
   /* Requests were in flight on the killed worker: they moved. */

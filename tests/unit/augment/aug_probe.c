@@ -30,8 +30,8 @@ int main(int argc, char **argv) {
   }
   if (argc == 5 && !strcmp(argv[1], "eval")) {
     stk_job_spec s;
-    tu_spec(&s, STK_SOURCE_IMAGEFOLDER, argv[3], STK_PIPELINE_EVAL,
-            STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW, 1, 224);
+    tu_spec(&s, STK_SOURCE_IMAGEFOLDER, argv[3], STK_PIPELINE_EVAL, STK_DTYPE_FLOAT32,
+            STK_LAYOUT_NCHW, 1, 224);
     s.resize = 256;
     s.epochs = 1;
     stk_dataset *ds;

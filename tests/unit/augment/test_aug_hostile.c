@@ -84,15 +84,27 @@ static size_t find_marker(const uint8_t *p, size_t len, uint8_t m) {
   return 0;
 }
 
-enum { K_GOOD, K_TRUNC, K_CORRUPT, K_ZERO, K_NOTJPEG, K_DIMBOMB, K_SCANBOMB,
-       K_MEMBOMB, K_OVERSIZE, K_UNREADABLE, K_GARBAGE, K_NKINDS };
-static const char *kind_name[] = {"good", "trunc", "corrupt", "zero", "notjpeg",
-                                  "dimbomb", "scanbomb", "membomb", "oversize",
-                                  "unreadable", "garbage"};
+enum {
+  K_GOOD,
+  K_TRUNC,
+  K_CORRUPT,
+  K_ZERO,
+  K_NOTJPEG,
+  K_DIMBOMB,
+  K_SCANBOMB,
+  K_MEMBOMB,
+  K_OVERSIZE,
+  K_UNREADABLE,
+  K_GARBAGE,
+  K_NKINDS
+};
+static const char *kind_name[] = {"good",     "trunc",      "corrupt",  "zero",
+                                  "notjpeg",  "dimbomb",    "scanbomb", "membomb",
+                                  "oversize", "unreadable", "garbage"};
 static const int kind_count[] = {60, 30, 30, 25, 25, 25, 20, 15, 15, 15, 20};
 
 #define MAX_FILE (120u << 10)
-#define MAX_DEC (3u << 20)
+#define MAX_DEC  (3u << 20)
 
 static uint8_t *membomb_bytes, *scanbomb_bytes, *oversize_bytes;
 static size_t membomb_len, scanbomb_len, oversize_len;
@@ -101,60 +113,65 @@ static size_t membomb_len, scanbomb_len, oversize_len;
 static uint8_t *make(int kind, size_t *len) {
   uint8_t *p;
   switch (kind) {
-  case K_GOOD:
-    return good_jpeg(48 + rnd() % 200, 48 + rnd() % 200, rnd() % 5 == 0 ? STK__GEN_GRAY : rnd() % 7 == 0 ? STK__GEN_CMYK : STK__GEN_RGB, rnd() % 3 == 0, len);
-  case K_TRUNC:
-    p = good_jpeg(64 + rnd() % 100, 64 + rnd() % 100, STK__GEN_RGB, rnd() % 2, len);
-    *len = *len * (10 + rnd() % 85) / 100;
-    return p;
-  case K_CORRUPT: {
-    int prog = rnd() % 2;
-    p = good_jpeg(64 + rnd() % 100, 64 + rnd() % 100, STK__GEN_RGB, prog, len);
-    size_t sos = find_marker(p, *len, 0xDA);
-    size_t span = *len - sos - 20;
-    for (int i = 0; i < 12; i++) p[sos + 16 + rnd() % span] ^= (uint8_t)(1 + rnd() % 255);
-    /* and a burst of 0xFF bytes, which libjpeg always notices */
-    memset(p + sos + 16 + span / 4 + rnd() % (span / 2), 0xFF, 8);
-    return p;
-  }
-  case K_ZERO:
-    *len = 0;
-    return malloc(1);
-  case K_NOTJPEG: {
-    *len = 10 + rnd() % 4000;
-    p = malloc(*len);
-    for (size_t i = 0; i < *len; i++) p[i] = (uint8_t)rnd();
-    if (rnd() % 2) memcpy(p, "\x89PNG\r\n\x1a\n", 8);
-    return p;
-  }
-  case K_DIMBOMB: {
-    p = good_jpeg(32, 32, STK__GEN_RGB, rnd() % 2, len);
-    size_t sof = find_marker(p, *len, 0xC0);
-    if (!sof) sof = find_marker(p, *len, 0xC2);
-    uint16_t hh = (uint16_t)(rnd() % 2 ? 65500 : 40000 + rnd() % 20000), ww = 65500;
-    p[sof + 5] = hh >> 8, p[sof + 6] = hh & 255;
-    p[sof + 7] = ww >> 8, p[sof + 8] = ww & 255;
-    return p;
-  }
-  case K_SCANBOMB:
-    *len = scanbomb_len;
-    return memcpy(malloc(*len), scanbomb_bytes, *len);
-  case K_MEMBOMB:
-    *len = membomb_len;
-    return memcpy(malloc(*len), membomb_bytes, *len);
-  case K_OVERSIZE:
-    *len = oversize_len;
-    return memcpy(malloc(*len), oversize_bytes, *len);
-  case K_UNREADABLE:
-    return good_jpeg(64, 64, STK__GEN_RGB, 0, len);
-  case K_GARBAGE: {
-    *len = 100 + rnd() % 3000;
-    p = malloc(*len);
-    for (size_t i = 0; i < *len; i++) p[i] = (uint8_t)rnd();
-    p[0] = 0xFF, p[1] = 0xD8, p[2] = 0xFF;
-    p[*len - 2] = 0xFF, p[*len - 1] = 0xD9;
-    return p;
-  }
+    case K_GOOD:
+      return good_jpeg(48 + rnd() % 200, 48 + rnd() % 200,
+                       rnd() % 5 == 0   ? STK__GEN_GRAY
+                       : rnd() % 7 == 0 ? STK__GEN_CMYK
+                                        : STK__GEN_RGB,
+                       rnd() % 3 == 0, len);
+    case K_TRUNC:
+      p = good_jpeg(64 + rnd() % 100, 64 + rnd() % 100, STK__GEN_RGB, rnd() % 2, len);
+      *len = *len * (10 + rnd() % 85) / 100;
+      return p;
+    case K_CORRUPT: {
+      int prog = rnd() % 2;
+      p = good_jpeg(64 + rnd() % 100, 64 + rnd() % 100, STK__GEN_RGB, prog, len);
+      size_t sos = find_marker(p, *len, 0xDA);
+      size_t span = *len - sos - 20;
+      for (int i = 0; i < 12; i++)
+        p[sos + 16 + rnd() % span] ^= (uint8_t)(1 + rnd() % 255);
+      /* and a burst of 0xFF bytes, which libjpeg always notices */
+      memset(p + sos + 16 + span / 4 + rnd() % (span / 2), 0xFF, 8);
+      return p;
+    }
+    case K_ZERO:
+      *len = 0;
+      return malloc(1);
+    case K_NOTJPEG: {
+      *len = 10 + rnd() % 4000;
+      p = malloc(*len);
+      for (size_t i = 0; i < *len; i++) p[i] = (uint8_t)rnd();
+      if (rnd() % 2) memcpy(p, "\x89PNG\r\n\x1a\n", 8);
+      return p;
+    }
+    case K_DIMBOMB: {
+      p = good_jpeg(32, 32, STK__GEN_RGB, rnd() % 2, len);
+      size_t sof = find_marker(p, *len, 0xC0);
+      if (!sof) sof = find_marker(p, *len, 0xC2);
+      uint16_t hh = (uint16_t)(rnd() % 2 ? 65500 : 40000 + rnd() % 20000), ww = 65500;
+      p[sof + 5] = hh >> 8, p[sof + 6] = hh & 255;
+      p[sof + 7] = ww >> 8, p[sof + 8] = ww & 255;
+      return p;
+    }
+    case K_SCANBOMB:
+      *len = scanbomb_len;
+      return memcpy(malloc(*len), scanbomb_bytes, *len);
+    case K_MEMBOMB:
+      *len = membomb_len;
+      return memcpy(malloc(*len), membomb_bytes, *len);
+    case K_OVERSIZE:
+      *len = oversize_len;
+      return memcpy(malloc(*len), oversize_bytes, *len);
+    case K_UNREADABLE:
+      return good_jpeg(64, 64, STK__GEN_RGB, 0, len);
+    case K_GARBAGE: {
+      *len = 100 + rnd() % 3000;
+      p = malloc(*len);
+      for (size_t i = 0; i < *len; i++) p[i] = (uint8_t)rnd();
+      p[0] = 0xFF, p[1] = 0xD8, p[2] = 0xFF;
+      p[*len - 2] = 0xFF, p[*len - 1] = 0xD9;
+      return p;
+    }
   }
   return NULL;
 }
@@ -247,7 +264,8 @@ static uint32_t run_epoch(stk_job_spec *s, int io_mode, uint64_t *subst,
   for (uint64_t st = 0; st < steps; st++) {
     stk_build_info info;
     int rc = stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info);
-    if (rc) fprintf(stderr, "build %llu: %s\n", (unsigned long long)st, stk_builder_error(b));
+    if (rc)
+      fprintf(stderr, "build %llu: %s\n", (unsigned long long)st, stk_builder_error(b));
     CHECK(rc == STK_OK);
     *subst += info.substituted;
     crc = stk_crc32c(crc, buf, L.total_bytes);

@@ -46,8 +46,8 @@ static double tri(double x) {
   x = fabs(x);
   return x < 1 ? 1 - x : 0;
 }
-static void ref_weights(double in0, double in1, int size, int out, int i,
-                        double *w, int *lo, int *n) {
+static void ref_weights(double in0, double in1, int size, int out, int i, double *w,
+                        int *lo, int *n) {
   double scale = (in1 - in0) / out, fs = scale < 1 ? 1 : scale;
   double center = in0 + (i + 0.5) * scale;
   int a = (int)floor(center - fs + 0.5), b = (int)floor(center + fs + 0.5);
@@ -65,12 +65,14 @@ static void test_resample(void) {
   stk__gen_image(src, SW, SH, 3, 99);
   stk__scratch sc;
   memset(&sc, 0, sizeof(sc));
-  struct { double x0, y0, x1, y1; uint32_t ow, oh; } cases[] = {
-      {0, 0, SW, SH, 64, 48},       /* downscale */
-      {10.5, 7.25, 90.5, 100, 40, 40},
-      {20, 20, 50, 40, 96, 64},     /* upscale */
-      {0, 0, SW, SH, SW, SH},       /* identity */
-      {3, 1, 170, 130, 17, 111},    /* mixed */
+  struct {
+    double x0, y0, x1, y1;
+    uint32_t ow, oh;
+  } cases[] = {
+      {0, 0, SW, SH, 64, 48},                                    /* downscale */
+      {10.5, 7.25, 90.5, 100, 40, 40}, {20, 20, 50, 40, 96, 64}, /* upscale */
+      {0, 0, SW, SH, SW, SH},                                    /* identity */
+      {3, 1, 170, 130, 17, 111},                                 /* mixed */
   };
   double wx[1024], wy[1024];
   for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
@@ -116,8 +118,14 @@ static void test_resample(void) {
   CHECK(bad == 0);
   /* normalize: float32 NCHW = (v/255 - mean)/std within float rounding */
   float *f = malloc(sizeof(float) * SW * SH * 3);
-  stk__post q = {0, 1, 1, 1, STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW,
-                 {0.485f, 0.456f, 0.406f}, {0.229f, 0.224f, 0.225f}};
+  stk__post q = {0,
+                 1,
+                 1,
+                 1,
+                 STK_DTYPE_FLOAT32,
+                 STK_LAYOUT_NCHW,
+                 {0.485f, 0.456f, 0.406f},
+                 {0.229f, 0.224f, 0.225f}};
   CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
   stk__post_store(&sc, SW, SH, &q, f);
   double maxe = 0;
@@ -133,7 +141,8 @@ static void test_resample(void) {
   stk__post jb = {0, 0.5f, 1, 1, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, {0}, {1, 1, 1}};
   stk__post_store(&sc, SW, SH, &jb, out);
   bad = 0;
-  for (int i = 0; i < SW * SH * 3; i++) bad += abs(out[i] - (int)floor(src[i] * 0.5 + 0.5)) > 1;
+  for (int i = 0; i < SW * SH * 3; i++)
+    bad += abs(out[i] - (int)floor(src[i] * 0.5 + 0.5)) > 1;
   CHECK(bad == 0);
   free(f), free(fl), free(out), free(src);
   stk__scratch_free(&sc);
@@ -179,15 +188,18 @@ static void test_roi(void) {
       CHECK(stk__decoder_header(d, jpg, len, &w, &h, NULL, 0) == STK_OK);
       CHECK(w == W && h == H);
       /* full decode at scale s: a box of the whole image */
-      CHECK(stk__decoder_roi(d, 0, 0, W, H, W * s / 8, H * s / 8, 0, 8, 0, &full, NULL, 0) == STK_OK);
+      CHECK(stk__decoder_roi(d, 0, 0, W, H, W * s / 8, H * s / 8, 0, 8, 0, &full, NULL,
+                             0) == STK_OK);
       CHECK(full.scale_num == s);
       size_t fw = full.w, fh = full.h;
       uint8_t *copy = malloc(fw * fh * 3);
       memcpy(copy, full.px, fw * fh * 3);
       CHECK(stk__decoder_header(d, jpg, len, &w, &h, NULL, 0) == STK_OK);
-      CHECK(stk__decoder_roi(d, 101, 77, 260, 200, 159 * s / 8, 123 * s / 8, 0, 8, 0, &roi, NULL, 0) == STK_OK);
+      CHECK(stk__decoder_roi(d, 101, 77, 260, 200, 159 * s / 8, 123 * s / 8, 0, 8, 0,
+                             &roi, NULL, 0) == STK_OK);
       CHECK(roi.scale_num == full.scale_num);
-      CHECK(roi.w >= (uint32_t)ceil(159 * roi.sx) && roi.h >= (uint32_t)ceil(123 * roi.sy));
+      CHECK(roi.w >= (uint32_t)ceil(159 * roi.sx) &&
+            roi.h >= (uint32_t)ceil(123 * roi.sy));
       double sum = 0;
       int maxd = 0;
       for (uint32_t y = 0; y < roi.h; y++)
@@ -206,10 +218,12 @@ static void test_roi(void) {
       if (s == 8) {
         double e = 0;
         for (size_t i = 0; i < fw * fh; i++) {
-          if (kind == 2) CHECK(copy[3 * i] == copy[3 * i + 1] && copy[3 * i] == copy[3 * i + 2]);
+          if (kind == 2)
+            CHECK(copy[3 * i] == copy[3 * i + 1] && copy[3 * i] == copy[3 * i + 2]);
           if (kind != 2) e += abs(copy[3 * i] - rgb[3 * i]);
         }
-        if (kind != 2 && e / (fw * fh) >= 12) fprintf(stderr, "kind %d err %g\n", kind, e / (fw * fh));
+        if (kind != 2 && e / (fw * fh) >= 12)
+          fprintf(stderr, "kind %d err %g\n", kind, e / (fw * fh));
         if (kind != 2) CHECK(e / (fw * fh) < 12);
       }
       free(copy);

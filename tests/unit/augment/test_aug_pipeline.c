@@ -30,9 +30,8 @@
 
 static char root[4096];
 
-static uint8_t *build(const stk_job_spec *s, int io_mode, uint64_t epoch,
-                      uint64_t step, stk_build_info *info, int *mode_used,
-                      size_t *len) {
+static uint8_t *build(const stk_job_spec *s, int io_mode, uint64_t epoch, uint64_t step,
+                      stk_build_info *info, int *mode_used, size_t *len) {
   stk_limits lim;
   memset(&lim, 0, sizeof(lim));
   lim.io_mode = io_mode;
@@ -93,13 +92,11 @@ static void test_index(void) {
   stk_dataset_close(t);
   /* escapes are refused: '..' by validation, a symlink by realpath */
   snprintf(s.dataset, sizeof(s.dataset), "../x");
-  CHECK(stk_dataset_open(&s, root, NULL, &t, err, sizeof(err)) ==
-        STK_INVALID_ARGUMENT);
+  CHECK(stk_dataset_open(&s, root, NULL, &t, err, sizeof(err)) == STK_INVALID_ARGUMENT);
   snprintf(p, sizeof(p), "%s/escape", root);
   CHECK(symlink("/usr/share", p) == 0);
   snprintf(s.dataset, sizeof(s.dataset), "escape");
-  CHECK(stk_dataset_open(&s, root, NULL, &t, err, sizeof(err)) ==
-        STK_INVALID_ARGUMENT);
+  CHECK(stk_dataset_open(&s, root, NULL, &t, err, sizeof(err)) == STK_INVALID_ARGUMENT);
   snprintf(s.dataset, sizeof(s.dataset), "missing");
   CHECK(stk_dataset_open(&s, root, NULL, &t, err, sizeof(err)) == STK_NOT_FOUND);
 }
@@ -141,8 +138,8 @@ static void test_determinism(void) {
   for (int src = 0; src < 2; src++) {
     stk_job_spec s;
     tu_spec(&s, src ? STK_SOURCE_TAR : STK_SOURCE_IMAGEFOLDER,
-            src ? "ds/shards" : "ds/imagefolder", STK_PIPELINE_TRAIN,
-            STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW, 8, 48);
+            src ? "ds/shards" : "ds/imagefolder", STK_PIPELINE_TRAIN, STK_DTYPE_FLOAT32,
+            STK_LAYOUT_NCHW, 8, 48);
     s.brightness = s.contrast = s.saturation = 0.4f;
     s.flip_p = 0.5f;
     size_t len;
@@ -210,7 +207,9 @@ static void test_dtypes(void) {
           if (u2[i] != v) bad++;
           float want = v * (1.f / (255.f * s.std[c])) + (-s.mean[c] / s.std[c]);
           if (f[i] != want) bad++;
-          if (fabs((double)want - (double)v / 255 / s.std[c] + s.mean[c] / s.std[c]) > 1e-5) bad++;
+          if (fabs((double)want - (double)v / 255 / s.std[c] + s.mean[c] / s.std[c]) >
+              1e-5)
+            bad++;
           uint32_t bits = (uint32_t)h[i] << 16;
           float hb;
           memcpy(&hb, &bits, 4);
@@ -263,8 +262,8 @@ static void *thr_build(void *p) {
 }
 static void test_threads(void) {
   stk_job_spec s;
-  tu_spec(&s, STK_SOURCE_TAR, "ds/shards", STK_PIPELINE_TRAIN,
-          STK_DTYPE_BFLOAT16, STK_LAYOUT_NCHW, 8, 32);
+  tu_spec(&s, STK_SOURCE_TAR, "ds/shards", STK_PIPELINE_TRAIN, STK_DTYPE_BFLOAT16,
+          STK_LAYOUT_NCHW, 8, 32);
   stk_dataset *ds;
   char err[256];
   CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
@@ -280,7 +279,8 @@ static void test_threads(void) {
   CHECK(a[0].rc == STK_OK && a[1].rc == STK_OK);
   CHECK(memcmp(a[0].buf, a[1].buf, L.total_bytes) == 0);
   uint8_t *r = malloc(L.total_bytes);
-  CHECK(stk_build_reference(&s, root, 1, 0, 3, r, L.total_bytes, err, sizeof(err)) == STK_OK);
+  CHECK(stk_build_reference(&s, root, 1, 0, 3, r, L.total_bytes, err, sizeof(err)) ==
+        STK_OK);
   CHECK(memcmp(a[0].buf, r, L.total_bytes) == 0);
   free(r), free(a[0].buf), free(a[1].buf);
   stk_dataset_close(ds);
@@ -327,8 +327,7 @@ static void test_fallback(void) {
   waitpid(pid, &st, 0);
   if (WIFEXITED(st) && WEXITSTATUS(st) == 77)
     fprintf(stderr, "note: seccomp unavailable, fallback not exercised\n");
-  else
-    CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  else CHECK(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   free(want);
 }
 

@@ -22,12 +22,10 @@ static int rm_one(const char *p, const struct stat *sb, int flag, struct FTW *f)
   return 0;
 }
 
-void tu_rmtree(const char *path) {
-  nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS);
-}
+void tu_rmtree(const char *path) { nftw(path, rm_one, 16, FTW_DEPTH | FTW_PHYS); }
 
-void tu_spec(stk_job_spec *s, int source, const char *dataset, int pipeline,
-             int dtype, int layout, uint32_t B, uint32_t size) {
+void tu_spec(stk_job_spec *s, int source, const char *dataset, int pipeline, int dtype,
+             int layout, uint32_t B, uint32_t size) {
   stk_job_spec_defaults(s);
   s->source = source;
   snprintf(s->dataset, sizeof(s->dataset), "%s", dataset);

@@ -12,7 +12,7 @@ int tu_tmpdir(char *buf, size_t len, const char *tag);
 /* rm -r path (no symlink following). */
 void tu_rmtree(const char *path);
 /* A spec for a file source over `dataset` (relative to the root). */
-void tu_spec(stk_job_spec *s, int source, const char *dataset, int pipeline,
-             int dtype, int layout, uint32_t B, uint32_t size);
+void tu_spec(stk_job_spec *s, int source, const char *dataset, int pipeline, int dtype,
+             int layout, uint32_t B, uint32_t size);
 int tu_write(const char *path, const void *data, size_t len);
 #endif

@@ -23,9 +23,18 @@ typedef struct op {
   struct ev *ev;
   struct op *next;
 } op;
-typedef struct stream { op *head, *tail; } stream;
-typedef struct ev { stream *s; unsigned long seq, done_seq; } ev;
-typedef struct blk { char *p; size_t n; struct blk *next; } blk;
+typedef struct stream {
+  op *head, *tail;
+} stream;
+typedef struct ev {
+  stream *s;
+  unsigned long seq, done_seq;
+} ev;
+typedef struct blk {
+  char *p;
+  size_t n;
+  struct blk *next;
+} blk;
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static blk *dev_blocks;
@@ -63,7 +72,10 @@ static void push(stream *s, op *o) {
   s->tail = o;
 }
 
-int cudaGetDeviceCount(int *n) { *n = 1; return 0; }
+int cudaGetDeviceCount(int *n) {
+  *n = 1;
+  return 0;
+}
 int cudaSetDevice(int d) { return d == 0 ? 0 : 101; }
 const char *cudaGetErrorString(int e) { return e ? "fake cudart error" : "no error"; }
 int cudaHostAlloc(void **p, size_t n, unsigned f) {

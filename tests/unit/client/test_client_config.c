@@ -7,9 +7,9 @@
 #include "check.h"
 #include "stoker/client.h"
 
-#define JOB \
-    "source = synthetic\nnum_samples = 64\nheight = 8\nwidth = 8\n" \
-    "batch_size = 4\nworld_size = 2\nepochs = 2\nseed = 7\n"
+#define JOB                                                       \
+  "source = synthetic\nnum_samples = 64\nheight = 8\nwidth = 8\n" \
+  "batch_size = 4\nworld_size = 2\nepochs = 2\nseed = 7\n"
 
 static int open_bad(stk_client_config *cfg, const char *want) {
   stk_client *c = NULL;
@@ -66,7 +66,8 @@ int main(void) {
 
   /* Local: a job/world mismatch and a bad job line. */
   cfg.world_size = 3;
-  CHECK(stk_client_open_local(&cfg, JOB, NULL, &c, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(stk_client_open_local(&cfg, JOB, NULL, &c, err, sizeof(err)) ==
+        STK_INVALID_ARGUMENT);
   cfg.world_size = 2;
   CHECK(stk_client_open_local(&cfg, "no_such_key = 1\n", NULL, &c, err, sizeof(err)) ==
         STK_INVALID_ARGUMENT);

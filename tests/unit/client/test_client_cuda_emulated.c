@@ -48,7 +48,8 @@ static void run(uint32_t slots, int convert) {
     stk_batch_tensor(b, STK_TENSOR_IMAGE, &img);
     stk_batch_tensor(b, STK_TENSOR_LABEL, &lab);
     CHECK(img.device == STK_DEVICE_CUDA);
-    CHECK(stk_client_reference(c, stk_batch_epoch(b), stk_batch_step(b), NULL, ref, plen) == 0);
+    CHECK(stk_client_reference(c, stk_batch_epoch(b), stk_batch_step(b), NULL, ref,
+                               plen) == 0);
     CHECK(memcmp(stk_batch_payload(b, NULL), ref, plen) == 0);
     if (!convert) {
       CHECK(memcmp(img.data, ref, (size_t)img.nbytes) == 0); /* device bytes */

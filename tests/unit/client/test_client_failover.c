@@ -28,8 +28,16 @@ static int start_worker(stk_proc *p, const char *name, int cport) {
   char pf[600], target[64];
   snprintf(pf, sizeof(pf), "%s/%s.port", proc_tmpdir(), name);
   snprintf(target, sizeof(target), "127.0.0.1:%d", cport);
-  char *argv[] = {(char *)worker_bin, "--coordinator", target, "--listen", "127.0.0.1:0",
-                  "--port-file", pf, "--threads", "1", NULL};
+  char *argv[] = {(char *)worker_bin,
+                  "--coordinator",
+                  target,
+                  "--listen",
+                  "127.0.0.1:0",
+                  "--port-file",
+                  pf,
+                  "--threads",
+                  "1",
+                  NULL};
   if (proc_spawn(p, name, argv)) return -1;
   return proc_wait_port(p, pf, 10000);
 }
@@ -51,8 +59,9 @@ static int take(stk_client *c, uint64_t want_step, unsigned char *ref, size_t pl
     ok = ok && len == plen &&
          stk_client_reference(c, 0, want_step, NULL, ref, plen) == STK_OK &&
          memcmp(ref, p, len) == 0;
-  if (!ok) fprintf(stderr, "step %llu: wrong or different batch\n",
-                   (unsigned long long)want_step);
+  if (!ok)
+    fprintf(stderr, "step %llu: wrong or different batch\n",
+            (unsigned long long)want_step);
   stk_batch_release(b);
   return ok ? 0 : -1;
 }
@@ -66,11 +75,28 @@ int main(int argc, char **argv) {
   stk_proc coord, w[3];
   char pf[600];
   snprintf(pf, sizeof(pf), "%s/coord.port", proc_tmpdir());
-  char *cargv[] = {(char *)coord_bin, "--listen", "127.0.0.1:0", "--port-file", pf,
-                   "--set", "name=failover", "--set", "num_samples=256",
-                   "--set", "height=16", "--set", "width=16", "--set", "batch_size=4",
-                   "--set", "world_size=2", "--set", "epochs=1",
-                   "--set", "synthetic_cost_us=8000", NULL};
+  char *cargv[] = {(char *)coord_bin,
+                   "--listen",
+                   "127.0.0.1:0",
+                   "--port-file",
+                   pf,
+                   "--set",
+                   "name=failover",
+                   "--set",
+                   "num_samples=256",
+                   "--set",
+                   "height=16",
+                   "--set",
+                   "width=16",
+                   "--set",
+                   "batch_size=4",
+                   "--set",
+                   "world_size=2",
+                   "--set",
+                   "epochs=1",
+                   "--set",
+                   "synthetic_cost_us=8000",
+                   NULL};
   if (proc_spawn(&coord, "coordinator", cargv)) return 1;
   int cport = proc_wait_port(&coord, pf, 10000);
   CHECK(cport > 0);
@@ -149,9 +175,9 @@ int main(int argc, char **argv) {
   for (uint32_t i = 2; i < s1.nworkers; i++) w2 += s1.workers[i].batches;
   CHECK(started2 && w2 > 0);
   for (uint32_t i = 0; i < s0.nworkers; i++)
-    printf("rank 0 worker %s: %llu batches, alive %u, rate %.1f/s\n", s0.workers[i].address,
-           (unsigned long long)s0.workers[i].batches, s0.workers[i].alive,
-           s0.workers[i].batches_per_s);
+    printf("rank 0 worker %s: %llu batches, alive %u, rate %.1f/s\n",
+           s0.workers[i].address, (unsigned long long)s0.workers[i].batches,
+           s0.workers[i].alive, s0.workers[i].batches_per_s);
   CHECK(stk_client_finish(c[0], 0) == STK_OK);
   CHECK(stk_client_finish(c[1], 0) == STK_OK);
   stk_client_close(c[0]);

@@ -115,7 +115,10 @@ static void held_slots(void) {
   stk_client_close(c);
 }
 
-typedef struct { stk_client *c; int done, ok; } runner;
+typedef struct {
+  stk_client *c;
+  int done, ok;
+} runner;
 
 static void *run_epoch(void *arg) {
   runner *r = arg;

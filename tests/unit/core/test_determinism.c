@@ -71,10 +71,8 @@ static void test_rank_coverage(void) {
   free(seen);
   CHECK(stk_batch_samples(&s, s.num_samples, 0, 0, steps, idx, mask) ==
         STK_INVALID_ARGUMENT);
-  CHECK(stk_batch_samples(&s, s.num_samples, 2, 0, 0, idx, mask) ==
-        STK_INVALID_ARGUMENT);
-  CHECK(stk_batch_samples(&s, s.num_samples, 0, 4, 0, idx, mask) ==
-        STK_INVALID_ARGUMENT);
+  CHECK(stk_batch_samples(&s, s.num_samples, 2, 0, 0, idx, mask) == STK_INVALID_ARGUMENT);
+  CHECK(stk_batch_samples(&s, s.num_samples, 0, 4, 0, idx, mask) == STK_INVALID_ARGUMENT);
   /* Padding: ceil, the tail carries mask 0, every real sample once. */
   s.drop_last = 0;
   steps = stk_steps_per_epoch(&s, s.num_samples);
@@ -158,7 +156,8 @@ static void test_spec_roundtrip(void) {
   /* Parse the text back line by line. */
   stk_job_spec_defaults(&b);
   char *save = NULL;
-  for (char *line = strtok_r(text, "\n", &save); line; line = strtok_r(NULL, "\n", &save)) {
+  for (char *line = strtok_r(text, "\n", &save); line;
+       line = strtok_r(NULL, "\n", &save)) {
     char *eq = strstr(line, " = ");
     CHECK(eq != NULL);
     if (!eq) continue;

@@ -57,10 +57,10 @@ int main(void) {
   CHECK(parse(2, a2) == OPTS_RUN);
   CHECK(o.flag == 1 && o.n == 5 && o.set.n == 0);
 
-  const char *bad[][3] = {{"t", "--n", "11"},      {"t", "--n", "x"},
+  const char *bad[][3] = {{"t", "--n", "11"},        {"t", "--n", "x"},
                           {"t", "--addr", "nohost"}, {"t", "--addr", "h:70000"},
-                          {"t", "--nope", "1"},     {"t", "--set", "novalue"},
-                          {"t", "--flag", "maybe"}, {"t", "stray", "x"}};
+                          {"t", "--nope", "1"},      {"t", "--set", "novalue"},
+                          {"t", "--flag", "maybe"},  {"t", "stray", "x"}};
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     CHECK(parse(3, bad[i]) == OPTS_USAGE);
   }
