@@ -486,6 +486,7 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
     }
   }
   o->workers_alive = alive;
+  o->coordinator_watching = (uint32_t)c->watching;
   /* Input-bound estimate. Per delivered batch the loop spends `compute`
    * (time between next() calls not blocked) plus `stall`; the workers
    * deliver one batch per (compute + stall), so matching one batch per

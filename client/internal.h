@@ -118,6 +118,7 @@ struct stk_client {
 
   stk_rpc_channel *coord;
   stk_rpc_stream *watch; /* guarded by mu */
+  int watching;          /* watch request sent on c->watch; under mu */
   uint64_t list_version;
   pthread_t sched_thread, copy_thread, watch_thread;
   int sched_started, copy_started, watch_started;

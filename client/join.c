@@ -210,6 +210,9 @@ static void *watch_main(void *arg) {
     req.known_version = c->list_version;
     int ok = stk_rpc_stream_send_msg(s, &req.base) == 0;
     if (ok) stk_rpc_stream_close_send(s);
+    pthread_mutex_lock(&c->mu);
+    c->watching = ok;
+    pthread_mutex_unlock(&c->mu);
     while (ok) {
       grpc_byte_buffer *bb = NULL;
       int rc = stk_rpc_stream_recv(s, &bb, 500);
@@ -235,6 +238,7 @@ static void *watch_main(void *arg) {
     }
     pthread_mutex_lock(&c->mu);
     c->watch = NULL;
+    c->watching = 0;
     pthread_mutex_unlock(&c->mu);
     stk_rpc_stream_destroy(s);
     for (int waited = 0; waited < backoff && !stopping(c); waited += 50) sleep_ms(50);

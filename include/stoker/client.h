@@ -175,7 +175,11 @@ typedef struct stk_stats {
                             (1 + stall_ns / compute), reported when
                             stall_fraction > 2% */
   stk_worker_stats workers[STK_MAX_WORKER_STATS];
-  uint8_t reserved[64];
+  uint32_t coordinator_watching; /* 1 while this client's watch stream to the
+                                    coordinator is open and its request sent:
+                                    worker-list changes and the end of the
+                                    job reach it (0 while reconnecting) */
+  uint8_t reserved[60];
 } stk_stats;
 
 /* Snapshot of the counters. Thread-safe. */

@@ -59,6 +59,17 @@ def wait_port(path, proc, timeout=15.0):
     raise RuntimeError("no port file %s" % path)
 
 
+def until(cond, timeout, what):
+    """Poll cond() every 20 ms until true (bounded); a failed check if not."""
+    t = time.time() + timeout
+    while time.time() < t:
+        if cond():
+            return True
+        time.sleep(0.02)
+    check(False, "%s (waited %g s)" % (what, timeout))
+    return False
+
+
 def spawn(args, log):
     p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
     procs.append(p)
@@ -109,11 +120,13 @@ def main():
         c = spawn(args, log)
         cport = wait_port(pf, c)
         coord = "127.0.0.1:%d" % cport
+        workers = []
         for i in range(2):
             wpf = os.path.join(tmp, "w%d.port" % i)
             w = spawn([WORKER, "--coordinator", coord, "--listen", "127.0.0.1:0",
                        "--port-file", wpf, "--threads", "1"], log)
             wait_port(wpf, w)
+            workers.append(w)
         loaders = [stoker.Loader(coord, rank=r, world_size=2, prefetch=4, slots=3,
                                  with_meta=True, join_timeout_ms=15000) for r in range(2)]
         spe = loaders[0].steps_per_epoch
@@ -157,12 +170,18 @@ def main():
         B = stoker.Loader(coord, rank=1, world_size=2, prefetch=2, join_timeout_ms=5000)
         itb = iter(B)
         next(itb)
-        time.sleep(0.5)  # B's watcher is connected (else it can only time out)
+        # B's watch stream must be open, else the end of the job cannot
+        # reach it and its next() can only time out (a condition, not a sleep)
+        until(lambda: B.stats()["coordinator_watching"], 20, "rank 1 watches the coordinator")
         A.finish(shutdown_job=True)
         # B stands still until the workers are gone (else a fast B could
         # legitimately finish its whole job during the drain); then only
         # what it had buffered (prefetch + slots) comes before the error.
-        time.sleep(1.0)
+        for w in workers:
+            try:
+                w.wait(30)
+            except subprocess.TimeoutExpired:
+                check(False, "worker exits after shutdown_job")
         t0 = time.time()
         err, n, slow = None, 0, []
         try:

@@ -85,7 +85,8 @@ class Stats(ctypes.Structure):
         ("nworkers", ctypes.c_uint32),
         ("workers_needed", ctypes.c_double),
         ("workers", WorkerStats * MAX_WORKER_STATS),
-        ("reserved", ctypes.c_uint8 * 64),
+        ("coordinator_watching", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 60),
     ]
 
 
