@@ -30,7 +30,26 @@ typedef struct rank_run {
   char error[512];
   volatile int progress; /* batches so far, read by the main thread */
   struct timespec finished_at;
+  /* the open client, for rank_stats(); guarded by mu (rank_init sets it up) */
+  pthread_mutex_t mu;
+  stk_client *client;
 } rank_run;
+
+/* Zero r and set up what rank_stats needs; fill the "in" fields after. */
+static inline void rank_init(rank_run *r) {
+  memset(r, 0, sizeof(*r));
+  pthread_mutex_init(&r->mu, NULL);
+}
+
+/* Snapshot of rank r's client stats from another thread: 0, or -1 while
+ * the rank has no open client (not yet opened, or already closed). */
+static inline int rank_stats(rank_run *r, stk_stats *out) {
+  pthread_mutex_lock(&r->mu);
+  int ok = r->client != NULL;
+  if (ok) stk_client_stats(r->client, out);
+  pthread_mutex_unlock(&r->mu);
+  return ok ? 0 : -1;
+}
 
 static inline void *rank_main(void *arg) {
   rank_run *r = arg;
@@ -47,6 +66,9 @@ static inline void *rank_main(void *arg) {
   stk_client *c = NULL;
   r->final_status = stk_client_open(&cfg, &c, r->error, sizeof r->error);
   if (r->final_status != STK_OK) return NULL;
+  pthread_mutex_lock(&r->mu);
+  r->client = c;
+  pthread_mutex_unlock(&r->mu);
   stk_job_spec spec;
   stk_client_job(c, &spec);
   uint64_t spe = stk_client_steps_per_epoch(c);
@@ -93,6 +115,9 @@ static inline void *rank_main(void *arg) {
   if (r->finish && stk_client_finish(c, 0) != STK_OK && !r->error[0])
     snprintf(r->error, sizeof r->error, "finish: %s", stk_client_error(c));
   clock_gettime(CLOCK_MONOTONIC, &r->finished_at);
+  pthread_mutex_lock(&r->mu);
+  r->client = NULL;
+  pthread_mutex_unlock(&r->mu);
   stk_client_close(c);
   free(ref);
   return NULL;

@@ -51,7 +51,7 @@ static void run_job(const char *tag, const char *const *job, const char *const *
   rank_run r[2];
   pthread_t t[2];
   for (uint32_t i = 0; i < 2; i++) {
-    memset(&r[i], 0, sizeof r[i]);
+    rank_init(&r[i]);
     r[i].port = port, r[i].rank = i, r[i].world = 2, r[i].finish = 1;
     r[i].data_root = data_root;
     r[i].token = token;

@@ -42,8 +42,11 @@ static void all_ranks_finish(void) {
   CHECK(du_finish(c, 7, 0, &nf, det, sizeof(det)) == GRPC_STATUS_INVALID_ARGUMENT);
   CHECK(du_finish(c, 0, 0, &nf, det, sizeof(det)) == GRPC_STATUS_OK);
   CHECK_EQ_U64(nf, 1);
-  /* The job goes on with one rank left. */
-  du_sleep_ms(300);
+  /* The job goes on with one rank left: the coordinator answers, running,
+   * with rank 0 (only) finished. */
+  Stoker__V1__StatusResponse *st = du_status(c);
+  CHECK(st && st->n_finished_ranks == 1 && strcmp(st->state, "done") != 0);
+  if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
   CHECK(proc_wait(&p[0], 0) == -1);
   CHECK(du_finish(c, 1, 0, &nf, det, sizeof(det)) == GRPC_STATUS_OK);
   CHECK_EQ_U64(nf, 2);
@@ -149,7 +152,7 @@ static void worker_drain(void) {
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_UNAVAILABLE);
   stk_rpc_stream_destroy(s);
   CHECK(proc_wait(&p[1], 10000) == 0);
-  for (int i = 0; i < 100; i++) {
+  for (int i = 0; i < 400; i++) { /* bounded: 20 s */
     Stoker__V1__StatusResponse *st = du_status(c);
     size_t nw = st ? st->n_workers : 99;
     if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
