@@ -8,11 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core_internal.h" /* stk__mix64 */
 #include "stoker/augment.h"
-
-/* murmur3's 64-bit finalizer: a fast, well-mixed hash of one word. */
-uint64_t stk__mix64(uint64_t x);
-size_t stk__dtype_size(int dtype);
 
 struct stk_dataset {
   stk_job_spec spec; /* as opened; num_samples resolved to n */

@@ -1,5 +1,5 @@
 /* job.c - the job spec: defaults, the one option table that parses job
- * files and prints the canonical form, validation, hashing, batch layout.
+ * text and files and prints the canonical form, validation, hashing.
  *
  * The option table is the single source of truth for job keys: parsing,
  * the canonical text (and so the job hash) and docs all come from it.
@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core_internal.h"
 
 typedef enum { T_STR, T_U32, T_U64, T_F32, T_F32X3, T_BOOL, T_ENUM } opt_type;
 
@@ -309,22 +309,6 @@ uint64_t stk_job_spec_hash(const stk_job_spec *s) {
   return stk__mix64(h);
 }
 
-static size_t dtype_size(int dtype) {
-  switch (dtype) {
-    case STK_DTYPE_UINT8:
-      return 1;
-    case STK_DTYPE_BFLOAT16:
-      return 2;
-    case STK_DTYPE_FLOAT32:
-      return 4;
-    case STK_DTYPE_INT64:
-      return 8;
-  }
-  return 0;
-}
-
-size_t stk__dtype_size(int dtype) { return dtype_size(dtype); }
-
 #define VFAIL(...)                                         \
   do {                                                     \
     if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
@@ -342,7 +326,7 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     VFAIL("unknown source %d", (int)s->source);
   if (s->pipeline < STK_PIPELINE_RAW || s->pipeline > STK_PIPELINE_EVAL)
     VFAIL("unknown pipeline %d", (int)s->pipeline);
-  if (!dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
+  if (!stk__dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
     VFAIL("image dtype must be uint8, float32 or bfloat16");
   if (s->layout != STK_LAYOUT_NHWC && s->layout != STK_LAYOUT_NCHW)
     VFAIL("layout must be nhwc or nchw");
@@ -368,8 +352,8 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (s->batch_size < 1 || s->batch_size > 65536) VFAIL("batch_size must be in 1..65536");
   if (s->world_size < 1 || s->world_size > 65536) VFAIL("world_size must be in 1..65536");
   if (s->epochs < 1 || s->epochs > 1000000) VFAIL("epochs must be in 1..1000000");
-  uint64_t img =
-      (uint64_t)s->height * s->width * s->channels * dtype_size(s->dtype) * s->batch_size;
+  uint64_t img = (uint64_t)s->height * s->width * s->channels *
+                 stk__dtype_size(s->dtype) * s->batch_size;
   if (img > (2ull << 30)) VFAIL("a batch may hold at most 2 GiB of image data");
   if (s->pipeline == STK_PIPELINE_EVAL && (s->resize < 1 || s->resize > 16384))
     VFAIL("resize must be in 1..16384");
@@ -385,50 +369,4 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     if (!(s->std[c] > 1e-6f && s->std[c] < 1e6f) || !isfinite(s->mean[c]))
       VFAIL("std must be positive and mean finite");
   return STK_OK;
-}
-
-uint64_t stk_steps_per_epoch(const stk_job_spec *s, uint64_t n) {
-  uint64_t per = (uint64_t)s->world_size * s->batch_size;
-  if (per == 0) return 0;
-  return s->drop_last ? n / per : (n + per - 1) / per;
-}
-
-int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
-  if (stk_job_spec_validate(s, NULL, 0) != STK_OK) return STK_INVALID_ARGUMENT;
-  memset(L, 0, sizeof(*L));
-  uint64_t B = s->batch_size, off = 0;
-  static const char *names[] = {"image", "label", "mask", "index"};
-  for (int t = 0; t < STK_MAX_TENSORS; t++) {
-    stk_tensor_desc *d = &L->tensors[t];
-    snprintf(d->name, sizeof(d->name), "%s", names[t]);
-    d->shape[0] = B;
-    if (t == STK_TENSOR_IMAGE) {
-      d->dtype = s->dtype;
-      d->ndim = 4;
-      if (s->layout == STK_LAYOUT_NHWC)
-        d->shape[1] = s->height, d->shape[2] = s->width, d->shape[3] = s->channels;
-      else d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
-      d->nbytes = B * s->height * s->width * s->channels * dtype_size(s->dtype);
-    } else {
-      d->dtype = t == STK_TENSOR_MASK ? STK_DTYPE_UINT8 : STK_DTYPE_INT64;
-      d->ndim = 1;
-      d->nbytes = B * dtype_size(d->dtype);
-    }
-    d->offset = off;
-    off += (d->nbytes + 63) & ~(uint64_t)63;
-  }
-  L->ntensors = STK_MAX_TENSORS;
-  L->total_bytes = off;
-  return STK_OK;
-}
-
-const char *stk_strerror(int status) {
-  switch (status) {
-#define STK__STATUS_STR(name, num, msg) \
-  case num:                             \
-    return msg;
-    STK_STATUS_MAP(STK__STATUS_STR)
-#undef STK__STATUS_STR
-  }
-  return "unknown status";
 }
