@@ -88,11 +88,33 @@ STK_EXPORT void stk_job_spec_defaults(stk_job_spec *spec);
 STK_EXPORT int stk_job_spec_set(stk_job_spec *spec, const char *key, const char *value,
                                 char *err, size_t errlen);
 
-/* Parse a job file: "key = value" lines, '#' comments, blank lines.
+/* Parse job text onto *spec: one "key = value" per line (spaces and tabs
+ * around key and value ignored), '#' starts a comment, blank lines are
+ * skipped, a line holds at most 1023 bytes. Fields named are set (a key
+ * named twice takes its last value); the others keep their current value,
+ * so start from stk_job_spec_defaults() to read a whole job. The canonical
+ * text (stk_job_spec_format) parses back to the spec it came from. Returns
+ * STK_OK, or STK_INVALID_ARGUMENT with "job line N: why" in err (which may be
+ * NULL), naming the key for an unknown key or a bad value; *spec may then
+ * hold the lines before N. Thread-safe; does not allocate. */
+STK_EXPORT int stk_job_spec_parse(stk_job_spec *spec, const char *text, char *err,
+                                  size_t errlen);
+
+/* Parse a job file (at most 1 MiB) with stk_job_spec_parse's grammar.
  * Fields not named keep their current value. Returns STK_OK, STK_IO if the
- * file cannot be read, STK_INVALID_ARGUMENT (err says file:line why). */
+ * file cannot be read, STK_NO_MEMORY, STK_INVALID_ARGUMENT (err says
+ * file:line why). */
 STK_EXPORT int stk_job_spec_load(stk_job_spec *spec, const char *path, char *err,
                                  size_t errlen);
+
+/* The value of `key` in job text (stk_job_spec_parse's grammar; the last
+ * line naming it wins), as written, without checking it: for showing a
+ * job, possibly from another stoker version. Copies it into value (len
+ * bytes, NUL-terminated; "" when absent). Returns STK_OK, STK_NOT_FOUND,
+ * STK_LIMIT (value truncated) or STK_INVALID_ARGUMENT (text or key NULL).
+ * Lines that do not parse are skipped. Thread-safe. */
+STK_EXPORT int stk_job_text_get(const char *text, const char *key, char *value,
+                                size_t len);
 
 /* Check a spec for consistency (non-zero sizes, known enums, limits such as
  * a batch of at most 2 GiB). STK_OK or STK_INVALID_ARGUMENT with a message. */
