@@ -258,7 +258,7 @@ static int next_line(job_lines *it, char **key, char **value, char *msg, size_t 
 }
 
 /* Parse text onto s; a failing line is named "<where>:<n>" (a file) or
- * "line <n>" (where NULL). */
+ * "job line <n>" (where NULL). */
 static int parse_text(stk_job_spec *s, const char *text, const char *where, char *err,
                       size_t errlen) {
   job_lines it = {text, 0, ""};
