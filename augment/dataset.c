@@ -24,22 +24,11 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
   *out = NULL;
   int rc = stk_job_spec_validate(spec, err, errlen);
   if (rc) return rc;
-  const stk__source_ops *ops = NULL;
-  switch (spec->source) {
-    case STK_SOURCE_SYNTHETIC:
-      ops = &stk__synthetic_source;
-      break;
-    case STK_SOURCE_IMAGEFOLDER:
-      ops = stk__imagefolder_source_ptr;
-      break;
-    case STK_SOURCE_TAR:
-      ops = stk__tar_source_ptr;
-      break;
-  }
-  if (!ops) {
-    if (err && errlen) snprintf(err, errlen, "this build has no such source");
-    return STK_UNSUPPORTED;
-  }
+  /* validate admits these three kinds only */
+  const stk__source_ops *ops = spec->source == STK_SOURCE_TAR ? &stk__tar_source
+                               : spec->source == STK_SOURCE_IMAGEFOLDER
+                                   ? &stk__imagefolder_source
+                                   : &stk__synthetic_source;
   if (spec->source != STK_SOURCE_SYNTHETIC) {
     if (!data_root || !*data_root) {
       if (err && errlen)

@@ -8,11 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core_internal.h" /* stk__mix64 */
 #include "stoker/augment.h"
-
-/* murmur3's 64-bit finalizer: a fast, well-mixed hash of one word. */
-uint64_t stk__mix64(uint64_t x);
-size_t stk__dtype_size(int dtype);
 
 struct stk_dataset {
   stk_job_spec spec; /* as opened; num_samples resolved to n */
@@ -53,10 +50,9 @@ typedef struct stk__source_ops {
   uint64_t (*bad_samples)(const stk_dataset *ds); /* NULL: none can be bad */
 } stk__source_ops;
 
-extern const stk__source_ops stk__synthetic_source;
-/* Provided by the JPEG sources (source_folder.c, source_tar.c); NULL-safe:
- * dataset.c reports STK_UNSUPPORTED for a kind that has no ops. */
-extern const stk__source_ops *const stk__imagefolder_source_ptr;
-extern const stk__source_ops *const stk__tar_source_ptr;
+/* Each source file defines its own table. */
+extern const stk__source_ops stk__synthetic_source;   /* synthetic.c */
+extern const stk__source_ops stk__imagefolder_source; /* source_folder.c */
+extern const stk__source_ops stk__tar_source;         /* source_tar.c */
 
 #endif

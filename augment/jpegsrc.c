@@ -210,7 +210,7 @@ static void report_bad(stk_dataset *ds, uint64_t i, const char *why) {
   }
 }
 
-static uint64_t jpeg_bad_samples(const stk_dataset *ds) {
+uint64_t stk__jpeg_bad_samples(const stk_dataset *ds) {
   stk__jds *j = ds->impl;
   return atomic_load(&j->nbad);
 }
@@ -421,22 +421,3 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
   }
   return STK_OK;
 }
-
-/* ---- ops tables --------------------------------------------------------- */
-
-int stk__folder_open(stk_dataset *ds, char *err, size_t errlen);
-int stk__tar_open(stk_dataset *ds, char *err, size_t errlen);
-
-static const stk__source_ops folder_ops = {
-    "imagefolder",          stk__folder_open, stk__jpeg_close, stk__jpeg_builder_init,
-    stk__jpeg_builder_free, stk__jpeg_build,  jpeg_bad_samples};
-static const stk__source_ops tar_ops = {"tar",
-                                        stk__tar_open,
-                                        stk__jpeg_close,
-                                        stk__jpeg_builder_init,
-                                        stk__jpeg_builder_free,
-                                        stk__jpeg_build,
-                                        jpeg_bad_samples};
-
-const stk__source_ops *const stk__imagefolder_source_ptr = &folder_ops;
-const stk__source_ops *const stk__tar_source_ptr = &tar_ops;

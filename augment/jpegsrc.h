@@ -147,6 +147,16 @@ void stk__jpeg_builder_free(stk_builder *b);
 int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
                     stk_build_info *info);
 void stk__jpeg_close(stk_dataset *ds);
+uint64_t stk__jpeg_bad_samples(const stk_dataset *ds);
+
+/* The ops table of a JPEG source: its own open, the rest shared. Each
+ * source file defines its table with it (stk__imagefolder_source in
+ * source_folder.c, stk__tar_source in source_tar.c). */
+#define STK__JPEG_SOURCE_OPS(name, open_fn)                                             \
+  {                                                                                     \
+    (name), (open_fn), stk__jpeg_close, stk__jpeg_builder_init, stk__jpeg_builder_free, \
+        stk__jpeg_build, stk__jpeg_bad_samples                                          \
+  }
 
 /* Tar index (source_tar.c): scan dir's shards, write the cache. */
 int stk__tar_scan(stk__jds *j, int write_cache, char *err, size_t errlen);

@@ -83,7 +83,7 @@ static int list_dir(int dirfd, const char *sub, int want_dir, namelist *out) {
   return rc;
 }
 
-int stk__folder_open(stk_dataset *ds, char *err, size_t errlen) {
+static int folder_open(stk_dataset *ds, char *err, size_t errlen) {
   stk__jds *j = calloc(1, sizeof(*j));
   if (!j) return STK_NO_MEMORY;
   j->kind = STK_SOURCE_IMAGEFOLDER;
@@ -170,3 +170,6 @@ out:
   }
   return rc;
 }
+
+const stk__source_ops stk__imagefolder_source =
+    STK__JPEG_SOURCE_OPS("imagefolder", folder_open);

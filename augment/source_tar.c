@@ -362,7 +362,7 @@ out:
   return rc;
 }
 
-int stk__tar_open(stk_dataset *ds, char *err, size_t errlen) {
+static int tar_open(stk_dataset *ds, char *err, size_t errlen) {
   stk__jds *j = calloc(1, sizeof(*j));
   if (!j) return STK_NO_MEMORY;
   j->kind = STK_SOURCE_TAR;
@@ -408,3 +408,5 @@ int stk_tar_index(const char *dir, char *err, size_t errlen) {
   stk__jds_free(j);
   return rc;
 }
+
+const stk__source_ops stk__tar_source = STK__JPEG_SOURCE_OPS("tar", tar_open);

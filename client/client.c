@@ -209,7 +209,7 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
 
   if (local) {
     stk_job_spec_defaults(&c->spec);
-    st = stk__parse_job(job_text, &c->spec, err, errlen);
+    st = stk_job_spec_parse(&c->spec, job_text, err, errlen);
     if (!st) st = stk_job_spec_validate(&c->spec, err, errlen);
     if (!st) st = stk_dataset_open(&c->spec, data_root, NULL, &c->dataset, err, errlen);
     if (st) {

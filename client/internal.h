@@ -143,7 +143,6 @@ void stk__seterr(stk_client *c, const char *fmt, const char *arg);
 int stk__join(stk_client *c, char *err, size_t errlen);
 int stk__watch_start(stk_client *c);
 void stk__watch_stop(stk_client *c);
-int stk__parse_job(const char *text, stk_job_spec *spec, char *err, size_t errlen);
 
 /* stream.c */
 int stk__worker_add(stk_client *c, const char *id, const char *address,

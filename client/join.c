@@ -22,47 +22,6 @@ static void sleep_ms(int ms) {
   nanosleep(&ts, NULL);
 }
 
-int stk__parse_job(const char *text, stk_job_spec *spec, char *err, size_t errlen) {
-  const char *p = text;
-  int lineno = 0;
-  while (*p) {
-    const char *nl = strchr(p, '\n');
-    size_t n = nl ? (size_t)(nl - p) : strlen(p);
-    lineno++;
-    char line[1024];
-    if (n >= sizeof(line)) {
-      if (err && errlen) snprintf(err, errlen, "job line %d is too long", lineno);
-      return STK_INVALID_ARGUMENT;
-    }
-    memcpy(line, p, n);
-    line[n] = 0;
-    p = nl ? nl + 1 : p + n;
-    char *hash = strchr(line, '#');
-    if (hash) *hash = 0;
-    char *eq = strchr(line, '=');
-    char *k = line;
-    while (*k == ' ' || *k == '\t' || *k == '\r') k++;
-    if (!*k) continue;
-    if (!eq) {
-      if (err && errlen) snprintf(err, errlen, "job line %d: want key = value", lineno);
-      return STK_INVALID_ARGUMENT;
-    }
-    *eq = 0;
-    char *v = eq + 1;
-    char *e = eq;
-    while (e > k && (e[-1] == ' ' || e[-1] == '\t')) *--e = 0;
-    while (*v == ' ' || *v == '\t') v++;
-    e = v + strlen(v);
-    while (e > v && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) *--e = 0;
-    char why[256] = "";
-    if (stk_job_spec_set(spec, k, v, why, sizeof(why)) != STK_OK) {
-      if (err && errlen) snprintf(err, errlen, "job line %d: %s", lineno, why);
-      return STK_INVALID_ARGUMENT;
-    }
-  }
-  return STK_OK;
-}
-
 /* ---- Join ------------------------------------------------------------ */
 
 static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
@@ -142,7 +101,7 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
   }
   stk_job_spec spec;
   stk_job_spec_defaults(&spec);
-  int st = stk__parse_job(resp->job->canonical, &spec, err, errlen);
+  int st = stk_job_spec_parse(&spec, resp->job->canonical, err, errlen);
   if (!st && stk_job_spec_hash(&spec) != resp->job->hash) {
     if (err && errlen)
       snprintf(err, errlen,

@@ -30,7 +30,7 @@ IMAGES=${DEMO_IMAGES:-1600}
 EPOCHS=${DEMO_EPOCHS:-2}
 STEP_MS=${DEMO_STEP_MS:-5}
 SOURCE=${DEMO_SOURCE:-imagefolder}
-DATASET_BIN=$B/augment/stoker-dataset
+DATASET_BIN=$B/tools/stoker-dataset
 [ -x "$DATASET_BIN" ] || SOURCE=synthetic
 
 if [ "$SOURCE" = imagefolder ]; then

@@ -639,17 +639,9 @@ static int load_job(char *err, size_t errlen) {
   stk_job_spec_defaults(&C.spec);
   if (*opt.job && stk_job_spec_load(&C.spec, opt.job, err, errlen)) return -1;
   for (size_t i = 0; i < opt.set.n; i++) {
-    char kv[1024];
-    snprintf(kv, sizeof(kv), "%s", opt.set.v[i]);
-    char *eq = strchr(kv, '=');
-    *eq = 0;
-    char *k = kv, *v = eq + 1;
-    while (*k == ' ') k++;
-    for (char *e = k + strlen(k); e > k && e[-1] == ' ';) *--e = 0;
-    while (*v == ' ') v++;
     char msg[400];
-    if (stk_job_spec_set(&C.spec, k, v, msg, sizeof(msg))) {
-      snprintf(err, errlen, "--set %s: %s", opt.set.v[i], msg);
+    if (stk_job_spec_parse(&C.spec, opt.set.v[i], msg, sizeof(msg))) {
+      snprintf(err, errlen, "--set %.100s: %s", opt.set.v[i], msg);
       return -1;
     }
   }

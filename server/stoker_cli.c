@@ -12,6 +12,7 @@
 #include "options.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
+#include "stoker/core.h"
 
 static struct {
   char *coordinator, *token, *log_level;
@@ -40,21 +41,6 @@ static void human_bytes(uint64_t b, char *out, size_t len) {
   int i = 0;
   while (v >= 1000 && i < 5) v /= 1000, i++;
   snprintf(out, len, i ? "%.1f %s" : "%.0f %s", v, u[i]);
-}
-
-/* The job line "name = value" from the canonical text, or "?". */
-static void job_field(const char *canonical, const char *key, char *out, size_t len) {
-  snprintf(out, len, "?");
-  size_t kl = strlen(key);
-  for (const char *p = canonical; p && *p;) {
-    const char *nl = strchr(p, '\n');
-    size_t ll = nl ? (size_t)(nl - p) : strlen(p);
-    if (ll >= kl + 3 && !strncmp(p, key, kl) && !strncmp(p + kl, " = ", 3)) {
-      snprintf(out, len, "%.*s", (int)(ll - kl - 3), p + kl + 3);
-      return;
-    }
-    p = nl ? nl + 1 : NULL;
-  }
 }
 
 static void print_ranks(const char *label, const uint32_t *r, size_t n, uint32_t world) {
@@ -96,13 +82,13 @@ static int cmd_status(int argc, char **argv) {
   }
   const char *canon = r->job && r->job->canonical ? r->job->canonical : "";
   char name[128], source[64], dataset[600], bs[32], ws[32], epochs[32], pipeline[32];
-  job_field(canon, "name", name, sizeof(name));
-  job_field(canon, "source", source, sizeof(source));
-  job_field(canon, "dataset", dataset, sizeof(dataset));
-  job_field(canon, "batch_size", bs, sizeof(bs));
-  job_field(canon, "world_size", ws, sizeof(ws));
-  job_field(canon, "epochs", epochs, sizeof(epochs));
-  job_field(canon, "pipeline", pipeline, sizeof(pipeline));
+  stk_job_text_get(canon, "name", name, sizeof(name));
+  stk_job_text_get(canon, "source", source, sizeof(source));
+  stk_job_text_get(canon, "dataset", dataset, sizeof(dataset));
+  stk_job_text_get(canon, "batch_size", bs, sizeof(bs));
+  stk_job_text_get(canon, "world_size", ws, sizeof(ws));
+  stk_job_text_get(canon, "epochs", epochs, sizeof(epochs));
+  stk_job_text_get(canon, "pipeline", pipeline, sizeof(pipeline));
   uint32_t world = (uint32_t)strtoul(ws, NULL, 10);
   printf("coordinator      %s\n", opt.coordinator);
   printf("job              %s  (hash %016" PRIx64 ")\n", *name ? name : "(unnamed)",

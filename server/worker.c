@@ -149,33 +149,13 @@ static const char *dtype_name(int dt) {
   return "unknown";
 }
 
-/* Parse canonical "key = value" lines onto the defaults. */
-static int job_from_text(const char *text, stk_job_spec *spec, char *err, size_t errlen) {
-  stk_job_spec_defaults(spec);
-  const char *p = text;
-  while (*p) {
-    const char *nl = strchr(p, '\n');
-    size_t len = nl ? (size_t)(nl - p) : strlen(p);
-    char line[1024];
-    if (len >= sizeof(line)) return snprintf(err, errlen, "job line too long"), -1;
-    memcpy(line, p, len);
-    line[len] = 0;
-    p += len + (nl ? 1 : 0);
-    if (!len) continue;
-    char *eq = strstr(line, " = ");
-    if (!eq) return snprintf(err, errlen, "bad job line '%.200s'", line), -1;
-    *eq = 0;
-    if (stk_job_spec_set(spec, line, eq + 3, err, errlen)) return -1;
-  }
-  return 0;
-}
-
 /* session hook: the coordinator's job. */
 static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_hash,
                   uint64_t *dataset_size, uint64_t *fp, char *err, size_t errlen) {
   stk_job_spec spec;
   char msg[512];
-  if (job_from_text(canonical, &spec, msg, sizeof(msg))) {
+  stk_job_spec_defaults(&spec);
+  if (stk_job_spec_parse(&spec, canonical, msg, sizeof(msg))) {
     snprintf(err, errlen, "the coordinator's job does not parse: %s", msg);
     return -1;
   }

@@ -1,11 +1,13 @@
-/* stoker/augment.h - libstoker-augment: the deterministic core of stoker.
+/* stoker/augment.h - libstoker-augment: dataset sources and the batch
+ * builder of stoker.
  *
  * Everything that decides the bytes of a batch lives behind this header:
- * the job spec, the epoch permutation, the rank/step addressing, the
- * per-sample counter-based RNG, the batch layout, dataset sources and the
- * batch builder. It is pure computation plus local file reads: no network.
- * Both the worker (to serve batches) and the client library (to build the
- * reference batch of any address in-process) link it.
+ * the determinism core (stoker/core.h, included here: job spec, epoch
+ * permutation, rank/step addressing, per-sample RNG, batch layout), the
+ * dataset sources and the batch builder. It is pure computation plus
+ * local file reads: no network. Both the worker (to serve batches) and
+ * the client library (to build the reference batch of any address
+ * in-process) link it.
  *
  * The rule it implements (docs/architecture.md, "Determinism"):
  *   batch(epoch, rank, step) is a pure function of (job spec, address).
@@ -16,177 +18,16 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "stoker/core.h"
 #include "stoker/status.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* ---- Job spec ---------------------------------------------------------- */
-
-typedef enum stk_source_kind {
-  STK_SOURCE_SYNTHETIC = 1,   /* procedurally generated images, no files */
-  STK_SOURCE_IMAGEFOLDER = 2, /* root/<class>/<file>.jpg, torchvision order */
-  STK_SOURCE_TAR = 3          /* WebDataset-style shards: <key>.jpg + <key>.cls */
-} stk_source_kind;
-
-typedef enum stk_pipeline_kind {
-  STK_PIPELINE_RAW = 1,   /* synthetic only: the sample image as generated */
-  STK_PIPELINE_TRAIN = 2, /* RandomResizedCrop + flip + jitter + normalize */
-  STK_PIPELINE_EVAL = 3   /* Resize(shorter side) + CenterCrop + normalize */
-} stk_pipeline_kind;
-
-typedef enum stk_dtype {
-  STK_DTYPE_UINT8 = 1,
-  STK_DTYPE_FLOAT32 = 2,
-  STK_DTYPE_BFLOAT16 = 3,
-  STK_DTYPE_INT64 = 4
-} stk_dtype;
-
-typedef enum stk_layout { STK_LAYOUT_NHWC = 1, STK_LAYOUT_NCHW = 2 } stk_layout;
-
-#define STK_NAME_MAX 64
-#define STK_PATH_MAX 512
-
-/* A job: everything that fixes the bytes of every batch. Plain value; fill
- * with stk_job_spec_defaults() then override. Strings are NUL-terminated in
- * place. The reserved tail keeps the size stable as fields are added. */
-typedef struct stk_job_spec {
-  char name[STK_NAME_MAX];          /* job id, free text ([A-Za-z0-9._-]) */
-  int32_t source;                   /* stk_source_kind */
-  char dataset[STK_PATH_MAX];       /* path relative to the worker's data root */
-  uint64_t num_samples;             /* synthetic: N; files: 0 = from the index */
-  int32_t pipeline;                 /* stk_pipeline_kind */
-  uint32_t height, width, channels; /* output image shape (channels = 3) */
-  int32_t dtype;                    /* stk_dtype of the image tensor */
-  int32_t layout;                   /* stk_layout of the image tensor */
-  uint32_t batch_size;              /* per rank, B */
-  uint32_t world_size;              /* consumer ranks, W */
-  uint64_t seed;
-  uint32_t epochs;                        /* epochs the job delivers */
-  int32_t drop_last;                      /* 1: floor(N/(W*B)) steps; 0: pad + mask */
-  uint32_t num_classes;                   /* synthetic: labels are in [0, num_classes) */
-  uint32_t synthetic_cost_us;             /* synthetic: CPU time burnt per sample */
-  uint32_t resize;                        /* eval: shorter side before the center crop */
-  float scale_min, scale_max;             /* RandomResizedCrop area fraction */
-  float ratio_min, ratio_max;             /* RandomResizedCrop aspect ratio */
-  float flip_p;                           /* horizontal flip probability */
-  float brightness, contrast, saturation; /* ColorJitter strengths, 0 = off */
-  float mean[3], std[3];                  /* Normalize, on the 0..1 scale */
-  uint8_t reserved[256];
-} stk_job_spec;
-
-/* Fill *spec with the defaults (synthetic with num_samples 0, which the
- * caller must set for synthetic jobs; raw 3x224x224
- * uint8 NCHW, B=32, W=1, seed 0, 1 epoch, drop_last, ImageNet mean/std).
- * Thread-safe. */
-STK_EXPORT void stk_job_spec_defaults(stk_job_spec *spec);
-
-/* Set one field from text, as in a job file line "key = value".
- * Returns STK_OK, or STK_INVALID_ARGUMENT with a message in err (which may
- * be NULL) for an unknown key or a bad value. Thread-safe. */
-STK_EXPORT int stk_job_spec_set(stk_job_spec *spec, const char *key, const char *value,
-                                char *err, size_t errlen);
-
-/* Parse a job file: "key = value" lines, '#' comments, blank lines.
- * Fields not named keep their current value. Returns STK_OK, STK_IO if the
- * file cannot be read, STK_INVALID_ARGUMENT (err says file:line why). */
-STK_EXPORT int stk_job_spec_load(stk_job_spec *spec, const char *path, char *err,
-                                 size_t errlen);
-
-/* Check a spec for consistency (non-zero sizes, known enums, limits such as
- * a batch of at most 2 GiB). STK_OK or STK_INVALID_ARGUMENT with a message. */
-STK_EXPORT int stk_job_spec_validate(const stk_job_spec *spec, char *err, size_t errlen);
-
-/* Write the canonical text form ("key = value\n" for every field, fixed
- * order) into buf. Returns the length it needs (excluding the NUL), like
- * snprintf; output is truncated if len is too small. */
-STK_EXPORT size_t stk_job_spec_format(const stk_job_spec *spec, char *buf, size_t len);
-
-/* 64-bit hash of the canonical text form: two specs that build the same
- * bytes have the same hash. num_samples is included as resolved. */
-STK_EXPORT uint64_t stk_job_spec_hash(const stk_job_spec *spec);
-
-/* ---- Determinism: permutation, addressing, RNG ------------------------- */
-
-/* Keyed bijection over [0, n): a balanced Feistel network with cycle
- * walking. O(1) memory for any n. Plain value, safe to copy. */
-typedef struct stk_perm {
-  uint64_t n;
-  uint32_t half_bits;
-  uint64_t keys[6];
-} stk_perm;
-
-/* Permutation of epoch `epoch` of a job with seed `seed` over n items. */
-STK_EXPORT void stk_perm_init(stk_perm *p, uint64_t n, uint64_t seed, uint64_t epoch);
-/* P(i) for i < n. Thread-safe (p is read only). */
-STK_EXPORT uint64_t stk_perm_apply(const stk_perm *p, uint64_t i);
-
-/* Steps each rank gets per epoch: floor(N/(W*B)) with drop_last, else
- * ceil(N/(W*B)). */
-STK_EXPORT uint64_t stk_steps_per_epoch(const stk_job_spec *spec, uint64_t n);
-
-/* The samples of batch (epoch, rank, step): indices[j] = P_e[(s*W+r)*B + j]
- * and mask[j] = 1; a slot past the end of the epoch (padding, only without
- * drop_last) gets the sample P_e[pos mod N] and mask[j] = 0. Both arrays
- * hold batch_size entries. Returns STK_INVALID_ARGUMENT for an address out
- * of range (epoch >= epochs, rank >= W, step >= steps per epoch). */
-STK_EXPORT int stk_batch_samples(const stk_job_spec *spec, uint64_t n, uint64_t epoch,
-                                 uint32_t rank, uint64_t step, uint64_t *indices,
-                                 uint8_t *mask);
-
-/* Counter-based generator (Philox4x32-10) keyed by (seed, epoch, index):
- * the only source of randomness for a sample. Plain value. */
-typedef struct stk_rng {
-  uint32_t key[2];
-  uint32_t ctr[4];
-  uint32_t out[4];
-  uint32_t used; /* words of out[] consumed */
-} stk_rng;
-
-STK_EXPORT void stk_rng_init(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t index);
-STK_EXPORT uint32_t stk_rng_u32(stk_rng *r);
-/* Uniform double in [0, 1) with 53 random bits. */
-STK_EXPORT double stk_rng_uniform(stk_rng *r);
-
 /* CRC-32C (Castagnoli) of buf, continuing from crc (start with 0). Uses
  * SSE4.2 when the CPU has it. Thread-safe. */
 STK_EXPORT uint32_t stk_crc32c(uint32_t crc, const void *buf, size_t len);
-
-/* ---- Batch layout ------------------------------------------------------ */
-
-#define STK_MAX_TENSORS 4
-#define STK_MAX_DIMS    4
-
-/* Tensor ids in a batch, in payload order. */
-enum {
-  STK_TENSOR_IMAGE = 0,
-  STK_TENSOR_LABEL = 1,
-  STK_TENSOR_MASK = 2,
-  STK_TENSOR_INDEX = 3
-};
-
-typedef struct stk_tensor_desc {
-  char name[16]; /* "image", "label", "mask", "index" */
-  int32_t dtype; /* stk_dtype */
-  uint32_t ndim;
-  uint64_t shape[STK_MAX_DIMS];
-  uint64_t offset; /* byte offset in the payload, 64-byte aligned */
-  uint64_t nbytes;
-} stk_tensor_desc;
-
-/* Where each tensor sits in a batch payload. Every batch of a job has the
- * same layout (static shapes). */
-typedef struct stk_batch_layout {
-  uint32_t ntensors;
-  stk_tensor_desc tensors[STK_MAX_TENSORS];
-  uint64_t total_bytes; /* payload size, a multiple of 64 */
-} stk_batch_layout;
-
-/* image: [B,H,W,C] or [B,C,H,W] of the spec's dtype; label: int64 [B];
- * mask: uint8 [B] (1 = real sample, 0 = padding); index: int64 [B].
- * Returns STK_INVALID_ARGUMENT for an invalid spec. */
-STK_EXPORT int stk_batch_layout_of(const stk_job_spec *spec, stk_batch_layout *layout);
 
 /* ---- Datasets and the batch builder ------------------------------------ */
 

@@ -164,28 +164,6 @@ static inline int du_finish(stk_rpc_channel *ch, uint32_t rank, int shutdown_job
   return code;
 }
 
-/* The job spec from its canonical text. */
-static inline int du_job_parse(const char *text, stk_job_spec *spec) {
-  stk_job_spec_defaults(spec);
-  char *copy = strdup(text), *save = NULL;
-  int rc = 0;
-  for (char *line = strtok_r(copy, "\n", &save); line;
-       line = strtok_r(NULL, "\n", &save)) {
-    char *eq = strstr(line, " = ");
-    if (!eq) {
-      rc = -1;
-      break;
-    }
-    *eq = 0;
-    if (stk_job_spec_set(spec, line, eq + 3, NULL, 0)) {
-      rc = -1;
-      break;
-    }
-  }
-  free(copy);
-  return rc;
-}
-
 /* Receive one whole batch (header + chunks) from s into a new buffer and
  * check it: address, layout, sample ids, crc32c, and every byte against
  * stk_build_reference. 0 when it all holds. */

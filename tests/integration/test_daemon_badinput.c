@@ -106,7 +106,8 @@ int main(int argc, char **argv) {
     proc_dump_log(&coord);
     return 1;
   }
-  CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
+  stk_job_spec_defaults(&spec);
+  CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
   job_hash = jr->job->hash;
   CHECK(stk_job_spec_hash(&spec) == job_hash);
   CHECK_EQ_U64(jr->n_workers, 1);

@@ -119,7 +119,8 @@ static void coordinator_restart(void) {
   CHECK(du_join(c, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) == 0);
   if (jr && jr->job && jr->n_workers == 1) {
     stk_job_spec spec;
-    CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
+    stk_job_spec_defaults(&spec);
+    CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
     stk_rpc_channel *w =
         stk_rpc_channel_open(jr->workers[0]->address, 0, NULL, &w) ? NULL : w;
     stk_rpc_stream *s = NULL;

@@ -32,7 +32,8 @@ int main(int argc, char **argv) {
   CHECK(du_join(c, 0, 2, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) == 0);
   if (!jr) return 1;
   stk_job_spec spec;
-  CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
+  stk_job_spec_defaults(&spec);
+  CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
   uint64_t hash = jr->job->hash;
   protobuf_c_message_free_unpacked(&jr->base, NULL);
 

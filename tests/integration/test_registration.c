@@ -49,7 +49,8 @@ static uint64_t hello_ack(stk_rpc_stream *s, const char *id) {
     h = c->ack->job->hash;
     CHECK(c->ack->heartbeat_interval_ms > 0);
     stk_job_spec spec;
-    CHECK(du_job_parse(c->ack->job->canonical, &spec) == 0);
+    stk_job_spec_defaults(&spec);
+    CHECK(stk_job_spec_parse(&spec, c->ack->job->canonical, NULL, 0) == STK_OK);
     CHECK(stk_job_spec_hash(&spec) == h);
   }
   if (c) protobuf_c_message_free_unpacked(&c->base, NULL);
@@ -140,7 +141,8 @@ int main(int argc, char **argv) {
   CHECK(du_join(c, 1, 2, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) == 0);
   if (jr) {
     stk_job_spec spec;
-    CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
+    stk_job_spec_defaults(&spec);
+    CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
     CHECK_EQ_U64(spec.num_samples, 64);
     CHECK(stk_job_spec_hash(&spec) == jr->job->hash);
     CHECK_EQ_U64(jr->n_workers, 2);

@@ -131,7 +131,8 @@ static void worker_drain(void) {
   CHECK(du_join(c, 1, 2, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) == 0);
   if (!jr) return;
   stk_job_spec spec;
-  CHECK(du_job_parse(jr->job->canonical, &spec) == 0);
+  stk_job_spec_defaults(&spec);
+  CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
   uint64_t hash = jr->job->hash;
   protobuf_c_message_free_unpacked(&jr->base, NULL);
   stk_rpc_stream *s = NULL;

@@ -1,4 +1,4 @@
-/* test_determinism.c - the determinism contract of augment/'s core:
+/* test_determinism.c - the determinism contract of core/ (and the builder):
  * permutations are bijections, ranks cover disjoint samples, the same
  * address gives the same bytes across builders, threads and processes,
  * the RNG is a pure function of (seed, epoch, index), crc32c is right, and
@@ -153,17 +153,9 @@ static void test_spec_roundtrip(void) {
   char text[8192];
   size_t n = stk_job_spec_format(&a, text, sizeof text);
   CHECK(n < sizeof text);
-  /* Parse the text back line by line. */
+  /* Parse the text back (tests/unit/core/test_job_text.c tests the grammar). */
   stk_job_spec_defaults(&b);
-  char *save = NULL;
-  for (char *line = strtok_r(text, "\n", &save); line;
-       line = strtok_r(NULL, "\n", &save)) {
-    char *eq = strstr(line, " = ");
-    CHECK(eq != NULL);
-    if (!eq) continue;
-    *eq = 0;
-    CHECK(stk_job_spec_set(&b, line, eq + 3, err, sizeof err) == STK_OK);
-  }
+  CHECK(stk_job_spec_parse(&b, text, err, sizeof err) == STK_OK);
   CHECK(stk_job_spec_hash(&a) == stk_job_spec_hash(&b));
   b.seed++;
   CHECK(stk_job_spec_hash(&a) != stk_job_spec_hash(&b));

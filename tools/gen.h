@@ -1,10 +1,11 @@
-/* gen.h - the demo/test dataset generator (gen.c), internal to augment/,
- * its tools and tests: procedural class-dependent images, JPEG encoding
+/* gen.h - the demo/test dataset generator (gen.c) of tools/, for
+ * stoker-dataset, the tests and the benchmarks; never part of a shipped
+ * library: procedural class-dependent images, JPEG encoding
  * (baseline, progressive, grayscale, CMYK), ustar members, and a whole
  * dataset in both layouts.
  */
-#ifndef STOKER_AUGMENT_GEN_H
-#define STOKER_AUGMENT_GEN_H
+#ifndef STOKER_TOOLS_GEN_H
+#define STOKER_TOOLS_GEN_H
 
 #include <stddef.h>
 #include <stdint.h>

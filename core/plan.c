@@ -1,22 +1,14 @@
-/* plan.c - which samples a batch holds and the randomness each sample
- * sees: the keyed epoch permutation (Feistel network with cycle walking),
- * rank/step addressing, and the Philox4x32-10 counter-based generator.
+/* plan.c - which samples a batch holds: the keyed epoch permutation
+ * (Feistel network with cycle walking), the steps of an epoch and
+ * rank/step addressing. The randomness each sample sees is rng.c's.
  *
  * Nothing here allocates or keeps state beyond the plain values it is
- * given, so every function is safe to call from any thread.
+ * given, so every function is safe to call from any thread. Reads the job
+ * spec's fields only: calls nothing in job.c.
  */
 #include <string.h>
 
-#include "internal.h"
-
-uint64_t stk__mix64(uint64_t x) { /* murmur3 fmix64 */
-  x ^= x >> 33;
-  x *= 0xff51afd7ed558ccdull;
-  x ^= x >> 33;
-  x *= 0xc4ceb9fe1a85ec53ull;
-  x ^= x >> 33;
-  return x;
-}
+#include "core_internal.h"
 
 #define FEISTEL_ROUNDS 6
 
@@ -57,6 +49,12 @@ uint64_t stk_perm_apply(const stk_perm *p, uint64_t i) {
   return y;
 }
 
+uint64_t stk_steps_per_epoch(const stk_job_spec *s, uint64_t n) {
+  uint64_t per = (uint64_t)s->world_size * s->batch_size;
+  if (per == 0) return 0;
+  return s->drop_last ? n / per : (n + per - 1) / per;
+}
+
 int stk_batch_samples(const stk_job_spec *s, uint64_t n, uint64_t epoch, uint32_t rank,
                       uint64_t step, uint64_t *indices, uint8_t *mask) {
   if (n == 0 || epoch >= s->epochs || rank >= s->world_size ||
@@ -73,46 +71,4 @@ int stk_batch_samples(const stk_job_spec *s, uint64_t n, uint64_t epoch, uint32_
     if (mask) mask[j] = (uint8_t)valid;
   }
   return STK_OK;
-}
-
-/* ---- Philox4x32-10 (Salmon et al., SC'11) ------------------------------ */
-
-static void philox_block(const uint32_t key_in[2], const uint32_t ctr_in[4],
-                         uint32_t out[4]) {
-  uint32_t k0 = key_in[0], k1 = key_in[1];
-  uint32_t c0 = ctr_in[0], c1 = ctr_in[1], c2 = ctr_in[2], c3 = ctr_in[3];
-  for (int r = 0; r < 10; r++) {
-    uint64_t p0 = (uint64_t)0xD2511F53u * c0;
-    uint64_t p1 = (uint64_t)0xCD9E8D57u * c2;
-    uint32_t n0 = (uint32_t)(p1 >> 32) ^ c1 ^ k0;
-    uint32_t n2 = (uint32_t)(p0 >> 32) ^ c3 ^ k1;
-    c0 = n0, c1 = (uint32_t)p1, c2 = n2, c3 = (uint32_t)p0;
-    k0 += 0x9E3779B9u;
-    k1 += 0xBB67AE85u;
-  }
-  out[0] = c0, out[1] = c1, out[2] = c2, out[3] = c3;
-}
-
-void stk_rng_init(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t index) {
-  r->key[0] = (uint32_t)seed;
-  r->key[1] = (uint32_t)(seed >> 32);
-  r->ctr[0] = 0; /* block counter within the sample */
-  r->ctr[1] = (uint32_t)index;
-  r->ctr[2] = (uint32_t)(index >> 32);
-  r->ctr[3] = (uint32_t)epoch;
-  r->used = 4;
-}
-
-uint32_t stk_rng_u32(stk_rng *r) {
-  if (r->used == 4) {
-    philox_block(r->key, r->ctr, r->out);
-    r->ctr[0]++;
-    r->used = 0;
-  }
-  return r->out[r->used++];
-}
-
-double stk_rng_uniform(stk_rng *r) {
-  uint64_t hi = stk_rng_u32(r) >> 5, lo = stk_rng_u32(r) >> 6; /* 27 + 26 */
-  return (double)(hi * 67108864.0 + lo) / 9007199254740992.0;
 }

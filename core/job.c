@@ -1,5 +1,7 @@
-/* job.c - the job spec: defaults, the one option table that parses job
- * files and prints the canonical form, validation, hashing, batch layout.
+/* job.c - the job spec: defaults, the one option table that sets keys,
+ * the job text grammar (stk_job_spec_parse, used for files, --set and the
+ * canonical text every process receives), the canonical form and its
+ * hash, validation.
  *
  * The option table is the single source of truth for job keys: parsing,
  * the canonical text (and so the job hash) and docs all come from it.
@@ -13,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "internal.h"
+#include "core_internal.h"
 
 typedef enum { T_STR, T_U32, T_U64, T_F32, T_F32X3, T_BOOL, T_ENUM } opt_type;
 
@@ -129,8 +131,12 @@ static int parse_f32(const char *v, float *out) {
   char *end;
   errno = 0;
   double x = strtod(v, &end);
-  if (errno || end == v || *end || !isfinite(x) || fabs(x) > 1e30) return -1;
-  *out = (float)x;
+  if (errno || end == v || *end || !isfinite(x) || fabs(x) > 2e30) return -1;
+  /* The bound applies to the float, so that the canonical text of any
+   * float in range (e.g. 1e30f, printed 1.00000002e+30) parses back. */
+  float f = (float)x;
+  if (fabsf(f) > 1e30f) return -1;
+  *out = f;
   return 0;
 }
 
@@ -200,11 +206,94 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
   return STK_INTERNAL;
 }
 
+/* ---- The job text: one grammar for files, --set and canonical text ----- */
+
+#define JOB_LINE_MAX 1024      /* bytes per line, with its NUL */
+#define JOB_FILE_MAX (1 << 20) /* a job file is a few hundred bytes */
+
 static char *trim(char *p) {
   while (isspace((unsigned char)*p)) p++;
   char *e = p + strlen(p);
   while (e > p && isspace((unsigned char)e[-1])) *--e = 0;
   return p;
+}
+
+/* Walk the lines of text. Each call copies the next line (without its
+ * '\n') into line, drops a '#' comment, and splits "key = value" in place:
+ * returns 1 with *key and *value trimmed, 0 for a blank or comment-only
+ * line, -1 with a message in msg for a line too long or without '='; 2 at
+ * the end of the text. */
+typedef struct {
+  const char *p;
+  int lineno;
+  char line[JOB_LINE_MAX];
+} job_lines;
+
+static int next_line(job_lines *it, char **key, char **value, char *msg, size_t msglen) {
+  if (!*it->p) return 2;
+  const char *nl = strchr(it->p, '\n');
+  size_t n = nl ? (size_t)(nl - it->p) : strlen(it->p);
+  const char *start = it->p;
+  it->p += n + (nl != NULL);
+  it->lineno++;
+  if (n >= sizeof(it->line)) {
+    snprintf(msg, msglen, "line too long (more than %d bytes)", JOB_LINE_MAX - 1);
+    return -1;
+  }
+  memcpy(it->line, start, n);
+  it->line[n] = 0;
+  char *hash = strchr(it->line, '#');
+  if (hash) *hash = 0;
+  char *k = trim(it->line);
+  if (!*k) return 0;
+  char *eq = strchr(k, '=');
+  if (!eq) {
+    snprintf(msg, msglen, "expected 'key = value', got '%.64s'", k);
+    return -1;
+  }
+  *eq = 0;
+  *key = trim(k);
+  *value = trim(eq + 1);
+  return 1;
+}
+
+/* Parse text onto s; a failing line is named "<where>:<n>" (a file) or
+ * "job line <n>" (where NULL). */
+static int parse_text(stk_job_spec *s, const char *text, const char *where, char *err,
+                      size_t errlen) {
+  job_lines it = {text, 0, ""};
+  char msg[320], *key, *value;
+  int r;
+  while ((r = next_line(&it, &key, &value, msg, sizeof(msg))) != 2) {
+    if (r == 1 && stk_job_spec_set(s, key, value, msg, sizeof(msg)) != STK_OK) r = -1;
+    if (r >= 0) continue;
+    if (err && errlen && where) snprintf(err, errlen, "%s:%d: %s", where, it.lineno, msg);
+    else if (err && errlen) snprintf(err, errlen, "job line %d: %s", it.lineno, msg);
+    return STK_INVALID_ARGUMENT;
+  }
+  return STK_OK;
+}
+
+int stk_job_spec_parse(stk_job_spec *s, const char *text, char *err, size_t errlen) {
+  if (!s || !text) {
+    if (err && errlen) snprintf(err, errlen, "no job spec or no text to parse");
+    return STK_INVALID_ARGUMENT;
+  }
+  return parse_text(s, text, NULL, err, errlen);
+}
+
+int stk_job_text_get(const char *text, const char *key, char *value, size_t len) {
+  if (value && len) value[0] = 0;
+  if (!text || !key) return STK_INVALID_ARGUMENT;
+  job_lines it = {text, 0, ""};
+  char msg[96], *k, *v;
+  int r, rc = STK_NOT_FOUND;
+  while ((r = next_line(&it, &k, &v, msg, sizeof(msg))) != 2) {
+    if (r != 1 || strcmp(k, key) != 0) continue; /* the last line naming key wins */
+    rc = value && len && strlen(v) >= len ? STK_LIMIT : STK_OK;
+    if (value && len) snprintf(value, len, "%s", v);
+  }
+  return rc;
 }
 
 int stk_job_spec_load(stk_job_spec *s, const char *path, char *err, size_t errlen) {
@@ -214,32 +303,22 @@ int stk_job_spec_load(stk_job_spec *s, const char *path, char *err, size_t errle
       snprintf(err, errlen, "cannot read job file %s: %s", path, strerror(errno));
     return STK_IO;
   }
-  char line[1024], msg[256];
-  int lineno = 0, rc = STK_OK;
-  while (rc == STK_OK && fgets(line, sizeof(line), f)) {
-    lineno++;
-    if (!strchr(line, '\n') && !feof(f)) {
-      if (err && errlen) snprintf(err, errlen, "%s:%d: line too long", path, lineno);
-      rc = STK_INVALID_ARGUMENT;
-      break;
-    }
-    char *hash = strchr(line, '#');
-    if (hash) *hash = 0;
-    char *p = trim(line);
-    if (!*p) continue;
-    char *eq = strchr(p, '=');
-    if (!eq) {
-      if (err && errlen)
-        snprintf(err, errlen, "%s:%d: expected 'key = value'", path, lineno);
-      rc = STK_INVALID_ARGUMENT;
-      break;
-    }
-    *eq = 0;
-    rc = stk_job_spec_set(s, trim(p), trim(eq + 1), msg, sizeof(msg));
-    if (rc != STK_OK && err && errlen)
-      snprintf(err, errlen, "%s:%d: %s", path, lineno, msg);
-  }
+  char *text = malloc(JOB_FILE_MAX + 1);
+  size_t n = text ? fread(text, 1, JOB_FILE_MAX + 1, f) : 0;
+  const char *why = NULL;
+  int rc = STK_INVALID_ARGUMENT;
+  if (!text) why = "out of memory", rc = STK_NO_MEMORY;
+  else if (ferror(f)) why = "read error", rc = STK_IO;
+  else if (n > JOB_FILE_MAX) why = "larger than 1 MiB";
+  else if (memchr(text, 0, n)) why = "holds a NUL byte (not a text file)";
   fclose(f);
+  if (why) {
+    if (err && errlen) snprintf(err, errlen, "job file %s: %s", path, why);
+  } else {
+    text[n] = 0;
+    rc = parse_text(s, text, path, err, errlen);
+  }
+  free(text);
   return rc;
 }
 
@@ -309,22 +388,6 @@ uint64_t stk_job_spec_hash(const stk_job_spec *s) {
   return stk__mix64(h);
 }
 
-static size_t dtype_size(int dtype) {
-  switch (dtype) {
-    case STK_DTYPE_UINT8:
-      return 1;
-    case STK_DTYPE_BFLOAT16:
-      return 2;
-    case STK_DTYPE_FLOAT32:
-      return 4;
-    case STK_DTYPE_INT64:
-      return 8;
-  }
-  return 0;
-}
-
-size_t stk__dtype_size(int dtype) { return dtype_size(dtype); }
-
 #define VFAIL(...)                                         \
   do {                                                     \
     if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
@@ -342,10 +405,19 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     VFAIL("unknown source %d", (int)s->source);
   if (s->pipeline < STK_PIPELINE_RAW || s->pipeline > STK_PIPELINE_EVAL)
     VFAIL("unknown pipeline %d", (int)s->pipeline);
-  if (!dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
+  if (!stk__dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
     VFAIL("image dtype must be uint8, float32 or bfloat16");
   if (s->layout != STK_LAYOUT_NHWC && s->layout != STK_LAYOUT_NCHW)
     VFAIL("layout must be nhwc or nchw");
+  /* The canonical text must parse back to this spec: no line breaks, no
+   * comment sign, nothing the parser would trim. */
+  size_t dl = strlen(s->dataset);
+  for (const char *p = s->dataset; *p; p++)
+    if (iscntrl((unsigned char)*p) || *p == '#')
+      VFAIL("dataset may not hold '#' or control characters");
+  if (dl && (isspace((unsigned char)s->dataset[0]) ||
+             isspace((unsigned char)s->dataset[dl - 1])))
+    VFAIL("dataset may not begin or end with a space");
   if (s->source == STK_SOURCE_SYNTHETIC) {
     if (s->pipeline != STK_PIPELINE_RAW)
       VFAIL("the synthetic source supports pipeline = raw only");
@@ -368,8 +440,8 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (s->batch_size < 1 || s->batch_size > 65536) VFAIL("batch_size must be in 1..65536");
   if (s->world_size < 1 || s->world_size > 65536) VFAIL("world_size must be in 1..65536");
   if (s->epochs < 1 || s->epochs > 1000000) VFAIL("epochs must be in 1..1000000");
-  uint64_t img =
-      (uint64_t)s->height * s->width * s->channels * dtype_size(s->dtype) * s->batch_size;
+  uint64_t img = (uint64_t)s->height * s->width * s->channels *
+                 stk__dtype_size(s->dtype) * s->batch_size;
   if (img > (2ull << 30)) VFAIL("a batch may hold at most 2 GiB of image data");
   if (s->pipeline == STK_PIPELINE_EVAL && (s->resize < 1 || s->resize > 16384))
     VFAIL("resize must be in 1..16384");
@@ -385,50 +457,4 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     if (!(s->std[c] > 1e-6f && s->std[c] < 1e6f) || !isfinite(s->mean[c]))
       VFAIL("std must be positive and mean finite");
   return STK_OK;
-}
-
-uint64_t stk_steps_per_epoch(const stk_job_spec *s, uint64_t n) {
-  uint64_t per = (uint64_t)s->world_size * s->batch_size;
-  if (per == 0) return 0;
-  return s->drop_last ? n / per : (n + per - 1) / per;
-}
-
-int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
-  if (stk_job_spec_validate(s, NULL, 0) != STK_OK) return STK_INVALID_ARGUMENT;
-  memset(L, 0, sizeof(*L));
-  uint64_t B = s->batch_size, off = 0;
-  static const char *names[] = {"image", "label", "mask", "index"};
-  for (int t = 0; t < STK_MAX_TENSORS; t++) {
-    stk_tensor_desc *d = &L->tensors[t];
-    snprintf(d->name, sizeof(d->name), "%s", names[t]);
-    d->shape[0] = B;
-    if (t == STK_TENSOR_IMAGE) {
-      d->dtype = s->dtype;
-      d->ndim = 4;
-      if (s->layout == STK_LAYOUT_NHWC)
-        d->shape[1] = s->height, d->shape[2] = s->width, d->shape[3] = s->channels;
-      else d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
-      d->nbytes = B * s->height * s->width * s->channels * dtype_size(s->dtype);
-    } else {
-      d->dtype = t == STK_TENSOR_MASK ? STK_DTYPE_UINT8 : STK_DTYPE_INT64;
-      d->ndim = 1;
-      d->nbytes = B * dtype_size(d->dtype);
-    }
-    d->offset = off;
-    off += (d->nbytes + 63) & ~(uint64_t)63;
-  }
-  L->ntensors = STK_MAX_TENSORS;
-  L->total_bytes = off;
-  return STK_OK;
-}
-
-const char *stk_strerror(int status) {
-  switch (status) {
-#define STK__STATUS_STR(name, num, msg) \
-  case num:                             \
-    return msg;
-    STK_STATUS_MAP(STK__STATUS_STR)
-#undef STK__STATUS_STR
-  }
-  return "unknown status";
 }

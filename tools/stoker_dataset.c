@@ -8,7 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../gen.h"
+#include "gen.h"
 #include "stoker/augment.h"
 
 static const char *gen_help =

@@ -1,0 +1,40 @@
+/* core_internal.h - the few helpers core/ shares with the libraries built
+ * on it (augment/, tools/): not public API, never installed. Static inline
+ * so that core's files need not call each other for them (job.c, plan.c,
+ * rng.c and layout.c stay independent; layout.c alone calls into job.c,
+ * for validation).
+ */
+#ifndef STOKER_CORE_INTERNAL_H
+#define STOKER_CORE_INTERNAL_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "stoker/core.h"
+
+/* murmur3's 64-bit finalizer: a fast, well-mixed hash of one word. */
+static inline uint64_t stk__mix64(uint64_t x) {
+  x ^= x >> 33;
+  x *= 0xff51afd7ed558ccdull;
+  x ^= x >> 33;
+  x *= 0xc4ceb9fe1a85ec53ull;
+  x ^= x >> 33;
+  return x;
+}
+
+/* Bytes per element of an stk_dtype; 0 for an unknown one. */
+static inline size_t stk__dtype_size(int dtype) {
+  switch (dtype) {
+    case STK_DTYPE_UINT8:
+      return 1;
+    case STK_DTYPE_BFLOAT16:
+      return 2;
+    case STK_DTYPE_FLOAT32:
+      return 4;
+    case STK_DTYPE_INT64:
+      return 8;
+  }
+  return 0;
+}
+
+#endif
