@@ -40,7 +40,9 @@ static void usage(FILE *f) {
       "  --device cpu|cuda        slot memory (default cpu)\n"
       "  --verify                 compare each batch with stk_build_reference\n"
       "  --data-root DIR          dataset root for --verify of file datasets\n"
-      "  --token T                bearer token\n"
+      "  --token T                bearer token (visible in ps: prefer --token-file)\n"
+      "  --token-file FILE        read the bearer token from FILE (first line;\n"
+      "                           e.g. a mounted Kubernetes Secret)\n"
       "  --join-timeout-ms MS     (default 60000)\n"
       "  --shutdown               finish with shutdown_job (rank 0)\n"
       "  --progress               a progress line every second\n"
@@ -65,29 +67,39 @@ static int parse_u32(const char *s, const char *name, uint32_t lo, uint32_t hi,
   return 0;
 }
 
+/* The first line of path (without its newline) into buf; 0, or -1 after
+ * printing why. */
+static int read_token(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "stoker-train-loop: --token-file %s: cannot open\n", path);
+    return -1;
+  }
+  int ok = fgets(buf, (int)len, f) != NULL;
+  fclose(f);
+  buf[ok ? strcspn(buf, "\r\n") : 0] = 0;
+  if (!buf[0]) {
+    fprintf(stderr, "stoker-train-loop: --token-file %s: no token in its first line\n",
+            path);
+    return -1;
+  }
+  return 0;
+}
+
 int main(int argc, char **argv) {
   stk_client_config cfg;
   stk_client_config_defaults(&cfg);
   long epochs = -1, step_ms = 0;
   int verify = 0, progress = 0, shutdown = 0;
   const char *data_root = NULL, *device = "cpu";
-  static const struct option opts[] = {{"coordinator", 1, 0, 'c'},
-                                       {"rank", 1, 0, 'r'},
-                                       {"world-size", 1, 0, 'w'},
-                                       {"epochs", 1, 0, 'e'},
-                                       {"step-ms", 1, 0, 's'},
-                                       {"prefetch", 1, 0, 'p'},
-                                       {"slots", 1, 0, 'S'},
-                                       {"device", 1, 0, 'd'},
-                                       {"verify", 0, 0, 'v'},
-                                       {"data-root", 1, 0, 'D'},
-                                       {"token", 1, 0, 't'},
-                                       {"join-timeout-ms", 1, 0, 'j'},
-                                       {"shutdown", 0, 0, 'x'},
-                                       {"progress", 0, 0, 'P'},
-                                       {"cuda-device", 1, 0, 'C'},
-                                       {"help", 0, 0, 'h'},
-                                       {0, 0, 0, 0}};
+  static char token_buf[1024];
+  static const struct option opts[] = {
+      {"coordinator", 1, 0, 'c'},     {"rank", 1, 0, 'r'},     {"world-size", 1, 0, 'w'},
+      {"epochs", 1, 0, 'e'},          {"step-ms", 1, 0, 's'},  {"prefetch", 1, 0, 'p'},
+      {"slots", 1, 0, 'S'},           {"device", 1, 0, 'd'},   {"verify", 0, 0, 'v'},
+      {"data-root", 1, 0, 'D'},       {"token", 1, 0, 't'},    {"token-file", 1, 0, 'T'},
+      {"join-timeout-ms", 1, 0, 'j'}, {"shutdown", 0, 0, 'x'}, {"progress", 0, 0, 'P'},
+      {"cuda-device", 1, 0, 'C'},     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
@@ -129,6 +141,10 @@ int main(int argc, char **argv) {
         break;
       case 't':
         cfg.token = optarg;
+        break;
+      case 'T':
+        if (read_token(optarg, token_buf, sizeof(token_buf))) return 2;
+        cfg.token = token_buf;
         break;
       case 'j':
         cfg.join_timeout_ms = (uint32_t)strtoul(optarg, NULL, 10);

@@ -117,8 +117,8 @@ int main(void) {
   setenv("LOCAL_RANK", "-1", 1);
   CHECK(bad(STK_DEVICE_CUDA, "LOCAL_RANK"));
   unsetenv("LOCAL_RANK");
-  const char *bad_numbers[] = {"abc", "-1", "", " 1", "1 ", "+2", "0x1", "99999999999",
-                               "4294967295"};
+  const char *bad_numbers[] = {"abc", "-1",          "",          " 1", "1 ", "+2",
+                               "0x1", "99999999999", "4294967295"};
   for (size_t i = 0; i < sizeof(bad_numbers) / sizeof(bad_numbers[0]); i++) {
     setenv("RANK", bad_numbers[i], 1);
     CHECK(bad(STK_DEVICE_CPU, "RANK"));
