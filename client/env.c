@@ -46,12 +46,11 @@ static int env_number(const char *var, uint64_t max, uint32_t *out, char *err,
   uint64_t v = 0;
   for (const char *p = s; *p; p++) {
     if (*p < '0' || *p > '9' || p - s >= 10)
-      return env_fail(err, errlen, "%s='%.40s' is not a non-negative decimal number",
-                      var, s);
+      return env_fail(err, errlen, "%s='%.40s' is not a non-negative decimal number", var,
+                      s);
     v = v * 10 + (uint64_t)(*p - '0');
   }
-  if (v > max)
-    return env_fail(err, errlen, "%s='%.40s' is out of range", var, s);
+  if (v > max) return env_fail(err, errlen, "%s='%.40s' is out of range", var, s);
   *out = (uint32_t)v;
   return STK_OK;
 }
@@ -84,8 +83,9 @@ int stk_client_config_from_env(stk_client_config *cfg, char *err, size_t errlen)
   if (f) {
     if (want_size) {
       if (!getenv(f->size))
-        return env_fail(err, errlen, "%s is not set but %s is: set both, or give world_size",
-                        f->size, f->rank);
+        return env_fail(err, errlen,
+                        "%s is not set but %s is: set both, or give world_size", f->size,
+                        f->rank);
       int st = env_number(f->size, UINT32_MAX, &size, err, errlen);
       if (st) return st;
       if (size == 0)
