@@ -1,10 +1,15 @@
-"""test_env.py - stoker.Loader's defaults from the environment, without
-daemons and without torch (local mode): coordinator, rank and world size
-from STOKER_COORDINATOR, RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_* in
-that order; arguments win; each bad value is a clear error naming the
-variable; bad arguments are ValueError. The library's own rules are tested
-in C (tests/unit/client/test_client_env.c); this checks the binding passes
-"not given" through and reports the values used."""
+"""test_env.py - defaults from the environment, without torch.
+
+stoker.Loader in local mode: coordinator, rank and world size from
+STOKER_COORDINATOR, RANK/WORLD_SIZE, OMPI_COMM_WORLD_*, SLURM_* in that
+order; arguments win; each bad value is a clear error naming the variable;
+bad arguments are ValueError. The library's own rules are tested in C
+(tests/unit/client/test_client_env.c); this checks the binding passes "not
+given" through and reports the values used. Then, as a launcher would run
+it: a coordinator and a worker on loopback and two stoker-train-loop ranks
+given nothing but environment variables (RANK/WORLD_SIZE for one,
+SLURM_PROCID/SLURM_NTASKS for the other), which must verify every batch
+and exit 0, the daemons after them."""
 import os
 import struct
 import sys
@@ -27,6 +32,7 @@ def check(cond, what):
     if not cond:
         fails.append(what)
         print("FAIL:", what)
+    return bool(cond)
 
 
 def env(**kv):
@@ -119,5 +125,88 @@ for kw in (dict(rank=-1), dict(rank="1"), dict(world_size=0), dict(rank=True),
         check(list(kw)[0] in str(e), "ValueError names %s: %s" % (list(kw)[0], e))
 check(_lib.RANK_FROM_ENV == 0xFFFFFFFF and _lib.CUDA_DEVICE_FROM_ENV == -1, "constants")
 env()
+
+
+def launched_job():
+    """What a launcher does: a coordinator and a worker on loopback, then two
+    stoker-train-loop ranks with no options but --verify, one given
+    RANK/WORLD_SIZE, the other SLURM_PROCID/SLURM_NTASKS. Both must verify
+    every batch and exit 0, then the daemons exit 0."""
+    coord_bin, worker_bin = os.environ.get("STOKER_COORDINATOR_BIN"), \
+        os.environ.get("STOKER_WORKER_BIN")
+    loop_bin = os.environ.get("STOKER_TRAIN_LOOP_BIN")
+    if not (coord_bin and worker_bin and loop_bin):
+        print("SKIP (this part only): daemons or stoker-train-loop not built")
+        return
+    import subprocess
+    import tempfile
+    import time
+    tmp = tempfile.mkdtemp(prefix="stoker-envtest-")
+    procs = []
+    log = open(os.path.join(tmp, "log"), "w")
+
+    def port(path, proc):
+        deadline = time.time() + 20
+        while time.time() < deadline:
+            if os.path.exists(path) and open(path).read().strip():
+                return int(open(path).read())
+            if proc.poll() is not None:
+                raise RuntimeError("%s exited with %s" % (proc.args[0], proc.returncode))
+            time.sleep(0.02)
+        raise RuntimeError("no port file " + path)
+
+    try:
+        pf, wpf = os.path.join(tmp, "c.port"), os.path.join(tmp, "w.port")
+        c = subprocess.Popen([coord_bin, "--listen", "127.0.0.1:0", "--port-file", pf,
+                              "--idle-timeout-s", "60"] +
+                             ["--set=%s" % kv for kv in
+                              ("source=synthetic", "num_samples=256", "height=16",
+                               "width=16", "batch_size=4", "world_size=2", "epochs=1")],
+                             stdout=log, stderr=subprocess.STDOUT)
+        procs.append(c)
+        addr = "127.0.0.1:%d" % port(pf, c)
+        w = subprocess.Popen([worker_bin, "--coordinator", addr, "--listen", "127.0.0.1:0",
+                              "--port-file", wpf, "--threads", "1"],
+                             stdout=log, stderr=subprocess.STDOUT)
+        procs.append(w)
+        port(wpf, w)
+        base = {k: v for k, v in os.environ.items() if k not in VARS}
+        ranks = []
+        for extra in ({"RANK": "0", "WORLD_SIZE": "2"},
+                      {"SLURM_PROCID": "1", "SLURM_NTASKS": "2"}):
+            e = dict(base, STOKER_COORDINATOR=addr, **extra)
+            ranks.append(subprocess.Popen([loop_bin, "--verify", "--join-timeout-ms",
+                                           "15000"], env=e, stdout=subprocess.PIPE,
+                                          stderr=subprocess.STDOUT, text=True))
+            procs.append(ranks[-1])
+        ok = True
+        for r, p in enumerate(ranks):
+            try:
+                out = p.communicate(timeout=60)[0]
+            except subprocess.TimeoutExpired:
+                p.kill()
+                out = p.communicate()[0]
+            ok &= check(p.returncode == 0, "rank %d (from the environment) exits 0: %s"
+                        % (r, out))
+            check(("rank %d/2:" % r) in out, "stoker-train-loop took rank %d/2 from the "
+                  "environment: %s" % (r, out.splitlines()[:1]))
+            check("verify_failures 0" in out, "rank %d verified every batch" % r)
+        if ok:  # every rank finished: the coordinator ends the job
+            codes = []
+            for p in (w, c):
+                try:
+                    codes.append(p.wait(20))
+                except subprocess.TimeoutExpired:
+                    codes.append("still running after 20 s")
+            check(codes == [0, 0], "worker and coordinator exit 0 (got %s)" % codes)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+        log.close()
+
+
+launched_job()
 print("FAILED: %d" % len(fails) if fails else "test_env: all checks passed")
 sys.exit(1 if fails else 0)
