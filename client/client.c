@@ -43,6 +43,9 @@ static int fail(char *err, size_t errlen, int st, const char *msg) {
 void stk_client_config_defaults(stk_client_config *cfg) {
   if (!cfg) return;
   memset(cfg, 0, sizeof(*cfg));
+  cfg->rank = STK_RANK_FROM_ENV;
+  cfg->world_size = STK_WORLD_SIZE_FROM_ENV;
+  cfg->cuda_device = STK_CUDA_DEVICE_FROM_ENV;
   cfg->prefetch = 8;
   cfg->slots = 2;
   cfg->device = STK_DEVICE_CPU;
@@ -108,7 +111,7 @@ static int check_config(const stk_client_config *cfg, int local, char *err,
   if (!cfg) return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg is NULL");
   if (!local && (!cfg->coordinator || !*cfg->coordinator))
     return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "cfg.coordinator is empty (want host:port)");
+                "no coordinator: set cfg.coordinator (host:port) or STOKER_COORDINATOR");
   if (cfg->world_size == 0)
     return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.world_size is 0");
   if (cfg->rank >= cfg->world_size)
@@ -159,6 +162,13 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   if (!out) return fail(err, errlen, STK_INVALID_ARGUMENT, "out is NULL");
   *out = NULL;
   int local = job_text != NULL;
+  stk_client_config resolved; /* "not given" fields from the environment */
+  if (cfg) {
+    resolved = *cfg;
+    int est = stk_client_config_from_env(&resolved, err, errlen);
+    if (est) return est;
+    cfg = &resolved;
+  }
   int st = check_config(cfg, local, err, errlen);
   if (st) return st;
   if (!local) stk_rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */

@@ -71,10 +71,13 @@ def batches(L):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    p.add_argument("--coordinator")
+    p.add_argument("--coordinator", help="HOST:PORT (default $STOKER_COORDINATOR)")
     p.add_argument("--local", action="store_true", help="in-process batches, no daemons")
-    p.add_argument("--rank", type=int, default=0)
-    p.add_argument("--world-size", type=int, default=1)
+    p.add_argument("--rank", type=int, default=None,
+                   help="default $RANK (else OMPI_COMM_WORLD_RANK, SLURM_PROCID), else 0")
+    p.add_argument("--world-size", type=int, default=None,
+                   help="default $WORLD_SIZE (else OMPI_COMM_WORLD_SIZE, "
+                        "SLURM_NTASKS), else 1")
     p.add_argument("--steps", type=int, default=300)
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--prefetch", type=int, default=8)
@@ -82,8 +85,8 @@ def main():
     p.add_argument("--checkpoint", help="write the checkpoint here too")
     p.add_argument("--no-finish", action="store_true", help="do not call finish at the end")
     a = p.parse_args()
-    if not a.local and not a.coordinator:
-        p.error("give --coordinator HOST:PORT or --local")
+    if not a.local and not a.coordinator and not os.environ.get("STOKER_COORDINATOR"):
+        p.error("give --coordinator HOST:PORT (or set STOKER_COORDINATOR) or --local")
     torch.manual_seed(0)
     L = make_loader(a)
     classes = int(L.job["num_classes"])

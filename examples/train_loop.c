@@ -1,10 +1,11 @@
 /* train_loop.c - stoker-train-loop: a C training loop over libstoker.
  *
- * Joins a job as rank r of W, consumes epochs with a simulated step time,
- * counts what the library verified (crc32c per batch) and, with --verify,
- * compares every payload with the reference batch built in-process. Prints
- * a progress line every second (--progress) and a summary; calls finish.
- * Exit 0 only if every batch arrived, in order, and verified.
+ * Joins a job as rank r of W (from the options, else from the environment a
+ * launcher sets: STOKER_COORDINATOR, RANK, WORLD_SIZE, LOCAL_RANK),
+ * consumes epochs with a simulated step time, counts what the library verified (crc32c
+ * per batch) and, with --verify, compares every payload with the reference batch built
+ * in-process. Prints a progress line every second (--progress) and a summary; calls
+ * finish. Exit 0 only if every batch arrived, in order, and verified.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -21,23 +22,68 @@ static double now_s(void) {
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: stoker-train-loop --coordinator HOST:PORT [options]\n"
-          "  --coordinator HOST:PORT  the job's stoker-coordinator\n"
-          "  --rank R                 this rank (default 0)\n"
-          "  --world-size W           ranks in the job (default 1)\n"
-          "  --epochs N               epochs to consume (default: all of the job)\n"
-          "  --step-ms MS             simulated training step time (default 0)\n"
-          "  --prefetch N             outstanding requests (default 8)\n"
-          "  --slots N                device slots (default 2)\n"
-          "  --device cpu|cuda        slot memory (default cpu)\n"
-          "  --verify                 compare each batch with stk_build_reference\n"
-          "  --data-root DIR          dataset root for --verify of file datasets\n"
-          "  --token T                bearer token\n"
-          "  --join-timeout-ms MS     (default 60000)\n"
-          "  --shutdown               finish with shutdown_job (rank 0)\n"
-          "  --progress               a progress line every second\n"
-          "  --help\n");
+  fprintf(
+      f,
+      "usage: stoker-train-loop [--coordinator HOST:PORT] [options]\n"
+      "  --coordinator HOST:PORT  the job's stoker-coordinator\n"
+      "                           (default $STOKER_COORDINATOR)\n"
+      "  --rank R                 this rank (default $RANK, else\n"
+      "                           $OMPI_COMM_WORLD_RANK, else $SLURM_PROCID, else 0)\n"
+      "  --world-size W           ranks in the job (default $WORLD_SIZE, else\n"
+      "                           $OMPI_COMM_WORLD_SIZE, else $SLURM_NTASKS, else 1)\n"
+      "  --cuda-device N          CUDA ordinal for --device cuda (default\n"
+      "                           $LOCAL_RANK, else 0)\n"
+      "  --epochs N               epochs to consume (default: all of the job)\n"
+      "  --step-ms MS             simulated training step time (default 0)\n"
+      "  --prefetch N             outstanding requests (default 8)\n"
+      "  --slots N                device slots (default 2)\n"
+      "  --device cpu|cuda        slot memory (default cpu)\n"
+      "  --verify                 compare each batch with stk_build_reference\n"
+      "  --data-root DIR          dataset root for --verify of file datasets\n"
+      "  --token T                bearer token (visible in ps: prefer --token-file)\n"
+      "  --token-file FILE        read the bearer token from FILE (first line;\n"
+      "                           e.g. a mounted Kubernetes Secret)\n"
+      "  --join-timeout-ms MS     (default 60000)\n"
+      "  --shutdown               finish with shutdown_job (rank 0)\n"
+      "  --progress               a progress line every second\n"
+      "  --help\n"
+      "An option given always wins over the environment; the first launcher's\n"
+      "pair of variables that is set is used for both rank and world size\n"
+      "(stoker-launch and torchrun set RANK/WORLD_SIZE/LOCAL_RANK and\n"
+      "STOKER_COORDINATOR, so under them no option is needed).\n");
+}
+
+/* A decimal option value in [lo, hi]; 0, or -1 after printing why. */
+static int parse_u32(const char *s, const char *name, uint32_t lo, uint32_t hi,
+                     uint32_t *out) {
+  char *end = NULL;
+  unsigned long long v = strtoull(s, &end, 10);
+  if (!*s || *s == '-' || *s == '+' || *end || v < lo || v > hi) {
+    fprintf(stderr, "stoker-train-loop: %s '%s': want a number in %u..%u\n", name, s, lo,
+            hi);
+    return -1;
+  }
+  *out = (uint32_t)v;
+  return 0;
+}
+
+/* The first line of path (without its newline) into buf; 0, or -1 after
+ * printing why. */
+static int read_token(const char *path, char *buf, size_t len) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    fprintf(stderr, "stoker-train-loop: --token-file %s: cannot open\n", path);
+    return -1;
+  }
+  int ok = fgets(buf, (int)len, f) != NULL;
+  fclose(f);
+  buf[ok ? strcspn(buf, "\r\n") : 0] = 0;
+  if (!buf[0]) {
+    fprintf(stderr, "stoker-train-loop: --token-file %s: no token in its first line\n",
+            path);
+    return -1;
+  }
+  return 0;
 }
 
 int main(int argc, char **argv) {
@@ -46,15 +92,14 @@ int main(int argc, char **argv) {
   long epochs = -1, step_ms = 0;
   int verify = 0, progress = 0, shutdown = 0;
   const char *data_root = NULL, *device = "cpu";
+  static char token_buf[1024];
   static const struct option opts[] = {
-      {"coordinator", 1, 0, 'c'}, {"rank", 1, 0, 'r'},
-      {"world-size", 1, 0, 'w'},  {"epochs", 1, 0, 'e'},
-      {"step-ms", 1, 0, 's'},     {"prefetch", 1, 0, 'p'},
-      {"slots", 1, 0, 'S'},       {"device", 1, 0, 'd'},
-      {"verify", 0, 0, 'v'},      {"data-root", 1, 0, 'D'},
-      {"token", 1, 0, 't'},       {"join-timeout-ms", 1, 0, 'j'},
-      {"shutdown", 0, 0, 'x'},    {"progress", 0, 0, 'P'},
-      {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+      {"coordinator", 1, 0, 'c'},     {"rank", 1, 0, 'r'},     {"world-size", 1, 0, 'w'},
+      {"epochs", 1, 0, 'e'},          {"step-ms", 1, 0, 's'},  {"prefetch", 1, 0, 'p'},
+      {"slots", 1, 0, 'S'},           {"device", 1, 0, 'd'},   {"verify", 0, 0, 'v'},
+      {"data-root", 1, 0, 'D'},       {"token", 1, 0, 't'},    {"token-file", 1, 0, 'T'},
+      {"join-timeout-ms", 1, 0, 'j'}, {"shutdown", 0, 0, 'x'}, {"progress", 0, 0, 'P'},
+      {"cuda-device", 1, 0, 'C'},     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
@@ -62,11 +107,17 @@ int main(int argc, char **argv) {
         cfg.coordinator = optarg;
         break;
       case 'r':
-        cfg.rank = (uint32_t)strtoul(optarg, NULL, 10);
+        if (parse_u32(optarg, "--rank", 0, UINT32_MAX - 1, &cfg.rank)) return 2;
         break;
       case 'w':
-        cfg.world_size = (uint32_t)strtoul(optarg, NULL, 10);
+        if (parse_u32(optarg, "--world-size", 1, UINT32_MAX, &cfg.world_size)) return 2;
         break;
+      case 'C': {
+        uint32_t d;
+        if (parse_u32(optarg, "--cuda-device", 0, INT32_MAX, &d)) return 2;
+        cfg.cuda_device = (int32_t)d;
+        break;
+      }
       case 'e':
         epochs = strtol(optarg, NULL, 10);
         break;
@@ -91,6 +142,10 @@ int main(int argc, char **argv) {
       case 't':
         cfg.token = optarg;
         break;
+      case 'T':
+        if (read_token(optarg, token_buf, sizeof(token_buf))) return 2;
+        cfg.token = token_buf;
+        break;
       case 'j':
         cfg.join_timeout_ms = (uint32_t)strtoul(optarg, NULL, 10);
         break;
@@ -108,17 +163,26 @@ int main(int argc, char **argv) {
         return 2;
     }
   }
-  if (!cfg.coordinator) {
-    usage(stderr);
-    return 2;
-  }
-  if (!cfg.world_size) cfg.world_size = 1;
   if (!strcmp(device, "cuda")) cfg.device = STK_DEVICE_CUDA;
   else if (strcmp(device, "cpu") != 0) {
     fprintf(stderr, "--device must be cpu or cuda\n");
     return 2;
   }
   char err[512];
+  /* Options not given come from the environment (the library would do the
+   * same in open; resolving here lets the lines below print the rank). */
+  int est = stk_client_config_from_env(&cfg, err, sizeof(err));
+  if (est) {
+    fprintf(stderr, "stoker-train-loop: %s: %s\n", stk_strerror(est), err);
+    return 2;
+  }
+  if (!cfg.coordinator) {
+    fprintf(stderr,
+            "stoker-train-loop: give --coordinator HOST:PORT or set "
+            "STOKER_COORDINATOR\n");
+    usage(stderr);
+    return 2;
+  }
   stk_client *c = NULL;
   int st = stk_client_open(&cfg, &c, err, sizeof(err));
   if (st) {

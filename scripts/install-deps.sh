@@ -11,6 +11,7 @@ PKGS=(
   liburing-dev                               # io_uring reads
   clang libclang-rt-14-dev clang-format      # libFuzzer targets, sanitizer runtime, layout check
   python3 python3-numpy python3-torch python3-torchvision python3-pil  # binding, parity tests
+  python3-yaml                               # checks of the Kubernetes manifests (tests/deploy)
   iproute2 procps                            # netns tests, process tools
   valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)
 )

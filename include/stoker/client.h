@@ -42,16 +42,28 @@ typedef enum stk_convert {
   STK_CONVERT_BFLOAT16 = 2 /* uint8 image -> bfloat16 NCHW, normalized */
 } stk_convert;
 
+/* "Not given" values of stk_client_config: stk_client_open then takes the
+ * field from the environment (stk_client_config_from_env). */
+#define STK_RANK_FROM_ENV        UINT32_MAX /* cfg.rank */
+#define STK_WORLD_SIZE_FROM_ENV  0u         /* cfg.world_size */
+#define STK_CUDA_DEVICE_FROM_ENV (-1)       /* cfg.cuda_device */
+
 /* Plain value; fill with stk_client_config_defaults() then override. The
- * strings are copied by stk_client_open. */
+ * strings are copied by stk_client_open. The defaults leave coordinator,
+ * rank, world_size and cuda_device "not given", so a process started by a
+ * launcher needs no arguments at all (see stk_client_config_from_env). */
 typedef struct stk_client_config {
-  const char *coordinator;  /* "host:port" of stoker-coordinator */
-  uint32_t rank;            /* this training rank, < world_size */
-  uint32_t world_size;      /* must equal the job's world_size */
+  const char *coordinator;  /* "host:port" of stoker-coordinator; NULL or ""
+                               = $STOKER_COORDINATOR */
+  uint32_t rank;            /* this training rank, < world_size; default
+                               STK_RANK_FROM_ENV */
+  uint32_t world_size;      /* must equal the job's world_size; default 0 =
+                               STK_WORLD_SIZE_FROM_ENV */
   uint32_t prefetch;        /* outstanding batch requests, default 8 */
   uint32_t slots;           /* device ring slots, >= 2, default 2 */
   int32_t device;           /* stk_device, default STK_DEVICE_CPU */
-  int32_t cuda_device;      /* CUDA ordinal, default 0 */
+  int32_t cuda_device;      /* CUDA ordinal; default STK_CUDA_DEVICE_FROM_ENV
+                               ($LOCAL_RANK, else 0) */
   void *cuda_stream;        /* the caller's cudaStream_t (NULL = legacy
                                default stream): batches are ordered
                                before work on it, see stk_client_next */
@@ -66,7 +78,34 @@ typedef struct stk_client_config {
 
 STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
 
-/* Join the job and start streaming. On success *out owns the client (close
+/* Fill the fields of *cfg left "not given" from the environment, in place;
+ * fields the caller set are never touched (explicit arguments win).
+ * stk_client_open and stk_client_open_local call this on their own copy, so
+ * a caller needs it only to learn the effective values (e.g. to print its
+ * rank). Precedence, first match wins:
+ *   coordinator  cfg.coordinator, else $STOKER_COORDINATOR (else left NULL:
+ *                stk_client_open then fails, open_local does not need it)
+ *   rank and     cfg.rank / cfg.world_size, else one launcher's pair:
+ *   world_size     RANK / WORLD_SIZE            (stoker-launch, torchrun)
+ *                  OMPI_COMM_WORLD_RANK / _SIZE (Open MPI mpirun)
+ *                  SLURM_PROCID / SLURM_NTASKS  (srun)
+ *                the first pair with either variable set is used for both
+ *                fields; with none set, rank 0 of world size 1
+ *   cuda_device  cfg.cuda_device, else (CUDA clients only) $LOCAL_RANK,
+ *                else the chosen pair's local rank (OMPI_COMM_WORLD_
+ *                LOCAL_RANK, SLURM_LOCALID), else 0
+ * Errors, STK_INVALID_ARGUMENT with a message naming the variable: a value
+ * that is not a plain non-negative decimal or is out of range, an empty
+ * STOKER_COORDINATOR, WORLD_SIZE 0, half of a pair missing when both
+ * fields are wanted, rank >= world size. On error *cfg may be partly
+ * filled. The strings put into cfg point into the environment: valid until
+ * it changes. Thread-safe as far as getenv is (no concurrent setenv). */
+STK_EXPORT int stk_client_config_from_env(stk_client_config *cfg, char *err,
+                                          size_t errlen);
+
+/* Join the job and start streaming. Fields of cfg left "not given" come
+ * from the environment first (stk_client_config_from_env; *cfg itself is
+ * not changed). On success *out owns the client (close
  * with stk_client_close). Errors: STK_INVALID_ARGUMENT (bad config, rank out
  * of range, world_size differs from the job's), STK_UNAVAILABLE (no
  * coordinator within join_timeout_ms), STK_MISMATCH (resume state from

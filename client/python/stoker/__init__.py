@@ -2,6 +2,7 @@
 
     import stoker
     loader = stoker.Loader("10.0.0.5:7000", rank=0, world_size=2)
+    # or, under stoker-launch / torchrun / mpirun / srun: stoker.Loader()
     for epoch in range(loader.epochs):
         for images, labels in loader:      # one epoch per `for`
             ...                            # images, labels: torch tensors
@@ -17,6 +18,7 @@ current batch (epoch, step, mask, index, the raw pointers).
 The library is found as described in stoker._lib (STOKER_LIB first).
 """
 import ctypes
+import os
 import types
 
 from . import _lib
@@ -80,10 +82,17 @@ def _as_tensor(t):
 class Loader:
     """Iterable over this rank's batches; one `for` loop = one epoch.
 
-    coordinator: "host:port" of stoker-coordinator (or None with job=...:
-        batches are then built in-process, no daemons; for tests/debugging).
-    rank, world_size: this training rank and the job's world size.
+    coordinator: "host:port" of stoker-coordinator; None = $STOKER_COORDINATOR
+        (with job=... none is needed: batches are then built in-process, no
+        daemons; for tests/debugging).
+    rank, world_size: this training rank and the job's world size; None =
+        from the environment: RANK/WORLD_SIZE, else OMPI_COMM_WORLD_RANK/
+        OMPI_COMM_WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS (the first pair
+        with either variable set), else rank 0 of 1. An argument given always
+        wins. After the first use, .rank and .world_size hold the values used.
     device: "cpu" or "cuda" (CUDA runtime loaded at run time).
+    cuda_device: CUDA ordinal; None = $LOCAL_RANK (else the pair's local
+        rank, else 0).
     prefetch: batch requests kept in flight; slots: device ring slots (>= 2).
     convert: None, "float32" or "bfloat16" (uint8 image -> normalized NCHW).
     state: bytes from state_dict()["stoker_state"] to resume from.
@@ -93,16 +102,25 @@ class Loader:
     Not thread-safe: drive one Loader from one thread (stats() excepted).
     """
 
-    def __init__(self, coordinator=None, rank=0, world_size=1, device="cpu",
+    def __init__(self, coordinator=None, rank=None, world_size=None, device="cpu",
                  prefetch=8, slots=3, convert=None, state=None, token=None,
-                 join_timeout_ms=60000, cuda_device=0, cuda_stream=None,
+                 join_timeout_ms=60000, cuda_device=None, cuda_stream=None,
                  job=None, data_root=None, with_meta=False):
         if device not in ("cpu", "cuda"):
             raise ValueError("device must be 'cpu' or 'cuda'")
         if convert not in _lib.CONVERT:
             raise ValueError("convert must be None, 'float32' or 'bfloat16'")
-        if coordinator is None and job is None:
-            raise ValueError("give coordinator='host:port' (or job=... for local mode)")
+        if not coordinator and job is None and not os.environ.get("STOKER_COORDINATOR"):
+            raise ValueError("give coordinator='host:port' or set STOKER_COORDINATOR "
+                             "(or job=... for local mode)")
+        for name, v, lo, hi in (("rank", rank, 0, 0xFFFFFFFE),
+                                ("world_size", world_size, 1, 0xFFFFFFFF),
+                                ("cuda_device", cuda_device, 0, 0x7FFFFFFF)):
+            if v is not None and (isinstance(v, bool) or not isinstance(v, int)
+                                  or not lo <= v <= hi):
+                raise ValueError("%s must be None (from the environment) or an int in "
+                                 "%d..%d, not %r" % (name, lo, hi, v))
+        self.rank, self.world_size = rank, world_size
         self._args = dict(coordinator=coordinator, rank=rank, world_size=world_size,
                           device=device, prefetch=prefetch, slots=slots,
                           convert=convert, token=token,
@@ -127,10 +145,14 @@ class Loader:
         if a["coordinator"]:
             keep.append(a["coordinator"].encode())
             cfg.coordinator = keep[-1]
-        cfg.rank, cfg.world_size = a["rank"], a["world_size"]
+        if a["rank"] is not None:
+            cfg.rank = a["rank"]
+        if a["world_size"] is not None:
+            cfg.world_size = a["world_size"]
         cfg.prefetch, cfg.slots = a["prefetch"], a["slots"]
         cfg.device = _lib.DEVICE_CUDA if a["device"] == "cuda" else _lib.DEVICE_CPU
-        cfg.cuda_device = a["cuda_device"]
+        if a["cuda_device"] is not None:
+            cfg.cuda_device = a["cuda_device"]
         if a["cuda_stream"] is not None:
             s = a["cuda_stream"]
             cfg.cuda_stream = getattr(s, "cuda_stream", s)  # torch.cuda.Stream or int
@@ -144,8 +166,14 @@ class Loader:
             keep.append(sbuf)
             cfg.resume_state = ctypes.cast(sbuf, ctypes.c_void_p)
             cfg.resume_len = len(self._state)
-        c = ctypes.c_void_p()
         err = ctypes.create_string_buffer(512)
+        # What was not given comes from the environment (open would do the
+        # same; resolving here lets .rank/.world_size report it).
+        st = lib.stk_client_config_from_env(ctypes.byref(cfg), err, len(err))
+        if st != 0:
+            raise StokerError(st, err.value.decode(errors="replace"))
+        self.rank, self.world_size = int(cfg.rank), int(cfg.world_size)
+        c = ctypes.c_void_p()
         if a["job"] is not None:
             root = a["data_root"].encode() if a["data_root"] else None
             st = lib.stk_client_open_local(ctypes.byref(cfg), a["job"].encode(), root,

@@ -22,6 +22,8 @@ STK_STATUS_NAMES = {
     13: "UNSUPPORTED", 14: "STATE", 15: "NOT_FOUND", 16: "INTERNAL",
 }
 DEVICE_CPU, DEVICE_CUDA = 1, 2
+# "not given" values of stk_client_config (taken from the environment)
+RANK_FROM_ENV, WORLD_SIZE_FROM_ENV, CUDA_DEVICE_FROM_ENV = 0xFFFFFFFF, 0, -1
 CONVERT = {None: 0, "none": 0, "float32": 1, "bfloat16": 2}
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_BFLOAT16, DTYPE_INT64 = 1, 2, 3, 4
 MAX_DIMS, MAX_TENSORS, MAX_WORKER_STATS = 4, 4, 32
@@ -150,6 +152,8 @@ lib, lib_path = _load()
 _P = ctypes.c_void_p
 _sigs = {
     "stk_client_config_defaults": (None, [ctypes.POINTER(Config)]),
+    "stk_client_config_from_env": (ctypes.c_int, [ctypes.POINTER(Config), ctypes.c_char_p,
+                                                  ctypes.c_size_t]),
     "stk_client_open": (ctypes.c_int, [ctypes.POINTER(Config), ctypes.POINTER(_P),
                                        ctypes.c_char_p, ctypes.c_size_t]),
     "stk_client_open_local": (ctypes.c_int, [ctypes.POINTER(Config), ctypes.c_char_p,

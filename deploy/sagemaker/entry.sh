@@ -1,0 +1,19 @@
+#!/bin/sh
+# entry.sh - the SageMaker entry point, run on every host of both instance
+# groups (estimator.py). stoker-launch reads the host's group from
+# /opt/ml/input/config/resourceconfig.json: on data_group hosts it runs one
+# stoker-worker over the channels under /opt/ml/input/data; on dnn_group
+# hosts the coordinator (first host) and one training process per GPU,
+# with STOKER_COORDINATOR, RANK, WORLD_SIZE and LOCAL_RANK set, so
+# stoker.Loader() in train.py needs no arguments. Every host exits when
+# training ends, so no instance keeps billing. The estimator's
+# hyperparameters arrive as arguments and are passed to train.py.
+set -eu
+cd "$(dirname "$0")"                    # /opt/ml/code: this folder
+PROCS=${SM_NUM_GPUS:-1}                 # 0 on CPU-only hosts
+[ "$PROCS" -gt 0 ] || PROCS=1
+export MASTER_PORT="${MASTER_PORT:-29500}"  # torch.distributed env:// wants it
+exec stoker-launch --backend sagemaker --job job.conf \
+  --data-group data_group --dnn-group dnn_group \
+  --data-root /opt/ml/input/data --procs-per-host "$PROCS" \
+  -- python3 "${STOKER_TRAIN_SCRIPT:-train.py}" "$@"

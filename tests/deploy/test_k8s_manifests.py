@@ -1,0 +1,333 @@
+"""test_k8s_manifests.py - checks deploy/k8s/*.yaml without a cluster: the
+fields the daemons and libstoker need, against the real binaries.
+
+Usage: test_k8s_manifests.py K8S_DIR BINARY...   (each BINARY a path to
+stoker-coordinator, stoker-worker, stoker, stoker-train-loop)
+
+Checks: the YAML parses; every container has an image (one image for all),
+a command whose program is one of BINARY and whose every --flag (and every
+flag of an exec probe) is listed by that program's --help; CPU and memory
+requests; a readiness probe on each daemon; the coordinator Service's port
+and targetPort match the coordinator container and every address that
+dials it (--coordinator, STOKER_COORDINATOR); a worker's --listen and
+--advertise ports match its containerPort; --threads equals the CPU
+request; volumes mounted exist and the token only ever comes from the
+mounted Secret (no --token on a command line); the job spec in the
+ConfigMap is accepted by `stoker-coordinator --print-job` and its
+world_size equals the training Job's completions, parallelism and
+WORLD_SIZE; RANK comes from the completion index of an Indexed Job.
+Then a self-test: each edit in MUTATIONS (an unknown flag, a port that
+differs, a missing probe or request, a wrong world size, ...) applied to a
+copy must make the checks fail.
+Exit 0 all good, 1 a check failed (each printed), 77 python3-yaml missing.
+"""
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+try:
+    import yaml
+except ImportError:
+    print("SKIP: python3-yaml is not installed (scripts/install-deps.sh installs it)")
+    sys.exit(77)
+
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what)
+    return cond
+
+
+def load(k8s_dir):
+    docs = []
+    for f in sorted(os.listdir(k8s_dir)):
+        if f.endswith((".yaml", ".yml")):
+            with open(os.path.join(k8s_dir, f)) as fh:
+                for d in yaml.safe_load_all(fh):
+                    if d:
+                        d["_file"] = f
+                        docs.append(d)
+    return docs
+
+
+_help = {}
+
+
+def help_flags(progs, argv):
+    """Every --flag that argv's program (and subcommand, for `stoker
+    status`) lists in its --help."""
+    prog = os.path.basename(argv[0])
+    cmd = [progs[prog]]
+    if prog == "stoker" and len(argv) > 1 and not argv[1].startswith("-"):
+        cmd.append(argv[1])  # `stoker status --help` lists status's options
+    key = tuple(cmd)
+    if key not in _help:
+        r = subprocess.run(cmd + ["--help"], capture_output=True, text=True, timeout=30)
+        check(r.returncode == 0, "%s --help exits 0 (got %d)" % (" ".join(cmd), r.returncode))
+        _help[key] = set(re.findall(r"--([a-z][a-z0-9-]*)", r.stdout + r.stderr))
+    return _help[key]
+
+
+def flags_of(argv):
+    return [a[2:].split("=", 1)[0] for a in argv if a.startswith("--")]
+
+
+def opt(argv, name):
+    """Value of --name in argv (either --name v or --name=v), else None."""
+    for i, a in enumerate(argv):
+        if a == "--" + name and i + 1 < len(argv):
+            return argv[i + 1]
+        if a.startswith("--" + name + "="):
+            return a.split("=", 1)[1]
+    return None
+
+
+def port_of(addr):
+    return int(addr.rsplit(":", 1)[1])
+
+
+def cpu(q):
+    q = str(q)
+    return float(q[:-1]) / 1000 if q.endswith("m") else float(q)
+
+
+def pod_spec(d):
+    if d["kind"] in ("Job", "Deployment", "StatefulSet", "DaemonSet"):
+        return d["spec"]["template"]["spec"], d["spec"]["template"]["metadata"]
+    if d["kind"] == "Pod":
+        return d["spec"], d["metadata"]
+    return None, None
+
+
+# Self-test: each of these edits must make the checks fail.
+MUTATIONS = [
+    ("workers.yaml", "- --threads", "- --thread-count"),
+    ("coordinator.yaml", "containerPort: 7070", "containerPort: 7071"),
+    ("coordinator.yaml", "- --timeout-ms", "- --timeout"),
+    ("workers.yaml", "tcpSocket: {port: worker}", "tcpSocket: {port: 7072}"),
+    ("workers.yaml", "readinessProbe:\n            tcpSocket: {port: worker}\n", "x-probe:\n"
+     "            tcpSocket: {port: worker}\n"),
+    ("workers.yaml", 'cpu: "16", memory: 16Gi', "memory: 16Gi"),
+    ("workers.yaml", '- "16"', '- "8"'),
+    ("train.yaml", 'value: "2"', 'value: "3"'),
+    ("train.yaml", "value: stoker-coordinator:7070", "value: stoker-coord:7070"),
+    ("train.yaml", "- --token-file", "- --token"),
+    ("train.yaml", "completionMode: Indexed", "completionMode: NonIndexed"),
+    ("job-config.yaml", "batch_size = 256", "batch_size = x"),
+    ("workers.yaml", "image: registry.example.com/stoker:0.1.0", "image: other:1"),
+    ("workers.yaml", "- stoker-worker", "- stoker-wrker"),
+]
+
+
+def self_test(k8s_dir, binaries):
+    import shutil
+    global fails
+    bad = 0
+    for f, old, new in MUTATIONS:
+        with tempfile.TemporaryDirectory() as d:
+            for n in os.listdir(k8s_dir):
+                if n.endswith(".yaml"):
+                    shutil.copy(os.path.join(k8s_dir, n), d)
+            path = os.path.join(d, f)
+            text = open(path).read()
+            if old not in text:
+                print("SELF-TEST: %s no longer contains %r: update MUTATIONS" % (f, old))
+                bad += 1
+                continue
+            open(path, "w").write(text.replace(old, new, 1))
+            fails = []
+            out = sys.stdout
+            sys.stdout = open(os.devnull, "w")
+            try:
+                rc = check_dir(d, binaries)
+            finally:
+                sys.stdout.close()
+                sys.stdout = out
+            ok = rc != 0 and fails
+            print("self-test %-16s %-40r -> %s" % (f, new[:40], "caught: " + fails[0]
+                                                   if ok else "NOT CAUGHT"))
+            bad += 0 if ok else 1
+    fails = []
+    return bad
+
+
+def main():
+    if len(sys.argv) < 3:
+        print(__doc__)
+        return 2
+    rc = check_dir(sys.argv[1], sys.argv[2:])
+    if rc:
+        return rc
+    return 1 if self_test(sys.argv[1], sys.argv[2:]) else 0
+
+
+def check_dir(k8s_dir, binaries):
+    """Run every check on the manifests in k8s_dir; 0 if all pass."""
+    try:
+        return check_docs(k8s_dir, binaries)
+    except (KeyError, TypeError, ValueError, AttributeError, IndexError, StopIteration,
+            yaml.YAMLError) as e:
+        check(False, "malformed manifest (a field the checks need is missing or of the "
+              "wrong type): %s: %s" % (type(e).__name__, e))
+        return 1
+
+
+def check_docs(k8s_dir, binaries):
+    progs = {os.path.basename(b): b for b in binaries}
+    docs = load(k8s_dir)
+    kinds = [(d["_file"], d["kind"], d["metadata"]["name"]) for d in docs]
+    print("manifests:", ", ".join("%s %s/%s" % k for k in kinds))
+    for d in docs:
+        check(d.get("apiVersion") and d.get("kind") and d.get("metadata", {}).get("name"),
+              "%s: apiVersion, kind and metadata.name" % d["_file"])
+
+    services = [d for d in docs if d["kind"] == "Service"]
+    configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
+    images, coord_addrs, roles = set(), [], {}
+    for d in docs:
+        spec, meta = pod_spec(d)
+        if spec is None:
+            continue
+        where = "%s %s/%s" % (d["_file"], d["kind"], d["metadata"]["name"])
+        if d["kind"] == "Job":
+            check(spec.get("restartPolicy") in ("Never", "OnFailure"),
+                  "%s: restartPolicy Never or OnFailure" % where)
+        volumes = {v["name"]: v for v in spec.get("volumes", [])}
+        for c in spec["containers"]:
+            cw = "%s container %s" % (where, c["name"])
+            argv = list(c.get("command", [])) + list(c.get("args", []))
+            check(c.get("image"), cw + ": image set")
+            images.add(c.get("image"))
+            if not check(argv, cw + ": has a command"):
+                continue
+            prog = os.path.basename(argv[0])
+            if not check(prog in progs, cw + ": program %s is a stoker binary" % prog):
+                continue
+            roles.setdefault(prog, []).append((d, spec, meta, c, argv))
+            known = help_flags(progs, argv)
+            for f in flags_of(argv[1:]):
+                check(f in known, cw + ": %s has no --%s (see its --help)" % (prog, f))
+            check("token" not in flags_of(argv[1:]),
+                  cw + ": no --token on the command line (use the mounted Secret)")
+            req = c.get("resources", {}).get("requests", {})
+            check("cpu" in req and "memory" in req, cw + ": cpu and memory requests")
+            probe = c.get("readinessProbe")
+            if prog in ("stoker-coordinator", "stoker-worker"):
+                check(probe, cw + ": readinessProbe")
+            if probe and "exec" in probe:
+                pargv = probe["exec"]["command"]
+                pprog = os.path.basename(pargv[0])
+                if check(pprog in progs, cw + ": probe program %s is a stoker binary" % pprog):
+                    known = help_flags(progs, pargv)
+                    for f in flags_of(pargv[1:]):
+                        check(f in known, cw + ": probe: %s has no --%s" % (pprog, f))
+            if probe and "tcpSocket" in probe:
+                p = probe["tcpSocket"]["port"]
+                ports = {cp.get("name"): cp["containerPort"] for cp in c.get("ports", [])}
+                check(p in ports or p in ports.values(),
+                      cw + ": probe port %s is a containerPort" % p)
+            mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
+            for path, name in mounts.items():
+                check(name in volumes, cw + ": volume %s is defined" % name)
+            # files the command reads must lie under a mount
+            for f in ("config", "job", "token-file"):
+                v = opt(argv, f)
+                if v:
+                    check(any(v.startswith(p.rstrip("/") + "/") for p in mounts),
+                          cw + ": --%s %s is under a mounted volume" % (f, v))
+            secret_mounts = [p for p, n in mounts.items() if "secret" in volumes.get(n, {})]
+            tok = opt(argv, "config") or opt(argv, "token-file")
+            check(tok and any(tok.startswith(p + "/") for p in secret_mounts),
+                  cw + ": the token comes from a mounted Secret (--config or --token-file)")
+            for v in volumes.values():
+                if "configMap" in v:
+                    check(v["configMap"]["name"] in configmaps,
+                          cw + ": ConfigMap %s is in the manifests" % v["configMap"]["name"])
+            env = {e["name"]: e for e in c.get("env", [])}
+            if "STOKER_COORDINATOR" in env:
+                coord_addrs.append((cw, env["STOKER_COORDINATOR"]["value"]))
+            if opt(argv, "coordinator") and prog != "stoker":
+                coord_addrs.append((cw, opt(argv, "coordinator")))
+    check(len(images) == 1, "one image for every container (got %s)" % sorted(images))
+    for prog in ("stoker-coordinator", "stoker-worker"):
+        check(prog in roles, "a %s container" % prog)
+    if fails:
+        return 1
+
+    # the coordinator: its Service, listen port, and every address dialling it
+    (cd, cspec, cmeta, cc, cargv) = roles["stoker-coordinator"][0]
+    clabels = cmeta.get("labels", {})
+    svc = [s for s in services
+           if all(clabels.get(k) == v for k, v in s["spec"]["selector"].items())]
+    if check(len(svc) == 1, "exactly one Service selects the coordinator pod"):
+        sp = svc[0]["spec"]["ports"][0]
+        cports = {p.get("name"): p["containerPort"] for p in cc.get("ports", [])}
+        tp = sp.get("targetPort", sp["port"])
+        target = cports.get(tp, tp)
+        listen = port_of(opt(cargv, "listen"))
+        check(target == listen and listen in cports.values(),
+              "Service targetPort %s = coordinator --listen port %d = a containerPort"
+              % (tp, listen))
+        check(opt(cargv, "listen").startswith("0.0.0.0:"),
+              "the coordinator listens on all addresses (pods dial it)")
+        want = "%s:%d" % (svc[0]["metadata"]["name"], sp["port"])
+        for cw, addr in coord_addrs:
+            check(addr == want, "%s dials %s (the Service is %s)" % (cw, addr, want))
+        probe = cc["readinessProbe"].get("exec", {}).get("command")
+        if probe:
+            check(port_of(opt(probe, "coordinator")) == listen,
+                  "the coordinator probe asks its own port")
+
+    # the job spec: accepted by the coordinator, world_size consistent
+    jobf = opt(cargv, "job")
+    vol = {m["mountPath"]: m["name"] for m in cc["volumeMounts"]}
+    vname = vol.get(os.path.dirname(jobf))
+    cm = next(v["configMap"]["name"] for v in cspec["volumes"] if v["name"] == vname)
+    text = configmaps[cm]["data"][os.path.basename(jobf)]
+    with tempfile.NamedTemporaryFile("w", suffix=".conf") as tf:
+        tf.write(text)
+        tf.flush()
+        r = subprocess.run([progs["stoker-coordinator"], "--job", tf.name, "--print-job"],
+                           capture_output=True, text=True, timeout=30)
+    check(r.returncode == 0, "the ConfigMap's job spec is valid: %s" % r.stderr.strip())
+    world = int(re.search(r"^world_size = (\d+)", text, re.M).group(1))
+
+    # workers: ports and threads
+    for (d, spec, meta, c, argv) in roles["stoker-worker"]:
+        cports = [p["containerPort"] for p in c.get("ports", [])]
+        lp, ap = port_of(opt(argv, "listen")), port_of(opt(argv, "advertise"))
+        check(lp == ap and lp in cports,
+              "worker --listen port %d = --advertise port %d = a containerPort" % (lp, ap))
+        check(opt(argv, "advertise").startswith("$(POD_IP)") and
+              c["env"][0]["valueFrom"]["fieldRef"]["fieldPath"] == "status.podIP",
+              "worker advertises its pod IP")
+        check(opt(argv, "data-root") is not None, "worker --data-root set")
+        check(int(opt(argv, "threads") or 0) == cpu(c["resources"]["requests"]["cpu"]),
+              "worker --threads equals its CPU request")
+
+    # training ranks: an Indexed Job, RANK from the completion index
+    trains = [r for p in ("stoker-train-loop",) for r in roles.get(p, [])]
+    if check(trains, "a training Job"):
+        (d, spec, meta, c, argv) = trains[0]
+        js = d["spec"]
+        env = {e["name"]: e for e in c.get("env", [])}
+        check(js.get("completionMode") == "Indexed", "training Job is Indexed")
+        check(js.get("completions") == js.get("parallelism") == world ==
+              int(env["WORLD_SIZE"]["value"]),
+              "completions = parallelism = WORLD_SIZE = job world_size (%d)" % world)
+        fp = env["RANK"]["valueFrom"]["fieldRef"]["fieldPath"]
+        check("job-completion-index" in fp, "RANK from the completion index (%s)" % fp)
+        check(c["resources"].get("limits", {}).get("nvidia.com/gpu"),
+              "training pods ask for a GPU")
+    print("FAILED: %d" % len(fails) if fails else
+          "k8s manifests: all checks passed (%d documents)" % len(docs))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
