@@ -135,7 +135,6 @@ struct stk_client {
 };
 
 /* client.c */
-int64_t stk__now_ns(void);
 void stk__set_fatal(stk_client *c, int status, const char *msg);
 void stk__seterr(stk_client *c, const char *fmt, const char *arg);
 

@@ -13,14 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/error.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
 #include "stoker/version.h"
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
 
 /* ---- Join ------------------------------------------------------------ */
 
@@ -42,14 +39,13 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
 
 int stk__join(stk_client *c, char *err, size_t errlen) {
   if (stk_rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord)) {
-    if (err && errlen) snprintf(err, errlen, "out of memory");
-    return STK_NO_MEMORY;
+    return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   }
   char client_id[128], host[64] = "host";
   gethostname(host, sizeof(host) - 1);
   snprintf(client_id, sizeof(client_id), "%s:%d:rank%u", host, (int)getpid(),
            c->cfg.rank);
-  int64_t deadline = stk_rpc_now_ms() + c->cfg.join_timeout_ms;
+  int64_t deadline = stk__now_ms() + c->cfg.join_timeout_ms;
   char details[256] = "";
   Stoker__V1__JoinResponse *resp = NULL;
   int backoff = 50;
@@ -60,7 +56,7 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
     req.client_id = client_id;
     req.protocol_version = STK_PROTOCOL_VERSION;
     req.expect_job_hash = c->job_hash; /* set by open from resume_state */
-    int64_t left = deadline - stk_rpc_now_ms();
+    int64_t left = deadline - stk__now_ms();
     int tmo = left < 200 ? 200 : (left > 5000 ? 5000 : (int)left);
     ProtobufCMessage *m = NULL;
     int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
@@ -75,55 +71,47 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
     } else if (code == GRPC_STATUS_FAILED_PRECONDITION) {
       /* Resume state from another job, a protocol version the coordinator
        * does not speak, or a job that is already over. */
-      if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
+      stk__errf(err, errlen, 0, "join refused: %s", details);
       if (c->job_hash) return STK_MISMATCH;
       return strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
     } else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE) {
-      if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
-      return STK_INVALID_ARGUMENT;
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "join refused: %s", details);
     } else if (code == GRPC_STATUS_UNAUTHENTICATED ||
                code == GRPC_STATUS_PERMISSION_DENIED) {
-      if (err && errlen) snprintf(err, errlen, "join refused (token): %s", details);
-      return STK_INVALID_ARGUMENT;
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "join refused (token): %s",
+                       details);
     }
     /* UNAVAILABLE (no coordinator yet, or no worker registered), deadline,
      * anything transient: retry until join_timeout_ms. */
-    if (stk_rpc_now_ms() >= deadline) {
-      if (err && errlen)
-        snprintf(err, errlen,
-                 "could not join the job at %s within %u ms (last: gRPC status %d%s%s)",
-                 c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "",
-                 details);
-      return STK_UNAVAILABLE;
+    if (stk__now_ms() >= deadline) {
+      return stk__errf(
+          err, errlen, STK_UNAVAILABLE,
+          "could not join the job at %s within %u ms (last: gRPC status %d%s%s)",
+          c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "", details);
     }
-    sleep_ms(backoff);
+    stk__sleep_ms(backoff);
     if (backoff < 500) backoff *= 2;
   }
   stk_job_spec spec;
   stk_job_spec_defaults(&spec);
   int st = stk_job_spec_parse(&spec, resp->job->canonical, err, errlen);
   if (!st && stk_job_spec_hash(&spec) != resp->job->hash) {
-    if (err && errlen)
-      snprintf(err, errlen,
-               "the coordinator's job text does not hash to its job hash "
-               "(protocol or version mismatch)");
-    st = STK_PROTOCOL;
+    st = stk__errf(err, errlen, STK_PROTOCOL,
+                   "the coordinator's job text does not hash to its job hash "
+                   "(protocol or version mismatch)");
   }
   if (!st) st = stk_job_spec_validate(&spec, err, errlen);
   if (!st && c->job_hash && c->job_hash != resp->job->hash) {
-    if (err && errlen)
-      snprintf(err, errlen, "resume_state belongs to another job (job hash differs)");
-    st = STK_MISMATCH;
+    st = stk__errf(err, errlen, STK_MISMATCH,
+                   "resume_state belongs to another job (job hash differs)");
   }
   if (!st && spec.world_size != c->cfg.world_size) {
-    if (err && errlen)
-      snprintf(err, errlen, "cfg.world_size %u differs from the job's world_size %u",
-               c->cfg.world_size, spec.world_size);
-    st = STK_INVALID_ARGUMENT;
+    st = stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                   "cfg.world_size %u differs from the job's world_size %u",
+                   c->cfg.world_size, spec.world_size);
   }
   if (!st && spec.num_samples == 0) {
-    if (err && errlen) snprintf(err, errlen, "the job has no samples");
-    st = STK_PROTOCOL;
+    st = stk__errf(err, errlen, STK_PROTOCOL, "the job has no samples");
   }
   if (!st) {
     c->spec = spec;
@@ -153,7 +141,7 @@ static void *watch_main(void *arg) {
   while (!stopping(c)) {
     stk_rpc_stream *s = NULL;
     if (stk_rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
-      sleep_ms(backoff);
+      stk__sleep_ms(backoff);
       continue;
     }
     pthread_mutex_lock(&c->mu);
@@ -200,7 +188,8 @@ static void *watch_main(void *arg) {
     c->watching = 0;
     pthread_mutex_unlock(&c->mu);
     stk_rpc_stream_destroy(s);
-    for (int waited = 0; waited < backoff && !stopping(c); waited += 50) sleep_ms(50);
+    for (int waited = 0; waited < backoff && !stopping(c); waited += 50)
+      stk__sleep_ms(50);
     if (backoff < 2000) backoff *= 2;
   }
   return NULL;
@@ -230,7 +219,7 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
   req.rank = c->cfg.rank;
   req.shutdown_job = shutdown_job ? 1 : 0;
   char details[256] = "";
-  int64_t deadline = stk_rpc_now_ms() + 5000;
+  int64_t deadline = stk__now_ms() + 5000;
   for (;;) {
     ProtobufCMessage *m = NULL;
     int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
@@ -243,13 +232,13 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
       snprintf(c->err, sizeof(c->err), "finish refused: %s", details);
       return STK_INVALID_ARGUMENT;
     }
-    if (stk_rpc_now_ms() >= deadline) {
+    if (stk__now_ms() >= deadline) {
       snprintf(
           c->err, sizeof(c->err),
           "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
           c->coordinator, details);
       return STK_UNAVAILABLE;
     }
-    sleep_ms(200);
+    stk__sleep_ms(200);
   }
 }

@@ -24,22 +24,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
 #include "wire.h"
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
-
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_nsec += (long)ms * 1000000;
-  while (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-  pthread_cond_timedwait(cv, mu, &ts);
-}
 
 static void *remote_main(void *arg);
 static void *local_main(void *arg);
@@ -381,7 +369,7 @@ static void *remote_main(void *arg) {
       int stop = c->stopping || c->fatal || !w->listed;
       pthread_mutex_unlock(&c->mu);
       if (stop) break;
-      sleep_ms(50);
+      stk__sleep_ms(50);
     }
     pthread_mutex_lock(&c->mu);
   }
@@ -505,12 +493,12 @@ static void *sched_main(void *arg) {
     if (alive) c->no_worker_since_ns = 0;
     else if (!c->no_worker_since_ns) c->no_worker_since_ns = stk__now_ns();
     if (!r) {
-      timed_wait(&c->cv_sched, &c->mu, 200);
+      stk__cond_wait_ms(&c->cv_sched, &c->mu, 200);
       continue;
     }
     stk__worker *w = pick(c, r->avoid);
     if (!w) {
-      timed_wait(&c->cv_sched, &c->mu, 100);
+      stk__cond_wait_ms(&c->cv_sched, &c->mu, 100);
       continue;
     }
     uint64_t seq = r->seq;

@@ -18,6 +18,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
+#include "common/error.h"
+
 #define DEFAULT_MAX_MSG (16u << 20)
 
 void stk_rpc_init(void) { grpc_init(); }
@@ -37,12 +40,6 @@ int stk_rpc_tune_malloc(void) {
 #else
   return 0;
 #endif
-}
-
-int64_t stk_rpc_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }
 
 static gpr_timespec deadline_in(int ms) {
@@ -437,9 +434,8 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
   int p = grpc_server_add_http2_port(s->server, cfg->listen, creds);
   grpc_server_credentials_release(creds);
   if (p <= 0) {
-    if (err && errlen)
-      snprintf(err, errlen, "cannot listen on %s (in use, or not an address)",
-               cfg->listen);
+    stk__errf(err, errlen, 0, "cannot listen on %s (in use, or not an address)",
+              cfg->listen);
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->notify_cq);
     grpc_completion_queue_destroy(s->notify_cq);
@@ -448,7 +444,7 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
   }
   grpc_server_start(s->server);
   if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0) {
-    if (err && errlen) snprintf(err, errlen, "cannot start a thread");
+    stk__errf(err, errlen, 0, "cannot start a thread");
     grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
     grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
     grpc_server_destroy(s->server);
@@ -461,7 +457,7 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
   *out = s;
   return 0;
 fail_mem:
-  if (err && errlen) snprintf(err, errlen, "out of memory");
+  stk__errf(err, errlen, 0, "out of memory");
 fail:
   free(s->methods);
   free(s->token);
@@ -481,11 +477,8 @@ void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
   if (!s) return;
   __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
   grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
-  int64_t until = stk_rpc_now_ms() + (grace_ms > 0 ? grace_ms : 0);
-  while (stk_rpc_server_active(s) > 0 && stk_rpc_now_ms() < until) {
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
+  int64_t until = stk__now_ms() + (grace_ms > 0 ? grace_ms : 0);
+  while (stk_rpc_server_active(s) > 0 && stk__now_ms() < until) stk__sleep_ms(10);
   grpc_server_cancel_all_calls(s->server);
   pthread_join(s->dispatcher, NULL);
   /* Every handler has now been cancelled; join what is left. */

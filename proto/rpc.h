@@ -34,9 +34,6 @@ void stk_rpc_shutdown(void);
  * if it changed the settings, 0 if it left them alone. */
 int stk_rpc_tune_malloc(void);
 
-/* Monotonic milliseconds. */
-int64_t stk_rpc_now_ms(void);
-
 /* Pack a protobuf-c message into a new byte buffer (caller destroys);
  * NULL on allocation failure. */
 grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m);

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "rpc.h"
-#include "stoker/augment.h"
+#include "common/crc32c.h"
 
 static size_t put_varint(unsigned char *p, uint64_t v) {
   size_t n = 0;

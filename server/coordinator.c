@@ -17,6 +17,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -134,7 +135,7 @@ static struct {
   int done;
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static void touch_locked(void) { C.last_touch_ms = stk_rpc_now_ms(); }
+static void touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
 
 static void request_shutdown_locked(int code, const char *why) {
   if (C.shutdown_req) return;
@@ -349,7 +350,7 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
       stk_rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
       break;
     }
-  w->registered_ms = w->last_hb_ms = stk_rpc_now_ms();
+  w->registered_ms = w->last_hb_ms = stk__now_ms();
   w->live = 1;
   w->next = C.workers;
   C.workers = w;
@@ -373,7 +374,7 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
     if (r != 1) break;
     if (m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) {
       pthread_mutex_lock(&C.mu);
-      w->last_hb_ms = stk_rpc_now_ms();
+      w->last_hb_ms = stk__now_ms();
       const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
       if (s) {
         /* Batches flowing to clients: the job is in use. */
@@ -503,11 +504,7 @@ static void handle_watch(stk_rpc_call *call, void *ctx) {
   for (;;) {
     pthread_mutex_lock(&C.mu);
     if (C.version == known && !C.shutting_down) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 500 * 1000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&C.cv, &C.mu, &ts);
+      stk__cond_wait_ms(&C.cv, &C.mu, 500);
     }
     int changed = C.version != known || C.shutting_down;
     Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
@@ -580,7 +577,7 @@ static void handle_status(stk_rpc_call *call, void *ctx) {
   Stoker__V1__StatusResponse resp = STOKER__V1__STATUS_RESPONSE__INIT;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   pthread_mutex_lock(&C.mu);
-  int64_t now = stk_rpc_now_ms();
+  int64_t now = stk__now_ms();
   job.canonical = strdup(C.canonical);
   job.hash = C.hash;
   resp.job = &job;
@@ -692,8 +689,7 @@ static void send_shutdowns(void) {
 }
 
 static void check_heartbeats(void) {
-  int64_t now = stk_rpc_now_ms(),
-          limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
+  int64_t now = stk__now_ms(), limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
   pthread_mutex_lock(&C.mu);
   for (cworker *w = C.workers, *next; w; w = next) {
     next = w->next;
@@ -733,7 +729,7 @@ int main(int argc, char **argv) {
     return EXIT_OK;
   }
   stk__signals_install();
-  C.start_ms = C.last_touch_ms = stk_rpc_now_ms();
+  C.start_ms = C.last_touch_ms = stk__now_ms();
   C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
 
   stk_rpc_method methods[] = {
@@ -769,13 +765,13 @@ int main(int argc, char **argv) {
            C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
            C.resolved ? "known" : "unknown until a worker registers", opt.listen, port);
 
-  int64_t next_stats = stk_rpc_now_ms() + opt.stats_interval_s * 1000;
-  int64_t last_stats = stk_rpc_now_ms();
+  int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
+  int64_t last_stats = stk__now_ms();
   uint64_t last_bytes = 0;
   int code = EXIT_OK;
   for (;;) {
     int sig = stk__signal_pending();
-    int64_t now = stk_rpc_now_ms();
+    int64_t now = stk__now_ms();
     pthread_mutex_lock(&C.mu);
     if (sig) {
       char why[64];
@@ -819,7 +815,7 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&C.mu);
   /* Tell every worker (also ones that register meanwhile), then wait for
    * them to drain and disconnect. */
-  int64_t until = stk_rpc_now_ms() + opt.shutdown_grace_s * 1000;
+  int64_t until = stk__now_ms() + opt.shutdown_grace_s * 1000;
   for (;;) {
     send_shutdowns();
     pthread_mutex_lock(&C.mu);
@@ -830,7 +826,7 @@ int main(int argc, char **argv) {
       LOG_WARN("second signal: not waiting for %zu workers", left);
       break;
     }
-    if (stk_rpc_now_ms() >= until) {
+    if (stk__now_ms() >= until) {
       LOG_WARN("%zu workers still connected after %lld s; exiting anyway", left,
                opt.shutdown_grace_s);
       break;

@@ -48,9 +48,3 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
   }
   return 0;
 }
-
-void stk__sleep_ms(int64_t ms) {
-  if (ms <= 0) return;
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
-}

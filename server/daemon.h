@@ -17,6 +17,4 @@ int stk__signal_count(void);
  * reader never sees a partial file. 0 or -1 with err. */
 int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 
-void stk__sleep_ms(int64_t ms);
-
 #endif

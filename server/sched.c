@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "log.h"
 
 struct sched_buf {
@@ -69,12 +70,6 @@ struct sched {
   sched_stats st;
   uint64_t bytes_sent;
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void sched_buf_ref(sched_buf *b) { __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED); }
 
@@ -132,10 +127,10 @@ static void *builder_main(void *arg) {
 
     sched_done *d = calloc(1, sizeof(*d));
     stk_build_info info;
-    uint64_t t0 = now_ns();
+    uint64_t t0 = (uint64_t)stk__now_ns();
     int rc = stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
                                s->layout.total_bytes, &info);
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = (uint64_t)stk__now_ns() - t0;
     if (d) {
       d->buf = buf;
       d->data = buf->data;
@@ -249,14 +244,10 @@ void sched_destroy(sched *s, int wait_ms) {
   }
   /* gRPC may still hold chunk slices for a moment after the calls end. */
   pthread_mutex_lock(&s->mu);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += wait_ms / 1000;
-  ts.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+  int64_t until = stk__now_ms() + wait_ms;
   int held = 0;
   while (s->nfree < s->nbufs && s->bufs && s->bufs[0].data)
-    if (pthread_cond_timedwait(&s->buf_cv, &s->mu, &ts)) break;
+    if (stk__cond_wait_until(&s->buf_cv, &s->mu, until)) break;
   held = s->nfree < s->nbufs;
   pthread_mutex_unlock(&s->mu);
   if (held && s->bufs && s->bufs[0].data) {

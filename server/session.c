@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "rpc.h"
@@ -41,11 +42,11 @@ static int stopping(session *s) {
 static void set_healthy(session *s, int healthy) {
   pthread_mutex_lock(&s->mu);
   if (healthy) s->lost_since = 0;
-  else if (!s->lost_since) s->lost_since = stk_rpc_now_ms();
+  else if (!s->lost_since) s->lost_since = stk__now_ms();
   pthread_mutex_unlock(&s->mu);
 }
 
-static void fail(session *s, const char *why) {
+static void mark_failed(session *s, const char *why) {
   pthread_mutex_lock(&s->mu);
   snprintf(s->failed, sizeof(s->failed), "%s", why);
   s->has_failed = 1;
@@ -77,7 +78,7 @@ static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
   *out = NULL;
   for (;;) {
     if (stopping(s)) return -3;
-    int64_t left = until_ms - stk_rpc_now_ms();
+    int64_t left = until_ms - stk__now_ms();
     if (left <= 0) return -2;
     grpc_byte_buffer *bb;
     int r = stk_rpc_stream_recv(st, &bb, left < 200 ? (int)left : 200);
@@ -98,7 +99,7 @@ static void run_once(session *s, stk_rpc_channel *ch) {
   char det[256];
   if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
   if (send_hello(s, st, 0, 0, 0)) goto out;
-  int r = recv_cmd(s, st, stk_rpc_now_ms() + 5000, &cmd);
+  int r = recv_cmd(s, st, stk__now_ms() + 5000, &cmd);
   if (r != 1 || cmd->kind_case != STOKER__V1__COORDINATOR_COMMAND__KIND_ACK ||
       !cmd->ack->job) {
     if (r == 0) {
@@ -107,7 +108,7 @@ static void run_once(session *s, stk_rpc_channel *ch) {
           code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_UNAUTHENTICATED) {
         char why[400];
         snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
-        fail(s, why); /* retrying cannot help */
+        mark_failed(s, why); /* retrying cannot help */
       } else {
         LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
                  code, det);
@@ -122,7 +123,7 @@ static void run_once(session *s, stk_rpc_channel *ch) {
   char err[512];
   if (s->hooks.on_job(s->hooks.ud, cmd->ack->job->canonical, cmd->ack->job->hash,
                       &job_hash, &size, &fp, err, sizeof(err))) {
-    fail(s, err);
+    mark_failed(s, err);
     goto out;
   }
   int64_t interval = cmd->ack->heartbeat_interval_ms;
@@ -134,7 +135,7 @@ static void run_once(session *s, stk_rpc_channel *ch) {
   LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)", s->cfg.coordinator,
            (long long)interval);
   set_healthy(s, 1);
-  int64_t next_hb = stk_rpc_now_ms() + interval;
+  int64_t next_hb = stk__now_ms() + interval;
   for (;;) {
     r = recv_cmd(s, st, next_hb, &cmd);
     if (r == -3) break;
@@ -148,7 +149,7 @@ static void run_once(session *s, stk_rpc_channel *ch) {
       m.heartbeat = &hb;
       if (stk_rpc_stream_send_msg(st, &m.base)) break;
       next_hb += interval;
-      if (next_hb < stk_rpc_now_ms()) next_hb = stk_rpc_now_ms() + interval;
+      if (next_hb < stk__now_ms()) next_hb = stk__now_ms() + interval;
       continue;
     }
     if (r == 0) {
@@ -156,7 +157,7 @@ static void run_once(session *s, stk_rpc_channel *ch) {
       if (code == GRPC_STATUS_FAILED_PRECONDITION ||
           code == GRPC_STATUS_INVALID_ARGUMENT) {
         snprintf(err, sizeof(err), "coordinator rejected this worker: %s", det);
-        fail(s, err);
+        mark_failed(s, err);
       } else {
         LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
                  code, det);
@@ -184,18 +185,18 @@ static void *session_main(void *arg) {
   session *s = arg;
   stk_rpc_channel *ch = NULL;
   if (stk_rpc_channel_open(s->coordinator, 0, s->token, &ch)) {
-    fail(s, "cannot create a channel to the coordinator");
+    mark_failed(s, "cannot create a channel to the coordinator");
     return NULL;
   }
   int64_t backoff = 100;
   while (!stopping(s)) {
-    int64_t t0 = stk_rpc_now_ms();
+    int64_t t0 = stk__now_ms();
     run_once(s, ch);
     pthread_mutex_lock(&s->mu);
     int done = s->stop || s->has_failed;
     pthread_mutex_unlock(&s->mu);
     if (done) break;
-    if (stk_rpc_now_ms() - t0 > 10000) backoff = 100; /* it had been healthy */
+    if (stk__now_ms() - t0 > 10000) backoff = 100; /* it had been healthy */
     for (int64_t waited = 0; waited < backoff && !stopping(s); waited += 50)
       stk__sleep_ms(50);
     backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
@@ -215,7 +216,7 @@ int session_start(const session_config *cfg, const session_hooks *hooks, session
   s->worker_id = strdup(cfg->worker_id);
   s->address = strdup(cfg->address);
   s->cfg.coordinator = s->coordinator;
-  s->lost_since = stk_rpc_now_ms();
+  s->lost_since = stk__now_ms();
   pthread_mutex_init(&s->mu, NULL);
   if (!s->coordinator || !s->worker_id || !s->address ||
       pthread_create(&s->thread, NULL, session_main, s)) {
@@ -230,7 +231,7 @@ int session_start(const session_config *cfg, const session_hooks *hooks, session
 
 int64_t session_lost_ms(session *s) {
   pthread_mutex_lock(&s->mu);
-  int64_t v = s->lost_since ? stk_rpc_now_ms() - s->lost_since : 0;
+  int64_t v = s->lost_since ? stk__now_ms() - s->lost_since : 0;
   pthread_mutex_unlock(&s->mu);
   return v;
 }

@@ -18,6 +18,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -236,7 +237,7 @@ static void fill_stats(void *ud, Stoker__V1__WorkerStats *out) {
   if (!s) return;
   sched_stats st;
   sched_stats_get(s, &st);
-  int64_t now = stk_rpc_now_ms();
+  int64_t now = stk__now_ms();
   out->batches_built = st.batches_built;
   out->bytes_sent = sched_bytes_sent(s);
   out->samples_substituted = st.samples_substituted;
@@ -507,7 +508,7 @@ int main(int argc, char **argv) {
   if (gethostname(host, sizeof(host) - 1)) snprintf(host, sizeof(host), "localhost");
   host[sizeof(host) - 1] = 0;
   snprintf(worker_id, sizeof(worker_id), "%s:%d:%lld", host, (int)getpid(),
-           (long long)stk_rpc_now_ms());
+           (long long)stk__now_ms());
   LOG_INFO(
       "listening on %s port %d, advertising %s, %u builder threads, "
       "coordinator %s",
@@ -529,9 +530,9 @@ int main(int argc, char **argv) {
     return EXIT_FAIL;
   }
 
-  int64_t next_stats = stk_rpc_now_ms() + opt.stats_interval_s * 1000;
+  int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
   uint64_t last_bytes = 0, last_built = 0;
-  int64_t last_stats_ms = stk_rpc_now_ms();
+  int64_t last_stats_ms = stk__now_ms();
   int64_t orphan_ms = opt.orphan_timeout_s * 1000;
   for (;;) {
     int sig = stk__signal_pending();
@@ -555,7 +556,7 @@ int main(int argc, char **argv) {
       code = EXIT_ORPHAN;
       break;
     }
-    int64_t now = stk_rpc_now_ms();
+    int64_t now = stk__now_ms();
     if (now >= next_stats) {
       sched *s = current_sched();
       sched_stats st;
@@ -586,11 +587,11 @@ int main(int argc, char **argv) {
   sched *s = current_sched();
   if (s) {
     sched_drain(s);
-    int64_t until = stk_rpc_now_ms() + opt.drain_timeout_s * 1000;
+    int64_t until = stk__now_ms() + opt.drain_timeout_s * 1000;
     sched_stats st;
     for (;;) {
       sched_stats_get(s, &st);
-      if (!st.active_streams || stk_rpc_now_ms() >= until) break;
+      if (!st.active_streams || stk__now_ms() >= until) break;
       if (stk__signal_count() >= 2) {
         LOG_WARN("second signal: not waiting for the drain");
         break;

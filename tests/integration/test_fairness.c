@@ -7,6 +7,7 @@
  */
 #include <signal.h>
 
+#include "common/clock.h"
 #include "daemon_util.h"
 
 #define STREAM "/stoker.v1.Worker/Stream"
@@ -40,16 +41,16 @@ int main(int argc, char **argv) {
   stk_rpc_stream *busy = NULL, *quiet = NULL;
   CHECK(stk_rpc_stream_open(w, STREAM, 30000, &busy) == 0);
   CHECK(stk_rpc_stream_open(w, STREAM, 30000, &quiet) == 0);
-  int64_t t_busy = stk_rpc_now_ms();
+  int64_t t_busy = stk__now_ms();
   for (uint64_t k = 0; k < 60; k++) CHECK(du_send_request(busy, hash, 0, 0, k) == 0);
   /* The busy stream's first batch is back: its queue is in place (a
    * condition, not a sleep). */
   uint64_t first = 0;
   CHECK(du_recv_batch_any(busy, &spec, 0, 0, 0, &first) == 0);
-  int64_t t0 = stk_rpc_now_ms();
+  int64_t t0 = stk__now_ms();
   CHECK(du_send_request(quiet, hash, 0, 1, 5) == 0);
   CHECK(du_recv_batch_checked(quiet, &spec, 0, 1, 5) == 0);
-  int64_t waited = stk_rpc_now_ms() - t0;
+  int64_t waited = stk__now_ms() - t0;
   stk_rpc_stream_close_send(quiet);
   CHECK(du_stream_end(quiet, det, sizeof(det)) == GRPC_STATUS_OK);
   stk_rpc_stream_destroy(quiet);
@@ -65,7 +66,7 @@ int main(int argc, char **argv) {
    * the ~58 queued ahead of it (FIFO). The batch time is measured in this
    * run (61 batches built by one builder), so a slow or loaded machine
    * scales both sides alike. */
-  double per_batch = (double)(stk_rpc_now_ms() - t_busy) / 61.0;
+  double per_batch = (double)(stk__now_ms() - t_busy) / 61.0;
   fprintf(stderr,
           "quiet stream's batch came after %lld ms = %.1f batch times (FIFO ~58)\n",
           (long long)waited, waited / per_batch);
