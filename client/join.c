@@ -37,18 +37,19 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
   return 0;
 }
 
-int stk__join(stk_client *c, char *err, size_t errlen) {
-  if (stk_rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord)) {
-    return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
-  }
+/* Ask the coordinator to join until it answers with a job, refuses for
+ * good, or join_timeout_ms passes. STK_OK with *out (caller frees), or a
+ * status with err. */
+static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
+                    size_t errlen) {
   char client_id[128], host[64] = "host";
   gethostname(host, sizeof(host) - 1);
   snprintf(client_id, sizeof(client_id), "%s:%d:rank%u", host, (int)getpid(),
            c->cfg.rank);
   int64_t deadline = stk__now_ms() + c->cfg.join_timeout_ms;
   char details[256] = "";
-  Stoker__V1__JoinResponse *resp = NULL;
   int backoff = 50;
+  *out = NULL;
   for (;;) {
     Stoker__V1__JoinRequest req = STOKER__V1__JOIN_REQUEST__INIT;
     req.rank = c->cfg.rank;
@@ -62,23 +63,24 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
     int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
                              &stoker__v1__join_response__descriptor, &m, tmo, details,
                              sizeof(details));
+    int final, st = stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) {
-      resp = (Stoker__V1__JoinResponse *)m;
-      if (resp->job && resp->job->canonical && *resp->job->canonical) break;
+      Stoker__V1__JoinResponse *resp = (Stoker__V1__JoinResponse *)m;
+      if (resp->job && resp->job->canonical && *resp->job->canonical) {
+        *out = resp;
+        return STK_OK;
+      }
       protobuf_c_message_free_unpacked(m, NULL);
-      resp = NULL;
       snprintf(details, sizeof(details), "coordinator sent no job yet");
-    } else if (code == GRPC_STATUS_FAILED_PRECONDITION) {
-      /* Resume state from another job, a protocol version the coordinator
-       * does not speak, or a job that is already over. */
-      stk__errf(err, errlen, 0, "join refused: %s", details);
-      if (c->job_hash) return STK_MISMATCH;
-      return strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
-    } else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE) {
-      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "join refused: %s", details);
-    } else if (code == GRPC_STATUS_UNAUTHENTICATED ||
-               code == GRPC_STATUS_PERMISSION_DENIED) {
-      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "join refused (token): %s",
+    } else if (final) {
+      /* FAILED_PRECONDITION: resume state from another job (MISMATCH), a
+       * protocol version the coordinator does not speak, or a job that is
+       * already over. */
+      if (code == GRPC_STATUS_FAILED_PRECONDITION && !c->job_hash)
+        st = strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
+      int cred =
+          code == GRPC_STATUS_UNAUTHENTICATED || code == GRPC_STATUS_PERMISSION_DENIED;
+      return stk__errf(err, errlen, st, "join refused%s: %s", cred ? " (token)" : "",
                        details);
     }
     /* UNAVAILABLE (no coordinator yet, or no worker registered), deadline,
@@ -92,36 +94,48 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
     stk__sleep_ms(backoff);
     if (backoff < 500) backoff *= 2;
   }
+}
+
+/* Check the coordinator's job against what this client was opened with
+ * and adopt it (spec, hash, worker list). STK_OK or a status with err. */
+static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char *err,
+                      size_t errlen) {
   stk_job_spec spec;
   stk_job_spec_defaults(&spec);
   int st = stk_job_spec_parse(&spec, resp->job->canonical, err, errlen);
-  if (!st && stk_job_spec_hash(&spec) != resp->job->hash) {
-    st = stk__errf(err, errlen, STK_PROTOCOL,
-                   "the coordinator's job text does not hash to its job hash "
-                   "(protocol or version mismatch)");
-  }
-  if (!st) st = stk_job_spec_validate(&spec, err, errlen);
-  if (!st && c->job_hash && c->job_hash != resp->job->hash) {
-    st = stk__errf(err, errlen, STK_MISMATCH,
-                   "resume_state belongs to another job (job hash differs)");
-  }
-  if (!st && spec.world_size != c->cfg.world_size) {
-    st = stk__errf(err, errlen, STK_INVALID_ARGUMENT,
-                   "cfg.world_size %u differs from the job's world_size %u",
-                   c->cfg.world_size, spec.world_size);
-  }
-  if (!st && spec.num_samples == 0) {
-    st = stk__errf(err, errlen, STK_PROTOCOL, "the job has no samples");
-  }
-  if (!st) {
-    c->spec = spec;
-    c->job_hash = resp->job->hash;
-    c->list_version = resp->list_version;
-    add_workers(c, resp->workers, resp->n_workers);
-    pthread_mutex_lock(&c->mu);
-    c->no_worker_since_ns = stk__now_ns();
-    pthread_mutex_unlock(&c->mu);
-  }
+  if (st) return st;
+  if (stk_job_spec_hash(&spec) != resp->job->hash)
+    return stk__errf(err, errlen, STK_PROTOCOL,
+                     "the coordinator's job text does not hash to its job hash "
+                     "(protocol or version mismatch)");
+  st = stk_job_spec_validate(&spec, err, errlen);
+  if (st) return st;
+  if (c->job_hash && c->job_hash != resp->job->hash)
+    return stk__errf(err, errlen, STK_MISMATCH,
+                     "resume_state belongs to another job (job hash differs)");
+  if (spec.world_size != c->cfg.world_size)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.world_size %u differs from the job's world_size %u",
+                     c->cfg.world_size, spec.world_size);
+  if (spec.num_samples == 0)
+    return stk__errf(err, errlen, STK_PROTOCOL, "the job has no samples");
+  c->spec = spec;
+  c->job_hash = resp->job->hash;
+  c->list_version = resp->list_version;
+  add_workers(c, resp->workers, resp->n_workers);
+  pthread_mutex_lock(&c->mu);
+  c->no_worker_since_ns = stk__now_ns();
+  pthread_mutex_unlock(&c->mu);
+  return STK_OK;
+}
+
+int stk__join(stk_client *c, char *err, size_t errlen) {
+  if (stk_rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord))
+    return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
+  Stoker__V1__JoinResponse *resp = NULL;
+  int st = join_ask(c, &resp, err, errlen);
+  if (st) return st;
+  st = join_adopt(c, resp, err, errlen);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   return st;
 }
@@ -226,12 +240,12 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
                              &stoker__v1__finish_response__descriptor, &m, 2000, details,
                              sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
+    int final;
+    stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) return STK_OK;
-    if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_PERMISSION_DENIED ||
-        code == GRPC_STATUS_FAILED_PRECONDITION) {
-      snprintf(c->err, sizeof(c->err), "finish refused: %s", details);
-      return STK_INVALID_ARGUMENT;
-    }
+    if (final) /* a refusal is the caller's mistake (rank, token): one status */
+      return stk__errf(c->err, sizeof(c->err), STK_INVALID_ARGUMENT, "finish refused: %s",
+                       details);
     if (stk__now_ms() >= deadline) {
       snprintf(
           c->err, sizeof(c->err),

@@ -337,7 +337,7 @@ static void *remote_main(void *arg) {
       char det[200] = "";
       int code = stk_rpc_stream_status(s, 500, det, sizeof(det));
       stk_rpc_stream_destroy(s);
-      int fst = 0;
+      int final, fst = stk__rpc_status(code, &final);
       if (code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
         /* The worker allows fewer outstanding requests than we sent:
          * ask for at most half as many from now on. */
@@ -345,13 +345,12 @@ static void *remote_main(void *arg) {
         w->cap = had > 2 ? had / 2 : 1;
         pthread_mutex_unlock(&c->mu);
       }
-      if (code == GRPC_STATUS_FAILED_PRECONDITION) fst = STK_MISMATCH;
-      else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE)
+      /* Our requests are built from the job the coordinator gave us: a
+       * worker that finds one invalid or out of range disagrees with us
+       * about the protocol, not about the caller's arguments. */
+      if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE)
         fst = STK_PROTOCOL;
-      else if (code == GRPC_STATUS_UNAUTHENTICATED ||
-               code == GRPC_STATUS_PERMISSION_DENIED)
-        fst = STK_INVALID_ARGUMENT;
-      if (fst) {
+      if (final) {
         char msg[256];
         snprintf(msg, sizeof(msg),
                  "worker %.100s refused the stream (gRPC status %d): %.100s", w->address,

@@ -25,7 +25,8 @@ void stk__sleep_ms(int64_t ms) {
 }
 
 int stk__cond_wait_until(pthread_cond_t *cv, pthread_mutex_t *mu, int64_t deadline_ms) {
-  struct timespec ts = {(time_t)(deadline_ms / 1000), (long)(deadline_ms % 1000) * 1000000};
+  struct timespec ts = {(time_t)(deadline_ms / 1000),
+                        (long)(deadline_ms % 1000) * 1000000};
   if (deadline_ms < 0) ts.tv_sec = 0, ts.tv_nsec = 0;
   int rc = pthread_cond_clockwait(cv, mu, CLOCK_MONOTONIC, &ts);
   return rc == ETIMEDOUT ? ETIMEDOUT : 0;

@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "stoker/status.h"
 
 #define DEFAULT_MAX_MSG (16u << 20)
 
@@ -40,6 +41,44 @@ int stk_rpc_tune_malloc(void) {
 #else
   return 0;
 #endif
+}
+
+/* The final codes are the ones only a change on our side can fix: a job or
+ * protocol mismatch (FAILED_PRECONDITION), a request the peer rejects as
+ * malformed (INVALID_ARGUMENT, OUT_OF_RANGE), and credentials
+ * (UNAUTHENTICATED, PERMISSION_DENIED). Credentials are final because a
+ * process reads its token once at start: retrying sends the same token,
+ * and a worker that retried would only reach its orphan timeout much
+ * later with a less clear reason (session.c once treated UNAUTHENTICATED
+ * as final in one place and not in its twin). Everything else (no peer
+ * yet, deadline, overload, a peer restarting) is transient. */
+static const struct {
+  int status, final;
+} rpc_status_map[] = {
+    [GRPC_STATUS_OK] = {STK_OK, 0},
+    [GRPC_STATUS_CANCELLED] = {STK_CANCELLED, 0},
+    [GRPC_STATUS_UNKNOWN] = {STK_UNAVAILABLE, 0},
+    [GRPC_STATUS_INVALID_ARGUMENT] = {STK_INVALID_ARGUMENT, 1},
+    [GRPC_STATUS_DEADLINE_EXCEEDED] = {STK_TIMEOUT, 0},
+    [GRPC_STATUS_NOT_FOUND] = {STK_NOT_FOUND, 0},
+    [GRPC_STATUS_ALREADY_EXISTS] = {STK_STATE, 0},
+    [GRPC_STATUS_PERMISSION_DENIED] = {STK_INVALID_ARGUMENT, 1},
+    [GRPC_STATUS_RESOURCE_EXHAUSTED] = {STK_LIMIT, 0},
+    [GRPC_STATUS_FAILED_PRECONDITION] = {STK_MISMATCH, 1},
+    [GRPC_STATUS_ABORTED] = {STK_CANCELLED, 0},
+    [GRPC_STATUS_OUT_OF_RANGE] = {STK_INVALID_ARGUMENT, 1},
+    [GRPC_STATUS_UNIMPLEMENTED] = {STK_UNSUPPORTED, 0},
+    [GRPC_STATUS_INTERNAL] = {STK_INTERNAL, 0},
+    [GRPC_STATUS_UNAVAILABLE] = {STK_UNAVAILABLE, 0},
+    [GRPC_STATUS_DATA_LOSS] = {STK_CORRUPT, 0},
+    [GRPC_STATUS_UNAUTHENTICATED] = {STK_INVALID_ARGUMENT, 1},
+};
+
+int stk__rpc_status(int grpc_code, int *final) {
+  int n = (int)(sizeof(rpc_status_map) / sizeof(rpc_status_map[0]));
+  int ok = grpc_code >= 0 && grpc_code < n;
+  if (final) *final = ok ? rpc_status_map[grpc_code].final : 1;
+  return ok ? rpc_status_map[grpc_code].status : STK_PROTOCOL;
 }
 
 static gpr_timespec deadline_in(int ms) {

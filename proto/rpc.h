@@ -34,6 +34,15 @@ void stk_rpc_shutdown(void);
  * if it changed the settings, 0 if it left them alone. */
 int stk_rpc_tune_malloc(void);
 
+/* What a gRPC status from a peer means to stoker: the stk_status to report
+ * and, in *final (may be NULL), whether the refusal is final, i.e. retrying
+ * the same call with the same credentials cannot succeed (1) or the caller
+ * should back off and retry (0). One table for the client's join, finish
+ * and worker streams and the worker's coordinator session. GRPC_STATUS_OK
+ * gives STK_OK; a code outside gRPC's range gives STK_PROTOCOL, final.
+ * Pure, thread-safe. */
+int stk__rpc_status(int grpc_code, int *final);
+
 /* Pack a protobuf-c message into a new byte buffer (caller destroys);
  * NULL on allocation failure. */
 grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m);

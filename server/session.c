@@ -92,91 +92,107 @@ static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
   }
 }
 
-/* One session; returns when it breaks or the worker stops. */
-static void run_once(session *s, stk_rpc_channel *ch) {
-  stk_rpc_stream *st = NULL;
+/* The coordinator ended the stream with a status: a final refusal (see
+ * stk__rpc_status: job mismatch, bad hello, wrong token) stops the session
+ * for good, since retrying cannot help; anything else is logged and the
+ * session reconnects. */
+static void session_ended(session *s, stk_rpc_stream *st) {
+  char det[256], why[400];
+  int final, code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
+  stk__rpc_status(code, &final);
+  if (final) {
+    snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
+    mark_failed(s, why);
+  } else {
+    LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator, code,
+             det);
+  }
+}
+
+/* Register: first hello, the coordinator's ack with the job, the worker
+ * loads (or checks) the job, second hello with the job hash and dataset.
+ * Returns the heartbeat interval in ms, or 0 when the session broke or
+ * failed for good. */
+static int64_t session_register(session *s, stk_rpc_stream *st) {
   Stoker__V1__CoordinatorCommand *cmd = NULL;
-  char det[256];
-  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
-  if (send_hello(s, st, 0, 0, 0)) goto out;
+  if (send_hello(s, st, 0, 0, 0)) return 0;
   int r = recv_cmd(s, st, stk__now_ms() + 5000, &cmd);
   if (r != 1 || cmd->kind_case != STOKER__V1__COORDINATOR_COMMAND__KIND_ACK ||
       !cmd->ack->job) {
-    if (r == 0) {
-      int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
-      if (code == GRPC_STATUS_FAILED_PRECONDITION ||
-          code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_UNAUTHENTICATED) {
-        char why[400];
-        snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
-        mark_failed(s, why); /* retrying cannot help */
-      } else {
-        LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
-                 code, det);
-      }
-    }
-    goto out;
+    if (r == 0) session_ended(s, st);
+    if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
+    return 0;
   }
   /* The coordinator answered: not an orphan, even if opening the dataset
    * (on_job, first time) takes long. */
   set_healthy(s, 1);
   uint64_t job_hash = 0, size = 0, fp = 0;
   char err[512];
-  if (s->hooks.on_job(s->hooks.ud, cmd->ack->job->canonical, cmd->ack->job->hash,
-                      &job_hash, &size, &fp, err, sizeof(err))) {
-    mark_failed(s, err);
-    goto out;
-  }
   int64_t interval = cmd->ack->heartbeat_interval_ms;
   if (interval < 50) interval = 50;
   if (interval > 60000) interval = 60000;
+  if (s->hooks.on_job(s->hooks.ud, cmd->ack->job->canonical, cmd->ack->job->hash,
+                      &job_hash, &size, &fp, err, sizeof(err))) {
+    mark_failed(s, err);
+    interval = 0;
+  }
   protobuf_c_message_free_unpacked(&cmd->base, NULL);
-  cmd = NULL;
-  if (send_hello(s, st, job_hash, size, fp)) goto out;
-  LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)", s->cfg.coordinator,
-           (long long)interval);
-  set_healthy(s, 1);
+  if (!interval || send_hello(s, st, job_hash, size, fp)) return 0;
+  return interval;
+}
+
+static int send_heartbeat(session *s, stk_rpc_stream *st) {
+  Stoker__V1__WorkerStats stats = STOKER__V1__WORKER_STATS__INIT;
+  s->hooks.fill_stats(s->hooks.ud, &stats);
+  Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
+  hb.stats = &stats;
+  Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
+  m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT;
+  m.heartbeat = &hb;
+  return stk_rpc_stream_send_msg(st, &m.base);
+}
+
+/* Registered: heartbeat every interval, pass commands to the worker.
+ * Returns when the session breaks or the worker stops. */
+static void session_serve(session *s, stk_rpc_stream *st, int64_t interval) {
   int64_t next_hb = stk__now_ms() + interval;
   for (;;) {
-    r = recv_cmd(s, st, next_hb, &cmd);
-    if (r == -3) break;
+    Stoker__V1__CoordinatorCommand *cmd = NULL;
+    int r = recv_cmd(s, st, next_hb, &cmd);
+    if (r == -3) return;
     if (r == -2) {
-      Stoker__V1__WorkerStats stats = STOKER__V1__WORKER_STATS__INIT;
-      s->hooks.fill_stats(s->hooks.ud, &stats);
-      Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
-      hb.stats = &stats;
-      Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
-      m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT;
-      m.heartbeat = &hb;
-      if (stk_rpc_stream_send_msg(st, &m.base)) break;
+      if (send_heartbeat(s, st)) return;
       next_hb += interval;
       if (next_hb < stk__now_ms()) next_hb = stk__now_ms() + interval;
       continue;
     }
     if (r == 0) {
-      int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
-      if (code == GRPC_STATUS_FAILED_PRECONDITION ||
-          code == GRPC_STATUS_INVALID_ARGUMENT) {
-        snprintf(err, sizeof(err), "coordinator rejected this worker: %s", det);
-        mark_failed(s, err);
-      } else {
-        LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
-                 code, det);
-      }
-      break;
+      session_ended(s, st);
+      return;
     }
     if (r < 0) {
       LOG_WARN("session with coordinator %s broke", s->cfg.coordinator);
-      break;
+      return;
     }
     if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN)
       s->hooks.on_command(s->hooks.ud, SESSION_CMD_SHUTDOWN);
     else if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_DRAIN)
       s->hooks.on_command(s->hooks.ud, SESSION_CMD_DRAIN);
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
-    cmd = NULL;
   }
-out:
-  if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
+}
+
+/* One session; returns when it breaks or the worker stops. */
+static void run_once(session *s, stk_rpc_channel *ch) {
+  stk_rpc_stream *st = NULL;
+  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
+  int64_t interval = session_register(s, st);
+  if (interval > 0) {
+    LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)",
+             s->cfg.coordinator, (long long)interval);
+    set_healthy(s, 1);
+    session_serve(s, st, interval);
+  }
   set_healthy(s, 0);
   stk_rpc_stream_destroy(st);
 }
