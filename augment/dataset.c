@@ -192,7 +192,7 @@ int stk_build_reference(const stk_job_spec *spec, const char *data_root, uint64_
     return rc;
   }
   rc = stk_builder_build(b, epoch, rank, step, buf, len, NULL);
-  if (rc && err && errlen) snprintf(err, errlen, "%s", stk_builder_error(b));
+  if (rc) stk__errf(err, errlen, rc, "%s", stk_builder_error(b));
   stk_builder_destroy(b);
   stk_dataset_close(ds);
   return rc;
