@@ -87,6 +87,37 @@ static gpr_timespec deadline_in(int ms) {
                       gpr_time_from_millis(ms, GPR_TIMESPAN));
 }
 
+/* Start ops on call under tag and block until they complete: the one
+ * "send and wait" step of every server call and client stream. 0 when the
+ * batch succeeded, -1 when it could not start or failed (the call is
+ * broken or cancelled). */
+static int run_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops,
+                     size_t n, void *tag) {
+  if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK) return -1;
+  grpc_event ev =
+      grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  return ev.success ? 0 : -1;
+}
+
+/* Send msg (taking ownership) and wait for flow control; the initial
+ * metadata goes first when *md_sent is 0 (server calls; a client stream
+ * sent its own at open and passes NULL). 0 or -1. */
+static int send_wait(grpc_call *call, grpc_completion_queue *cq, void *tag, int *md_sent,
+                     grpc_byte_buffer *msg) {
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof(ops));
+  if (md_sent && !*md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    *md_sent = 1;
+  }
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = msg;
+  int rc = run_batch(call, cq, ops, n, tag);
+  grpc_byte_buffer_destroy(msg);
+  return rc;
+}
+
 static void copy_slice(grpc_slice s, char *out, size_t len) {
   if (!out || !len) return;
   size_t n = GRPC_SLICE_LENGTH(s);
@@ -172,7 +203,6 @@ struct stk_rpc_call {
   int cancelled;  /* from RECV_CLOSE_ON_SERVER */
   int close_seen; /* tag_close already plucked (stk_rpc_call_closed) */
   char *peer;
-  void *user;
   struct stk_rpc_call *next;
   char tag_recv, tag_send, tag_close, tag_finish;
 };
@@ -206,7 +236,7 @@ static stk_rpc_call *call_new(stk_rpc_server *srv) {
 /* Wait for the close, then release everything gRPC gave the call. */
 static void call_release(stk_rpc_call *c) {
   if (c->call && !c->close_seen) {
-    grpc_completion_queue_pluck(c->cq, &c->tag_close, gpr_inf_future(GPR_CLOCK_REALTIME),
+    grpc_completion_queue_pluck(c->cq, &c->tag_close, gpr_inf_future(GPR_CLOCK_MONOTONIC),
                                 NULL);
   }
   grpc_metadata_array_destroy(&c->md);
@@ -227,11 +257,7 @@ int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out) {
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &bb;
   *out = NULL;
-  if (grpc_call_start_batch(c->call, &op, 1, &c->tag_recv, NULL) != GRPC_CALL_OK)
-    return -1;
-  grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_recv,
-                                              gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  if (!ev.success) {
+  if (run_batch(c->call, c->cq, &op, 1, &c->tag_recv)) {
     if (bb) grpc_byte_buffer_destroy(bb);
     return -1;
   }
@@ -252,23 +278,7 @@ int stk_rpc_call_recv_msg(stk_rpc_call *c, const ProtobufCMessageDescriptor *d,
 }
 
 int stk_rpc_call_send(stk_rpc_call *c, grpc_byte_buffer *msg) {
-  grpc_op ops[2];
-  size_t n = 0;
-  memset(ops, 0, sizeof(ops));
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = 1;
-  }
-  ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = msg;
-  int rc = -1;
-  if (grpc_call_start_batch(c->call, ops, n, &c->tag_send, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_send,
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = ev.success ? 0 : -1;
-  }
-  grpc_byte_buffer_destroy(msg);
-  return rc;
+  return send_wait(c->call, c->cq, &c->tag_send, &c->md_sent, msg);
 }
 
 int stk_rpc_call_send_msg(stk_rpc_call *c, const ProtobufCMessage *m) {
@@ -289,12 +299,7 @@ int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *deta
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = code;
   ops[n++].data.send_status_from_server.status_details = &det;
-  int rc = -1;
-  if (grpc_call_start_batch(c->call, ops, n, &c->tag_finish, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_finish,
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = ev.success ? 0 : -1;
-  }
+  int rc = run_batch(c->call, c->cq, ops, n, &c->tag_finish);
   grpc_slice_unref(det);
   return rc;
 }
@@ -314,7 +319,6 @@ int stk_rpc_call_closed(stk_rpc_call *c) {
 }
 
 const char *stk_rpc_call_peer(stk_rpc_call *c) { return c->peer ? c->peer : "?"; }
-void **stk_rpc_call_user(stk_rpc_call *c) { return &c->user; }
 
 static void *call_thread(void *arg) {
   stk_rpc_call *c = arg;
@@ -485,7 +489,7 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
   if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0) {
     stk__errf(err, errlen, 0, "cannot start a thread");
     grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
-    grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->notify_cq);
     grpc_completion_queue_destroy(s->notify_cq);
@@ -533,7 +537,7 @@ void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
   grpc_server_destroy(s->server);
   grpc_completion_queue_shutdown(s->notify_cq);
   while (
-      grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+      grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
           .type != GRPC_QUEUE_SHUTDOWN) {}
   grpc_completion_queue_destroy(s->notify_cq);
   free(s->methods);
@@ -547,7 +551,6 @@ void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
 
 struct stk_rpc_channel {
   grpc_channel *channel;
-  char *target;
   char *auth; /* "Bearer <token>" or NULL */
   size_t max_msg;
 };
@@ -558,16 +561,13 @@ int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
   stk_rpc_channel *ch = calloc(1, sizeof(*ch));
   if (!ch) return -1;
   ch->max_msg = max_msg ? max_msg : DEFAULT_MAX_MSG;
-  ch->target = strdup(target);
   if (token && *token) {
     ch->auth = malloc(strlen(token) + 8);
-    if (ch->auth) sprintf(ch->auth, "Bearer %s", token);
-  }
-  if (!ch->target || (token && *token && !ch->auth)) {
-    free(ch->target);
-    free(ch->auth);
-    free(ch);
-    return -1;
+    if (!ch->auth) {
+      free(ch);
+      return -1;
+    }
+    sprintf(ch->auth, "Bearer %s", token);
   }
   stk_rpc_init();
   grpc_arg a[16];
@@ -584,13 +584,10 @@ int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
 void stk_rpc_channel_close(stk_rpc_channel *ch) {
   if (!ch) return;
   grpc_channel_destroy(ch->channel);
-  free(ch->target);
   free(ch->auth);
   free(ch);
   stk_rpc_shutdown();
 }
-
-const char *stk_rpc_channel_target(const stk_rpc_channel *ch) { return ch->target; }
 
 static void set_auth(stk_rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
   op->op = GRPC_OP_SEND_INITIAL_METADATA;
@@ -607,7 +604,7 @@ static grpc_call *new_call(stk_rpc_channel *ch, grpc_completion_queue *cq,
   grpc_slice m = grpc_slice_from_copied_string(method);
   grpc_call *call = grpc_channel_create_call(
       ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
-      timeout_ms > 0 ? deadline_in(timeout_ms) : gpr_inf_future(GPR_CLOCK_REALTIME),
+      timeout_ms > 0 ? deadline_in(timeout_ms) : gpr_inf_future(GPR_CLOCK_MONOTONIC),
       NULL);
   grpc_slice_unref(m);
   return call;
@@ -643,7 +640,8 @@ int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessag
   ops[5].data.recv_status_on_client.status_details = &det;
   char tag;
   if (grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK) {
-    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    /* Success or not, the status op reports the outcome. */
+    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     copy_slice(det, details, dlen);
     if (status == GRPC_STATUS_OK) {
       *resp = stk_rpc_unpack(resp_desc, recv, ch->max_msg);
@@ -700,26 +698,13 @@ int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
   grpc_call_start_batch(s->call, &op, 1, &s->tag_status, NULL);
   memset(&op, 0, sizeof(op));
   set_auth(ch, &op, &s->auth);
-  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK)
-    grpc_completion_queue_pluck(s->cq, &s->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                NULL);
+  run_batch(s->call, s->cq, &op, 1, &s->tag_send); /* a failure shows in the status */
   *out = s;
   return 0;
 }
 
 int stk_rpc_stream_send(stk_rpc_stream *s, grpc_byte_buffer *msg) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_MESSAGE;
-  op.data.send_message.send_message = msg;
-  int rc = -1;
-  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(s->cq, &s->tag_send,
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = ev.success ? 0 : -1;
-  }
-  grpc_byte_buffer_destroy(msg);
-  return rc;
+  return send_wait(s->call, s->cq, &s->tag_send, NULL, msg);
 }
 
 int stk_rpc_stream_send_msg(stk_rpc_stream *s, const ProtobufCMessage *m) {
@@ -747,7 +732,7 @@ int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_m
   }
   grpc_event ev = grpc_completion_queue_pluck(
       s->cq, &s->tag_recv,
-      timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : deadline_in(timeout_ms),
+      timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : deadline_in(timeout_ms),
       NULL);
   if (ev.type == GRPC_QUEUE_TIMEOUT) return -2;
   s->recv_pending = 0;
@@ -766,18 +751,14 @@ int stk_rpc_stream_close_send(stk_rpc_stream *s) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) != GRPC_CALL_OK)
-    return -1;
-  grpc_event ev = grpc_completion_queue_pluck(s->cq, &s->tag_send,
-                                              gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  return ev.success ? 0 : -1;
+  return run_batch(s->call, s->cq, &op, 1, &s->tag_send);
 }
 
 int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size_t dlen) {
   if (!s->status_done) {
     grpc_event ev = grpc_completion_queue_pluck(
         s->cq, &s->tag_status,
-        timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : deadline_in(timeout_ms),
+        timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : deadline_in(timeout_ms),
         NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
       if (details && dlen) snprintf(details, dlen, "no status yet");
@@ -795,13 +776,13 @@ void stk_rpc_stream_destroy(stk_rpc_stream *s) {
   if (!s) return;
   grpc_call_cancel(s->call, NULL);
   if (s->recv_pending) {
-    grpc_completion_queue_pluck(s->cq, &s->tag_recv, gpr_inf_future(GPR_CLOCK_REALTIME),
+    grpc_completion_queue_pluck(s->cq, &s->tag_recv, gpr_inf_future(GPR_CLOCK_MONOTONIC),
                                 NULL);
     if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
   }
   if (!s->status_done)
-    grpc_completion_queue_pluck(s->cq, &s->tag_status, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                NULL);
+    grpc_completion_queue_pluck(s->cq, &s->tag_status,
+                                gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
   grpc_slice_unref(s->details);
   grpc_metadata_array_destroy(&s->init_md);
   grpc_metadata_array_destroy(&s->trail_md);

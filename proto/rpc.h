@@ -112,8 +112,6 @@ void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code, const char *deta
 int stk_rpc_call_closed(stk_rpc_call *c);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
 const char *stk_rpc_call_peer(stk_rpc_call *c);
-/* Per-call slot for the handler's own state. */
-void **stk_rpc_call_user(stk_rpc_call *c);
 
 /* ---- Client ------------------------------------------------------------ */
 
@@ -124,7 +122,6 @@ typedef struct stk_rpc_channel stk_rpc_channel;
 int stk_rpc_channel_open(const char *target, size_t max_message_bytes, const char *token,
                          stk_rpc_channel **out);
 void stk_rpc_channel_close(stk_rpc_channel *ch); /* accepts NULL */
-const char *stk_rpc_channel_target(const stk_rpc_channel *ch);
 
 /* Unary call: returns the gRPC status code (0 = OK, then *resp is set and
  * owned by the caller) and copies the status details into details. A
