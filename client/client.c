@@ -149,6 +149,79 @@ static void client_free(stk_client *c) {
   free(c);
 }
 
+/* A client for cfg with its own copies of the strings, its lock and
+ * condition variables; no job, buffers or threads yet. NULL when out of
+ * memory. */
+static stk_client *client_new(const stk_client_config *cfg, int local,
+                              const char *data_root) {
+  stk_client *c = calloc(1, sizeof(*c));
+  if (!c) return NULL;
+  c->cfg = *cfg;
+  c->cfg.coordinator = NULL;
+  c->cfg.token = NULL;
+  c->cfg.resume_state = NULL;
+  c->local = local;
+  c->coordinator = cfg->coordinator ? strdup(cfg->coordinator) : NULL;
+  c->token = cfg->token ? strdup(cfg->token) : NULL;
+  c->data_root = data_root ? strdup(data_root) : NULL;
+  c->workers = calloc(STK__MAX_WORKERS, sizeof(stk__worker));
+  pthread_mutex_init(&c->mu, NULL);
+  pthread_cond_init(&c->cv_sched, NULL);
+  pthread_cond_init(&c->cv_copy, NULL);
+  pthread_cond_init(&c->cv_next, NULL);
+  pthread_cond_init(&c->cv_local, NULL);
+  c->open_ns = stk__now_ns();
+  const char *fault = getenv("STOKER_FAULT_CRC_EVERY");
+  if (local && fault) c->fault_crc_every = strtoull(fault, NULL, 10);
+  if ((cfg->coordinator && !c->coordinator) || (cfg->token && !c->token) ||
+      (data_root && !c->data_root) || !c->workers) {
+    client_free(c);
+    return NULL;
+  }
+  return c;
+}
+
+/* The job: parsed here with its dataset opened in-process (open_local,
+ * job_text set), or received from the coordinator (join). */
+static int client_job(stk_client *c, const char *job_text, const char *data_root,
+                      char *err, size_t errlen) {
+  if (!job_text) return stk__join(c, err, errlen);
+  stk_job_spec_defaults(&c->spec);
+  int st = stk_job_spec_parse(&c->spec, job_text, err, errlen);
+  if (!st) st = stk_job_spec_validate(&c->spec, err, errlen);
+  if (!st) st = stk_dataset_open(&c->spec, data_root, NULL, &c->dataset, err, errlen);
+  if (st) return st;
+  c->spec.num_samples = stk_dataset_size(c->dataset);
+  c->job_hash = stk_job_spec_hash(&c->spec);
+  if (c->spec.world_size != c->cfg.world_size)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.world_size differs from the job's world_size");
+  return STK_OK;
+}
+
+/* The job's steps, and where the stream starts: at 0, or where rs (NULL
+ * when not resuming) says. */
+static int client_position(stk_client *c, const resume_state *rs, char *err,
+                           size_t errlen) {
+  c->nsamples = c->spec.num_samples;
+  c->spe = stk_steps_per_epoch(&c->spec, c->nsamples);
+  c->total = c->spe * c->spec.epochs;
+  if (c->spe == 0)
+    return stk__errf(
+        err, errlen, STK_INVALID_ARGUMENT,
+        "the job has no steps per epoch (fewer samples than world_size x batch_size)");
+  if (!rs) return STK_OK;
+  if (rs->job_hash != c->job_hash)
+    return stk__errf(err, errlen, STK_MISMATCH,
+                     "resume_state belongs to another job (job hash differs)");
+  if (rs->epoch > c->spec.epochs || rs->step >= c->spe ||
+      (rs->epoch == c->spec.epochs && rs->step != 0))
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "resume_state points past the end of the job");
+  c->next_issue = c->next_copy = c->next_deliver = rs->epoch * c->spe + rs->step;
+  return STK_OK;
+}
+
 static int open_common(const stk_client_config *cfg, const char *job_text,
                        const char *data_root, stk_client **out, char *err,
                        size_t errlen) {
@@ -176,109 +249,38 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
                        "resume_state was saved by another rank or world size");
   }
 
-  stk_client *c = calloc(1, sizeof(*c));
+  stk_client *c = client_new(cfg, local, data_root);
   if (!c) return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
-  c->cfg = *cfg;
-  c->cfg.coordinator = NULL;
-  c->cfg.token = NULL;
-  c->cfg.resume_state = NULL;
-  c->local = local;
-  c->coordinator = cfg->coordinator ? strdup(cfg->coordinator) : NULL;
-  c->token = cfg->token ? strdup(cfg->token) : NULL;
-  c->data_root = data_root ? strdup(data_root) : NULL;
-  c->workers = calloc(STK__MAX_WORKERS, sizeof(stk__worker));
-  pthread_mutex_init(&c->mu, NULL);
-  pthread_cond_init(&c->cv_sched, NULL);
-  pthread_cond_init(&c->cv_copy, NULL);
-  pthread_cond_init(&c->cv_next, NULL);
-  pthread_cond_init(&c->cv_local, NULL);
-  c->open_ns = stk__now_ns();
-  const char *fault = getenv("STOKER_FAULT_CRC_EVERY");
-  if (local && fault) c->fault_crc_every = strtoull(fault, NULL, 10);
-  if ((cfg->coordinator && !c->coordinator) || (cfg->token && !c->token) ||
-      (data_root && !c->data_root) || !c->workers) {
-    client_free(c);
-    return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
-  }
-
   /* The device first: asking for CUDA where there is none fails at once,
    * before any network wait. */
   if (cfg->device == STK_DEVICE_CUDA) {
     st = stk__cuda_open(c, err, errlen);
-    if (st) {
-      client_free(c);
-      return st;
-    }
+    if (st) goto fail;
   }
-
-  if (local) {
-    stk_job_spec_defaults(&c->spec);
-    st = stk_job_spec_parse(&c->spec, job_text, err, errlen);
-    if (!st) st = stk_job_spec_validate(&c->spec, err, errlen);
-    if (!st) st = stk_dataset_open(&c->spec, data_root, NULL, &c->dataset, err, errlen);
-    if (st) {
-      client_free(c);
-      return st;
-    }
-    c->spec.num_samples = stk_dataset_size(c->dataset);
-    c->job_hash = stk_job_spec_hash(&c->spec);
-    if (c->spec.world_size != cfg->world_size) {
-      client_free(c);
-      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
-                       "cfg.world_size differs from the job's world_size");
-    }
-  } else {
-    if (cfg->resume_state) c->job_hash = rs.job_hash; /* expect_job_hash */
-    st = stk__join(c, err, errlen);
-    if (st) {
-      client_free(c);
-      return st;
-    }
-  }
-  c->nsamples = c->spec.num_samples;
-  c->spe = stk_steps_per_epoch(&c->spec, c->nsamples);
-  c->total = c->spe * c->spec.epochs;
-  if (c->spe == 0) {
-    client_free(c);
-    return stk__errf(
-        err, errlen, STK_INVALID_ARGUMENT,
-        "the job has no steps per epoch (fewer samples than world_size x batch_size)");
-  }
-  if (cfg->resume_state) {
-    if (rs.job_hash != c->job_hash) {
-      client_free(c);
-      return stk__errf(err, errlen, STK_MISMATCH,
-                       "resume_state belongs to another job (job hash differs)");
-    }
-    if (rs.epoch > c->spec.epochs || rs.step >= c->spe ||
-        (rs.epoch == c->spec.epochs && rs.step != 0)) {
-      client_free(c);
-      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
-                       "resume_state points past the end of the job");
-    }
-    c->next_issue = c->next_copy = c->next_deliver = rs.epoch * c->spe + rs.step;
-  }
+  if (!local && cfg->resume_state) c->job_hash = rs.job_hash; /* expect_job_hash */
+  st = client_job(c, job_text, data_root, err, errlen);
+  if (!st) st = client_position(c, cfg->resume_state ? &rs : NULL, err, errlen);
+  if (st) goto fail;
   st = stk_batch_layout_of(&c->spec, &c->layout);
   if (!st) st = stk__convert_layout(&c->spec, cfg->convert, &c->out);
   if (st) {
-    client_free(c);
-    return stk__errf(err, errlen, st,
-                     "cfg.convert needs a job whose image tensor is uint8");
+    stk__errf(err, errlen, st, "cfg.convert needs a job whose image tensor is uint8");
+    goto fail;
   }
   st = stk__ring_init(c, err, errlen);
-  if (st) {
-    client_free(c);
-    return st;
-  }
+  if (st) goto fail;
   pthread_mutex_lock(&c->mu);
   if (local) stk__worker_add(c, "local", "in-process", 1);
   pthread_mutex_unlock(&c->mu);
   if (stk__sched_start(c) || stk__copy_start(c) || (!local && stk__watch_start(c))) {
-    stk_client_close(c);
+    stk_client_close(c); /* threads may run: the full close */
     return stk__errf(err, errlen, STK_INTERNAL, "cannot start a thread");
   }
   *out = c;
   return STK_OK;
+fail:
+  client_free(c);
+  return st;
 }
 
 int stk_client_open(const stk_client_config *cfg, stk_client **out, char *err,
