@@ -148,42 +148,49 @@ ProtobufCMessage *stk_rpc_unpack(const ProtobufCMessageDescriptor *d,
   return m;
 }
 
-static grpc_channel_args *make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
+typedef struct int_arg {
+  const char *key;
+  int value;
+} int_arg;
+
+/* Clients ping every 10 s; let them, with or without calls. */
+static const int_arg server_args[] = {
+    {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000},
+    {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0},
+    {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+};
+
+static const int_arg client_args[] = {
+    {GRPC_ARG_KEEPALIVE_TIME_MS, 10000},
+    {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000},
+    {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+    {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100},
+    {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100},
+    {GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000},
+    /* Our own connection per channel, so one worker stream per TCP link. */
+    {GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1},
+    {GRPC_ARG_ENABLE_RETRIES, 0},
+};
+
+#define MAX_ARGS 16
+
+/* Fill a[MAX_ARGS] with the message size limits and the server's or the
+ * client's settings above; *n gets the count. */
+static void make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
+  const int_arg *set = server ? server_args : client_args;
+  size_t nset = server ? sizeof(server_args) / sizeof(server_args[0])
+                       : sizeof(client_args) / sizeof(client_args[0]);
   size_t i = 0;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
   a[i++].value.integer = (int)max_msg;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
   a[i++].value.integer = (int)max_msg;
-  if (server) {
-    /* Clients ping every 10 s; let them, with or without calls. */
-    a[i].type = GRPC_ARG_INTEGER,
-    a[i].key = GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-    a[i++].value.integer = 5000;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_HTTP2_MAX_PING_STRIKES,
-    a[i++].value.integer = 0;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
-    a[i++].value.integer = 1;
-  } else {
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIME_MS,
-    a[i++].value.integer = 10000;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-    a[i++].value.integer = 5000;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
-    a[i++].value.integer = 1;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-    a[i++].value.integer = 100;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-    a[i++].value.integer = 100;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-    a[i++].value.integer = 1000;
-    /* Our own connection per channel, so one worker stream per TCP link. */
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
-    a[i++].value.integer = 1;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_ENABLE_RETRIES,
-    a[i++].value.integer = 0;
+  for (size_t k = 0; k < nset && i < MAX_ARGS; k++, i++) {
+    a[i].type = GRPC_ARG_INTEGER;
+    a[i].key = (char *)set[k].key;
+    a[i].value.integer = set[k].value;
   }
   *n = i;
-  return NULL;
 }
 
 /* ---- Server ------------------------------------------------------------ */
@@ -465,7 +472,7 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
   if (cfg->token && *cfg->token) s->token = strdup(cfg->token);
   if (!s->methods || (cfg->token && *cfg->token && !s->token)) goto fail_mem;
   memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk_rpc_method));
-  grpc_arg a[16];
+  grpc_arg a[MAX_ARGS];
   size_t na;
   make_args(a, &na, s->max_msg, 1);
   grpc_channel_args args = {na, a};
@@ -570,7 +577,7 @@ int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
     sprintf(ch->auth, "Bearer %s", token);
   }
   stk_rpc_init();
-  grpc_arg a[16];
+  grpc_arg a[MAX_ARGS];
   size_t na;
   make_args(a, &na, ch->max_msg, 0);
   grpc_channel_args args = {na, a};
