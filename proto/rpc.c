@@ -220,7 +220,6 @@ struct stk_rpc_server {
   pthread_t dispatcher;
   stk_rpc_method *methods;
   size_t nmethods;
-  void *ctx;
   char *token;
   size_t max_calls, max_msg;
   pthread_mutex_t mu;
@@ -329,7 +328,7 @@ const char *stk_rpc_call_peer(stk_rpc_call *c) { return c->peer ? c->peer : "?";
 
 static void *call_thread(void *arg) {
   stk_rpc_call *c = arg;
-  c->method->fn(c, c->srv->ctx);
+  c->method->fn(c);
   if (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE))
     stk_rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
   call_release(c);
@@ -466,7 +465,6 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
   pthread_mutex_init(&s->mu, NULL);
   s->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MSG;
   s->max_calls = cfg->max_calls ? cfg->max_calls : 4096;
-  s->ctx = cfg->ctx;
   s->nmethods = cfg->nmethods;
   s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk_rpc_method));
   if (cfg->token && *cfg->token) s->token = strdup(cfg->token);

@@ -60,7 +60,7 @@ typedef struct stk_rpc_call stk_rpc_call;
 /* Runs on a thread of its own for one incoming call. It must end the call
  * with stk_rpc_call_finish (or stk_rpc_call_abort) before returning; if it
  * does not, the call ends with INTERNAL. */
-typedef void (*stk_rpc_handler_fn)(stk_rpc_call *call, void *ctx);
+typedef void (*stk_rpc_handler_fn)(stk_rpc_call *call);
 
 typedef struct stk_rpc_method {
   const char *path; /* "/stoker.v1.Worker/Stream" */
@@ -71,7 +71,6 @@ typedef struct stk_rpc_server_config {
   const char *listen; /* "127.0.0.1:0" binds a free port */
   const stk_rpc_method *methods;
   size_t nmethods;
-  void *ctx;                /* handed to every handler */
   size_t max_message_bytes; /* receive limit; 0 = 16 MiB */
   const char *token;        /* bearer token every call must carry; NULL = none */
   size_t max_calls;         /* concurrent calls; 0 = 4096; past it RESOURCE_EXHAUSTED */

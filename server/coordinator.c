@@ -250,7 +250,7 @@ static Stoker__V1__Register *recv_hello(stk_rpc_call *call, Stoker__V1__WorkerMe
   return (*m)->hello;
 }
 
-static void handle_worker_session(stk_rpc_call *call, void *ctx) {
+static void handle_worker_session(stk_rpc_call *call) {
   Stoker__V1__WorkerMessage *m = NULL;
   char msg[600];
   int r;
@@ -439,7 +439,7 @@ static ProtobufCMessage *recv_request(stk_rpc_call *call,
   return NULL;
 }
 
-static void handle_join(stk_rpc_call *call, void *ctx) {
+static void handle_join(stk_rpc_call *call) {
   Stoker__V1__JoinRequest *q = (Stoker__V1__JoinRequest *)recv_request(
       call, &stoker__v1__join_request__descriptor);
   if (!q) return;
@@ -499,7 +499,7 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
   protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
-static void handle_watch(stk_rpc_call *call, void *ctx) {
+static void handle_watch(stk_rpc_call *call) {
   Stoker__V1__WatchRequest *q = (Stoker__V1__WatchRequest *)recv_request(
       call, &stoker__v1__watch_request__descriptor);
   if (!q) return;
@@ -578,7 +578,7 @@ static void abort_job_locked(uint32_t rank, const char *reason, const char *peer
   request_shutdown_locked(EXIT_ABORTED, why);
 }
 
-static void handle_finish(stk_rpc_call *call, void *ctx) {
+static void handle_finish(stk_rpc_call *call) {
   Stoker__V1__FinishRequest *q = (Stoker__V1__FinishRequest *)recv_request(
       call, &stoker__v1__finish_request__descriptor);
   if (!q) return;
@@ -625,7 +625,7 @@ static void handle_finish(stk_rpc_call *call, void *ctx) {
   protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
-static void handle_status(stk_rpc_call *call, void *ctx) {
+static void handle_status(stk_rpc_call *call) {
   ProtobufCMessage *q = recv_request(call, &stoker__v1__status_request__descriptor);
   if (!q) return;
   protobuf_c_message_free_unpacked(q, NULL);

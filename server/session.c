@@ -131,8 +131,8 @@ static int64_t session_register(session *s, stk_rpc_stream *st) {
   int64_t interval = cmd->ack->heartbeat_interval_ms;
   if (interval < 50) interval = 50;
   if (interval > 60000) interval = 60000;
-  if (s->hooks.on_job(s->hooks.ud, cmd->ack->job->canonical, cmd->ack->job->hash,
-                      &job_hash, &size, &fp, err, sizeof(err))) {
+  if (s->hooks.on_job(cmd->ack->job->canonical, cmd->ack->job->hash, &job_hash, &size,
+                      &fp, err, sizeof(err))) {
     mark_failed(s, err);
     interval = 0;
   }
@@ -143,7 +143,7 @@ static int64_t session_register(session *s, stk_rpc_stream *st) {
 
 static int send_heartbeat(session *s, stk_rpc_stream *st) {
   Stoker__V1__WorkerStats stats = STOKER__V1__WORKER_STATS__INIT;
-  s->hooks.fill_stats(s->hooks.ud, &stats);
+  s->hooks.fill_stats(&stats);
   Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
   hb.stats = &stats;
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
@@ -177,10 +177,10 @@ static void session_serve(session *s, stk_rpc_stream *st, int64_t interval) {
     if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN) {
       const Stoker__V1__Shutdown *sd = cmd->shutdown;
       if (sd && sd->failed)
-        s->hooks.on_command(s->hooks.ud, SESSION_CMD_ABORT, sd->reason ? sd->reason : "");
-      else s->hooks.on_command(s->hooks.ud, SESSION_CMD_SHUTDOWN, NULL);
+        s->hooks.on_command(SESSION_CMD_ABORT, sd->reason ? sd->reason : "");
+      else s->hooks.on_command(SESSION_CMD_SHUTDOWN, NULL);
     } else if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_DRAIN) {
-      s->hooks.on_command(s->hooks.ud, SESSION_CMD_DRAIN, NULL);
+      s->hooks.on_command(SESSION_CMD_DRAIN, NULL);
     }
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
   }

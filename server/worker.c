@@ -155,7 +155,7 @@ static const char *dtype_name(int dt) {
 }
 
 /* session hook: the coordinator's job. */
-static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_hash,
+static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
                   uint64_t *dataset_size, uint64_t *fp, char *err, size_t errlen) {
   stk_job_spec spec;
   char msg[512];
@@ -236,7 +236,7 @@ static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_
   return 0;
 }
 
-static void fill_stats(void *ud, Stoker__V1__WorkerStats *out) {
+static void fill_stats(Stoker__V1__WorkerStats *out) {
   sched *s = current_sched();
   if (!s) return;
   sched_stats st;
@@ -255,7 +255,7 @@ static void fill_stats(void *ud, Stoker__V1__WorkerStats *out) {
   W.last_ms = now, W.last_built = st.batches_built, W.last_busy = st.busy_ns;
 }
 
-static void on_command(void *ud, int cmd, const char *reason) {
+static void on_command(int cmd, const char *reason) {
   if (cmd == SESSION_CMD_ABORT) {
     /* Untrusted text: printable ASCII only, bounded. */
     char esc[256];
@@ -387,7 +387,7 @@ static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t le
   return 0;
 }
 
-static void handle_stream(stk_rpc_call *call, void *ctx) {
+static void handle_stream(stk_rpc_call *call) {
   sched *s = current_sched();
   if (!s) {
     stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
@@ -535,7 +535,7 @@ int main(int argc, char **argv) {
   }
 
   session_config cfg = {opt.coordinator, opt.token, worker_id, advertise, W.threads};
-  session_hooks hooks = {NULL, on_job, fill_stats, on_command};
+  session_hooks hooks = {on_job, fill_stats, on_command};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
     LOG_ERROR("cannot start the coordinator session");
