@@ -130,12 +130,12 @@ static void client_free(stk_client *c) {
   stk__ring_free(c);
   if (c->workers) {
     for (uint32_t i = 0; i < c->nworkers; i++) {
-      stk_rpc_channel_close(c->workers[i].ch);
+      stk__rpc_channel_close(c->workers[i].ch);
       pthread_mutex_destroy(&c->workers[i].send_mu);
     }
     free(c->workers);
   }
-  stk_rpc_channel_close(c->coord);
+  stk__rpc_channel_close(c->coord);
   stk__cuda_close(c);
   stk_dataset_close(c->dataset);
   pthread_mutex_destroy(&c->mu);
@@ -238,7 +238,7 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   }
   int st = check_config(cfg, local, err, errlen);
   if (st) return st;
-  if (!local) stk_rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */
+  if (!local) stk__rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */
   resume_state rs;
   memset(&rs, 0, sizeof(rs));
   if (cfg->resume_state) {

@@ -52,8 +52,8 @@ typedef struct stk__worker {
   int listed; /* in the coordinator's current list */
   int thread_started, thread_exited;
   pthread_t thread;
-  stk_rpc_channel *ch;     /* owned by the worker thread */
-  stk_rpc_stream *stream;  /* guarded by mu; destroyed by the worker thread */
+  stk__rpc_channel *ch;    /* owned by the worker thread */
+  stk__rpc_stream *stream; /* guarded by mu; destroyed by the worker thread */
   pthread_mutex_t send_mu; /* held while a request is being sent */
   int alive;               /* stream open and taking requests */
   int probing;             /* no message yet on this stream: at most 1 request */
@@ -118,9 +118,9 @@ struct stk_client {
   uint32_t nworkers;    /* entries used */
   int64_t no_worker_since_ns;
 
-  stk_rpc_channel *coord;
-  stk_rpc_stream *watch; /* guarded by mu */
-  int watching;          /* watch request sent on c->watch; under mu */
+  stk__rpc_channel *coord;
+  stk__rpc_stream *watch; /* guarded by mu */
+  int watching;           /* watch request sent on c->watch; under mu */
   uint64_t list_version;
   pthread_t sched_thread, copy_thread, watch_thread;
   int sched_started, copy_started, watch_started;

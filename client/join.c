@@ -60,9 +60,9 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
     int64_t left = deadline - stk__now_ms();
     int tmo = left < 200 ? 200 : (left > 5000 ? 5000 : (int)left);
     ProtobufCMessage *m = NULL;
-    int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
-                             &stoker__v1__join_response__descriptor, &m, tmo, details,
-                             sizeof(details));
+    int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
+                              &stoker__v1__join_response__descriptor, &m, tmo, details,
+                              sizeof(details));
     int final, st = stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) {
       Stoker__V1__JoinResponse *resp = (Stoker__V1__JoinResponse *)m;
@@ -130,7 +130,7 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
 }
 
 int stk__join(stk_client *c, char *err, size_t errlen) {
-  if (stk_rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord))
+  if (stk__rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord))
     return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   Stoker__V1__JoinResponse *resp = NULL;
   int st = join_ask(c, &resp, err, errlen);
@@ -153,8 +153,8 @@ static void *watch_main(void *arg) {
   stk_client *c = arg;
   int backoff = 100;
   while (!stopping(c)) {
-    stk_rpc_stream *s = NULL;
-    if (stk_rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
+    stk__rpc_stream *s = NULL;
+    if (stk__rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
       stk__sleep_ms(backoff);
       continue;
     }
@@ -163,26 +163,26 @@ static void *watch_main(void *arg) {
     if (!stop) c->watch = s;
     pthread_mutex_unlock(&c->mu);
     if (stop) {
-      stk_rpc_stream_destroy(s);
+      stk__rpc_stream_destroy(s);
       break;
     }
     Stoker__V1__WatchRequest req = STOKER__V1__WATCH_REQUEST__INIT;
     req.rank = c->cfg.rank;
     req.known_version = c->list_version;
-    int ok = stk_rpc_stream_send_msg(s, &req.base) == 0;
-    if (ok) stk_rpc_stream_close_send(s);
+    int ok = stk__rpc_stream_send_msg(s, &req.base) == 0;
+    if (ok) stk__rpc_stream_close_send(s);
     pthread_mutex_lock(&c->mu);
     c->watching = ok;
     pthread_mutex_unlock(&c->mu);
     while (ok) {
       grpc_byte_buffer *bb = NULL;
-      int rc = stk_rpc_stream_recv(s, &bb, 500);
+      int rc = stk__rpc_stream_recv(s, &bb, 500);
       if (rc == -2) {
         if (stopping(c)) break;
         continue;
       }
       if (rc != 1) break;
-      Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk_rpc_unpack(
+      Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
           &stoker__v1__worker_list__descriptor, bb, STK__MAX_MSG);
       grpc_byte_buffer_destroy(bb);
       if (!wl) break;
@@ -210,7 +210,7 @@ static void *watch_main(void *arg) {
     c->watch = NULL;
     c->watching = 0;
     pthread_mutex_unlock(&c->mu);
-    stk_rpc_stream_destroy(s);
+    stk__rpc_stream_destroy(s);
     for (int waited = 0; waited < backoff && !stopping(c); waited += 50)
       stk__sleep_ms(50);
     if (backoff < 2000) backoff *= 2;
@@ -226,7 +226,7 @@ int stk__watch_start(stk_client *c) {
 
 void stk__watch_stop(stk_client *c) {
   pthread_mutex_lock(&c->mu);
-  if (c->watch) stk_rpc_stream_cancel(c->watch);
+  if (c->watch) stk__rpc_stream_cancel(c->watch);
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->watch_thread, NULL);
   c->watch_started = 0;
@@ -245,9 +245,9 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
   int64_t deadline = stk__now_ms() + 5000;
   for (;;) {
     ProtobufCMessage *m = NULL;
-    int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
-                             &stoker__v1__finish_response__descriptor, &m, 2000, details,
-                             sizeof(details));
+    int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
+                              &stoker__v1__finish_response__descriptor, &m, 2000, details,
+                              sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
     int final;
     stk__rpc_status(code, &final);

@@ -24,10 +24,10 @@
 
 #define DEFAULT_MAX_MSG (16u << 20)
 
-void stk_rpc_init(void) { grpc_init(); }
-void stk_rpc_shutdown(void) { grpc_shutdown(); }
+void stk__rpc_init(void) { grpc_init(); }
+void stk__rpc_shutdown(void) { grpc_shutdown(); }
 
-int stk_rpc_tune_malloc(void) {
+int stk__rpc_tune_malloc(void) {
   const char *opt = getenv("STOKER_MALLOC_TUNING");
   if ((opt && strcmp(opt, "0") == 0) || getenv("MALLOC_MMAP_THRESHOLD_") ||
       getenv("MALLOC_TRIM_THRESHOLD_"))
@@ -126,7 +126,7 @@ static void copy_slice(grpc_slice s, char *out, size_t len) {
   out[n] = 0;
 }
 
-grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m) {
+grpc_byte_buffer *stk__rpc_pack(const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   grpc_slice s = grpc_slice_malloc(n);
   protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
@@ -135,8 +135,8 @@ grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m) {
   return bb;
 }
 
-ProtobufCMessage *stk_rpc_unpack(const ProtobufCMessageDescriptor *d,
-                                 grpc_byte_buffer *bb, size_t max_bytes) {
+ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
+                                  grpc_byte_buffer *bb, size_t max_bytes) {
   if (!bb || grpc_byte_buffer_length(bb) > max_bytes) return NULL;
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
@@ -195,42 +195,42 @@ static void make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
 
 /* ---- Server ------------------------------------------------------------ */
 
-struct stk_rpc_call {
-  stk_rpc_server *srv;
+struct stk__rpc_call {
+  stk__rpc_server *srv;
   grpc_call *call;
   grpc_completion_queue *cq;
   grpc_call_details details;
   grpc_metadata_array md;
-  const stk_rpc_method *method;
+  const stk__rpc_method *method;
   pthread_t thread;
   int thread_started;
   int md_sent;
   int finished;   /* atomic: a status was sent or the call was aborted */
   int done;       /* handler thread returned; guarded by srv->mu */
   int cancelled;  /* from RECV_CLOSE_ON_SERVER */
-  int close_seen; /* tag_close already plucked (stk_rpc_call_closed) */
+  int close_seen; /* tag_close already plucked (stk__rpc_call_closed) */
   char *peer;
-  struct stk_rpc_call *next;
+  struct stk__rpc_call *next;
   char tag_recv, tag_send, tag_close, tag_finish;
 };
 
-struct stk_rpc_server {
+struct stk__rpc_server {
   grpc_server *server;
   grpc_completion_queue *notify_cq;
   pthread_t dispatcher;
-  stk_rpc_method *methods;
+  stk__rpc_method *methods;
   size_t nmethods;
   char *token;
   size_t max_calls, max_msg;
   pthread_mutex_t mu;
-  stk_rpc_call *calls; /* live and finished-not-yet-joined calls */
+  stk__rpc_call *calls; /* live and finished-not-yet-joined calls */
   size_t active;
   int stopping;
   char shutdown_tag;
 };
 
-static stk_rpc_call *call_new(stk_rpc_server *srv) {
-  stk_rpc_call *c = calloc(1, sizeof(*c));
+static stk__rpc_call *call_new(stk__rpc_server *srv) {
+  stk__rpc_call *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->srv = srv;
   c->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -240,7 +240,7 @@ static stk_rpc_call *call_new(stk_rpc_server *srv) {
 }
 
 /* Wait for the close, then release everything gRPC gave the call. */
-static void call_release(stk_rpc_call *c) {
+static void call_release(stk__rpc_call *c) {
   if (c->call && !c->close_seen) {
     grpc_completion_queue_pluck(c->cq, &c->tag_close, gpr_inf_future(GPR_CLOCK_MONOTONIC),
                                 NULL);
@@ -256,7 +256,7 @@ static void call_release(stk_rpc_call *c) {
   c->peer = NULL;
 }
 
-int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out) {
+int stk__rpc_call_recv(stk__rpc_call *c, grpc_byte_buffer **out) {
   grpc_byte_buffer *bb = NULL;
   grpc_op op;
   memset(&op, 0, sizeof(op));
@@ -272,27 +272,27 @@ int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out) {
   return 1;
 }
 
-int stk_rpc_call_recv_msg(stk_rpc_call *c, const ProtobufCMessageDescriptor *d,
-                          ProtobufCMessage **out) {
+int stk__rpc_call_recv_msg(stk__rpc_call *c, const ProtobufCMessageDescriptor *d,
+                           ProtobufCMessage **out) {
   grpc_byte_buffer *bb;
   *out = NULL;
-  int r = stk_rpc_call_recv(c, &bb);
+  int r = stk__rpc_call_recv(c, &bb);
   if (r <= 0) return r;
-  *out = stk_rpc_unpack(d, bb, c->srv->max_msg);
+  *out = stk__rpc_unpack(d, bb, c->srv->max_msg);
   grpc_byte_buffer_destroy(bb);
   return *out ? 1 : -2;
 }
 
-int stk_rpc_call_send(stk_rpc_call *c, grpc_byte_buffer *msg) {
+int stk__rpc_call_send(stk__rpc_call *c, grpc_byte_buffer *msg) {
   return send_wait(c->call, c->cq, &c->tag_send, &c->md_sent, msg);
 }
 
-int stk_rpc_call_send_msg(stk_rpc_call *c, const ProtobufCMessage *m) {
-  grpc_byte_buffer *bb = stk_rpc_pack(m);
-  return bb ? stk_rpc_call_send(c, bb) : -1;
+int stk__rpc_call_send_msg(stk__rpc_call *c, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = stk__rpc_pack(m);
+  return bb ? stk__rpc_call_send(c, bb) : -1;
 }
 
-int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *details) {
+int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *details) {
   if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return 0;
   grpc_op ops[2];
   size_t n = 0;
@@ -310,12 +310,12 @@ int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *deta
   return rc;
 }
 
-void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code, const char *details) {
+void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details) {
   if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return;
   grpc_call_cancel_with_status(c->call, code, details ? details : "", NULL);
 }
 
-int stk_rpc_call_closed(stk_rpc_call *c) {
+int stk__rpc_call_closed(stk__rpc_call *c) {
   if (!c->close_seen) {
     grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_close,
                                                 gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
@@ -324,13 +324,13 @@ int stk_rpc_call_closed(stk_rpc_call *c) {
   return c->close_seen;
 }
 
-const char *stk_rpc_call_peer(stk_rpc_call *c) { return c->peer ? c->peer : "?"; }
+const char *stk__rpc_call_peer(stk__rpc_call *c) { return c->peer ? c->peer : "?"; }
 
 static void *call_thread(void *arg) {
-  stk_rpc_call *c = arg;
+  stk__rpc_call *c = arg;
   c->method->fn(c);
   if (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE))
-    stk_rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
+    stk__rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
   call_release(c);
   pthread_mutex_lock(&c->srv->mu);
   c->done = 1;
@@ -340,11 +340,11 @@ static void *call_thread(void *arg) {
 }
 
 /* Join and free calls whose thread has returned. */
-static void reap(stk_rpc_server *s) {
+static void reap(stk__rpc_server *s) {
   for (;;) {
-    stk_rpc_call *dead = NULL;
+    stk__rpc_call *dead = NULL;
     pthread_mutex_lock(&s->mu);
-    for (stk_rpc_call **pp = &s->calls; *pp; pp = &(*pp)->next)
+    for (stk__rpc_call **pp = &s->calls; *pp; pp = &(*pp)->next)
       if ((*pp)->done) {
         dead = *pp;
         *pp = dead->next;
@@ -357,7 +357,7 @@ static void reap(stk_rpc_server *s) {
   }
 }
 
-static int token_ok(stk_rpc_server *s, grpc_metadata_array *md) {
+static int token_ok(stk__rpc_server *s, grpc_metadata_array *md) {
   if (!s->token) return 1;
   size_t want = strlen(s->token);
   for (size_t i = 0; i < md->count; i++) {
@@ -376,13 +376,13 @@ static int token_ok(stk_rpc_server *s, grpc_metadata_array *md) {
 }
 
 /* Answer a call we will not run, inline on the dispatcher. */
-static void reject(stk_rpc_call *c, grpc_status_code code, const char *msg) {
-  stk_rpc_call_finish(c, code, msg);
+static void reject(stk__rpc_call *c, grpc_status_code code, const char *msg) {
+  stk__rpc_call_finish(c, code, msg);
   call_release(c);
   free(c);
 }
 
-static void dispatch(stk_rpc_server *s, stk_rpc_call *c) {
+static void dispatch(stk__rpc_server *s, stk__rpc_call *c) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -415,8 +415,8 @@ static void dispatch(stk_rpc_server *s, stk_rpc_call *c) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static stk_rpc_call *request_one(stk_rpc_server *s) {
-  stk_rpc_call *c = call_new(s);
+static stk__rpc_call *request_one(stk__rpc_server *s) {
+  stk__rpc_call *c = call_new(s);
   if (!c) return NULL;
   if (grpc_server_request_call(s->server, &c->call, &c->details, &c->md, c->cq,
                                s->notify_cq, c) != GRPC_CALL_OK) {
@@ -428,8 +428,8 @@ static stk_rpc_call *request_one(stk_rpc_server *s) {
 }
 
 static void *dispatcher_main(void *arg) {
-  stk_rpc_server *s = arg;
-  stk_rpc_call *pending = request_one(s);
+  stk__rpc_server *s = arg;
+  stk__rpc_call *pending = request_one(s);
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(s->notify_cq, deadline_in(200), NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
@@ -441,7 +441,7 @@ static void *dispatcher_main(void *arg) {
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.tag == &s->shutdown_tag) break;
     if (ev.tag == pending) {
-      stk_rpc_call *c = pending;
+      stk__rpc_call *c = pending;
       pending = NULL;
       if (ev.success) {
         dispatch(s, c);
@@ -457,24 +457,24 @@ static void *dispatcher_main(void *arg) {
   return NULL;
 }
 
-int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
-                         int *port, char *err, size_t errlen) {
+int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **out,
+                          int *port, char *err, size_t errlen) {
   *out = NULL;
-  stk_rpc_server *s = calloc(1, sizeof(*s));
+  stk__rpc_server *s = calloc(1, sizeof(*s));
   if (!s) return -1;
   pthread_mutex_init(&s->mu, NULL);
   s->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MSG;
   s->max_calls = cfg->max_calls ? cfg->max_calls : 4096;
   s->nmethods = cfg->nmethods;
-  s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk_rpc_method));
+  s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk__rpc_method));
   if (cfg->token && *cfg->token) s->token = strdup(cfg->token);
   if (!s->methods || (cfg->token && *cfg->token && !s->token)) goto fail_mem;
-  memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk_rpc_method));
+  memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk__rpc_method));
   grpc_arg a[MAX_ARGS];
   size_t na;
   make_args(a, &na, s->max_msg, 1);
   grpc_channel_args args = {na, a};
-  stk_rpc_init();
+  stk__rpc_init();
   s->server = grpc_server_create(&args, NULL);
   s->notify_cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
@@ -487,7 +487,7 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->notify_cq);
     grpc_completion_queue_destroy(s->notify_cq);
-    stk_rpc_shutdown();
+    stk__rpc_shutdown();
     goto fail;
   }
   grpc_server_start(s->server);
@@ -498,7 +498,7 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->notify_cq);
     grpc_completion_queue_destroy(s->notify_cq);
-    stk_rpc_shutdown();
+    stk__rpc_shutdown();
     goto fail;
   }
   if (port) *port = p;
@@ -514,25 +514,25 @@ fail:
   return -1;
 }
 
-size_t stk_rpc_server_active(stk_rpc_server *s) {
+size_t stk__rpc_server_active(stk__rpc_server *s) {
   pthread_mutex_lock(&s->mu);
   size_t n = s->active;
   pthread_mutex_unlock(&s->mu);
   return n;
 }
 
-void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
+void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms) {
   if (!s) return;
   __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
   grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
   int64_t until = stk__now_ms() + (grace_ms > 0 ? grace_ms : 0);
-  while (stk_rpc_server_active(s) > 0 && stk__now_ms() < until) stk__sleep_ms(10);
+  while (stk__rpc_server_active(s) > 0 && stk__now_ms() < until) stk__sleep_ms(10);
   grpc_server_cancel_all_calls(s->server);
   pthread_join(s->dispatcher, NULL);
   /* Every handler has now been cancelled; join what is left. */
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    stk_rpc_call *c = s->calls;
+    stk__rpc_call *c = s->calls;
     if (c) s->calls = c->next;
     pthread_mutex_unlock(&s->mu);
     if (!c) break;
@@ -549,21 +549,21 @@ void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
   free(s->token);
   pthread_mutex_destroy(&s->mu);
   free(s);
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
 }
 
 /* ---- Client ------------------------------------------------------------ */
 
-struct stk_rpc_channel {
+struct stk__rpc_channel {
   grpc_channel *channel;
   char *auth; /* "Bearer <token>" or NULL */
   size_t max_msg;
 };
 
-int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
-                         stk_rpc_channel **out) {
+int stk__rpc_channel_open(const char *target, size_t max_msg, const char *token,
+                          stk__rpc_channel **out) {
   *out = NULL;
-  stk_rpc_channel *ch = calloc(1, sizeof(*ch));
+  stk__rpc_channel *ch = calloc(1, sizeof(*ch));
   if (!ch) return -1;
   ch->max_msg = max_msg ? max_msg : DEFAULT_MAX_MSG;
   if (token && *token) {
@@ -574,7 +574,7 @@ int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
     }
     sprintf(ch->auth, "Bearer %s", token);
   }
-  stk_rpc_init();
+  stk__rpc_init();
   grpc_arg a[MAX_ARGS];
   size_t na;
   make_args(a, &na, ch->max_msg, 0);
@@ -586,15 +586,15 @@ int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
   return 0;
 }
 
-void stk_rpc_channel_close(stk_rpc_channel *ch) {
+void stk__rpc_channel_close(stk__rpc_channel *ch) {
   if (!ch) return;
   grpc_channel_destroy(ch->channel);
   free(ch->auth);
   free(ch);
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
 }
 
-static void set_auth(stk_rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
+static void set_auth(stk__rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
   op->op = GRPC_OP_SEND_INITIAL_METADATA;
   if (ch->auth) {
     md->key = grpc_slice_from_static_string("authorization");
@@ -604,7 +604,7 @@ static void set_auth(stk_rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
   }
 }
 
-static grpc_call *new_call(stk_rpc_channel *ch, grpc_completion_queue *cq,
+static grpc_call *new_call(stk__rpc_channel *ch, grpc_completion_queue *cq,
                            const char *method, int timeout_ms) {
   grpc_slice m = grpc_slice_from_copied_string(method);
   grpc_call *call = grpc_channel_create_call(
@@ -615,14 +615,14 @@ static grpc_call *new_call(stk_rpc_channel *ch, grpc_completion_queue *cq,
   return call;
 }
 
-int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
-                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                  int timeout_ms, char *details, size_t dlen) {
+int stk__rpc_unary(stk__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                   int timeout_ms, char *details, size_t dlen) {
   *resp = NULL;
   if (details && dlen) details[0] = 0;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
   grpc_call *call = new_call(ch, cq, method, timeout_ms);
-  grpc_byte_buffer *send = stk_rpc_pack(req), *recv = NULL;
+  grpc_byte_buffer *send = stk__rpc_pack(req), *recv = NULL;
   grpc_metadata_array init_md, trail_md;
   grpc_metadata_array_init(&init_md);
   grpc_metadata_array_init(&trail_md);
@@ -649,7 +649,7 @@ int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessag
     grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     copy_slice(det, details, dlen);
     if (status == GRPC_STATUS_OK) {
-      *resp = stk_rpc_unpack(resp_desc, recv, ch->max_msg);
+      *resp = stk__rpc_unpack(resp_desc, recv, ch->max_msg);
       if (!*resp) {
         status = GRPC_STATUS_INTERNAL;
         if (details && dlen) snprintf(details, dlen, "malformed response");
@@ -669,8 +669,8 @@ int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessag
   return (int)status;
 }
 
-struct stk_rpc_stream {
-  stk_rpc_channel *ch;
+struct stk__rpc_stream {
+  stk__rpc_channel *ch;
   grpc_call *call;
   grpc_completion_queue *cq;
   int recv_pending, got_md, status_done;
@@ -682,10 +682,10 @@ struct stk_rpc_stream {
   char tag_send, tag_recv, tag_status;
 };
 
-int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
-                        stk_rpc_stream **out) {
+int stk__rpc_stream_open(stk__rpc_channel *ch, const char *method, int timeout_ms,
+                         stk__rpc_stream **out) {
   *out = NULL;
-  stk_rpc_stream *s = calloc(1, sizeof(*s));
+  stk__rpc_stream *s = calloc(1, sizeof(*s));
   if (!s) return -1;
   s->ch = ch;
   s->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -708,16 +708,16 @@ int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
   return 0;
 }
 
-int stk_rpc_stream_send(stk_rpc_stream *s, grpc_byte_buffer *msg) {
+int stk__rpc_stream_send(stk__rpc_stream *s, grpc_byte_buffer *msg) {
   return send_wait(s->call, s->cq, &s->tag_send, NULL, msg);
 }
 
-int stk_rpc_stream_send_msg(stk_rpc_stream *s, const ProtobufCMessage *m) {
-  grpc_byte_buffer *bb = stk_rpc_pack(m);
-  return bb ? stk_rpc_stream_send(s, bb) : -1;
+int stk__rpc_stream_send_msg(stk__rpc_stream *s, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = stk__rpc_pack(m);
+  return bb ? stk__rpc_stream_send(s, bb) : -1;
 }
 
-int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_ms) {
+int stk__rpc_stream_recv(stk__rpc_stream *s, grpc_byte_buffer **out, int timeout_ms) {
   *out = NULL;
   if (!s->recv_pending) {
     grpc_op ops[2];
@@ -752,14 +752,15 @@ int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_m
   return 1;
 }
 
-int stk_rpc_stream_close_send(stk_rpc_stream *s) {
+int stk__rpc_stream_close_send(stk__rpc_stream *s) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
   return run_batch(s->call, s->cq, &op, 1, &s->tag_send);
 }
 
-int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size_t dlen) {
+int stk__rpc_stream_status(stk__rpc_stream *s, int timeout_ms, char *details,
+                           size_t dlen) {
   if (!s->status_done) {
     grpc_event ev = grpc_completion_queue_pluck(
         s->cq, &s->tag_status,
@@ -775,9 +776,9 @@ int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size
   return (int)s->status;
 }
 
-void stk_rpc_stream_cancel(stk_rpc_stream *s) { grpc_call_cancel(s->call, NULL); }
+void stk__rpc_stream_cancel(stk__rpc_stream *s) { grpc_call_cancel(s->call, NULL); }
 
-void stk_rpc_stream_destroy(stk_rpc_stream *s) {
+void stk__rpc_stream_destroy(stk__rpc_stream *s) {
   if (!s) return;
   grpc_call_cancel(s->call, NULL);
   if (s->recv_pending) {

@@ -100,7 +100,7 @@ static stk__option options[] = {
 typedef struct cworker {
   char id[MAX_STR], address[MAX_STR];
   uint32_t cores;
-  stk_rpc_call *call;
+  stk__rpc_call *call;
   pthread_mutex_t send_mu; /* one sender at a time: the main thread's
                               Shutdown vs the handler's final status */
   int closed;              /* under send_mu: the call got its status */
@@ -228,7 +228,7 @@ static void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
 
 /* ---- Coordinator.WorkerSession ----------------------------------------- */
 
-static int send_ack(stk_rpc_call *call, const char *canonical, uint64_t hash) {
+static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash) {
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = (char *)canonical;
   job.hash = hash;
@@ -238,46 +238,46 @@ static int send_ack(stk_rpc_call *call, const char *canonical, uint64_t hash) {
   Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
   cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_ACK;
   cmd.ack = &ack;
-  return stk_rpc_call_send_msg(call, &cmd.base);
+  return stk__rpc_call_send_msg(call, &cmd.base);
 }
 
-static Stoker__V1__Register *recv_hello(stk_rpc_call *call, Stoker__V1__WorkerMessage **m,
-                                        int *r) {
-  *r = stk_rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
-                             (ProtobufCMessage **)m);
+static Stoker__V1__Register *recv_hello(stk__rpc_call *call,
+                                        Stoker__V1__WorkerMessage **m, int *r) {
+  *r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
+                              (ProtobufCMessage **)m);
   if (*r != 1) return NULL;
   if ((*m)->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HELLO) return NULL;
   return (*m)->hello;
 }
 
-static void handle_worker_session(stk_rpc_call *call) {
+static void handle_worker_session(stk__rpc_call *call) {
   Stoker__V1__WorkerMessage *m = NULL;
   char msg[600];
   int r;
   Stoker__V1__Register *h = recv_hello(call, &m, &r);
   if (!h) {
     if (r != 0 && r != -1)
-      stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                          "the first message of a worker session must be hello");
-    else stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
+      stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "the first message of a worker session must be hello");
+    else stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
     goto out;
   }
   if (h->protocol_version != STK_PROTOCOL_VERSION) {
     snprintf(msg, sizeof(msg), "worker speaks protocol %u, this coordinator %u",
              h->protocol_version, STK_PROTOCOL_VERSION);
-    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     goto out;
   }
   if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
       !h->worker->address || !*h->worker->address ||
       strlen(h->worker->worker_id) >= MAX_STR || strlen(h->worker->address) >= MAX_STR) {
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                        "hello needs worker.worker_id and worker.address (< 256 bytes)");
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "hello needs worker.worker_id and worker.address (< 256 bytes)");
     goto out;
   }
   cworker *w = calloc(1, sizeof(*w));
   if (!w) {
-    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     goto out;
   }
   snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
@@ -300,8 +300,8 @@ static void handle_worker_session(stk_rpc_call *call) {
   h = recv_hello(call, &m, &r);
   if (!h || h->job_hash == 0) {
     if (r == 1 || r == -2)
-      stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                          "expected the second hello (with job_hash) after RegisterAck");
+      stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "expected the second hello (with job_hash) after RegisterAck");
     goto end;
   }
   if (h->job_hash != sent_hash) {
@@ -309,7 +309,7 @@ static void handle_worker_session(stk_rpc_call *call) {
              "worker %s answered with job hash %016" PRIx64 ", expected %016" PRIx64,
              w->id, h->job_hash, sent_hash);
     LOG_WARN("%s", msg);
-    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     goto end;
   }
   pthread_mutex_lock(&C.mu);
@@ -347,7 +347,7 @@ static void handle_worker_session(stk_rpc_call *call) {
   if (msg[0]) {
     pthread_mutex_unlock(&C.mu);
     LOG_WARN("rejecting: %s", msg);
-    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     goto end;
   }
   if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
@@ -355,7 +355,7 @@ static void handle_worker_session(stk_rpc_call *call) {
   for (cworker *o = C.workers; o; o = o->next)
     if (!strcmp(o->id, w->id)) {
       unlink_locked(o);
-      stk_rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
+      stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
       break;
     }
   w->registered_ms = w->last_hb_ms = stk__now_ms();
@@ -372,11 +372,11 @@ static void handle_worker_session(stk_rpc_call *call) {
   m = NULL;
 
   for (;;) {
-    r = stk_rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
-                              (ProtobufCMessage **)&m);
+    r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
+                               (ProtobufCMessage **)&m);
     if (r == -2) {
-      stk_rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
-                         "message is not a stoker.v1.WorkerMessage");
+      stk__rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
+                          "message is not a stoker.v1.WorkerMessage");
       break;
     }
     if (r != 1) break;
@@ -408,7 +408,7 @@ static void handle_worker_session(stk_rpc_call *call) {
 end:
   pthread_mutex_lock(&w->send_mu);
   w->closed = 1;
-  stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
   pthread_mutex_unlock(&w->send_mu);
   pthread_mutex_lock(&C.mu);
   unlink_locked(w); /* no-op unless a path above skipped it */
@@ -420,26 +420,26 @@ out:
 
 /* ---- Coordinator.Join / WatchWorkers / Finish / Status ------------------ */
 
-static int reply(stk_rpc_call *call, const ProtobufCMessage *m) {
-  if (stk_rpc_call_send_msg(call, m)) return -1;
-  return stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+static int reply(stk__rpc_call *call, const ProtobufCMessage *m) {
+  if (stk__rpc_call_send_msg(call, m)) return -1;
+  return stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
 /* Receive the one request of a unary or server-streaming call; on failure
  * the call is answered and NULL returned. */
-static ProtobufCMessage *recv_request(stk_rpc_call *call,
+static ProtobufCMessage *recv_request(stk__rpc_call *call,
                                       const ProtobufCMessageDescriptor *d) {
   ProtobufCMessage *m = NULL;
-  int r = stk_rpc_call_recv_msg(call, d, &m);
+  int r = stk__rpc_call_recv_msg(call, d, &m);
   if (r == 1) return m;
   char msg[200];
   snprintf(msg, sizeof(msg), "request is not a %s", d->name);
-  if (r == -2) stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
-  else if (r == 0) stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
+  if (r == -2) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+  else if (r == 0) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
   return NULL;
 }
 
-static void handle_join(stk_rpc_call *call) {
+static void handle_join(stk__rpc_call *call) {
   Stoker__V1__JoinRequest *q = (Stoker__V1__JoinRequest *)recv_request(
       call, &stoker__v1__join_request__descriptor);
   if (!q) return;
@@ -475,8 +475,8 @@ static void handle_join(stk_rpc_call *call) {
   }
   if (code) {
     pthread_mutex_unlock(&C.mu);
-    LOG_WARN("join from %s rejected: %s", stk_rpc_call_peer(call), msg);
-    stk_rpc_call_finish(call, (grpc_status_code)code, msg);
+    LOG_WARN("join from %s rejected: %s", stk__rpc_call_peer(call), msg);
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
@@ -490,16 +490,16 @@ static void handle_join(stk_rpc_call *call) {
   resp.workers = infos_locked(&resp.n_workers);
   pthread_mutex_unlock(&C.mu);
   LOG_INFO("rank %u joined (client %s from %s)", q->rank,
-           q->client_id ? q->client_id : "", stk_rpc_call_peer(call));
+           q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
   if (!job.canonical || !resp.workers)
-    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   else reply(call, &resp.base);
   free(job.canonical);
   infos_free(resp.workers, resp.n_workers);
   protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
-static void handle_watch(stk_rpc_call *call) {
+static void handle_watch(stk__rpc_call *call) {
   Stoker__V1__WatchRequest *q = (Stoker__V1__WatchRequest *)recv_request(
       call, &stoker__v1__watch_request__descriptor);
   if (!q) return;
@@ -525,18 +525,18 @@ static void handle_watch(stk_rpc_call *call) {
     }
     pthread_mutex_unlock(&C.mu);
     if (!changed) {
-      if (stk_rpc_call_closed(call)) break;
+      if (stk__rpc_call_closed(call)) break;
       continue;
     }
     int rc = list.workers && (!list.failed || list.reason)
-                 ? stk_rpc_call_send_msg(call, &list.base)
+                 ? stk__rpc_call_send_msg(call, &list.base)
                  : -1;
     infos_free(list.workers, list.n_workers);
     free(list.reason);
     if (rc) break;
     known = list.version;
     if (list.shutting_down) {
-      stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+      stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
       break;
     }
   }
@@ -544,7 +544,7 @@ static void handle_watch(stk_rpc_call *call) {
   C.watchers--;
   touch_locked();
   pthread_mutex_unlock(&C.mu);
-  stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
+  stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
 }
 
 /* Copy at most 255 bytes of untrusted text, every byte outside printable
@@ -578,7 +578,7 @@ static void abort_job_locked(uint32_t rank, const char *reason, const char *peer
   request_shutdown_locked(EXIT_ABORTED, why);
 }
 
-static void handle_finish(stk_rpc_call *call) {
+static void handle_finish(stk__rpc_call *call) {
   Stoker__V1__FinishRequest *q = (Stoker__V1__FinishRequest *)recv_request(
       call, &stoker__v1__finish_request__descriptor);
   if (!q) return;
@@ -589,19 +589,19 @@ static void handle_finish(stk_rpc_call *call) {
   if (q->rank >= W) {
     pthread_mutex_unlock(&C.mu);
     snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank, W);
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   if (q->shutdown_job && q->rank != 0) {
     pthread_mutex_unlock(&C.mu);
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                        "only rank 0 may end the whole job (shutdown_job)");
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "only rank 0 may end the whole job (shutdown_job)");
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   if (q->abort_job) {
-    abort_job_locked(q->rank, q->reason, stk_rpc_call_peer(call));
+    abort_job_locked(q->rank, q->reason, stk__rpc_call_peer(call));
     uint32_t nf = C.nfinished;
     pthread_mutex_unlock(&C.mu);
     Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
@@ -625,7 +625,7 @@ static void handle_finish(stk_rpc_call *call) {
   protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
-static void handle_status(stk_rpc_call *call) {
+static void handle_status(stk__rpc_call *call) {
   ProtobufCMessage *q = recv_request(call, &stoker__v1__status_request__descriptor);
   if (!q) return;
   protobuf_c_message_free_unpacked(q, NULL);
@@ -680,7 +680,7 @@ static void handle_status(stk_rpc_call *call) {
   }
   pthread_mutex_unlock(&C.mu);
   if (ok) reply(call, &resp.base);
-  else stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  else stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < i; k++) free(wi[k].worker_id), free(wi[k].address);
   free(ws), free(wsp), free(wi), free(wt), free(jr), free(fr);
   free(job.canonical);
@@ -740,7 +740,7 @@ static void send_shutdowns(void) {
       Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
       cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
       cmd.shutdown = &sd;
-      if (stk_rpc_call_send_msg(w->call, &cmd.base) == 0)
+      if (stk__rpc_call_send_msg(w->call, &cmd.base) == 0)
         LOG_INFO("sent shutdown to worker %s", w->id);
     }
     pthread_mutex_unlock(&w->send_mu);
@@ -760,14 +760,14 @@ static void check_heartbeats(void) {
              w->address, opt.heartbeat_misses);
     unlink_locked(w);
     /* The session ends; the worker reconnects and registers again. */
-    stk_rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
+    stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
   }
   pthread_mutex_unlock(&C.mu);
 }
 
 int main(int argc, char **argv) {
   stk__log_init(PROGRAM);
-  stk_rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
+  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
   int pr = stk__options_parse(
       options, NOPTIONS, argc, argv, PROGRAM,
       "Runs one stoker job: worker sessions, client joins, finish, status.",
@@ -794,30 +794,30 @@ int main(int argc, char **argv) {
   C.start_ms = C.last_touch_ms = stk__now_ms();
   C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
 
-  stk_rpc_method methods[] = {
+  stk__rpc_method methods[] = {
       {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
       {"/stoker.v1.Coordinator/Join", handle_join},
       {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
       {"/stoker.v1.Coordinator/Finish", handle_finish},
       {"/stoker.v1.Coordinator/Status", handle_status},
   };
-  stk_rpc_server_config sc;
+  stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = opt.listen;
   sc.methods = methods;
   sc.nmethods = sizeof(methods) / sizeof(methods[0]);
   sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
   sc.token = *opt.token ? opt.token : NULL;
-  stk_rpc_server *srv = NULL;
+  stk__rpc_server *srv = NULL;
   int port = 0;
-  if (stk_rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
+  if (stk__rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     stk__options_free(options, NOPTIONS);
     return EXIT_FAIL;
   }
   if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
-    stk_rpc_server_stop(srv, 0);
+    stk__rpc_server_stop(srv, 0);
     stk__options_free(options, NOPTIONS);
     return EXIT_FAIL;
   }
@@ -898,7 +898,7 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&C.mu);
   C.done = 1;
   pthread_mutex_unlock(&C.mu);
-  stk_rpc_server_stop(srv, 1000);
+  stk__rpc_server_stop(srv, 1000);
   LOG_INFO("exiting (code %d)", code);
   stk__options_free(options, NOPTIONS);
   free(C.canonical), free(C.joined), free(C.finished);

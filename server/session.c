@@ -53,7 +53,7 @@ static void mark_failed(session *s, const char *why) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static int send_hello(session *s, stk_rpc_stream *st, uint64_t job_hash, uint64_t size,
+static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64_t size,
                       uint64_t fp) {
   Stoker__V1__WorkerInfo info = STOKER__V1__WORKER_INFO__INIT;
   info.worker_id = s->worker_id;
@@ -68,12 +68,12 @@ static int send_hello(session *s, stk_rpc_stream *st, uint64_t job_hash, uint64_
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
   m.hello = &reg;
-  return stk_rpc_stream_send_msg(st, &m.base);
+  return stk__rpc_stream_send_msg(st, &m.base);
 }
 
 /* Receive one command, polling the stop flag; 1 with *out, 0 end, -1 broken,
  * -3 stopped, -2 when until_ms passed (the receive stays pending). */
-static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
+static int recv_cmd(session *s, stk__rpc_stream *st, int64_t until_ms,
                     Stoker__V1__CoordinatorCommand **out) {
   *out = NULL;
   for (;;) {
@@ -81,10 +81,10 @@ static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
     int64_t left = until_ms - stk__now_ms();
     if (left <= 0) return -2;
     grpc_byte_buffer *bb;
-    int r = stk_rpc_stream_recv(st, &bb, left < 200 ? (int)left : 200);
+    int r = stk__rpc_stream_recv(st, &bb, left < 200 ? (int)left : 200);
     if (r == -2) continue;
     if (r <= 0) return r;
-    *out = (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+    *out = (Stoker__V1__CoordinatorCommand *)stk__rpc_unpack(
         &stoker__v1__coordinator_command__descriptor, bb, 1u << 20);
     grpc_byte_buffer_destroy(bb);
     if (!*out) return -1; /* garbage from the coordinator: reconnect */
@@ -96,9 +96,9 @@ static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
  * stk__rpc_status: job mismatch, bad hello, wrong token) stops the session
  * for good, since retrying cannot help; anything else is logged and the
  * session reconnects. */
-static void session_ended(session *s, stk_rpc_stream *st) {
+static void session_ended(session *s, stk__rpc_stream *st) {
   char det[256], why[400];
-  int final, code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
+  int final, code = stk__rpc_stream_status(st, 1000, det, sizeof(det));
   stk__rpc_status(code, &final);
   if (final) {
     snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
@@ -113,7 +113,7 @@ static void session_ended(session *s, stk_rpc_stream *st) {
  * loads (or checks) the job, second hello with the job hash and dataset.
  * Returns the heartbeat interval in ms, or 0 when the session broke or
  * failed for good. */
-static int64_t session_register(session *s, stk_rpc_stream *st) {
+static int64_t session_register(session *s, stk__rpc_stream *st) {
   Stoker__V1__CoordinatorCommand *cmd = NULL;
   if (send_hello(s, st, 0, 0, 0)) return 0;
   int r = recv_cmd(s, st, stk__now_ms() + 5000, &cmd);
@@ -141,7 +141,7 @@ static int64_t session_register(session *s, stk_rpc_stream *st) {
   return interval;
 }
 
-static int send_heartbeat(session *s, stk_rpc_stream *st) {
+static int send_heartbeat(session *s, stk__rpc_stream *st) {
   Stoker__V1__WorkerStats stats = STOKER__V1__WORKER_STATS__INIT;
   s->hooks.fill_stats(&stats);
   Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
@@ -149,12 +149,12 @@ static int send_heartbeat(session *s, stk_rpc_stream *st) {
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT;
   m.heartbeat = &hb;
-  return stk_rpc_stream_send_msg(st, &m.base);
+  return stk__rpc_stream_send_msg(st, &m.base);
 }
 
 /* Registered: heartbeat every interval, pass commands to the worker.
  * Returns when the session breaks or the worker stops. */
-static void session_serve(session *s, stk_rpc_stream *st, int64_t interval) {
+static void session_serve(session *s, stk__rpc_stream *st, int64_t interval) {
   int64_t next_hb = stk__now_ms() + interval;
   for (;;) {
     Stoker__V1__CoordinatorCommand *cmd = NULL;
@@ -187,9 +187,9 @@ static void session_serve(session *s, stk_rpc_stream *st, int64_t interval) {
 }
 
 /* One session; returns when it breaks or the worker stops. */
-static void run_once(session *s, stk_rpc_channel *ch) {
-  stk_rpc_stream *st = NULL;
-  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
+static void run_once(session *s, stk__rpc_channel *ch) {
+  stk__rpc_stream *st = NULL;
+  if (stk__rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
   int64_t interval = session_register(s, st);
   if (interval > 0) {
     LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)",
@@ -198,13 +198,13 @@ static void run_once(session *s, stk_rpc_channel *ch) {
     session_serve(s, st, interval);
   }
   set_healthy(s, 0);
-  stk_rpc_stream_destroy(st);
+  stk__rpc_stream_destroy(st);
 }
 
 static void *session_main(void *arg) {
   session *s = arg;
-  stk_rpc_channel *ch = NULL;
-  if (stk_rpc_channel_open(s->coordinator, 0, s->token, &ch)) {
+  stk__rpc_channel *ch = NULL;
+  if (stk__rpc_channel_open(s->coordinator, 0, s->token, &ch)) {
     mark_failed(s, "cannot create a channel to the coordinator");
     return NULL;
   }
@@ -221,7 +221,7 @@ static void *session_main(void *arg) {
       stk__sleep_ms(50);
     backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
   }
-  stk_rpc_channel_close(ch);
+  stk__rpc_channel_close(ch);
   return NULL;
 }
 

@@ -109,9 +109,9 @@ static int cmd_status(int argc, char **argv) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
-  stk_rpc_channel *ch = NULL;
+  stk__rpc_channel *ch = NULL;
   int rc = 1;
-  if (stk_rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
     fprintf(stderr, "stoker status: cannot create a channel\n");
     goto out;
   }
@@ -119,9 +119,9 @@ static int cmd_status(int argc, char **argv) {
   Stoker__V1__StatusResponse *r = NULL;
   char det[512];
   int code =
-      stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
-                    &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r,
-                    (int)opt.timeout_ms, det, sizeof(det));
+      stk__rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
+                     &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r,
+                     (int)opt.timeout_ms, det, sizeof(det));
   if (code != GRPC_STATUS_OK) {
     fprintf(stderr, "stoker status: %s: gRPC status %d%s%s\n", opt.coordinator, code,
             *det ? ": " : "", det);
@@ -176,7 +176,7 @@ static int cmd_status(int argc, char **argv) {
   protobuf_c_message_free_unpacked(&r->base, NULL);
   rc = 0;
 out:
-  stk_rpc_channel_close(ch);
+  stk__rpc_channel_close(ch);
   stk__options_free(status_options, NSTATUS);
   return rc;
 }
@@ -192,13 +192,13 @@ static int cmd_abort(int argc, char **argv) {
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
   int rc = 1;
-  stk_rpc_channel *ch = NULL;
+  stk__rpc_channel *ch = NULL;
   if (strlen(opt.reason) > 255) {
     fprintf(stderr, "stoker abort: --reason is longer than 255 bytes\n");
     rc = 2;
     goto out;
   }
-  if (stk_rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
     fprintf(stderr, "stoker abort: cannot create a channel\n");
     goto out;
   }
@@ -209,9 +209,9 @@ static int cmd_abort(int argc, char **argv) {
   Stoker__V1__FinishResponse *r = NULL;
   char det[512];
   int code =
-      stk_rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
-                    &stoker__v1__finish_response__descriptor, (ProtobufCMessage **)&r,
-                    (int)opt.timeout_ms, det, sizeof(det));
+      stk__rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
+                     &stoker__v1__finish_response__descriptor, (ProtobufCMessage **)&r,
+                     (int)opt.timeout_ms, det, sizeof(det));
   if (code != GRPC_STATUS_OK) {
     fprintf(stderr, "stoker abort: %s: gRPC status %d%s%s\n", opt.coordinator, code,
             *det ? ": " : "", det);
@@ -220,25 +220,25 @@ static int cmd_abort(int argc, char **argv) {
   protobuf_c_message_free_unpacked(&r->base, NULL);
   rc = 0;
 out:
-  stk_rpc_channel_close(ch);
+  stk__rpc_channel_close(ch);
   stk__options_free(abort_options, NABORT);
   return rc;
 }
 
 /* One WatchWorkers stream until its last list: WAIT_DONE or WAIT_FAILED
  * (the reason printed), or -1 when the stream broke or never opened. */
-static int wait_watch(stk_rpc_channel *ch, int *connected) {
-  stk_rpc_stream *s = NULL;
+static int wait_watch(stk__rpc_channel *ch, int *connected) {
+  stk__rpc_stream *s = NULL;
   int rc = -1;
-  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) return -1;
+  if (stk__rpc_stream_open(ch, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) return -1;
   Stoker__V1__WatchRequest req = STOKER__V1__WATCH_REQUEST__INIT;
-  if (stk_rpc_stream_send_msg(s, &req.base) || stk_rpc_stream_close_send(s)) goto out;
+  if (stk__rpc_stream_send_msg(s, &req.base) || stk__rpc_stream_close_send(s)) goto out;
   for (;;) {
     grpc_byte_buffer *bb = NULL;
-    int r = stk_rpc_stream_recv(s, &bb, 1000);
+    int r = stk__rpc_stream_recv(s, &bb, 1000);
     if (r == -2) continue; /* no change yet; the coordinator is up */
     if (r != 1) break;
-    Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk_rpc_unpack(
+    Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
         &stoker__v1__worker_list__descriptor, bb, 1 << 22);
     grpc_byte_buffer_destroy(bb);
     if (!wl) break;
@@ -261,7 +261,7 @@ static int wait_watch(stk_rpc_channel *ch, int *connected) {
     }
   }
 out:
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
   return rc;
 }
 
@@ -275,8 +275,8 @@ static int cmd_wait(int argc, char **argv) {
     return pr == OPTS_EXIT_OK ? 0 : WAIT_USAGE;
   }
   int rc = WAIT_UNREACHABLE;
-  stk_rpc_channel *ch = NULL;
-  if (stk_rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  stk__rpc_channel *ch = NULL;
+  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
     fprintf(stderr, "stoker wait: cannot create a channel\n");
     goto out;
   }
@@ -301,7 +301,7 @@ static int cmd_wait(int argc, char **argv) {
     stk__sleep_ms(200);
   }
 out:
-  stk_rpc_channel_close(ch);
+  stk__rpc_channel_close(ch);
   stk__options_free(wait_options, NWAIT);
   return rc;
 }

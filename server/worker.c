@@ -280,7 +280,7 @@ static void on_command(int cmd, const char *reason) {
 /* ---- Worker.Stream ----------------------------------------------------- */
 
 typedef struct stream_ctx {
-  stk_rpc_call *call;
+  stk__rpc_call *call;
   sched_stream *st;
   uint64_t batches, bytes;
 } stream_ctx;
@@ -308,19 +308,20 @@ static int send_batch(stream_ctx *x, sched_done *d) {
   h.substituted = d->substituted;
   Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
   r.header = &h;
-  int rc = stk_rpc_call_send_msg(x->call, &r.base);
+  int rc = stk__rpc_call_send_msg(x->call, &r.base);
   free(idx);
   if (rc) return -1;
   uint64_t total = W.layout.total_bytes, chunk = (uint64_t)opt.chunk_bytes;
   for (uint64_t off = 0; off < total; off += chunk) {
     size_t n = (size_t)(total - off < chunk ? total - off : chunk);
     sched_buf_ref(d->buf);
-    grpc_byte_buffer *bb = stk_wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
+    grpc_byte_buffer *bb =
+        stk__wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
     if (!bb) {
       sched_buf_unref(d->buf);
       return -1;
     }
-    if (stk_rpc_call_send(x->call, bb)) return -1;
+    if (stk__rpc_call_send(x->call, bb)) return -1;
   }
   return 0;
 }
@@ -331,18 +332,18 @@ static void *sender_main(void *arg) {
     int why;
     sched_done *d = sched_stream_next(x->st, &why);
     if (!d) {
-      if (why == SCHED_END_DONE) stk_rpc_call_finish(x->call, GRPC_STATUS_OK, "");
+      if (why == SCHED_END_DONE) stk__rpc_call_finish(x->call, GRPC_STATUS_OK, "");
       else if (why == SCHED_END_DRAINED)
-        stk_rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
-                            "worker is draining: ask another worker");
+        stk__rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
+                             "worker is draining: ask another worker");
       else /* killed: a no-op when the call already ended; else the
               scheduler gave up on it (out of memory) */
-        stk_rpc_call_abort(x->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                           "worker out of memory: ask another worker");
+        stk__rpc_call_abort(x->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                            "worker out of memory: ask another worker");
       break;
     }
     if (d->status) {
-      stk_rpc_call_abort(x->call, GRPC_STATUS_INTERNAL, d->err);
+      stk__rpc_call_abort(x->call, GRPC_STATUS_INTERNAL, d->err);
       sched_stream_sent(x->st, d, 0);
       sched_stream_kill(x->st);
       break;
@@ -387,32 +388,32 @@ static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t le
   return 0;
 }
 
-static void handle_stream(stk_rpc_call *call) {
+static void handle_stream(stk__rpc_call *call) {
   sched *s = current_sched();
   if (!s) {
-    stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
-                        "worker has no job yet (not registered with its coordinator)");
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                         "worker has no job yet (not registered with its coordinator)");
     return;
   }
   stream_ctx x = {call, NULL, 0, 0};
   if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) || !(x.st = sched_stream_open(s))) {
-    stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
-                        "worker is draining: ask another worker");
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                         "worker is draining: ask another worker");
     return;
   }
   pthread_t sender;
   if (pthread_create(&sender, NULL, sender_main, &x)) {
     sched_stream_close(x.st);
-    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
     return;
   }
-  LOG_DEBUG("stream from %s opened", stk_rpc_call_peer(call));
+  LOG_DEBUG("stream from %s opened", stk__rpc_call_peer(call));
   char msg[512];
   const char *ended = "cancelled";
   for (;;) {
     Stoker__V1__BatchRequest *q = NULL;
-    int r = stk_rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor,
-                                  (ProtobufCMessage **)&q);
+    int r = stk__rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor,
+                                   (ProtobufCMessage **)&q);
     if (r == 0) {
       ended = "half-closed";
       sched_stream_half_close(x.st);
@@ -440,9 +441,9 @@ static void handle_stream(stk_rpc_call *call) {
       protobuf_c_message_free_unpacked(&q->base, NULL);
     }
     if (code) {
-      LOG_WARN("stream from %s: %s", stk_rpc_call_peer(call), msg);
+      LOG_WARN("stream from %s: %s", stk__rpc_call_peer(call), msg);
       __atomic_add_fetch(&W.stream_errors, 1, __ATOMIC_RELAXED);
-      stk_rpc_call_abort(call, (grpc_status_code)code, msg);
+      stk__rpc_call_abort(call, (grpc_status_code)code, msg);
       ended = "error";
       break;
     }
@@ -451,7 +452,7 @@ static void handle_stream(stk_rpc_call *call) {
   pthread_join(sender, NULL);
   sched_stream_close(x.st);
   LOG_DEBUG("stream from %s ended (%s): %" PRIu64 " batches, %" PRIu64 " bytes",
-            stk_rpc_call_peer(call), ended, x.batches, x.bytes);
+            stk__rpc_call_peer(call), ended, x.batches, x.bytes);
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -472,7 +473,7 @@ static void default_advertise(char *out, size_t len, int port) {
 
 int main(int argc, char **argv) {
   stk__log_init(PROGRAM);
-  stk_rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
+  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
   int pr =
       stk__options_parse(options, NOPTIONS, argc, argv, PROGRAM,
                          "Serves batches of the coordinator's job to training clients "
@@ -500,18 +501,18 @@ int main(int argc, char **argv) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
 
-  stk_rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
-  stk_rpc_server_config sc;
+  stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
+  stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = opt.listen;
   sc.methods = methods;
   sc.nmethods = 1;
   sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
   sc.token = *opt.token ? opt.token : NULL;
-  stk_rpc_server *srv = NULL;
+  stk__rpc_server *srv = NULL;
   int port = 0, code = EXIT_OK;
   char err[512];
-  if (stk_rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
+  if (stk__rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     stk__options_free(options, NOPTIONS);
     return EXIT_FAIL;
@@ -529,7 +530,7 @@ int main(int argc, char **argv) {
       opt.listen, port, advertise, W.threads, opt.coordinator);
   if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
-    stk_rpc_server_stop(srv, 0);
+    stk__rpc_server_stop(srv, 0);
     stk__options_free(options, NOPTIONS);
     return EXIT_FAIL;
   }
@@ -539,7 +540,7 @@ int main(int argc, char **argv) {
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
     LOG_ERROR("cannot start the coordinator session");
-    stk_rpc_server_stop(srv, 0);
+    stk__rpc_server_stop(srv, 0);
     stk__options_free(options, NOPTIONS);
     return EXIT_FAIL;
   }
@@ -621,7 +622,7 @@ int main(int argc, char **argv) {
     if (st.active_streams)
       LOG_WARN("drain timeout: cancelling %u streams", st.active_streams);
   }
-  stk_rpc_server_stop(srv, 500);
+  stk__rpc_server_stop(srv, 500);
   session_stop(sess);
   if (s) {
     sched_stats st;
