@@ -250,59 +250,105 @@ static Stoker__V1__Register *recv_hello(stk__rpc_call *call,
   return (*m)->hello;
 }
 
-static void handle_worker_session(stk__rpc_call *call) {
+/* The first hello: check it and make the worker's entry (not linked yet).
+ * NULL when the call was refused (its status sent) or broke. */
+static cworker *worker_from_hello(stk__rpc_call *call) {
   Stoker__V1__WorkerMessage *m = NULL;
-  char msg[600];
+  char msg[200];
   int r;
+  cworker *w = NULL;
   Stoker__V1__Register *h = recv_hello(call, &m, &r);
   if (!h) {
     if (r != 0 && r != -1)
       stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                            "the first message of a worker session must be hello");
     else stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
-    goto out;
-  }
-  if (h->protocol_version != STK_PROTOCOL_VERSION) {
+  } else if (h->protocol_version != STK_PROTOCOL_VERSION) {
     snprintf(msg, sizeof(msg), "worker speaks protocol %u, this coordinator %u",
              h->protocol_version, STK_PROTOCOL_VERSION);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto out;
-  }
-  if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
-      !h->worker->address || !*h->worker->address ||
-      strlen(h->worker->worker_id) >= MAX_STR || strlen(h->worker->address) >= MAX_STR) {
+  } else if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
+             !h->worker->address || !*h->worker->address ||
+             strlen(h->worker->worker_id) >= MAX_STR ||
+             strlen(h->worker->address) >= MAX_STR) {
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                          "hello needs worker.worker_id and worker.address (< 256 bytes)");
-    goto out;
-  }
-  cworker *w = calloc(1, sizeof(*w));
-  if (!w) {
+  } else if (!(w = calloc(1, sizeof(*w)))) {
     stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-    goto out;
+  } else {
+    snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
+    snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
+    w->cores = h->worker->cores;
+    w->call = call;
+    w->refs = 1;
+    pthread_mutex_init(&w->send_mu, NULL);
   }
-  snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
-  snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
-  w->cores = h->worker->cores;
-  w->call = call;
-  w->refs = 1;
-  pthread_mutex_init(&w->send_mu, NULL);
-  protobuf_c_message_free_unpacked(&m->base, NULL);
-  m = NULL;
+  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+  return w;
+}
 
+/* The second hello's dataset against the job: the first worker tells the
+ * job its size (when the job file left it to the index) and fingerprint;
+ * every later one must agree. 0, or -1 with msg. Under C.mu. */
+static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
+                                char *msg, size_t len) {
+  if (!C.resolved) {
+    stk_job_spec t = C.spec;
+    t.num_samples = h->dataset_size;
+    if (!h->dataset_size || stk_steps_per_epoch(&t, h->dataset_size) == 0) {
+      snprintf(msg, len,
+               "worker %s has %" PRIu64
+               " samples: not one step "
+               "of world_size*batch_size",
+               w->id, h->dataset_size);
+      return -1;
+    }
+    C.spec = t;
+    C.resolved = 1;
+    job_publish_locked();
+    LOG_INFO("dataset size %" PRIu64 " learnt from worker %s: job hash now %016" PRIx64,
+             h->dataset_size, w->id, C.hash);
+  } else if (h->dataset_size != C.spec.num_samples) {
+    snprintf(msg, len,
+             "worker %s has %" PRIu64 " samples, the job has %" PRIu64
+             " (another dataset?)",
+             w->id, h->dataset_size, C.spec.num_samples);
+    return -1;
+  }
+  if (C.have_fp && h->dataset_fingerprint != C.fingerprint) {
+    snprintf(msg, len,
+             "worker %s's dataset fingerprint %016" PRIx64
+             " differs from the job's %016" PRIx64
+             " (another dataset or a "
+             "different copy)",
+             w->id, h->dataset_fingerprint, C.fingerprint);
+    return -1;
+  }
+  if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
+  return 0;
+}
+
+/* Send the job (RegisterAck), take the second hello, check the dataset and
+ * put the worker on the live list. 0, or -1 when the call was refused or
+ * broke. */
+static int worker_admit(stk__rpc_call *call, cworker *w) {
+  Stoker__V1__WorkerMessage *m = NULL;
+  char msg[600];
+  int r, rc = -1;
   pthread_mutex_lock(&C.mu);
   char *canonical = strdup(C.canonical);
   uint64_t sent_hash = C.hash;
   pthread_mutex_unlock(&C.mu);
   r = canonical ? send_ack(call, canonical, sent_hash) : -1;
   free(canonical);
-  if (r) goto end;
+  if (r) return -1;
 
-  h = recv_hello(call, &m, &r);
+  Stoker__V1__Register *h = recv_hello(call, &m, &r);
   if (!h || h->job_hash == 0) {
     if (r == 1 || r == -2)
       stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                            "expected the second hello (with job_hash) after RegisterAck");
-    goto end;
+    goto out;
   }
   if (h->job_hash != sent_hash) {
     snprintf(msg, sizeof(msg),
@@ -310,47 +356,15 @@ static void handle_worker_session(stk__rpc_call *call) {
              w->id, h->job_hash, sent_hash);
     LOG_WARN("%s", msg);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto end;
+    goto out;
   }
   pthread_mutex_lock(&C.mu);
-  msg[0] = 0;
-  if (!C.resolved) {
-    stk_job_spec t = C.spec;
-    t.num_samples = h->dataset_size;
-    if (!h->dataset_size || stk_steps_per_epoch(&t, h->dataset_size) == 0) {
-      snprintf(msg, sizeof(msg),
-               "worker %s has %" PRIu64
-               " samples: not one step "
-               "of world_size*batch_size",
-               w->id, h->dataset_size);
-    } else {
-      C.spec = t;
-      C.resolved = 1;
-      job_publish_locked();
-      LOG_INFO("dataset size %" PRIu64 " learnt from worker %s: job hash now %016" PRIx64,
-               h->dataset_size, w->id, C.hash);
-    }
-  } else if (h->dataset_size != C.spec.num_samples) {
-    snprintf(msg, sizeof(msg),
-             "worker %s has %" PRIu64 " samples, the job has %" PRIu64
-             " (another dataset?)",
-             w->id, h->dataset_size, C.spec.num_samples);
-  }
-  if (!msg[0] && C.have_fp && h->dataset_fingerprint != C.fingerprint) {
-    snprintf(msg, sizeof(msg),
-             "worker %s's dataset fingerprint %016" PRIx64
-             " differs from the job's %016" PRIx64
-             " (another dataset or a "
-             "different copy)",
-             w->id, h->dataset_fingerprint, C.fingerprint);
-  }
-  if (msg[0]) {
+  if (dataset_check_locked(w, h, msg, sizeof(msg))) {
     pthread_mutex_unlock(&C.mu);
     LOG_WARN("rejecting: %s", msg);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto end;
+    goto out;
   }
-  if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
   /* A worker that comes back under the same id replaces its old entry. */
   for (cworker *o = C.workers; o; o = o->next)
     if (!strcmp(o->id, w->id)) {
@@ -368,12 +382,19 @@ static void handle_worker_session(stk__rpc_call *call) {
   pthread_mutex_unlock(&C.mu);
   LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
            nlive);
-  protobuf_c_message_free_unpacked(&m->base, NULL);
-  m = NULL;
+  rc = 0;
+out:
+  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+  return rc;
+}
 
+/* Registered: take heartbeats (stats) until the session ends, then drop
+ * the worker from the live list. */
+static void worker_serve(stk__rpc_call *call, cworker *w) {
   for (;;) {
-    r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
-                               (ProtobufCMessage **)&m);
+    Stoker__V1__WorkerMessage *m = NULL;
+    int r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
+                                   (ProtobufCMessage **)&m);
     if (r == -2) {
       stk__rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
                           "message is not a stoker.v1.WorkerMessage");
@@ -398,24 +419,28 @@ static void handle_worker_session(stk__rpc_call *call) {
       pthread_mutex_unlock(&C.mu);
     }
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    m = NULL;
   }
   pthread_mutex_lock(&C.mu);
   int was_live = unlink_locked(w);
-  nlive = nworkers_locked();
+  size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
   if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
-end:
+}
+
+/* Coordinator.WorkerSession: hello, ack with the job, second hello, then
+ * heartbeats until the worker goes (or is told to shut down). */
+static void handle_worker_session(stk__rpc_call *call) {
+  cworker *w = worker_from_hello(call);
+  if (!w) return;
+  if (worker_admit(call, w) == 0) worker_serve(call, w);
   pthread_mutex_lock(&w->send_mu);
   w->closed = 1;
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, ""); /* no-op if a status went already */
   pthread_mutex_unlock(&w->send_mu);
   pthread_mutex_lock(&C.mu);
   unlink_locked(w); /* no-op unless a path above skipped it */
   worker_unref_locked(w);
   pthread_mutex_unlock(&C.mu);
-out:
-  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
 /* ---- Coordinator.Join / WatchWorkers / Finish / Status ------------------ */
