@@ -790,72 +790,31 @@ static void check_heartbeats(void) {
   pthread_mutex_unlock(&C.mu);
 }
 
-int main(int argc, char **argv) {
-  stk__log_init(PROGRAM);
-  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
-  int pr = stk__options_parse(
-      options, NOPTIONS, argc, argv, PROGRAM,
-      "Runs one stoker job: worker sessions, client joins, finish, status.",
-      exit_codes_text);
-  if (pr != OPTS_RUN) {
-    stk__options_free(options, NOPTIONS);
-    return pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
-  }
-  char err[600];
-  if (load_job(err, sizeof(err))) {
-    fprintf(stderr, PROGRAM ": %s\n", err);
-    stk__options_free(options, NOPTIONS);
-    free(C.canonical), free(C.joined), free(C.finished);
-    return EXIT_USAGE;
-  }
-  if (opt.print_job) {
-    printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
-           C.resolved ? "" : " (num_samples from the dataset: changes once known)");
-    stk__options_free(options, NOPTIONS);
-    free(C.canonical), free(C.joined), free(C.finished);
-    return EXIT_OK;
-  }
-  stk__signals_install();
-  C.start_ms = C.last_touch_ms = stk__now_ms();
-  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
+/* One stats line (greppable: "stats state=..."); *last_ms and *last_bytes
+ * carry the previous line's time and byte count for the rate. */
+static void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
+  pthread_mutex_lock(&C.mu);
+  double bps = 0;
+  uint64_t bytes = 0;
+  for (cworker *w = C.workers; w; w = w->next)
+    bps += w->stats.batches_per_s, bytes += w->stats.bytes_sent;
+  double dt = (double)(now - *last_ms) / 1000.0;
+  double mbps = bytes >= *last_bytes ? (double)(bytes - *last_bytes) / dt / 1e6 : 0;
+  LOG_INFO(
+      "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
+      "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
+      state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished, C.watchers,
+      bps, mbps, C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
+  pthread_mutex_unlock(&C.mu);
+  *last_bytes = bytes, *last_ms = now;
+}
 
-  stk__rpc_method methods[] = {
-      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
-      {"/stoker.v1.Coordinator/Join", handle_join},
-      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
-      {"/stoker.v1.Coordinator/Finish", handle_finish},
-      {"/stoker.v1.Coordinator/Status", handle_status},
-  };
-  stk__rpc_server_config sc;
-  memset(&sc, 0, sizeof(sc));
-  sc.listen = opt.listen;
-  sc.methods = methods;
-  sc.nmethods = sizeof(methods) / sizeof(methods[0]);
-  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
-  sc.token = *opt.token ? opt.token : NULL;
-  stk__rpc_server *srv = NULL;
-  int port = 0;
-  if (stk__rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
-    LOG_ERROR("%s", err);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
-  }
-  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
-    LOG_ERROR("%s", err);
-    stk__rpc_server_stop(srv, 0);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
-  }
-  LOG_INFO("job %s (hash %016" PRIx64
-           ", world_size %u, batch_size %u, %s samples) "
-           "listening on %s port %d",
-           C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
-           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port);
-
+/* Run the job until a shutdown is requested (all ranks finished, rank 0
+ * asked, an abort, a signal or the idle timeout); returns the exit code. */
+static int run_job(void) {
   int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
   int64_t last_stats = stk__now_ms();
   uint64_t last_bytes = 0;
-  int code = EXIT_OK;
   for (;;) {
     int sig = stk__signal_pending();
     int64_t now = stk__now_ms();
@@ -869,39 +828,24 @@ int main(int argc, char **argv) {
       request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
     int req = C.shutdown_req;
     pthread_mutex_unlock(&C.mu);
-    if (req) {
-      code = req - 1;
-      break;
-    }
+    if (req) return req - 1;
     check_heartbeats();
     if (now >= next_stats) {
-      pthread_mutex_lock(&C.mu);
-      double bps = 0;
-      uint64_t bytes = 0;
-      for (cworker *w = C.workers; w; w = w->next)
-        bps += w->stats.batches_per_s, bytes += w->stats.bytes_sent;
-      double dt = (double)(now - last_stats) / 1000.0;
-      double mbps = bytes >= last_bytes ? (double)(bytes - last_bytes) / dt / 1e6 : 0;
-      LOG_INFO(
-          "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
-          "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
-          state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished,
-          C.watchers, bps, mbps,
-          C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
-      pthread_mutex_unlock(&C.mu);
-      last_bytes = bytes, last_stats = now;
+      log_stats(now, &last_stats, &last_bytes);
       next_stats = now + opt.stats_interval_s * 1000;
     }
     stk__sleep_ms(50);
   }
+}
 
+/* Tell every worker to shut down (also ones that register meanwhile), then
+ * wait up to the grace period for them to drain and disconnect. */
+static void shut_down_workers(void) {
   pthread_mutex_lock(&C.mu);
   LOG_INFO("shutting down the job: %s", C.shutdown_reason);
   C.shutting_down = 1;
   pthread_cond_broadcast(&C.cv);
   pthread_mutex_unlock(&C.mu);
-  /* Tell every worker (also ones that register meanwhile), then wait for
-   * them to drain and disconnect. */
   int64_t until = stk__now_ms() + opt.shutdown_grace_s * 1000;
   for (;;) {
     send_shutdowns();
@@ -923,8 +867,75 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&C.mu);
   C.done = 1;
   pthread_mutex_unlock(&C.mu);
+}
+
+/* Serve the Coordinator service on opt.listen and write the port file.
+ * 0, or -1 with err. */
+static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
+  static const stk__rpc_method methods[] = {
+      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
+      {"/stoker.v1.Coordinator/Join", handle_join},
+      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
+      {"/stoker.v1.Coordinator/Finish", handle_finish},
+      {"/stoker.v1.Coordinator/Status", handle_status},
+  };
+  stk__rpc_server_config sc;
+  memset(&sc, 0, sizeof(sc));
+  sc.listen = opt.listen;
+  sc.methods = methods;
+  sc.nmethods = sizeof(methods) / sizeof(methods[0]);
+  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
+  sc.token = *opt.token ? opt.token : NULL;
+  int port = 0;
+  if (stk__rpc_server_start(&sc, srv, &port, err, errlen)) return -1;
+  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, errlen)) {
+    stk__rpc_server_stop(*srv, 0);
+    *srv = NULL;
+    return -1;
+  }
+  LOG_INFO("job %s (hash %016" PRIx64
+           ", world_size %u, batch_size %u, %s samples) "
+           "listening on %s port %d",
+           C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
+           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  stk__log_init(PROGRAM);
+  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
+  int pr = stk__options_parse(
+      options, NOPTIONS, argc, argv, PROGRAM,
+      "Runs one stoker job: worker sessions, client joins, finish, status.",
+      exit_codes_text);
+  int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
+  char err[600];
+  if (pr != OPTS_RUN) goto out;
+  if (load_job(err, sizeof(err))) {
+    fprintf(stderr, PROGRAM ": %s\n", err);
+    code = EXIT_USAGE;
+    goto out;
+  }
+  if (opt.print_job) {
+    printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
+           C.resolved ? "" : " (num_samples from the dataset: changes once known)");
+    code = EXIT_OK;
+    goto out;
+  }
+  stk__signals_install();
+  C.start_ms = C.last_touch_ms = stk__now_ms();
+  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
+  stk__rpc_server *srv = NULL;
+  if (start_server(&srv, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    code = EXIT_FAIL;
+    goto out;
+  }
+  code = run_job();
+  shut_down_workers();
   stk__rpc_server_stop(srv, 1000);
   LOG_INFO("exiting (code %d)", code);
+out:
   stk__options_free(options, NOPTIONS);
   free(C.canonical), free(C.joined), free(C.finished);
   return code;
