@@ -879,20 +879,11 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
       {"/stoker.v1.Coordinator/Finish", handle_finish},
       {"/stoker.v1.Coordinator/Status", handle_status},
   };
-  stk__rpc_server_config sc;
-  memset(&sc, 0, sizeof(sc));
-  sc.listen = opt.listen;
-  sc.methods = methods;
-  sc.nmethods = sizeof(methods) / sizeof(methods[0]);
-  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
-  sc.token = *opt.token ? opt.token : NULL;
   int port = 0;
-  if (stk__rpc_server_start(&sc, srv, &port, err, errlen)) return -1;
-  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, errlen)) {
-    stk__rpc_server_stop(*srv, 0);
-    *srv = NULL;
+  if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
+                        opt.max_message_mb, opt.token, opt.port_file, srv, &port, err,
+                        errlen))
     return -1;
-  }
   LOG_INFO("job %s (hash %016" PRIx64
            ", world_size %u, batch_size %u, %s samples) "
            "listening on %s port %d",

@@ -1,5 +1,6 @@
-/* daemon.c - signals and the port file for stoker-coordinator and
- * stoker-worker. Owns the signal flag. Must not log from a signal handler. */
+/* daemon.c - signals, the port file and starting the gRPC server for
+ * stoker-coordinator and stoker-worker. Owns the signal flag. Must not log from a signal
+ * handler. */
 #include "daemon.h"
 
 #include <errno.h>
@@ -44,6 +45,25 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
   if (!ok || rename(tmp, path) != 0) {
     snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     unlink(tmp);
+    return -1;
+  }
+  return 0;
+}
+
+int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
+                      long long max_message_mb, const char *token, const char *port_file,
+                      stk__rpc_server **srv, int *port, char *err, size_t errlen) {
+  stk__rpc_server_config sc;
+  memset(&sc, 0, sizeof(sc));
+  sc.listen = listen;
+  sc.methods = methods;
+  sc.nmethods = nmethods;
+  sc.max_message_bytes = (size_t)max_message_mb << 20;
+  sc.token = token && *token ? token : NULL;
+  if (stk__rpc_server_start(&sc, srv, port, err, errlen)) return -1;
+  if (port_file && *port_file && stk__write_port_file(port_file, *port, err, errlen)) {
+    stk__rpc_server_stop(*srv, 0);
+    *srv = NULL;
     return -1;
   }
   return 0;

@@ -471,6 +471,110 @@ static void default_advertise(char *out, size_t len, int port) {
   snprintf(out, len, "%s:%d", host, port);
 }
 
+/* The options that no single option's validator can check. 0, or -1
+ * after saying why on stderr. */
+static int check_usage(void) {
+  if (!*opt.coordinator) {
+    fprintf(stderr, PROGRAM ": --coordinator host:port is required (see --help)\n");
+    return -1;
+  }
+  if ((opt.chunk_bytes + (64 << 10)) > (opt.max_message_mb << 20)) {
+    fprintf(stderr,
+            PROGRAM
+            ": --chunk-bytes %lld does not fit in --max-message-mb %lld "
+            "(with 64 KiB for framing)\n",
+            opt.chunk_bytes, opt.max_message_mb);
+    return -1;
+  }
+  return 0;
+}
+
+/* One stats line (greppable: "stats state=..."); *last carries the
+ * previous line's time and counters for the rates. */
+typedef struct stats_mark {
+  int64_t ms;
+  uint64_t bytes, built;
+} stats_mark;
+
+static void log_stats(int64_t now, int lost, stats_mark *last) {
+  sched *s = current_sched();
+  sched_stats st;
+  memset(&st, 0, sizeof(st));
+  uint64_t bytes = 0;
+  if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
+  double dt = (double)(now - last->ms) / 1000.0;
+  LOG_INFO(
+      "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
+      "batches_built=%" PRIu64
+      " batches_per_s=%.1f mb_per_s=%.1f "
+      "substituted=%" PRIu64 " build_errors=%" PRIu64 " stream_errors=%" PRIu64
+      " coordinator=%s",
+      s ? "serving" : "waiting", st.active_streams, st.queued_requests, st.free_buffers,
+      st.nbuffers, st.batches_built, (double)(st.batches_built - last->built) / dt,
+      (double)(bytes - last->bytes) / dt / 1e6, st.samples_substituted, st.build_errors,
+      __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), lost ? "lost" : "ok");
+  last->bytes = bytes, last->built = st.batches_built, last->ms = now;
+}
+
+/* Serve until a signal, the coordinator's Shutdown, a rejection or the
+ * orphan timeout; returns the exit code. */
+static int run_worker(session *sess) {
+  int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
+  stats_mark last = {stk__now_ms(), 0, 0};
+  int64_t orphan_ms = opt.orphan_timeout_s * 1000;
+  for (;;) {
+    int sig = stk__signal_pending();
+    if (sig) {
+      LOG_INFO("signal %d: draining and exiting", sig);
+      return EXIT_OK;
+    }
+    if (__atomic_load_n(&W.shutdown_cmd, __ATOMIC_ACQUIRE))
+      return __atomic_load_n(&W.aborted, __ATOMIC_ACQUIRE) ? EXIT_ABORTED : EXIT_OK;
+    const char *why = session_failed(sess);
+    if (why) {
+      LOG_ERROR("%s", why);
+      return EXIT_REJECTED;
+    }
+    int64_t lost = session_lost_ms(sess);
+    if (lost > orphan_ms) {
+      LOG_ERROR(
+          "coordinator %s unreachable for %lld s (--orphan-timeout-s %lld): "
+          "exiting as an orphan (code %d)",
+          opt.coordinator, (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
+      return EXIT_ORPHAN;
+    }
+    int64_t now = stk__now_ms();
+    if (now >= next_stats) {
+      log_stats(now, lost != 0, &last);
+      next_stats = now + opt.stats_interval_s * 1000;
+    }
+    stk__sleep_ms(50);
+  }
+}
+
+/* Drain: no new streams; open streams finish what they were asked, for up
+ * to --drain-timeout-s (2 s when the job failed: nobody is left to serve). */
+static void drain(sched *s, int code) {
+  __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
+  if (!s) return;
+  sched_drain(s);
+  long long drain_s =
+      code == EXIT_ABORTED && opt.drain_timeout_s > 2 ? 2 : opt.drain_timeout_s;
+  int64_t until = stk__now_ms() + drain_s * 1000;
+  sched_stats st;
+  for (;;) {
+    sched_stats_get(s, &st);
+    if (!st.active_streams || stk__now_ms() >= until) break;
+    if (stk__signal_count() >= 2) {
+      LOG_WARN("second signal: not waiting for the drain");
+      break;
+    }
+    stk__sleep_ms(20);
+  }
+  if (st.active_streams)
+    LOG_WARN("drain timeout: cancelling %u streams", st.active_streams);
+}
+
 int main(int argc, char **argv) {
   stk__log_init(PROGRAM);
   stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
@@ -479,43 +583,25 @@ int main(int argc, char **argv) {
                          "Serves batches of the coordinator's job to training clients "
                          "(Worker.Stream).",
                          exit_codes_text);
-  if (pr != OPTS_RUN) {
-    stk__options_free(options, NOPTIONS);
-    return pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
-  }
-  if (!*opt.coordinator) {
-    fprintf(stderr, PROGRAM ": --coordinator host:port is required (see --help)\n");
-    stk__options_free(options, NOPTIONS);
-    return EXIT_USAGE;
-  }
-  if ((opt.chunk_bytes + (64 << 10)) > (opt.max_message_mb << 20)) {
-    fprintf(stderr,
-            PROGRAM
-            ": --chunk-bytes %lld does not fit in --max-message-mb %lld "
-            "(with 64 KiB for framing)\n",
-            opt.chunk_bytes, opt.max_message_mb);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_USAGE;
+  int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
+  if (pr != OPTS_RUN) goto out;
+  if (check_usage()) {
+    code = EXIT_USAGE;
+    goto out;
   }
   stk__signals_install();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
 
-  stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
-  stk__rpc_server_config sc;
-  memset(&sc, 0, sizeof(sc));
-  sc.listen = opt.listen;
-  sc.methods = methods;
-  sc.nmethods = 1;
-  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
-  sc.token = *opt.token ? opt.token : NULL;
+  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
   stk__rpc_server *srv = NULL;
-  int port = 0, code = EXIT_OK;
+  int port = 0;
   char err[512];
-  if (stk__rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
+  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token,
+                        opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
+    code = EXIT_FAIL;
+    goto out;
   }
   char advertise[300], host[256], worker_id[400];
   if (*opt.advertise) snprintf(advertise, sizeof(advertise), "%s", opt.advertise);
@@ -528,12 +614,6 @@ int main(int argc, char **argv) {
       "listening on %s port %d, advertising %s, %u builder threads, "
       "coordinator %s",
       opt.listen, port, advertise, W.threads, opt.coordinator);
-  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
-    LOG_ERROR("%s", err);
-    stk__rpc_server_stop(srv, 0);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
-  }
 
   session_config cfg = {opt.coordinator, opt.token, worker_id, advertise, W.threads};
   session_hooks hooks = {on_job, fill_stats, on_command};
@@ -541,87 +621,12 @@ int main(int argc, char **argv) {
   if (session_start(&cfg, &hooks, &sess)) {
     LOG_ERROR("cannot start the coordinator session");
     stk__rpc_server_stop(srv, 0);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
+    code = EXIT_FAIL;
+    goto out;
   }
-
-  int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
-  uint64_t last_bytes = 0, last_built = 0;
-  int64_t last_stats_ms = stk__now_ms();
-  int64_t orphan_ms = opt.orphan_timeout_s * 1000;
-  for (;;) {
-    int sig = stk__signal_pending();
-    if (sig) {
-      LOG_INFO("signal %d: draining and exiting", sig);
-      break;
-    }
-    if (__atomic_load_n(&W.shutdown_cmd, __ATOMIC_ACQUIRE)) {
-      if (__atomic_load_n(&W.aborted, __ATOMIC_ACQUIRE)) code = EXIT_ABORTED;
-      break;
-    }
-    const char *why = session_failed(sess);
-    if (why) {
-      LOG_ERROR("%s", why);
-      code = EXIT_REJECTED;
-      break;
-    }
-    int64_t lost = session_lost_ms(sess);
-    if (lost > orphan_ms) {
-      LOG_ERROR(
-          "coordinator %s unreachable for %lld s (--orphan-timeout-s %lld): "
-          "exiting as an orphan (code %d)",
-          opt.coordinator, (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
-      code = EXIT_ORPHAN;
-      break;
-    }
-    int64_t now = stk__now_ms();
-    if (now >= next_stats) {
-      sched *s = current_sched();
-      sched_stats st;
-      memset(&st, 0, sizeof(st));
-      uint64_t bytes = 0;
-      if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
-      double dt = (double)(now - last_stats_ms) / 1000.0;
-      LOG_INFO(
-          "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
-          "batches_built=%" PRIu64
-          " batches_per_s=%.1f mb_per_s=%.1f "
-          "substituted=%" PRIu64 " build_errors=%" PRIu64 " stream_errors=%" PRIu64
-          " coordinator=%s",
-          s ? "serving" : "waiting", st.active_streams, st.queued_requests,
-          st.free_buffers, st.nbuffers, st.batches_built,
-          (double)(st.batches_built - last_built) / dt,
-          (double)(bytes - last_bytes) / dt / 1e6, st.samples_substituted,
-          st.build_errors, __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED),
-          lost ? "lost" : "ok");
-      last_bytes = bytes, last_built = st.batches_built, last_stats_ms = now;
-      next_stats = now + opt.stats_interval_s * 1000;
-    }
-    stk__sleep_ms(50);
-  }
-
-  /* Drain: no new streams; open streams finish what they were asked. */
-  __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
+  code = run_worker(sess);
   sched *s = current_sched();
-  if (s) {
-    sched_drain(s);
-    /* A failed job has nobody left to serve: drain briefly. */
-    long long drain_s =
-        code == EXIT_ABORTED && opt.drain_timeout_s > 2 ? 2 : opt.drain_timeout_s;
-    int64_t until = stk__now_ms() + drain_s * 1000;
-    sched_stats st;
-    for (;;) {
-      sched_stats_get(s, &st);
-      if (!st.active_streams || stk__now_ms() >= until) break;
-      if (stk__signal_count() >= 2) {
-        LOG_WARN("second signal: not waiting for the drain");
-        break;
-      }
-      stk__sleep_ms(20);
-    }
-    if (st.active_streams)
-      LOG_WARN("drain timeout: cancelling %u streams", st.active_streams);
-  }
+  drain(s, code);
   stk__rpc_server_stop(srv, 500);
   session_stop(sess);
   if (s) {
@@ -634,6 +639,7 @@ int main(int argc, char **argv) {
   }
   sched_destroy(s, 2000);
   stk_dataset_close(W.ds);
+out:
   stk__options_free(options, NOPTIONS);
   return code;
 }
