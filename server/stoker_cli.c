@@ -23,14 +23,30 @@ static struct {
   long long timeout_ms, rank, timeout_s;
 } opt;
 
+/* Rows every subcommand's table shares. */
+#define OPT_COORDINATOR                                           \
+  {                                                               \
+    "coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,  \
+        "host:port of stoker-coordinator", &opt.coordinator, 0, 0 \
+  }
+#define OPT_TOKEN \
+  { "token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0 }
+#define OPT_TIMEOUT_MS                                                                  \
+  {                                                                                     \
+    "timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1, \
+        3600000                                                                         \
+  }
+#define OPT_LOG_LEVEL                                                               \
+  {                                                                                 \
+    "log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error", \
+        &opt.log_level, 0, 0                                                        \
+  }
+
 static stk__option status_options[] = {
-    {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
-     "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
-    {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
-    {"timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1,
-     3600000},
-    {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
+    OPT_COORDINATOR,
+    OPT_TOKEN,
+    OPT_TIMEOUT_MS,
+    OPT_LOG_LEVEL,
 };
 #define NSTATUS (sizeof(status_options) / sizeof(status_options[0]))
 
@@ -40,18 +56,15 @@ static const char status_exit_codes[] =
     "  2  usage error\n";
 
 static stk__option abort_options[] = {
-    {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
-     "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
+    OPT_COORDINATOR,
     {"rank", OPT_INT, "0", NULL, "the rank that aborts (any rank < world_size)",
      &opt.rank, 0, 0xffffffffLL},
     {"reason", OPT_STR, "aborted with stoker abort", NULL,
      "why (logged by the coordinator and shown to every rank; at most 255 bytes)",
      &opt.reason, 0, 0},
-    {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
-    {"timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1,
-     3600000},
-    {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
+    OPT_TOKEN,
+    OPT_TIMEOUT_MS,
+    OPT_LOG_LEVEL,
 };
 #define NABORT (sizeof(abort_options) / sizeof(abort_options[0]))
 
@@ -61,14 +74,12 @@ static const char abort_exit_codes[] =
     "  2  usage error\n";
 
 static stk__option wait_options[] = {
-    {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
-     "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
+    OPT_COORDINATOR,
     {"timeout-s", OPT_INT, "60", NULL,
      "give up (exit 1) once the coordinator was unreachable this long in a row",
      &opt.timeout_s, 1, 86400 * 30},
-    {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
-    {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
+    OPT_TOKEN,
+    OPT_LOG_LEVEL,
 };
 #define NWAIT (sizeof(wait_options) / sizeof(wait_options[0]))
 
