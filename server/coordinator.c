@@ -20,6 +20,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -719,8 +720,7 @@ static int load_job(char *err, size_t errlen) {
   for (size_t i = 0; i < opt.set.n; i++) {
     char msg[400];
     if (stk_job_spec_parse(&C.spec, opt.set.v[i], msg, sizeof(msg))) {
-      snprintf(err, errlen, "--set %.100s: %s", opt.set.v[i], msg);
-      return -1;
+      return stk__errf(err, errlen, -1, "--set %.100s: %s", opt.set.v[i], msg);
     }
   }
   if (stk_job_spec_validate(&C.spec, err, errlen)) return -1;
@@ -733,10 +733,10 @@ static int load_job(char *err, size_t errlen) {
              C.spec.num_samples);
     return -1;
   }
-  if (job_publish_locked()) return snprintf(err, errlen, "out of memory"), -1;
+  if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
   C.joined = calloc(C.spec.world_size, 1);
   C.finished = calloc(C.spec.world_size, 1);
-  if (!C.joined || !C.finished) return snprintf(err, errlen, "out of memory"), -1;
+  if (!C.joined || !C.finished) return stk__errf(err, errlen, -1, "out of memory");
   return 0;
 }
 

@@ -15,6 +15,7 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "log.h"
 
 struct sched_buf {
@@ -179,7 +180,7 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
                  sched **out, char *err, size_t errlen) {
   *out = NULL;
   sched *s = calloc(1, sizeof(*s));
-  if (!s) return snprintf(err, errlen, "out of memory"), -1;
+  if (!s) return stk__errf(err, errlen, -1, "out of memory");
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->buf_cv, NULL);

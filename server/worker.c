@@ -19,6 +19,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/error.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -161,8 +162,7 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
   char msg[512];
   stk_job_spec_defaults(&spec);
   if (stk_job_spec_parse(&spec, canonical, msg, sizeof(msg))) {
-    snprintf(err, errlen, "the coordinator's job does not parse: %s", msg);
-    return -1;
+    return stk__errf(err, errlen, -1, "the coordinator's job does not parse: %s", msg);
   }
   if (stk_job_spec_hash(&spec) != hash) {
     snprintf(err, errlen,
@@ -191,8 +191,7 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     stk_dataset *ds = NULL;
     if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds, msg,
                          sizeof(msg))) {
-      snprintf(err, errlen, "cannot open the dataset: %s", msg);
-      return -1;
+      return stk__errf(err, errlen, -1, "cannot open the dataset: %s", msg);
     }
     stk_job_spec resolved = spec;
     resolved.num_samples = stk_dataset_size(ds);
