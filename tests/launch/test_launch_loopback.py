@@ -14,6 +14,8 @@ Scenarios:
   sagemaker  per-host resource configs (STOKER_RESOURCE_CONFIG, backend
              auto-detected): 1 data + 2 dnn hosts; then a homogeneous job
              (one instance group: workers on the dnn hosts)
+  slurm      a faked heterogeneous Slurm job (SLURM_JOB_NODELIST_HET_GROUP_0/1
+             in bracket syntax, SLURMD_NODENAME per node): all exit 0
   fail       the training command fails (exit 7) on the second dnn host,
              then on the first (the coordinator's): that host exits 7, the
              other dnn host non-zero, data hosts 5, all within 30 s
@@ -243,6 +245,24 @@ def scenario_sagemaker(R):
     check(codes == [0, 0], "homogeneous: every launcher exits 0: %s" % codes)
     check(all("started stoker-worker" in R.log_of(p) for p in procs),
           "homogeneous: a worker on each dnn host")
+
+
+def scenario_slurm(R):
+    R.write_job(3000)
+    # a faked heterogeneous job: component 0 = 2 data nodes, 1 = 2 training
+    # nodes, in Slurm's bracket syntax; each node named by its address
+    env = {"SLURM_JOB_NODELIST_HET_GROUP_0": R.prefix + "[2-3]",
+           "SLURM_JOB_NODELIST_HET_GROUP_1": R.prefix + "[4,5]"}
+    procs = []
+    for i in range(4):
+        e = dict(env, SLURMD_NODENAME=R.host(i))
+        procs.append(R.start("slurm-node%d" % i, R.host(i), ["--backend", "slurm"], env=e))
+    codes = R.wait(procs, 60)
+    check(codes == [0, 0, 0, 0], "slurm: every launcher exits 0: %s" % codes)
+    check("slurm backend" in R.log_of(procs[0]) and "a data host" in R.log_of(procs[1]),
+          "slurm: node lists expanded, roles from SLURMD_NODENAME")
+    check("dnn coordinator" in R.log_of(procs[2]), "slurm: the first training node "
+          "runs the coordinator")
 
 
 def fail_command(R, marker):
