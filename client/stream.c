@@ -350,6 +350,10 @@ static void *remote_main(void *arg) {
        * about the protocol, not about the caller's arguments. */
       if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE)
         fst = STK_PROTOCOL;
+      /* One worker address that serves no Worker.Stream (its port taken by
+       * another process after the worker died) is a dead worker, not a
+       * reason to fail the client: the others carry on. */
+      if (code == GRPC_STATUS_UNIMPLEMENTED) final = 0;
       if (final) {
         char msg[256];
         snprintf(msg, sizeof(msg),

@@ -45,8 +45,10 @@ int stk__rpc_tune_malloc(void) {
 
 /* The final codes are the ones only a change on our side can fix: a job or
  * protocol mismatch (FAILED_PRECONDITION), a request the peer rejects as
- * malformed (INVALID_ARGUMENT, OUT_OF_RANGE), and credentials
- * (UNAUTHENTICATED, PERMISSION_DENIED). Credentials are final because a
+ * malformed (INVALID_ARGUMENT, OUT_OF_RANGE), a peer that does not serve
+ * the method at all (UNIMPLEMENTED: another service on that address, or an
+ * incompatible version) and credentials (UNAUTHENTICATED,
+ * PERMISSION_DENIED). Credentials are final because a
  * process reads its token once at start: retrying sends the same token,
  * and a worker that retried would only reach its orphan timeout much
  * later with a less clear reason (session.c once treated UNAUTHENTICATED
@@ -67,7 +69,7 @@ static const struct {
     [GRPC_STATUS_FAILED_PRECONDITION] = {STK_MISMATCH, 1},
     [GRPC_STATUS_ABORTED] = {STK_CANCELLED, 0},
     [GRPC_STATUS_OUT_OF_RANGE] = {STK_INVALID_ARGUMENT, 1},
-    [GRPC_STATUS_UNIMPLEMENTED] = {STK_UNSUPPORTED, 0},
+    [GRPC_STATUS_UNIMPLEMENTED] = {STK_UNSUPPORTED, 1},
     [GRPC_STATUS_INTERNAL] = {STK_INTERNAL, 0},
     [GRPC_STATUS_UNAVAILABLE] = {STK_UNAVAILABLE, 0},
     [GRPC_STATUS_DATA_LOSS] = {STK_CORRUPT, 0},

@@ -1,8 +1,8 @@
 /* test_rpc_status.c - the one gRPC-status-to-stk_status table
  * (stk__rpc_status): every code's status, which refusals are final, and
  * the rule the worker session and the client share: a wrong token
- * (UNAUTHENTICATED, PERMISSION_DENIED) is final, an absent or overloaded
- * peer is not. */
+ * (UNAUTHENTICATED, PERMISSION_DENIED) and a peer that does not serve the
+ * method (UNIMPLEMENTED) are final, an absent or overloaded peer is not. */
 #include <grpc/status.h>
 
 #include "check.h"
@@ -25,9 +25,10 @@ int main(void) {
   CHECK(stk__rpc_status(GRPC_STATUS_OUT_OF_RANGE, NULL) == STK_INVALID_ARGUMENT);
   CHECK(stk__rpc_status(GRPC_STATUS_UNAUTHENTICATED, NULL) == STK_INVALID_ARGUMENT);
   CHECK(stk__rpc_status(GRPC_STATUS_PERMISSION_DENIED, NULL) == STK_INVALID_ARGUMENT);
+  CHECK(stk__rpc_status(GRPC_STATUS_UNIMPLEMENTED, NULL) == STK_UNSUPPORTED);
   const int finals[] = {GRPC_STATUS_FAILED_PRECONDITION, GRPC_STATUS_INVALID_ARGUMENT,
-                        GRPC_STATUS_OUT_OF_RANGE, GRPC_STATUS_UNAUTHENTICATED,
-                        GRPC_STATUS_PERMISSION_DENIED};
+                        GRPC_STATUS_OUT_OF_RANGE,        GRPC_STATUS_UNAUTHENTICATED,
+                        GRPC_STATUS_PERMISSION_DENIED,   GRPC_STATUS_UNIMPLEMENTED};
   for (size_t i = 0; i < sizeof(finals) / sizeof(finals[0]); i++)
     CHECK(final_of(finals[i]) == 1);
 
@@ -37,11 +38,11 @@ int main(void) {
   CHECK(stk__rpc_status(GRPC_STATUS_RESOURCE_EXHAUSTED, NULL) == STK_LIMIT);
   CHECK(stk__rpc_status(GRPC_STATUS_CANCELLED, NULL) == STK_CANCELLED);
   CHECK(stk__rpc_status(GRPC_STATUS_INTERNAL, NULL) == STK_INTERNAL);
-  const int transient[] = {
-      GRPC_STATUS_CANCELLED,   GRPC_STATUS_UNKNOWN,        GRPC_STATUS_DEADLINE_EXCEEDED,
-      GRPC_STATUS_NOT_FOUND,   GRPC_STATUS_ALREADY_EXISTS, GRPC_STATUS_RESOURCE_EXHAUSTED,
-      GRPC_STATUS_ABORTED,     GRPC_STATUS_UNIMPLEMENTED,  GRPC_STATUS_INTERNAL,
-      GRPC_STATUS_UNAVAILABLE, GRPC_STATUS_DATA_LOSS};
+  const int transient[] = {GRPC_STATUS_CANCELLED,         GRPC_STATUS_UNKNOWN,
+                           GRPC_STATUS_DEADLINE_EXCEEDED, GRPC_STATUS_NOT_FOUND,
+                           GRPC_STATUS_ALREADY_EXISTS,    GRPC_STATUS_RESOURCE_EXHAUSTED,
+                           GRPC_STATUS_ABORTED,           GRPC_STATUS_INTERNAL,
+                           GRPC_STATUS_UNAVAILABLE,       GRPC_STATUS_DATA_LOSS};
   for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++)
     CHECK(final_of(transient[i]) == 0);
 
