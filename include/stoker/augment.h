@@ -95,7 +95,10 @@ STK_EXPORT int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec,
  * every tensor at its layout offset. Bad samples are substituted, never
  * fatal. Returns STK_OK, or STK_INVALID_ARGUMENT for an address out of
  * range or a short buffer, or STK_IO when no sample in the whole epoch is
- * readable. */
+ * readable, or STK_UNAVAILABLE when a transient error (out of file
+ * descriptors, I/O error, out of memory) kept a sample from being read:
+ * the batch is not built, nothing is substituted or counted bad, and the
+ * same call may succeed later (stk_builder_error says which sample). */
 STK_EXPORT int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
                                  uint64_t step, void *buf, size_t len,
                                  stk_build_info *info);
