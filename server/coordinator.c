@@ -10,6 +10,7 @@
  * that is never held across a gRPC call. Must not trust the network: every
  * message is validated and a bad one ends only its own call.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -733,6 +734,15 @@ int main(int argc, char **argv) {
     return EXIT_OK;
   }
   stk__signals_install();
+  {
+    uint64_t soft, hard;
+    if (stk__raise_nofile(&soft, &hard))
+      LOG_WARN("cannot raise the open-file limit (RLIMIT_NOFILE): %s", strerror(errno));
+    else
+      LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
+               " (soft raised to hard)",
+               soft, hard);
+  }
   C.start_ms = C.last_touch_ms = stk_rpc_now_ms();
   C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
 

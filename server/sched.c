@@ -14,6 +14,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon.h"
 #include "log.h"
 
 struct sched_buf {
@@ -135,6 +136,17 @@ static void *builder_main(void *arg) {
     uint64_t t0 = now_ns();
     int rc = stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
                                s->layout.total_bytes, &info);
+    /* A transient error (out of descriptors, EIO, out of memory: never a
+     * bad sample) gets a bounded retry here; after that the stream ends
+     * UNAVAILABLE and the client asks again (worker.c). */
+    int retries = 0;
+    for (; rc == STK_UNAVAILABLE && retries < SCHED_TRANSIENT_RETRIES; retries++) {
+      LOG_WARN("%s (retry %d of %d)", stk_builder_error(bd->b), retries + 1,
+               SCHED_TRANSIENT_RETRIES);
+      stk__sleep_ms(10 << (3 * retries)); /* 10 ms, 80 ms */
+      rc = stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
+                             s->layout.total_bytes, &info);
+    }
     uint64_t dt = now_ns() - t0;
     if (d) {
       d->buf = buf;
@@ -150,12 +162,15 @@ static void *builder_main(void *arg) {
                  (unsigned long long)r.epoch, r.rank, (unsigned long long)r.step,
                  stk_builder_error(bd->b));
     }
-    if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bd->b));
+    if (rc == STK_UNAVAILABLE) LOG_WARN("%s", d ? d->err : stk_builder_error(bd->b));
+    else if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bd->b));
 
     int drop = 0;
     pthread_mutex_lock(&s->mu);
     s->st.busy_ns += dt;
-    if (rc) s->st.build_errors++;
+    s->st.transient_retries += (uint64_t)retries;
+    if (rc == STK_UNAVAILABLE) s->st.transient_errors++;
+    else if (rc) s->st.build_errors++;
     else s->st.batches_built++, s->st.samples_substituted += info.substituted;
     st->building--;
     if (d && !st->dead) {

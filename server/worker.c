@@ -327,7 +327,13 @@ static void *sender_main(void *arg) {
       break;
     }
     if (d->status) {
-      stk_rpc_call_abort(x->call, GRPC_STATUS_INTERNAL, d->err);
+      /* A transient build error (out of descriptors, EIO, out of memory)
+       * is UNAVAILABLE: the client re-asks (here or elsewhere); nothing
+       * was substituted. The rest (no readable sample) is INTERNAL. */
+      stk_rpc_call_abort(
+          x->call,
+          d->status == STK_UNAVAILABLE ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_INTERNAL,
+          d->err);
       sched_stream_sent(x->st, d, 0);
       sched_stream_kill(x->st);
       break;
@@ -482,6 +488,15 @@ int main(int argc, char **argv) {
     return EXIT_USAGE;
   }
   stk__signals_install();
+  {
+    uint64_t soft, hard;
+    if (stk__raise_nofile(&soft, &hard))
+      LOG_WARN("cannot raise the open-file limit (RLIMIT_NOFILE): %s", strerror(errno));
+    else
+      LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
+               " (soft raised to hard)",
+               soft, hard);
+  }
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
 
@@ -567,14 +582,14 @@ int main(int argc, char **argv) {
           "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
           "batches_built=%" PRIu64
           " batches_per_s=%.1f mb_per_s=%.1f "
-          "substituted=%" PRIu64 " build_errors=%" PRIu64 " stream_errors=%" PRIu64
-          " coordinator=%s",
+          "substituted=%" PRIu64 " build_errors=%" PRIu64 " transient_errors=%" PRIu64
+          " transient_retries=%" PRIu64 " stream_errors=%" PRIu64 " coordinator=%s",
           s ? "serving" : "waiting", st.active_streams, st.queued_requests,
           st.free_buffers, st.nbuffers, st.batches_built,
           (double)(st.batches_built - last_built) / dt,
           (double)(bytes - last_bytes) / dt / 1e6, st.samples_substituted,
-          st.build_errors, __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED),
-          lost ? "lost" : "ok");
+          st.build_errors, st.transient_errors, st.transient_retries,
+          __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), lost ? "lost" : "ok");
       last_bytes = bytes, last_built = st.batches_built, last_stats_ms = now;
       next_stats = now + opt.stats_interval_s * 1000;
     }
