@@ -15,7 +15,7 @@
  * of FD_WINDOW files (each window's files open at once, closed before the
  * next window); tar keeps at most SHARD_FDS shard descriptors open (least
  * recently used closed first), so a builder holds at most
- * max(FD_WINDOW, SHARD_FDS) + 1 descriptors besides its io_uring ring.
+ * max(FD_WINDOW, SHARD_FDS) = 32 descriptors besides its io_uring ring.
  *
  * Owns the per-builder state (I/O ring, decoder, scratch, file buffers),
  * all allocated at builder creation or grown on demand, so a steady state
@@ -283,18 +283,21 @@ static int shard_fd(jpipe *jp, const stk__jds *j, uint32_t f) {
     jp->lru_tick[s] = ++jp->tick;
     return jp->lru_fd[s];
   }
-  int fd = stk__open_beneath(j->dirfd, j->files[f]);
-  if (fd < 0) return -1;
-  fd_opened(jp);
-  if (jp->lru_n < SHARD_FDS) {
-    s = (int32_t)jp->lru_n++;
-  } else {
+  if (jp->lru_n == SHARD_FDS) { /* close the least recently used first */
     s = 0;
     for (uint32_t k = 1; k < SHARD_FDS; k++)
       if (jp->lru_tick[k] < jp->lru_tick[s]) s = (int32_t)k;
     jp->shard_slot[jp->lru_file[s]] = -1;
     fd_close(jp, jp->lru_fd[s]);
+    jp->lru_fd[s] = jp->lru_fd[--jp->lru_n];
+    jp->lru_file[s] = jp->lru_file[jp->lru_n];
+    jp->lru_tick[s] = jp->lru_tick[jp->lru_n];
+    if ((uint32_t)s != jp->lru_n) jp->shard_slot[jp->lru_file[s]] = s;
   }
+  int fd = stk__open_beneath(j->dirfd, j->files[f]);
+  if (fd < 0) return -1;
+  fd_opened(jp);
+  s = (int32_t)jp->lru_n++;
   jp->lru_file[s] = f, jp->lru_fd[s] = fd, jp->lru_tick[s] = ++jp->tick;
   jp->shard_slot[f] = s;
   return fd;
