@@ -25,6 +25,7 @@
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
 #include "stoker/version.h"
+#include "wire_limits.h"
 
 #define PROGRAM "stoker-coordinator"
 
@@ -42,7 +43,7 @@ static const char exit_codes_text[] =
     "  3  idle timeout: no client touched the job for --idle-timeout-s "
     "(workers were still shut down)\n";
 
-#define MAX_STR 256 /* worker ids and addresses */
+#define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 
 /* ---- Options ----------------------------------------------------------- */
 
@@ -263,8 +264,10 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
   if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
       !h->worker->address || !*h->worker->address ||
       strlen(h->worker->worker_id) >= MAX_STR || strlen(h->worker->address) >= MAX_STR) {
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                        "hello needs worker.worker_id and worker.address (< 256 bytes)");
+    snprintf(msg, sizeof(msg),
+             "hello needs worker.worker_id and worker.address, each at most %d bytes",
+             MAX_STR - 1);
+    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
     goto out;
   }
   cworker *w = calloc(1, sizeof(*w));
@@ -451,6 +454,10 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
     code = GRPC_STATUS_INVALID_ARGUMENT;
     snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank,
              C.spec.world_size);
+  } else if (q->client_id && strlen(q->client_id) >= MAX_STR) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "client_id of %zu bytes (at most %d)",
+             strlen(q->client_id), MAX_STR - 1);
   } else if (C.shutting_down) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg), "the job is over (%s)", C.shutdown_reason);

@@ -27,6 +27,7 @@
 #include "stoker/augment.h"
 #include "stoker/version.h"
 #include "wire.h"
+#include "wire_limits.h"
 
 #define PROGRAM "stoker-worker"
 
@@ -523,6 +524,16 @@ int main(int argc, char **argv) {
   host[sizeof(host) - 1] = 0;
   snprintf(worker_id, sizeof(worker_id), "%s:%d:%lld", host, (int)getpid(),
            (long long)stk_rpc_now_ms());
+  if (strlen(advertise) >= STK_MAX_ID_BYTES || strlen(worker_id) >= STK_MAX_ID_BYTES) {
+    LOG_ERROR(
+        "the advertised address or worker id is over %d bytes (the coordinator "
+        "would refuse it): %.60s...",
+        STK_MAX_ID_BYTES - 1,
+        strlen(advertise) >= STK_MAX_ID_BYTES ? advertise : worker_id);
+    stk_rpc_server_stop(srv, 0);
+    stk__options_free(options, NOPTIONS);
+    return EXIT_USAGE;
+  }
   LOG_INFO(
       "listening on %s port %d, advertising %s, %u builder threads, "
       "coordinator %s",
