@@ -62,10 +62,10 @@ static int fd_top(void) {
 }
 
 static void check_classification(void) {
-  static const int transient[] = {EMFILE, ENFILE, EIO,       EAGAIN, EWOULDBLOCK,
+  static const int transient[] = {EMFILE, ENFILE, EIO,     EAGAIN,    EWOULDBLOCK,
                                   ENOMEM, EINTR,  ENOBUFS, ETIMEDOUT, ESTALE};
-  static const int bad[] = {ENOENT, EACCES, EPERM,  ELOOP,  EISDIR, ENOTDIR,
-                            EINVAL, EFBIG,  ENXIO, EXDEV,  0};
+  static const int bad[] = {ENOENT, EACCES, EPERM, ELOOP, EISDIR, ENOTDIR,
+                            EINVAL, EFBIG,  ENXIO, EXDEV, 0};
   for (size_t i = 0; i < sizeof(transient) / sizeof(transient[0]); i++) {
     if (!stk__errno_transient(transient[i]))
       fprintf(stderr, "errno %d (%s) should be transient\n", transient[i],
@@ -113,9 +113,10 @@ static int open_setup(setup *S, int source, const char *dir) {
     CHECK(stk_builder_build(b, 0, 0, s, S->ref + s * S->bytes, S->bytes, NULL) == STK_OK);
   unsigned now, peak;
   stk__jpeg_builder_fds(b, &now, &peak);
-  printf("%s: batch %d, %llu steps: peak open descriptors per builder %u (bound %d; "
-         "unbounded it was one per batch slot or shard touched, up to %d)\n",
-         dir, BATCH, (unsigned long long)S->steps, peak, 32, BATCH);
+  printf(
+      "%s: batch %d, %llu steps: peak open descriptors per builder %u (bound %d; "
+      "unbounded it was one per batch slot or shard touched, up to %d)\n",
+      dir, BATCH, (unsigned long long)S->steps, peak, 32, BATCH);
   CHECK(peak <= 32);
   CHECK(peak >= 2); /* it did open files */
   stk_builder_destroy(b);
@@ -175,8 +176,9 @@ static int child_small_ulimit(setup *S) {
   rc = stk_builder_build(b, 0, 0, 1, buf, S->bytes, &info);
   CHECK(rc == STK_OK && info.substituted == 0);
   CHECK(!memcmp(buf, S->ref + 1 * S->bytes, S->bytes));
-  printf("  child: re-asked with descriptors free: status %d, equal to the reference: %s\n",
-         rc, !memcmp(buf, S->ref + S->bytes, S->bytes) ? "yes" : "NO");
+  printf(
+      "  child: re-asked with descriptors free: status %d, equal to the reference: %s\n",
+      rc, !memcmp(buf, S->ref + S->bytes, S->bytes) ? "yes" : "NO");
   stk_builder_destroy(b);
   free(buf);
   return check_failures;
@@ -252,9 +254,10 @@ static void check_labels(void) {
       CHECK(lab >= 0 && lab < 5);
     }
   }
-  printf("labels 0..9 with num_classes 5: %u of 40 slots substituted, %llu bad samples "
-         "(last reason: %s)\n",
-         subst, (unsigned long long)stk_dataset_bad_samples(ds), last_why);
+  printf(
+      "labels 0..9 with num_classes 5: %u of 40 slots substituted, %llu bad samples "
+      "(last reason: %s)\n",
+      subst, (unsigned long long)stk_dataset_bad_samples(ds), last_why);
   CHECK(subst == 20);
   CHECK_EQ_U64(stk_dataset_bad_samples(ds), 20);
   CHECK(strstr(last_why, "num_classes 5") != NULL);
