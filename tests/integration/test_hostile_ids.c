@@ -53,8 +53,9 @@ static int fake_register(stk_rpc_channel *c, const char *id, const char *addr,
   int r = stk_rpc_stream_recv(s, &bb, 5000);
   uint64_t hash = 0;
   if (r == 1) {
-    Stoker__V1__CoordinatorCommand *cmd = (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
-        &stoker__v1__coordinator_command__descriptor, bb, 1 << 20);
+    Stoker__V1__CoordinatorCommand *cmd =
+        (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+            &stoker__v1__coordinator_command__descriptor, bb, 1 << 20);
     if (cmd && cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_ACK &&
         cmd->ack->job)
       hash = cmd->ack->job->hash;

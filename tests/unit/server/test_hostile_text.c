@@ -42,7 +42,7 @@ static void check_escape(void) {
   stk__escape(small, sizeof(small), "abc\x1b\x1b\x1b\x1b");
   printf("bounded to %zu bytes: %s\n", sizeof(small), small);
   CHECK(strlen(small) < sizeof(small));
-  CHECK(!strcmp(small, "abc\\x1b...")); /* 10 bytes + NUL */
+  CHECK(!strcmp(small, "abc\\x1b..."));             /* 10 bytes + NUL */
   stk__escape(small, sizeof(small), "0123456789a"); /* exactly fits */
   CHECK(!strcmp(small, "0123456789a"));
   stk__escape(small, sizeof(small), "0123456789ab");
@@ -80,7 +80,7 @@ static void check_log_line(const char *dir) {
     else if (c < 0x20 || c >= 0x7f) ctl++;
   }
   CHECK(newlines == 1 && buf[n - 1] == '\n'); /* one line, no forged second */
-  CHECK(ctl == 0);                             /* no ESC, BEL, CR, 0xff */
+  CHECK(ctl == 0);                            /* no ESC, BEL, CR, 0xff */
   CHECK(strstr(buf, "forged line") && strstr(buf, "\\x1b[2J"));
 }
 
