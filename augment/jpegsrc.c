@@ -7,9 +7,11 @@
  * its own bytes or metadata are wrong: undecodable, not a JPEG, over a
  * limit, empty, cut short, gone from the index's place, out-of-range
  * label. An error that says nothing about the file (stk__errno_transient:
- * out of descriptors, I/O error, out of memory, ...) fails the whole batch
- * with STK_UNAVAILABLE and marks nothing: substituting then would make the
- * batch differ from the reference for a reason that goes away.
+ * out of descriptors, I/O error, out of memory, ...) is retried once with
+ * a single descriptor (older shard descriptors closed to make room), then
+ * fails the whole batch with STK_UNAVAILABLE and marks nothing:
+ * substituting would make the batch differ from the reference for a
+ * reason that goes away.
  *
  * Open files per builder are bounded: ImageFolder reads a batch in windows
  * of FD_WINDOW files (each window's files open at once, closed before the
@@ -167,6 +169,7 @@ typedef struct jpipe {
   uint32_t lru_file[SHARD_FDS];
   int lru_fd[SHARD_FDS];
   uint64_t lru_tick[SHARD_FDS], tick;
+  uint64_t window_tick;        /* shards used since this tick serve queued reads */
   unsigned open_fds, peak_fds; /* descriptors this builder holds (not the ring) */
   char why[200];
 } jpipe;
@@ -214,6 +217,7 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
     return STK_NO_MEMORY;
   }
   for (uint32_t i = 0; i < B; i++) jp->fds[i] = -1;
+  jp->window_tick = UINT64_MAX;
   int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, FD_WINDOW, err, errlen);
   if (rc) {
     stk__jpeg_builder_free(b);
@@ -273,28 +277,45 @@ uint64_t stk__jpeg_bad_samples(const stk_dataset *ds) {
   return atomic_load(&j->nbad);
 }
 
+/* Close the least recently used shard descriptor that no queued read of
+ * the current window uses (tick before window_tick). 0, or -1 if none. */
+static int shard_evict(jpipe *jp) {
+  int32_t s = -1;
+  for (uint32_t k = 0; k < jp->lru_n; k++)
+    if (jp->lru_tick[k] < jp->window_tick && (s < 0 || jp->lru_tick[k] < jp->lru_tick[s]))
+      s = (int32_t)k;
+  if (s < 0) return -1;
+  jp->shard_slot[jp->lru_file[s]] = -1;
+  fd_close(jp, jp->lru_fd[s]);
+  jp->lru_n--;
+  jp->lru_fd[s] = jp->lru_fd[jp->lru_n];
+  jp->lru_file[s] = jp->lru_file[jp->lru_n];
+  jp->lru_tick[s] = jp->lru_tick[jp->lru_n];
+  if ((uint32_t)s != jp->lru_n) jp->shard_slot[jp->lru_file[s]] = s;
+  return 0;
+}
+
 /* The descriptor of shard f, opened on first use; past SHARD_FDS open
  * shards the least recently used one is closed. Callers within one read
  * window touch at most FD_WINDOW <= SHARD_FDS shards, so a descriptor
- * queued for a read is never the one closed. -1 with errno on failure. */
+ * queued for a read is never the one closed. Out of descriptors
+ * (EMFILE/ENFILE), older shards are closed to make room. -1 with errno on
+ * failure. */
 static int shard_fd(jpipe *jp, const stk__jds *j, uint32_t f) {
   int32_t s = jp->shard_slot[f];
   if (s >= 0) {
     jp->lru_tick[s] = ++jp->tick;
     return jp->lru_fd[s];
   }
-  if (jp->lru_n == SHARD_FDS) { /* close the least recently used first */
-    s = 0;
-    for (uint32_t k = 1; k < SHARD_FDS; k++)
-      if (jp->lru_tick[k] < jp->lru_tick[s]) s = (int32_t)k;
-    jp->shard_slot[jp->lru_file[s]] = -1;
-    fd_close(jp, jp->lru_fd[s]);
-    jp->lru_fd[s] = jp->lru_fd[--jp->lru_n];
-    jp->lru_file[s] = jp->lru_file[jp->lru_n];
-    jp->lru_tick[s] = jp->lru_tick[jp->lru_n];
-    if ((uint32_t)s != jp->lru_n) jp->shard_slot[jp->lru_file[s]] = s;
+  if (jp->lru_n == SHARD_FDS) {
+    uint64_t w = jp->window_tick;
+    jp->window_tick = UINT64_MAX; /* the cap holds whatever the window uses */
+    shard_evict(jp);
+    jp->window_tick = w;
   }
-  int fd = stk__open_beneath(j->dirfd, j->files[f]);
+  int fd;
+  while ((fd = stk__open_beneath(j->dirfd, j->files[f])) < 0 &&
+         (errno == EMFILE || errno == ENFILE) && shard_evict(jp) == 0) {}
   if (fd < 0) return -1;
   fd_opened(jp);
   s = (int32_t)jp->lru_n++;
@@ -459,23 +480,28 @@ static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t
 }
 
 /* Read the files of slots [k0, k1) in one batched read: every slot ends in
- * state 0 (read queued in jp->reqs, in slot order), 1 (too big for a slot
- * buffer: read later by one()) or 2 (bad, reported). Every descriptor the
- * window opened is closed on return. RES_OK, or RES_AGAIN with jp->why and the
- * sample in *again (nothing read then). */
-static int read_window(stk_builder *b, uint32_t k0, uint32_t k1, uint64_t *again) {
+ * state 0 (read queued in jp->reqs, in slot order), 1 (read later, alone,
+ * by one(): too big for a slot buffer, or the window ran out of
+ * descriptors) or 2 (bad, reported). Every descriptor the window opened is
+ * closed on return. Out of descriptors or memory part-way, the rest of the
+ * window is deferred to one(), which needs one descriptor at a time: a
+ * builder degrades under descriptor pressure instead of failing. */
+static void read_window(stk_builder *b, uint32_t k0, uint32_t k1) {
   jpipe *jp = b->impl;
   size_t nreq = 0;
-  int rc = RES_OK;
-  for (uint32_t k = k0; k < k1 && rc == RES_OK; k++) {
+  jp->window_tick = jp->tick + 1;
+  for (uint32_t k = k0; k < k1; k++) {
     uint64_t idx = b->indices[k];
     int fd, owned;
     uint64_t off, size;
     jp->state[k] = 2;
     int r = locate(b, idx, &fd, &off, &size, &owned);
-    if (r == RES_AGAIN) rc = r, *again = idx;
+    if (r == RES_AGAIN) {
+      for (uint32_t m = k; m < k1; m++) jp->state[m] = 1;
+      break;
+    }
     if (r) {
-      if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
+      report_bad(b->ds, idx, jp->why);
       continue;
     }
     if (size > SLOT_MAX_BYTES || grow_buf(&jp->slot[k], &jp->slotcap[k], size)) {
@@ -488,13 +514,13 @@ static int read_window(stk_builder *b, uint32_t k0, uint32_t k1, uint64_t *again
     jp->reqs[nreq++] = (stk__io_req){fd, off, size, jp->slot[k], 0};
     jp->state[k] = 0;
   }
-  if (rc == RES_OK) stk__io_read(&jp->io, jp->reqs, nreq);
+  stk__io_read(&jp->io, jp->reqs, nreq);
   for (size_t q = 0; q < nreq; q++) {
     uint32_t k = jp->reqslot[q];
     if (jp->fds[k] >= 0) fd_close(jp, jp->fds[k]);
     jp->fds[k] = -1;
   }
-  return rc;
+  jp->window_tick = UINT64_MAX; /* no read queued: every shard may be closed */
 }
 
 /* The batch fails as a whole: nothing was substituted for this error. */
@@ -524,9 +550,8 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
 
   for (uint32_t k0 = 0; k0 < B; k0 += FD_WINDOW) {
     uint32_t k1 = B - k0 < FD_WINDOW ? B : k0 + FD_WINDOW;
-    uint64_t again = 0;
     /* 1. one batched read of the window's files (small files) */
-    if (read_window(b, k0, k1, &again)) return fail_transient(b, epoch, again);
+    read_window(b, k0, k1);
     /* 2. decode each slot; substitute bad ones from later epoch positions */
     size_t q = 0;
     for (uint32_t k = k0; k < k1; k++) {
@@ -540,6 +565,8 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
           info->bytes_read += rq->len;
           r = process(b, epoch, idx, jp->slot[k], rq->len, out);
         }
+        if (r == RES_AGAIN)
+          r = one(b, epoch, idx, out, &info->bytes_read); /* once more */
         if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
       } else if (jp->state[k] == 1) {
         r = one(b, epoch, idx, out, &info->bytes_read);

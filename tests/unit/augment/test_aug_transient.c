@@ -8,8 +8,9 @@
  *    still equals the reference built without the limit;
  *  - with the descriptors exhausted (the child dups until EMFILE) a build
  *    fails STK_UNAVAILABLE with a clear message, marks no sample bad and
- *    substitutes nothing, and the same build succeeds, equal to the
- *    reference, once descriptors are free again;
+ *    substitutes nothing; with only 4 free (less than a read window) every
+ *    batch still equals the reference (one file at a time); and the same
+ *    build succeeds, equal to the reference, once descriptors are free;
  *  - tar .cls labels outside the job's num_classes are bad samples
  *    (reported, substituted), and a job whose num_classes fits no label
  *    is refused at open;
@@ -171,6 +172,20 @@ static int child_small_ulimit(setup *S) {
   CHECK(strstr(stk_builder_error(b), "Too many open files") != NULL);
   CHECK_EQ_U64(stk_dataset_bad_samples(S->ds), bad0); /* nothing marked bad */
   CHECK(nbad_logged == 0);
+  /* a few descriptors free: fewer than a read window; the builder degrades
+   * to one file at a time and every batch is still the reference */
+  enum { FREE = 4 };
+  for (int i = 0; i < FREE && nd > 0; i++) close(dummies[--nd]);
+  int same = 0;
+  for (uint64_t s = 0; s < S->steps; s++) {
+    rc = stk_builder_build(b, 0, 0, s, buf, S->bytes, &info);
+    CHECK(rc == STK_OK && info.substituted == 0);
+    same += rc == STK_OK && !memcmp(buf, S->ref + s * S->bytes, S->bytes);
+  }
+  printf("  child: %d descriptors free: %d of %llu batches equal to the reference\n",
+         FREE, same, (unsigned long long)S->steps);
+  CHECK(same == (int)S->steps);
+  CHECK_EQ_U64(stk_dataset_bad_samples(S->ds), bad0);
   /* re-asked once descriptors are free again: the reference */
   for (int i = 0; i < nd; i++) close(dummies[i]);
   rc = stk_builder_build(b, 0, 0, 1, buf, S->bytes, &info);
