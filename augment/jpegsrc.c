@@ -37,9 +37,9 @@
 
 #include "jpegsrc.h"
 
-#define SLOT_MAX_BYTES (4u << 20) /* larger files are read one at a time */
-#define FD_WINDOW      32         /* ImageFolder: files open at once per builder */
-#define SHARD_FDS      32         /* tar: shard descriptors kept open per builder */
+#define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
+#define FD_WINDOW      STK_BUILDER_MAX_FILES /* ImageFolder: files open at once */
+#define SHARD_FDS      STK_BUILDER_MAX_FILES /* tar: shard descriptors kept open */
 
 /* Results of the per-sample steps below. */
 enum { RES_OK = 0, RES_BAD = -1, RES_AGAIN = -2 };
@@ -159,7 +159,8 @@ typedef struct jpipe {
   stk__io_req *reqs; /* per window: the queued reads */
   uint32_t *reqslot; /* per queued read: its batch slot */
   int *fds;          /* per slot: fd to close after the read, or -1 */
-  int *state;        /* per slot: 0 read done, 1 deferred, 2 bad */
+  int *state;        /* per slot: 0 read done, 1 deferred (big), 2 bad,
+                        3 deferred (out of descriptors in the window) */
   ssize_t *res;      /* per slot in state 0: the read's result */
   uint8_t *big;      /* one-at-a-time buffer (big files, substitutes) */
   size_t bigcap;
@@ -482,7 +483,7 @@ static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t
 /* Read the files of slots [k0, k1) in one batched read: every slot ends in
  * state 0 (read queued in jp->reqs, in slot order), 1 (read later, alone,
  * by one(): too big for a slot buffer, or the window ran out of
- * descriptors) or 2 (bad, reported). Every descriptor the window opened is
+ * descriptors: state 3) or 2 (bad, reported). Every descriptor the window opened is
  * closed on return. Out of descriptors or memory part-way, the rest of the
  * window is deferred to one(), which needs one descriptor at a time: a
  * builder degrades under descriptor pressure instead of failing. */
@@ -497,7 +498,7 @@ static void read_window(stk_builder *b, uint32_t k0, uint32_t k1) {
     jp->state[k] = 2;
     int r = locate(b, idx, &fd, &off, &size, &owned);
     if (r == RES_AGAIN) {
-      for (uint32_t m = k; m < k1; m++) jp->state[m] = 1;
+      for (uint32_t m = k; m < k1; m++) jp->state[m] = 3;
       break;
     }
     if (r) {
@@ -565,10 +566,13 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
           info->bytes_read += rq->len;
           r = process(b, epoch, idx, jp->slot[k], rq->len, out);
         }
-        if (r == RES_AGAIN)
-          r = one(b, epoch, idx, out, &info->bytes_read); /* once more */
+        if (r == RES_AGAIN) { /* once more, alone */
+          info->reread++;
+          r = one(b, epoch, idx, out, &info->bytes_read);
+        }
         if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
-      } else if (jp->state[k] == 1) {
+      } else if (jp->state[k] == 1 || jp->state[k] == 3) {
+        info->reread += jp->state[k] == 3;
         r = one(b, epoch, idx, out, &info->bytes_read);
         if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
       }

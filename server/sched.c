@@ -172,6 +172,7 @@ static void *builder_main(void *arg) {
     if (rc == STK_UNAVAILABLE) s->st.transient_errors++;
     else if (rc) s->st.build_errors++;
     else s->st.batches_built++, s->st.samples_substituted += info.substituted;
+    s->st.samples_reread += info.reread;
     st->building--;
     if (d && !st->dead) {
       if (st->done_tail) st->done_tail->next = d;

@@ -42,6 +42,7 @@ typedef struct sched_stats {
   uint64_t batches_built, samples_substituted, build_errors;
   uint64_t transient_errors;  /* builds failed STK_UNAVAILABLE after retries */
   uint64_t transient_retries; /* retries of builds that failed transiently */
+  uint64_t samples_reread;    /* read again alone after a transient error */
   uint32_t active_streams, queued_requests, free_buffers, nbuffers;
   uint64_t busy_ns; /* builder time spent building, cumulative */
 } sched_stats;

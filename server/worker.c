@@ -500,6 +500,17 @@ int main(int argc, char **argv) {
   }
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
+  {
+    /* builders hold up to STK_BUILDER_MAX_FILES each; gRPC, clients and
+     * the session need more. Below that, builds slow down (one file at a
+     * time) or fail transiently (clients re-ask); never wrong data. */
+    uint64_t soft, hard, want = (uint64_t)W.threads * (STK_BUILDER_MAX_FILES + 1) + 256;
+    if (stk__raise_nofile(&soft, &hard) == 0 && soft < want)
+      LOG_WARN("open-file limit %" PRIu64 " is low for %u builder threads (about %" PRIu64
+               " wanted): reads will slow down under descriptor pressure; raise "
+               "`ulimit -n` (hard) or LimitNOFILE",
+               soft, W.threads, want);
+  }
 
   stk_rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
   stk_rpc_server_config sc;
@@ -594,12 +605,13 @@ int main(int argc, char **argv) {
           "batches_built=%" PRIu64
           " batches_per_s=%.1f mb_per_s=%.1f "
           "substituted=%" PRIu64 " build_errors=%" PRIu64 " transient_errors=%" PRIu64
-          " transient_retries=%" PRIu64 " stream_errors=%" PRIu64 " coordinator=%s",
+          " transient_retries=%" PRIu64 " reread=%" PRIu64 " stream_errors=%" PRIu64
+          " coordinator=%s",
           s ? "serving" : "waiting", st.active_streams, st.queued_requests,
           st.free_buffers, st.nbuffers, st.batches_built,
           (double)(st.batches_built - last_built) / dt,
           (double)(bytes - last_bytes) / dt / 1e6, st.samples_substituted,
-          st.build_errors, st.transient_errors, st.transient_retries,
+          st.build_errors, st.transient_errors, st.transient_retries, st.samples_reread,
           __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), lost ? "lost" : "ok");
       last_bytes = bytes, last_built = st.batches_built, last_stats_ms = now;
       next_stats = now + opt.stats_interval_s * 1000;
@@ -631,8 +643,11 @@ int main(int argc, char **argv) {
   if (s) {
     sched_stats st;
     sched_stats_get(s, &st);
-    LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64 " bytes sent", code,
-             st.batches_built, sched_bytes_sent(s));
+    LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64
+             " bytes sent; substituted=%" PRIu64 " transient_errors=%" PRIu64
+             " transient_retries=%" PRIu64 " reread=%" PRIu64,
+             code, st.batches_built, sched_bytes_sent(s), st.samples_substituted,
+             st.transient_errors, st.transient_retries, st.samples_reread);
   } else {
     LOG_INFO("exiting (code %d)", code);
   }
