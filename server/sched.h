@@ -55,6 +55,10 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
  * still holds, free everything. All streams must be closed. Accepts NULL. */
 void sched_destroy(sched *s, int wait_ms);
 void sched_stats_get(sched *s, sched_stats *out);
+/* Fault injection for tests: every `every`th batch (0 = off) fails all its
+ * build attempts with STK_UNAVAILABLE, as if out of descriptors, so the
+ * stream ends UNAVAILABLE and the client must re-ask. */
+void sched_set_fault_transient(sched *s, uint32_t every);
 /* Stop taking new streams; open streams end once their requests are sent. */
 void sched_drain(sched *s);
 

@@ -53,7 +53,8 @@ static const char exit_codes_text[] =
 static struct {
   char *coordinator, *listen, *advertise, *data_root, *token, *port_file, *log_level;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
-      orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels;
+      orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
+      fault_transient_every;
 } opt;
 
 static stk__option options[] = {
@@ -102,6 +103,10 @@ static stk__option options[] = {
      &opt.max_pixels, 1, 1LL << 40},
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
+    {"fault-transient-every", OPT_INT, "0", NULL,
+     "testing: every Nth batch fails as if out of file descriptors (the stream ends "
+     "UNAVAILABLE, the client re-asks); 0 = off",
+     &opt.fault_transient_every, 0, 1 << 30},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
@@ -220,6 +225,8 @@ static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_
     W.steps = stk_steps_per_epoch(&resolved, resolved.num_samples);
     W.sch = sch;
     W.have_job = 1;
+    if (opt.fault_transient_every)
+      sched_set_fault_transient(sch, (uint32_t)opt.fault_transient_every);
     pthread_mutex_unlock(&W.mu);
     LOG_INFO("job %s loaded: hash=%016" PRIx64 " samples=%" PRIu64
              " steps_per_epoch=%" PRIu64 " batch_bytes=%" PRIu64 " buffers=%d",

@@ -10,7 +10,10 @@
  *    sample, and one rank receives every batch of two epochs, each equal
  *    to the reference built in this process without a limit.
  * The worker's counters (substituted, transient errors and retries) are
- * printed from its last stats line.
+ * printed from its exit line.
+ * Then a worker whose every 5th batch fails transiently
+ * (--fault-transient-every): the stream ends UNAVAILABLE, the client asks
+ * again, and every step still arrives once, in order, exact.
  *
  * usage: test_worker_nofile <stoker-coordinator> <stoker-worker> <stoker-dataset>
  */
@@ -42,18 +45,18 @@ int main(int argc, char **argv) {
   }
   char root[600];
   snprintf(root, sizeof root, "%s/data", proc_tmpdir());
-  char *gen[] = {argv[3],      "gen", "--out",      root, "--count",     "240",
-                 "--layout",   "tar", "--per-shard", "2", "--min-side", "24",
-                 "--max-side", "48",  NULL};
+  char *gen[] = {argv[3],      "gen",      "--out",      root,          "--count",
+                 "240",        "--layout", "tar",        "--per-shard", "2",
+                 "--min-side", "24",       "--max-side", "48",          NULL};
   stk_proc g;
   CHECK(proc_spawn(&g, "gen", gen) == 0);
   CHECK(proc_wait(&g, 60000) == 0);
 
-  const char *job[] = {"--set", "source=tar",   "--set", "dataset=shards",
+  const char *job[] = {"--set", "source=tar",     "--set", "dataset=shards",
                        "--set", "pipeline=train", "--set", "height=16",
-                       "--set", "width=16",     "--set", "batch_size=48",
-                       "--set", "world_size=1", "--set", "epochs=2",
-                       "--set", "seed=5",       NULL};
+                       "--set", "width=16",       "--set", "batch_size=48",
+                       "--set", "world_size=1",   "--set", "epochs=2",
+                       "--set", "seed=5",         NULL};
   stk_proc coord, worker;
   int cport = du_start_coordinator(&coord, "nofile-coord", job);
   CHECK(cport > 0);
@@ -103,19 +106,61 @@ int main(int argc, char **argv) {
   CHECK(last_line_with(worker.log, "RLIMIT_NOFILE", line, sizeof line) == 0);
   printf("worker: %s", line);
   CHECK(strstr(line, "soft 64 hard 64") != NULL);
-  CHECK(last_line_with(worker.log, "is low for 2 builder threads", line, sizeof line) == 0);
+  CHECK(last_line_with(worker.log, "is low for 2 builder threads", line, sizeof line) ==
+        0);
   line[0] = 0;
   CHECK(last_line_with(worker.log, "exiting", line, sizeof line) == 0);
-  printf("worker: substituted=%llu transient_errors=%llu transient_retries=%llu "
-         "reread=%llu (samples read again alone, out of descriptors)\n",
-         (unsigned long long)field(line, "substituted="),
-         (unsigned long long)field(line, "transient_errors="),
-         (unsigned long long)field(line, "transient_retries="),
-         (unsigned long long)field(line, "reread="));
+  printf(
+      "worker: substituted=%llu transient_errors=%llu transient_retries=%llu "
+      "reread=%llu (samples read again alone, out of descriptors)\n",
+      (unsigned long long)field(line, "substituted="),
+      (unsigned long long)field(line, "transient_errors="),
+      (unsigned long long)field(line, "transient_retries="),
+      (unsigned long long)field(line, "reread="));
   CHECK_EQ_U64(field(line, "substituted="), 0);
   if (check_failures) {
     proc_dump_log(&worker);
     proc_dump_log(&coord);
+    proc_keep_tmp();
+  }
+
+  /* Phase 2: a request that fails transiently is answered UNAVAILABLE and
+   * the client asks again: every 5th batch fails all its build attempts
+   * (--fault-transient-every 5); every step still arrives, exact. */
+  int before = check_failures;
+  const char *syn[] = {"--set", "num_samples=160", "--set", "batch_size=8",
+                       "--set", "height=16",       "--set", "width=16",
+                       "--set", "world_size=1",    "--set", "epochs=2",
+                       NULL};
+  cport = du_start_coordinator(&coord, "again-coord", syn);
+  CHECK(cport > 0);
+  const char *wa[] = {"--threads", "1", "--fault-transient-every", "5", NULL};
+  CHECK(du_start_worker(&worker, "again-worker", cport, wa) > 0);
+  rank_init(&r);
+  r.port = cport, r.rank = 0, r.world = 1, r.finish = 1;
+  pthread_create(&t, NULL, rank_main, &r);
+  pthread_join(t, NULL);
+  if (r.error[0]) fprintf(stderr, "rank 0: %s\n", r.error);
+  CHECK(r.final_status == STK_END_OF_DATA);
+  CHECK_EQ_U64(r.delivered, 2 * 20);
+  CHECK_EQ_U64(r.mismatches, 0);
+  CHECK_EQ_U64(r.order_errors, 0);
+  CHECK(r.stats.reissued > 0);
+  CHECK(proc_wait(&worker, 15000) == 0);
+  CHECK(proc_wait(&coord, 15000) == 0);
+  CHECK(last_line_with(worker.log, "exiting", line, sizeof line) == 0);
+  printf(
+      "ask again: %llu batches, all equal: %s, client re-asked %llu; worker "
+      "transient_errors=%llu transient_retries=%llu\n",
+      (unsigned long long)r.delivered, r.mismatches ? "NO" : "yes",
+      (unsigned long long)r.stats.reissued,
+      (unsigned long long)field(line, "transient_errors="),
+      (unsigned long long)field(line, "transient_retries="));
+  CHECK(field(line, "transient_errors=") > 0 && field(line, "transient_errors=") < 1000);
+  line[0] = 0;
+  CHECK(last_line_with(worker.log, "injected transient error", line, sizeof line) == 0);
+  if (check_failures != before) {
+    proc_dump_log(&worker);
     proc_keep_tmp();
   }
   stk_rpc_shutdown();
