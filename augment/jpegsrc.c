@@ -161,7 +161,6 @@ typedef struct jpipe {
   int *fds;          /* per slot: fd to close after the read, or -1 */
   int *state;        /* per slot: 0 read done, 1 deferred (big), 2 bad,
                         3 deferred (out of descriptors in the window) */
-  ssize_t *res;      /* per slot in state 0: the read's result */
   uint8_t *big;      /* one-at-a-time buffer (big files, substitutes) */
   size_t bigcap;
   /* tar: the open shard descriptors, least recently used closed first */
@@ -206,14 +205,13 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
   jp->reqslot = calloc(FD_WINDOW, sizeof(*jp->reqslot));
   jp->fds = malloc(B * sizeof(int));
   jp->state = calloc(B, sizeof(int));
-  jp->res = calloc(B, sizeof(ssize_t));
   if (j->kind == STK_SOURCE_TAR) {
     jp->shard_slot = malloc((j->nfiles ? j->nfiles : 1) * sizeof(int32_t));
     if (jp->shard_slot)
       for (uint32_t i = 0; i < j->nfiles; i++) jp->shard_slot[i] = -1;
   }
   if (!jp->slot || !jp->slotcap || !jp->reqs || !jp->reqslot || !jp->fds || !jp->state ||
-      !jp->res || (j->kind == STK_SOURCE_TAR && !jp->shard_slot)) {
+      (j->kind == STK_SOURCE_TAR && !jp->shard_slot)) {
     stk__jpeg_builder_free(b);
     return STK_NO_MEMORY;
   }
@@ -245,7 +243,7 @@ void stk__jpeg_builder_free(stk_builder *b) {
     if (jp->fds[i] >= 0) close(jp->fds[i]);
   for (uint32_t i = 0; i < jp->lru_n; i++) close(jp->lru_fd[i]);
   free(jp->slot), free(jp->slotcap), free(jp->reqs), free(jp->reqslot), free(jp->fds);
-  free(jp->state), free(jp->res), free(jp->big), free(jp->shard_slot);
+  free(jp->state), free(jp->big), free(jp->shard_slot);
   free(jp);
   b->impl = NULL;
 }
