@@ -1,6 +1,6 @@
 /* daemon.c - signals, the port file and the descriptor limit for
- * stoker-coordinator and stoker-worker. Owns the signal flag. Must not log from a signal
- * handler. */
+ * stoker-coordinator and stoker-worker. Owns the signal flag. Must not
+ * log from a signal handler. */
 #include "daemon.h"
 
 #include <errno.h>
@@ -33,10 +33,10 @@ void stk__signals_install(void) {
 int stk__signal_pending(void) { return signal_got; }
 int stk__signal_count(void) { return signal_count; }
 
-/* Create `tmp` for writing, exclusively and without
- * following a symbolic link: a symlink planted there is refused (nothing
- * is written through it); a stale regular file of an earlier process with
- * our pid is removed and the creation tried once more. */
+/* Create `tmp` for writing, exclusively and without following a symbolic
+ * link: a symlink planted there is refused (nothing is written through
+ * it); a stale regular file of an earlier process with our pid is removed
+ * and the creation tried once more. The fd, or -1 with err. */
 static int create_excl(const char *tmp, char *err, size_t errlen) {
   for (int attempt = 0; attempt < 2; attempt++) {
     int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
