@@ -17,6 +17,8 @@
  *
  * usage: test_worker_nofile <stoker-coordinator> <stoker-worker> <stoker-dataset>
  */
+#include <sys/resource.h>
+
 #include "daemon_util.h"
 #include "e2e_util.h"
 
@@ -42,6 +44,13 @@ int main(int argc, char **argv) {
   if (argc < 4) {
     fprintf(stderr, "usage: %s <coordinator> <worker> <stoker-dataset>\n", argv[0]);
     return 2;
+  }
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_max != RLIM_INFINITY &&
+      rl.rlim_max < 64) {
+    fprintf(stderr, "skipped: the hard open-file limit is %llu, the test needs 64\n",
+            (unsigned long long)rl.rlim_max);
+    return 77;
   }
   char root[600];
   snprintf(root, sizeof root, "%s/data", proc_tmpdir());
