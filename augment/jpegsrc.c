@@ -306,11 +306,11 @@ static int shard_fd(jpipe *jp, const stk__jds *j, uint32_t f) {
     jp->lru_tick[s] = ++jp->tick;
     return jp->lru_fd[s];
   }
-  if (jp->lru_n == SHARD_FDS) {
-    uint64_t w = jp->window_tick;
-    jp->window_tick = UINT64_MAX; /* the cap holds whatever the window uses */
-    shard_evict(jp);
-    jp->window_tick = w;
+  /* At the cap one shard is always older than the window (which touches
+   * fewer than SHARD_FDS shards before this one). */
+  if (jp->lru_n == SHARD_FDS && shard_evict(jp)) {
+    errno = EMFILE; /* cannot happen (see above); never overrun lru_* */
+    return -1;
   }
   int fd;
   while ((fd = stk__open_beneath(j->dirfd, j->files[f])) < 0 &&
