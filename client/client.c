@@ -344,8 +344,11 @@ int stk_client_next(stk_client *c, stk_batch **out) {
       }
       if (c->job_ended) {
         st = STK_CANCELLED;
-        snprintf(c->err, sizeof(c->err),
-                 "the job ended: the coordinator is shutting it down");
+        if (c->job_failed)
+          snprintf(c->err, sizeof(c->err), "the job failed: %s", c->job_end_reason);
+        else
+          snprintf(c->err, sizeof(c->err),
+                   "the job ended: the coordinator is shutting it down");
         break;
       }
       int64_t now = stk__now_ns();

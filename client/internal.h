@@ -104,6 +104,8 @@ struct stk_client {
   int fatal; /* stk_status that ends the client, 0 = none */
   char fatal_msg[256];
   int job_ended;
+  int job_failed;           /* ended because it was aborted (abort_job) */
+  char job_end_reason[256]; /* the coordinator's reason when it failed */
 
   stk__req *reqs;
   uint32_t nreqs;

@@ -202,6 +202,15 @@ static void *watch_main(void *arg) {
       if (wl->shutting_down) {
         pthread_mutex_lock(&c->mu);
         c->job_ended = 1;
+        if (wl->failed) {
+          /* Untrusted text: printable ASCII only, bounded. */
+          const char *r = wl->reason ? wl->reason : "";
+          size_t o = 0;
+          for (; r[o] && o + 1 < sizeof(c->job_end_reason); o++)
+            c->job_end_reason[o] = r[o] >= 0x20 && r[o] < 0x7f ? r[o] : '?';
+          c->job_end_reason[o] = 0;
+          c->job_failed = 1;
+        }
         pthread_cond_broadcast(&c->cv_next);
         pthread_mutex_unlock(&c->mu);
       }

@@ -4,7 +4,9 @@
  * ranks, answers Status, and ends the job in order: when every rank has
  * finished, rank 0 asks, a signal arrives or no client touched the job for
  * --idle-timeout-s, it commands every worker to shut down, waits for them
- * (bounded) and exits.
+ * (bounded) and exits. A rank may instead abort the job (Finish with
+ * abort_job): the job then ends as failed (state "failed", workers told
+ * Shutdown{failed}, exit code 4).
  *
  * Owns the job, the worker table and the rank table, all under one mutex
  * that is never held across a gRPC call. Must not trust the network: every
@@ -30,10 +32,11 @@
 #define PROGRAM "stoker-coordinator"
 
 enum {
-  EXIT_OK = 0,    /* the job ended: all ranks finished, rank 0 asked, or a signal */
-  EXIT_FAIL = 1,  /* cannot listen, cannot write the port file */
-  EXIT_USAGE = 2, /* bad option, config file or job spec */
-  EXIT_IDLE = 3   /* no client touched the job for --idle-timeout-s */
+  EXIT_OK = 0,     /* the job ended: all ranks finished, rank 0 asked, or a signal */
+  EXIT_FAIL = 1,   /* cannot listen, cannot write the port file */
+  EXIT_USAGE = 2,  /* bad option, config file or job spec */
+  EXIT_IDLE = 3,   /* no client touched the job for --idle-timeout-s */
+  EXIT_ABORTED = 4 /* a rank aborted the job (Finish.abort_job) */
 };
 
 static const char exit_codes_text[] =
@@ -41,7 +44,9 @@ static const char exit_codes_text[] =
     "  1  runtime failure (cannot listen, cannot write the port file)\n"
     "  2  usage error (bad option, config file or job spec)\n"
     "  3  idle timeout: no client touched the job for --idle-timeout-s "
-    "(workers were still shut down)\n";
+    "(workers were still shut down)\n"
+    "  4  the job was aborted: a rank (or stoker abort) asked with Finish.abort_job;\n"
+    "     workers were told the job failed and exit with their own abort code\n";
 
 #define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 
@@ -112,8 +117,9 @@ typedef struct cworker {
   struct cworker *next;
 } cworker;
 
-enum { ST_WAITING, ST_RUNNING, ST_DRAINING, ST_DONE };
-static const char *const state_names[] = {"waiting", "running", "draining", "done"};
+enum { ST_WAITING, ST_RUNNING, ST_DRAINING, ST_DONE, ST_FAILED };
+static const char *const state_names[] = {"waiting", "running", "draining", "done",
+                                          "failed"};
 
 static struct {
   pthread_mutex_t mu;
@@ -130,7 +136,8 @@ static struct {
   uint32_t njoined, nfinished;
   int shutting_down;
   int shutdown_req; /* exit code to use once requested, +1 */
-  char shutdown_reason[200];
+  char shutdown_reason[400];
+  int failed; /* the job was aborted; shutdown_reason says why */
   int64_t start_ms, last_touch_ms;
   int watchers;
   int done;
@@ -145,6 +152,7 @@ static void request_shutdown_locked(int code, const char *why) {
 }
 
 static int state_locked(void) {
+  if (C.failed) return ST_FAILED;
   if (C.done) return ST_DONE;
   if (C.shutting_down) return ST_DRAINING;
   if (!C.resolved || !C.workers) return ST_WAITING;
@@ -460,7 +468,7 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
              strlen(q->client_id), MAX_STR - 1);
   } else if (C.shutting_down) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
-    snprintf(msg, sizeof(msg), "the job is over (%s)", C.shutdown_reason);
+    snprintf(msg, sizeof(msg), "the job is over (%.300s)", C.shutdown_reason);
   } else if (!C.resolved) {
     code = GRPC_STATUS_UNAVAILABLE;
     snprintf(msg, sizeof(msg),
@@ -522,6 +530,8 @@ static void handle_watch(stk_rpc_call *call, void *ctx) {
     if (changed) {
       list.version = C.version;
       list.shutting_down = C.shutting_down;
+      list.failed = C.shutting_down && C.failed;
+      list.reason = list.failed ? strdup(C.shutdown_reason) : NULL;
       list.workers = infos_locked(&list.n_workers);
     }
     pthread_mutex_unlock(&C.mu);
@@ -529,8 +539,11 @@ static void handle_watch(stk_rpc_call *call, void *ctx) {
       if (stk_rpc_call_closed(call)) break;
       continue;
     }
-    int rc = list.workers ? stk_rpc_call_send_msg(call, &list.base) : -1;
+    int rc = list.workers && (!list.failed || list.reason)
+                 ? stk_rpc_call_send_msg(call, &list.base)
+                 : -1;
     infos_free(list.workers, list.n_workers);
+    free(list.reason);
     if (rc) break;
     known = list.version;
     if (list.shutting_down) {
@@ -543,6 +556,37 @@ static void handle_watch(stk_rpc_call *call, void *ctx) {
   touch_locked();
   pthread_mutex_unlock(&C.mu);
   stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
+}
+
+/* Copy at most 255 bytes of untrusted text, every byte outside printable
+ * ASCII (and the backslash) written as \xHH, so a log line stays one line. */
+static void escape_reason(const char *in, char *out, size_t outlen) {
+  size_t o = 0;
+  for (size_t i = 0; in && in[i] && i < 255 && o + 5 < outlen; i++) {
+    unsigned char ch = (unsigned char)in[i];
+    if (ch >= 0x20 && ch < 0x7f && ch != '\\') out[o++] = (char)ch;
+    else o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", ch);
+  }
+  out[o] = 0;
+}
+
+/* Finish{abort_job}: end the job as failed, unless it is already ending. */
+static void abort_job_locked(uint32_t rank, const char *reason, const char *peer) {
+  char esc[256 * 4 + 8];
+  escape_reason(reason, esc, sizeof(esc));
+  if (C.shutdown_req) {
+    LOG_WARN(
+        "rank %u asks to abort the job (%s) from %s: ignored, the job is already "
+        "ending (%s)",
+        rank, *esc ? esc : "no reason given", peer, C.shutdown_reason);
+    return;
+  }
+  char why[sizeof(C.shutdown_reason)];
+  snprintf(why, sizeof(why), "rank %u aborted the job: %.300s", rank,
+           *esc ? esc : "no reason given");
+  LOG_ERROR("%s (from %s)", why, peer);
+  C.failed = 1;
+  request_shutdown_locked(EXIT_ABORTED, why);
 }
 
 static void handle_finish(stk_rpc_call *call, void *ctx) {
@@ -564,6 +608,17 @@ static void handle_finish(stk_rpc_call *call, void *ctx) {
     pthread_mutex_unlock(&C.mu);
     stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                         "only rank 0 may end the whole job (shutdown_job)");
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    return;
+  }
+  if (q->abort_job) {
+    abort_job_locked(q->rank, q->reason, stk_rpc_call_peer(call));
+    uint32_t nf = C.nfinished;
+    pthread_mutex_unlock(&C.mu);
+    Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
+    resp.ranks_finished = nf;
+    resp.world_size = W;
+    reply(call, &resp.base);
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
@@ -595,6 +650,7 @@ static void handle_status(stk_rpc_call *call, void *ctx) {
   resp.state = (char *)state_names[state_locked()];
   resp.uptime_ms = (uint64_t)(now - C.start_ms);
   resp.dataset_size = C.resolved ? C.spec.num_samples : 0;
+  resp.end_reason = C.shutdown_req ? C.shutdown_reason : "";
   size_t nw = nworkers_locked(), i = 0;
   Stoker__V1__WorkerStatus *ws = calloc(nw ? nw : 1, sizeof(*ws));
   Stoker__V1__WorkerStatus **wsp = calloc(nw ? nw : 1, sizeof(*wsp));
@@ -682,10 +738,16 @@ static void send_shutdowns(void) {
     }
     w->shutdown_sent = 1;
     w->refs++;
+    /* Fixed once shutting down; copied so no lock is held across the send. */
+    char reason[sizeof(C.shutdown_reason)];
+    snprintf(reason, sizeof(reason), "%s", C.failed ? C.shutdown_reason : "");
+    int failed = C.failed;
     pthread_mutex_unlock(&C.mu);
     pthread_mutex_lock(&w->send_mu);
     if (!w->closed) {
       Stoker__V1__Shutdown sd = STOKER__V1__SHUTDOWN__INIT;
+      sd.failed = failed;
+      sd.reason = reason;
       Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
       cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
       cmd.shutdown = &sd;

@@ -27,7 +27,6 @@ int stk__log_level_parse(const char *name) {
 /* The escaped form of byte c in enc (up to 4 bytes); its length. */
 static size_t escape_byte(unsigned char c, char *enc) {
   static const char hex[] = "0123456789abcdef";
-  if (c == '\\') return enc[0] = '\\', enc[1] = '\\', 2;
   if (c >= 0x20 && c <= 0x7e) return enc[0] = (char)c, 1;
   enc[0] = '\\', enc[1] = 'x', enc[2] = hex[c >> 4], enc[3] = hex[c & 15];
   return 4;

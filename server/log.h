@@ -20,9 +20,11 @@ void stk__log_set_level(int level);
 void stk__log(int level, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 
 /* Copy in (NULL reads as "(null)") into out[outlen] with every byte
- * outside printable ASCII 0x20..0x7e written as \xNN and a backslash as
- * \\, so the result is one line of plain text that says exactly which
- * bytes came. When it does not fit, it ends with "..." (bounded length).
+ * outside printable ASCII 0x20..0x7e written as \xNN, so the result is one
+ * line of plain text with no control sequence. A backslash stays as it is:
+ * text that was escaped once already (an abort reason the coordinator
+ * escaped) is not escaped twice, at the price of a literal "\x41" in an id
+ * reading like an escape. When it does not fit, it ends with "..." (bounded length).
  * Always NUL-terminates when outlen > 0; returns out. Thread-safe, no
  * allocation. */
 const char *stk__escape(char *out, size_t outlen, const char *in);

@@ -167,10 +167,14 @@ static void run_once(session *s, stk_rpc_channel *ch) {
       LOG_WARN("session with coordinator %s broke", s->cfg.coordinator);
       break;
     }
-    if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN)
-      s->hooks.on_command(s->hooks.ud, SESSION_CMD_SHUTDOWN);
-    else if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_DRAIN)
-      s->hooks.on_command(s->hooks.ud, SESSION_CMD_DRAIN);
+    if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN) {
+      const Stoker__V1__Shutdown *sd = cmd->shutdown;
+      if (sd && sd->failed)
+        s->hooks.on_command(s->hooks.ud, SESSION_CMD_ABORT, sd->reason ? sd->reason : "");
+      else s->hooks.on_command(s->hooks.ud, SESSION_CMD_SHUTDOWN, NULL);
+    } else if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_DRAIN) {
+      s->hooks.on_command(s->hooks.ud, SESSION_CMD_DRAIN, NULL);
+    }
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
     cmd = NULL;
   }

@@ -9,7 +9,8 @@
 
 #include "stoker.pb-c.h"
 
-enum { SESSION_CMD_DRAIN = 1, SESSION_CMD_SHUTDOWN = 2 };
+/* SESSION_CMD_ABORT: Shutdown with failed set (the job was aborted). */
+enum { SESSION_CMD_DRAIN = 1, SESSION_CMD_SHUTDOWN = 2, SESSION_CMD_ABORT = 3 };
 
 typedef struct session_hooks {
   void *ud;
@@ -21,7 +22,9 @@ typedef struct session_hooks {
                 uint64_t *dataset_size, uint64_t *fingerprint, char *err, size_t errlen);
   /* Fill the stats of a heartbeat. */
   void (*fill_stats)(void *ud, Stoker__V1__WorkerStats *st);
-  void (*on_command)(void *ud, int cmd);
+  /* A command; reason (SESSION_CMD_ABORT only, else NULL) is the
+   * coordinator's text, untrusted, valid during the call. */
+  void (*on_command)(void *ud, int cmd, const char *reason);
 } session_hooks;
 
 typedef struct session session;

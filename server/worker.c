@@ -32,11 +32,12 @@
 #define PROGRAM "stoker-worker"
 
 enum {
-  EXIT_OK = 0,      /* Shutdown from the coordinator, or SIGTERM/SIGINT */
-  EXIT_FAIL = 1,    /* cannot listen, cannot open the dataset, ... */
-  EXIT_USAGE = 2,   /* bad option */
-  EXIT_ORPHAN = 3,  /* coordinator unreachable past --orphan-timeout-s */
-  EXIT_REJECTED = 4 /* the coordinator rejected this worker (job/dataset) */
+  EXIT_OK = 0,       /* Shutdown from the coordinator, or SIGTERM/SIGINT */
+  EXIT_FAIL = 1,     /* cannot listen, cannot open the dataset, ... */
+  EXIT_USAGE = 2,    /* bad option */
+  EXIT_ORPHAN = 3,   /* coordinator unreachable past --orphan-timeout-s */
+  EXIT_REJECTED = 4, /* the coordinator rejected this worker (job/dataset) */
+  EXIT_ABORTED = 5   /* Shutdown{failed}: the job was aborted */
 };
 
 static const char exit_codes_text[] =
@@ -46,7 +47,9 @@ static const char exit_codes_text[] =
     "  3  orphaned: the coordinator was unreachable longer than --orphan-timeout-s\n"
     "  4  rejected by the coordinator (another job, dataset size or fingerprint "
     "differs,\n"
-    "     protocol version, wrong --token)\n";
+    "     protocol version, wrong --token)\n"
+    "  5  the job was aborted (a rank or `stoker abort` ended it as failed); the\n"
+    "     worker drained (at most 2 s) and exited\n";
 
 /* ---- Options ----------------------------------------------------------- */
 
@@ -126,6 +129,7 @@ static struct {
   sched *sch;
   int draining;              /* atomic */
   int shutdown_cmd;          /* atomic */
+  int aborted;               /* atomic: the shutdown said the job failed */
   uint64_t dropped_requests; /* atomic: asked while draining */
   uint64_t stream_errors;    /* atomic */
   uint32_t threads;
@@ -258,8 +262,18 @@ static void fill_stats(void *ud, Stoker__V1__WorkerStats *out) {
   W.last_ms = now, W.last_built = st.batches_built, W.last_busy = st.busy_ns;
 }
 
-static void on_command(void *ud, int cmd) {
-  if (cmd == SESSION_CMD_SHUTDOWN) {
+static void on_command(void *ud, int cmd, const char *reason) {
+  if (cmd == SESSION_CMD_ABORT) {
+    /* Untrusted text: printable ASCII only, bounded. */
+    char esc[256];
+    size_t o = 0;
+    for (size_t i = 0; reason[i] && o + 1 < sizeof(esc); i++)
+      esc[o++] = reason[i] >= 0x20 && reason[i] < 0x7f ? reason[i] : '?';
+    esc[o] = 0;
+    LOG_ERROR("coordinator says the job failed: %s", *esc ? esc : "(no reason)");
+    __atomic_store_n(&W.aborted, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&W.shutdown_cmd, 1, __ATOMIC_RELEASE);
+  } else if (cmd == SESSION_CMD_SHUTDOWN) {
     LOG_INFO("coordinator says shut down");
     __atomic_store_n(&W.shutdown_cmd, 1, __ATOMIC_RELEASE);
   } else {
@@ -583,7 +597,10 @@ int main(int argc, char **argv) {
       LOG_INFO("signal %d: draining and exiting", sig);
       break;
     }
-    if (__atomic_load_n(&W.shutdown_cmd, __ATOMIC_ACQUIRE)) break;
+    if (__atomic_load_n(&W.shutdown_cmd, __ATOMIC_ACQUIRE)) {
+      if (__atomic_load_n(&W.aborted, __ATOMIC_ACQUIRE)) code = EXIT_ABORTED;
+      break;
+    }
     const char *why = session_failed(sess);
     if (why) {
       LOG_ERROR("%s", why);
@@ -631,7 +648,10 @@ int main(int argc, char **argv) {
   sched *s = current_sched();
   if (s) {
     sched_drain(s);
-    int64_t until = stk_rpc_now_ms() + opt.drain_timeout_s * 1000;
+    /* A failed job has nobody left to serve: drain briefly. */
+    long long drain_s =
+        code == EXIT_ABORTED && opt.drain_timeout_s > 2 ? 2 : opt.drain_timeout_s;
+    int64_t until = stk_rpc_now_ms() + drain_s * 1000;
     sched_stats st;
     for (;;) {
       sched_stats_get(s, &st);
