@@ -12,6 +12,7 @@
  * that is never held across a gRPC call. Must not trust the network: every
  * message is validated and a bad one ends only its own call.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -26,6 +27,7 @@
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
 #include "stoker/version.h"
+#include "wire_limits.h"
 
 #define PROGRAM "stoker-coordinator"
 
@@ -46,7 +48,7 @@ static const char exit_codes_text[] =
     "  4  the job was aborted: a rank (or stoker abort) asked with Finish.abort_job;\n"
     "     workers were told the job failed and exit with their own abort code\n";
 
-#define MAX_STR 256 /* worker ids and addresses */
+#define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 
 /* ---- Options ----------------------------------------------------------- */
 
@@ -270,8 +272,10 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
   if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
       !h->worker->address || !*h->worker->address ||
       strlen(h->worker->worker_id) >= MAX_STR || strlen(h->worker->address) >= MAX_STR) {
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                        "hello needs worker.worker_id and worker.address (< 256 bytes)");
+    snprintf(msg, sizeof(msg),
+             "hello needs worker.worker_id and worker.address, each at most %d bytes",
+             MAX_STR - 1);
+    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
     goto out;
   }
   cworker *w = calloc(1, sizeof(*w));
@@ -458,6 +462,10 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
     code = GRPC_STATUS_INVALID_ARGUMENT;
     snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank,
              C.spec.world_size);
+  } else if (q->client_id && strlen(q->client_id) >= MAX_STR) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "client_id of %zu bytes (at most %d)",
+             strlen(q->client_id), MAX_STR - 1);
   } else if (C.shutting_down) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg), "the job is over (%.300s)", C.shutdown_reason);
@@ -795,6 +803,15 @@ int main(int argc, char **argv) {
     return EXIT_OK;
   }
   stk__signals_install();
+  {
+    uint64_t soft, hard;
+    if (stk__raise_nofile(&soft, &hard))
+      LOG_WARN("cannot raise the open-file limit (RLIMIT_NOFILE): %s", strerror(errno));
+    else
+      LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
+               " (soft raised to hard)",
+               soft, hard);
+  }
   C.start_ms = C.last_touch_ms = stk_rpc_now_ms();
   C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
 
