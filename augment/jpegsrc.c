@@ -3,6 +3,22 @@
  * reads, ROI decode, crop/resize, store into the batch buffer) and the
  * deterministic substitution of bad samples.
  *
+ * Bad versus transient: a sample is bad (substituted, reported) only when
+ * its own bytes or metadata are wrong: undecodable, not a JPEG, over a
+ * limit, empty, cut short, gone from the index's place, out-of-range
+ * label. An error that says nothing about the file (stk__errno_transient:
+ * out of descriptors, I/O error, out of memory, ...) is retried once with
+ * a single descriptor (older shard descriptors closed to make room), then
+ * fails the whole batch with STK_UNAVAILABLE and marks nothing:
+ * substituting would make the batch differ from the reference for a
+ * reason that goes away.
+ *
+ * Open files per builder are bounded: ImageFolder reads a batch in windows
+ * of FD_WINDOW files (each window's files open at once, closed before the
+ * next window); tar keeps at most SHARD_FDS shard descriptors open (least
+ * recently used closed first), so a builder holds at most
+ * max(FD_WINDOW, SHARD_FDS) = 32 descriptors besides its io_uring ring.
+ *
  * Owns the per-builder state (I/O ring, decoder, scratch, file buffers),
  * all allocated at builder creation or grown on demand, so a steady state
  * allocates nothing per sample. Never prints: bad samples go to the
@@ -21,7 +37,30 @@
 
 #include "jpegsrc.h"
 
-#define SLOT_MAX_BYTES (4u << 20) /* larger files are read one at a time */
+#define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
+#define FD_WINDOW      STK_BUILDER_MAX_FILES /* ImageFolder: files open at once */
+#define SHARD_FDS      STK_BUILDER_MAX_FILES /* tar: shard descriptors kept open */
+
+/* Results of the per-sample steps below. */
+enum { RES_OK = 0, RES_BAD = -1, RES_AGAIN = -2 };
+
+int stk__errno_transient(int e) {
+  switch (e) {
+    case EMFILE:    /* this process is out of descriptors */
+    case ENFILE:    /* the system is */
+    case EIO:       /* the device or the network file system failed this time */
+    case EAGAIN:    /* (EWOULDBLOCK) */
+    case ENOMEM:    /* the kernel could not allocate */
+    case EINTR:     /* a signal: io.c retries it, here for completeness */
+    case ENOBUFS:   /* out of kernel buffers */
+    case ETIMEDOUT: /* a network file system timed out */
+    case ESTALE:    /* NFS handle gone stale: a reopen works */
+      return 1;
+  }
+  return 0;
+}
+
+static int errno_result(int e) { return stk__errno_transient(e) ? RES_AGAIN : RES_BAD; }
 
 int stk__jds_open_dir(stk_dataset *ds, stk__jds *j, char *err, size_t errlen) {
   char root[PATH_MAX], dir[PATH_MAX], joined[PATH_MAX + STK_PATH_MAX + 2];
@@ -117,12 +156,21 @@ typedef struct jpipe {
   uint32_t nslots;
   uint8_t **slot; /* per batch slot file buffer, up to SLOT_MAX_BYTES */
   size_t *slotcap;
-  stk__io_req *reqs;
-  int *fds;     /* per slot: fd to close after the read, or -1 */
-  int *state;   /* per slot: 0 read queued, 1 deferred, 2 bad */
-  uint8_t *big; /* one-at-a-time buffer (big files, substitutes) */
+  stk__io_req *reqs; /* per window: the queued reads */
+  uint32_t *reqslot; /* per queued read: its batch slot */
+  int *fds;          /* per slot: fd to close after the read, or -1 */
+  int *state;        /* per slot: 0 read done, 1 deferred (big), 2 bad,
+                        3 deferred (out of descriptors in the window) */
+  uint8_t *big;      /* one-at-a-time buffer (big files, substitutes) */
   size_t bigcap;
-  int *shard_fd; /* tar: per shard, opened on first use */
+  /* tar: the open shard descriptors, least recently used closed first */
+  int32_t *shard_slot; /* per shard: index into lru_*, or -1 */
+  uint32_t lru_n;
+  uint32_t lru_file[SHARD_FDS];
+  int lru_fd[SHARD_FDS];
+  uint64_t lru_tick[SHARD_FDS], tick;
+  uint64_t window_tick;        /* shards used since this tick serve queued reads */
+  unsigned open_fds, peak_fds; /* descriptors this builder holds (not the ring) */
   char why[200];
 } jpipe;
 
@@ -136,6 +184,14 @@ static int grow_buf(uint8_t **p, size_t *cap, size_t need) {
   return 0;
 }
 
+static void fd_opened(jpipe *jp) {
+  if (++jp->open_fds > jp->peak_fds) jp->peak_fds = jp->open_fds;
+}
+static void fd_close(jpipe *jp, int fd) {
+  close(fd);
+  jp->open_fds--;
+}
+
 int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
   stk__jds *j = b->ds->impl;
   jpipe *jp = calloc(1, sizeof(*jp));
@@ -145,21 +201,23 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
   jp->nslots = B;
   jp->slot = calloc(B, sizeof(*jp->slot));
   jp->slotcap = calloc(B, sizeof(*jp->slotcap));
-  jp->reqs = calloc(B, sizeof(*jp->reqs));
+  jp->reqs = calloc(FD_WINDOW, sizeof(*jp->reqs));
+  jp->reqslot = calloc(FD_WINDOW, sizeof(*jp->reqslot));
   jp->fds = malloc(B * sizeof(int));
   jp->state = calloc(B, sizeof(int));
   if (j->kind == STK_SOURCE_TAR) {
-    jp->shard_fd = malloc((j->nfiles ? j->nfiles : 1) * sizeof(int));
-    if (jp->shard_fd)
-      for (uint32_t i = 0; i < j->nfiles; i++) jp->shard_fd[i] = -1;
+    jp->shard_slot = malloc((j->nfiles ? j->nfiles : 1) * sizeof(int32_t));
+    if (jp->shard_slot)
+      for (uint32_t i = 0; i < j->nfiles; i++) jp->shard_slot[i] = -1;
   }
-  if (!jp->slot || !jp->slotcap || !jp->reqs || !jp->fds || !jp->state ||
-      (j->kind == STK_SOURCE_TAR && !jp->shard_fd)) {
+  if (!jp->slot || !jp->slotcap || !jp->reqs || !jp->reqslot || !jp->fds || !jp->state ||
+      (j->kind == STK_SOURCE_TAR && !jp->shard_slot)) {
     stk__jpeg_builder_free(b);
     return STK_NO_MEMORY;
   }
   for (uint32_t i = 0; i < B; i++) jp->fds[i] = -1;
-  int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, B < 32 ? B : 32, err, errlen);
+  jp->window_tick = UINT64_MAX;
+  int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, FD_WINDOW, err, errlen);
   if (rc) {
     stk__jpeg_builder_free(b);
     return rc;
@@ -177,20 +235,23 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
 void stk__jpeg_builder_free(stk_builder *b) {
   jpipe *jp = b->impl;
   if (!jp) return;
-  stk__jds *j = b->ds->impl;
   stk__io_free(&jp->io);
   stk__decoder_destroy(jp->dec);
   stk__scratch_free(&jp->sc);
   for (uint32_t i = 0; jp->slot && i < jp->nslots; i++) free(jp->slot[i]);
   for (uint32_t i = 0; jp->fds && i < jp->nslots; i++)
     if (jp->fds[i] >= 0) close(jp->fds[i]);
-  if (jp->shard_fd)
-    for (uint32_t i = 0; i < j->nfiles; i++)
-      if (jp->shard_fd[i] >= 0) close(jp->shard_fd[i]);
-  free(jp->slot), free(jp->slotcap), free(jp->reqs), free(jp->fds);
-  free(jp->state), free(jp->big), free(jp->shard_fd);
+  for (uint32_t i = 0; i < jp->lru_n; i++) close(jp->lru_fd[i]);
+  free(jp->slot), free(jp->slotcap), free(jp->reqs), free(jp->reqslot), free(jp->fds);
+  free(jp->state), free(jp->big), free(jp->shard_slot);
   free(jp);
   b->impl = NULL;
+}
+
+void stk__jpeg_builder_fds(const stk_builder *b, unsigned *now, unsigned *peak) {
+  const jpipe *jp = b ? b->impl : NULL;
+  *now = jp ? jp->open_fds : 0;
+  *peak = jp ? jp->peak_fds : 0;
 }
 
 static void sample_path(const stk__jds *j, uint64_t i, char *buf, size_t len) {
@@ -215,8 +276,56 @@ uint64_t stk__jpeg_bad_samples(const stk_dataset *ds) {
   return atomic_load(&j->nbad);
 }
 
+/* Close the least recently used shard descriptor that no queued read of
+ * the current window uses (tick before window_tick). 0, or -1 if none. */
+static int shard_evict(jpipe *jp) {
+  int32_t s = -1;
+  for (uint32_t k = 0; k < jp->lru_n; k++)
+    if (jp->lru_tick[k] < jp->window_tick && (s < 0 || jp->lru_tick[k] < jp->lru_tick[s]))
+      s = (int32_t)k;
+  if (s < 0) return -1;
+  jp->shard_slot[jp->lru_file[s]] = -1;
+  fd_close(jp, jp->lru_fd[s]);
+  jp->lru_n--;
+  jp->lru_fd[s] = jp->lru_fd[jp->lru_n];
+  jp->lru_file[s] = jp->lru_file[jp->lru_n];
+  jp->lru_tick[s] = jp->lru_tick[jp->lru_n];
+  if ((uint32_t)s != jp->lru_n) jp->shard_slot[jp->lru_file[s]] = s;
+  return 0;
+}
+
+/* The descriptor of shard f, opened on first use; past SHARD_FDS open
+ * shards the least recently used one is closed. Callers within one read
+ * window touch at most FD_WINDOW <= SHARD_FDS shards, so a descriptor
+ * queued for a read is never the one closed. Out of descriptors
+ * (EMFILE/ENFILE), older shards are closed to make room. -1 with errno on
+ * failure. */
+static int shard_fd(jpipe *jp, const stk__jds *j, uint32_t f) {
+  int32_t s = jp->shard_slot[f];
+  if (s >= 0) {
+    jp->lru_tick[s] = ++jp->tick;
+    return jp->lru_fd[s];
+  }
+  /* At the cap one shard is always older than the window (which touches
+   * fewer than SHARD_FDS shards before this one). */
+  if (jp->lru_n == SHARD_FDS && shard_evict(jp)) {
+    errno = EMFILE; /* cannot happen (see above); never overrun lru_* */
+    return -1;
+  }
+  int fd;
+  while ((fd = stk__open_beneath(j->dirfd, j->files[f])) < 0 &&
+         (errno == EMFILE || errno == ENFILE) && shard_evict(jp) == 0) {}
+  if (fd < 0) return -1;
+  fd_opened(jp);
+  s = (int32_t)jp->lru_n++;
+  jp->lru_file[s] = f, jp->lru_fd[s] = fd, jp->lru_tick[s] = ++jp->tick;
+  jp->shard_slot[f] = s;
+  return fd;
+}
+
 /* Open (folder) or find (tar) the bytes of sample i: fd, offset, size.
- * The fd is the caller's to close when *owned. */
+ * The fd is the caller's to close (fd_close) when *owned. RES_OK, RES_BAD
+ * (the sample itself is bad) or RES_AGAIN (transient), with jp->why. */
 static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off, uint64_t *size,
                   int *owned) {
   stk__jds *j = b->ds->impl;
@@ -225,47 +334,73 @@ static int locate(stk_builder *b, uint64_t i, int *fd, uint64_t *off, uint64_t *
   uint32_t f = j->file_of[i];
   *owned = 0;
   if (j->kind == STK_SOURCE_TAR) {
-    if (jp->shard_fd[f] < 0) {
-      jp->shard_fd[f] = stk__open_beneath(j->dirfd, j->files[f]);
-      if (jp->shard_fd[f] < 0) {
-        snprintf(jp->why, sizeof(jp->why), "open: %s", strerror(errno));
-        return -1;
-      }
+    /* An out-of-range label is a bad sample, not a dataset error: the
+     * .cls member is part of the sample like its .jpg, and one damaged
+     * member among millions must not stop a job (DESIGN: bad samples are
+     * never fatal). A job whose num_classes fits no label at all is
+     * refused at open (tar_open), so this never walks a whole epoch. */
+    if (j->label[i] < 0 || (uint64_t)j->label[i] >= b->ds->spec.num_classes) {
+      snprintf(jp->why, sizeof(jp->why), "label %lld outside the job's num_classes %u",
+               (long long)j->label[i], b->ds->spec.num_classes);
+      return RES_BAD;
     }
-    *fd = jp->shard_fd[f];
+    *fd = shard_fd(jp, j, f);
+    if (*fd < 0) {
+      int e = errno;
+      snprintf(jp->why, sizeof(jp->why), "open: %s", strerror(e));
+      return errno_result(e);
+    }
     *off = j->off[i];
     *size = j->size[i];
   } else {
     int d = stk__open_beneath(j->dirfd, j->files[f]);
     if (d < 0) {
-      snprintf(jp->why, sizeof(jp->why), "open: %s", strerror(errno));
-      return -1;
+      int e = errno;
+      snprintf(jp->why, sizeof(jp->why), "open: %s", strerror(e));
+      return errno_result(e);
     }
+    fd_opened(jp);
     struct stat st;
-    if (fstat(d, &st) != 0 || !S_ISREG(st.st_mode)) {
+    if (fstat(d, &st) != 0) {
+      int e = errno;
+      snprintf(jp->why, sizeof(jp->why), "fstat: %s", strerror(e));
+      fd_close(jp, d);
+      return errno_result(e);
+    }
+    if (!S_ISREG(st.st_mode)) {
       snprintf(jp->why, sizeof(jp->why), "not a regular file");
-      close(d);
-      return -1;
+      fd_close(jp, d);
+      return RES_BAD;
     }
     *fd = d, *owned = 1, *off = 0, *size = (uint64_t)st.st_size;
   }
   if (*size == 0 || *size > L->max_file_bytes) {
     snprintf(jp->why, sizeof(jp->why), *size ? "file over the size limit" : "empty file");
-    if (*owned) close(*fd);
+    if (*owned) fd_close(jp, *fd);
     *owned = 0;
-    return -1;
+    return RES_BAD;
   }
-  return 0;
+  return RES_OK;
 }
 
-/* Decode sample idx from data and write it at out. */
+/* The result of a finished read of len bytes: RES_OK, RES_BAD (the file is
+ * shorter than the index says) or RES_AGAIN, with jp->why. */
+static int read_result(jpipe *jp, ssize_t res, size_t len) {
+  if (res == (ssize_t)len) return RES_OK;
+  snprintf(jp->why, sizeof(jp->why), "read: %s",
+           res < 0 ? strerror((int)-res) : "short read");
+  return res < 0 ? errno_result((int)-res) : RES_BAD;
+}
+
+/* Decode sample idx from data and write it at out: RES_OK, RES_BAD (the data
+ * is bad) or RES_AGAIN (out of memory). */
 static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
                    size_t len, void *out) {
   jpipe *jp = b->impl;
   const stk_job_spec *s = &b->spec;
   uint32_t W, H, ow = s->width, oh = s->height;
-  if (stk__decoder_header(jp->dec, data, len, &W, &H, jp->why, sizeof(jp->why)))
-    return -1;
+  int rc = stk__decoder_header(jp->dec, data, len, &W, &H, jp->why, sizeof(jp->why));
+  if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   stk__post post;
   memset(&post, 0, sizeof(post));
   post.bright = post.contrast = post.satur = 1;
@@ -307,40 +442,96 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *
    * scaling only takes the large factors off, the antialiased filter does
    * the rest, as close to PIL's full-size resize as 0.2/255 on average */
   uint32_t k = s->pipeline == STK_PIPELINE_TRAIN ? 1 : 2;
-  if (stk__decoder_roi(jp->dec, bx0, by0, bx1, by1, ow * k, oh * k, margin, 8,
-                       s->pipeline == STK_PIPELINE_TRAIN, &roi, jp->why, sizeof(jp->why)))
-    return -1;
+  rc =
+      stk__decoder_roi(jp->dec, bx0, by0, bx1, by1, ow * k, oh * k, margin, 8,
+                       s->pipeline == STK_PIPELINE_TRAIN, &roi, jp->why, sizeof(jp->why));
+  if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   double ox = roi.x0, oy = roi.y0;
   if (stk__resample(&jp->sc, roi.px, roi.w, roi.h, bx0 * roi.sx - ox, by0 * roi.sy - oy,
                     bx1 * roi.sx - ox, by1 * roi.sy - oy, ow, oh)) {
-    snprintf(jp->why, sizeof(jp->why), "out of memory");
-    return -1;
+    snprintf(jp->why, sizeof(jp->why), "out of memory (resampling)");
+    return RES_AGAIN;
   }
   stk__post_store(&jp->sc, ow, oh, &post, out);
-  return 0;
+  return RES_OK;
 }
 
-/* Read and process one sample with the one-at-a-time buffer. */
+/* Read and process one sample with the one-at-a-time buffer: RES_OK, RES_BAD
+ * or RES_AGAIN. */
 static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t *bytes) {
   jpipe *jp = b->impl;
   int fd, owned;
   uint64_t off, size;
-  if (locate(b, idx, &fd, &off, &size, &owned)) return -1;
+  int rc = locate(b, idx, &fd, &off, &size, &owned);
+  if (rc) return rc;
   if (grow_buf(&jp->big, &jp->bigcap, size)) {
-    if (owned) close(fd);
-    snprintf(jp->why, sizeof(jp->why), "out of memory");
-    return -1;
+    if (owned) fd_close(jp, fd);
+    snprintf(jp->why, sizeof(jp->why), "out of memory for a %llu-byte file",
+             (unsigned long long)size);
+    return RES_AGAIN;
   }
   stk__io_req r = {fd, off, size, jp->big, 0};
   stk__io_read(&jp->io, &r, 1);
-  if (owned) close(fd);
-  if (r.res != (ssize_t)size) {
-    snprintf(jp->why, sizeof(jp->why), "read: %s",
-             r.res < 0 ? strerror((int)-r.res) : "short read");
-    return -1;
-  }
+  if (owned) fd_close(jp, fd);
+  if ((rc = read_result(jp, r.res, size))) return rc;
   *bytes += size;
   return process(b, epoch, idx, jp->big, size, out);
+}
+
+/* Read the files of slots [k0, k1) in one batched read: every slot ends in
+ * state 0 (read queued in jp->reqs, in slot order), 1 (read later, alone,
+ * by one(): too big for a slot buffer, or the window ran out of
+ * descriptors: state 3) or 2 (bad, reported). Every descriptor the window opened is
+ * closed on return. Out of descriptors or memory part-way, the rest of the
+ * window is deferred to one(), which needs one descriptor at a time: a
+ * builder degrades under descriptor pressure instead of failing. */
+static void read_window(stk_builder *b, uint32_t k0, uint32_t k1) {
+  jpipe *jp = b->impl;
+  size_t nreq = 0;
+  jp->window_tick = jp->tick + 1;
+  for (uint32_t k = k0; k < k1; k++) {
+    uint64_t idx = b->indices[k];
+    int fd, owned;
+    uint64_t off, size;
+    jp->state[k] = 2;
+    int r = locate(b, idx, &fd, &off, &size, &owned);
+    if (r == RES_AGAIN) {
+      for (uint32_t m = k; m < k1; m++) jp->state[m] = 3;
+      break;
+    }
+    if (r) {
+      report_bad(b->ds, idx, jp->why);
+      continue;
+    }
+    if (size > SLOT_MAX_BYTES || grow_buf(&jp->slot[k], &jp->slotcap[k], size)) {
+      if (owned) fd_close(jp, fd);
+      jp->state[k] = 1;
+      continue;
+    }
+    jp->fds[k] = owned ? fd : -1;
+    jp->reqslot[nreq] = k;
+    jp->reqs[nreq++] = (stk__io_req){fd, off, size, jp->slot[k], 0};
+    jp->state[k] = 0;
+  }
+  stk__io_read(&jp->io, jp->reqs, nreq);
+  for (size_t q = 0; q < nreq; q++) {
+    uint32_t k = jp->reqslot[q];
+    if (jp->fds[k] >= 0) fd_close(jp, jp->fds[k]);
+    jp->fds[k] = -1;
+  }
+  jp->window_tick = UINT64_MAX; /* no read queued: every shard may be closed */
+}
+
+/* The batch fails as a whole: nothing was substituted for this error. */
+static int fail_transient(stk_builder *b, uint64_t epoch, uint64_t idx) {
+  jpipe *jp = b->impl;
+  char path[4096 + 600];
+  sample_path(b->ds->impl, idx, path, sizeof(path));
+  snprintf(b->err, sizeof(b->err),
+           "transient error on sample %llu of epoch %llu (%.100s: %.60s): batch not "
+           "built, ask again",
+           (unsigned long long)idx, (unsigned long long)epoch, path, jp->why);
+  return STK_UNAVAILABLE;
 }
 
 int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
@@ -356,68 +547,53 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
   stk_perm perm;
   stk_perm_init(&perm, n, s->seed, epoch);
 
-  /* 1. one batched read of every slot's file (small files) */
-  size_t nreq = 0;
-  for (uint32_t k = 0; k < B; k++) {
-    uint64_t idx = b->indices[k];
-    int fd, owned;
-    uint64_t off, size;
-    jp->state[k] = 2;
-    if (locate(b, idx, &fd, &off, &size, &owned)) {
-      report_bad(b->ds, idx, jp->why);
-      continue;
-    }
-    if (size > SLOT_MAX_BYTES || grow_buf(&jp->slot[k], &jp->slotcap[k], size)) {
-      if (owned) close(fd);
-      jp->state[k] = 1;
-      continue;
-    }
-    jp->fds[k] = owned ? fd : -1;
-    jp->reqs[nreq++] = (stk__io_req){fd, off, size, jp->slot[k], 0};
-    jp->state[k] = 0;
-  }
-  stk__io_read(&jp->io, jp->reqs, nreq);
-
-  /* 2. decode each slot; substitute bad ones from later epoch positions */
-  size_t q = 0;
-  for (uint32_t k = 0; k < B; k++) {
-    uint64_t idx = b->indices[k], got = idx;
-    unsigned char *out = buf + ti->offset + per * k;
-    int ok = 0;
-    if (jp->state[k] == 0) {
-      stk__io_req *r = &jp->reqs[q++];
-      if (jp->fds[k] >= 0) close(jp->fds[k]);
-      jp->fds[k] = -1;
-      if (r->res != (ssize_t)r->len)
-        snprintf(jp->why, sizeof(jp->why), "read: %s",
-                 r->res < 0 ? strerror((int)-r->res) : "short read");
-      else {
-        info->bytes_read += r->len;
-        ok = process(b, epoch, idx, jp->slot[k], r->len, out) == 0;
+  for (uint32_t k0 = 0; k0 < B; k0 += FD_WINDOW) {
+    uint32_t k1 = B - k0 < FD_WINDOW ? B : k0 + FD_WINDOW;
+    /* 1. one batched read of the window's files (small files) */
+    read_window(b, k0, k1);
+    /* 2. decode each slot; substitute bad ones from later epoch positions */
+    size_t q = 0;
+    for (uint32_t k = k0; k < k1; k++) {
+      uint64_t idx = b->indices[k], got = idx;
+      unsigned char *out = buf + ti->offset + per * k;
+      int r = RES_BAD;
+      if (jp->state[k] == 0) {
+        stk__io_req *rq = &jp->reqs[q++];
+        r = read_result(jp, rq->res, rq->len);
+        if (r == RES_OK) {
+          info->bytes_read += rq->len;
+          r = process(b, epoch, idx, jp->slot[k], rq->len, out);
+        }
+        if (r == RES_AGAIN) { /* once more, alone */
+          info->reread++;
+          r = one(b, epoch, idx, out, &info->bytes_read);
+        }
+        if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
+      } else if (jp->state[k] == 1 || jp->state[k] == 3) {
+        info->reread += jp->state[k] == 3;
+        r = one(b, epoch, idx, out, &info->bytes_read);
+        if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
       }
-      if (!ok) report_bad(b->ds, idx, jp->why);
-    } else if (jp->state[k] == 1) {
-      ok = one(b, epoch, idx, out, &info->bytes_read) == 0;
-      if (!ok) report_bad(b->ds, idx, jp->why);
-    }
-    if (!ok) {
-      uint64_t p = (b->pos0 + k) % n;
-      for (uint64_t t = 1; t < n && !ok; t++) {
-        got = stk_perm_apply(&perm, (p + t) % n);
-        ok = one(b, epoch, got, out, &info->bytes_read) == 0;
-        if (!ok) report_bad(b->ds, got, jp->why);
+      if (r == RES_AGAIN) return fail_transient(b, epoch, idx);
+      if (r != RES_OK) {
+        uint64_t p = (b->pos0 + k) % n;
+        for (uint64_t t = 1; t < n && r != RES_OK; t++) {
+          got = stk_perm_apply(&perm, (p + t) % n);
+          r = one(b, epoch, got, out, &info->bytes_read);
+          if (r == RES_AGAIN) return fail_transient(b, epoch, got);
+          if (r == RES_BAD) report_bad(b->ds, got, jp->why);
+        }
+        if (r != RES_OK) {
+          snprintf(b->err, sizeof(b->err),
+                   "no sample of epoch %llu can be read or decoded",
+                   (unsigned long long)epoch);
+          return STK_IO;
+        }
+        info->substituted++;
       }
-      if (!ok) {
-        snprintf(b->err, sizeof(b->err), "no sample of epoch %llu can be read or decoded",
-                 (unsigned long long)epoch);
-        for (uint32_t m = k + 1; m < B; m++)
-          if (jp->fds[m] >= 0) close(jp->fds[m]), jp->fds[m] = -1;
-        return STK_IO;
-      }
-      info->substituted++;
+      int64_t label = j->label[got];
+      memcpy(buf + tl->offset + 8ull * k, &label, 8);
     }
-    int64_t label = j->label[got];
-    memcpy(buf + tl->offset + 8ull * k, &label, 8);
   }
   return STK_OK;
 }

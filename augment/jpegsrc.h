@@ -142,7 +142,17 @@ int stk__open_beneath(int dirfd, const char *rel);
 /* Fill ds->n and ds->fingerprint from a filled index. */
 void stk__jds_finish(stk_dataset *ds, stk__jds *j);
 
+/* 1 when errno value e is transient: it says nothing about the file
+ * (EMFILE, ENFILE, EIO, EAGAIN, ENOMEM, EINTR, ENOBUFS, ETIMEDOUT,
+ * ESTALE), so the batch fails (STK_UNAVAILABLE, ask again) instead of the
+ * sample being substituted; 0 for the rest (ENOENT, EACCES, ELOOP, ...:
+ * the sample is bad). Thread-safe. */
+int stk__errno_transient(int e);
+
 int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen);
+/* Descriptors a JPEG builder holds now and at most so far (shards, files
+ * of the current read window; not the io_uring ring). For tests. */
+void stk__jpeg_builder_fds(const stk_builder *b, unsigned *now, unsigned *peak);
 void stk__jpeg_builder_free(stk_builder *b);
 int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
                     stk_build_info *info);

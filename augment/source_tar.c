@@ -11,7 +11,10 @@
  * .cls member is left out; a shard cut short or damaged keeps the samples
  * before the damage.
  *
- * Owns the index; never writes anything but the cache file.
+ * Owns the index; never writes anything but the cache file, and that
+ * through a temp file created O_EXCL|O_NOFOLLOW (write_cache). A .cls
+ * label outside the job's num_classes makes its sample bad (jpegsrc.c);
+ * a job whose num_classes fits no label is refused at open.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -233,13 +236,39 @@ static int scan_shard(builder_t *t, uint32_t f, const shard *sh, int fd, char *e
   return STK_OK;
 }
 
-static int write_cache(const stk__jds *j, const shard *sh, size_t nsh) {
+/* Write the index to a temp file beside the shards, then rename it over
+ * INDEX_NAME. The temp file is created with O_EXCL|O_NOFOLLOW: anything
+ * planted under its name (a symbolic link pointing elsewhere, to redirect
+ * the write) is refused and nothing is written through it; only a stale
+ * regular file of an earlier process with our pid is replaced. renameat
+ * replaces a link at INDEX_NAME itself, never its target. 0, or -1 with
+ * err. */
+static int write_cache(const stk__jds *j, const shard *sh, size_t nsh, char *err,
+                       size_t errlen) {
   char tmp[64];
   snprintf(tmp, sizeof(tmp), INDEX_NAME ".tmp.%ld", (long)getpid());
-  int fd = openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return -1;
+  int fd = -1;
+  for (int attempt = 0; attempt < 2 && fd < 0; attempt++) {
+    fd =
+        openat(j->dirfd, tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    struct stat st;
+    if (fd < 0 && errno == EEXIST && attempt == 0 &&
+        fstatat(j->dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        unlinkat(j->dirfd, tmp, 0) == 0)
+      continue;
+    if (fd < 0) {
+      int e = errno;
+      int link =
+          fstatat(j->dirfd, tmp, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+      snprintf(
+          err, errlen, "cannot create %s/%s: %s", j->dir, tmp,
+          link ? "a symbolic link is there; refusing to write through it" : strerror(e));
+      return -1;
+    }
+  }
   FILE *f = fdopen(fd, "w");
   if (!f) {
+    snprintf(err, errlen, "out of memory");
     close(fd);
     unlinkat(j->dirfd, tmp, 0);
     return -1;
@@ -254,6 +283,7 @@ static int write_cache(const stk__jds *j, const shard *sh, size_t nsh) {
             j->size[i], j->label[i], j->keys[i]);
   int bad = ferror(f);
   if (fclose(f) || bad || renameat(j->dirfd, tmp, j->dirfd, INDEX_NAME)) {
+    snprintf(err, errlen, "cannot write %s/%s: %s", j->dir, INDEX_NAME, strerror(errno));
     unlinkat(j->dirfd, tmp, 0);
     return -1;
   }
@@ -343,7 +373,10 @@ int stk__tar_scan(stk__jds *j, int use_cache, char *err, size_t errlen) {
     close(fd);
   }
   if (rc) goto out;
-  write_cache(j, sh, nsh); /* best effort: a read-only root is fine */
+  {
+    char werr[256]; /* best effort: a read-only root is fine */
+    write_cache(j, sh, nsh, werr, sizeof(werr));
+  }
 done:
   if (j->n == 0) {
     snprintf(err, errlen, "%s: no samples (.jpg with .cls) in the shards", j->dir);
@@ -369,6 +402,25 @@ static int tar_open(stk_dataset *ds, char *err, size_t errlen) {
   int rc = stk__jds_open_dir(ds, j, err, errlen);
   if (!rc) rc = stk__tar_scan(j, 1, err, errlen);
   if (!rc && !(j->bad = calloc(j->n, 1))) rc = STK_NO_MEMORY;
+  if (!rc) {
+    /* Labels are checked against the job's num_classes: one out of range
+     * is a bad sample (jpegsrc.c, locate), but a job that fits no label at
+     * all is misconfigured, and says so here rather than walking a whole
+     * epoch for a decodable sample at the first batch. */
+    uint64_t fit = 0;
+    int64_t top = 0;
+    for (uint64_t i = 0; i < j->n; i++) {
+      if (j->label[i] >= 0 && (uint64_t)j->label[i] < ds->spec.num_classes) fit++;
+      if (j->label[i] > top) top = j->label[i];
+    }
+    if (!fit) {
+      snprintf(err, errlen,
+               "%s: no .cls label is below the job's num_classes %u (largest label "
+               "%lld): set num_classes to the dataset's class count",
+               j->dir, ds->spec.num_classes, (long long)top);
+      rc = STK_INVALID_ARGUMENT;
+    }
+  }
   if (rc) {
     stk__jds_free(j);
     return rc;
@@ -396,11 +448,7 @@ int stk_tar_index(const char *dir, char *err, size_t errlen) {
       size_t nsh;
       /* scan wrote the cache best-effort; here failing to write is an error */
       if (list_shards(j->dirfd, &sh, &nsh) == 0) {
-        if (write_cache(j, sh, nsh)) {
-          snprintf(err, errlen, "cannot write %s/%s: %s", dir, INDEX_NAME,
-                   strerror(errno));
-          rc = STK_IO;
-        }
+        if (write_cache(j, sh, nsh, err, errlen)) rc = STK_IO;
         free_shards(sh, nsh);
       }
     }

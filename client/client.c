@@ -352,8 +352,8 @@ int stk_client_next(stk_client *c, stk_batch **out) {
       if (!c->local && alive_workers(c) == 0 && c->no_worker_since_ns &&
           now - c->no_worker_since_ns > (int64_t)c->cfg.join_timeout_ms * 1000000) {
         st = STK_UNAVAILABLE;
-        snprintf(c->err, sizeof(c->err), "no live worker for %u ms (join_timeout_ms)",
-                 c->cfg.join_timeout_ms);
+        snprintf(c->err, sizeof(c->err), "no live worker for %u ms (join_timeout_ms)%s%s",
+                 c->cfg.join_timeout_ms, c->workers_refused ? "; " : "", c->refused_msg);
         break;
       }
       stk__cond_wait_ms(&c->cv_next, &c->mu, 100);

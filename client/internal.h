@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "rpc.h"
+#include "wire_limits.h"
 #include "stoker/client.h"
 
 #define STK__MAX_WORKERS    256
@@ -46,9 +47,9 @@ typedef struct stk__req {
 typedef struct stk__worker {
   int used;
   int idx;
-  int local; /* in-process builder instead of a stream */
-  char id[128];
-  char address[256];
+  int local;                 /* in-process builder instead of a stream */
+  char id[STK_MAX_ID_BYTES]; /* as listed: longer ones are refused, never cut */
+  char address[STK_MAX_ID_BYTES];
   int listed; /* in the coordinator's current list */
   int thread_started, thread_exited;
   pthread_t thread;
@@ -117,6 +118,8 @@ struct stk_client {
   stk__worker *workers; /* STK__MAX_WORKERS entries */
   uint32_t nworkers;    /* entries used */
   int64_t no_worker_since_ns;
+  uint64_t workers_refused; /* list entries refused (id/address too long) */
+  char refused_msg[200];    /* why the last one was refused */
 
   stk__rpc_channel *coord;
   stk__rpc_stream *watch; /* guarded by mu */

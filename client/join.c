@@ -29,6 +29,18 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
     if (!ws[i] || !ws[i]->address || !*ws[i]->address) continue;
     const char *id =
         ws[i]->worker_id && *ws[i]->worker_id ? ws[i]->worker_id : ws[i]->address;
+    size_t il = strlen(id), al = strlen(ws[i]->address);
+    if (il >= STK_MAX_ID_BYTES || al >= STK_MAX_ID_BYTES) {
+      /* The coordinator refuses these at registration; a list that has one
+       * anyway (another coordinator) loses that entry, never a truncated
+       * id that could collide with another worker's. */
+      c->workers_refused++;
+      snprintf(c->refused_msg, sizeof(c->refused_msg),
+               "worker list entry refused: %s of %zu bytes (at most %d)",
+               il >= STK_MAX_ID_BYTES ? "id" : "address",
+               il >= STK_MAX_ID_BYTES ? il : al, STK_MAX_ID_BYTES - 1);
+      continue;
+    }
     ids[k++] = id;
     stk__worker_add(c, id, ws[i]->address, 0);
   }

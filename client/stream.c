@@ -14,7 +14,13 @@
  * stream breaks it sends every request it held back to the queue (they are
  * re-issued elsewhere; a batch that still arrives twice is dropped), then
  * retries the worker with backoff while the coordinator still lists it.
- * A local worker (stk_client_open_local) builds batches in-process instead.
+ * A local worker (stk_client_open_local) builds batches in-process instead;
+ * a transient build error (STK_UNAVAILABLE) sends the request back to the
+ * queue after a backoff, like a remote worker's UNAVAILABLE. Worker
+ * statuses that end a stream: FAILED_PRECONDITION, INVALID_ARGUMENT,
+ * OUT_OF_RANGE, UNAUTHENTICATED and PERMISSION_DENIED are fatal; every
+ * other one (UNAVAILABLE: draining or a transient build error, INTERNAL,
+ * RESOURCE_EXHAUSTED, ...) re-issues the stream's requests.
  *
  * Owns: worker entries, their channels and streams. Must not: hold c->mu
  * across a gRPC call or a payload copy.
@@ -417,6 +423,24 @@ static void *local_main(void *arg) {
     int st = stk_builder_build(b, seq / c->spe, c->cfg.rank, seq % c->spe, r->buf,
                                c->layout.total_bytes, &info);
     pthread_mutex_lock(&c->mu);
+    if (st == STK_UNAVAILABLE) {
+      /* Transient (out of descriptors, EIO, out of memory): nothing was
+       * substituted; ask again after a backoff, as a remote worker's
+       * UNAVAILABLE would have us do. */
+      if (w->outstanding) w->outstanding--;
+      r->state = REQ_QUEUED;
+      r->worker = -1;
+      c->reissued++;
+      w->failures++;
+      pthread_cond_broadcast(&c->cv_sched);
+      int backoff = 10 << (w->failures < 7 ? w->failures : 7); /* to 1.28 s */
+      int64_t until = stk__now_ns() + (int64_t)backoff * 1000000;
+      for (int64_t now = stk__now_ns(); !c->stopping && !c->fatal && now < until;
+           now = stk__now_ns())
+        stk__cond_wait_ms(&c->cv_local, &c->mu, (until - now) / 1000000 + 1);
+      continue;
+    }
+    w->failures = 0;
     if (st) {
       char msg[300];
       snprintf(msg, sizeof(msg), "local builder: %s", stk_builder_error(b));

@@ -12,6 +12,7 @@
  * that is never held across a gRPC call. Must not trust the network: every
  * message is validated and a bad one ends only its own call.
  */
+#include <errno.h>
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -28,6 +29,7 @@
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
 #include "stoker/version.h"
+#include "wire_limits.h"
 
 #define PROGRAM "stoker-coordinator"
 
@@ -48,7 +50,7 @@ static const char exit_codes_text[] =
     "  4  the job was aborted: a rank (or stoker abort) asked with Finish.abort_job;\n"
     "     workers were told the job failed and exit with their own abort code\n";
 
-#define MAX_STR 256 /* worker ids and addresses */
+#define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 
 /* ---- Options ----------------------------------------------------------- */
 
@@ -272,8 +274,10 @@ static cworker *worker_from_hello(stk__rpc_call *call) {
              !h->worker->address || !*h->worker->address ||
              strlen(h->worker->worker_id) >= MAX_STR ||
              strlen(h->worker->address) >= MAX_STR) {
-    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                         "hello needs worker.worker_id and worker.address (< 256 bytes)");
+    snprintf(msg, sizeof(msg),
+             "hello needs worker.worker_id and worker.address, each at most %d bytes",
+             MAX_STR - 1);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
   } else if (!(w = calloc(1, sizeof(*w)))) {
     stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   } else {
@@ -485,6 +489,10 @@ static void handle_join(stk__rpc_call *call) {
     code = GRPC_STATUS_INVALID_ARGUMENT;
     snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank,
              C.spec.world_size);
+  } else if (q->client_id && strlen(q->client_id) >= MAX_STR) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "client_id of %zu bytes (at most %d)",
+             strlen(q->client_id), MAX_STR - 1);
   } else if (C.shutting_down) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg), "the job is over (%.300s)", C.shutdown_reason);
@@ -914,6 +922,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   stk__signals_install();
+  stk__daemon_raise_nofile();
   C.start_ms = C.last_touch_ms = stk__now_ms();
   C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
   stk__rpc_server *srv = NULL;

@@ -1,15 +1,20 @@
-/* daemon.c - signals, the port file and starting the gRPC server for
- * stoker-coordinator and stoker-worker. Owns the signal flag. Must not log from a signal
- * handler. */
+/* daemon.c - signals, the port file, the descriptor limit and starting
+ * the gRPC server for stoker-coordinator and stoker-worker. Owns the
+ * signal flag. Must not log from a signal handler. */
 #include "daemon.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "log.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
 
@@ -31,17 +36,41 @@ void stk__signals_install(void) {
 int stk__signal_pending(void) { return signal_got; }
 int stk__signal_count(void) { return signal_count; }
 
+/* Create `tmp` for writing, exclusively and without following a symbolic
+ * link: a symlink planted there is refused (nothing is written through
+ * it); a stale regular file of an earlier process with our pid is removed
+ * and the creation tried once more. The fd, or -1 with err. */
+static int create_excl(const char *tmp, char *err, size_t errlen) {
+  for (int attempt = 0; attempt < 2; attempt++) {
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) return fd;
+    int e = errno;
+    struct stat st;
+    if (e == EEXIST && attempt == 0 && lstat(tmp, &st) == 0 && S_ISREG(st.st_mode) &&
+        unlink(tmp) == 0)
+      continue;
+    if (e == EEXIST || e == ELOOP)
+      snprintf(
+          err, errlen,
+          "cannot create %s: something is already there (%s); refusing to "
+          "write through an existing file or symbolic link",
+          tmp,
+          lstat(tmp, &st) == 0 && S_ISLNK(st.st_mode) ? "a symbolic link" : strerror(e));
+    else snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(e));
+    return -1;
+  }
+  return -1;
+}
+
 int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
   char tmp[4200], text[32];
   snprintf(tmp, sizeof(tmp), "%s.tmp.%d", path, (int)getpid());
   int n = snprintf(text, sizeof(text), "%d\n", port);
-  int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    snprintf(err, errlen, "cannot create %s: %s", tmp, strerror(errno));
-    return -1;
-  }
+  int fd = create_excl(tmp, err, errlen);
+  if (fd < 0) return -1;
   int ok = write(fd, text, (size_t)n) == n && fsync(fd) == 0;
   ok = close(fd) == 0 && ok;
+  /* rename replaces a symbolic link at path itself, never its target */
   if (!ok || rename(tmp, path) != 0) {
     snprintf(err, errlen, "cannot write %s: %s", path, strerror(errno));
     unlink(tmp);
@@ -67,4 +96,28 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
     return -1;
   }
   return 0;
+}
+
+int stk__raise_nofile(uint64_t *soft, uint64_t *hard) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
+  int rc = 0;
+  if (rl.rlim_cur < rl.rlim_max) {
+    struct rlimit want = {rl.rlim_max, rl.rlim_max};
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) rl.rlim_cur = rl.rlim_max;
+    else rc = -1;
+  }
+  *soft = rl.rlim_cur == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_cur;
+  *hard = rl.rlim_max == RLIM_INFINITY ? UINT64_MAX : (uint64_t)rl.rlim_max;
+  return rc;
+}
+
+void stk__daemon_raise_nofile(void) {
+  uint64_t soft, hard;
+  if (stk__raise_nofile(&soft, &hard))
+    LOG_WARN("cannot raise the open-file limit (RLIMIT_NOFILE): %s", strerror(errno));
+  else
+    LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
+             " (soft raised to hard)",
+             soft, hard);
 }

@@ -16,7 +16,10 @@ int stk__signal_pending(void);
 int stk__signal_count(void);
 
 /* Write "<port>\n" to path atomically (path.tmp.<pid>, then rename), so a
- * reader never sees a partial file. 0 or -1 with err. */
+ * reader never sees a partial file. The temp file is created with
+ * O_EXCL|O_NOFOLLOW: a symbolic link (or anything but a stale regular
+ * file) already there is refused and nothing is written through it. 0 or
+ * -1 with err. */
 int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 
 /* Serve methods on listen with a receive limit of max_message_mb MiB and
@@ -26,5 +29,13 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
                       long long max_message_mb, const char *token, const char *port_file,
                       stk__rpc_server **srv, int *port, char *err, size_t errlen);
+
+/* Raise the soft RLIMIT_NOFILE to the hard limit (daemons call it at
+ * start and log the result: builders, streams and sessions all take
+ * descriptors). Fills the limits in force after the call (UINT64_MAX =
+ * unlimited). 0, or -1 when they could not be read or raised. */
+int stk__raise_nofile(uint64_t *soft, uint64_t *hard);
+/* stk__raise_nofile, then log what it did (a warning when it failed). */
+void stk__daemon_raise_nofile(void);
 
 #endif

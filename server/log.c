@@ -24,10 +24,40 @@ int stk__log_level_parse(const char *name) {
   return -1;
 }
 
+/* The escaped form of byte c in enc (up to 4 bytes); its length. */
+static size_t escape_byte(unsigned char c, char *enc) {
+  static const char hex[] = "0123456789abcdef";
+  if (c >= 0x20 && c <= 0x7e) return enc[0] = (char)c, 1;
+  enc[0] = '\\', enc[1] = 'x', enc[2] = hex[c >> 4], enc[3] = hex[c & 15];
+  return 4;
+}
+
+const char *stk__escape(char *out, size_t outlen, const char *in) {
+  if (!out || !outlen) return out;
+  if (!in) in = "(null)";
+  const unsigned char *s = (const unsigned char *)in;
+  char enc[4];
+  size_t total = 0;
+  for (const unsigned char *p = s; *p; p++) total += escape_byte(*p, enc);
+  /* all of it, or as much as fits before "..." (an escape is never cut) */
+  size_t room = total < outlen ? outlen - 1 : (outlen > 4 ? outlen - 4 : 0);
+  size_t o = 0;
+  for (const unsigned char *p = s; *p; p++) {
+    size_t k = escape_byte(*p, enc);
+    if (o + k > room) break;
+    memcpy(out + o, enc, k);
+    o += k;
+  }
+  if (total >= outlen)
+    for (int d = 0; d < 3 && o + 1 < outlen; d++) out[o++] = '.';
+  out[o] = 0;
+  return out;
+}
+
 void stk__log(int level, const char *fmt, ...) {
   if (level < log_level) return;
   if (level < 0 || level > STK_LOG_ERROR) level = STK_LOG_ERROR;
-  char line[2048];
+  char line[2048], msg[1536];
   struct timeval tv;
   struct tm tm;
   gettimeofday(&tv, NULL);
@@ -38,10 +68,11 @@ void stk__log(int level, const char *fmt, ...) {
   if (n < 0) return;
   va_list ap;
   va_start(ap, fmt);
-  int m = vsnprintf(line + n, sizeof(line) - (size_t)n - 1, fmt, ap);
+  int m = vsnprintf(msg, sizeof(msg), fmt, ap);
   va_end(ap);
-  size_t len = (size_t)n + (m < 0 ? 0 : (size_t)m);
-  if (len > sizeof(line) - 2) len = sizeof(line) - 2;
+  if (m < 0) msg[0] = 0;
+  stk__escape(line + n, sizeof(line) - (size_t)n - 1, msg);
+  size_t len = strlen(line);
   line[len++] = '\n';
   ssize_t w = write(2, line, len);
   (void)w;

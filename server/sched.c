@@ -70,7 +70,15 @@ struct sched {
   uint32_t queued;
   sched_stats st;
   uint64_t bytes_sent;
+  uint32_t fault_every; /* sched_set_fault_transient; 0 = off */
+  uint64_t fault_count;
 };
+
+void sched_set_fault_transient(sched *s, uint32_t every) {
+  pthread_mutex_lock(&s->mu);
+  s->fault_every = every;
+  pthread_mutex_unlock(&s->mu);
+}
 
 void sched_buf_ref(sched_buf *b) { __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED); }
 
@@ -124,13 +132,29 @@ static void *builder_main(void *arg) {
     s->free_bufs = buf->next_free;
     s->nfree--;
     buf->refs = 1;
+    int inject = s->fault_every && ++s->fault_count % s->fault_every == 0;
     pthread_mutex_unlock(&s->mu);
 
     sched_done *d = calloc(1, sizeof(*d));
     stk_build_info info;
+    memset(&info, 0, sizeof(info));
     uint64_t t0 = (uint64_t)stk__now_ns();
-    int rc = stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
-                               s->layout.total_bytes, &info);
+    static const char injected[] = "injected transient error (--fault-transient-every)";
+    int rc = inject ? STK_UNAVAILABLE
+                    : stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
+                                        s->layout.total_bytes, &info);
+    /* A transient error (out of descriptors, EIO, out of memory: never a
+     * bad sample) gets a bounded retry here; after that the stream ends
+     * UNAVAILABLE and the client asks again (worker.c). */
+    int retries = 0;
+    for (; rc == STK_UNAVAILABLE && retries < SCHED_TRANSIENT_RETRIES; retries++) {
+      LOG_WARN("%s (retry %d of %d)", inject ? injected : stk_builder_error(bd->b),
+               retries + 1, SCHED_TRANSIENT_RETRIES);
+      stk__sleep_ms(10 << (3 * retries)); /* 10 ms, 80 ms */
+      rc = inject ? STK_UNAVAILABLE
+                  : stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
+                                      s->layout.total_bytes, &info);
+    }
     uint64_t dt = (uint64_t)stk__now_ns() - t0;
     if (d) {
       d->buf = buf;
@@ -144,15 +168,19 @@ static void *builder_main(void *arg) {
                  "building batch (epoch %llu, rank %u, "
                  "step %llu) failed: %s",
                  (unsigned long long)r.epoch, r.rank, (unsigned long long)r.step,
-                 stk_builder_error(bd->b));
+                 inject ? injected : stk_builder_error(bd->b));
     }
-    if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bd->b));
+    if (rc == STK_UNAVAILABLE) LOG_WARN("%s", d ? d->err : stk_builder_error(bd->b));
+    else if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bd->b));
 
     int drop = 0;
     pthread_mutex_lock(&s->mu);
     s->st.busy_ns += dt;
-    if (rc) s->st.build_errors++;
+    s->st.transient_retries += (uint64_t)retries;
+    if (rc == STK_UNAVAILABLE) s->st.transient_errors++;
+    else if (rc) s->st.build_errors++;
     else s->st.batches_built++, s->st.samples_substituted += info.substituted;
+    s->st.samples_reread += info.reread;
     st->building--;
     if (d && !st->dead) {
       if (st->done_tail) st->done_tail->next = d;

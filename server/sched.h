@@ -16,6 +16,10 @@
 
 #include "stoker/augment.h"
 
+/* Retries of a build that failed with a transient error (STK_UNAVAILABLE)
+ * before the stream is told to ask again. */
+#define SCHED_TRANSIENT_RETRIES 2
+
 typedef struct sched sched;
 typedef struct sched_stream sched_stream;
 typedef struct sched_buf sched_buf;
@@ -28,13 +32,17 @@ typedef struct sched_done {
   uint32_t rank;
   uint32_t substituted;
   uint32_t crc32c; /* stk_crc32c(0, data, total_bytes) */
-  int status;      /* STK_OK, else err says why the build failed */
+  int status;      /* STK_OK, else err says why the build failed;
+                      STK_UNAVAILABLE: transient (retried, then ask again) */
   char err[256];
   struct sched_done *next;
 } sched_done;
 
 typedef struct sched_stats {
   uint64_t batches_built, samples_substituted, build_errors;
+  uint64_t transient_errors;  /* builds failed STK_UNAVAILABLE after retries */
+  uint64_t transient_retries; /* retries of builds that failed transiently */
+  uint64_t samples_reread;    /* read again alone after a transient error */
   uint32_t active_streams, queued_requests, free_buffers, nbuffers;
   uint64_t busy_ns; /* builder time spent building, cumulative */
 } sched_stats;
@@ -47,6 +55,10 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
  * still holds, free everything. All streams must be closed. Accepts NULL. */
 void sched_destroy(sched *s, int wait_ms);
 void sched_stats_get(sched *s, sched_stats *out);
+/* Fault injection for tests: every `every`th batch (0 = off) fails all its
+ * build attempts with STK_UNAVAILABLE, as if out of descriptors, so the
+ * stream ends UNAVAILABLE and the client must re-ask. */
+void sched_set_fault_transient(sched *s, uint32_t every);
 /* Stop taking new streams; open streams end once their requests are sent. */
 void sched_drain(sched *s);
 

@@ -135,8 +135,9 @@ static int cmd_status(int argc, char **argv) {
                      &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r,
                      (int)opt.timeout_ms, det, sizeof(det));
   if (code != GRPC_STATUS_OK) {
+    char edet[600];
     fprintf(stderr, "stoker status: %s: gRPC status %d%s%s\n", opt.coordinator, code,
-            *det ? ": " : "", det);
+            *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
     goto out;
   }
   const char *canon = r->job && r->job->canonical ? r->job->canonical : "";
@@ -149,16 +150,32 @@ static int cmd_status(int argc, char **argv) {
   stk_job_text_get(canon, "epochs", epochs, sizeof(epochs));
   stk_job_text_get(canon, "pipeline", pipeline, sizeof(pipeline));
   uint32_t world = (uint32_t)strtoul(ws, NULL, 10);
+  /* Everything below came from the network: escaped (stk__escape), so a
+   * hostile coordinator or worker cannot send terminal control sequences
+   * or forge lines of this output. */
+  char e_name[200], e_source[100], e_dataset[700], e_bs[64], e_ws[64], e_epochs[64],
+      e_pipeline[64], e_state[100];
+  stk__escape(e_name, sizeof(e_name), name);
+  stk__escape(e_source, sizeof(e_source), source);
+  stk__escape(e_dataset, sizeof(e_dataset), dataset);
+  stk__escape(e_bs, sizeof(e_bs), bs);
+  stk__escape(e_ws, sizeof(e_ws), ws);
+  stk__escape(e_epochs, sizeof(e_epochs), epochs);
+  stk__escape(e_pipeline, sizeof(e_pipeline), pipeline);
+  stk__escape(e_state, sizeof(e_state), r->state ? r->state : "?");
   printf("coordinator      %s\n", opt.coordinator);
-  printf("job              %s  (hash %016" PRIx64 ")\n", *name ? name : "(unnamed)",
+  printf("job              %s  (hash %016" PRIx64 ")\n", *name ? e_name : "(unnamed)",
          r->job ? r->job->hash : 0);
-  printf("dataset          %s %s, %" PRIu64 " samples%s\n", source, dataset,
+  printf("dataset          %s %s, %" PRIu64 " samples%s\n", e_source, e_dataset,
          r->dataset_size, r->dataset_size ? "" : " (not known yet)");
-  printf("pipeline         %s, batch_size %s, world_size %s, epochs %s\n", pipeline, bs,
-         ws, epochs);
-  printf("state            %s  (up %.1f s)\n", r->state ? r->state : "?",
-         (double)r->uptime_ms / 1000.0);
-  if (r->end_reason && *r->end_reason) printf("ending           %s\n", r->end_reason);
+  printf("pipeline         %s, batch_size %s, world_size %s, epochs %s\n", e_pipeline,
+         e_bs, e_ws, e_epochs);
+  printf("state            %s  (up %.1f s)\n", e_state, (double)r->uptime_ms / 1000.0);
+  if (r->end_reason && *r->end_reason) {
+    char e_reason[600];
+    printf("ending           %s\n",
+           stk__escape(e_reason, sizeof(e_reason), r->end_reason));
+  }
   print_ranks("ranks joined", r->joined_ranks, r->n_joined_ranks, world);
   print_ranks("ranks finished", r->finished_ranks, r->n_finished_ranks, world);
   printf("workers          %zu live\n\n", r->n_workers);
@@ -168,11 +185,11 @@ static int cmd_status(int argc, char **argv) {
     for (size_t i = 0; i < r->n_workers; i++) {
       const Stoker__V1__WorkerStatus *w = r->workers[i];
       const Stoker__V1__WorkerStats *s = w->stats;
-      char sent[32], hb[32];
+      char sent[32], hb[32], addr[STK_ESCAPED_ID];
       human_bytes(s ? s->bytes_sent : 0, sent, sizeof(sent));
       snprintf(hb, sizeof(hb), "%.1fs ago", (double)w->last_heartbeat_ms_ago / 1000.0);
       printf("%-24s %5u %7u %8u %6.0f%% %10" PRIu64 " %10s %6.1f %6" PRIu64 " %9s\n",
-             w->worker && w->worker->address ? w->worker->address : "?",
+             stk__escape(addr, sizeof(addr), w->worker ? w->worker->address : "?"),
              w->worker ? w->worker->cores : 0, s ? s->active_streams : 0,
              s ? s->queued_requests : 0, s ? s->busy_fraction * 100 : 0.0,
              s ? s->batches_built : 0, sent, s ? s->batches_per_s : 0.0,
@@ -181,8 +198,9 @@ static int cmd_status(int argc, char **argv) {
     printf("\n%-24s %s\n", "ADDRESS", "WORKER ID");
     for (size_t i = 0; i < r->n_workers; i++) {
       const Stoker__V1__WorkerInfo *wi = r->workers[i]->worker;
-      printf("%-24s %s\n", wi && wi->address ? wi->address : "?",
-             wi && wi->worker_id ? wi->worker_id : "?");
+      char addr[STK_ESCAPED_ID], id[STK_ESCAPED_ID];
+      printf("%-24s %s\n", stk__escape(addr, sizeof(addr), wi ? wi->address : "?"),
+             stk__escape(id, sizeof(id), wi ? wi->worker_id : "?"));
     }
   }
   protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -225,8 +243,9 @@ static int cmd_abort(int argc, char **argv) {
                      &stoker__v1__finish_response__descriptor, (ProtobufCMessage **)&r,
                      (int)opt.timeout_ms, det, sizeof(det));
   if (code != GRPC_STATUS_OK) {
+    char edet[600];
     fprintf(stderr, "stoker abort: %s: gRPC status %d%s%s\n", opt.coordinator, code,
-            *det ? ": " : "", det);
+            *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
     goto out;
   }
   protobuf_c_message_free_unpacked(&r->base, NULL);
@@ -256,8 +275,9 @@ static int wait_watch(stk__rpc_channel *ch, int *connected) {
       int final, code = stk__rpc_stream_status(s, 1000, det, sizeof(det));
       stk__rpc_status(code, &final);
       if (final) {
+        char edet[600];
         fprintf(stderr, "stoker wait: %s: gRPC status %d%s%s\n", opt.coordinator, code,
-                *det ? ": " : "", det);
+                *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
         rc = WAIT_UNREACHABLE;
       }
       break;
@@ -270,12 +290,8 @@ static int wait_watch(stk__rpc_channel *ch, int *connected) {
     *connected = 1;
     int end = wl->shutting_down, failed = wl->failed;
     if (failed) {
-      char esc[256];
-      size_t o = 0;
-      for (const char *p = wl->reason ? wl->reason : ""; *p && o + 1 < sizeof(esc); p++)
-        esc[o++] = *p >= 0x20 && *p < 0x7f ? *p : '?';
-      esc[o] = 0;
-      printf("failed: %s\n", esc);
+      char esc[600]; /* the reason came from the network: escaped */
+      printf("failed: %s\n", stk__escape(esc, sizeof(esc), wl->reason ? wl->reason : ""));
     } else if (end) {
       printf("done\n");
     }

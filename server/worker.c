@@ -29,6 +29,7 @@
 #include "stoker/augment.h"
 #include "stoker/version.h"
 #include "wire.h"
+#include "wire_limits.h"
 
 #define PROGRAM "stoker-worker"
 
@@ -57,7 +58,8 @@ static const char exit_codes_text[] =
 static struct {
   char *coordinator, *listen, *advertise, *data_root, *token, *port_file, *log_level;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
-      orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels;
+      orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
+      fault_transient_every;
 } opt;
 
 static stk__option options[] = {
@@ -106,6 +108,10 @@ static stk__option options[] = {
      &opt.max_pixels, 1, 1LL << 40},
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
+    {"fault-transient-every", OPT_INT, "0", NULL,
+     "testing: every Nth batch fails as if out of file descriptors (the stream ends "
+     "UNAVAILABLE, the client re-asks); 0 = off",
+     &opt.fault_transient_every, 0, 1 << 30},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
@@ -223,6 +229,8 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     W.steps = stk_steps_per_epoch(&resolved, resolved.num_samples);
     W.sch = sch;
     W.have_job = 1;
+    if (opt.fault_transient_every)
+      sched_set_fault_transient(sch, (uint32_t)opt.fault_transient_every);
     pthread_mutex_unlock(&W.mu);
     LOG_INFO("job %s loaded: hash=%016" PRIx64 " samples=%" PRIu64
              " steps_per_epoch=%" PRIu64 " batch_bytes=%" PRIu64 " buffers=%d",
@@ -506,11 +514,13 @@ static void log_stats(int64_t now, int lost, stats_mark *last) {
       "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
       "batches_built=%" PRIu64
       " batches_per_s=%.1f mb_per_s=%.1f "
-      "substituted=%" PRIu64 " build_errors=%" PRIu64 " stream_errors=%" PRIu64
+      "substituted=%" PRIu64 " build_errors=%" PRIu64 " transient_errors=%" PRIu64
+      " transient_retries=%" PRIu64 " reread=%" PRIu64 " stream_errors=%" PRIu64
       " coordinator=%s",
       s ? "serving" : "waiting", st.active_streams, st.queued_requests, st.free_buffers,
       st.nbuffers, st.batches_built, (double)(st.batches_built - last->built) / dt,
       (double)(bytes - last->bytes) / dt / 1e6, st.samples_substituted, st.build_errors,
+      st.transient_errors, st.transient_retries, st.samples_reread,
       __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), lost ? "lost" : "ok");
   last->bytes = bytes, last->built = st.batches_built, last->ms = now;
 }
@@ -589,8 +599,20 @@ int main(int argc, char **argv) {
     goto out;
   }
   stk__signals_install();
+  stk__daemon_raise_nofile();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
+  {
+    /* builders hold up to STK_BUILDER_MAX_FILES each; gRPC, clients and
+     * the session need more. Below that, builds slow down (one file at a
+     * time) or fail transiently (clients re-ask); never wrong data. */
+    uint64_t soft, hard, want = (uint64_t)W.threads * (STK_BUILDER_MAX_FILES + 1) + 256;
+    if (stk__raise_nofile(&soft, &hard) == 0 && soft < want)
+      LOG_WARN("open-file limit %" PRIu64 " is low for %u builder threads (about %" PRIu64
+               " wanted): reads will slow down under descriptor pressure; raise "
+               "`ulimit -n` (hard) or LimitNOFILE",
+               soft, W.threads, want);
+  }
 
   static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
   stk__rpc_server *srv = NULL;
@@ -609,6 +631,16 @@ int main(int argc, char **argv) {
   host[sizeof(host) - 1] = 0;
   snprintf(worker_id, sizeof(worker_id), "%s:%d:%lld", host, (int)getpid(),
            (long long)stk__now_ms());
+  if (strlen(advertise) >= STK_MAX_ID_BYTES || strlen(worker_id) >= STK_MAX_ID_BYTES) {
+    LOG_ERROR(
+        "the advertised address or worker id is over %d bytes (the coordinator "
+        "would refuse it): %.60s...",
+        STK_MAX_ID_BYTES - 1,
+        strlen(advertise) >= STK_MAX_ID_BYTES ? advertise : worker_id);
+    stk__rpc_server_stop(srv, 0);
+    code = EXIT_USAGE;
+    goto out;
+  }
   LOG_INFO(
       "listening on %s port %d, advertising %s, %u builder threads, "
       "coordinator %s",
@@ -631,8 +663,11 @@ int main(int argc, char **argv) {
   if (s) {
     sched_stats st;
     sched_stats_get(s, &st);
-    LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64 " bytes sent", code,
-             st.batches_built, sched_bytes_sent(s));
+    LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64
+             " bytes sent; substituted=%" PRIu64 " transient_errors=%" PRIu64
+             " transient_retries=%" PRIu64 " reread=%" PRIu64,
+             code, st.batches_built, sched_bytes_sent(s), st.samples_substituted,
+             st.transient_errors, st.transient_retries, st.samples_reread);
   } else {
     LOG_INFO("exiting (code %d)", code);
   }

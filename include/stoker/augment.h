@@ -80,10 +80,16 @@ STK_EXPORT uint64_t stk_dataset_bad_samples(const stk_dataset *ds);
  * ring. Not thread-safe: one builder per thread. */
 typedef struct stk_builder stk_builder;
 
+/* Files a JPEG builder holds open at most (a read window of ImageFolder
+ * files, or tar shard descriptors kept for reuse), besides its io_uring
+ * ring. Out of descriptors, a builder reads one file at a time instead. */
+#define STK_BUILDER_MAX_FILES 32
+
 typedef struct stk_build_info {
   uint32_t substituted; /* samples replaced because they were bad */
-  uint32_t reserved_u32;
-  uint64_t bytes_read; /* file bytes read for this batch */
+  uint32_t reread;      /* samples read again, alone, after a transient error
+                           (out of descriptors, EIO): the batch is still exact */
+  uint64_t bytes_read;  /* file bytes read for this batch */
   uint64_t reserved[6];
 } stk_build_info;
 
@@ -95,7 +101,10 @@ STK_EXPORT int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec,
  * every tensor at its layout offset. Bad samples are substituted, never
  * fatal. Returns STK_OK, or STK_INVALID_ARGUMENT for an address out of
  * range or a short buffer, or STK_IO when no sample in the whole epoch is
- * readable. */
+ * readable, or STK_UNAVAILABLE when a transient error (out of file
+ * descriptors, I/O error, out of memory) kept a sample from being read:
+ * the batch is not built, nothing is substituted or counted bad, and the
+ * same call may succeed later (stk_builder_error says which sample). */
 STK_EXPORT int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
                                  uint64_t step, void *buf, size_t len,
                                  stk_build_info *info);

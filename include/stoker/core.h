@@ -65,7 +65,8 @@ typedef struct stk_job_spec {
   uint64_t seed;
   uint32_t epochs;                        /* epochs the job delivers */
   int32_t drop_last;                      /* 1: floor(N/(W*B)) steps; 0: pad + mask */
-  uint32_t num_classes;                   /* synthetic: labels are in [0, num_classes) */
+  uint32_t num_classes;                   /* labels are in [0, num_classes) (synthetic
+                                             draws them; tar .cls labels are checked) */
   uint32_t synthetic_cost_us;             /* synthetic: CPU time burnt per sample */
   uint32_t resize;                        /* eval: shorter side before the center crop */
   float scale_min, scale_max;             /* RandomResizedCrop area fraction */
