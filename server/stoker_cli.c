@@ -113,6 +113,28 @@ static void print_ranks(const char *label, const uint32_t *r, size_t n, uint32_t
   printf("\n");
 }
 
+/* One unary call to the coordinator for subcommand cmd ("stoker status"):
+ * 0 with *resp (free with protobuf_c_message_free_unpacked), or -1 after
+ * saying why on stderr (the coordinator's details escaped). */
+static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc,
+                     ProtobufCMessage **resp) {
+  stk__rpc_channel *ch = NULL;
+  *resp = NULL;
+  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+    fprintf(stderr, "%s: cannot create a channel\n", cmd);
+    return -1;
+  }
+  char det[512], edet[600];
+  int code = stk__rpc_unary(ch, method, req, resp_desc, resp, (int)opt.timeout_ms, det,
+                            sizeof(det));
+  stk__rpc_channel_close(ch);
+  if (code == GRPC_STATUS_OK) return 0;
+  fprintf(stderr, "%s: %s: gRPC status %d%s%s\n", cmd, opt.coordinator, code,
+          *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
+  return -1;
+}
+
 static int cmd_status(int argc, char **argv) {
   int pr = stk__options_parse(
       status_options, NSTATUS, argc, argv, "stoker status",
@@ -121,25 +143,12 @@ static int cmd_status(int argc, char **argv) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
-  stk__rpc_channel *ch = NULL;
   int rc = 1;
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
-    fprintf(stderr, "stoker status: cannot create a channel\n");
-    goto out;
-  }
   Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
   Stoker__V1__StatusResponse *r = NULL;
-  char det[512];
-  int code =
-      stk__rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
-                     &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r,
-                     (int)opt.timeout_ms, det, sizeof(det));
-  if (code != GRPC_STATUS_OK) {
-    char edet[600];
-    fprintf(stderr, "stoker status: %s: gRPC status %d%s%s\n", opt.coordinator, code,
-            *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
+  if (cli_unary("stoker status", "/stoker.v1.Coordinator/Status", &q.base,
+                &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r))
     goto out;
-  }
   const char *canon = r->job && r->job->canonical ? r->job->canonical : "";
   char name[128], source[64], dataset[600], bs[32], ws[32], epochs[32], pipeline[32];
   stk_job_text_get(canon, "name", name, sizeof(name));
@@ -206,7 +215,6 @@ static int cmd_status(int argc, char **argv) {
   protobuf_c_message_free_unpacked(&r->base, NULL);
   rc = 0;
 out:
-  stk__rpc_channel_close(ch);
   stk__options_free(status_options, NSTATUS);
   return rc;
 }
@@ -222,14 +230,9 @@ static int cmd_abort(int argc, char **argv) {
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
   int rc = 1;
-  stk__rpc_channel *ch = NULL;
   if (strlen(opt.reason) > 255) {
     fprintf(stderr, "stoker abort: --reason is longer than 255 bytes\n");
     rc = 2;
-    goto out;
-  }
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
-    fprintf(stderr, "stoker abort: cannot create a channel\n");
     goto out;
   }
   Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
@@ -237,21 +240,12 @@ static int cmd_abort(int argc, char **argv) {
   q.abort_job = 1;
   q.reason = opt.reason;
   Stoker__V1__FinishResponse *r = NULL;
-  char det[512];
-  int code =
-      stk__rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
-                     &stoker__v1__finish_response__descriptor, (ProtobufCMessage **)&r,
-                     (int)opt.timeout_ms, det, sizeof(det));
-  if (code != GRPC_STATUS_OK) {
-    char edet[600];
-    fprintf(stderr, "stoker abort: %s: gRPC status %d%s%s\n", opt.coordinator, code,
-            *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
+  if (cli_unary("stoker abort", "/stoker.v1.Coordinator/Finish", &q.base,
+                &stoker__v1__finish_response__descriptor, (ProtobufCMessage **)&r))
     goto out;
-  }
   protobuf_c_message_free_unpacked(&r->base, NULL);
   rc = 0;
 out:
-  stk__rpc_channel_close(ch);
   stk__options_free(abort_options, NABORT);
   return rc;
 }
