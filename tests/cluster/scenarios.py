@@ -474,16 +474,21 @@ def sc_data_kill(args):
                              env=sagemaker_env(r, h))
         total = job.steps_per_rank()
 
-        def progressed():  # both ranks are well into the job
-            steps = []
+        per = job.images // (job.world_size * job.batch_size)
+
+        def where():  # the (epoch, step) each rank's progress line last said
+            out = []
             for h in r.dnn_hosts:
                 m = re.findall(r"rank \d+: epoch (\d+) step (\d+)", r.log(h))
-                per = job.images // (job.world_size * job.batch_size)
-                steps.append(int(m[-1][0]) * per + int(m[-1][1]) if m else 0)
-            return min(steps) >= total // 4
+                out.append((int(m[-1][0]), int(m[-1][1])) if m else (0, 0))
+            return out
 
-        r.wait_for(progressed, 60, "both ranks past a quarter of the job")
+        # past a third of the job and inside an epoch (not at its boundary)
+        r.wait_for(lambda: all(e * per + s >= total // 3 and 3 <= s <= per - 3
+                               for e, s in where()), 60,
+                   "both ranks a third into the job, mid-epoch")
         check(all(r.stamp(h) is None for h in r.dnn_hosts), "training still runs at the kill")
+        print("killing algo-1 with the ranks at (epoch, step) %s" % where(), flush=True)
         tx_before = r.cluster.link_bytes("algo-2")[0]
         n = r.cluster.kill_host("algo-1")
         print("killed algo-1 (%d processes)" % n, flush=True)
@@ -503,8 +508,8 @@ def sc_data_kill(args):
 def sc_late_join(args):
     """A data host whose launcher starts 10 s after the others: it waits
     for nothing, registers and then serves batches."""
-    job = Job(images=800, epochs=4 if SANITIZED else 6)
-    step_ms = 80  # 150 steps x 80 ms: the job runs well past the late start
+    job = Job(images=800, epochs=6)
+    step_ms = 110  # 150 steps x 110 ms: the job runs 6 s past the late start
     with Run("late_join", ["algo-1", "algo-2"], ["algo-3", "algo-4"], job, subnet=34,
              keep=args.keep) as r:
         r.make_dataset()
@@ -550,8 +555,11 @@ def sc_train_fail(args):
             return
         check(r.stamp("algo-3") is None or r.stamp("algo-3")[0] != 0,
               "algo-3's training did not complete (stopped by the failure)")
-        r.expect_exits({"algo-4": 42, "algo-3": "nonzero", "algo-1": "nonzero",
-                        "algo-2": "nonzero"}, FAILURE_EXIT_S, st[1])
+        # non-zero, and the codes stoker-launch --help documents: 4 on a dnn
+        # host whose training was stopped, 5 (the worker's "job aborted")
+        # on data hosts
+        r.expect_exits({"algo-4": 42, "algo-3": 4, "algo-1": 5, "algo-2": 5}, FAILURE_EXIT_S,
+                       st[1])
         r.report()
 
 
