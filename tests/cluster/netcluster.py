@@ -30,6 +30,8 @@ import time
 
 PREFIX = "stkc"  # namespace names: stkc<pid>-<host>, stkc<pid>-br
 SKIP = 77
+# the interpreter for helper processes: Debian's, as the tests require
+PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
 
 # Runs argv with the host's name set in a fresh UTS namespace; used as
 # `ip netns exec NS unshare --uts python3 -c HOSTNAME_EXEC HOST ARGV...`.
@@ -299,7 +301,7 @@ class Cluster:
         out = open(path, "w")
         try:
             p = subprocess.Popen(
-                ["ip", "netns", "exec", h.ns, "unshare", "--uts", sys.executable, "-c",
+                ["ip", "netns", "exec", h.ns, "unshare", "--uts", PYTHON, "-c",
                  HOSTNAME_EXEC, h.name] + list(argv),
                 stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
                 start_new_session=True)

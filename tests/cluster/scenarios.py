@@ -1,7 +1,7 @@
 #!/usr/bin/python3
 """scenarios.py - stoker jobs on a simulated multi-host cluster (netcluster.py).
 
-    scenarios.py SCENARIO [--bench] [--keep]
+    scenarios.py SCENARIO [--build DIR] [--bench] [--keep]
     scenarios.py --list
 
 Each scenario builds a cluster of network namespaces (hosts named as the
@@ -55,10 +55,40 @@ def check(cond, what):
     return bool(cond)
 
 
+# variable -> path under a build tree (scenarios.py --build DIR)
+BUILD_PATHS = {
+    "STOKER_BIN_COORDINATOR": "server/stoker-coordinator",
+    "STOKER_BIN_WORKER": "server/stoker-worker",
+    "STOKER_BIN_CLI": "server/stoker",
+    "STOKER_BIN_TRAIN_LOOP": "examples/stoker-train-loop",
+    "STOKER_BIN_DATASET": "tools/stoker-dataset",
+    "STOKER_LIB": "client/libstoker.so",
+}
+SOURCE_PATHS = {
+    "STOKER_LAUNCH": "deploy/stoker-launch",
+    "STOKER_EXAMPLES": "examples",
+}
+
+
+def env_from_build(build):
+    """Fill the STOKER_* variables ctest sets from a build tree (unset ones
+    only), for runs by hand and scripts/demo.sh."""
+    src = os.path.dirname(os.path.dirname(HERE))
+    for k, rel in BUILD_PATHS.items():
+        os.environ.setdefault(k, os.path.join(os.path.abspath(build), rel))
+    for k, rel in SOURCE_PATHS.items():
+        os.environ.setdefault(k, os.path.join(src, rel))
+    pp = os.path.join(src, "client", "python")
+    if pp not in os.environ.get("PYTHONPATH", "").split(os.pathsep):
+        os.environ["PYTHONPATH"] = os.pathsep.join(
+            [pp] + [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p])
+
+
 def need_env(name):
     v = os.environ.get(name)
     if not v or not os.path.exists(v):
-        print("FAIL: %s is not set to an existing path (%r); run through ctest" % (name, v))
+        print("FAIL: %s is not set to an existing path (%r); run through ctest or give "
+              "--build DIR" % (name, v))
         sys.exit(1)
     return v
 
@@ -70,16 +100,17 @@ class Job:
     images: dataset size; the rest are job keys."""
 
     def __init__(self, images=800, batch_size=16, world_size=2, epochs=2, side=112,
-                 dtype="uint8"):
+                 dtype="uint8", name="cluster"):
+        self.name = name
         self.images, self.batch_size, self.world_size = images, batch_size, world_size
         self.epochs, self.side, self.dtype = epochs, side, dtype
 
     def text(self):
-        return ("name = cluster\nsource = imagefolder\ndataset = imagefolder\n"
-                "pipeline = train\nheight = %d\nwidth = %d\ndtype = %s\nlayout = nchw\n"
-                "batch_size = %d\nworld_size = %d\nepochs = %d\nseed = 7\n" %
-                (self.side, self.side, self.dtype, self.batch_size, self.world_size,
-                 self.epochs))
+        return ("name = %s\nsource = imagefolder\ndataset = imagefolder\npipeline = train\n"
+                "height = %d\nwidth = %d\ndtype = %s\nlayout = nchw\nbatch_size = %d\n"
+                "world_size = %d\nepochs = %d\nseed = 7\n" %
+                (self.name, self.side, self.side, self.dtype, self.batch_size,
+                 self.world_size, self.epochs))
 
     def steps_per_rank(self):
         return self.epochs * (self.images // (self.world_size * self.batch_size))
@@ -98,7 +129,6 @@ class Run:
                  keep=False):
         self.name, self.job, self.keep = name, job, keep
         self.data_hosts, self.dnn_hosts = list(data_hosts), list(dnn_hosts)
-        self.work = tempfile.mkdtemp(prefix="stoker-cluster-%s-" % name)
         self.bins = {
             "stoker-coordinator": need_env("STOKER_BIN_COORDINATOR"),
             "stoker-worker": need_env("STOKER_BIN_WORKER"),
@@ -107,6 +137,7 @@ class Run:
             "stoker-dataset": need_env("STOKER_BIN_DATASET"),
         }
         self.launch = os.environ.get("STOKER_LAUNCH", "")
+        self.work = tempfile.mkdtemp(prefix="stoker-cluster-%s-" % name)
         # one bin dir for the launcher's --bin-dir (the binaries live in
         # several build folders)
         self.bin_dir = os.path.join(self.work, "bin")
@@ -159,11 +190,15 @@ class Run:
         e.update(extra or {})
         return e
 
-    def make_dataset(self):
+    def make_dataset(self, sides=(96, 160)):
+        """The job's JPEGs (longer side in `sides`; None: the generator's
+        ImageNet-like default) and job file under the work folder."""
         import subprocess
-        r = subprocess.run([self.bins["stoker-dataset"], "gen", "--out", self.data, "--count",
-                            str(self.job.images), "--classes", "10", "--layout", "imagefolder",
-                            "--min-side", "96", "--max-side", "160", "--seed", "3"],
+        argv = [self.bins["stoker-dataset"], "gen", "--out", self.data, "--count",
+                str(self.job.images), "--classes", "10", "--layout", "imagefolder", "--seed", "3"]
+        if sides:
+            argv += ["--min-side", str(sides[0]), "--max-side", str(sides[1])]
+        r = subprocess.run(argv,
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=120)
         if r.returncode != 0:
@@ -193,11 +228,11 @@ class Run:
         if not self.launch or not os.path.exists(self.launch):
             check(False, "the launcher exists (STOKER_LAUNCH=%r)" % self.launch)
             raise SystemExit(1)
-        argv = [sys.executable, self.launch] + backend_args + [
+        argv = [netcluster.PYTHON, self.launch] + backend_args + [
             "--job", self.job_file, "--data-root", self.data, "--bin-dir", self.bin_dir,
             "--wait-coordinator-s", "60", "--"]
         if host in self.dnn_hosts:
-            wrap = [sys.executable, os.path.join(HERE, "stamp.py"), self.stamp_path(host)]
+            wrap = [netcluster.PYTHON, os.path.join(HERE, "stamp.py"), self.stamp_path(host)]
             if fail_after is not None:
                 wrap += ["--fail-after", str(fail_after), "--fail-code", str(fail_code)]
             argv += wrap + ["--"] + (train or self.train_loop())
@@ -378,7 +413,7 @@ def sc_smoke(args):
         check(res.returncode == 0 and res.stdout.split()[0] == c.hosts["algo-3"].addr,
               "algo-1 resolves algo-3 to %s (%s)" % (c.hosts["algo-3"].addr,
                                                      res.stdout.strip()))
-        p = c.spawn("algo-4", [sys.executable, "-c",
+        p = c.spawn("algo-4", [netcluster.PYTHON, "-c",
                                "import socket; print(socket.gethostname())"], "hostname.log")
         p.wait(timeout=20)
         check(r.log("hostname").strip() == "algo-4",
@@ -647,6 +682,67 @@ def sc_hosts(args):
             check(served[h] is not None and served[h][0] > 0, "%s served batches" % h)
 
 
+class Tail:
+    """Prints the new lines of some logs that match a pattern (the demo's
+    live view)."""
+
+    def __init__(self, run, hosts, pattern):
+        self.run, self.pat, self.pos = run, re.compile(pattern), {h: 0 for h in hosts}
+
+    def pump(self):
+        for h in self.pos:
+            try:
+                with open(os.path.join(self.run.work, "%s.log" % h), errors="replace") as f:
+                    f.seek(self.pos[h])
+                    chunk = f.read()
+            except OSError:
+                continue
+            end = chunk.rfind("\n") + 1  # whole lines only
+            self.pos[h] += len(chunk[:end].encode())
+            for line in chunk[:end].splitlines():
+                if self.pat.search(line):
+                    print("   " + line, flush=True)
+
+
+def sc_demo(args):
+    """scripts/demo.sh --cluster: the demo job on 2 data + 2 dnn hosts
+    (SageMaker backend), rank 0's progress live, who served what."""
+    images = int(os.environ.get("DEMO_IMAGES", "1600"))
+    epochs = int(os.environ.get("DEMO_EPOCHS", "2"))
+    step_ms = int(os.environ.get("DEMO_STEP_MS", "5"))
+    job = Job(images=images, batch_size=32, world_size=2, epochs=epochs, side=224, name="demo")
+    with Run("demo", ["algo-1", "algo-2"], ["algo-3", "algo-4"], job, subnet=60,
+             keep=True) as r:
+        print("== generating %d JPEGs (ImageNet-like sizes), visible to every host" % images)
+        r.make_dataset(sides=None)
+        print("== job (%s):" % r.job_file)
+        sys.stdout.write("".join("   " + line for line in open(r.job_file)))
+        print("== stoker-launch --backend sagemaker on every host (a resourceconfig.json "
+              "each); rank 0 on algo-3 shows progress, rank 1 on algo-4 verifies every "
+              "batch:", flush=True)
+        for h in r.data_hosts + r.dnn_hosts:
+            train = r.train_loop(step_ms=step_ms, verify=(h == "algo-4"),
+                                 progress=(h == "algo-3"))
+            r.start_launcher(h, ["--backend", "sagemaker"], train=train,
+                             env=sagemaker_env(r, h))
+        tail = Tail(r, r.data_hosts + r.dnn_hosts,
+                    r"this host is|^rank 0: |^summary|^input-bound|: exiting|exited with code")
+        deadline = time.monotonic() + 600
+        while len(r.ended) < len(r.procs) and time.monotonic() < deadline:
+            tail.pump()
+            r.poll()
+            time.sleep(0.2)
+        tail.pump()
+        r.wait_all(1)
+        end = success_end(r)
+        served = r.report(duration=end - r.t0)
+        check(all(served[h] for h in r.data_hosts), "every data host served batches")
+        r.check_train_loop("algo-4")
+        print("== exit status: %s" % "  ".join("%s=%s" % (h, r.procs[h].returncode)
+                                              for h in r.data_hosts + r.dnn_hosts))
+        r.expect_exits({h: 0 for h in r.procs}, SUCCESS_EXIT_S, end)
+
+
 SCENARIOS = {
     "smoke": sc_smoke,
     "sagemaker": sc_sagemaker,
@@ -656,6 +752,7 @@ SCENARIOS = {
     "slow_link": sc_slow_link,
     "slurm": sc_slurm,
     "hosts": sc_hosts,
+    "demo": sc_demo,  # not a ctest test: scripts/demo.sh --cluster
 }
 
 
@@ -663,7 +760,12 @@ class Args:
     def __init__(self, argv):
         self.bench = "--bench" in argv
         self.keep = "--keep" in argv
+        self.build = None
         rest = [a for a in argv if a not in ("--bench", "--keep")]
+        if "--build" in rest:
+            i = rest.index("--build")
+            self.build = rest[i + 1] if i + 1 < len(rest) else ""
+            del rest[i:i + 2]
         self.name = rest[0] if len(rest) == 1 else None
 
 
@@ -674,9 +776,14 @@ def main(argv):
         return 0
     a = Args(argv)
     if a.name not in SCENARIOS:
-        print("usage: scenarios.py SCENARIO [--bench] [--keep] | --list\nscenarios: %s" %
-              " ".join(SCENARIOS), file=sys.stderr)
+        print("usage: scenarios.py SCENARIO [--build DIR] [--bench] [--keep] | --list\n"
+              "scenarios: %s" % " ".join(SCENARIOS), file=sys.stderr)
         return 2
+    if a.build is not None:
+        if not os.path.isdir(a.build):
+            print("scenarios.py: --build %r is not a directory" % a.build, file=sys.stderr)
+            return 2
+        env_from_build(a.build)
     why = netcluster.check_supported()
     if why:
         print("SKIP: cannot simulate a cluster here: %s" % why)
