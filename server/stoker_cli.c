@@ -77,7 +77,8 @@ static const char wait_exit_codes[] =
     "  0  the job ended normally (every rank finished, rank 0 ended it, or the\n"
     "     coordinator was stopped with a signal)\n"
     "  1  the coordinator was unreachable for longer than --timeout-s (never up, or\n"
-    "     gone before this command saw how the job ended)\n"
+    "     gone before this command saw how the job ended), or refused the call\n"
+    "     (e.g. a wrong --token)\n"
     "  2  usage error\n"
     "  4  the job failed: it was aborted (the coordinator's abort code)\n";
 
@@ -225,7 +226,9 @@ out:
 }
 
 /* One WatchWorkers stream until its last list: WAIT_DONE or WAIT_FAILED
- * (the reason printed), or -1 when the stream broke or never opened. */
+ * (the reason printed), WAIT_UNREACHABLE when the coordinator refused the
+ * call for good (wrong token: retrying cannot help), or -1 when the stream
+ * broke or never opened. */
 static int wait_watch(stk_rpc_channel *ch, int *connected) {
   stk_rpc_stream *s = NULL;
   int rc = -1;
@@ -236,6 +239,17 @@ static int wait_watch(stk_rpc_channel *ch, int *connected) {
     grpc_byte_buffer *bb = NULL;
     int r = stk_rpc_stream_recv(s, &bb, 1000);
     if (r == -2) continue; /* no change yet; the coordinator is up */
+    if (r == 0) {          /* ended with a status: a refusal is final */
+      char det[256];
+      int code = stk_rpc_stream_status(s, 1000, det, sizeof(det));
+      if (code == GRPC_STATUS_UNAUTHENTICATED || code == GRPC_STATUS_PERMISSION_DENIED ||
+          code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_UNIMPLEMENTED) {
+        fprintf(stderr, "stoker wait: %s: gRPC status %d%s%s\n", opt.coordinator, code,
+                *det ? ": " : "", det);
+        rc = WAIT_UNREACHABLE;
+      }
+      break;
+    }
     if (r != 1) break;
     Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk_rpc_unpack(
         &stoker__v1__worker_list__descriptor, bb, 1 << 22);

@@ -6,11 +6,13 @@
  * and the reason (not a hang) within 10 s, `stoker wait` exits 4 and prints
  * the reason; the reason's control bytes never reach a log line raw.
  * Also: abort with a rank outside the job (exit 1, clear message), a too
- * long --reason (exit 2), and `stoker wait` on a dead address (exit 1
- * after --timeout-s).
+ * long --reason (exit 2), `stoker wait` on a dead address (exit 1 after
+ * --timeout-s) and with a wrong token (exit 1 at once, the status shown).
  *
  * usage: test_abort <stoker-coordinator> <stoker-worker> <stoker>
  */
+#include <signal.h>
+
 #include "daemon_util.h"
 #include "e2e_util.h"
 
@@ -145,6 +147,28 @@ int main(int argc, char **argv) {
   double tw = now_s();
   CHECK(run_cli("wait-dead", dead, 15000, &waiter) == 1);
   CHECK(now_s() - tw < 10.0);
+
+  /* A coordinator that refuses the call (wrong token): wait says so at
+   * once instead of retrying until its timeout. */
+  const char *tok[] = {"--token", "right-token", "--set", "num_samples=64", NULL};
+  stk_proc co2;
+  int port2 = du_start_coordinator(&co2, "coordinator-token", tok);
+  CHECK(port2 > 0);
+  if (port2 > 0) {
+    char target2[64];
+    snprintf(target2, sizeof target2, "127.0.0.1:%d", port2);
+    char *refused[] = {(char *)cli_bin, "wait",    "--coordinator",
+                       target2,         "--token", "wrong-token",
+                       "--timeout-s",   "60",      NULL};
+    tw = now_s();
+    CHECK(run_cli("wait-refused", refused, 20000, &waiter) == 1);
+    CHECK(now_s() - tw < 10.0);
+    log = read_log(&waiter);
+    CHECK(log && strstr(log, "gRPC status 16"));
+    free(log);
+    proc_signal(&co2, SIGTERM);
+    CHECK(proc_wait(&co2, 20000) == 0);
+  }
 
   if (check_failures) {
     proc_dump_log(&co);

@@ -1,0 +1,334 @@
+"""test_launch_unit.py - the pure logic of deploy/stoker-launch, no daemons:
+Slurm host-list expansion (and its bad syntax), SageMaker resource-config
+parsing (and malformed files), role and rank assignment, the training
+environment, backend detection, binary lookup, token hiding in logs, and
+the command line itself (--dry-run and usage errors as a process).
+
+Usage: test_launch_unit.py STOKER_LAUNCH [BIN_DIR]
+Exit 0 all passed, 1 a test failed (unittest's report says which).
+"""
+import importlib.machinery
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import unittest
+
+LAUNCH = BIN_DIR = None
+L = None  # the launcher, imported as a module
+
+
+def load(path):
+    loader = importlib.machinery.SourceFileLoader("stoker_launch", path)
+    spec = importlib.util.spec_from_loader("stoker_launch", loader)
+    mod = importlib.util.module_from_spec(spec)
+    loader.exec_module(mod)
+    return mod
+
+
+class HostList(unittest.TestCase):
+    def test_expansions(self):
+        e = L.expand_hostlist
+        self.assertEqual(e("node1"), ["node1"])
+        self.assertEqual(e("a,b,c"), ["a", "b", "c"])
+        self.assertEqual(e("node[01-03,7],gpu-a[1-2]"),
+                         ["node01", "node02", "node03", "node7", "gpu-a1", "gpu-a2"])
+        self.assertEqual(e("n[8-11]"), ["n8", "n9", "n10", "n11"])
+        self.assertEqual(e("n[098-101]"), ["n098", "n099", "n100", "n101"])
+        self.assertEqual(e("rack[1-2]-n[1-2]"), ["rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2"])
+        self.assertEqual(e("x[3]y"), ["x3y"])
+        self.assertEqual(e(" cpu[1-2] "), ["cpu1", "cpu2"])
+        self.assertEqual(e("10.0.0.[5-6]"), ["10.0.0.5", "10.0.0.6"])
+
+    def test_bad_syntax(self):
+        for bad in ("", "   ", "n[1-3", "n1-3]", "n[[1-2]]", "n[]", "n[a-b]", "n[3-1]",
+                    "n[1-2,]", "a,,b", "a,", "n[1--2]", "n[-2]", "n[1-999999999]", "a b"):
+            with self.assertRaises(L.UsageError, msg=bad):
+                L.expand_hostlist(bad)
+
+    def test_error_names_the_list(self):
+        with self.assertRaises(L.UsageError) as cm:
+            L.expand_hostlist("node[3-1]")
+        self.assertIn("node[3-1]", str(cm.exception))
+        self.assertIn("backwards", str(cm.exception))
+
+
+def rc(**kw):
+    d = {"current_host": "algo-1", "current_group_name": "dnn_group",
+         "hosts": ["algo-1", "algo-2", "algo-3", "algo-4"],
+         "instance_groups": [
+             {"instance_group_name": "data_group", "instance_type": "ml.c5.18xlarge",
+              "hosts": ["algo-3", "algo-4"]},
+             {"instance_group_name": "dnn_group", "instance_type": "ml.p4d.24xlarge",
+              "hosts": ["algo-1", "algo-2"]}]}
+    d.update(kw)
+    return json.dumps(d)
+
+
+class ResourceConfig(unittest.TestCase):
+    def test_heterogeneous(self):
+        self.assertEqual(L.parse_resource_config(rc()),
+                         (["algo-3", "algo-4"], ["algo-1", "algo-2"], "algo-1"))
+
+    def test_group_names(self):
+        t = rc(instance_groups=[{"instance_group_name": "cpu", "hosts": ["b"]},
+                                {"instance_group_name": "gpu", "hosts": ["a"]}])
+        self.assertEqual(L.parse_resource_config(t, "cpu", "gpu"), (["b"], ["a"], "algo-1"))
+        with self.assertRaises(L.UsageError) as cm:
+            L.parse_resource_config(t)  # default names: no dnn_group
+        self.assertIn("dnn_group", str(cm.exception))
+        self.assertIn("cpu, gpu", str(cm.exception))
+
+    def test_homogeneous(self):
+        # no instance_groups: every host trains and serves
+        self.assertEqual(L.parse_resource_config(rc(instance_groups=[])),
+                         ([], ["algo-1", "algo-2", "algo-3", "algo-4"], "algo-1"))
+        d = json.loads(rc())
+        del d["instance_groups"]
+        self.assertEqual(L.parse_resource_config(json.dumps(d))[0], [])
+        # one group, whatever its name
+        t = rc(instance_groups=[{"instance_group_name": "train", "hosts": ["algo-1"]}])
+        self.assertEqual(L.parse_resource_config(t), ([], ["algo-1"], "algo-1"))
+        # only the dnn group
+        t = rc(instance_groups=[{"instance_group_name": "dnn_group", "hosts": ["algo-1"]},
+                                {"instance_group_name": "other", "hosts": ["algo-9"]}])
+        self.assertEqual(L.parse_resource_config(t), ([], ["algo-1"], "algo-1"))
+
+    def test_malformed(self):
+        bad = ["", "{", "[]", "null", '"x"', json.dumps({"hosts": ["a"]}),
+               rc(current_host=""), rc(current_host=5), rc(instance_groups={}),
+               rc(instance_groups=[{"hosts": ["a"]}]),
+               rc(instance_groups=[{"instance_group_name": "dnn_group", "hosts": "algo-1"}]),
+               rc(instance_groups=[{"instance_group_name": "dnn_group", "hosts": [1]}]),
+               rc(instance_groups=[{"instance_group_name": "dnn_group", "hosts": []}]),
+               rc(instance_groups=[{"instance_group_name": "dnn_group", "hosts": ["a", "a"]}]),
+               rc(instance_groups=[{"instance_group_name": "dnn_group", "hosts": ["a"]},
+                                   {"instance_group_name": "dnn_group", "hosts": ["b"]}]),
+               rc(instance_groups=[{"instance_group_name": "dnn_group", "hosts": ["a"]},
+                                   {"instance_group_name": "data_group", "hosts": ["a"]}]),
+               rc(instance_groups=[{"instance_group_name": "data_group", "hosts": ["a"]}]),
+               rc(instance_groups=[], hosts=[])]
+        for t in bad:
+            with self.assertRaises(L.UsageError, msg=t):
+                L.parse_resource_config(t, source="rc.json")
+        with self.assertRaises(L.UsageError) as cm:
+            L.parse_resource_config("{ nope", source="/x/rc.json")
+        self.assertIn("/x/rc.json", str(cm.exception))
+        self.assertIn("not valid JSON", str(cm.exception))
+
+
+class Plan(unittest.TestCase):
+    def test_ranks(self):
+        data, dnn = ["d1", "d2"], ["g1", "g2", "g3"]
+        p = L.plan(data, dnn, "g1", 2, 7070)
+        self.assertEqual((p["role"], p["is_coordinator"], p["run_worker"]), ("dnn", True, False))
+        self.assertEqual((p["ranks"], p["world_size"], p["nnodes"]), ([0, 1], 6, 3))
+        self.assertEqual(p["coordinator"], "g1:7070")
+        p = L.plan(data, dnn, "g3", 2, 7070)
+        self.assertEqual((p["ranks"], p["node_rank"], p["is_coordinator"]), ([4, 5], 2, False))
+        p = L.plan(data, dnn, "d2", 2, 9000)
+        self.assertEqual((p["role"], p["run_worker"], p["ranks"]), ("data", True, []))
+        self.assertEqual(p["coordinator"], "g1:9000")
+        # every rank exactly once over the dnn hosts
+        ranks = sorted(r for h in dnn for r in L.plan(data, dnn, h, 4, 1)["ranks"])
+        self.assertEqual(ranks, list(range(12)))
+
+    def test_homogeneous_runs_workers_on_dnn(self):
+        p = L.plan([], ["a", "b"], "b", 1, 7070)
+        self.assertTrue(p["run_worker"])
+        self.assertEqual(p["ranks"], [1])
+
+    def test_world_size_for_torchrun(self):
+        p = L.plan([], ["a", "b"], "b", 1, 7070, world_size=16)
+        self.assertEqual((p["world_size"], p["ranks"]), (16, [1]))
+        with self.assertRaises(L.UsageError):
+            L.plan([], ["a", "b"], "b", 1, 7070, world_size=1)
+
+    def test_bad(self):
+        with self.assertRaises(L.UsageError) as cm:
+            L.plan(["d"], ["g"], "x", 1, 7070)
+        self.assertIn("neither", str(cm.exception))
+        with self.assertRaises(L.UsageError):
+            L.plan(["a"], ["a"], "a", 1, 7070)
+        with self.assertRaises(L.UsageError):
+            L.plan(["d"], [], "d", 1, 7070)
+        with self.assertRaises(L.UsageError):
+            L.plan(["d"], ["g"], "g", 0, 7070)
+
+    def test_env(self):
+        p = L.plan(["d"], ["g1", "g2"], "g2", 4, 7070)
+        env = L.train_env({"PATH": "/bin"}, p, 3, 4)
+        self.assertEqual(env["RANK"], "7")
+        self.assertEqual(env["WORLD_SIZE"], "8")
+        self.assertEqual(env["LOCAL_RANK"], "3")
+        self.assertEqual(env["NODE_RANK"], "1")
+        self.assertEqual(env["NNODES"], "2")
+        self.assertEqual(env["MASTER_ADDR"], "g1")
+        self.assertEqual(env["MASTER_PORT"], "29500")
+        self.assertEqual(env["STOKER_COORDINATOR"], "g1:7070")
+        self.assertEqual(env["PATH"], "/bin")
+        self.assertEqual(L.train_env({"MASTER_PORT": "1234"}, p, 0, 4)["MASTER_PORT"], "1234")
+
+
+class Args:
+    def __init__(self, **kw):
+        self.data_hosts = self.dnn_hosts = self.current_host = self.backend = None
+        self.data_group, self.dnn_group = "data_group", "dnn_group"
+        self.__dict__.update(kw)
+
+
+class Backends(unittest.TestCase):
+    def test_detect(self):
+        with tempfile.TemporaryDirectory() as d:
+            rcp = os.path.join(d, "rc.json")
+            with open(rcp, "w") as f:
+                f.write(rc(current_host="algo-3"))
+            self.assertEqual(L.detect_backend(Args(dnn_hosts="a"), {}), "hosts")
+            self.assertEqual(L.detect_backend(Args(), {"STOKER_RESOURCE_CONFIG": rcp,
+                                                       "SLURM_JOB_NODELIST": "x"}), "sagemaker")
+            if not os.path.exists(L.DEFAULT_RESOURCE_CONFIG):
+                self.assertEqual(L.detect_backend(
+                    Args(), {"SLURM_JOB_NODELIST_HET_GROUP_1": "g[1-2]"}), "slurm")
+                with self.assertRaises(L.UsageError):
+                    L.detect_backend(Args(), {})
+            b, data, dnn, cur = L.topology(Args(), {"STOKER_RESOURCE_CONFIG": rcp})
+            self.assertEqual((b, data, dnn, cur),
+                             ("sagemaker", ["algo-3", "algo-4"], ["algo-1", "algo-2"], "algo-3"))
+            with self.assertRaises(L.UsageError):  # missing file
+                L.topology(Args(backend="sagemaker"),
+                           {"STOKER_RESOURCE_CONFIG": os.path.join(d, "none.json")})
+
+    def test_slurm(self):
+        env = {"SLURM_JOB_NODELIST_HET_GROUP_0": "cpu[01-02]",
+               "SLURM_JOB_NODELIST_HET_GROUP_1": "gpu[7,9]", "SLURMD_NODENAME": "gpu9"}
+        self.assertEqual(L.topology(Args(backend="slurm"), env),
+                         ("slurm", ["cpu01", "cpu02"], ["gpu7", "gpu9"], "gpu9"))
+        self.assertEqual(L.topology(Args(backend="slurm", current_host="cpu02"), env)[3], "cpu02")
+        # plain allocation: all training nodes
+        self.assertEqual(L.topology(Args(backend="slurm"), {"SLURM_JOB_NODELIST": "n[1-2]",
+                                                            "SLURMD_NODENAME": "n1"})[1:3],
+                         ([], ["n1", "n2"]))
+        for bad in ({}, {"SLURM_JOB_NODELIST_HET_GROUP_1": "gpu[1-"},
+                    {"SLURM_JOB_NODELIST_HET_GROUP_0": "n1", "SLURM_JOB_NODELIST_HET_GROUP_1": "n1"}):
+            with self.assertRaises(L.UsageError, msg=str(bad)):
+                L.topology(Args(backend="slurm"), bad)
+
+    def test_hosts(self):
+        self.assertEqual(L.topology(Args(backend="hosts", data_hosts="a, b", dnn_hosts="c",
+                                         current_host="b"), {}),
+                         ("hosts", ["a", "b"], ["c"], "b"))
+        for kw in ({"dnn_hosts": None}, {"dnn_hosts": "c,c"}, {"dnn_hosts": "c d"}):
+            a = dict(backend="hosts", data_hosts="a", current_host="a")
+            a.update(kw)
+            with self.assertRaises(L.UsageError, msg=str(kw)):
+                L.topology(Args(**a), {})
+
+
+class Binaries(unittest.TestCase):
+    def test_lookup(self):
+        with tempfile.TemporaryDirectory() as d:
+            b = os.path.join(d, "stoker-worker")
+            with open(b, "w") as f:
+                f.write("#!/bin/sh\n")
+            os.chmod(b, 0o755)
+            self.assertEqual(L.find_binary("stoker-worker", bin_dir=d), b)
+            with self.assertRaises(L.UsageError) as cm:
+                L.find_binary("stoker-nothing", bin_dir=d)
+            self.assertIn("--bin-dir", str(cm.exception))
+            # next to the launcher
+            self.assertEqual(L.find_binary("stoker-worker", launcher=os.path.join(d, "x")), b)
+            # PATH last
+            with self.assertRaises(L.UsageError):
+                L.find_binary("stoker-nothing-at-all", launcher=os.path.join(d, "x"), path=d)
+
+    def test_token_hidden(self):
+        s = L.shown(["stoker-worker", "--token", "s3cret", "--reason", "a b"])
+        self.assertNotIn("s3cret", s)
+        self.assertIn("'a b'", s)
+
+
+def run(*args, env=None, timeout=30):
+    e = dict(os.environ)
+    e.pop("STOKER_RESOURCE_CONFIG", None)
+    e.update(env or {})
+    return subprocess.run([LAUNCH] + list(args), capture_output=True, text=True, env=e,
+                          timeout=timeout, stdin=subprocess.DEVNULL)
+
+
+class CommandLine(unittest.TestCase):
+    def bins(self):
+        return ["--bin-dir", BIN_DIR] if BIN_DIR else []
+
+    def test_help(self):
+        r = run("--help")
+        self.assertEqual(r.returncode, 0)
+        for word in ("exit codes", "--procs-per-host", "--wait-coordinator-s", "torchrun",
+                     "SLURM_JOB_NODELIST_HET_GROUP_0", "resourceconfig.json", "143"):
+            self.assertIn(word, r.stdout)
+
+    def test_usage_errors(self):
+        self.assertEqual(run("--job", "j").returncode, 2)  # no command
+        self.assertEqual(run("--", "true").returncode, 2)  # no --job
+        r = run("--job", "j", "--procs-per-host", "0", "--", "true")
+        self.assertEqual(r.returncode, 2)
+        r = run("--backend", "hosts", "--job", "j", "--data-hosts", "a", "--dnn-hosts", "b",
+                "--current-host", "zzz", "--", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("neither list", r.stderr)
+        self.assertIn("stoker-launch[", r.stderr)
+        r = run("--backend", "hosts", "--job", "j", "--dnn-hosts", "b", "--current-host", "b",
+                "--bin-dir", "/nonexistent", "--", "true")
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("not found", r.stderr)
+        with tempfile.TemporaryDirectory() as d:
+            p = os.path.join(d, "rc.json")
+            with open(p, "w") as f:
+                f.write('{"current_host": "algo-1", "hosts": ["algo-1"')
+            r = run("--backend", "sagemaker", "--job", "j", "--", "true",
+                    env={"STOKER_RESOURCE_CONFIG": p})
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("not valid JSON", r.stderr)
+        r = run("--backend", "slurm", "--job", "j", "--", "true",
+                env={"SLURM_JOB_NODELIST_HET_GROUP_1": "gpu[1-2", "SLURMD_NODENAME": "gpu1"})
+        self.assertEqual(r.returncode, 2)
+        self.assertIn("gpu[1-2", r.stderr)
+
+    def test_dry_run_slurm(self):
+        env = {"SLURM_JOB_NODELIST_HET_GROUP_0": "cpu[1-2]",
+               "SLURM_JOB_NODELIST_HET_GROUP_1": "gpu[01-02]", "SLURMD_NODENAME": "gpu02"}
+        if os.path.exists(L.DEFAULT_RESOURCE_CONFIG):
+            self.skipTest("a real SageMaker resource config is present")
+        r = run("--job", "/dev/null", "--procs-per-host", "8", "--dry-run", *self.bins(), "--",
+                "python3", "train.py", env=env)
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p = json.loads(r.stdout)
+        self.assertEqual((p["backend"], p["role"], p["node_rank"], p["world_size"]),
+                         ("slurm", "dnn", 1, 16))
+        self.assertEqual(p["ranks"], list(range(8, 16)))
+        self.assertEqual(p["coordinator"], "gpu01:7070")
+
+    def test_token_file_needs_support(self):
+        with tempfile.TemporaryDirectory() as d:
+            t = os.path.join(d, "tok")
+            with open(t, "w") as f:
+                f.write("s3cret\n")
+            r = run("--backend", "hosts", "--job", "/dev/null", "--dnn-hosts", "a",
+                    "--current-host", "a", "--token-file", t, "--dry-run", *self.bins(), "--",
+                    "true")
+            self.assertNotIn("s3cret", r.stdout + r.stderr)
+            if r.returncode == 2:  # this build's daemons cannot read a token file
+                self.assertIn("--token-file", r.stderr)
+            else:
+                self.assertEqual(r.returncode, 0, r.stderr)
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        print(__doc__)
+        sys.exit(2)
+    LAUNCH = sys.argv[1]
+    BIN_DIR = sys.argv[2] if len(sys.argv) > 2 else None
+    L = load(LAUNCH)
+    unittest.main(argv=[sys.argv[0], "-v"])
