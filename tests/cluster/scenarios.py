@@ -342,6 +342,8 @@ class Run:
             out[h] = (int(m.group(1)), int(m.group(2))) if m else None
         return out
 
+    link_base = {}  # host -> (tx, rx) not to count (the bench's baseline)
+
     def report(self, duration=None):
         """Print which host served how much, and the bytes on each link."""
         served = self.served()
@@ -350,6 +352,8 @@ class Run:
               "(eth0 statistics):")
         for h in self.data_hosts + self.dnn_hosts:
             tx, rx = self.cluster.link_bytes(h)
+            btx, brx = self.link_base.get(h, (0, 0))
+            tx, rx = tx - btx, rx - brx
             s = served.get(h)
             what = ""
             if h in served:
@@ -360,6 +364,9 @@ class Run:
                         what += "  %6.1f batches/s" % (s[0] / duration)
                 else:
                     what = "(no exit line: killed)"
+            if duration:
+                what += "  link %5.1f MB/s out, %5.1f in" % (tx / 1e6 / duration,
+                                                            rx / 1e6 / duration)
             print("   %-8s %-6s link %-8s tx %8.1f MB  rx %8.1f MB  %s" %
                   (h, "data" if h in self.data_hosts else "dnn", self.cluster.hosts[h].rate,
                    tx / 1e6, rx / 1e6, what))
@@ -387,6 +394,45 @@ def sagemaker_env(r, host):
     return {"STOKER_RESOURCE_CONFIG": sm_config(
         os.path.join(r.work, "%s.resourceconfig.json" % host), host, r.data_hosts,
         r.dnn_hosts)}
+
+
+# raw TCP across one shaped link: the baseline the bench prints beside
+# stoker's own rate (receiver: MB/s from its first byte to its last)
+TCP_RECV = ("import socket, time\n"
+            "s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)\n"
+            "s.bind(('0.0.0.0', 7999)); s.listen(1); s.settimeout(30)\n"
+            "c, _ = s.accept(); c.settimeout(30); n = 0; t0 = None\n"
+            "while True:\n"
+            "    b = c.recv(1 << 20)\n"
+            "    if not b: break\n"
+            "    if t0 is None: t0 = time.monotonic()\n"
+            "    n += len(b)\n"
+            "print('raw_tcp_bytes %d seconds %.4f' % (n, time.monotonic() - t0))\n")
+TCP_SEND = ("import socket, sys, time\n"
+            "for i in range(100):\n"
+            "    try: s = socket.create_connection((sys.argv[1], 7999), timeout=30); break\n"
+            "    except OSError: time.sleep(0.05)\n"
+            "buf = b'x' * (4 << 20)\n"
+            "for i in range(int(sys.argv[2]) // len(buf)): s.sendall(buf)\n"
+            "s.close()\n")
+
+
+def raw_tcp(r, src, dst, nbytes=200 << 20):
+    """MB/s of one plain TCP stream src -> dst over the shaped links."""
+    rx = r.cluster.spawn(dst, [netcluster.PYTHON, "-c", TCP_RECV], "tcp-recv.log")
+    tx = r.cluster.spawn(src, [netcluster.PYTHON, "-c", TCP_SEND, dst, str(nbytes)],
+                         "tcp-send.log")
+    try:
+        tx.wait(timeout=60)
+        rx.wait(timeout=30)
+    except Exception:
+        check(False, "raw TCP %s -> %s finished" % (src, dst))
+        return None
+    m = re.search(r"raw_tcp_bytes (\d+) seconds ([\d.]+)", r.log("tcp-recv"))
+    if not check(m is not None and int(m.group(1)) > 0, "raw TCP %s -> %s measured" %
+                 (src, dst)):
+        return None
+    return int(m.group(1)) / float(m.group(2)) / 1e6
 
 
 def success_end(r):
@@ -460,6 +506,13 @@ def sc_sagemaker(args):
              keep=args.keep) as r:
         r.make_dataset()
         use_torch = not SANITIZED and not bench
+        if bench:
+            before = {h: r.cluster.link_bytes(h) for h in r.data_hosts + r.dnn_hosts}
+            mbs = raw_tcp(r, "algo-1", "algo-3")
+            if mbs:
+                print("   baseline: one raw TCP stream algo-1 -> algo-3: %.1f MB/s (%.0f "
+                      "Mbit/s)" % (mbs, mbs * 8), flush=True)
+            r.link_base = {h: r.cluster.link_bytes(h) for h in before}
         for h in r.data_hosts + r.dnn_hosts:
             train = r.train_loop(step_ms=args.step_ms if bench else 20, verify=not bench,
                                  progress=(h == "algo-3"))
