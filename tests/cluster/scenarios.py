@@ -605,14 +605,22 @@ def sc_data_kill(args):
 
 
 def sc_late_join(args):
-    """A data host whose launcher starts 10 s after the others: it waits
-    for nothing, registers and then serves batches."""
+    """A data host that starts 3 s before the coordinator's host waits for
+    it; one whose launcher starts 10 s after the dnn hosts registers and
+    then serves batches."""
     job = Job(images=800, epochs=6)
     step_ms = 110  # 150 steps x 110 ms: the job runs 6 s past the late start
     with Run("late_join", ["algo-1", "algo-2"], ["algo-3", "algo-4"], job, subnet=34,
              keep=args.keep) as r:
         r.make_dataset()
-        for h in ["algo-1", "algo-3", "algo-4"]:
+        r.start_launcher("algo-1", ["--backend", "sagemaker"], env=sagemaker_env(r, "algo-1"))
+        t_dnn = time.monotonic() + 3
+        while time.monotonic() < t_dnn:
+            r.poll()
+            time.sleep(0.1)
+        check("algo-1" not in r.ended and "waiting for the coordinator" in r.log("algo-1"),
+              "algo-1, started before any dnn host, waits for the coordinator")
+        for h in ["algo-3", "algo-4"]:
             r.start_launcher(h, ["--backend", "sagemaker"],
                              train=r.train_loop(step_ms=step_ms, progress=True),
                              env=sagemaker_env(r, h))
