@@ -28,7 +28,7 @@ import subprocess
 import sys
 import time
 
-PREFIX = "stkc"  # namespace names: stkc<pid>-<host>, stkc<pid>-br
+PREFIX = "stkc"  # namespace names: stkc<pid>-<n>-<host>, stkc<pid>-<n>-br
 SKIP = 77
 # the interpreter for helper processes: Debian's, as the tests require
 PYTHON = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
@@ -176,11 +176,14 @@ class Cluster:
     Not thread-safe. Raises RuntimeError when a setup command fails (the
     cluster is then already torn down)."""
 
+    _count = 0
+
     def __init__(self, hosts, subnet, workdir, rate="1gbit", rates=None, delay_ms=0.2):
         if not 1 <= subnet <= 254:
             raise ValueError("subnet must be 1..254")
         self.workdir = workdir
-        self.tag = "%s%d" % (PREFIX, os.getpid())
+        Cluster._count += 1  # several clusters in one process get distinct names
+        self.tag = "%s%d-%d" % (PREFIX, os.getpid(), Cluster._count)
         self.bridge_ns = self.tag + "-br"
         self.delay_ms = delay_ms
         self.hosts = {}
