@@ -871,8 +871,8 @@ def main(argv):
     t0 = time.monotonic()
     try:
         SCENARIOS[a.name](a)
-    except (RuntimeError, OSError) as e:
-        check(False, "scenario ran: %s" % e)
+    except (RuntimeError, OSError, subprocess.SubprocessError) as e:
+        check(False, "scenario ran: %s: %s" % (type(e).__name__, e))
     print("%s: %s in %.1f s" % (a.name, "FAILED (%d)" % len(fails) if fails else "passed",
                                 time.monotonic() - t0))
     return 1 if fails else 0
