@@ -85,8 +85,14 @@ def check_supported():
             r = _run(["ip", "netns", "exec", probe, "unshare", "--uts", "true"], check=False)
             if r.returncode != 0:
                 return "cannot create a UTS namespace: %s" % r.stderr.strip()
+            try:  # per-host /etc/hosts live in /etc/netns/NAME/
+                os.makedirs("/etc/netns/" + probe, exist_ok=True)
+            except OSError as e:
+                return "cannot create /etc/netns/%s (per-host name resolution): %s" % (probe,
+                                                                                      e)
         finally:
             _run(["ip", "netns", "del", probe], check=False)
+            shutil.rmtree("/etc/netns/" + probe, ignore_errors=True)
     except (OSError, subprocess.TimeoutExpired) as e:
         return "cannot run ip: %s" % e
     return None
