@@ -27,7 +27,9 @@ STOKER_BIN_COORDINATOR, _WORKER, _CLI, _TRAIN_LOOP, _DATASET, STOKER_LAUNCH,
 STOKER_EXAMPLES, STOKER_LIB and PYTHONPATH (the Python binding), and
 STOKER_SANITIZED=1 for an ASan/UBSan build (smaller jobs; the PyTorch host
 then runs the C loop, as python cannot load a sanitized libstoker). The
-time limits asserted are the same in every build.
+time limits asserted are the same in every build. By hand, `--build DIR`
+fills the unset ones from a build tree and this source tree. `demo` is
+not a test: it is what scripts/demo.sh --cluster runs.
 """
 import json
 import os
