@@ -331,6 +331,18 @@ class Cluster:
             raise RuntimeError("processes %s in %s survived SIGKILL" % (left, h.ns))
         return n
 
+    def freeze_host(self, host):
+        """SIGSTOP everything running in `host` (a machine that hangs: its
+        connections stay open, nothing it was asked for arrives). Returns
+        the number of processes stopped; kill_host() ends them."""
+        pids = _ns_pids(self.hosts[host].ns)
+        for p in pids:
+            try:
+                os.kill(p, signal.SIGSTOP)
+            except ProcessLookupError:
+                pass
+        return len(pids)
+
     def run(self, host, argv, timeout=20):
         """Run a short command on `host` and return CompletedProcess."""
         h = self.hosts[host]

@@ -562,8 +562,10 @@ def sc_sagemaker(args):
 
 
 def sc_data_kill(args):
-    """A data host dies mid-epoch (everything in its namespace SIGKILLed):
-    the job carries on on the other and every host that is left exits 0."""
+    """A data host dies mid-epoch (everything in its namespace stopped for
+    1 s, so what it was asked for hangs, then SIGKILLed): the job carries
+    on on the other, every rank still verifies every step, every host that
+    is left exits 0."""
     job = Job(images=800, epochs=3 if SANITIZED else 4)
     step_ms = 60
     with Run("data_kill", ["algo-1", "algo-2"], ["algo-3", "algo-4"], job, subnet=33,
@@ -592,15 +594,27 @@ def sc_data_kill(args):
         check(all(r.stamp(h) is None for h in r.dnn_hosts), "training still runs at the kill")
         print("killing algo-1 with the ranks at (epoch, step) %s" % where(), flush=True)
         tx_before = r.cluster.link_bytes("algo-2")[0]
+        tx_victim = r.cluster.link_bytes("algo-1")[0]
+        check(tx_victim > job.batch_bytes(), "algo-1 had served batches before it died "
+              "(%.1f MB)" % (tx_victim / 1e6))
+        n = r.cluster.freeze_host("algo-1")
+        time.sleep(1.0)  # the ranks keep asking; what algo-1 was asked hangs
         n = r.cluster.kill_host("algo-1")
-        print("killed algo-1 (%d processes)" % n, flush=True)
+        print("froze algo-1 for 1 s, then killed it (%d processes)" % n, flush=True)
         r.wait_all(120)
         end = success_end(r)
         r.expect_exits({"algo-2": 0, "algo-3": 0, "algo-4": 0}, SUCCESS_EXIT_S, end)
         check(r.procs["algo-1"].returncode == -9, "algo-1's launcher was killed (%s)" %
               r.procs["algo-1"].returncode)
+        reissued = 0
         for h in r.dnn_hosts:
-            r.check_train_loop(h)
+            s = r.check_train_loop(h)
+            if s:
+                reissued += s["reissued"]
+                print("   %s: %d requests re-issued after the kill" % (h, s["reissued"]))
+        # Not asserted: the client sends few requests to a worker it saw as
+        # slow, so algo-1 may hold none at the kill (tests/integration's
+        # test_worker_kill pins that case down on loopback).
         r.report(duration=end - r.t0)
         tx_after = r.cluster.link_bytes("algo-2")[0]
         check(tx_after - tx_before > job.batch_bytes(),
