@@ -637,8 +637,8 @@ def sc_late_join(args):
             time.sleep(0.1)
         check("algo-1" not in r.ended and "waiting for the coordinator" in r.log("algo-1"),
               "algo-1, started before any dnn host, waits for the coordinator")
-        for h in ["algo-3", "algo-4"]:
-            r.start_launcher(h, ["--backend", "sagemaker"],
+        for h in ["algo-3", "algo-4"]:  # training starts without waiting for algo-2
+            r.start_launcher(h, ["--backend", "sagemaker", "--wait-data-hosts-s", "0"],
                              train=r.train_loop(step_ms=step_ms, progress=True),
                              env=sagemaker_env(r, h))
         t_late = time.monotonic() + 10
