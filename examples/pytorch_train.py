@@ -5,7 +5,9 @@ Runs --steps training steps (loss printed, and it must decrease), saves a
 checkpoint holding the model, the optimizer and the loader's state_dict at
 step --steps/2, and finally resumes a fresh Loader from that checkpoint and
 checks that its first batch is exactly the one the uninterrupted run got
-next (same sample indices). Prints the input stall from stats().
+next (same sample indices). Prints the input stall from stats(). With
+--verify every batch's payload is also compared byte for byte with the
+reference built in-process (as stoker-train-loop --verify does).
 
     examples/pytorch_train.py --coordinator 127.0.0.1:7000 --rank 0 --world-size 1
     examples/pytorch_train.py --local        # no daemons: in-process batches
@@ -78,28 +80,42 @@ def main():
     p.add_argument("--world-size", type=int, default=None,
                    help="default $WORLD_SIZE (else OMPI_COMM_WORLD_SIZE, "
                         "SLURM_NTASKS), else 1")
-    p.add_argument("--steps", type=int, default=300)
+    p.add_argument("--steps", type=int, default=300,
+                   help="training steps (0: every step of the job, all epochs)")
     p.add_argument("--lr", type=float, default=0.01)
     p.add_argument("--prefetch", type=int, default=8)
     p.add_argument("--join-timeout-ms", type=int, default=60000)
     p.add_argument("--checkpoint", help="write the checkpoint here too")
     p.add_argument("--no-finish", action="store_true", help="do not call finish at the end")
+    p.add_argument("--verify", action="store_true",
+                   help="compare each batch with the in-process reference")
+    p.add_argument("--data-root", help="dataset root for --verify of file datasets")
     a = p.parse_args()
     if not a.local and not a.coordinator and not os.environ.get("STOKER_COORDINATOR"):
         p.error("give --coordinator HOST:PORT (or set STOKER_COORDINATOR) or --local")
     torch.manual_seed(0)
     L = make_loader(a)
     classes = int(L.job["num_classes"])
+    if a.steps <= 0:
+        a.steps = L.epochs * L.steps_per_epoch
     model = Net(classes)
     opt = torch.optim.Adam(model.parameters(), lr=a.lr)
     lossf = nn.CrossEntropyLoss()
     ck_at = a.steps // 2
     ckpt, expect_next, losses = None, None, []
+    verified = differ = 0
     t0 = time.time()
     step = 0
     for images, labels, meta in batches(L):
         if step == ck_at + 1:
             expect_next = meta.index.clone()  # the batch a resume must yield first
+        if a.verify:
+            verified += 1
+            if L.payload() != L.reference(meta.epoch, meta.step, a.data_root):
+                differ += 1
+                if differ <= 5:
+                    print("verify: epoch %d step %d differs from the reference" %
+                          (meta.epoch, meta.step), flush=True)
         loss = lossf(model(images), labels)  # images: zero-copy view of the slot
         opt.zero_grad()
         loss.backward()
@@ -126,6 +142,9 @@ def main():
                                            s["reissued"], s["crc_errors"]))
     L.close()
     ok = True
+    if a.verify:
+        print("verified %d batches against the reference: %d differ" % (verified, differ))
+        ok = verified == step and differ == 0
     k = max(1, min(20, len(losses) // 4))
     first, last = sum(losses[:k]) / k, sum(losses[-k:]) / k
     print("loss: first %d steps %.4f, last %d steps %.4f" % (k, first, k, last))

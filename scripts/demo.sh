@@ -5,18 +5,55 @@
 # shows rank 0's live progress line and every process's summary and exit
 # status. Every process it starts is killed and reaped when it ends.
 #
+#   scripts/demo.sh             everything on loopback (the default)
+#   scripts/demo.sh --cluster   the same job on a simulated cluster (as root):
+#       4 network-namespace hosts (algo-1..4, 1 Gbit/s links, see
+#       tests/cluster/README.md), stoker-launch --backend sagemaker on each;
+#       rank 0's progress line, then which host served how many batches and
+#       the bytes on each link. Without root / network namespaces it says
+#       why and exits 1.
+#
 # Options (environment): DEMO_IMAGES (default 1600), DEMO_EPOCHS (2),
 # DEMO_STEP_MS (simulated training step, default 5), DEMO_SOURCE
-# (imagefolder | synthetic; default imagefolder when the JPEG source is built).
+# (imagefolder | synthetic; default imagefolder when the JPEG source is built;
+# --cluster always uses imagefolder).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 B=$ROOT/build/demo
 
+CLUSTER=0
+case "${1:-}" in
+  "") ;;
+  --cluster) CLUSTER=1 ;;
+  -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+  *) echo "demo.sh: unknown argument '$1' (usage: scripts/demo.sh [--cluster])" >&2; exit 2 ;;
+esac
+if [ "$CLUSTER" = 1 ] && [ "$(id -u)" != 0 ]; then
+  echo "demo.sh --cluster: needs root (it creates network namespaces, veth links and a" >&2
+  echo "bridge, and shapes the links with tc); run it as root or with sudo." >&2
+  exit 1
+fi
+
 ./scripts/install-deps.sh
 echo "== building (build/demo)"
 cmake -S . -B "$B" -DCMAKE_BUILD_TYPE=Release -DBUILD_TESTING=OFF >/dev/null
 cmake --build "$B" -j"$(nproc)" >/dev/null
+
+if [ "$CLUSTER" = 1 ]; then
+  # tests/cluster/scenarios.py builds the namespaces, runs the job, prints
+  # the progress and the split, and always tears everything down.
+  set +e
+  /usr/bin/python3 tests/cluster/scenarios.py demo --build "$B"
+  rc=$?
+  set -e
+  if [ $rc = 77 ]; then
+    echo "demo.sh --cluster: network namespaces are not available here (see the line above)" >&2
+    exit 1
+  fi
+  [ $rc = 0 ] && echo "== cluster demo OK: every host exited 0" || echo "== cluster demo FAILED"
+  exit $rc
+fi
 
 WORK=$(mktemp -d /tmp/stoker-demo-XXXXXX)
 PIDS=()

@@ -86,9 +86,19 @@ static void idle_timeout(void) {
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", NULL};
   CHECK(du_start_worker(&p[1], "idle-w", cport, wargs) > 0);
-  /* Status does not count as touching the job. */
+  /* Until the worker has registered, keep the job touched (a Join, even a
+   * refused one, counts; Status does not), so the idle clock cannot run
+   * out before a slow worker start; from the last touch it must. */
   stk__rpc_channel *c = du_channel(cport);
-  CHECK(du_wait_workers(c, 1, 10000) == 0);
+  int registered = 0;
+  for (int i = 0; i < 400 && !registered; i++) { /* bounded: 20 s */
+    Stoker__V1__JoinResponse *jr = NULL;
+    char det[256];
+    du_join(c, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof(det));
+    if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+    registered = du_wait_workers(c, 1, 50) == 0;
+  }
+  CHECK(registered);
   stk__rpc_channel_close(c);
   CHECK(proc_wait(&p[0], 10000) == 3); /* idle */
   CHECK(proc_wait(&p[1], 10000) == 0); /* told to shut down */

@@ -204,6 +204,8 @@ def scenario_hosts(R):
     check("WORLD_SIZE=4" in log and "RANK=1 " in log, "dnn0 runs ranks 0,1 of 4")
     check("RANK=3 " in R.log_of(procs[3]), "dnn1 runs rank 3")
     check("verify_failures 0" in log, "the training loop verified every batch")
+    check(all("2 of 2 workers registered" in R.log_of(p) for p in procs[2:]),
+          "training starts once both data hosts' workers registered")
     check(all("--token" not in R.log_of(p) for p in procs), "no token in any log")
 
 
@@ -319,7 +321,7 @@ def scenario_late(R):
           "a data host started first waits for the coordinator")
     time.sleep(2)  # the coordinator is really not there for a while
     check(early.poll() is None, "it is still waiting 2 s later")
-    dnns = [R.start("dnn%d" % i, h, R.hosts_args(data, dnn, h),
+    dnns = [R.start("dnn%d" % i, h, R.hosts_args(data, dnn, h) + ["--wait-data-hosts-s", "0"],
                     command=[R.train, "--verify", "--step-ms", "10"])
             for i, h in enumerate(dnn)]
     check(R.wait_log(dnns[0], r"started training", 20) is not None, "training started")

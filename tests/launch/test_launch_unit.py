@@ -140,6 +140,17 @@ class Plan(unittest.TestCase):
         self.assertTrue(p["run_worker"])
         self.assertEqual(p["ranks"], [1])
 
+    def test_worker_hosts_counted(self):
+        self.assertEqual(L.plan(["d1", "d2", "d3"], ["a"], "a", 1, 7070)["n_worker_hosts"], 3)
+        self.assertEqual(L.plan([], ["a", "b"], "a", 1, 7070)["n_worker_hosts"], 2)
+
+    def test_parse_status(self):
+        out = ("coordinator      a:1\nstate            draining  (up 3.0 s)\n"
+               "workers          3 live\n\nADDRESS   WORKER ID\n")
+        self.assertEqual(L.parse_status(out), ("draining", 3))
+        self.assertEqual(L.parse_status(""), ("?", 0))
+        self.assertEqual(L.parse_status("workers          x live\n"), ("?", 0))
+
     def test_world_size_for_torchrun(self):
         p = L.plan([], ["a", "b"], "b", 1, 7070, world_size=16)
         self.assertEqual((p["world_size"], p["ranks"]), (16, [1]))
