@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "internal.h"
 
 static void limits_defaults(stk_limits *l) {
@@ -31,13 +32,11 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
                                    : &stk__synthetic_source;
   if (spec->source != STK_SOURCE_SYNTHETIC) {
     if (!data_root || !*data_root) {
-      if (err && errlen)
-        snprintf(err, errlen, "a file dataset needs a data root (--data-root)");
-      return STK_INVALID_ARGUMENT;
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "a file dataset needs a data root (--data-root)");
     }
     if (strlen(data_root) >= sizeof(((stk_dataset *)0)->root)) {
-      if (err && errlen) snprintf(err, errlen, "data root path too long");
-      return STK_INVALID_ARGUMENT;
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "data root path too long");
     }
   }
   stk_dataset *ds = calloc(1, sizeof(*ds));
@@ -54,20 +53,18 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
   }
   if (spec->num_samples && spec->num_samples != ds->n &&
       spec->source != STK_SOURCE_SYNTHETIC) {
-    if (err && errlen)
-      snprintf(err, errlen, "job says num_samples = %llu but the dataset has %llu",
-               (unsigned long long)spec->num_samples, (unsigned long long)ds->n);
+    stk__errf(err, errlen, 0, "job says num_samples = %llu but the dataset has %llu",
+              (unsigned long long)spec->num_samples, (unsigned long long)ds->n);
     ops->close(ds);
     free(ds);
     return STK_MISMATCH;
   }
   ds->spec.num_samples = ds->n;
   if (stk_steps_per_epoch(&ds->spec, ds->n) == 0) {
-    if (err && errlen)
-      snprintf(err, errlen,
-               "%llu samples give no full step of world_size*batch_size = %llu",
-               (unsigned long long)ds->n,
-               (unsigned long long)spec->world_size * spec->batch_size);
+    stk__errf(err, errlen, 0,
+              "%llu samples give no full step of world_size*batch_size = %llu",
+              (unsigned long long)ds->n,
+              (unsigned long long)spec->world_size * spec->batch_size);
     ops->close(ds);
     free(ds);
     return STK_INVALID_ARGUMENT;
@@ -108,7 +105,7 @@ int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec, stk_builder **
   b->spec.num_samples = ds->n;
   int rc = stk_batch_layout_of(&b->spec, &b->layout);
   if (rc) {
-    if (err && errlen) snprintf(err, errlen, "invalid job spec");
+    stk__errf(err, errlen, 0, "invalid job spec");
     free(b);
     return rc;
   }
@@ -195,7 +192,7 @@ int stk_build_reference(const stk_job_spec *spec, const char *data_root, uint64_
     return rc;
   }
   rc = stk_builder_build(b, epoch, rank, step, buf, len, NULL);
-  if (rc && err && errlen) snprintf(err, errlen, "%s", stk_builder_error(b));
+  if (rc) stk__errf(err, errlen, rc, "%s", stk_builder_error(b));
   stk_builder_destroy(b);
   stk_dataset_close(ds);
   return rc;

@@ -18,6 +18,7 @@
 #include <jerror.h>
 #include <jpeglib.h>
 
+#include "common/error.h"
 #include "jpegsrc.h"
 
 struct stk__decoder {
@@ -113,7 +114,7 @@ void stk__decoder_destroy(stk__decoder *d) {
 }
 
 static int fail(stk__decoder *d, int rc, char *why, size_t whylen) {
-  if (why && whylen) snprintf(why, whylen, "%s", d->msg);
+  stk__errf(why, whylen, 0, "%s", d->msg);
   reset(d);
   d->have_header = 0;
   return rc;
@@ -126,8 +127,7 @@ int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len, uint32
   d->msg[0] = 0;
   if (!d->live && init_cinfo(d)) {
     snprintf(d->msg, sizeof(d->msg), "out of memory (libjpeg)");
-    if (why && whylen) snprintf(why, whylen, "%s", d->msg);
-    return STK_NO_MEMORY;
+    return stk__errf(why, whylen, STK_NO_MEMORY, "%s", d->msg);
   }
   if (len < 4 || data[0] != 0xFF || data[1] != 0xD8) {
     snprintf(d->msg, sizeof(d->msg), "not a JPEG file");

@@ -12,6 +12,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/error.h"
 #include "jpegsrc.h"
 
 int stk__io_init(stk__io *io, int mode, unsigned depth, char *err, size_t errlen) {
@@ -25,10 +26,8 @@ int stk__io_init(stk__io *io, int mode, unsigned depth, char *err, size_t errlen
   if (rc < 0) {
     free(ring);
     if (mode == 2) {
-      if (err && errlen)
-        snprintf(err, errlen, "io_mode = io_uring but io_uring_queue_init: %s",
-                 strerror(-rc));
-      return STK_UNSUPPORTED;
+      return stk__errf(err, errlen, STK_UNSUPPORTED,
+                       "io_mode = io_uring but io_uring_queue_init: %s", strerror(-rc));
     }
     io->fallback = 1; /* auto: pread, quietly; stk_builder_io_mode says so */
     return STK_OK;

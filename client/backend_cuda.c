@@ -24,6 +24,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "internal.h"
 
 typedef int cuerr;
@@ -130,16 +131,14 @@ const char *stk__cuda_error(stk_client *c) {
 int stk__cuda_open(stk_client *c, char *err, size_t errlen) {
   pthread_once(&rt_once, rt_load);
   if (rt_status) {
-    if (err && errlen) snprintf(err, errlen, "%s", rt_msg);
-    return rt_status;
+    return stk__errf(err, errlen, rt_status, "%s", rt_msg);
   }
   int n = 0;
   rt.cudaGetDeviceCount(&n);
   if (c->cfg.cuda_device < 0 || c->cfg.cuda_device >= n) {
-    if (err && errlen)
-      snprintf(err, errlen, "cfg.cuda_device %d out of range (%d devices)",
-               c->cfg.cuda_device, n);
-    return STK_INVALID_ARGUMENT;
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.cuda_device %d out of range (%d devices)", c->cfg.cuda_device,
+                     n);
   }
   c->cuda = calloc(1, sizeof(*c->cuda));
   if (!c->cuda) return STK_NO_MEMORY;
@@ -147,9 +146,8 @@ int stk__cuda_open(stk_client *c, char *err, size_t errlen) {
   cuerr e = rt.cudaSetDevice(c->cuda->device);
   if (!e) e = rt.cudaStreamCreateWithFlags(&c->cuda->stream, STREAM_NON_BLOCKING);
   if (e) {
-    if (err && errlen)
-      snprintf(err, errlen, "CUDA init on device %d: %s", c->cuda->device,
-               rt.cudaGetErrorString(e));
+    stk__errf(err, errlen, 0, "CUDA init on device %d: %s", c->cuda->device,
+              rt.cudaGetErrorString(e));
     free(c->cuda);
     c->cuda = NULL;
     return STK_UNSUPPORTED;
@@ -175,10 +173,8 @@ int stk__cuda_slot_init(stk_client *c, stk_batch *s, char *err, size_t errlen) {
   if (!e) e = rt.cudaEventCreateWithFlags(&s->ev_ready, EVENT_DISABLE_TIMING);
   if (!e) e = rt.cudaEventCreateWithFlags(&s->ev_released, EVENT_DISABLE_TIMING);
   if (e) {
-    if (err && errlen)
-      snprintf(err, errlen, "CUDA slot allocation (%llu bytes): %s",
-               (unsigned long long)c->out.total_bytes, rt.cudaGetErrorString(e));
-    return STK_NO_MEMORY;
+    return stk__errf(err, errlen, STK_NO_MEMORY, "CUDA slot allocation (%llu bytes): %s",
+                     (unsigned long long)c->out.total_bytes, rt.cudaGetErrorString(e));
   }
   return STK_OK;
 }

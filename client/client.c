@@ -13,13 +13,9 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
+#include "common/error.h"
 #include "internal.h"
-
-int64_t stk__now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
 
 void stk__set_fatal(stk_client *c, int status, const char *msg) {
   /* under mu */
@@ -33,11 +29,6 @@ void stk__set_fatal(stk_client *c, int status, const char *msg) {
 
 void stk__seterr(stk_client *c, const char *fmt, const char *arg) {
   snprintf(c->err, sizeof(c->err), fmt, arg);
-}
-
-static int fail(char *err, size_t errlen, int st, const char *msg) {
-  if (err && errlen) snprintf(err, errlen, "%s", msg);
-  return st;
 }
 
 void stk_client_config_defaults(stk_client_config *cfg) {
@@ -92,10 +83,10 @@ static int parse_state(const void *buf, size_t len, resume_state *st, char *err,
                        size_t errlen) {
   const unsigned char *p = buf;
   if (len < STK__STATE_SIZE || get32(p) != STK__STATE_MAGIC)
-    return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "resume_state is not a stoker state (bad size or magic)");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "resume_state is not a stoker state (bad size or magic)");
   if (get32(p + 4) != STK__STATE_VERSION)
-    return fail(err, errlen, STK_UNSUPPORTED, "resume_state has an unknown version");
+    return stk__errf(err, errlen, STK_UNSUPPORTED, "resume_state has an unknown version");
   st->job_hash = get64(p + 8);
   st->rank = get32(p + 16);
   st->world = get32(p + 20);
@@ -108,26 +99,29 @@ static int parse_state(const void *buf, size_t len, resume_state *st, char *err,
 
 static int check_config(const stk_client_config *cfg, int local, char *err,
                         size_t errlen) {
-  if (!cfg) return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg is NULL");
+  if (!cfg) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg is NULL");
   if (!local && (!cfg->coordinator || !*cfg->coordinator))
-    return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "no coordinator: set cfg.coordinator (host:port) or STOKER_COORDINATOR");
+    return stk__errf(
+        err, errlen, STK_INVALID_ARGUMENT,
+        "no coordinator: set cfg.coordinator (host:port) or STOKER_COORDINATOR");
   if (cfg->world_size == 0)
-    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.world_size is 0");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg.world_size is 0");
   if (cfg->rank >= cfg->world_size)
-    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.rank must be < cfg.world_size");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.rank must be < cfg.world_size");
   if (cfg->prefetch < 1 || cfg->prefetch > 1024)
-    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.prefetch must be in 1..1024");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.prefetch must be in 1..1024");
   if (cfg->slots < 2 || cfg->slots > 64)
-    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.slots must be in 2..64");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg.slots must be in 2..64");
   if (cfg->device != STK_DEVICE_CPU && cfg->device != STK_DEVICE_CUDA)
-    return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "cfg.device must be STK_DEVICE_CPU or STK_DEVICE_CUDA");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.device must be STK_DEVICE_CPU or STK_DEVICE_CUDA");
   if (cfg->convert < STK_CONVERT_NONE || cfg->convert > STK_CONVERT_BFLOAT16)
-    return fail(err, errlen, STK_INVALID_ARGUMENT, "cfg.convert is unknown");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg.convert is unknown");
   if (cfg->resume_state && cfg->resume_len == 0)
-    return fail(err, errlen, STK_INVALID_ARGUMENT,
-                "cfg.resume_state given with resume_len 0");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.resume_state given with resume_len 0");
   return STK_OK;
 }
 
@@ -136,12 +130,12 @@ static void client_free(stk_client *c) {
   stk__ring_free(c);
   if (c->workers) {
     for (uint32_t i = 0; i < c->nworkers; i++) {
-      stk_rpc_channel_close(c->workers[i].ch);
+      stk__rpc_channel_close(c->workers[i].ch);
       pthread_mutex_destroy(&c->workers[i].send_mu);
     }
     free(c->workers);
   }
-  stk_rpc_channel_close(c->coord);
+  stk__rpc_channel_close(c->coord);
   stk__cuda_close(c);
   stk_dataset_close(c->dataset);
   pthread_mutex_destroy(&c->mu);
@@ -155,35 +149,13 @@ static void client_free(stk_client *c) {
   free(c);
 }
 
-static int open_common(const stk_client_config *cfg, const char *job_text,
-                       const char *data_root, stk_client **out, char *err,
-                       size_t errlen) {
-  if (err && errlen) err[0] = 0;
-  if (!out) return fail(err, errlen, STK_INVALID_ARGUMENT, "out is NULL");
-  *out = NULL;
-  int local = job_text != NULL;
-  stk_client_config resolved; /* "not given" fields from the environment */
-  if (cfg) {
-    resolved = *cfg;
-    int est = stk_client_config_from_env(&resolved, err, errlen);
-    if (est) return est;
-    cfg = &resolved;
-  }
-  int st = check_config(cfg, local, err, errlen);
-  if (st) return st;
-  if (!local) stk_rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */
-  resume_state rs;
-  memset(&rs, 0, sizeof(rs));
-  if (cfg->resume_state) {
-    st = parse_state(cfg->resume_state, cfg->resume_len, &rs, err, errlen);
-    if (st) return st;
-    if (rs.rank != cfg->rank || rs.world != cfg->world_size)
-      return fail(err, errlen, STK_MISMATCH,
-                  "resume_state was saved by another rank or world size");
-  }
-
+/* A client for cfg with its own copies of the strings, its lock and
+ * condition variables; no job, buffers or threads yet. NULL when out of
+ * memory. */
+static stk_client *client_new(const stk_client_config *cfg, int local,
+                              const char *data_root) {
   stk_client *c = calloc(1, sizeof(*c));
-  if (!c) return fail(err, errlen, STK_NO_MEMORY, "out of memory");
+  if (!c) return NULL;
   c->cfg = *cfg;
   c->cfg.coordinator = NULL;
   c->cfg.token = NULL;
@@ -204,86 +176,111 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   if ((cfg->coordinator && !c->coordinator) || (cfg->token && !c->token) ||
       (data_root && !c->data_root) || !c->workers) {
     client_free(c);
-    return fail(err, errlen, STK_NO_MEMORY, "out of memory");
+    return NULL;
+  }
+  return c;
+}
+
+/* The job: parsed here with its dataset opened in-process (open_local,
+ * job_text set), or received from the coordinator (join). */
+static int client_job(stk_client *c, const char *job_text, const char *data_root,
+                      char *err, size_t errlen) {
+  if (!job_text) return stk__join(c, err, errlen);
+  stk_job_spec_defaults(&c->spec);
+  int st = stk_job_spec_parse(&c->spec, job_text, err, errlen);
+  if (!st) st = stk_job_spec_validate(&c->spec, err, errlen);
+  if (!st) st = stk_dataset_open(&c->spec, data_root, NULL, &c->dataset, err, errlen);
+  if (st) return st;
+  c->spec.num_samples = stk_dataset_size(c->dataset);
+  c->job_hash = stk_job_spec_hash(&c->spec);
+  if (c->spec.world_size != c->cfg.world_size)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.world_size differs from the job's world_size");
+  return STK_OK;
+}
+
+/* The job's steps, and where the stream starts: at 0, or where rs (NULL
+ * when not resuming) says. */
+static int client_position(stk_client *c, const resume_state *rs, char *err,
+                           size_t errlen) {
+  c->nsamples = c->spec.num_samples;
+  c->spe = stk_steps_per_epoch(&c->spec, c->nsamples);
+  c->total = c->spe * c->spec.epochs;
+  if (c->spe == 0)
+    return stk__errf(
+        err, errlen, STK_INVALID_ARGUMENT,
+        "the job has no steps per epoch (fewer samples than world_size x batch_size)");
+  if (!rs) return STK_OK;
+  if (rs->job_hash != c->job_hash)
+    return stk__errf(err, errlen, STK_MISMATCH,
+                     "resume_state belongs to another job (job hash differs)");
+  if (rs->epoch > c->spec.epochs || rs->step >= c->spe ||
+      (rs->epoch == c->spec.epochs && rs->step != 0))
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "resume_state points past the end of the job");
+  c->next_issue = c->next_copy = c->next_deliver = rs->epoch * c->spe + rs->step;
+  return STK_OK;
+}
+
+static int open_common(const stk_client_config *cfg, const char *job_text,
+                       const char *data_root, stk_client **out, char *err,
+                       size_t errlen) {
+  if (err && errlen) err[0] = 0;
+  if (!out) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "out is NULL");
+  *out = NULL;
+  int local = job_text != NULL;
+  stk_client_config resolved; /* "not given" fields from the environment */
+  if (cfg) {
+    resolved = *cfg;
+    int est = stk_client_config_from_env(&resolved, err, errlen);
+    if (est) return est;
+    cfg = &resolved;
+  }
+  int st = check_config(cfg, local, err, errlen);
+  if (st) return st;
+  if (!local) stk__rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */
+  resume_state rs;
+  memset(&rs, 0, sizeof(rs));
+  if (cfg->resume_state) {
+    st = parse_state(cfg->resume_state, cfg->resume_len, &rs, err, errlen);
+    if (st) return st;
+    if (rs.rank != cfg->rank || rs.world != cfg->world_size)
+      return stk__errf(err, errlen, STK_MISMATCH,
+                       "resume_state was saved by another rank or world size");
   }
 
+  stk_client *c = client_new(cfg, local, data_root);
+  if (!c) return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   /* The device first: asking for CUDA where there is none fails at once,
    * before any network wait. */
   if (cfg->device == STK_DEVICE_CUDA) {
     st = stk__cuda_open(c, err, errlen);
-    if (st) {
-      client_free(c);
-      return st;
-    }
+    if (st) goto fail;
   }
-
-  if (local) {
-    stk_job_spec_defaults(&c->spec);
-    st = stk_job_spec_parse(&c->spec, job_text, err, errlen);
-    if (!st) st = stk_job_spec_validate(&c->spec, err, errlen);
-    if (!st) st = stk_dataset_open(&c->spec, data_root, NULL, &c->dataset, err, errlen);
-    if (st) {
-      client_free(c);
-      return st;
-    }
-    c->spec.num_samples = stk_dataset_size(c->dataset);
-    c->job_hash = stk_job_spec_hash(&c->spec);
-    if (c->spec.world_size != cfg->world_size) {
-      client_free(c);
-      return fail(err, errlen, STK_INVALID_ARGUMENT,
-                  "cfg.world_size differs from the job's world_size");
-    }
-  } else {
-    if (cfg->resume_state) c->job_hash = rs.job_hash; /* expect_job_hash */
-    st = stk__join(c, err, errlen);
-    if (st) {
-      client_free(c);
-      return st;
-    }
-  }
-  c->nsamples = c->spec.num_samples;
-  c->spe = stk_steps_per_epoch(&c->spec, c->nsamples);
-  c->total = c->spe * c->spec.epochs;
-  if (c->spe == 0) {
-    client_free(c);
-    return fail(
-        err, errlen, STK_INVALID_ARGUMENT,
-        "the job has no steps per epoch (fewer samples than world_size x batch_size)");
-  }
-  if (cfg->resume_state) {
-    if (rs.job_hash != c->job_hash) {
-      client_free(c);
-      return fail(err, errlen, STK_MISMATCH,
-                  "resume_state belongs to another job (job hash differs)");
-    }
-    if (rs.epoch > c->spec.epochs || rs.step >= c->spe ||
-        (rs.epoch == c->spec.epochs && rs.step != 0)) {
-      client_free(c);
-      return fail(err, errlen, STK_INVALID_ARGUMENT,
-                  "resume_state points past the end of the job");
-    }
-    c->next_issue = c->next_copy = c->next_deliver = rs.epoch * c->spe + rs.step;
-  }
+  if (!local && cfg->resume_state) c->job_hash = rs.job_hash; /* expect_job_hash */
+  st = client_job(c, job_text, data_root, err, errlen);
+  if (!st) st = client_position(c, cfg->resume_state ? &rs : NULL, err, errlen);
+  if (st) goto fail;
   st = stk_batch_layout_of(&c->spec, &c->layout);
   if (!st) st = stk__convert_layout(&c->spec, cfg->convert, &c->out);
   if (st) {
-    client_free(c);
-    return fail(err, errlen, st, "cfg.convert needs a job whose image tensor is uint8");
+    stk__errf(err, errlen, st, "cfg.convert needs a job whose image tensor is uint8");
+    goto fail;
   }
   st = stk__ring_init(c, err, errlen);
-  if (st) {
-    client_free(c);
-    return st;
-  }
+  if (st) goto fail;
   pthread_mutex_lock(&c->mu);
   if (local) stk__worker_add(c, "local", "in-process", 1);
   pthread_mutex_unlock(&c->mu);
   if (stk__sched_start(c) || stk__copy_start(c) || (!local && stk__watch_start(c))) {
-    stk_client_close(c);
-    return fail(err, errlen, STK_INTERNAL, "cannot start a thread");
+    stk_client_close(c); /* threads may run: the full close */
+    return stk__errf(err, errlen, STK_INTERNAL, "cannot start a thread");
   }
   *out = c;
   return STK_OK;
+fail:
+  client_free(c);
+  return st;
 }
 
 int stk_client_open(const stk_client_config *cfg, stk_client **out, char *err,
@@ -294,7 +291,7 @@ int stk_client_open(const stk_client_config *cfg, stk_client **out, char *err,
 int stk_client_open_local(const stk_client_config *cfg, const char *job_text,
                           const char *data_root, stk_client **out, char *err,
                           size_t errlen) {
-  if (!job_text) return fail(err, errlen, STK_INVALID_ARGUMENT, "job_text is NULL");
+  if (!job_text) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "job_text is NULL");
   return open_common(cfg, job_text, data_root, out, err, errlen);
 }
 
@@ -359,11 +356,7 @@ int stk_client_next(stk_client *c, stk_batch **out) {
                  c->cfg.join_timeout_ms, c->workers_refused ? "; " : "", c->refused_msg);
         break;
       }
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 100 * 1000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&c->cv_next, &c->mu, &ts);
+      stk__cond_wait_ms(&c->cv_next, &c->mu, 100);
     }
     int64_t t1 = stk__now_ns();
     c->stall_ns += (uint64_t)(t1 - t0);

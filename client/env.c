@@ -12,6 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "stoker/client.h"
 
 /* One launcher's pair of variables; the first family with either variable
@@ -28,29 +29,24 @@ static const env_family families[] = {
 };
 #define NFAMILIES (sizeof(families) / sizeof(families[0]))
 
-static int env_fail(char *err, size_t errlen, const char *msg, const char *var,
-                    const char *val) {
-  if (err && errlen) {
-    if (val) snprintf(err, errlen, msg, var, val);
-    else snprintf(err, errlen, msg, var);
-  }
-  return STK_INVALID_ARGUMENT;
-}
-
 /* A plain decimal in [0, max]: no sign, no spaces, no trailing text. */
 static int env_number(const char *var, uint64_t max, uint32_t *out, char *err,
                       size_t errlen) {
   const char *s = getenv(var);
-  if (!s) return env_fail(err, errlen, "%s is not set", var, NULL);
-  if (!*s) return env_fail(err, errlen, "%s is set but empty (want a number)", var, NULL);
+  if (!s) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "%s is not set", var);
+  if (!*s)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "%s is set but empty (want a number)", var);
   uint64_t v = 0;
   for (const char *p = s; *p; p++) {
     if (*p < '0' || *p > '9' || p - s >= 10)
-      return env_fail(err, errlen, "%s='%.40s' is not a non-negative decimal number", var,
-                      s);
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "%s='%.40s' is not a non-negative decimal number", var, s);
     v = v * 10 + (uint64_t)(*p - '0');
   }
-  if (v > max) return env_fail(err, errlen, "%s='%.40s' is out of range", var, s);
+  if (v > max)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "%s='%.40s' is out of range", var,
+                     s);
   *out = (uint32_t)v;
   return STK_OK;
 }
@@ -64,14 +60,13 @@ static const env_family *env_pick(void) {
 int stk_client_config_from_env(stk_client_config *cfg, char *err, size_t errlen) {
   if (err && errlen) err[0] = 0;
   if (!cfg) {
-    if (err && errlen) snprintf(err, errlen, "cfg is NULL");
-    return STK_INVALID_ARGUMENT;
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg is NULL");
   }
   if (!cfg->coordinator || !*cfg->coordinator) {
     const char *co = getenv("STOKER_COORDINATOR");
     if (co && !*co)
-      return env_fail(err, errlen, "%s is set but empty (want host:port)",
-                      "STOKER_COORDINATOR", NULL);
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "%s is set but empty (want host:port)", "STOKER_COORDINATOR");
     if (co) cfg->coordinator = co;
   }
 
@@ -83,29 +78,30 @@ int stk_client_config_from_env(stk_client_config *cfg, char *err, size_t errlen)
   if (f) {
     if (want_size) {
       if (!getenv(f->size))
-        return env_fail(err, errlen,
-                        "%s is not set but %s is: set both, or give world_size", f->size,
-                        f->rank);
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "%s is not set but %s is: set both, or give world_size", f->size,
+                         f->rank);
       int st = env_number(f->size, UINT32_MAX, &size, err, errlen);
       if (st) return st;
       if (size == 0)
-        return env_fail(err, errlen, "%s=0: the world size must be >= 1", f->size, NULL);
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "%s=0: the world size must be >= 1", f->size);
       size_from = f->size;
     }
     if (want_rank) {
       if (!getenv(f->rank))
-        return env_fail(err, errlen, "%s is not set but %s is: set both, or give rank",
-                        f->rank, f->size);
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "%s is not set but %s is: set both, or give rank", f->rank,
+                         f->size);
       int st = env_number(f->rank, UINT32_MAX - 1, &rank, err, errlen);
       if (st) return st;
       rank_from = f->rank;
     }
   }
   if ((want_rank || want_size) && rank >= size) {
-    if (err && errlen)
-      snprintf(err, errlen, "rank %u (%s) must be < world size %u (%s)", rank, rank_from,
-               size, size_from);
-    return STK_INVALID_ARGUMENT;
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "rank %u (%s) must be < world size %u (%s)", rank, rank_from, size,
+                     size_from);
   }
   cfg->rank = rank;
   cfg->world_size = size;

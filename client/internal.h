@@ -53,8 +53,8 @@ typedef struct stk__worker {
   int listed; /* in the coordinator's current list */
   int thread_started, thread_exited;
   pthread_t thread;
-  stk_rpc_channel *ch;     /* owned by the worker thread */
-  stk_rpc_stream *stream;  /* guarded by mu; destroyed by the worker thread */
+  stk__rpc_channel *ch;    /* owned by the worker thread */
+  stk__rpc_stream *stream; /* guarded by mu; destroyed by the worker thread */
   pthread_mutex_t send_mu; /* held while a request is being sent */
   int alive;               /* stream open and taking requests */
   int probing;             /* no message yet on this stream: at most 1 request */
@@ -121,9 +121,9 @@ struct stk_client {
   uint64_t workers_refused; /* list entries refused (id/address too long) */
   char refused_msg[200];    /* why the last one was refused */
 
-  stk_rpc_channel *coord;
-  stk_rpc_stream *watch; /* guarded by mu */
-  int watching;          /* watch request sent on c->watch; under mu */
+  stk__rpc_channel *coord;
+  stk__rpc_stream *watch; /* guarded by mu */
+  int watching;           /* watch request sent on c->watch; under mu */
   uint64_t list_version;
   pthread_t sched_thread, copy_thread, watch_thread;
   int sched_started, copy_started, watch_started;
@@ -140,7 +140,6 @@ struct stk_client {
 };
 
 /* client.c */
-int64_t stk__now_ns(void);
 void stk__set_fatal(stk_client *c, int status, const char *msg);
 void stk__seterr(stk_client *c, const char *fmt, const char *arg);
 

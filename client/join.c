@@ -13,14 +13,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/error.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
 #include "stoker/version.h"
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
 
 /* ---- Join ------------------------------------------------------------ */
 
@@ -52,19 +49,19 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
   return 0;
 }
 
-int stk__join(stk_client *c, char *err, size_t errlen) {
-  if (stk_rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord)) {
-    if (err && errlen) snprintf(err, errlen, "out of memory");
-    return STK_NO_MEMORY;
-  }
+/* Ask the coordinator to join until it answers with a job, refuses for
+ * good, or join_timeout_ms passes. STK_OK with *out (caller frees), or a
+ * status with err. */
+static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
+                    size_t errlen) {
   char client_id[128], host[64] = "host";
   gethostname(host, sizeof(host) - 1);
   snprintf(client_id, sizeof(client_id), "%s:%d:rank%u", host, (int)getpid(),
            c->cfg.rank);
-  int64_t deadline = stk_rpc_now_ms() + c->cfg.join_timeout_ms;
+  int64_t deadline = stk__now_ms() + c->cfg.join_timeout_ms;
   char details[256] = "";
-  Stoker__V1__JoinResponse *resp = NULL;
   int backoff = 50;
+  *out = NULL;
   for (;;) {
     Stoker__V1__JoinRequest req = STOKER__V1__JOIN_REQUEST__INIT;
     req.rank = c->cfg.rank;
@@ -72,80 +69,85 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
     req.client_id = client_id;
     req.protocol_version = STK_PROTOCOL_VERSION;
     req.expect_job_hash = c->job_hash; /* set by open from resume_state */
-    int64_t left = deadline - stk_rpc_now_ms();
+    int64_t left = deadline - stk__now_ms();
     int tmo = left < 200 ? 200 : (left > 5000 ? 5000 : (int)left);
     ProtobufCMessage *m = NULL;
-    int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
-                             &stoker__v1__join_response__descriptor, &m, tmo, details,
-                             sizeof(details));
+    int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
+                              &stoker__v1__join_response__descriptor, &m, tmo, details,
+                              sizeof(details));
+    int final, st = stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) {
-      resp = (Stoker__V1__JoinResponse *)m;
-      if (resp->job && resp->job->canonical && *resp->job->canonical) break;
+      Stoker__V1__JoinResponse *resp = (Stoker__V1__JoinResponse *)m;
+      if (resp->job && resp->job->canonical && *resp->job->canonical) {
+        *out = resp;
+        return STK_OK;
+      }
       protobuf_c_message_free_unpacked(m, NULL);
-      resp = NULL;
       snprintf(details, sizeof(details), "coordinator sent no job yet");
-    } else if (code == GRPC_STATUS_FAILED_PRECONDITION) {
-      /* Resume state from another job, a protocol version the coordinator
-       * does not speak, or a job that is already over. */
-      if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
-      if (c->job_hash) return STK_MISMATCH;
-      return strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
-    } else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE) {
-      if (err && errlen) snprintf(err, errlen, "join refused: %s", details);
-      return STK_INVALID_ARGUMENT;
-    } else if (code == GRPC_STATUS_UNAUTHENTICATED ||
-               code == GRPC_STATUS_PERMISSION_DENIED) {
-      if (err && errlen) snprintf(err, errlen, "join refused (token): %s", details);
-      return STK_INVALID_ARGUMENT;
+    } else if (final) {
+      /* FAILED_PRECONDITION: resume state from another job (MISMATCH), a
+       * protocol version the coordinator does not speak, or a job that is
+       * already over. */
+      if (code == GRPC_STATUS_FAILED_PRECONDITION && !c->job_hash)
+        st = strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
+      int cred =
+          code == GRPC_STATUS_UNAUTHENTICATED || code == GRPC_STATUS_PERMISSION_DENIED;
+      return stk__errf(err, errlen, st, "join refused%s: %s", cred ? " (token)" : "",
+                       details);
     }
     /* UNAVAILABLE (no coordinator yet, or no worker registered), deadline,
      * anything transient: retry until join_timeout_ms. */
-    if (stk_rpc_now_ms() >= deadline) {
-      if (err && errlen)
-        snprintf(err, errlen,
-                 "could not join the job at %s within %u ms (last: gRPC status %d%s%s)",
-                 c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "",
-                 details);
-      return STK_UNAVAILABLE;
+    if (stk__now_ms() >= deadline) {
+      return stk__errf(
+          err, errlen, STK_UNAVAILABLE,
+          "could not join the job at %s within %u ms (last: gRPC status %d%s%s)",
+          c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "", details);
     }
-    sleep_ms(backoff);
+    stk__sleep_ms(backoff);
     if (backoff < 500) backoff *= 2;
   }
+}
+
+/* Check the coordinator's job against what this client was opened with
+ * and adopt it (spec, hash, worker list). STK_OK or a status with err. */
+static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char *err,
+                      size_t errlen) {
   stk_job_spec spec;
   stk_job_spec_defaults(&spec);
   int st = stk_job_spec_parse(&spec, resp->job->canonical, err, errlen);
-  if (!st && stk_job_spec_hash(&spec) != resp->job->hash) {
-    if (err && errlen)
-      snprintf(err, errlen,
-               "the coordinator's job text does not hash to its job hash "
-               "(protocol or version mismatch)");
-    st = STK_PROTOCOL;
-  }
-  if (!st) st = stk_job_spec_validate(&spec, err, errlen);
-  if (!st && c->job_hash && c->job_hash != resp->job->hash) {
-    if (err && errlen)
-      snprintf(err, errlen, "resume_state belongs to another job (job hash differs)");
-    st = STK_MISMATCH;
-  }
-  if (!st && spec.world_size != c->cfg.world_size) {
-    if (err && errlen)
-      snprintf(err, errlen, "cfg.world_size %u differs from the job's world_size %u",
-               c->cfg.world_size, spec.world_size);
-    st = STK_INVALID_ARGUMENT;
-  }
-  if (!st && spec.num_samples == 0) {
-    if (err && errlen) snprintf(err, errlen, "the job has no samples");
-    st = STK_PROTOCOL;
-  }
-  if (!st) {
-    c->spec = spec;
-    c->job_hash = resp->job->hash;
-    c->list_version = resp->list_version;
-    add_workers(c, resp->workers, resp->n_workers);
-    pthread_mutex_lock(&c->mu);
-    c->no_worker_since_ns = stk__now_ns();
-    pthread_mutex_unlock(&c->mu);
-  }
+  if (st) return st;
+  if (stk_job_spec_hash(&spec) != resp->job->hash)
+    return stk__errf(err, errlen, STK_PROTOCOL,
+                     "the coordinator's job text does not hash to its job hash "
+                     "(protocol or version mismatch)");
+  st = stk_job_spec_validate(&spec, err, errlen);
+  if (st) return st;
+  if (c->job_hash && c->job_hash != resp->job->hash)
+    return stk__errf(err, errlen, STK_MISMATCH,
+                     "resume_state belongs to another job (job hash differs)");
+  if (spec.world_size != c->cfg.world_size)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.world_size %u differs from the job's world_size %u",
+                     c->cfg.world_size, spec.world_size);
+  if (spec.num_samples == 0)
+    return stk__errf(err, errlen, STK_PROTOCOL, "the job has no samples");
+  c->spec = spec;
+  c->job_hash = resp->job->hash;
+  c->list_version = resp->list_version;
+  add_workers(c, resp->workers, resp->n_workers);
+  pthread_mutex_lock(&c->mu);
+  c->no_worker_since_ns = stk__now_ns();
+  pthread_mutex_unlock(&c->mu);
+  return STK_OK;
+}
+
+int stk__join(stk_client *c, char *err, size_t errlen) {
+  if (stk__rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord))
+    return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
+  Stoker__V1__JoinResponse *resp = NULL;
+  int st = join_ask(c, &resp, err, errlen);
+  if (st) return st;
+  st = join_adopt(c, resp, err, errlen);
   protobuf_c_message_free_unpacked(&resp->base, NULL);
   return st;
 }
@@ -163,9 +165,9 @@ static void *watch_main(void *arg) {
   stk_client *c = arg;
   int backoff = 100;
   while (!stopping(c)) {
-    stk_rpc_stream *s = NULL;
-    if (stk_rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
-      sleep_ms(backoff);
+    stk__rpc_stream *s = NULL;
+    if (stk__rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
+      stk__sleep_ms(backoff);
       continue;
     }
     pthread_mutex_lock(&c->mu);
@@ -173,26 +175,26 @@ static void *watch_main(void *arg) {
     if (!stop) c->watch = s;
     pthread_mutex_unlock(&c->mu);
     if (stop) {
-      stk_rpc_stream_destroy(s);
+      stk__rpc_stream_destroy(s);
       break;
     }
     Stoker__V1__WatchRequest req = STOKER__V1__WATCH_REQUEST__INIT;
     req.rank = c->cfg.rank;
     req.known_version = c->list_version;
-    int ok = stk_rpc_stream_send_msg(s, &req.base) == 0;
-    if (ok) stk_rpc_stream_close_send(s);
+    int ok = stk__rpc_stream_send_msg(s, &req.base) == 0;
+    if (ok) stk__rpc_stream_close_send(s);
     pthread_mutex_lock(&c->mu);
     c->watching = ok;
     pthread_mutex_unlock(&c->mu);
     while (ok) {
       grpc_byte_buffer *bb = NULL;
-      int rc = stk_rpc_stream_recv(s, &bb, 500);
+      int rc = stk__rpc_stream_recv(s, &bb, 500);
       if (rc == -2) {
         if (stopping(c)) break;
         continue;
       }
       if (rc != 1) break;
-      Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk_rpc_unpack(
+      Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
           &stoker__v1__worker_list__descriptor, bb, STK__MAX_MSG);
       grpc_byte_buffer_destroy(bb);
       if (!wl) break;
@@ -220,8 +222,9 @@ static void *watch_main(void *arg) {
     c->watch = NULL;
     c->watching = 0;
     pthread_mutex_unlock(&c->mu);
-    stk_rpc_stream_destroy(s);
-    for (int waited = 0; waited < backoff && !stopping(c); waited += 50) sleep_ms(50);
+    stk__rpc_stream_destroy(s);
+    for (int waited = 0; waited < backoff && !stopping(c); waited += 50)
+      stk__sleep_ms(50);
     if (backoff < 2000) backoff *= 2;
   }
   return NULL;
@@ -235,7 +238,7 @@ int stk__watch_start(stk_client *c) {
 
 void stk__watch_stop(stk_client *c) {
   pthread_mutex_lock(&c->mu);
-  if (c->watch) stk_rpc_stream_cancel(c->watch);
+  if (c->watch) stk__rpc_stream_cancel(c->watch);
   pthread_mutex_unlock(&c->mu);
   pthread_join(c->watch_thread, NULL);
   c->watch_started = 0;
@@ -251,26 +254,26 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
   req.rank = c->cfg.rank;
   req.shutdown_job = shutdown_job ? 1 : 0;
   char details[256] = "";
-  int64_t deadline = stk_rpc_now_ms() + 5000;
+  int64_t deadline = stk__now_ms() + 5000;
   for (;;) {
     ProtobufCMessage *m = NULL;
-    int code = stk_rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
-                             &stoker__v1__finish_response__descriptor, &m, 2000, details,
-                             sizeof(details));
+    int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
+                              &stoker__v1__finish_response__descriptor, &m, 2000, details,
+                              sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
+    int final;
+    stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) return STK_OK;
-    if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_PERMISSION_DENIED ||
-        code == GRPC_STATUS_FAILED_PRECONDITION) {
-      snprintf(c->err, sizeof(c->err), "finish refused: %s", details);
-      return STK_INVALID_ARGUMENT;
-    }
-    if (stk_rpc_now_ms() >= deadline) {
+    if (final) /* a refusal is the caller's mistake (rank, token): one status */
+      return stk__errf(c->err, sizeof(c->err), STK_INVALID_ARGUMENT, "finish refused: %s",
+                       details);
+    if (stk__now_ms() >= deadline) {
       snprintf(
           c->err, sizeof(c->err),
           "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
           c->coordinator, details);
       return STK_UNAVAILABLE;
     }
-    sleep_ms(200);
+    stk__sleep_ms(200);
   }
 }

@@ -17,6 +17,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "internal.h"
 
 static void *alloc_host(stk_client *c, size_t n) {
@@ -32,10 +33,9 @@ int stk__ring_init(stk_client *c, char *err, size_t errlen) {
   size_t tb = (size_t)c->layout.total_bytes;
   uint64_t need = (uint64_t)(c->cfg.prefetch + c->cfg.slots) * tb;
   if (need > (64ull << 30)) {
-    if (err && errlen)
-      snprintf(err, errlen, "prefetch + slots buffers would need %llu MiB (limit 64 GiB)",
-               (unsigned long long)(need >> 20));
-    return STK_LIMIT;
+    return stk__errf(err, errlen, STK_LIMIT,
+                     "prefetch + slots buffers would need %llu MiB (limit 64 GiB)",
+                     (unsigned long long)(need >> 20));
   }
   c->nreqs = c->cfg.prefetch;
   c->nslots = c->cfg.slots;
@@ -61,10 +61,9 @@ int stk__ring_init(stk_client *c, char *err, size_t errlen) {
   }
   return STK_OK;
 nomem:
-  if (err && errlen)
-    snprintf(err, errlen, "cannot allocate %u receive buffers + %u slots of %zu bytes",
-             c->cfg.prefetch, c->cfg.slots, tb);
-  return STK_NO_MEMORY;
+  return stk__errf(err, errlen, STK_NO_MEMORY,
+                   "cannot allocate %u receive buffers + %u slots of %zu bytes",
+                   c->cfg.prefetch, c->cfg.slots, tb);
 }
 
 void stk__ring_free(stk_client *c) {

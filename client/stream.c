@@ -30,22 +30,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
 #include "wire.h"
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
-
-static void timed_wait(pthread_cond_t *cv, pthread_mutex_t *mu, int ms) {
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_nsec += (long)ms * 1000000;
-  while (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-  pthread_cond_timedwait(cv, mu, &ts);
-}
 
 static void *remote_main(void *arg);
 static void *local_main(void *arg);
@@ -182,7 +170,7 @@ static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h, char *w
 }
 
 static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
-                    const stk_wire_msg *m, char *why, size_t n) {
+                    const stk__wire_msg *m, char *why, size_t n) {
   if (!x->active) {
     snprintf(why, n, "payload chunk without a batch header");
     return -1;
@@ -197,8 +185,8 @@ static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
     /* The buffer pointer is stable while the request is RECEIVING: only
      * DONE requests have their buffers swapped by the copy thread. */
     unsigned char *dst = c->reqs[x->req].buf + m->offset;
-    if (c->cfg.verify_crc) x->crc_acc = stk_wire_copy_chunk_crc(bb, m, dst, x->crc_acc);
-    else stk_wire_copy_chunk(bb, m, dst);
+    if (c->cfg.verify_crc) x->crc_acc = stk__wire_copy_chunk_crc(bb, m, dst, x->crc_acc);
+    else stk__wire_copy_chunk(bb, m, dst);
   }
   x->got += m->len;
   if (x->got == x->total) {
@@ -224,8 +212,8 @@ static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
 
 static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
                       char *why, size_t n) {
-  stk_wire_msg m;
-  if (stk_wire_decode(bb, STK__MAX_MSG, &m)) {
+  stk__wire_msg m;
+  if (stk__wire_decode(bb, STK__MAX_MSG, &m)) {
     snprintf(why, n, "malformed BatchResponse");
     return -1;
   }
@@ -264,7 +252,7 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
       x->crc = h->crc32c;
       x->crc_acc = 0;
       if (m.msg->chunk.len) {
-        stk_wire_msg cm = m;
+        stk__wire_msg cm = m;
         cm.is_chunk = 1;
         cm.offset = m.msg->chunk_offset;
         cm.len = m.msg->chunk.len;
@@ -280,18 +268,18 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
     snprintf(why, n, "BatchResponse with neither header nor chunk");
     rc = -1;
   }
-  stk_wire_msg_free(&m);
+  stk__wire_msg_free(&m);
   return rc;
 }
 
 /* Receive until the stream ends. Returns 1 if any message came. */
-static int rx_loop(stk_client *c, stk__worker *w, stk_rpc_stream *s) {
+static int rx_loop(stk_client *c, stk__worker *w, stk__rpc_stream *s) {
   rx x;
   memset(&x, 0, sizeof(x));
   int got_any = 0;
   for (;;) {
     grpc_byte_buffer *bb = NULL;
-    int rc = stk_rpc_stream_recv(s, &bb, 250);
+    int rc = stk__rpc_stream_recv(s, &bb, 250);
     if (rc == -2) {
       pthread_mutex_lock(&c->mu);
       int64_t idle = (stk__now_ns() - w->last_msg_ns) / 1000000;
@@ -300,7 +288,7 @@ static int rx_loop(stk_client *c, stk__worker *w, stk_rpc_stream *s) {
                 (w->outstanding > 0 && idle > 30000);
       pthread_mutex_unlock(&c->mu);
       if (cut) {
-        stk_rpc_stream_cancel(s);
+        stk__rpc_stream_cancel(s);
       }
       continue; /* the cancelled receive completes with -1 */
     }
@@ -316,7 +304,7 @@ static int rx_loop(stk_client *c, stk__worker *w, stk_rpc_stream *s) {
       pthread_mutex_lock(&c->mu);
       stk__set_fatal(c, STK_PROTOCOL, msg);
       pthread_mutex_unlock(&c->mu);
-      stk_rpc_stream_cancel(s);
+      stk__rpc_stream_cancel(s);
     }
   }
   return got_any;
@@ -328,10 +316,10 @@ static void *remote_main(void *arg) {
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->fatal && w->listed) {
     pthread_mutex_unlock(&c->mu);
-    stk_rpc_stream *s = NULL;
-    if (!w->ch && stk_rpc_channel_open(w->address, STK__MAX_MSG, c->token, &w->ch))
+    stk__rpc_stream *s = NULL;
+    if (!w->ch && stk__rpc_channel_open(w->address, STK__MAX_MSG, c->token, &w->ch))
       w->ch = NULL;
-    if (w->ch) stk_rpc_stream_open(w->ch, "/stoker.v1.Worker/Stream", 0, &s);
+    if (w->ch) stk__rpc_stream_open(w->ch, "/stoker.v1.Worker/Stream", 0, &s);
     int got_any = 0;
     if (s) {
       pthread_mutex_lock(&c->mu);
@@ -349,13 +337,13 @@ static void *remote_main(void *arg) {
       w->alive = 0;
       requeue(c, w);
       pthread_mutex_unlock(&c->mu);
-      stk_rpc_stream_cancel(s);
+      stk__rpc_stream_cancel(s);
       pthread_mutex_lock(&w->send_mu); /* wait out a send in progress */
       pthread_mutex_unlock(&w->send_mu);
       char det[200] = "";
-      int code = stk_rpc_stream_status(s, 500, det, sizeof(det));
-      stk_rpc_stream_destroy(s);
-      int fst = 0;
+      int code = stk__rpc_stream_status(s, 500, det, sizeof(det));
+      stk__rpc_stream_destroy(s);
+      int final, fst = stk__rpc_status(code, &final);
       if (code == GRPC_STATUS_RESOURCE_EXHAUSTED) {
         /* The worker allows fewer outstanding requests than we sent:
          * ask for at most half as many from now on. */
@@ -363,13 +351,16 @@ static void *remote_main(void *arg) {
         w->cap = had > 2 ? had / 2 : 1;
         pthread_mutex_unlock(&c->mu);
       }
-      if (code == GRPC_STATUS_FAILED_PRECONDITION) fst = STK_MISMATCH;
-      else if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE)
+      /* Our requests are built from the job the coordinator gave us: a
+       * worker that finds one invalid or out of range disagrees with us
+       * about the protocol, not about the caller's arguments. */
+      if (code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_OUT_OF_RANGE)
         fst = STK_PROTOCOL;
-      else if (code == GRPC_STATUS_UNAUTHENTICATED ||
-               code == GRPC_STATUS_PERMISSION_DENIED)
-        fst = STK_INVALID_ARGUMENT;
-      if (fst) {
+      /* One worker address that serves no Worker.Stream (its port taken by
+       * another process after the worker died) is a dead worker, not a
+       * reason to fail the client: the others carry on. */
+      if (code == GRPC_STATUS_UNIMPLEMENTED) final = 0;
+      if (final) {
         char msg[256];
         snprintf(msg, sizeof(msg),
                  "worker %.100s refused the stream (gRPC status %d): %.100s", w->address,
@@ -387,7 +378,7 @@ static void *remote_main(void *arg) {
       int stop = c->stopping || c->fatal || !w->listed;
       pthread_mutex_unlock(&c->mu);
       if (stop) break;
-      sleep_ms(50);
+      stk__sleep_ms(50);
     }
     pthread_mutex_lock(&c->mu);
   }
@@ -446,7 +437,7 @@ static void *local_main(void *arg) {
       int64_t until = stk__now_ns() + (int64_t)backoff * 1000000;
       for (int64_t now = stk__now_ns(); !c->stopping && !c->fatal && now < until;
            now = stk__now_ns())
-        timed_wait(&c->cv_local, &c->mu, (int)((until - now) / 1000000) + 1);
+        stk__cond_wait_ms(&c->cv_local, &c->mu, (until - now) / 1000000 + 1);
       continue;
     }
     w->failures = 0;
@@ -529,12 +520,12 @@ static void *sched_main(void *arg) {
     if (alive) c->no_worker_since_ns = 0;
     else if (!c->no_worker_since_ns) c->no_worker_since_ns = stk__now_ns();
     if (!r) {
-      timed_wait(&c->cv_sched, &c->mu, 200);
+      stk__cond_wait_ms(&c->cv_sched, &c->mu, 200);
       continue;
     }
     stk__worker *w = pick(c, r->avoid);
     if (!w) {
-      timed_wait(&c->cv_sched, &c->mu, 100);
+      stk__cond_wait_ms(&c->cv_sched, &c->mu, 100);
       continue;
     }
     uint64_t seq = r->seq;
@@ -548,7 +539,7 @@ static void *sched_main(void *arg) {
       pthread_cond_broadcast(&c->cv_local);
       continue;
     }
-    stk_rpc_stream *s = w->stream;
+    stk__rpc_stream *s = w->stream;
     pthread_mutex_unlock(&c->mu);
     pthread_mutex_lock(&w->send_mu);
     pthread_mutex_lock(&c->mu);
@@ -561,7 +552,7 @@ static void *sched_main(void *arg) {
       req.epoch = seq / c->spe;
       req.rank = c->cfg.rank;
       req.step = seq % c->spe;
-      if (stk_rpc_stream_send_msg(s, &req.base)) stk_rpc_stream_cancel(s);
+      if (stk__rpc_stream_send_msg(s, &req.base)) stk__rpc_stream_cancel(s);
     }
     pthread_mutex_unlock(&w->send_mu);
     pthread_mutex_lock(&c->mu);
@@ -581,7 +572,7 @@ void stk__streams_stop(stk_client *c) {
   c->sched_started = 0;
   pthread_mutex_lock(&c->mu);
   for (uint32_t i = 0; i < c->nworkers; i++)
-    if (c->workers[i].stream) stk_rpc_stream_cancel(c->workers[i].stream);
+    if (c->workers[i].stream) stk__rpc_stream_cancel(c->workers[i].stream);
   pthread_cond_broadcast(&c->cv_local);
   pthread_mutex_unlock(&c->mu);
   for (uint32_t i = 0; i < c->nworkers; i++) {

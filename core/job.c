@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "core_internal.h"
 
 typedef enum { T_STR, T_U32, T_U64, T_F32, T_F32X3, T_BOOL, T_ENUM } opt_type;
@@ -112,11 +113,6 @@ void stk_job_spec_defaults(stk_job_spec *s) {
   s->std[0] = 0.229f, s->std[1] = 0.224f, s->std[2] = 0.225f;
 }
 
-static int fail(char *err, size_t errlen, const char *fmt, const char *a, const char *b) {
-  if (err && errlen) snprintf(err, errlen, fmt, a, b);
-  return STK_INVALID_ARGUMENT;
-}
-
 static int parse_u64(const char *v, uint64_t max, uint64_t *out) {
   char *end;
   if (!isdigit((unsigned char)*v)) return -1;
@@ -145,46 +141,52 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
   const job_opt *o = NULL;
   for (size_t i = 0; i < NOPTS; i++)
     if (strcmp(job_opts[i].name, key) == 0) o = &job_opts[i];
-  if (!o) return fail(err, errlen, "unknown job key '%s'%s", key, "");
+  if (!o)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "unknown job key '%s'", key);
   char *field = (char *)s + o->offset;
   uint64_t u;
   switch (o->type) {
     case T_STR:
       if (strlen(value) >= o->size)
-        return fail(err, errlen, "value of '%s' is too long%s", key, "");
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "value of '%s' is too long",
+                         key);
       memcpy(field, value, strlen(value) + 1);
       return STK_OK;
     case T_U32:
       if (parse_u64(value, UINT32_MAX, &u))
-        return fail(err, errlen, "'%s' wants an unsigned 32-bit integer, got '%s'", key,
-                    value);
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "'%s' wants an unsigned 32-bit integer, got '%s'", key, value);
       *(uint32_t *)field = (uint32_t)u;
       return STK_OK;
     case T_U64:
       if (parse_u64(value, UINT64_MAX, &u))
-        return fail(err, errlen, "'%s' wants an unsigned integer, got '%s'", key, value);
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "'%s' wants an unsigned integer, got '%s'", key, value);
       *(uint64_t *)field = u;
       return STK_OK;
     case T_F32:
       if (parse_f32(value, (float *)field))
-        return fail(err, errlen, "'%s' wants a number, got '%s'", key, value);
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "'%s' wants a number, got '%s'", key, value);
       return STK_OK;
     case T_F32X3: {
       char buf[128];
       float v3[3];
       if (strlen(value) >= sizeof(buf))
-        return fail(err, errlen, "value of '%s' is too long%s", key, "");
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "value of '%s' is too long",
+                         key);
       strcpy(buf, value);
       char *save = NULL, *tok = strtok_r(buf, ",", &save);
       for (int i = 0; i < 3; i++) {
         while (tok && isspace((unsigned char)*tok)) tok++;
         if (!tok || parse_f32(tok, &v3[i]))
-          return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'", key,
-                      value);
+          return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                           "'%s' wants three numbers a,b,c, got '%s'", key, value);
         tok = strtok_r(NULL, ",", &save);
       }
       if (tok)
-        return fail(err, errlen, "'%s' wants three numbers a,b,c, got '%s'", key, value);
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "'%s' wants three numbers a,b,c, got '%s'", key, value);
       memcpy(field, v3, sizeof(v3));
       return STK_OK;
     }
@@ -193,7 +195,9 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
         *(int32_t *)field = 1;
       else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
         *(int32_t *)field = 0;
-      else return fail(err, errlen, "'%s' wants true or false, got '%s'", key, value);
+      else
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "'%s' wants true or false, got '%s'", key, value);
       return STK_OK;
     case T_ENUM:
       for (const enum_name *e = o->enums; e->name; e++)
@@ -201,7 +205,8 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
           *(int32_t *)field = e->value;
           return STK_OK;
         }
-      return fail(err, errlen, "'%s': unknown value '%s'", key, value);
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "'%s': unknown value '%s'", key,
+                       value);
   }
   return STK_INTERNAL;
 }
@@ -267,17 +272,19 @@ static int parse_text(stk_job_spec *s, const char *text, const char *where, char
   while ((r = next_line(&it, &key, &value, msg, sizeof(msg))) != 2) {
     if (r == 1 && stk_job_spec_set(s, key, value, msg, sizeof(msg)) != STK_OK) r = -1;
     if (r >= 0) continue;
-    if (err && errlen && where) snprintf(err, errlen, "%s:%d: %s", where, it.lineno, msg);
-    else if (err && errlen) snprintf(err, errlen, "job line %d: %s", it.lineno, msg);
-    return STK_INVALID_ARGUMENT;
+    if (where)
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "%s:%d: %s", where, it.lineno,
+                       msg);
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "job line %d: %s", it.lineno,
+                     msg);
   }
   return STK_OK;
 }
 
 int stk_job_spec_parse(stk_job_spec *s, const char *text, char *err, size_t errlen) {
   if (!s || !text) {
-    if (err && errlen) snprintf(err, errlen, "no job spec or no text to parse");
-    return STK_INVALID_ARGUMENT;
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "no job spec or no text to parse");
   }
   return parse_text(s, text, NULL, err, errlen);
 }
@@ -299,9 +306,8 @@ int stk_job_text_get(const char *text, const char *key, char *value, size_t len)
 int stk_job_spec_load(stk_job_spec *s, const char *path, char *err, size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) {
-    if (err && errlen)
-      snprintf(err, errlen, "cannot read job file %s: %s", path, strerror(errno));
-    return STK_IO;
+    return stk__errf(err, errlen, STK_IO, "cannot read job file %s: %s", path,
+                     strerror(errno));
   }
   char *text = malloc(JOB_FILE_MAX + 1);
   size_t n = text ? fread(text, 1, JOB_FILE_MAX + 1, f) : 0;
@@ -313,7 +319,7 @@ int stk_job_spec_load(stk_job_spec *s, const char *path, char *err, size_t errle
   else if (memchr(text, 0, n)) why = "holds a NUL byte (not a text file)";
   fclose(f);
   if (why) {
-    if (err && errlen) snprintf(err, errlen, "job file %s: %s", path, why);
+    stk__errf(err, errlen, 0, "job file %s: %s", path, why);
   } else {
     text[n] = 0;
     rc = parse_text(s, text, path, err, errlen);
@@ -388,11 +394,7 @@ uint64_t stk_job_spec_hash(const stk_job_spec *s) {
   return stk__mix64(h);
 }
 
-#define VFAIL(...)                                         \
-  do {                                                     \
-    if (err && errlen) snprintf(err, errlen, __VA_ARGS__); \
-    return STK_INVALID_ARGUMENT;                           \
-  } while (0)
+#define VFAIL(...) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, __VA_ARGS__)
 
 int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (!memchr(s->name, 0, sizeof(s->name)) || !memchr(s->dataset, 0, sizeof(s->dataset)))

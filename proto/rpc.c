@@ -18,12 +18,16 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
+#include "common/error.h"
+#include "stoker/status.h"
+
 #define DEFAULT_MAX_MSG (16u << 20)
 
-void stk_rpc_init(void) { grpc_init(); }
-void stk_rpc_shutdown(void) { grpc_shutdown(); }
+void stk__rpc_init(void) { grpc_init(); }
+void stk__rpc_shutdown(void) { grpc_shutdown(); }
 
-int stk_rpc_tune_malloc(void) {
+int stk__rpc_tune_malloc(void) {
   const char *opt = getenv("STOKER_MALLOC_TUNING");
   if ((opt && strcmp(opt, "0") == 0) || getenv("MALLOC_MMAP_THRESHOLD_") ||
       getenv("MALLOC_TRIM_THRESHOLD_"))
@@ -39,16 +43,81 @@ int stk_rpc_tune_malloc(void) {
 #endif
 }
 
-int64_t stk_rpc_now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+/* The final codes are the ones only a change on our side can fix: a job or
+ * protocol mismatch (FAILED_PRECONDITION), a request the peer rejects as
+ * malformed (INVALID_ARGUMENT, OUT_OF_RANGE), a peer that does not serve
+ * the method at all (UNIMPLEMENTED: another service on that address, or an
+ * incompatible version) and credentials (UNAUTHENTICATED,
+ * PERMISSION_DENIED). Credentials are final because a
+ * process reads its token once at start: retrying sends the same token,
+ * and a worker that retried would only reach its orphan timeout much
+ * later with a less clear reason (session.c once treated UNAUTHENTICATED
+ * as final in one place and not in its twin). Everything else (no peer
+ * yet, deadline, overload, a peer restarting) is transient. */
+static const struct {
+  int status, final;
+} rpc_status_map[] = {
+    [GRPC_STATUS_OK] = {STK_OK, 0},
+    [GRPC_STATUS_CANCELLED] = {STK_CANCELLED, 0},
+    [GRPC_STATUS_UNKNOWN] = {STK_UNAVAILABLE, 0},
+    [GRPC_STATUS_INVALID_ARGUMENT] = {STK_INVALID_ARGUMENT, 1},
+    [GRPC_STATUS_DEADLINE_EXCEEDED] = {STK_TIMEOUT, 0},
+    [GRPC_STATUS_NOT_FOUND] = {STK_NOT_FOUND, 0},
+    [GRPC_STATUS_ALREADY_EXISTS] = {STK_STATE, 0},
+    [GRPC_STATUS_PERMISSION_DENIED] = {STK_INVALID_ARGUMENT, 1},
+    [GRPC_STATUS_RESOURCE_EXHAUSTED] = {STK_LIMIT, 0},
+    [GRPC_STATUS_FAILED_PRECONDITION] = {STK_MISMATCH, 1},
+    [GRPC_STATUS_ABORTED] = {STK_CANCELLED, 0},
+    [GRPC_STATUS_OUT_OF_RANGE] = {STK_INVALID_ARGUMENT, 1},
+    [GRPC_STATUS_UNIMPLEMENTED] = {STK_UNSUPPORTED, 1},
+    [GRPC_STATUS_INTERNAL] = {STK_INTERNAL, 0},
+    [GRPC_STATUS_UNAVAILABLE] = {STK_UNAVAILABLE, 0},
+    [GRPC_STATUS_DATA_LOSS] = {STK_CORRUPT, 0},
+    [GRPC_STATUS_UNAUTHENTICATED] = {STK_INVALID_ARGUMENT, 1},
+};
+
+int stk__rpc_status(int grpc_code, int *final) {
+  int n = (int)(sizeof(rpc_status_map) / sizeof(rpc_status_map[0]));
+  int ok = grpc_code >= 0 && grpc_code < n;
+  if (final) *final = ok ? rpc_status_map[grpc_code].final : 1;
+  return ok ? rpc_status_map[grpc_code].status : STK_PROTOCOL;
 }
 
 static gpr_timespec deadline_in(int ms) {
   if (ms < 0) return gpr_inf_future(GPR_CLOCK_MONOTONIC);
   return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                       gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* Start ops on call under tag and block until they complete: the one
+ * "send and wait" step of every server call and client stream. 0 when the
+ * batch succeeded, -1 when it could not start or failed (the call is
+ * broken or cancelled). */
+static int run_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *ops,
+                     size_t n, void *tag) {
+  if (grpc_call_start_batch(call, ops, n, tag, NULL) != GRPC_CALL_OK) return -1;
+  grpc_event ev =
+      grpc_completion_queue_pluck(cq, tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  return ev.success ? 0 : -1;
+}
+
+/* Send msg (taking ownership) and wait for flow control; the initial
+ * metadata goes first when *md_sent is 0 (server calls; a client stream
+ * sent its own at open and passes NULL). 0 or -1. */
+static int send_wait(grpc_call *call, grpc_completion_queue *cq, void *tag, int *md_sent,
+                     grpc_byte_buffer *msg) {
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof(ops));
+  if (md_sent && !*md_sent) {
+    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
+    *md_sent = 1;
+  }
+  ops[n].op = GRPC_OP_SEND_MESSAGE;
+  ops[n++].data.send_message.send_message = msg;
+  int rc = run_batch(call, cq, ops, n, tag);
+  grpc_byte_buffer_destroy(msg);
+  return rc;
 }
 
 static void copy_slice(grpc_slice s, char *out, size_t len) {
@@ -59,7 +128,7 @@ static void copy_slice(grpc_slice s, char *out, size_t len) {
   out[n] = 0;
 }
 
-grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m) {
+grpc_byte_buffer *stk__rpc_pack(const ProtobufCMessage *m) {
   size_t n = protobuf_c_message_get_packed_size(m);
   grpc_slice s = grpc_slice_malloc(n);
   protobuf_c_message_pack(m, GRPC_SLICE_START_PTR(s));
@@ -68,8 +137,8 @@ grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m) {
   return bb;
 }
 
-ProtobufCMessage *stk_rpc_unpack(const ProtobufCMessageDescriptor *d,
-                                 grpc_byte_buffer *bb, size_t max_bytes) {
+ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
+                                  grpc_byte_buffer *bb, size_t max_bytes) {
   if (!bb || grpc_byte_buffer_length(bb) > max_bytes) return NULL;
   grpc_byte_buffer_reader r;
   if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
@@ -81,84 +150,89 @@ ProtobufCMessage *stk_rpc_unpack(const ProtobufCMessageDescriptor *d,
   return m;
 }
 
-static grpc_channel_args *make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
+typedef struct int_arg {
+  const char *key;
+  int value;
+} int_arg;
+
+/* Clients ping every 10 s; let them, with or without calls. */
+static const int_arg server_args[] = {
+    {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000},
+    {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0},
+    {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+};
+
+static const int_arg client_args[] = {
+    {GRPC_ARG_KEEPALIVE_TIME_MS, 10000},
+    {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000},
+    {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+    {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100},
+    {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100},
+    {GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000},
+    /* Our own connection per channel, so one worker stream per TCP link. */
+    {GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1},
+    {GRPC_ARG_ENABLE_RETRIES, 0},
+};
+
+#define MAX_ARGS 16
+
+/* Fill a[MAX_ARGS] with the message size limits and the server's or the
+ * client's settings above; *n gets the count. */
+static void make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
+  const int_arg *set = server ? server_args : client_args;
+  size_t nset = server ? sizeof(server_args) / sizeof(server_args[0])
+                       : sizeof(client_args) / sizeof(client_args[0]);
   size_t i = 0;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
   a[i++].value.integer = (int)max_msg;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
   a[i++].value.integer = (int)max_msg;
-  if (server) {
-    /* Clients ping every 10 s; let them, with or without calls. */
-    a[i].type = GRPC_ARG_INTEGER,
-    a[i].key = GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-    a[i++].value.integer = 5000;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_HTTP2_MAX_PING_STRIKES,
-    a[i++].value.integer = 0;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
-    a[i++].value.integer = 1;
-  } else {
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIME_MS,
-    a[i++].value.integer = 10000;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-    a[i++].value.integer = 5000;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
-    a[i++].value.integer = 1;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
-    a[i++].value.integer = 100;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
-    a[i++].value.integer = 100;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
-    a[i++].value.integer = 1000;
-    /* Our own connection per channel, so one worker stream per TCP link. */
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL,
-    a[i++].value.integer = 1;
-    a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_ENABLE_RETRIES,
-    a[i++].value.integer = 0;
+  for (size_t k = 0; k < nset && i < MAX_ARGS; k++, i++) {
+    a[i].type = GRPC_ARG_INTEGER;
+    a[i].key = (char *)set[k].key;
+    a[i].value.integer = set[k].value;
   }
   *n = i;
-  return NULL;
 }
 
 /* ---- Server ------------------------------------------------------------ */
 
-struct stk_rpc_call {
-  stk_rpc_server *srv;
+struct stk__rpc_call {
+  stk__rpc_server *srv;
   grpc_call *call;
   grpc_completion_queue *cq;
   grpc_call_details details;
   grpc_metadata_array md;
-  const stk_rpc_method *method;
+  const stk__rpc_method *method;
   pthread_t thread;
   int thread_started;
   int md_sent;
   int finished;   /* atomic: a status was sent or the call was aborted */
   int done;       /* handler thread returned; guarded by srv->mu */
   int cancelled;  /* from RECV_CLOSE_ON_SERVER */
-  int close_seen; /* tag_close already plucked (stk_rpc_call_closed) */
+  int close_seen; /* tag_close already plucked (stk__rpc_call_closed) */
   char *peer;
-  void *user;
-  struct stk_rpc_call *next;
+  struct stk__rpc_call *next;
   char tag_recv, tag_send, tag_close, tag_finish;
 };
 
-struct stk_rpc_server {
+struct stk__rpc_server {
   grpc_server *server;
   grpc_completion_queue *notify_cq;
   pthread_t dispatcher;
-  stk_rpc_method *methods;
+  stk__rpc_method *methods;
   size_t nmethods;
-  void *ctx;
   char *token;
   size_t max_calls, max_msg;
   pthread_mutex_t mu;
-  stk_rpc_call *calls; /* live and finished-not-yet-joined calls */
+  stk__rpc_call *calls; /* live and finished-not-yet-joined calls */
   size_t active;
   int stopping;
   char shutdown_tag;
 };
 
-static stk_rpc_call *call_new(stk_rpc_server *srv) {
-  stk_rpc_call *c = calloc(1, sizeof(*c));
+static stk__rpc_call *call_new(stk__rpc_server *srv) {
+  stk__rpc_call *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
   c->srv = srv;
   c->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -168,9 +242,9 @@ static stk_rpc_call *call_new(stk_rpc_server *srv) {
 }
 
 /* Wait for the close, then release everything gRPC gave the call. */
-static void call_release(stk_rpc_call *c) {
+static void call_release(stk__rpc_call *c) {
   if (c->call && !c->close_seen) {
-    grpc_completion_queue_pluck(c->cq, &c->tag_close, gpr_inf_future(GPR_CLOCK_REALTIME),
+    grpc_completion_queue_pluck(c->cq, &c->tag_close, gpr_inf_future(GPR_CLOCK_MONOTONIC),
                                 NULL);
   }
   grpc_metadata_array_destroy(&c->md);
@@ -184,18 +258,14 @@ static void call_release(stk_rpc_call *c) {
   c->peer = NULL;
 }
 
-int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out) {
+int stk__rpc_call_recv(stk__rpc_call *c, grpc_byte_buffer **out) {
   grpc_byte_buffer *bb = NULL;
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_MESSAGE;
   op.data.recv_message.recv_message = &bb;
   *out = NULL;
-  if (grpc_call_start_batch(c->call, &op, 1, &c->tag_recv, NULL) != GRPC_CALL_OK)
-    return -1;
-  grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_recv,
-                                              gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  if (!ev.success) {
+  if (run_batch(c->call, c->cq, &op, 1, &c->tag_recv)) {
     if (bb) grpc_byte_buffer_destroy(bb);
     return -1;
   }
@@ -204,43 +274,27 @@ int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out) {
   return 1;
 }
 
-int stk_rpc_call_recv_msg(stk_rpc_call *c, const ProtobufCMessageDescriptor *d,
-                          ProtobufCMessage **out) {
+int stk__rpc_call_recv_msg(stk__rpc_call *c, const ProtobufCMessageDescriptor *d,
+                           ProtobufCMessage **out) {
   grpc_byte_buffer *bb;
   *out = NULL;
-  int r = stk_rpc_call_recv(c, &bb);
+  int r = stk__rpc_call_recv(c, &bb);
   if (r <= 0) return r;
-  *out = stk_rpc_unpack(d, bb, c->srv->max_msg);
+  *out = stk__rpc_unpack(d, bb, c->srv->max_msg);
   grpc_byte_buffer_destroy(bb);
   return *out ? 1 : -2;
 }
 
-int stk_rpc_call_send(stk_rpc_call *c, grpc_byte_buffer *msg) {
-  grpc_op ops[2];
-  size_t n = 0;
-  memset(ops, 0, sizeof(ops));
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = 1;
-  }
-  ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = msg;
-  int rc = -1;
-  if (grpc_call_start_batch(c->call, ops, n, &c->tag_send, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_send,
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = ev.success ? 0 : -1;
-  }
-  grpc_byte_buffer_destroy(msg);
-  return rc;
+int stk__rpc_call_send(stk__rpc_call *c, grpc_byte_buffer *msg) {
+  return send_wait(c->call, c->cq, &c->tag_send, &c->md_sent, msg);
 }
 
-int stk_rpc_call_send_msg(stk_rpc_call *c, const ProtobufCMessage *m) {
-  grpc_byte_buffer *bb = stk_rpc_pack(m);
-  return bb ? stk_rpc_call_send(c, bb) : -1;
+int stk__rpc_call_send_msg(stk__rpc_call *c, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = stk__rpc_pack(m);
+  return bb ? stk__rpc_call_send(c, bb) : -1;
 }
 
-int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *details) {
+int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *details) {
   if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return 0;
   grpc_op ops[2];
   size_t n = 0;
@@ -253,22 +307,17 @@ int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *deta
   ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
   ops[n].data.send_status_from_server.status = code;
   ops[n++].data.send_status_from_server.status_details = &det;
-  int rc = -1;
-  if (grpc_call_start_batch(c->call, ops, n, &c->tag_finish, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_finish,
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = ev.success ? 0 : -1;
-  }
+  int rc = run_batch(c->call, c->cq, ops, n, &c->tag_finish);
   grpc_slice_unref(det);
   return rc;
 }
 
-void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code, const char *details) {
+void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details) {
   if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return;
   grpc_call_cancel_with_status(c->call, code, details ? details : "", NULL);
 }
 
-int stk_rpc_call_closed(stk_rpc_call *c) {
+int stk__rpc_call_closed(stk__rpc_call *c) {
   if (!c->close_seen) {
     grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_close,
                                                 gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
@@ -277,14 +326,13 @@ int stk_rpc_call_closed(stk_rpc_call *c) {
   return c->close_seen;
 }
 
-const char *stk_rpc_call_peer(stk_rpc_call *c) { return c->peer ? c->peer : "?"; }
-void **stk_rpc_call_user(stk_rpc_call *c) { return &c->user; }
+const char *stk__rpc_call_peer(stk__rpc_call *c) { return c->peer ? c->peer : "?"; }
 
 static void *call_thread(void *arg) {
-  stk_rpc_call *c = arg;
-  c->method->fn(c, c->srv->ctx);
+  stk__rpc_call *c = arg;
+  c->method->fn(c);
   if (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE))
-    stk_rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
+    stk__rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
   call_release(c);
   pthread_mutex_lock(&c->srv->mu);
   c->done = 1;
@@ -294,11 +342,11 @@ static void *call_thread(void *arg) {
 }
 
 /* Join and free calls whose thread has returned. */
-static void reap(stk_rpc_server *s) {
+static void reap(stk__rpc_server *s) {
   for (;;) {
-    stk_rpc_call *dead = NULL;
+    stk__rpc_call *dead = NULL;
     pthread_mutex_lock(&s->mu);
-    for (stk_rpc_call **pp = &s->calls; *pp; pp = &(*pp)->next)
+    for (stk__rpc_call **pp = &s->calls; *pp; pp = &(*pp)->next)
       if ((*pp)->done) {
         dead = *pp;
         *pp = dead->next;
@@ -311,7 +359,7 @@ static void reap(stk_rpc_server *s) {
   }
 }
 
-static int token_ok(stk_rpc_server *s, grpc_metadata_array *md) {
+static int token_ok(stk__rpc_server *s, grpc_metadata_array *md) {
   if (!s->token) return 1;
   size_t want = strlen(s->token);
   for (size_t i = 0; i < md->count; i++) {
@@ -330,13 +378,13 @@ static int token_ok(stk_rpc_server *s, grpc_metadata_array *md) {
 }
 
 /* Answer a call we will not run, inline on the dispatcher. */
-static void reject(stk_rpc_call *c, grpc_status_code code, const char *msg) {
-  stk_rpc_call_finish(c, code, msg);
+static void reject(stk__rpc_call *c, grpc_status_code code, const char *msg) {
+  stk__rpc_call_finish(c, code, msg);
   call_release(c);
   free(c);
 }
 
-static void dispatch(stk_rpc_server *s, stk_rpc_call *c) {
+static void dispatch(stk__rpc_server *s, stk__rpc_call *c) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
@@ -369,8 +417,8 @@ static void dispatch(stk_rpc_server *s, stk_rpc_call *c) {
   pthread_mutex_unlock(&s->mu);
 }
 
-static stk_rpc_call *request_one(stk_rpc_server *s) {
-  stk_rpc_call *c = call_new(s);
+static stk__rpc_call *request_one(stk__rpc_server *s) {
+  stk__rpc_call *c = call_new(s);
   if (!c) return NULL;
   if (grpc_server_request_call(s->server, &c->call, &c->details, &c->md, c->cq,
                                s->notify_cq, c) != GRPC_CALL_OK) {
@@ -382,8 +430,8 @@ static stk_rpc_call *request_one(stk_rpc_server *s) {
 }
 
 static void *dispatcher_main(void *arg) {
-  stk_rpc_server *s = arg;
-  stk_rpc_call *pending = request_one(s);
+  stk__rpc_server *s = arg;
+  stk__rpc_call *pending = request_one(s);
   for (;;) {
     grpc_event ev = grpc_completion_queue_next(s->notify_cq, deadline_in(200), NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
@@ -395,7 +443,7 @@ static void *dispatcher_main(void *arg) {
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     if (ev.tag == &s->shutdown_tag) break;
     if (ev.tag == pending) {
-      stk_rpc_call *c = pending;
+      stk__rpc_call *c = pending;
       pending = NULL;
       if (ev.success) {
         dispatch(s, c);
@@ -411,25 +459,24 @@ static void *dispatcher_main(void *arg) {
   return NULL;
 }
 
-int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
-                         int *port, char *err, size_t errlen) {
+int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **out,
+                          int *port, char *err, size_t errlen) {
   *out = NULL;
-  stk_rpc_server *s = calloc(1, sizeof(*s));
+  stk__rpc_server *s = calloc(1, sizeof(*s));
   if (!s) return -1;
   pthread_mutex_init(&s->mu, NULL);
   s->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MSG;
   s->max_calls = cfg->max_calls ? cfg->max_calls : 4096;
-  s->ctx = cfg->ctx;
   s->nmethods = cfg->nmethods;
-  s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk_rpc_method));
+  s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk__rpc_method));
   if (cfg->token && *cfg->token) s->token = strdup(cfg->token);
   if (!s->methods || (cfg->token && *cfg->token && !s->token)) goto fail_mem;
-  memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk_rpc_method));
-  grpc_arg a[16];
+  memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk__rpc_method));
+  grpc_arg a[MAX_ARGS];
   size_t na;
   make_args(a, &na, s->max_msg, 1);
   grpc_channel_args args = {na, a};
-  stk_rpc_init();
+  stk__rpc_init();
   s->server = grpc_server_create(&args, NULL);
   s->notify_cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
@@ -437,31 +484,30 @@ int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
   int p = grpc_server_add_http2_port(s->server, cfg->listen, creds);
   grpc_server_credentials_release(creds);
   if (p <= 0) {
-    if (err && errlen)
-      snprintf(err, errlen, "cannot listen on %s (in use, or not an address)",
-               cfg->listen);
+    stk__errf(err, errlen, 0, "cannot listen on %s (in use, or not an address)",
+              cfg->listen);
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->notify_cq);
     grpc_completion_queue_destroy(s->notify_cq);
-    stk_rpc_shutdown();
+    stk__rpc_shutdown();
     goto fail;
   }
   grpc_server_start(s->server);
   if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0) {
-    if (err && errlen) snprintf(err, errlen, "cannot start a thread");
+    stk__errf(err, errlen, 0, "cannot start a thread");
     grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
-    grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->notify_cq);
     grpc_completion_queue_destroy(s->notify_cq);
-    stk_rpc_shutdown();
+    stk__rpc_shutdown();
     goto fail;
   }
   if (port) *port = p;
   *out = s;
   return 0;
 fail_mem:
-  if (err && errlen) snprintf(err, errlen, "out of memory");
+  stk__errf(err, errlen, 0, "out of memory");
 fail:
   free(s->methods);
   free(s->token);
@@ -470,28 +516,25 @@ fail:
   return -1;
 }
 
-size_t stk_rpc_server_active(stk_rpc_server *s) {
+size_t stk__rpc_server_active(stk__rpc_server *s) {
   pthread_mutex_lock(&s->mu);
   size_t n = s->active;
   pthread_mutex_unlock(&s->mu);
   return n;
 }
 
-void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
+void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms) {
   if (!s) return;
   __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
   grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
-  int64_t until = stk_rpc_now_ms() + (grace_ms > 0 ? grace_ms : 0);
-  while (stk_rpc_server_active(s) > 0 && stk_rpc_now_ms() < until) {
-    struct timespec ts = {0, 10 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-  }
+  int64_t until = stk__now_ms() + (grace_ms > 0 ? grace_ms : 0);
+  while (stk__rpc_server_active(s) > 0 && stk__now_ms() < until) stk__sleep_ms(10);
   grpc_server_cancel_all_calls(s->server);
   pthread_join(s->dispatcher, NULL);
   /* Every handler has now been cancelled; join what is left. */
   for (;;) {
     pthread_mutex_lock(&s->mu);
-    stk_rpc_call *c = s->calls;
+    stk__rpc_call *c = s->calls;
     if (c) s->calls = c->next;
     pthread_mutex_unlock(&s->mu);
     if (!c) break;
@@ -501,44 +544,40 @@ void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms) {
   grpc_server_destroy(s->server);
   grpc_completion_queue_shutdown(s->notify_cq);
   while (
-      grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_REALTIME), NULL)
+      grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
           .type != GRPC_QUEUE_SHUTDOWN) {}
   grpc_completion_queue_destroy(s->notify_cq);
   free(s->methods);
   free(s->token);
   pthread_mutex_destroy(&s->mu);
   free(s);
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
 }
 
 /* ---- Client ------------------------------------------------------------ */
 
-struct stk_rpc_channel {
+struct stk__rpc_channel {
   grpc_channel *channel;
-  char *target;
   char *auth; /* "Bearer <token>" or NULL */
   size_t max_msg;
 };
 
-int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
-                         stk_rpc_channel **out) {
+int stk__rpc_channel_open(const char *target, size_t max_msg, const char *token,
+                          stk__rpc_channel **out) {
   *out = NULL;
-  stk_rpc_channel *ch = calloc(1, sizeof(*ch));
+  stk__rpc_channel *ch = calloc(1, sizeof(*ch));
   if (!ch) return -1;
   ch->max_msg = max_msg ? max_msg : DEFAULT_MAX_MSG;
-  ch->target = strdup(target);
   if (token && *token) {
     ch->auth = malloc(strlen(token) + 8);
-    if (ch->auth) sprintf(ch->auth, "Bearer %s", token);
+    if (!ch->auth) {
+      free(ch);
+      return -1;
+    }
+    sprintf(ch->auth, "Bearer %s", token);
   }
-  if (!ch->target || (token && *token && !ch->auth)) {
-    free(ch->target);
-    free(ch->auth);
-    free(ch);
-    return -1;
-  }
-  stk_rpc_init();
-  grpc_arg a[16];
+  stk__rpc_init();
+  grpc_arg a[MAX_ARGS];
   size_t na;
   make_args(a, &na, ch->max_msg, 0);
   grpc_channel_args args = {na, a};
@@ -549,18 +588,15 @@ int stk_rpc_channel_open(const char *target, size_t max_msg, const char *token,
   return 0;
 }
 
-void stk_rpc_channel_close(stk_rpc_channel *ch) {
+void stk__rpc_channel_close(stk__rpc_channel *ch) {
   if (!ch) return;
   grpc_channel_destroy(ch->channel);
-  free(ch->target);
   free(ch->auth);
   free(ch);
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
 }
 
-const char *stk_rpc_channel_target(const stk_rpc_channel *ch) { return ch->target; }
-
-static void set_auth(stk_rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
+static void set_auth(stk__rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
   op->op = GRPC_OP_SEND_INITIAL_METADATA;
   if (ch->auth) {
     md->key = grpc_slice_from_static_string("authorization");
@@ -570,25 +606,25 @@ static void set_auth(stk_rpc_channel *ch, grpc_op *op, grpc_metadata *md) {
   }
 }
 
-static grpc_call *new_call(stk_rpc_channel *ch, grpc_completion_queue *cq,
+static grpc_call *new_call(stk__rpc_channel *ch, grpc_completion_queue *cq,
                            const char *method, int timeout_ms) {
   grpc_slice m = grpc_slice_from_copied_string(method);
   grpc_call *call = grpc_channel_create_call(
       ch->channel, NULL, GRPC_PROPAGATE_DEFAULTS, cq, m, NULL,
-      timeout_ms > 0 ? deadline_in(timeout_ms) : gpr_inf_future(GPR_CLOCK_REALTIME),
+      timeout_ms > 0 ? deadline_in(timeout_ms) : gpr_inf_future(GPR_CLOCK_MONOTONIC),
       NULL);
   grpc_slice_unref(m);
   return call;
 }
 
-int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
-                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                  int timeout_ms, char *details, size_t dlen) {
+int stk__rpc_unary(stk__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                   int timeout_ms, char *details, size_t dlen) {
   *resp = NULL;
   if (details && dlen) details[0] = 0;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
   grpc_call *call = new_call(ch, cq, method, timeout_ms);
-  grpc_byte_buffer *send = stk_rpc_pack(req), *recv = NULL;
+  grpc_byte_buffer *send = stk__rpc_pack(req), *recv = NULL;
   grpc_metadata_array init_md, trail_md;
   grpc_metadata_array_init(&init_md);
   grpc_metadata_array_init(&trail_md);
@@ -611,10 +647,11 @@ int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessag
   ops[5].data.recv_status_on_client.status_details = &det;
   char tag;
   if (grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK) {
-    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+    /* Success or not, the status op reports the outcome. */
+    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
     copy_slice(det, details, dlen);
     if (status == GRPC_STATUS_OK) {
-      *resp = stk_rpc_unpack(resp_desc, recv, ch->max_msg);
+      *resp = stk__rpc_unpack(resp_desc, recv, ch->max_msg);
       if (!*resp) {
         status = GRPC_STATUS_INTERNAL;
         if (details && dlen) snprintf(details, dlen, "malformed response");
@@ -634,8 +671,8 @@ int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessag
   return (int)status;
 }
 
-struct stk_rpc_stream {
-  stk_rpc_channel *ch;
+struct stk__rpc_stream {
+  stk__rpc_channel *ch;
   grpc_call *call;
   grpc_completion_queue *cq;
   int recv_pending, got_md, status_done;
@@ -647,10 +684,10 @@ struct stk_rpc_stream {
   char tag_send, tag_recv, tag_status;
 };
 
-int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
-                        stk_rpc_stream **out) {
+int stk__rpc_stream_open(stk__rpc_channel *ch, const char *method, int timeout_ms,
+                         stk__rpc_stream **out) {
   *out = NULL;
-  stk_rpc_stream *s = calloc(1, sizeof(*s));
+  stk__rpc_stream *s = calloc(1, sizeof(*s));
   if (!s) return -1;
   s->ch = ch;
   s->cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -668,34 +705,21 @@ int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
   grpc_call_start_batch(s->call, &op, 1, &s->tag_status, NULL);
   memset(&op, 0, sizeof(op));
   set_auth(ch, &op, &s->auth);
-  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK)
-    grpc_completion_queue_pluck(s->cq, &s->tag_send, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                NULL);
+  run_batch(s->call, s->cq, &op, 1, &s->tag_send); /* a failure shows in the status */
   *out = s;
   return 0;
 }
 
-int stk_rpc_stream_send(stk_rpc_stream *s, grpc_byte_buffer *msg) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_SEND_MESSAGE;
-  op.data.send_message.send_message = msg;
-  int rc = -1;
-  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) == GRPC_CALL_OK) {
-    grpc_event ev = grpc_completion_queue_pluck(s->cq, &s->tag_send,
-                                                gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-    rc = ev.success ? 0 : -1;
-  }
-  grpc_byte_buffer_destroy(msg);
-  return rc;
+int stk__rpc_stream_send(stk__rpc_stream *s, grpc_byte_buffer *msg) {
+  return send_wait(s->call, s->cq, &s->tag_send, NULL, msg);
 }
 
-int stk_rpc_stream_send_msg(stk_rpc_stream *s, const ProtobufCMessage *m) {
-  grpc_byte_buffer *bb = stk_rpc_pack(m);
-  return bb ? stk_rpc_stream_send(s, bb) : -1;
+int stk__rpc_stream_send_msg(stk__rpc_stream *s, const ProtobufCMessage *m) {
+  grpc_byte_buffer *bb = stk__rpc_pack(m);
+  return bb ? stk__rpc_stream_send(s, bb) : -1;
 }
 
-int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_ms) {
+int stk__rpc_stream_recv(stk__rpc_stream *s, grpc_byte_buffer **out, int timeout_ms) {
   *out = NULL;
   if (!s->recv_pending) {
     grpc_op ops[2];
@@ -715,7 +739,7 @@ int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_m
   }
   grpc_event ev = grpc_completion_queue_pluck(
       s->cq, &s->tag_recv,
-      timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : deadline_in(timeout_ms),
+      timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : deadline_in(timeout_ms),
       NULL);
   if (ev.type == GRPC_QUEUE_TIMEOUT) return -2;
   s->recv_pending = 0;
@@ -730,22 +754,19 @@ int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_m
   return 1;
 }
 
-int stk_rpc_stream_close_send(stk_rpc_stream *s) {
+int stk__rpc_stream_close_send(stk__rpc_stream *s) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
-  if (grpc_call_start_batch(s->call, &op, 1, &s->tag_send, NULL) != GRPC_CALL_OK)
-    return -1;
-  grpc_event ev = grpc_completion_queue_pluck(s->cq, &s->tag_send,
-                                              gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
-  return ev.success ? 0 : -1;
+  return run_batch(s->call, s->cq, &op, 1, &s->tag_send);
 }
 
-int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size_t dlen) {
+int stk__rpc_stream_status(stk__rpc_stream *s, int timeout_ms, char *details,
+                           size_t dlen) {
   if (!s->status_done) {
     grpc_event ev = grpc_completion_queue_pluck(
         s->cq, &s->tag_status,
-        timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_REALTIME) : deadline_in(timeout_ms),
+        timeout_ms < 0 ? gpr_inf_future(GPR_CLOCK_MONOTONIC) : deadline_in(timeout_ms),
         NULL);
     if (ev.type == GRPC_QUEUE_TIMEOUT) {
       if (details && dlen) snprintf(details, dlen, "no status yet");
@@ -757,19 +778,19 @@ int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size
   return (int)s->status;
 }
 
-void stk_rpc_stream_cancel(stk_rpc_stream *s) { grpc_call_cancel(s->call, NULL); }
+void stk__rpc_stream_cancel(stk__rpc_stream *s) { grpc_call_cancel(s->call, NULL); }
 
-void stk_rpc_stream_destroy(stk_rpc_stream *s) {
+void stk__rpc_stream_destroy(stk__rpc_stream *s) {
   if (!s) return;
   grpc_call_cancel(s->call, NULL);
   if (s->recv_pending) {
-    grpc_completion_queue_pluck(s->cq, &s->tag_recv, gpr_inf_future(GPR_CLOCK_REALTIME),
+    grpc_completion_queue_pluck(s->cq, &s->tag_recv, gpr_inf_future(GPR_CLOCK_MONOTONIC),
                                 NULL);
     if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
   }
   if (!s->status_done)
-    grpc_completion_queue_pluck(s->cq, &s->tag_status, gpr_inf_future(GPR_CLOCK_REALTIME),
-                                NULL);
+    grpc_completion_queue_pluck(s->cq, &s->tag_status,
+                                gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
   grpc_slice_unref(s->details);
   grpc_metadata_array_destroy(&s->init_md);
   grpc_metadata_array_destroy(&s->trail_md);

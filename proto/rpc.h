@@ -20,8 +20,8 @@
 #include <stdint.h>
 
 /* grpc_init()/grpc_shutdown(), reference counted by gRPC itself. */
-void stk_rpc_init(void);
-void stk_rpc_shutdown(void);
+void stk__rpc_init(void);
+void stk__rpc_shutdown(void);
 
 /* Keep glibc from handing gRPC's large receive buffers back to the kernel
  * after every message (mmap threshold 32 MiB, trim threshold 64 MiB), so
@@ -32,121 +32,124 @@ void stk_rpc_shutdown(void);
  * STOKER_MALLOC_TUNING=0, and never overrides a MALLOC_MMAP_THRESHOLD_ or
  * MALLOC_TRIM_THRESHOLD_ the user set. Idempotent, thread-safe. Returns 1
  * if it changed the settings, 0 if it left them alone. */
-int stk_rpc_tune_malloc(void);
+int stk__rpc_tune_malloc(void);
 
-/* Monotonic milliseconds. */
-int64_t stk_rpc_now_ms(void);
+/* What a gRPC status from a peer means to stoker: the stk_status to report
+ * and, in *final (may be NULL), whether the refusal is final, i.e. retrying
+ * the same call with the same credentials cannot succeed (1) or the caller
+ * should back off and retry (0). One table for the client's join, finish
+ * and worker streams and the worker's coordinator session. GRPC_STATUS_OK
+ * gives STK_OK; a code outside gRPC's range gives STK_PROTOCOL, final.
+ * Pure, thread-safe. */
+int stk__rpc_status(int grpc_code, int *final);
 
 /* Pack a protobuf-c message into a new byte buffer (caller destroys);
  * NULL on allocation failure. */
-grpc_byte_buffer *stk_rpc_pack(const ProtobufCMessage *m);
+grpc_byte_buffer *stk__rpc_pack(const ProtobufCMessage *m);
 /* Unpack a byte buffer (not consumed) of at most max_bytes; NULL when the
  * bytes are not a valid message of that type or too large. Free with
  * protobuf_c_message_free_unpacked(m, NULL). */
-ProtobufCMessage *stk_rpc_unpack(const ProtobufCMessageDescriptor *d,
-                                 grpc_byte_buffer *bb, size_t max_bytes);
+ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
+                                  grpc_byte_buffer *bb, size_t max_bytes);
 
 /* ---- Server ------------------------------------------------------------ */
 
-typedef struct stk_rpc_server stk_rpc_server;
-typedef struct stk_rpc_call stk_rpc_call;
+typedef struct stk__rpc_server stk__rpc_server;
+typedef struct stk__rpc_call stk__rpc_call;
 
 /* Runs on a thread of its own for one incoming call. It must end the call
- * with stk_rpc_call_finish (or stk_rpc_call_abort) before returning; if it
+ * with stk__rpc_call_finish (or stk__rpc_call_abort) before returning; if it
  * does not, the call ends with INTERNAL. */
-typedef void (*stk_rpc_handler_fn)(stk_rpc_call *call, void *ctx);
+typedef void (*stk__rpc_handler_fn)(stk__rpc_call *call);
 
-typedef struct stk_rpc_method {
+typedef struct stk__rpc_method {
   const char *path; /* "/stoker.v1.Worker/Stream" */
-  stk_rpc_handler_fn fn;
-} stk_rpc_method;
+  stk__rpc_handler_fn fn;
+} stk__rpc_method;
 
-typedef struct stk_rpc_server_config {
+typedef struct stk__rpc_server_config {
   const char *listen; /* "127.0.0.1:0" binds a free port */
-  const stk_rpc_method *methods;
+  const stk__rpc_method *methods;
   size_t nmethods;
-  void *ctx;                /* handed to every handler */
   size_t max_message_bytes; /* receive limit; 0 = 16 MiB */
   const char *token;        /* bearer token every call must carry; NULL = none */
   size_t max_calls;         /* concurrent calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
-} stk_rpc_server_config;
+} stk__rpc_server_config;
 
 /* Bind and start serving. *port gets the bound port. Returns 0, or -1 with
  * a message in err (address in use, bad address). */
-int stk_rpc_server_start(const stk_rpc_server_config *cfg, stk_rpc_server **out,
-                         int *port, char *err, size_t errlen);
+int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **out,
+                          int *port, char *err, size_t errlen);
 /* Stop accepting calls, give running calls grace_ms to end, cancel the
  * rest, join every handler thread and free the server. Accepts NULL. */
-void stk_rpc_server_stop(stk_rpc_server *s, int grace_ms);
+void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms);
 /* Calls currently running. */
-size_t stk_rpc_server_active(stk_rpc_server *s);
+size_t stk__rpc_server_active(stk__rpc_server *s);
 
 /* Blocking receive: 1 with *out (caller destroys), 0 when the client
  * half-closed, -1 when the call is cancelled or broken. One receiver at a
  * time. */
-int stk_rpc_call_recv(stk_rpc_call *c, grpc_byte_buffer **out);
+int stk__rpc_call_recv(stk__rpc_call *c, grpc_byte_buffer **out);
 /* Unpack-or-fail convenience: 1 with a message, 0 half-close, -1 broken,
  * -2 malformed (the call is still open: abort it with a status). */
-int stk_rpc_call_recv_msg(stk_rpc_call *c, const ProtobufCMessageDescriptor *d,
-                          ProtobufCMessage **out);
+int stk__rpc_call_recv_msg(stk__rpc_call *c, const ProtobufCMessageDescriptor *d,
+                           ProtobufCMessage **out);
 /* Blocking send (waits for flow control). Takes ownership of msg. 0 or -1
  * when the call is cancelled or broken. One sender at a time. */
-int stk_rpc_call_send(stk_rpc_call *c, grpc_byte_buffer *msg);
-int stk_rpc_call_send_msg(stk_rpc_call *c, const ProtobufCMessage *m);
+int stk__rpc_call_send(stk__rpc_call *c, grpc_byte_buffer *msg);
+int stk__rpc_call_send_msg(stk__rpc_call *c, const ProtobufCMessage *m);
 /* End the call with a status. Call once, from the sending thread (or when
  * no send is in flight). Returns 0 or -1. */
-int stk_rpc_call_finish(stk_rpc_call *c, grpc_status_code code, const char *details);
+int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *details);
 /* End the call with a status from any thread, failing the other thread's
  * pending receive or send (thread-safe). */
-void stk_rpc_call_abort(stk_rpc_call *c, grpc_status_code code, const char *details);
+void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details);
 /* Non-blocking: 1 once the call is over (the client cancelled or went
  * away, or a status was sent), else 0. For handlers that wait on something
  * other than gRPC (a server-streaming call between messages) and want to
  * notice a vanished client. Call from the handler thread only. */
-int stk_rpc_call_closed(stk_rpc_call *c);
+int stk__rpc_call_closed(stk__rpc_call *c);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
-const char *stk_rpc_call_peer(stk_rpc_call *c);
-/* Per-call slot for the handler's own state. */
-void **stk_rpc_call_user(stk_rpc_call *c);
+const char *stk__rpc_call_peer(stk__rpc_call *c);
 
 /* ---- Client ------------------------------------------------------------ */
 
-typedef struct stk_rpc_channel stk_rpc_channel;
+typedef struct stk__rpc_channel stk__rpc_channel;
 
 /* A channel to target ("host:port"); connects lazily and reconnects with a
  * short backoff. 0, or -1 on allocation failure. */
-int stk_rpc_channel_open(const char *target, size_t max_message_bytes, const char *token,
-                         stk_rpc_channel **out);
-void stk_rpc_channel_close(stk_rpc_channel *ch); /* accepts NULL */
-const char *stk_rpc_channel_target(const stk_rpc_channel *ch);
+int stk__rpc_channel_open(const char *target, size_t max_message_bytes, const char *token,
+                          stk__rpc_channel **out);
+void stk__rpc_channel_close(stk__rpc_channel *ch); /* accepts NULL */
 
 /* Unary call: returns the gRPC status code (0 = OK, then *resp is set and
  * owned by the caller) and copies the status details into details. A
  * response that does not parse is GRPC_STATUS_INTERNAL. */
-int stk_rpc_unary(stk_rpc_channel *ch, const char *method, const ProtobufCMessage *req,
-                  const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
-                  int timeout_ms, char *details, size_t dlen);
+int stk__rpc_unary(stk__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
+                   const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
+                   int timeout_ms, char *details, size_t dlen);
 
-typedef struct stk_rpc_stream stk_rpc_stream;
+typedef struct stk__rpc_stream stk__rpc_stream;
 
 /* Start a streaming call; timeout_ms <= 0 means no deadline. 0 or -1. */
-int stk_rpc_stream_open(stk_rpc_channel *ch, const char *method, int timeout_ms,
-                        stk_rpc_stream **out);
+int stk__rpc_stream_open(stk__rpc_channel *ch, const char *method, int timeout_ms,
+                         stk__rpc_stream **out);
 /* Takes ownership of msg. 0, or -1 when the stream is broken. */
-int stk_rpc_stream_send(stk_rpc_stream *s, grpc_byte_buffer *msg);
-int stk_rpc_stream_send_msg(stk_rpc_stream *s, const ProtobufCMessage *m);
+int stk__rpc_stream_send(stk__rpc_stream *s, grpc_byte_buffer *msg);
+int stk__rpc_stream_send_msg(stk__rpc_stream *s, const ProtobufCMessage *m);
 /* 1 with *out (caller destroys), 0 at the end of the stream (read the
  * status), -1 broken, -2 timeout (the receive stays pending: call again).
  * timeout_ms < 0 waits forever. */
-int stk_rpc_stream_recv(stk_rpc_stream *s, grpc_byte_buffer **out, int timeout_ms);
+int stk__rpc_stream_recv(stk__rpc_stream *s, grpc_byte_buffer **out, int timeout_ms);
 /* Half-close: no more sends. 0 or -1. */
-int stk_rpc_stream_close_send(stk_rpc_stream *s);
+int stk__rpc_stream_close_send(stk__rpc_stream *s);
 /* Wait up to timeout_ms for the final status; returns the code (or
  * GRPC_STATUS_DEADLINE_EXCEEDED if it did not come) and its details. */
-int stk_rpc_stream_status(stk_rpc_stream *s, int timeout_ms, char *details, size_t dlen);
+int stk__rpc_stream_status(stk__rpc_stream *s, int timeout_ms, char *details,
+                           size_t dlen);
 /* Cancel from any thread; pending send/recv fail. */
-void stk_rpc_stream_cancel(stk_rpc_stream *s);
+void stk__rpc_stream_cancel(stk__rpc_stream *s);
 /* Cancel if still open, wait for every pending op, free. Accepts NULL. */
-void stk_rpc_stream_destroy(stk_rpc_stream *s);
+void stk__rpc_stream_destroy(stk__rpc_stream *s);
 
 #endif

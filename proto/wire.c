@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "rpc.h"
-#include "stoker/augment.h"
+#include "common/crc32c.h"
 
 static size_t put_varint(unsigned char *p, uint64_t v) {
   size_t n = 0;
@@ -17,8 +17,8 @@ static size_t put_varint(unsigned char *p, uint64_t v) {
   return n;
 }
 
-grpc_byte_buffer *stk_wire_chunk(uint64_t offset, const void *data, size_t len,
-                                 void (*release)(void *), void *ud) {
+grpc_byte_buffer *stk__wire_chunk(uint64_t offset, const void *data, size_t len,
+                                  void (*release)(void *), void *ud) {
   unsigned char hdr[24];
   size_t n = 0;
   hdr[n++] = 0x10; /* field 2, varint: chunk_offset */
@@ -66,7 +66,7 @@ static int br_varint(byte_reader *b, uint64_t *v) {
   return -1;
 }
 
-int stk_wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk_wire_msg *m) {
+int stk__wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk__wire_msg *m) {
   memset(m, 0, sizeof(*m));
   size_t total = grpc_byte_buffer_length(bb);
   if (total > max_bytes) return -1;
@@ -94,7 +94,7 @@ int stk_wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk_wire_msg *m) {
     m->data_start = start;
     return 0;
   }
-  m->msg = (Stoker__V1__BatchResponse *)stk_rpc_unpack(
+  m->msg = (Stoker__V1__BatchResponse *)stk__rpc_unpack(
       &stoker__v1__batch_response__descriptor, bb, max_bytes);
   if (!m->msg) return -1;
   if (!m->msg->header) {
@@ -120,7 +120,7 @@ static uint32_t copy_piece(unsigned char *d, const unsigned char *p, size_t n,
   return crc;
 }
 
-static uint32_t copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, unsigned char *d,
+static uint32_t copy_chunk(grpc_byte_buffer *bb, const stk__wire_msg *m, unsigned char *d,
                            uint32_t crc, int with_crc) {
   if (m->msg)
     return m->len ? copy_piece(d, m->msg->chunk.data, m->len, crc, with_crc) : crc;
@@ -144,16 +144,16 @@ static uint32_t copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, unsigned
   return crc;
 }
 
-void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest) {
+void stk__wire_copy_chunk(grpc_byte_buffer *bb, const stk__wire_msg *m, void *dest) {
   copy_chunk(bb, m, dest, 0, 0);
 }
 
-uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest,
-                                 uint32_t crc) {
+uint32_t stk__wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk__wire_msg *m,
+                                  void *dest, uint32_t crc) {
   return copy_chunk(bb, m, dest, crc, 1);
 }
 
-void stk_wire_msg_free(stk_wire_msg *m) {
+void stk__wire_msg_free(stk__wire_msg *m) {
   if (m->msg) protobuf_c_message_free_unpacked(&m->msg->base, NULL);
   m->msg = NULL;
 }

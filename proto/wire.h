@@ -20,28 +20,28 @@
 /* A chunk message over data[0..len) at payload offset `offset`, without
  * copying data: release(ud) runs once gRPC is done with the bytes. NULL on
  * allocation failure (release is not called then). */
-grpc_byte_buffer *stk_wire_chunk(uint64_t offset, const void *data, size_t len,
-                                 void (*release)(void *), void *ud);
+grpc_byte_buffer *stk__wire_chunk(uint64_t offset, const void *data, size_t len,
+                                  void (*release)(void *), void *ud);
 
-typedef struct stk_wire_msg {
+typedef struct stk__wire_msg {
   Stoker__V1__BatchResponse *msg; /* set for a header (or fallback chunk) */
   int is_chunk;
   uint64_t offset, len; /* chunk position and size */
   size_t data_start;    /* fast path: where the bytes begin */
-} stk_wire_msg;
+} stk__wire_msg;
 
 /* Decode a BatchResponse of at most max_bytes. Returns 0 and fills *m, or
- * -1 for a malformed message. Release with stk_wire_msg_free. */
-int stk_wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk_wire_msg *m);
+ * -1 for a malformed message. Release with stk__wire_msg_free. */
+int stk__wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk__wire_msg *m);
 /* Copy a chunk's m->len bytes to dest (the caller has bounds-checked
  * offset + len against its buffer). */
-void stk_wire_copy_chunk(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest);
-/* As stk_wire_copy_chunk, and returns the CRC-32C of the chunk's bytes
+void stk__wire_copy_chunk(grpc_byte_buffer *bb, const stk__wire_msg *m, void *dest);
+/* As stk__wire_copy_chunk, and returns the CRC-32C of the chunk's bytes
  * continued from crc (stk_crc32c semantics): each piece is checksummed
  * right after it is copied, while it is still in cache, instead of in a
  * second pass over the whole batch. */
-uint32_t stk_wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk_wire_msg *m, void *dest,
-                                 uint32_t crc);
-void stk_wire_msg_free(stk_wire_msg *m);
+uint32_t stk__wire_copy_chunk_crc(grpc_byte_buffer *bb, const stk__wire_msg *m,
+                                  void *dest, uint32_t crc);
+void stk__wire_msg_free(stk__wire_msg *m);
 
 #endif

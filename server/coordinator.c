@@ -20,6 +20,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/clock.h"
+#include "common/error.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -101,7 +103,7 @@ static stk__option options[] = {
 typedef struct cworker {
   char id[MAX_STR], address[MAX_STR];
   uint32_t cores;
-  stk_rpc_call *call;
+  stk__rpc_call *call;
   pthread_mutex_t send_mu; /* one sender at a time: the main thread's
                               Shutdown vs the handler's final status */
   int closed;              /* under send_mu: the call got its status */
@@ -143,7 +145,7 @@ static struct {
   int done;
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-static void touch_locked(void) { C.last_touch_ms = stk_rpc_now_ms(); }
+static void touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
 
 static void request_shutdown_locked(int code, const char *why) {
   if (C.shutdown_req) return;
@@ -229,7 +231,7 @@ static void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
 
 /* ---- Coordinator.WorkerSession ----------------------------------------- */
 
-static int send_ack(stk_rpc_call *call, const char *canonical, uint64_t hash) {
+static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash) {
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = (char *)canonical;
   job.hash = hash;
@@ -239,129 +241,143 @@ static int send_ack(stk_rpc_call *call, const char *canonical, uint64_t hash) {
   Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
   cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_ACK;
   cmd.ack = &ack;
-  return stk_rpc_call_send_msg(call, &cmd.base);
+  return stk__rpc_call_send_msg(call, &cmd.base);
 }
 
-static Stoker__V1__Register *recv_hello(stk_rpc_call *call, Stoker__V1__WorkerMessage **m,
-                                        int *r) {
-  *r = stk_rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
-                             (ProtobufCMessage **)m);
+static Stoker__V1__Register *recv_hello(stk__rpc_call *call,
+                                        Stoker__V1__WorkerMessage **m, int *r) {
+  *r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
+                              (ProtobufCMessage **)m);
   if (*r != 1) return NULL;
   if ((*m)->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HELLO) return NULL;
   return (*m)->hello;
 }
 
-static void handle_worker_session(stk_rpc_call *call, void *ctx) {
+/* The first hello: check it and make the worker's entry (not linked yet).
+ * NULL when the call was refused (its status sent) or broke. */
+static cworker *worker_from_hello(stk__rpc_call *call) {
   Stoker__V1__WorkerMessage *m = NULL;
-  char msg[600];
+  char msg[200];
   int r;
+  cworker *w = NULL;
   Stoker__V1__Register *h = recv_hello(call, &m, &r);
   if (!h) {
     if (r != 0 && r != -1)
-      stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                          "the first message of a worker session must be hello");
-    else stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
-    goto out;
-  }
-  if (h->protocol_version != STK_PROTOCOL_VERSION) {
+      stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "the first message of a worker session must be hello");
+    else stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
+  } else if (h->protocol_version != STK_PROTOCOL_VERSION) {
     snprintf(msg, sizeof(msg), "worker speaks protocol %u, this coordinator %u",
              h->protocol_version, STK_PROTOCOL_VERSION);
-    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto out;
-  }
-  if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
-      !h->worker->address || !*h->worker->address ||
-      strlen(h->worker->worker_id) >= MAX_STR || strlen(h->worker->address) >= MAX_STR) {
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+  } else if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
+             !h->worker->address || !*h->worker->address ||
+             strlen(h->worker->worker_id) >= MAX_STR ||
+             strlen(h->worker->address) >= MAX_STR) {
     snprintf(msg, sizeof(msg),
              "hello needs worker.worker_id and worker.address, each at most %d bytes",
              MAX_STR - 1);
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
-    goto out;
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+  } else if (!(w = calloc(1, sizeof(*w)))) {
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  } else {
+    snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
+    snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
+    w->cores = h->worker->cores;
+    w->call = call;
+    w->refs = 1;
+    pthread_mutex_init(&w->send_mu, NULL);
   }
-  cworker *w = calloc(1, sizeof(*w));
-  if (!w) {
-    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-    goto out;
-  }
-  snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
-  snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
-  w->cores = h->worker->cores;
-  w->call = call;
-  w->refs = 1;
-  pthread_mutex_init(&w->send_mu, NULL);
-  protobuf_c_message_free_unpacked(&m->base, NULL);
-  m = NULL;
+  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+  return w;
+}
 
+/* The second hello's dataset against the job: the first worker tells the
+ * job its size (when the job file left it to the index) and fingerprint;
+ * every later one must agree. 0, or -1 with msg. Under C.mu. */
+static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
+                                char *msg, size_t len) {
+  if (!C.resolved) {
+    stk_job_spec t = C.spec;
+    t.num_samples = h->dataset_size;
+    if (!h->dataset_size || stk_steps_per_epoch(&t, h->dataset_size) == 0) {
+      snprintf(msg, len,
+               "worker %s has %" PRIu64
+               " samples: not one step "
+               "of world_size*batch_size",
+               w->id, h->dataset_size);
+      return -1;
+    }
+    C.spec = t;
+    C.resolved = 1;
+    job_publish_locked();
+    LOG_INFO("dataset size %" PRIu64 " learnt from worker %s: job hash now %016" PRIx64,
+             h->dataset_size, w->id, C.hash);
+  } else if (h->dataset_size != C.spec.num_samples) {
+    snprintf(msg, len,
+             "worker %s has %" PRIu64 " samples, the job has %" PRIu64
+             " (another dataset?)",
+             w->id, h->dataset_size, C.spec.num_samples);
+    return -1;
+  }
+  if (C.have_fp && h->dataset_fingerprint != C.fingerprint) {
+    snprintf(msg, len,
+             "worker %s's dataset fingerprint %016" PRIx64
+             " differs from the job's %016" PRIx64
+             " (another dataset or a "
+             "different copy)",
+             w->id, h->dataset_fingerprint, C.fingerprint);
+    return -1;
+  }
+  if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
+  return 0;
+}
+
+/* Send the job (RegisterAck), take the second hello, check the dataset and
+ * put the worker on the live list. 0, or -1 when the call was refused or
+ * broke. */
+static int worker_admit(stk__rpc_call *call, cworker *w) {
+  Stoker__V1__WorkerMessage *m = NULL;
+  char msg[600];
+  int r, rc = -1;
   pthread_mutex_lock(&C.mu);
   char *canonical = strdup(C.canonical);
   uint64_t sent_hash = C.hash;
   pthread_mutex_unlock(&C.mu);
   r = canonical ? send_ack(call, canonical, sent_hash) : -1;
   free(canonical);
-  if (r) goto end;
+  if (r) return -1;
 
-  h = recv_hello(call, &m, &r);
+  Stoker__V1__Register *h = recv_hello(call, &m, &r);
   if (!h || h->job_hash == 0) {
     if (r == 1 || r == -2)
-      stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                          "expected the second hello (with job_hash) after RegisterAck");
-    goto end;
+      stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                           "expected the second hello (with job_hash) after RegisterAck");
+    goto out;
   }
   if (h->job_hash != sent_hash) {
     snprintf(msg, sizeof(msg),
              "worker %s answered with job hash %016" PRIx64 ", expected %016" PRIx64,
              w->id, h->job_hash, sent_hash);
     LOG_WARN("%s", msg);
-    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto end;
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    goto out;
   }
   pthread_mutex_lock(&C.mu);
-  msg[0] = 0;
-  if (!C.resolved) {
-    stk_job_spec t = C.spec;
-    t.num_samples = h->dataset_size;
-    if (!h->dataset_size || stk_steps_per_epoch(&t, h->dataset_size) == 0) {
-      snprintf(msg, sizeof(msg),
-               "worker %s has %" PRIu64
-               " samples: not one step "
-               "of world_size*batch_size",
-               w->id, h->dataset_size);
-    } else {
-      C.spec = t;
-      C.resolved = 1;
-      job_publish_locked();
-      LOG_INFO("dataset size %" PRIu64 " learnt from worker %s: job hash now %016" PRIx64,
-               h->dataset_size, w->id, C.hash);
-    }
-  } else if (h->dataset_size != C.spec.num_samples) {
-    snprintf(msg, sizeof(msg),
-             "worker %s has %" PRIu64 " samples, the job has %" PRIu64
-             " (another dataset?)",
-             w->id, h->dataset_size, C.spec.num_samples);
-  }
-  if (!msg[0] && C.have_fp && h->dataset_fingerprint != C.fingerprint) {
-    snprintf(msg, sizeof(msg),
-             "worker %s's dataset fingerprint %016" PRIx64
-             " differs from the job's %016" PRIx64
-             " (another dataset or a "
-             "different copy)",
-             w->id, h->dataset_fingerprint, C.fingerprint);
-  }
-  if (msg[0]) {
+  if (dataset_check_locked(w, h, msg, sizeof(msg))) {
     pthread_mutex_unlock(&C.mu);
     LOG_WARN("rejecting: %s", msg);
-    stk_rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto end;
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    goto out;
   }
-  if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
   /* A worker that comes back under the same id replaces its old entry. */
   for (cworker *o = C.workers; o; o = o->next)
     if (!strcmp(o->id, w->id)) {
       unlink_locked(o);
-      stk_rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
+      stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
       break;
     }
-  w->registered_ms = w->last_hb_ms = stk_rpc_now_ms();
+  w->registered_ms = w->last_hb_ms = stk__now_ms();
   w->live = 1;
   w->next = C.workers;
   C.workers = w;
@@ -371,21 +387,28 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
   pthread_mutex_unlock(&C.mu);
   LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
            nlive);
-  protobuf_c_message_free_unpacked(&m->base, NULL);
-  m = NULL;
+  rc = 0;
+out:
+  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
+  return rc;
+}
 
+/* Registered: take heartbeats (stats) until the session ends, then drop
+ * the worker from the live list. */
+static void worker_serve(stk__rpc_call *call, cworker *w) {
   for (;;) {
-    r = stk_rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
-                              (ProtobufCMessage **)&m);
+    Stoker__V1__WorkerMessage *m = NULL;
+    int r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
+                                   (ProtobufCMessage **)&m);
     if (r == -2) {
-      stk_rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
-                         "message is not a stoker.v1.WorkerMessage");
+      stk__rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
+                          "message is not a stoker.v1.WorkerMessage");
       break;
     }
     if (r != 1) break;
     if (m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) {
       pthread_mutex_lock(&C.mu);
-      w->last_hb_ms = stk_rpc_now_ms();
+      w->last_hb_ms = stk__now_ms();
       const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
       if (s) {
         /* Batches flowing to clients: the job is in use. */
@@ -401,48 +424,52 @@ static void handle_worker_session(stk_rpc_call *call, void *ctx) {
       pthread_mutex_unlock(&C.mu);
     }
     protobuf_c_message_free_unpacked(&m->base, NULL);
-    m = NULL;
   }
   pthread_mutex_lock(&C.mu);
   int was_live = unlink_locked(w);
-  nlive = nworkers_locked();
+  size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
   if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
-end:
+}
+
+/* Coordinator.WorkerSession: hello, ack with the job, second hello, then
+ * heartbeats until the worker goes (or is told to shut down). */
+static void handle_worker_session(stk__rpc_call *call) {
+  cworker *w = worker_from_hello(call);
+  if (!w) return;
+  if (worker_admit(call, w) == 0) worker_serve(call, w);
   pthread_mutex_lock(&w->send_mu);
   w->closed = 1;
-  stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, ""); /* no-op if a status went already */
   pthread_mutex_unlock(&w->send_mu);
   pthread_mutex_lock(&C.mu);
   unlink_locked(w); /* no-op unless a path above skipped it */
   worker_unref_locked(w);
   pthread_mutex_unlock(&C.mu);
-out:
-  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
 }
 
 /* ---- Coordinator.Join / WatchWorkers / Finish / Status ------------------ */
 
-static int reply(stk_rpc_call *call, const ProtobufCMessage *m) {
-  if (stk_rpc_call_send_msg(call, m)) return -1;
-  return stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+static int reply(stk__rpc_call *call, const ProtobufCMessage *m) {
+  if (stk__rpc_call_send_msg(call, m)) return -1;
+  return stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
 /* Receive the one request of a unary or server-streaming call; on failure
  * the call is answered and NULL returned. */
-static ProtobufCMessage *recv_request(stk_rpc_call *call,
+static ProtobufCMessage *recv_request(stk__rpc_call *call,
                                       const ProtobufCMessageDescriptor *d) {
   ProtobufCMessage *m = NULL;
-  int r = stk_rpc_call_recv_msg(call, d, &m);
+  int r = stk__rpc_call_recv_msg(call, d, &m);
   if (r == 1) return m;
   char msg[200];
   snprintf(msg, sizeof(msg), "request is not a %s", d->name);
-  if (r == -2) stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
-  else if (r == 0) stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
+  if (r == -2) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+  else if (r == 0) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
   return NULL;
 }
 
-static void handle_join(stk_rpc_call *call, void *ctx) {
+static void handle_join(stk__rpc_call *call) {
   Stoker__V1__JoinRequest *q = (Stoker__V1__JoinRequest *)recv_request(
       call, &stoker__v1__join_request__descriptor);
   if (!q) return;
@@ -482,8 +509,8 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
   }
   if (code) {
     pthread_mutex_unlock(&C.mu);
-    LOG_WARN("join from %s rejected: %s", stk_rpc_call_peer(call), msg);
-    stk_rpc_call_finish(call, (grpc_status_code)code, msg);
+    LOG_WARN("join from %s rejected: %s", stk__rpc_call_peer(call), msg);
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
@@ -497,16 +524,16 @@ static void handle_join(stk_rpc_call *call, void *ctx) {
   resp.workers = infos_locked(&resp.n_workers);
   pthread_mutex_unlock(&C.mu);
   LOG_INFO("rank %u joined (client %s from %s)", q->rank,
-           q->client_id ? q->client_id : "", stk_rpc_call_peer(call));
+           q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
   if (!job.canonical || !resp.workers)
-    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   else reply(call, &resp.base);
   free(job.canonical);
   infos_free(resp.workers, resp.n_workers);
   protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
-static void handle_watch(stk_rpc_call *call, void *ctx) {
+static void handle_watch(stk__rpc_call *call) {
   Stoker__V1__WatchRequest *q = (Stoker__V1__WatchRequest *)recv_request(
       call, &stoker__v1__watch_request__descriptor);
   if (!q) return;
@@ -519,11 +546,7 @@ static void handle_watch(stk_rpc_call *call, void *ctx) {
   for (;;) {
     pthread_mutex_lock(&C.mu);
     if (C.version == known && !C.shutting_down) {
-      struct timespec ts;
-      clock_gettime(CLOCK_REALTIME, &ts);
-      ts.tv_nsec += 500 * 1000000;
-      if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-      pthread_cond_timedwait(&C.cv, &C.mu, &ts);
+      stk__cond_wait_ms(&C.cv, &C.mu, 500);
     }
     int changed = C.version != known || C.shutting_down;
     Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
@@ -536,18 +559,18 @@ static void handle_watch(stk_rpc_call *call, void *ctx) {
     }
     pthread_mutex_unlock(&C.mu);
     if (!changed) {
-      if (stk_rpc_call_closed(call)) break;
+      if (stk__rpc_call_closed(call)) break;
       continue;
     }
     int rc = list.workers && (!list.failed || list.reason)
-                 ? stk_rpc_call_send_msg(call, &list.base)
+                 ? stk__rpc_call_send_msg(call, &list.base)
                  : -1;
     infos_free(list.workers, list.n_workers);
     free(list.reason);
     if (rc) break;
     known = list.version;
     if (list.shutting_down) {
-      stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+      stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
       break;
     }
   }
@@ -555,7 +578,7 @@ static void handle_watch(stk_rpc_call *call, void *ctx) {
   C.watchers--;
   touch_locked();
   pthread_mutex_unlock(&C.mu);
-  stk_rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
+  stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
 }
 
 /* Copy at most 255 bytes of untrusted text, every byte outside printable
@@ -589,7 +612,7 @@ static void abort_job_locked(uint32_t rank, const char *reason, const char *peer
   request_shutdown_locked(EXIT_ABORTED, why);
 }
 
-static void handle_finish(stk_rpc_call *call, void *ctx) {
+static void handle_finish(stk__rpc_call *call) {
   Stoker__V1__FinishRequest *q = (Stoker__V1__FinishRequest *)recv_request(
       call, &stoker__v1__finish_request__descriptor);
   if (!q) return;
@@ -600,19 +623,19 @@ static void handle_finish(stk_rpc_call *call, void *ctx) {
   if (q->rank >= W) {
     pthread_mutex_unlock(&C.mu);
     snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank, W);
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   if (q->shutdown_job && q->rank != 0) {
     pthread_mutex_unlock(&C.mu);
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                        "only rank 0 may end the whole job (shutdown_job)");
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "only rank 0 may end the whole job (shutdown_job)");
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   if (q->abort_job) {
-    abort_job_locked(q->rank, q->reason, stk_rpc_call_peer(call));
+    abort_job_locked(q->rank, q->reason, stk__rpc_call_peer(call));
     uint32_t nf = C.nfinished;
     pthread_mutex_unlock(&C.mu);
     Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
@@ -636,14 +659,14 @@ static void handle_finish(stk_rpc_call *call, void *ctx) {
   protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
-static void handle_status(stk_rpc_call *call, void *ctx) {
+static void handle_status(stk__rpc_call *call) {
   ProtobufCMessage *q = recv_request(call, &stoker__v1__status_request__descriptor);
   if (!q) return;
   protobuf_c_message_free_unpacked(q, NULL);
   Stoker__V1__StatusResponse resp = STOKER__V1__STATUS_RESPONSE__INIT;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   pthread_mutex_lock(&C.mu);
-  int64_t now = stk_rpc_now_ms();
+  int64_t now = stk__now_ms();
   job.canonical = strdup(C.canonical);
   job.hash = C.hash;
   resp.job = &job;
@@ -691,7 +714,7 @@ static void handle_status(stk_rpc_call *call, void *ctx) {
   }
   pthread_mutex_unlock(&C.mu);
   if (ok) reply(call, &resp.base);
-  else stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  else stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < i; k++) free(wi[k].worker_id), free(wi[k].address);
   free(ws), free(wsp), free(wi), free(wt), free(jr), free(fr);
   free(job.canonical);
@@ -705,8 +728,7 @@ static int load_job(char *err, size_t errlen) {
   for (size_t i = 0; i < opt.set.n; i++) {
     char msg[400];
     if (stk_job_spec_parse(&C.spec, opt.set.v[i], msg, sizeof(msg))) {
-      snprintf(err, errlen, "--set %.100s: %s", opt.set.v[i], msg);
-      return -1;
+      return stk__errf(err, errlen, -1, "--set %.100s: %s", opt.set.v[i], msg);
     }
   }
   if (stk_job_spec_validate(&C.spec, err, errlen)) return -1;
@@ -719,10 +741,10 @@ static int load_job(char *err, size_t errlen) {
              C.spec.num_samples);
     return -1;
   }
-  if (job_publish_locked()) return snprintf(err, errlen, "out of memory"), -1;
+  if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
   C.joined = calloc(C.spec.world_size, 1);
   C.finished = calloc(C.spec.world_size, 1);
-  if (!C.joined || !C.finished) return snprintf(err, errlen, "out of memory"), -1;
+  if (!C.joined || !C.finished) return stk__errf(err, errlen, -1, "out of memory");
   return 0;
 }
 
@@ -751,7 +773,7 @@ static void send_shutdowns(void) {
       Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
       cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
       cmd.shutdown = &sd;
-      if (stk_rpc_call_send_msg(w->call, &cmd.base) == 0)
+      if (stk__rpc_call_send_msg(w->call, &cmd.base) == 0)
         LOG_INFO("sent shutdown to worker %s", w->id);
     }
     pthread_mutex_unlock(&w->send_mu);
@@ -762,8 +784,7 @@ static void send_shutdowns(void) {
 }
 
 static void check_heartbeats(void) {
-  int64_t now = stk_rpc_now_ms(),
-          limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
+  int64_t now = stk__now_ms(), limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
   pthread_mutex_lock(&C.mu);
   for (cworker *w = C.workers, *next; w; w = next) {
     next = w->next;
@@ -772,89 +793,39 @@ static void check_heartbeats(void) {
              w->address, opt.heartbeat_misses);
     unlink_locked(w);
     /* The session ends; the worker reconnects and registers again. */
-    stk_rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
+    stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
   }
   pthread_mutex_unlock(&C.mu);
 }
 
-int main(int argc, char **argv) {
-  stk__log_init(PROGRAM);
-  stk_rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
-  int pr = stk__options_parse(
-      options, NOPTIONS, argc, argv, PROGRAM,
-      "Runs one stoker job: worker sessions, client joins, finish, status.",
-      exit_codes_text);
-  if (pr != OPTS_RUN) {
-    stk__options_free(options, NOPTIONS);
-    return pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
-  }
-  char err[600];
-  if (load_job(err, sizeof(err))) {
-    fprintf(stderr, PROGRAM ": %s\n", err);
-    stk__options_free(options, NOPTIONS);
-    free(C.canonical), free(C.joined), free(C.finished);
-    return EXIT_USAGE;
-  }
-  if (opt.print_job) {
-    printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
-           C.resolved ? "" : " (num_samples from the dataset: changes once known)");
-    stk__options_free(options, NOPTIONS);
-    free(C.canonical), free(C.joined), free(C.finished);
-    return EXIT_OK;
-  }
-  stk__signals_install();
-  {
-    uint64_t soft, hard;
-    if (stk__raise_nofile(&soft, &hard))
-      LOG_WARN("cannot raise the open-file limit (RLIMIT_NOFILE): %s", strerror(errno));
-    else
-      LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
-               " (soft raised to hard)",
-               soft, hard);
-  }
-  C.start_ms = C.last_touch_ms = stk_rpc_now_ms();
-  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
+/* One stats line (greppable: "stats state=..."); *last_ms and *last_bytes
+ * carry the previous line's time and byte count for the rate. */
+static void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
+  pthread_mutex_lock(&C.mu);
+  double bps = 0;
+  uint64_t bytes = 0;
+  for (cworker *w = C.workers; w; w = w->next)
+    bps += w->stats.batches_per_s, bytes += w->stats.bytes_sent;
+  double dt = (double)(now - *last_ms) / 1000.0;
+  double mbps = bytes >= *last_bytes ? (double)(bytes - *last_bytes) / dt / 1e6 : 0;
+  LOG_INFO(
+      "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
+      "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
+      state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished, C.watchers,
+      bps, mbps, C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
+  pthread_mutex_unlock(&C.mu);
+  *last_bytes = bytes, *last_ms = now;
+}
 
-  stk_rpc_method methods[] = {
-      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
-      {"/stoker.v1.Coordinator/Join", handle_join},
-      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
-      {"/stoker.v1.Coordinator/Finish", handle_finish},
-      {"/stoker.v1.Coordinator/Status", handle_status},
-  };
-  stk_rpc_server_config sc;
-  memset(&sc, 0, sizeof(sc));
-  sc.listen = opt.listen;
-  sc.methods = methods;
-  sc.nmethods = sizeof(methods) / sizeof(methods[0]);
-  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
-  sc.token = *opt.token ? opt.token : NULL;
-  stk_rpc_server *srv = NULL;
-  int port = 0;
-  if (stk_rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
-    LOG_ERROR("%s", err);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
-  }
-  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
-    LOG_ERROR("%s", err);
-    stk_rpc_server_stop(srv, 0);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
-  }
-  LOG_INFO("job %s (hash %016" PRIx64
-           ", world_size %u, batch_size %u, %s samples) "
-           "listening on %s port %d",
-           C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
-           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port);
-
-  int64_t next_stats = stk_rpc_now_ms() + opt.stats_interval_s * 1000;
-  int64_t last_stats = stk_rpc_now_ms();
+/* Run the job until a shutdown is requested (all ranks finished, rank 0
+ * asked, an abort, a signal or the idle timeout); returns the exit code. */
+static int run_job(void) {
+  int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
+  int64_t last_stats = stk__now_ms();
   uint64_t last_bytes = 0;
-  int code = EXIT_OK;
   for (;;) {
     int sig = stk__signal_pending();
-    int64_t now = stk_rpc_now_ms();
+    int64_t now = stk__now_ms();
     pthread_mutex_lock(&C.mu);
     if (sig) {
       char why[64];
@@ -865,40 +836,25 @@ int main(int argc, char **argv) {
       request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
     int req = C.shutdown_req;
     pthread_mutex_unlock(&C.mu);
-    if (req) {
-      code = req - 1;
-      break;
-    }
+    if (req) return req - 1;
     check_heartbeats();
     if (now >= next_stats) {
-      pthread_mutex_lock(&C.mu);
-      double bps = 0;
-      uint64_t bytes = 0;
-      for (cworker *w = C.workers; w; w = w->next)
-        bps += w->stats.batches_per_s, bytes += w->stats.bytes_sent;
-      double dt = (double)(now - last_stats) / 1000.0;
-      double mbps = bytes >= last_bytes ? (double)(bytes - last_bytes) / dt / 1e6 : 0;
-      LOG_INFO(
-          "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
-          "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
-          state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished,
-          C.watchers, bps, mbps,
-          C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
-      pthread_mutex_unlock(&C.mu);
-      last_bytes = bytes, last_stats = now;
+      log_stats(now, &last_stats, &last_bytes);
       next_stats = now + opt.stats_interval_s * 1000;
     }
     stk__sleep_ms(50);
   }
+}
 
+/* Tell every worker to shut down (also ones that register meanwhile), then
+ * wait up to the grace period for them to drain and disconnect. */
+static void shut_down_workers(void) {
   pthread_mutex_lock(&C.mu);
   LOG_INFO("shutting down the job: %s", C.shutdown_reason);
   C.shutting_down = 1;
   pthread_cond_broadcast(&C.cv);
   pthread_mutex_unlock(&C.mu);
-  /* Tell every worker (also ones that register meanwhile), then wait for
-   * them to drain and disconnect. */
-  int64_t until = stk_rpc_now_ms() + opt.shutdown_grace_s * 1000;
+  int64_t until = stk__now_ms() + opt.shutdown_grace_s * 1000;
   for (;;) {
     send_shutdowns();
     pthread_mutex_lock(&C.mu);
@@ -909,7 +865,7 @@ int main(int argc, char **argv) {
       LOG_WARN("second signal: not waiting for %zu workers", left);
       break;
     }
-    if (stk_rpc_now_ms() >= until) {
+    if (stk__now_ms() >= until) {
       LOG_WARN("%zu workers still connected after %lld s; exiting anyway", left,
                opt.shutdown_grace_s);
       break;
@@ -919,8 +875,67 @@ int main(int argc, char **argv) {
   pthread_mutex_lock(&C.mu);
   C.done = 1;
   pthread_mutex_unlock(&C.mu);
-  stk_rpc_server_stop(srv, 1000);
+}
+
+/* Serve the Coordinator service on opt.listen and write the port file.
+ * 0, or -1 with err. */
+static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
+  static const stk__rpc_method methods[] = {
+      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
+      {"/stoker.v1.Coordinator/Join", handle_join},
+      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
+      {"/stoker.v1.Coordinator/Finish", handle_finish},
+      {"/stoker.v1.Coordinator/Status", handle_status},
+  };
+  int port = 0;
+  if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
+                        opt.max_message_mb, opt.token, opt.port_file, srv, &port, err,
+                        errlen))
+    return -1;
+  LOG_INFO("job %s (hash %016" PRIx64
+           ", world_size %u, batch_size %u, %s samples) "
+           "listening on %s port %d",
+           C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
+           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port);
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  stk__log_init(PROGRAM);
+  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
+  int pr = stk__options_parse(
+      options, NOPTIONS, argc, argv, PROGRAM,
+      "Runs one stoker job: worker sessions, client joins, finish, status.",
+      exit_codes_text);
+  int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
+  char err[600];
+  if (pr != OPTS_RUN) goto out;
+  if (load_job(err, sizeof(err))) {
+    fprintf(stderr, PROGRAM ": %s\n", err);
+    code = EXIT_USAGE;
+    goto out;
+  }
+  if (opt.print_job) {
+    printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
+           C.resolved ? "" : " (num_samples from the dataset: changes once known)");
+    code = EXIT_OK;
+    goto out;
+  }
+  stk__signals_install();
+  stk__daemon_raise_nofile();
+  C.start_ms = C.last_touch_ms = stk__now_ms();
+  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
+  stk__rpc_server *srv = NULL;
+  if (start_server(&srv, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    code = EXIT_FAIL;
+    goto out;
+  }
+  code = run_job();
+  shut_down_workers();
+  stk__rpc_server_stop(srv, 1000);
   LOG_INFO("exiting (code %d)", code);
+out:
   stk__options_free(options, NOPTIONS);
   free(C.canonical), free(C.joined), free(C.finished);
   return code;

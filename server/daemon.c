@@ -1,9 +1,10 @@
-/* daemon.c - signals, the port file and the descriptor limit for
- * stoker-coordinator and stoker-worker. Owns the signal flag. Must not
- * log from a signal handler. */
+/* daemon.c - signals, the port file, the descriptor limit and starting
+ * the gRPC server for stoker-coordinator and stoker-worker. Owns the
+ * signal flag. Must not log from a signal handler. */
 #include "daemon.h"
 
 #include <errno.h>
+#include <inttypes.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
@@ -12,6 +13,8 @@
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
+
+#include "log.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
 
@@ -76,6 +79,25 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
   return 0;
 }
 
+int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
+                      long long max_message_mb, const char *token, const char *port_file,
+                      stk__rpc_server **srv, int *port, char *err, size_t errlen) {
+  stk__rpc_server_config sc;
+  memset(&sc, 0, sizeof(sc));
+  sc.listen = listen;
+  sc.methods = methods;
+  sc.nmethods = nmethods;
+  sc.max_message_bytes = (size_t)max_message_mb << 20;
+  sc.token = token && *token ? token : NULL;
+  if (stk__rpc_server_start(&sc, srv, port, err, errlen)) return -1;
+  if (port_file && *port_file && stk__write_port_file(port_file, *port, err, errlen)) {
+    stk__rpc_server_stop(*srv, 0);
+    *srv = NULL;
+    return -1;
+  }
+  return 0;
+}
+
 int stk__raise_nofile(uint64_t *soft, uint64_t *hard) {
   struct rlimit rl;
   if (getrlimit(RLIMIT_NOFILE, &rl) != 0) return -1;
@@ -90,8 +112,12 @@ int stk__raise_nofile(uint64_t *soft, uint64_t *hard) {
   return rc;
 }
 
-void stk__sleep_ms(int64_t ms) {
-  if (ms <= 0) return;
-  struct timespec ts = {ms / 1000, (ms % 1000) * 1000000};
-  while (nanosleep(&ts, &ts) == -1 && errno == EINTR) {}
+void stk__daemon_raise_nofile(void) {
+  uint64_t soft, hard;
+  if (stk__raise_nofile(&soft, &hard))
+    LOG_WARN("cannot raise the open-file limit (RLIMIT_NOFILE): %s", strerror(errno));
+  else
+    LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
+             " (soft raised to hard)",
+             soft, hard);
 }

@@ -1,10 +1,12 @@
 /* daemon.h - process plumbing the two daemons share: termination signals
- * turned into a flag, and the --port-file protocol. */
+ * turned into a flag, the --port-file protocol, starting the server. */
 #ifndef STOKER_SERVER_DAEMON_H
 #define STOKER_SERVER_DAEMON_H
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "rpc.h"
 
 /* SIGTERM/SIGINT set a flag (see stk__signal_pending); SIGPIPE ignored. */
 void stk__signals_install(void);
@@ -20,12 +22,20 @@ int stk__signal_count(void);
  * -1 with err. */
 int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 
+/* Serve methods on listen with a receive limit of max_message_mb MiB and
+ * the bearer token (none when empty), then write the bound port to
+ * port_file unless it is empty. 0 with *srv (stop it with
+ * stk__rpc_server_stop) and *port, or -1 with err and nothing running. */
+int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
+                      long long max_message_mb, const char *token, const char *port_file,
+                      stk__rpc_server **srv, int *port, char *err, size_t errlen);
+
 /* Raise the soft RLIMIT_NOFILE to the hard limit (daemons call it at
  * start and log the result: builders, streams and sessions all take
  * descriptors). Fills the limits in force after the call (UINT64_MAX =
  * unlimited). 0, or -1 when they could not be read or raised. */
 int stk__raise_nofile(uint64_t *soft, uint64_t *hard);
-
-void stk__sleep_ms(int64_t ms);
+/* stk__raise_nofile, then log what it did (a warning when it failed). */
+void stk__daemon_raise_nofile(void);
 
 #endif

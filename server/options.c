@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/error.h"
 #include "log.h"
 
 static const char *type_name(stk__opt_type t) {
@@ -44,7 +45,7 @@ static int set_value(stk__option *o, const char *value, char *err, size_t errlen
     case OPT_STR: {
       char **d = o->dst;
       char *v = strdup(value ? value : "");
-      if (!v) return snprintf(err, errlen, "out of memory"), -1;
+      if (!v) return stk__errf(err, errlen, -1, "out of memory");
       free(*d);
       *d = v;
       break;
@@ -54,13 +55,11 @@ static int set_value(stk__option *o, const char *value, char *err, size_t errlen
       errno = 0;
       long long v = strtoll(value, &end, 0);
       if (errno || end == value || *end) {
-        snprintf(err, errlen, "--%s: '%s' is not an integer", o->name, value);
-        return -1;
+        return stk__errf(err, errlen, -1, "--%s: '%s' is not an integer", o->name, value);
       }
       if (v < o->min || v > o->max) {
-        snprintf(err, errlen, "--%s: %lld is outside %lld..%lld", o->name, v, o->min,
-                 o->max);
-        return -1;
+        return stk__errf(err, errlen, -1, "--%s: %lld is outside %lld..%lld", o->name, v,
+                         o->min, o->max);
       }
       *(long long *)o->dst = v;
       break;
@@ -71,8 +70,7 @@ static int set_value(stk__option *o, const char *value, char *err, size_t errlen
       else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
         v = 0;
       else {
-        snprintf(err, errlen, "--%s: '%s' is not true/false", o->name, value);
-        return -1;
+        return stk__errf(err, errlen, -1, "--%s: '%s' is not true/false", o->name, value);
       }
       *(int *)o->dst = v;
       break;
@@ -80,14 +78,13 @@ static int set_value(stk__option *o, const char *value, char *err, size_t errlen
     case OPT_LIST: {
       stk__strlist *l = o->dst;
       if (!strchr(value, '=')) {
-        snprintf(err, errlen, "--%s: '%s' is not key=value", o->name, value);
-        return -1;
+        return stk__errf(err, errlen, -1, "--%s: '%s' is not key=value", o->name, value);
       }
       char **nv = realloc(l->v, (l->n + 1) * sizeof(char *));
-      if (!nv) return snprintf(err, errlen, "out of memory"), -1;
+      if (!nv) return stk__errf(err, errlen, -1, "out of memory");
       l->v = nv;
       if (!(l->v[l->n] = strdup(value)))
-        return snprintf(err, errlen, "out of memory"), -1;
+        return stk__errf(err, errlen, -1, "out of memory");
       l->n++;
       break;
     }
@@ -108,8 +105,8 @@ static int load_file(stk__option *opts, size_t n, const char *path, char *err,
                      size_t errlen) {
   FILE *f = fopen(path, "r");
   if (!f) {
-    snprintf(err, errlen, "cannot read config file %s: %s", path, strerror(errno));
-    return -1;
+    return stk__errf(err, errlen, -1, "cannot read config file %s: %s", path,
+                     strerror(errno));
   }
   char line[4096], msg[512];
   int lineno = 0, rc = 0;
@@ -276,14 +273,12 @@ int stk__opt_hostport(const stk__option *o, char *err, size_t errlen) {
   if (!v || !*v) return 0; /* empty = not set; main decides if required */
   const char *colon = strrchr(v, ':');
   if (!colon || colon == v || !colon[1]) {
-    snprintf(err, errlen, "--%s: '%s' is not host:port", o->name, v);
-    return -1;
+    return stk__errf(err, errlen, -1, "--%s: '%s' is not host:port", o->name, v);
   }
   char *end;
   long p = strtol(colon + 1, &end, 10);
   if (*end || p < 0 || p > 65535) {
-    snprintf(err, errlen, "--%s: bad port in '%s'", o->name, v);
-    return -1;
+    return stk__errf(err, errlen, -1, "--%s: bad port in '%s'", o->name, v);
   }
   return 0;
 }
@@ -292,8 +287,8 @@ int stk__opt_loglevel(const stk__option *o, char *err, size_t errlen) {
   const char *v = *(char **)o->dst;
   int l = stk__log_level_parse(v ? v : "");
   if (l < 0) {
-    snprintf(err, errlen, "--%s: '%s' is not debug|info|warn|error", o->name, v);
-    return -1;
+    return stk__errf(err, errlen, -1, "--%s: '%s' is not debug|info|warn|error", o->name,
+                     v);
   }
   stk__log_set_level(l);
   return 0;

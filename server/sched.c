@@ -14,7 +14,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "daemon.h"
+#include "common/clock.h"
+#include "common/error.h"
 #include "log.h"
 
 struct sched_buf {
@@ -72,12 +73,6 @@ struct sched {
   uint32_t fault_every; /* sched_set_fault_transient; 0 = off */
   uint64_t fault_count;
 };
-
-static uint64_t now_ns(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
-}
 
 void sched_set_fault_transient(sched *s, uint32_t every) {
   pthread_mutex_lock(&s->mu);
@@ -143,7 +138,7 @@ static void *builder_main(void *arg) {
     sched_done *d = calloc(1, sizeof(*d));
     stk_build_info info;
     memset(&info, 0, sizeof(info));
-    uint64_t t0 = now_ns();
+    uint64_t t0 = (uint64_t)stk__now_ns();
     static const char injected[] = "injected transient error (--fault-transient-every)";
     int rc = inject ? STK_UNAVAILABLE
                     : stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
@@ -160,7 +155,7 @@ static void *builder_main(void *arg) {
                   : stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
                                       s->layout.total_bytes, &info);
     }
-    uint64_t dt = now_ns() - t0;
+    uint64_t dt = (uint64_t)stk__now_ns() - t0;
     if (d) {
       d->buf = buf;
       d->data = buf->data;
@@ -213,7 +208,7 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
                  sched **out, char *err, size_t errlen) {
   *out = NULL;
   sched *s = calloc(1, sizeof(*s));
-  if (!s) return snprintf(err, errlen, "out of memory"), -1;
+  if (!s) return stk__errf(err, errlen, -1, "out of memory");
   pthread_mutex_init(&s->mu, NULL);
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->buf_cv, NULL);
@@ -278,14 +273,10 @@ void sched_destroy(sched *s, int wait_ms) {
   }
   /* gRPC may still hold chunk slices for a moment after the calls end. */
   pthread_mutex_lock(&s->mu);
-  struct timespec ts;
-  clock_gettime(CLOCK_REALTIME, &ts);
-  ts.tv_sec += wait_ms / 1000;
-  ts.tv_nsec += (long)(wait_ms % 1000) * 1000000;
-  if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
+  int64_t until = stk__now_ms() + wait_ms;
   int held = 0;
   while (s->nfree < s->nbufs && s->bufs && s->bufs[0].data)
-    if (pthread_cond_timedwait(&s->buf_cv, &s->mu, &ts)) break;
+    if (stk__cond_wait_until(&s->buf_cv, &s->mu, until)) break;
   held = s->nfree < s->nbufs;
   pthread_mutex_unlock(&s->mu);
   if (held && s->bufs && s->bufs[0].data) {

@@ -14,6 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "rpc.h"
@@ -41,18 +42,18 @@ static int stopping(session *s) {
 static void set_healthy(session *s, int healthy) {
   pthread_mutex_lock(&s->mu);
   if (healthy) s->lost_since = 0;
-  else if (!s->lost_since) s->lost_since = stk_rpc_now_ms();
+  else if (!s->lost_since) s->lost_since = stk__now_ms();
   pthread_mutex_unlock(&s->mu);
 }
 
-static void fail(session *s, const char *why) {
+static void mark_failed(session *s, const char *why) {
   pthread_mutex_lock(&s->mu);
   snprintf(s->failed, sizeof(s->failed), "%s", why);
   s->has_failed = 1;
   pthread_mutex_unlock(&s->mu);
 }
 
-static int send_hello(session *s, stk_rpc_stream *st, uint64_t job_hash, uint64_t size,
+static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64_t size,
                       uint64_t fp) {
   Stoker__V1__WorkerInfo info = STOKER__V1__WORKER_INFO__INIT;
   info.worker_id = s->worker_id;
@@ -67,23 +68,23 @@ static int send_hello(session *s, stk_rpc_stream *st, uint64_t job_hash, uint64_
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
   m.hello = &reg;
-  return stk_rpc_stream_send_msg(st, &m.base);
+  return stk__rpc_stream_send_msg(st, &m.base);
 }
 
 /* Receive one command, polling the stop flag; 1 with *out, 0 end, -1 broken,
  * -3 stopped, -2 when until_ms passed (the receive stays pending). */
-static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
+static int recv_cmd(session *s, stk__rpc_stream *st, int64_t until_ms,
                     Stoker__V1__CoordinatorCommand **out) {
   *out = NULL;
   for (;;) {
     if (stopping(s)) return -3;
-    int64_t left = until_ms - stk_rpc_now_ms();
+    int64_t left = until_ms - stk__now_ms();
     if (left <= 0) return -2;
     grpc_byte_buffer *bb;
-    int r = stk_rpc_stream_recv(st, &bb, left < 200 ? (int)left : 200);
+    int r = stk__rpc_stream_recv(st, &bb, left < 200 ? (int)left : 200);
     if (r == -2) continue;
     if (r <= 0) return r;
-    *out = (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+    *out = (Stoker__V1__CoordinatorCommand *)stk__rpc_unpack(
         &stoker__v1__coordinator_command__descriptor, bb, 1u << 20);
     grpc_byte_buffer_destroy(bb);
     if (!*out) return -1; /* garbage from the coordinator: reconnect */
@@ -91,120 +92,136 @@ static int recv_cmd(session *s, stk_rpc_stream *st, int64_t until_ms,
   }
 }
 
-/* One session; returns when it breaks or the worker stops. */
-static void run_once(session *s, stk_rpc_channel *ch) {
-  stk_rpc_stream *st = NULL;
+/* The coordinator ended the stream with a status: a final refusal (see
+ * stk__rpc_status: job mismatch, bad hello, wrong token) stops the session
+ * for good, since retrying cannot help; anything else is logged and the
+ * session reconnects. */
+static void session_ended(session *s, stk__rpc_stream *st) {
+  char det[256], why[400];
+  int final, code = stk__rpc_stream_status(st, 1000, det, sizeof(det));
+  stk__rpc_status(code, &final);
+  if (final) {
+    snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
+    mark_failed(s, why);
+  } else {
+    LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator, code,
+             det);
+  }
+}
+
+/* Register: first hello, the coordinator's ack with the job, the worker
+ * loads (or checks) the job, second hello with the job hash and dataset.
+ * Returns the heartbeat interval in ms, or 0 when the session broke or
+ * failed for good. */
+static int64_t session_register(session *s, stk__rpc_stream *st) {
   Stoker__V1__CoordinatorCommand *cmd = NULL;
-  char det[256];
-  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
-  if (send_hello(s, st, 0, 0, 0)) goto out;
-  int r = recv_cmd(s, st, stk_rpc_now_ms() + 5000, &cmd);
+  if (send_hello(s, st, 0, 0, 0)) return 0;
+  int r = recv_cmd(s, st, stk__now_ms() + 5000, &cmd);
   if (r != 1 || cmd->kind_case != STOKER__V1__COORDINATOR_COMMAND__KIND_ACK ||
       !cmd->ack->job) {
-    if (r == 0) {
-      int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
-      if (code == GRPC_STATUS_FAILED_PRECONDITION ||
-          code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_UNAUTHENTICATED) {
-        char why[400];
-        snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
-        fail(s, why); /* retrying cannot help */
-      } else {
-        LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
-                 code, det);
-      }
-    }
-    goto out;
+    if (r == 0) session_ended(s, st);
+    if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
+    return 0;
   }
   /* The coordinator answered: not an orphan, even if opening the dataset
    * (on_job, first time) takes long. */
   set_healthy(s, 1);
   uint64_t job_hash = 0, size = 0, fp = 0;
   char err[512];
-  if (s->hooks.on_job(s->hooks.ud, cmd->ack->job->canonical, cmd->ack->job->hash,
-                      &job_hash, &size, &fp, err, sizeof(err))) {
-    fail(s, err);
-    goto out;
-  }
   int64_t interval = cmd->ack->heartbeat_interval_ms;
   if (interval < 50) interval = 50;
   if (interval > 60000) interval = 60000;
+  if (s->hooks.on_job(cmd->ack->job->canonical, cmd->ack->job->hash, &job_hash, &size,
+                      &fp, err, sizeof(err))) {
+    mark_failed(s, err);
+    interval = 0;
+  }
   protobuf_c_message_free_unpacked(&cmd->base, NULL);
-  cmd = NULL;
-  if (send_hello(s, st, job_hash, size, fp)) goto out;
-  LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)", s->cfg.coordinator,
-           (long long)interval);
-  set_healthy(s, 1);
-  int64_t next_hb = stk_rpc_now_ms() + interval;
+  if (!interval || send_hello(s, st, job_hash, size, fp)) return 0;
+  return interval;
+}
+
+static int send_heartbeat(session *s, stk__rpc_stream *st) {
+  Stoker__V1__WorkerStats stats = STOKER__V1__WORKER_STATS__INIT;
+  s->hooks.fill_stats(&stats);
+  Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
+  hb.stats = &stats;
+  Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
+  m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT;
+  m.heartbeat = &hb;
+  return stk__rpc_stream_send_msg(st, &m.base);
+}
+
+/* Registered: heartbeat every interval, pass commands to the worker.
+ * Returns when the session breaks or the worker stops. */
+static void session_serve(session *s, stk__rpc_stream *st, int64_t interval) {
+  int64_t next_hb = stk__now_ms() + interval;
   for (;;) {
-    r = recv_cmd(s, st, next_hb, &cmd);
-    if (r == -3) break;
+    Stoker__V1__CoordinatorCommand *cmd = NULL;
+    int r = recv_cmd(s, st, next_hb, &cmd);
+    if (r == -3) return;
     if (r == -2) {
-      Stoker__V1__WorkerStats stats = STOKER__V1__WORKER_STATS__INIT;
-      s->hooks.fill_stats(s->hooks.ud, &stats);
-      Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
-      hb.stats = &stats;
-      Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
-      m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT;
-      m.heartbeat = &hb;
-      if (stk_rpc_stream_send_msg(st, &m.base)) break;
+      if (send_heartbeat(s, st)) return;
       next_hb += interval;
-      if (next_hb < stk_rpc_now_ms()) next_hb = stk_rpc_now_ms() + interval;
+      if (next_hb < stk__now_ms()) next_hb = stk__now_ms() + interval;
       continue;
     }
     if (r == 0) {
-      int code = stk_rpc_stream_status(st, 1000, det, sizeof(det));
-      if (code == GRPC_STATUS_FAILED_PRECONDITION ||
-          code == GRPC_STATUS_INVALID_ARGUMENT) {
-        snprintf(err, sizeof(err), "coordinator rejected this worker: %s", det);
-        fail(s, err);
-      } else {
-        LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator,
-                 code, det);
-      }
-      break;
+      session_ended(s, st);
+      return;
     }
     if (r < 0) {
       LOG_WARN("session with coordinator %s broke", s->cfg.coordinator);
-      break;
+      return;
     }
     if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN) {
       const Stoker__V1__Shutdown *sd = cmd->shutdown;
       if (sd && sd->failed)
-        s->hooks.on_command(s->hooks.ud, SESSION_CMD_ABORT, sd->reason ? sd->reason : "");
-      else s->hooks.on_command(s->hooks.ud, SESSION_CMD_SHUTDOWN, NULL);
+        s->hooks.on_command(SESSION_CMD_ABORT, sd->reason ? sd->reason : "");
+      else s->hooks.on_command(SESSION_CMD_SHUTDOWN, NULL);
     } else if (cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_DRAIN) {
-      s->hooks.on_command(s->hooks.ud, SESSION_CMD_DRAIN, NULL);
+      s->hooks.on_command(SESSION_CMD_DRAIN, NULL);
     }
     protobuf_c_message_free_unpacked(&cmd->base, NULL);
-    cmd = NULL;
   }
-out:
-  if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
+}
+
+/* One session; returns when it breaks or the worker stops. */
+static void run_once(session *s, stk__rpc_channel *ch) {
+  stk__rpc_stream *st = NULL;
+  if (stk__rpc_stream_open(ch, "/stoker.v1.Coordinator/WorkerSession", 0, &st)) return;
+  int64_t interval = session_register(s, st);
+  if (interval > 0) {
+    LOG_INFO("registered with coordinator %s (heartbeat every %lld ms)",
+             s->cfg.coordinator, (long long)interval);
+    set_healthy(s, 1);
+    session_serve(s, st, interval);
+  }
   set_healthy(s, 0);
-  stk_rpc_stream_destroy(st);
+  stk__rpc_stream_destroy(st);
 }
 
 static void *session_main(void *arg) {
   session *s = arg;
-  stk_rpc_channel *ch = NULL;
-  if (stk_rpc_channel_open(s->coordinator, 0, s->token, &ch)) {
-    fail(s, "cannot create a channel to the coordinator");
+  stk__rpc_channel *ch = NULL;
+  if (stk__rpc_channel_open(s->coordinator, 0, s->token, &ch)) {
+    mark_failed(s, "cannot create a channel to the coordinator");
     return NULL;
   }
   int64_t backoff = 100;
   while (!stopping(s)) {
-    int64_t t0 = stk_rpc_now_ms();
+    int64_t t0 = stk__now_ms();
     run_once(s, ch);
     pthread_mutex_lock(&s->mu);
     int done = s->stop || s->has_failed;
     pthread_mutex_unlock(&s->mu);
     if (done) break;
-    if (stk_rpc_now_ms() - t0 > 10000) backoff = 100; /* it had been healthy */
+    if (stk__now_ms() - t0 > 10000) backoff = 100; /* it had been healthy */
     for (int64_t waited = 0; waited < backoff && !stopping(s); waited += 50)
       stk__sleep_ms(50);
     backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
   }
-  stk_rpc_channel_close(ch);
+  stk__rpc_channel_close(ch);
   return NULL;
 }
 
@@ -219,7 +236,7 @@ int session_start(const session_config *cfg, const session_hooks *hooks, session
   s->worker_id = strdup(cfg->worker_id);
   s->address = strdup(cfg->address);
   s->cfg.coordinator = s->coordinator;
-  s->lost_since = stk_rpc_now_ms();
+  s->lost_since = stk__now_ms();
   pthread_mutex_init(&s->mu, NULL);
   if (!s->coordinator || !s->worker_id || !s->address ||
       pthread_create(&s->thread, NULL, session_main, s)) {
@@ -234,7 +251,7 @@ int session_start(const session_config *cfg, const session_hooks *hooks, session
 
 int64_t session_lost_ms(session *s) {
   pthread_mutex_lock(&s->mu);
-  int64_t v = s->lost_since ? stk_rpc_now_ms() - s->lost_since : 0;
+  int64_t v = s->lost_since ? stk__now_ms() - s->lost_since : 0;
   pthread_mutex_unlock(&s->mu);
   return v;
 }

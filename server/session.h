@@ -13,18 +13,17 @@
 enum { SESSION_CMD_DRAIN = 1, SESSION_CMD_SHUTDOWN = 2, SESSION_CMD_ABORT = 3 };
 
 typedef struct session_hooks {
-  void *ud;
   /* The coordinator's job (canonical text + hash). Load it (first time) or
    * check it is the one already loaded (re-registration). Fill the second
    * hello's fields. 0, or -1 with err: a fatal mismatch (the session stops
    * and session_failed() says why). */
-  int (*on_job)(void *ud, const char *canonical, uint64_t hash, uint64_t *job_hash,
+  int (*on_job)(const char *canonical, uint64_t hash, uint64_t *job_hash,
                 uint64_t *dataset_size, uint64_t *fingerprint, char *err, size_t errlen);
   /* Fill the stats of a heartbeat. */
-  void (*fill_stats)(void *ud, Stoker__V1__WorkerStats *st);
+  void (*fill_stats)(Stoker__V1__WorkerStats *st);
   /* A command; reason (SESSION_CMD_ABORT only, else NULL) is the
    * coordinator's text, untrusted, valid during the call. */
-  void (*on_command)(void *ud, int cmd, const char *reason);
+  void (*on_command)(int cmd, const char *reason);
 } session_hooks;
 
 typedef struct session session;

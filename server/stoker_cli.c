@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -22,14 +23,30 @@ static struct {
   long long timeout_ms, rank, timeout_s;
 } opt;
 
+/* Rows every subcommand's table shares. */
+#define OPT_COORDINATOR                                           \
+  {                                                               \
+    "coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,  \
+        "host:port of stoker-coordinator", &opt.coordinator, 0, 0 \
+  }
+#define OPT_TOKEN \
+  { "token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0 }
+#define OPT_TIMEOUT_MS                                                                  \
+  {                                                                                     \
+    "timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1, \
+        3600000                                                                         \
+  }
+#define OPT_LOG_LEVEL                                                               \
+  {                                                                                 \
+    "log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error", \
+        &opt.log_level, 0, 0                                                        \
+  }
+
 static stk__option status_options[] = {
-    {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
-     "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
-    {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
-    {"timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1,
-     3600000},
-    {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
+    OPT_COORDINATOR,
+    OPT_TOKEN,
+    OPT_TIMEOUT_MS,
+    OPT_LOG_LEVEL,
 };
 #define NSTATUS (sizeof(status_options) / sizeof(status_options[0]))
 
@@ -39,18 +56,15 @@ static const char status_exit_codes[] =
     "  2  usage error\n";
 
 static stk__option abort_options[] = {
-    {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
-     "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
+    OPT_COORDINATOR,
     {"rank", OPT_INT, "0", NULL, "the rank that aborts (any rank < world_size)",
      &opt.rank, 0, 0xffffffffLL},
     {"reason", OPT_STR, "aborted with stoker abort", NULL,
      "why (logged by the coordinator and shown to every rank; at most 255 bytes)",
      &opt.reason, 0, 0},
-    {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
-    {"timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1,
-     3600000},
-    {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
+    OPT_TOKEN,
+    OPT_TIMEOUT_MS,
+    OPT_LOG_LEVEL,
 };
 #define NABORT (sizeof(abort_options) / sizeof(abort_options[0]))
 
@@ -60,14 +74,12 @@ static const char abort_exit_codes[] =
     "  2  usage error\n";
 
 static stk__option wait_options[] = {
-    {"coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,
-     "host:port of stoker-coordinator", &opt.coordinator, 0, 0},
+    OPT_COORDINATOR,
     {"timeout-s", OPT_INT, "60", NULL,
      "give up (exit 1) once the coordinator was unreachable this long in a row",
      &opt.timeout_s, 1, 86400 * 30},
-    {"token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0},
-    {"log-level", OPT_STR, "warn", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
+    OPT_TOKEN,
+    OPT_LOG_LEVEL,
 };
 #define NWAIT (sizeof(wait_options) / sizeof(wait_options[0]))
 
@@ -101,6 +113,28 @@ static void print_ranks(const char *label, const uint32_t *r, size_t n, uint32_t
   printf("\n");
 }
 
+/* One unary call to the coordinator for subcommand cmd ("stoker status"):
+ * 0 with *resp (free with protobuf_c_message_free_unpacked), or -1 after
+ * saying why on stderr (the coordinator's details escaped). */
+static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage *req,
+                     const ProtobufCMessageDescriptor *resp_desc,
+                     ProtobufCMessage **resp) {
+  stk__rpc_channel *ch = NULL;
+  *resp = NULL;
+  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+    fprintf(stderr, "%s: cannot create a channel\n", cmd);
+    return -1;
+  }
+  char det[512], edet[600];
+  int code = stk__rpc_unary(ch, method, req, resp_desc, resp, (int)opt.timeout_ms, det,
+                            sizeof(det));
+  stk__rpc_channel_close(ch);
+  if (code == GRPC_STATUS_OK) return 0;
+  fprintf(stderr, "%s: %s: gRPC status %d%s%s\n", cmd, opt.coordinator, code,
+          *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
+  return -1;
+}
+
 static int cmd_status(int argc, char **argv) {
   int pr = stk__options_parse(
       status_options, NSTATUS, argc, argv, "stoker status",
@@ -109,25 +143,12 @@ static int cmd_status(int argc, char **argv) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
-  stk_rpc_channel *ch = NULL;
   int rc = 1;
-  if (stk_rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
-    fprintf(stderr, "stoker status: cannot create a channel\n");
-    goto out;
-  }
   Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
   Stoker__V1__StatusResponse *r = NULL;
-  char det[512];
-  int code =
-      stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
-                    &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r,
-                    (int)opt.timeout_ms, det, sizeof(det));
-  if (code != GRPC_STATUS_OK) {
-    char edet[600];
-    fprintf(stderr, "stoker status: %s: gRPC status %d%s%s\n", opt.coordinator, code,
-            *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
+  if (cli_unary("stoker status", "/stoker.v1.Coordinator/Status", &q.base,
+                &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r))
     goto out;
-  }
   const char *canon = r->job && r->job->canonical ? r->job->canonical : "";
   char name[128], source[64], dataset[600], bs[32], ws[32], epochs[32], pipeline[32];
   stk_job_text_get(canon, "name", name, sizeof(name));
@@ -194,7 +215,6 @@ static int cmd_status(int argc, char **argv) {
   protobuf_c_message_free_unpacked(&r->base, NULL);
   rc = 0;
 out:
-  stk_rpc_channel_close(ch);
   stk__options_free(status_options, NSTATUS);
   return rc;
 }
@@ -210,14 +230,9 @@ static int cmd_abort(int argc, char **argv) {
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
   int rc = 1;
-  stk_rpc_channel *ch = NULL;
   if (strlen(opt.reason) > 255) {
     fprintf(stderr, "stoker abort: --reason is longer than 255 bytes\n");
     rc = 2;
-    goto out;
-  }
-  if (stk_rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
-    fprintf(stderr, "stoker abort: cannot create a channel\n");
     goto out;
   }
   Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
@@ -225,44 +240,35 @@ static int cmd_abort(int argc, char **argv) {
   q.abort_job = 1;
   q.reason = opt.reason;
   Stoker__V1__FinishResponse *r = NULL;
-  char det[512];
-  int code =
-      stk_rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
-                    &stoker__v1__finish_response__descriptor, (ProtobufCMessage **)&r,
-                    (int)opt.timeout_ms, det, sizeof(det));
-  if (code != GRPC_STATUS_OK) {
-    char edet[600];
-    fprintf(stderr, "stoker abort: %s: gRPC status %d%s%s\n", opt.coordinator, code,
-            *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
+  if (cli_unary("stoker abort", "/stoker.v1.Coordinator/Finish", &q.base,
+                &stoker__v1__finish_response__descriptor, (ProtobufCMessage **)&r))
     goto out;
-  }
   protobuf_c_message_free_unpacked(&r->base, NULL);
   rc = 0;
 out:
-  stk_rpc_channel_close(ch);
   stk__options_free(abort_options, NABORT);
   return rc;
 }
 
 /* One WatchWorkers stream until its last list: WAIT_DONE or WAIT_FAILED
  * (the reason printed), WAIT_UNREACHABLE when the coordinator refused the
- * call for good (wrong token: retrying cannot help), or -1 when the stream
- * broke or never opened. */
-static int wait_watch(stk_rpc_channel *ch, int *connected) {
-  stk_rpc_stream *s = NULL;
+ * call for good (stk__rpc_status: wrong token, not a coordinator; retrying
+ * cannot help), or -1 when the stream broke or never opened. */
+static int wait_watch(stk__rpc_channel *ch, int *connected) {
+  stk__rpc_stream *s = NULL;
   int rc = -1;
-  if (stk_rpc_stream_open(ch, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) return -1;
+  if (stk__rpc_stream_open(ch, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) return -1;
   Stoker__V1__WatchRequest req = STOKER__V1__WATCH_REQUEST__INIT;
-  if (stk_rpc_stream_send_msg(s, &req.base) || stk_rpc_stream_close_send(s)) goto out;
+  if (stk__rpc_stream_send_msg(s, &req.base) || stk__rpc_stream_close_send(s)) goto out;
   for (;;) {
     grpc_byte_buffer *bb = NULL;
-    int r = stk_rpc_stream_recv(s, &bb, 1000);
+    int r = stk__rpc_stream_recv(s, &bb, 1000);
     if (r == -2) continue; /* no change yet; the coordinator is up */
     if (r == 0) {          /* ended with a status: a refusal is final */
       char det[256];
-      int code = stk_rpc_stream_status(s, 1000, det, sizeof(det));
-      if (code == GRPC_STATUS_UNAUTHENTICATED || code == GRPC_STATUS_PERMISSION_DENIED ||
-          code == GRPC_STATUS_INVALID_ARGUMENT || code == GRPC_STATUS_UNIMPLEMENTED) {
+      int final, code = stk__rpc_stream_status(s, 1000, det, sizeof(det));
+      stk__rpc_status(code, &final);
+      if (final) {
         char edet[600];
         fprintf(stderr, "stoker wait: %s: gRPC status %d%s%s\n", opt.coordinator, code,
                 *det ? ": " : "", stk__escape(edet, sizeof(edet), det));
@@ -271,7 +277,7 @@ static int wait_watch(stk_rpc_channel *ch, int *connected) {
       break;
     }
     if (r != 1) break;
-    Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk_rpc_unpack(
+    Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
         &stoker__v1__worker_list__descriptor, bb, 1 << 22);
     grpc_byte_buffer_destroy(bb);
     if (!wl) break;
@@ -290,7 +296,7 @@ static int wait_watch(stk_rpc_channel *ch, int *connected) {
     }
   }
 out:
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
   return rc;
 }
 
@@ -304,15 +310,15 @@ static int cmd_wait(int argc, char **argv) {
     return pr == OPTS_EXIT_OK ? 0 : WAIT_USAGE;
   }
   int rc = WAIT_UNREACHABLE;
-  stk_rpc_channel *ch = NULL;
-  if (stk_rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  stk__rpc_channel *ch = NULL;
+  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
     fprintf(stderr, "stoker wait: cannot create a channel\n");
     goto out;
   }
   /* Watch the worker list: its last message says whether the job failed.
    * A broken or refused stream is retried every 200 ms; the clock of
    * --timeout-s restarts whenever a stream got through. */
-  int64_t lost_since = stk_rpc_now_ms();
+  int64_t lost_since = stk__now_ms();
   for (;;) {
     int connected = 0;
     int r = wait_watch(ch, &connected);
@@ -320,7 +326,7 @@ static int cmd_wait(int argc, char **argv) {
       rc = r;
       break;
     }
-    int64_t now = stk_rpc_now_ms();
+    int64_t now = stk__now_ms();
     if (connected) lost_since = now;
     if (now - lost_since > opt.timeout_s * 1000) {
       fprintf(stderr, "stoker wait: %s unreachable for %lld s\n", opt.coordinator,
@@ -330,7 +336,7 @@ static int cmd_wait(int argc, char **argv) {
     stk__sleep_ms(200);
   }
 out:
-  stk_rpc_channel_close(ch);
+  stk__rpc_channel_close(ch);
   stk__options_free(wait_options, NWAIT);
   return rc;
 }

@@ -18,6 +18,8 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+#include "common/error.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -160,14 +162,13 @@ static const char *dtype_name(int dt) {
 }
 
 /* session hook: the coordinator's job. */
-static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_hash,
+static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
                   uint64_t *dataset_size, uint64_t *fp, char *err, size_t errlen) {
   stk_job_spec spec;
   char msg[512];
   stk_job_spec_defaults(&spec);
   if (stk_job_spec_parse(&spec, canonical, msg, sizeof(msg))) {
-    snprintf(err, errlen, "the coordinator's job does not parse: %s", msg);
-    return -1;
+    return stk__errf(err, errlen, -1, "the coordinator's job does not parse: %s", msg);
   }
   if (stk_job_spec_hash(&spec) != hash) {
     snprintf(err, errlen,
@@ -196,8 +197,7 @@ static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_
     stk_dataset *ds = NULL;
     if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds, msg,
                          sizeof(msg))) {
-      snprintf(err, errlen, "cannot open the dataset: %s", msg);
-      return -1;
+      return stk__errf(err, errlen, -1, "cannot open the dataset: %s", msg);
     }
     stk_job_spec resolved = spec;
     resolved.num_samples = stk_dataset_size(ds);
@@ -243,12 +243,12 @@ static int on_job(void *ud, const char *canonical, uint64_t hash, uint64_t *job_
   return 0;
 }
 
-static void fill_stats(void *ud, Stoker__V1__WorkerStats *out) {
+static void fill_stats(Stoker__V1__WorkerStats *out) {
   sched *s = current_sched();
   if (!s) return;
   sched_stats st;
   sched_stats_get(s, &st);
-  int64_t now = stk_rpc_now_ms();
+  int64_t now = stk__now_ms();
   out->batches_built = st.batches_built;
   out->bytes_sent = sched_bytes_sent(s);
   out->samples_substituted = st.samples_substituted;
@@ -262,7 +262,7 @@ static void fill_stats(void *ud, Stoker__V1__WorkerStats *out) {
   W.last_ms = now, W.last_built = st.batches_built, W.last_busy = st.busy_ns;
 }
 
-static void on_command(void *ud, int cmd, const char *reason) {
+static void on_command(int cmd, const char *reason) {
   if (cmd == SESSION_CMD_ABORT) {
     /* Untrusted text: printable ASCII only, bounded. */
     char esc[256];
@@ -287,7 +287,7 @@ static void on_command(void *ud, int cmd, const char *reason) {
 /* ---- Worker.Stream ----------------------------------------------------- */
 
 typedef struct stream_ctx {
-  stk_rpc_call *call;
+  stk__rpc_call *call;
   sched_stream *st;
   uint64_t batches, bytes;
 } stream_ctx;
@@ -315,19 +315,20 @@ static int send_batch(stream_ctx *x, sched_done *d) {
   h.substituted = d->substituted;
   Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
   r.header = &h;
-  int rc = stk_rpc_call_send_msg(x->call, &r.base);
+  int rc = stk__rpc_call_send_msg(x->call, &r.base);
   free(idx);
   if (rc) return -1;
   uint64_t total = W.layout.total_bytes, chunk = (uint64_t)opt.chunk_bytes;
   for (uint64_t off = 0; off < total; off += chunk) {
     size_t n = (size_t)(total - off < chunk ? total - off : chunk);
     sched_buf_ref(d->buf);
-    grpc_byte_buffer *bb = stk_wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
+    grpc_byte_buffer *bb =
+        stk__wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
     if (!bb) {
       sched_buf_unref(d->buf);
       return -1;
     }
-    if (stk_rpc_call_send(x->call, bb)) return -1;
+    if (stk__rpc_call_send(x->call, bb)) return -1;
   }
   return 0;
 }
@@ -338,24 +339,18 @@ static void *sender_main(void *arg) {
     int why;
     sched_done *d = sched_stream_next(x->st, &why);
     if (!d) {
-      if (why == SCHED_END_DONE) stk_rpc_call_finish(x->call, GRPC_STATUS_OK, "");
+      if (why == SCHED_END_DONE) stk__rpc_call_finish(x->call, GRPC_STATUS_OK, "");
       else if (why == SCHED_END_DRAINED)
-        stk_rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
-                            "worker is draining: ask another worker");
+        stk__rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
+                             "worker is draining: ask another worker");
       else /* killed: a no-op when the call already ended; else the
               scheduler gave up on it (out of memory) */
-        stk_rpc_call_abort(x->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                           "worker out of memory: ask another worker");
+        stk__rpc_call_abort(x->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                            "worker out of memory: ask another worker");
       break;
     }
     if (d->status) {
-      /* A transient build error (out of descriptors, EIO, out of memory)
-       * is UNAVAILABLE: the client re-asks (here or elsewhere); nothing
-       * was substituted. The rest (no readable sample) is INTERNAL. */
-      stk_rpc_call_abort(
-          x->call,
-          d->status == STK_UNAVAILABLE ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_INTERNAL,
-          d->err);
+      stk__rpc_call_abort(x->call, GRPC_STATUS_INTERNAL, d->err);
       sched_stream_sent(x->st, d, 0);
       sched_stream_kill(x->st);
       break;
@@ -400,32 +395,32 @@ static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t le
   return 0;
 }
 
-static void handle_stream(stk_rpc_call *call, void *ctx) {
+static void handle_stream(stk__rpc_call *call) {
   sched *s = current_sched();
   if (!s) {
-    stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
-                        "worker has no job yet (not registered with its coordinator)");
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                         "worker has no job yet (not registered with its coordinator)");
     return;
   }
   stream_ctx x = {call, NULL, 0, 0};
   if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) || !(x.st = sched_stream_open(s))) {
-    stk_rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
-                        "worker is draining: ask another worker");
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                         "worker is draining: ask another worker");
     return;
   }
   pthread_t sender;
   if (pthread_create(&sender, NULL, sender_main, &x)) {
     sched_stream_close(x.st);
-    stk_rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
     return;
   }
-  LOG_DEBUG("stream from %s opened", stk_rpc_call_peer(call));
+  LOG_DEBUG("stream from %s opened", stk__rpc_call_peer(call));
   char msg[512];
   const char *ended = "cancelled";
   for (;;) {
     Stoker__V1__BatchRequest *q = NULL;
-    int r = stk_rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor,
-                                  (ProtobufCMessage **)&q);
+    int r = stk__rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor,
+                                   (ProtobufCMessage **)&q);
     if (r == 0) {
       ended = "half-closed";
       sched_stream_half_close(x.st);
@@ -453,9 +448,9 @@ static void handle_stream(stk_rpc_call *call, void *ctx) {
       protobuf_c_message_free_unpacked(&q->base, NULL);
     }
     if (code) {
-      LOG_WARN("stream from %s: %s", stk_rpc_call_peer(call), msg);
+      LOG_WARN("stream from %s: %s", stk__rpc_call_peer(call), msg);
       __atomic_add_fetch(&W.stream_errors, 1, __ATOMIC_RELAXED);
-      stk_rpc_call_abort(call, (grpc_status_code)code, msg);
+      stk__rpc_call_abort(call, (grpc_status_code)code, msg);
       ended = "error";
       break;
     }
@@ -464,7 +459,7 @@ static void handle_stream(stk_rpc_call *call, void *ctx) {
   pthread_join(sender, NULL);
   sched_stream_close(x.st);
   LOG_DEBUG("stream from %s ended (%s): %" PRIu64 " batches, %" PRIu64 " bytes",
-            stk_rpc_call_peer(call), ended, x.batches, x.bytes);
+            stk__rpc_call_peer(call), ended, x.batches, x.bytes);
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -483,22 +478,12 @@ static void default_advertise(char *out, size_t len, int port) {
   snprintf(out, len, "%s:%d", host, port);
 }
 
-int main(int argc, char **argv) {
-  stk__log_init(PROGRAM);
-  stk_rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
-  int pr =
-      stk__options_parse(options, NOPTIONS, argc, argv, PROGRAM,
-                         "Serves batches of the coordinator's job to training clients "
-                         "(Worker.Stream).",
-                         exit_codes_text);
-  if (pr != OPTS_RUN) {
-    stk__options_free(options, NOPTIONS);
-    return pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
-  }
+/* The options that no single option's validator can check. 0, or -1
+ * after saying why on stderr. */
+static int check_usage(void) {
   if (!*opt.coordinator) {
     fprintf(stderr, PROGRAM ": --coordinator host:port is required (see --help)\n");
-    stk__options_free(options, NOPTIONS);
-    return EXIT_USAGE;
+    return -1;
   }
   if ((opt.chunk_bytes + (64 << 10)) > (opt.max_message_mb << 20)) {
     fprintf(stderr,
@@ -506,19 +491,115 @@ int main(int argc, char **argv) {
             ": --chunk-bytes %lld does not fit in --max-message-mb %lld "
             "(with 64 KiB for framing)\n",
             opt.chunk_bytes, opt.max_message_mb);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_USAGE;
+    return -1;
+  }
+  return 0;
+}
+
+/* One stats line (greppable: "stats state=..."); *last carries the
+ * previous line's time and counters for the rates. */
+typedef struct stats_mark {
+  int64_t ms;
+  uint64_t bytes, built;
+} stats_mark;
+
+static void log_stats(int64_t now, int lost, stats_mark *last) {
+  sched *s = current_sched();
+  sched_stats st;
+  memset(&st, 0, sizeof(st));
+  uint64_t bytes = 0;
+  if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
+  double dt = (double)(now - last->ms) / 1000.0;
+  LOG_INFO(
+      "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
+      "batches_built=%" PRIu64
+      " batches_per_s=%.1f mb_per_s=%.1f "
+      "substituted=%" PRIu64 " build_errors=%" PRIu64 " transient_errors=%" PRIu64
+      " transient_retries=%" PRIu64 " reread=%" PRIu64 " stream_errors=%" PRIu64
+      " coordinator=%s",
+      s ? "serving" : "waiting", st.active_streams, st.queued_requests, st.free_buffers,
+      st.nbuffers, st.batches_built, (double)(st.batches_built - last->built) / dt,
+      (double)(bytes - last->bytes) / dt / 1e6, st.samples_substituted, st.build_errors,
+      st.transient_errors, st.transient_retries, st.samples_reread,
+      __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), lost ? "lost" : "ok");
+  last->bytes = bytes, last->built = st.batches_built, last->ms = now;
+}
+
+/* Serve until a signal, the coordinator's Shutdown, a rejection or the
+ * orphan timeout; returns the exit code. */
+static int run_worker(session *sess) {
+  int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
+  stats_mark last = {stk__now_ms(), 0, 0};
+  int64_t orphan_ms = opt.orphan_timeout_s * 1000;
+  for (;;) {
+    int sig = stk__signal_pending();
+    if (sig) {
+      LOG_INFO("signal %d: draining and exiting", sig);
+      return EXIT_OK;
+    }
+    if (__atomic_load_n(&W.shutdown_cmd, __ATOMIC_ACQUIRE))
+      return __atomic_load_n(&W.aborted, __ATOMIC_ACQUIRE) ? EXIT_ABORTED : EXIT_OK;
+    const char *why = session_failed(sess);
+    if (why) {
+      LOG_ERROR("%s", why);
+      return EXIT_REJECTED;
+    }
+    int64_t lost = session_lost_ms(sess);
+    if (lost > orphan_ms) {
+      LOG_ERROR(
+          "coordinator %s unreachable for %lld s (--orphan-timeout-s %lld): "
+          "exiting as an orphan (code %d)",
+          opt.coordinator, (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
+      return EXIT_ORPHAN;
+    }
+    int64_t now = stk__now_ms();
+    if (now >= next_stats) {
+      log_stats(now, lost != 0, &last);
+      next_stats = now + opt.stats_interval_s * 1000;
+    }
+    stk__sleep_ms(50);
+  }
+}
+
+/* Drain: no new streams; open streams finish what they were asked, for up
+ * to --drain-timeout-s (2 s when the job failed: nobody is left to serve). */
+static void drain(sched *s, int code) {
+  __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
+  if (!s) return;
+  sched_drain(s);
+  long long drain_s =
+      code == EXIT_ABORTED && opt.drain_timeout_s > 2 ? 2 : opt.drain_timeout_s;
+  int64_t until = stk__now_ms() + drain_s * 1000;
+  sched_stats st;
+  for (;;) {
+    sched_stats_get(s, &st);
+    if (!st.active_streams || stk__now_ms() >= until) break;
+    if (stk__signal_count() >= 2) {
+      LOG_WARN("second signal: not waiting for the drain");
+      break;
+    }
+    stk__sleep_ms(20);
+  }
+  if (st.active_streams)
+    LOG_WARN("drain timeout: cancelling %u streams", st.active_streams);
+}
+
+int main(int argc, char **argv) {
+  stk__log_init(PROGRAM);
+  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
+  int pr =
+      stk__options_parse(options, NOPTIONS, argc, argv, PROGRAM,
+                         "Serves batches of the coordinator's job to training clients "
+                         "(Worker.Stream).",
+                         exit_codes_text);
+  int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
+  if (pr != OPTS_RUN) goto out;
+  if (check_usage()) {
+    code = EXIT_USAGE;
+    goto out;
   }
   stk__signals_install();
-  {
-    uint64_t soft, hard;
-    if (stk__raise_nofile(&soft, &hard))
-      LOG_WARN("cannot raise the open-file limit (RLIMIT_NOFILE): %s", strerror(errno));
-    else
-      LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
-               " (soft raised to hard)",
-               soft, hard);
-  }
+  stk__daemon_raise_nofile();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
   {
@@ -533,21 +614,15 @@ int main(int argc, char **argv) {
                soft, W.threads, want);
   }
 
-  stk_rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
-  stk_rpc_server_config sc;
-  memset(&sc, 0, sizeof(sc));
-  sc.listen = opt.listen;
-  sc.methods = methods;
-  sc.nmethods = 1;
-  sc.max_message_bytes = (size_t)opt.max_message_mb << 20;
-  sc.token = *opt.token ? opt.token : NULL;
-  stk_rpc_server *srv = NULL;
-  int port = 0, code = EXIT_OK;
+  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
+  stk__rpc_server *srv = NULL;
+  int port = 0;
   char err[512];
-  if (stk_rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
+  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token,
+                        opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
+    code = EXIT_FAIL;
+    goto out;
   }
   char advertise[300], host[256], worker_id[400];
   if (*opt.advertise) snprintf(advertise, sizeof(advertise), "%s", opt.advertise);
@@ -555,117 +630,35 @@ int main(int argc, char **argv) {
   if (gethostname(host, sizeof(host) - 1)) snprintf(host, sizeof(host), "localhost");
   host[sizeof(host) - 1] = 0;
   snprintf(worker_id, sizeof(worker_id), "%s:%d:%lld", host, (int)getpid(),
-           (long long)stk_rpc_now_ms());
+           (long long)stk__now_ms());
   if (strlen(advertise) >= STK_MAX_ID_BYTES || strlen(worker_id) >= STK_MAX_ID_BYTES) {
     LOG_ERROR(
         "the advertised address or worker id is over %d bytes (the coordinator "
         "would refuse it): %.60s...",
         STK_MAX_ID_BYTES - 1,
         strlen(advertise) >= STK_MAX_ID_BYTES ? advertise : worker_id);
-    stk_rpc_server_stop(srv, 0);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_USAGE;
+    stk__rpc_server_stop(srv, 0);
+    code = EXIT_USAGE;
+    goto out;
   }
   LOG_INFO(
       "listening on %s port %d, advertising %s, %u builder threads, "
       "coordinator %s",
       opt.listen, port, advertise, W.threads, opt.coordinator);
-  if (*opt.port_file && stk__write_port_file(opt.port_file, port, err, sizeof(err))) {
-    LOG_ERROR("%s", err);
-    stk_rpc_server_stop(srv, 0);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
-  }
 
   session_config cfg = {opt.coordinator, opt.token, worker_id, advertise, W.threads};
-  session_hooks hooks = {NULL, on_job, fill_stats, on_command};
+  session_hooks hooks = {on_job, fill_stats, on_command};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
     LOG_ERROR("cannot start the coordinator session");
-    stk_rpc_server_stop(srv, 0);
-    stk__options_free(options, NOPTIONS);
-    return EXIT_FAIL;
+    stk__rpc_server_stop(srv, 0);
+    code = EXIT_FAIL;
+    goto out;
   }
-
-  int64_t next_stats = stk_rpc_now_ms() + opt.stats_interval_s * 1000;
-  uint64_t last_bytes = 0, last_built = 0;
-  int64_t last_stats_ms = stk_rpc_now_ms();
-  int64_t orphan_ms = opt.orphan_timeout_s * 1000;
-  for (;;) {
-    int sig = stk__signal_pending();
-    if (sig) {
-      LOG_INFO("signal %d: draining and exiting", sig);
-      break;
-    }
-    if (__atomic_load_n(&W.shutdown_cmd, __ATOMIC_ACQUIRE)) {
-      if (__atomic_load_n(&W.aborted, __ATOMIC_ACQUIRE)) code = EXIT_ABORTED;
-      break;
-    }
-    const char *why = session_failed(sess);
-    if (why) {
-      LOG_ERROR("%s", why);
-      code = EXIT_REJECTED;
-      break;
-    }
-    int64_t lost = session_lost_ms(sess);
-    if (lost > orphan_ms) {
-      LOG_ERROR(
-          "coordinator %s unreachable for %lld s (--orphan-timeout-s %lld): "
-          "exiting as an orphan (code %d)",
-          opt.coordinator, (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
-      code = EXIT_ORPHAN;
-      break;
-    }
-    int64_t now = stk_rpc_now_ms();
-    if (now >= next_stats) {
-      sched *s = current_sched();
-      sched_stats st;
-      memset(&st, 0, sizeof(st));
-      uint64_t bytes = 0;
-      if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
-      double dt = (double)(now - last_stats_ms) / 1000.0;
-      LOG_INFO(
-          "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
-          "batches_built=%" PRIu64
-          " batches_per_s=%.1f mb_per_s=%.1f "
-          "substituted=%" PRIu64 " build_errors=%" PRIu64 " transient_errors=%" PRIu64
-          " transient_retries=%" PRIu64 " reread=%" PRIu64 " stream_errors=%" PRIu64
-          " coordinator=%s",
-          s ? "serving" : "waiting", st.active_streams, st.queued_requests,
-          st.free_buffers, st.nbuffers, st.batches_built,
-          (double)(st.batches_built - last_built) / dt,
-          (double)(bytes - last_bytes) / dt / 1e6, st.samples_substituted,
-          st.build_errors, st.transient_errors, st.transient_retries, st.samples_reread,
-          __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), lost ? "lost" : "ok");
-      last_bytes = bytes, last_built = st.batches_built, last_stats_ms = now;
-      next_stats = now + opt.stats_interval_s * 1000;
-    }
-    stk__sleep_ms(50);
-  }
-
-  /* Drain: no new streams; open streams finish what they were asked. */
-  __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
+  code = run_worker(sess);
   sched *s = current_sched();
-  if (s) {
-    sched_drain(s);
-    /* A failed job has nobody left to serve: drain briefly. */
-    long long drain_s =
-        code == EXIT_ABORTED && opt.drain_timeout_s > 2 ? 2 : opt.drain_timeout_s;
-    int64_t until = stk_rpc_now_ms() + drain_s * 1000;
-    sched_stats st;
-    for (;;) {
-      sched_stats_get(s, &st);
-      if (!st.active_streams || stk_rpc_now_ms() >= until) break;
-      if (stk__signal_count() >= 2) {
-        LOG_WARN("second signal: not waiting for the drain");
-        break;
-      }
-      stk__sleep_ms(20);
-    }
-    if (st.active_streams)
-      LOG_WARN("drain timeout: cancelling %u streams", st.active_streams);
-  }
-  stk_rpc_server_stop(srv, 500);
+  drain(s, code);
+  stk__rpc_server_stop(srv, 500);
   session_stop(sess);
   if (s) {
     sched_stats st;
@@ -680,6 +673,7 @@ int main(int argc, char **argv) {
   }
   sched_destroy(s, 2000);
   stk_dataset_close(W.ds);
+out:
   stk__options_free(options, NOPTIONS);
   return code;
 }

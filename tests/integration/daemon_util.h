@@ -33,7 +33,7 @@ static inline int du_init(int argc, char **argv) {
   }
   coord_bin = argv[1];
   worker_bin = argv[2];
-  stk_rpc_init();
+  stk__rpc_init();
   return 0;
 }
 
@@ -97,31 +97,31 @@ static inline int du_start_worker(stk_proc *p, const char *name, int coord_port,
   return port;
 }
 
-static inline stk_rpc_channel *du_channel_token(int port, const char *token) {
+static inline stk__rpc_channel *du_channel_token(int port, const char *token) {
   char target[64];
   snprintf(target, sizeof(target), "127.0.0.1:%d", port);
-  stk_rpc_channel *ch = NULL;
-  if (stk_rpc_channel_open(target, 0, token, &ch)) return NULL;
+  stk__rpc_channel *ch = NULL;
+  if (stk__rpc_channel_open(target, 0, token, &ch)) return NULL;
   return ch;
 }
 
-static inline stk_rpc_channel *du_channel(int port) {
+static inline stk__rpc_channel *du_channel(int port) {
   return du_channel_token(port, NULL);
 }
 
 /* Status; caller frees. NULL on error. */
-static inline Stoker__V1__StatusResponse *du_status(stk_rpc_channel *ch) {
+static inline Stoker__V1__StatusResponse *du_status(stk__rpc_channel *ch) {
   Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
   ProtobufCMessage *r = NULL;
   char det[256];
-  int code =
-      stk_rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
-                    &stoker__v1__status_response__descriptor, &r, 5000, det, sizeof(det));
+  int code = stk__rpc_unary(ch, "/stoker.v1.Coordinator/Status", &q.base,
+                            &stoker__v1__status_response__descriptor, &r, 5000, det,
+                            sizeof(det));
   return code == 0 ? (Stoker__V1__StatusResponse *)r : NULL;
 }
 
 /* Wait until the coordinator lists n live workers; 0 or -1. */
-static inline int du_wait_workers(stk_rpc_channel *ch, size_t n, int timeout_ms) {
+static inline int du_wait_workers(stk__rpc_channel *ch, size_t n, int timeout_ms) {
   for (int waited = 0; waited < timeout_ms; waited += 50) {
     Stoker__V1__StatusResponse *s = du_status(ch);
     size_t have = s ? s->n_workers : 0;
@@ -133,7 +133,7 @@ static inline int du_wait_workers(stk_rpc_channel *ch, size_t n, int timeout_ms)
 }
 
 /* Join; the gRPC status code. On OK, *resp is set (caller frees). */
-static inline int du_join(stk_rpc_channel *ch, uint32_t rank, uint32_t world,
+static inline int du_join(stk__rpc_channel *ch, uint32_t rank, uint32_t world,
                           uint32_t proto, uint64_t expect,
                           Stoker__V1__JoinResponse **resp, char *det, size_t dlen) {
   Stoker__V1__JoinRequest q = STOKER__V1__JOIN_REQUEST__INIT;
@@ -143,20 +143,21 @@ static inline int du_join(stk_rpc_channel *ch, uint32_t rank, uint32_t world,
   q.protocol_version = proto;
   q.expect_job_hash = expect;
   ProtobufCMessage *r = NULL;
-  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Join", &q.base,
-                           &stoker__v1__join_response__descriptor, &r, 5000, det, dlen);
+  int code = stk__rpc_unary(ch, "/stoker.v1.Coordinator/Join", &q.base,
+                            &stoker__v1__join_response__descriptor, &r, 5000, det, dlen);
   *resp = (Stoker__V1__JoinResponse *)r;
   return code;
 }
 
-static inline int du_finish(stk_rpc_channel *ch, uint32_t rank, int shutdown_job,
+static inline int du_finish(stk__rpc_channel *ch, uint32_t rank, int shutdown_job,
                             uint32_t *nfinished, char *det, size_t dlen) {
   Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
   q.rank = rank;
   q.shutdown_job = shutdown_job;
   ProtobufCMessage *r = NULL;
-  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
-                           &stoker__v1__finish_response__descriptor, &r, 5000, det, dlen);
+  int code =
+      stk__rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
+                     &stoker__v1__finish_response__descriptor, &r, 5000, det, dlen);
   if (r) {
     if (nfinished) *nfinished = ((Stoker__V1__FinishResponse *)r)->ranks_finished;
     protobuf_c_message_free_unpacked(r, NULL);
@@ -167,10 +168,10 @@ static inline int du_finish(stk_rpc_channel *ch, uint32_t rank, int shutdown_job
 /* Receive one whole batch (header + chunks) from s into a new buffer and
  * check it: address, layout, sample ids, crc32c, and every byte against
  * stk_build_reference. 0 when it all holds. */
-static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
+static inline int du_recv_batch_any(stk__rpc_stream *s, const stk_job_spec *spec,
                                     uint64_t epoch, uint32_t rank, uint64_t step,
                                     uint64_t *any_step);
-static inline int du_recv_batch_checked(stk_rpc_stream *s, const stk_job_spec *spec,
+static inline int du_recv_batch_checked(stk__rpc_stream *s, const stk_job_spec *spec,
                                         uint64_t epoch, uint32_t rank, uint64_t step) {
   return du_recv_batch_any(s, spec, epoch, rank, step, NULL);
 }
@@ -178,7 +179,7 @@ static inline int du_recv_batch_checked(stk_rpc_stream *s, const stk_job_spec *s
 /* As du_recv_batch_checked; with any_step non-NULL, the batch may be any
  * step (batches come in completion order): it is checked against the
  * reference of the step its header names, stored in *any_step. */
-static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
+static inline int du_recv_batch_any(stk__rpc_stream *s, const stk_job_spec *spec,
                                     uint64_t epoch, uint32_t rank, uint64_t step,
                                     uint64_t *any_step) {
   stk_batch_layout L;
@@ -186,12 +187,12 @@ static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
   uint8_t *got = calloc(1, L.total_bytes), *ref = calloc(1, L.total_bytes);
   int ok = got && ref;
   grpc_byte_buffer *bb = NULL;
-  stk_wire_msg m;
-  int r = stk_rpc_stream_recv(s, &bb, 10000);
+  stk__wire_msg m;
+  int r = stk__rpc_stream_recv(s, &bb, 10000);
   CHECK(r == 1);
   if (r != 1) ok = 0;
   if (ok) {
-    CHECK(stk_wire_decode(bb, 32u << 20, &m) == 0);
+    CHECK(stk__wire_decode(bb, 32u << 20, &m) == 0);
     const Stoker__V1__BatchHeader *h = m.msg ? m.msg->header : NULL;
     CHECK(h != NULL);
     if (!h) ok = 0;
@@ -221,26 +222,26 @@ static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
       if (idx && h->n_sample_indices)
         memcpy(idx, h->sample_indices, h->n_sample_indices * 8);
       size_t nidx = h->n_sample_indices;
-      stk_wire_msg_free(&m);
+      stk__wire_msg_free(&m);
       grpc_byte_buffer_destroy(bb);
       bb = NULL;
       while (ok && have < L.total_bytes) {
-        r = stk_rpc_stream_recv(s, &bb, 10000);
+        r = stk__rpc_stream_recv(s, &bb, 10000);
         CHECK(r == 1);
         if (r != 1) {
           ok = 0;
           break;
         }
-        CHECK(stk_wire_decode(bb, 32u << 20, &m) == 0);
+        CHECK(stk__wire_decode(bb, 32u << 20, &m) == 0);
         CHECK(m.is_chunk);
         CHECK_EQ_U64(m.offset, have); /* in order, never interleaved */
         if (!m.is_chunk || m.offset != have || m.offset + m.len > L.total_bytes) {
           ok = 0;
         } else {
-          stk_wire_copy_chunk(bb, &m, got + m.offset);
+          stk__wire_copy_chunk(bb, &m, got + m.offset);
           have += m.len;
         }
-        stk_wire_msg_free(&m);
+        stk__wire_msg_free(&m);
         grpc_byte_buffer_destroy(bb);
         bb = NULL;
       }
@@ -270,25 +271,25 @@ static inline int du_recv_batch_any(stk_rpc_stream *s, const stk_job_spec *spec,
   return ok ? 0 : -1;
 }
 
-static inline int du_send_request(stk_rpc_stream *s, uint64_t hash, uint64_t epoch,
+static inline int du_send_request(stk__rpc_stream *s, uint64_t hash, uint64_t epoch,
                                   uint32_t rank, uint64_t step) {
   Stoker__V1__BatchRequest q = STOKER__V1__BATCH_REQUEST__INIT;
   q.job_hash = hash;
   q.epoch = epoch;
   q.rank = rank;
   q.step = step;
-  return stk_rpc_stream_send_msg(s, &q.base);
+  return stk__rpc_stream_send_msg(s, &q.base);
 }
 
 /* Drain a stream to its end and return its status code. */
-static inline int du_stream_end(stk_rpc_stream *s, char *det, size_t dlen) {
+static inline int du_stream_end(stk__rpc_stream *s, char *det, size_t dlen) {
   for (int i = 0; i < 100000; i++) {
     grpc_byte_buffer *bb = NULL;
-    int r = stk_rpc_stream_recv(s, &bb, 10000);
+    int r = stk__rpc_stream_recv(s, &bb, 10000);
     if (bb) grpc_byte_buffer_destroy(bb);
     if (r != 1) break;
   }
-  return stk_rpc_stream_status(s, 10000, det, dlen);
+  return stk__rpc_stream_status(s, 10000, det, dlen);
 }
 
 #endif

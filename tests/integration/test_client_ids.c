@@ -30,11 +30,10 @@ static void fill_workers(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp)
   wp[0] = &w[0], wp[1] = &w[1];
 }
 
-static void on_join(stk_rpc_call *call, void *ctx) {
-  (void)ctx;
+static void on_join(stk__rpc_call *call) {
   ProtobufCMessage *q = NULL;
-  if (stk_rpc_call_recv_msg(call, &stoker__v1__join_request__descriptor, &q) != 1) {
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad join");
+  if (stk__rpc_call_recv_msg(call, &stoker__v1__join_request__descriptor, &q) != 1) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad join");
     return;
   }
   protobuf_c_message_free_unpacked(q, NULL);
@@ -48,15 +47,14 @@ static void on_join(stk_rpc_call *call, void *ctx) {
   r.list_version = 1;
   r.n_workers = 2;
   r.workers = wp;
-  stk_rpc_call_send_msg(call, &r.base);
-  stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_send_msg(call, &r.base);
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
-static void on_watch(stk_rpc_call *call, void *ctx) {
-  (void)ctx;
+static void on_watch(stk__rpc_call *call) {
   ProtobufCMessage *q = NULL;
-  if (stk_rpc_call_recv_msg(call, &stoker__v1__watch_request__descriptor, &q) != 1) {
-    stk_rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad watch");
+  if (stk__rpc_call_recv_msg(call, &stoker__v1__watch_request__descriptor, &q) != 1) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad watch");
     return;
   }
   protobuf_c_message_free_unpacked(q, NULL);
@@ -66,23 +64,22 @@ static void on_watch(stk_rpc_call *call, void *ctx) {
   l.version = 1;
   l.n_workers = 2;
   l.workers = wp;
-  stk_rpc_call_send_msg(call, &l.base);
+  stk__rpc_call_send_msg(call, &l.base);
   /* keep the watch open until the client goes (bounded: 60 s) */
-  for (int i = 0; i < 3000 && !stk_rpc_call_closed(call); i++) {
+  for (int i = 0; i < 3000 && !stk__rpc_call_closed(call); i++) {
     struct timespec ts = {0, 20 * 1000000};
     nanosleep(&ts, NULL);
   }
-  stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
-static void on_finish(stk_rpc_call *call, void *ctx) {
-  (void)ctx;
+static void on_finish(stk__rpc_call *call) {
   ProtobufCMessage *q = NULL;
-  if (stk_rpc_call_recv_msg(call, &stoker__v1__finish_request__descriptor, &q) == 1)
+  if (stk__rpc_call_recv_msg(call, &stoker__v1__finish_request__descriptor, &q) == 1)
     protobuf_c_message_free_unpacked(q, NULL);
   Stoker__V1__FinishResponse r = STOKER__V1__FINISH_RESPONSE__INIT;
-  stk_rpc_call_send_msg(call, &r.base);
-  stk_rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_send_msg(call, &r.base);
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
 int main(void) {
@@ -98,19 +95,19 @@ int main(void) {
   CHECK(stk_job_spec_format(&spec, job_text, sizeof(job_text)) < sizeof(job_text));
   job_hash = stk_job_spec_hash(&spec);
 
-  stk_rpc_init();
-  stk_rpc_method methods[] = {{"/stoker.v1.Coordinator/Join", on_join},
-                              {"/stoker.v1.Coordinator/WatchWorkers", on_watch},
-                              {"/stoker.v1.Coordinator/Finish", on_finish}};
-  stk_rpc_server_config sc;
+  stk__rpc_init();
+  stk__rpc_method methods[] = {{"/stoker.v1.Coordinator/Join", on_join},
+                               {"/stoker.v1.Coordinator/WatchWorkers", on_watch},
+                               {"/stoker.v1.Coordinator/Finish", on_finish}};
+  stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = "127.0.0.1:0";
   sc.methods = methods;
   sc.nmethods = 3;
-  stk_rpc_server *srv = NULL;
+  stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
-  if (stk_rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
+  if (stk__rpc_server_start(&sc, &srv, &port, err, sizeof(err))) {
     fprintf(stderr, "rogue coordinator: %s\n", err);
     return 1;
   }
@@ -141,7 +138,7 @@ int main(void) {
     CHECK(s.nworkers == 0); /* nothing truncated into a worker entry */
     stk_client_close(c);
   }
-  stk_rpc_server_stop(srv, 500);
-  stk_rpc_shutdown();
+  stk__rpc_server_stop(srv, 500);
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

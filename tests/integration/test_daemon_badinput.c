@@ -19,47 +19,47 @@ static stk_job_spec spec;
 static uint64_t job_hash, steps;
 
 /* A fresh stream still serves a valid batch. */
-static void check_still_serving(stk_rpc_channel *w, const char *after) {
-  stk_rpc_stream *s = NULL;
-  CHECK(stk_rpc_stream_open(w, STREAM, 20000, &s) == 0);
+static void check_still_serving(stk__rpc_channel *w, const char *after) {
+  stk__rpc_stream *s = NULL;
+  CHECK(stk__rpc_stream_open(w, STREAM, 20000, &s) == 0);
   if (!s) return;
   CHECK(du_send_request(s, job_hash, 0, 1, steps - 1) == 0);
   int rc = du_recv_batch_checked(s, &spec, 0, 1, steps - 1);
   if (rc) fprintf(stderr, "no valid batch after: %s\n", after);
   CHECK(rc == 0);
-  CHECK(stk_rpc_stream_close_send(s) == 0);
+  CHECK(stk__rpc_stream_close_send(s) == 0);
   char det[256];
   int code = du_stream_end(s, det, sizeof(det));
   if (code) fprintf(stderr, "after %s: status %d %s\n", after, code, det);
   CHECK(code == GRPC_STATUS_OK);
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
 }
 
 /* One request on a new stream; the stream's final status. */
-static int one_bad_request(stk_rpc_channel *w, uint64_t hash, uint64_t epoch,
+static int one_bad_request(stk__rpc_channel *w, uint64_t hash, uint64_t epoch,
                            uint32_t rank, uint64_t step, char *det, size_t dlen) {
-  stk_rpc_stream *s = NULL;
-  if (stk_rpc_stream_open(w, STREAM, 20000, &s)) return -1;
+  stk__rpc_stream *s = NULL;
+  if (stk__rpc_stream_open(w, STREAM, 20000, &s)) return -1;
   du_send_request(s, hash, epoch, rank, step);
   int code = du_stream_end(s, det, dlen);
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
   return code;
 }
 
 static const unsigned char garbage[] = {0x0f, 0xff, 0xff, 0xff, 0x13, 0x00, 0x42};
 
 /* Raw bytes (not a protobuf message) to any method; its final status. */
-static int raw_call(stk_rpc_channel *ch, const char *method, int half_close) {
-  stk_rpc_stream *s = NULL;
-  if (stk_rpc_stream_open(ch, method, 20000, &s)) return -1;
+static int raw_call(stk__rpc_channel *ch, const char *method, int half_close) {
+  stk__rpc_stream *s = NULL;
+  if (stk__rpc_stream_open(ch, method, 20000, &s)) return -1;
   grpc_slice sl = grpc_slice_from_copied_buffer((const char *)garbage, sizeof(garbage));
   grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
   grpc_slice_unref(sl);
-  CHECK(stk_rpc_stream_send(s, bb) == 0);
-  if (half_close) stk_rpc_stream_close_send(s);
+  CHECK(stk__rpc_stream_send(s, bb) == 0);
+  if (half_close) stk__rpc_stream_close_send(s);
   char det[256];
   int code = du_stream_end(s, det, sizeof(det));
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
   return code;
 }
 
@@ -93,7 +93,7 @@ int main(int argc, char **argv) {
   int wport = du_start_worker(&worker, "worker", cport, wargs);
   CHECK(wport > 0);
   if (wport <= 0) return 1;
-  stk_rpc_channel *c = du_channel(cport), *w = du_channel(wport);
+  stk__rpc_channel *c = du_channel(cport), *w = du_channel(wport);
   CHECK(du_wait_workers(c, 1, 10000) == 0);
 
   /* Joins: a good one gives the job; bad ones get clear errors. */
@@ -150,15 +150,15 @@ int main(int argc, char **argv) {
   check_still_serving(w, "out-of-range addresses");
 
   /* Far more than --max-outstanding (4) requests, never reading. */
-  stk_rpc_stream *s = NULL;
-  CHECK(stk_rpc_stream_open(w, STREAM, 20000, &s) == 0);
+  stk__rpc_stream *s = NULL;
+  CHECK(stk__rpc_stream_open(w, STREAM, 20000, &s) == 0);
   for (int i = 0; i < 2000; i++)
     if (du_send_request(s, job_hash, 0, 0, (uint64_t)i % steps)) break;
   code = du_stream_end(s, det, sizeof(det));
   CHECK(code == GRPC_STATUS_RESOURCE_EXHAUSTED);
   if (code != GRPC_STATUS_RESOURCE_EXHAUSTED)
     fprintf(stderr, "flood: %d %s\n", code, det);
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
   check_still_serving(w, "too many outstanding requests");
 
   /* Bytes that are not a BatchRequest (wire type 7 does not exist). */
@@ -167,20 +167,20 @@ int main(int argc, char **argv) {
 
   /* Several batches on one stream, all checked (completion order). */
   s = NULL;
-  CHECK(stk_rpc_stream_open(w, STREAM, 20000, &s) == 0);
+  CHECK(stk__rpc_stream_open(w, STREAM, 20000, &s) == 0);
   CHECK(du_send_request(s, job_hash, 1, 0, 3) == 0);
   CHECK(du_recv_batch_checked(s, &spec, 1, 0, 3) == 0);
-  CHECK(stk_rpc_stream_close_send(s) == 0);
+  CHECK(stk__rpc_stream_close_send(s) == 0);
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_OK);
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
 
   /* Two ranks at once, each keeping exactly --max-outstanding (4) credits
    * in flight and sending the next as soon as a batch is whole: every
    * batch arrives whole and right, with neither rank starved. */
-  stk_rpc_stream *rs[2] = {NULL, NULL};
+  stk__rpc_stream *rs[2] = {NULL, NULL};
   uint64_t next[2] = {0, 0};
   for (uint32_t r = 0; r < 2; r++) {
-    CHECK(stk_rpc_stream_open(w, STREAM, 20000, &rs[r]) == 0);
+    CHECK(stk__rpc_stream_open(w, STREAM, 20000, &rs[r]) == 0);
     for (; next[r] < 4; next[r]++)
       CHECK(du_send_request(rs[r], job_hash, 1, r, next[r]) == 0);
   }
@@ -194,26 +194,26 @@ int main(int argc, char **argv) {
     }
   for (uint32_t r = 0; r < 2; r++) {
     CHECK_EQ_U64(seen[r], (1u << steps) - 1);
-    CHECK(stk_rpc_stream_close_send(rs[r]) == 0);
+    CHECK(stk__rpc_stream_close_send(rs[r]) == 0);
     CHECK(du_stream_end(rs[r], det, sizeof(det)) == GRPC_STATUS_OK);
-    stk_rpc_stream_destroy(rs[r]);
+    stk__rpc_stream_destroy(rs[r]);
   }
 
   /* Unknown methods. */
   Stoker__V1__StatusRequest sq = STOKER__V1__STATUS_REQUEST__INIT;
   ProtobufCMessage *resp = NULL;
-  code = stk_rpc_unary(w, "/stoker.v1.Worker/Nope", &sq.base,
-                       &stoker__v1__status_response__descriptor, &resp, 5000, det,
-                       sizeof(det));
+  code = stk__rpc_unary(w, "/stoker.v1.Worker/Nope", &sq.base,
+                        &stoker__v1__status_response__descriptor, &resp, 5000, det,
+                        sizeof(det));
   CHECK(code == GRPC_STATUS_UNIMPLEMENTED);
-  code = stk_rpc_unary(c, "/stoker.v1.Coordinator/Nope", &sq.base,
-                       &stoker__v1__status_response__descriptor, &resp, 5000, det,
-                       sizeof(det));
+  code = stk__rpc_unary(c, "/stoker.v1.Coordinator/Nope", &sq.base,
+                        &stoker__v1__status_response__descriptor, &resp, 5000, det,
+                        sizeof(det));
   CHECK(code == GRPC_STATUS_UNIMPLEMENTED);
   /* An empty message to Join parses as a JoinRequest with protocol 0. */
-  code = stk_rpc_unary(c, "/stoker.v1.Coordinator/Join", (ProtobufCMessage *)&sq.base,
-                       &stoker__v1__join_response__descriptor, &resp, 5000, det,
-                       sizeof(det));
+  code = stk__rpc_unary(c, "/stoker.v1.Coordinator/Join", (ProtobufCMessage *)&sq.base,
+                        &stoker__v1__join_response__descriptor, &resp, 5000, det,
+                        sizeof(det));
   CHECK(code == GRPC_STATUS_FAILED_PRECONDITION);
   /* Garbage to every coordinator method. */
   CHECK(raw_call(c, "/stoker.v1.Coordinator/Join", 1) == GRPC_STATUS_INVALID_ARGUMENT);
@@ -249,8 +249,8 @@ int main(int argc, char **argv) {
   }
 
   /* Orderly end: SIGTERM to the coordinator shuts the worker down too. */
-  stk_rpc_channel_close(c);
-  stk_rpc_channel_close(w);
+  stk__rpc_channel_close(c);
+  stk__rpc_channel_close(w);
   proc_signal(&coord, SIGTERM);
   int cc = proc_wait(&coord, 10000), wc = proc_wait(&worker, 10000);
   CHECK(cc == 0);
@@ -260,6 +260,6 @@ int main(int argc, char **argv) {
     proc_dump_log(&worker);
     proc_keep_tmp();
   }
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

@@ -20,22 +20,23 @@ static const char *const job_args[] = {"--set", "num_samples=64", "--set", "batc
                                        "--set", "height=16",      "--set", "width=16",
                                        "--set", "world_size=1",   NULL};
 
-static stk_rpc_stream *watch_open(stk_rpc_channel *c, uint64_t known) {
-  stk_rpc_stream *s = NULL;
-  if (stk_rpc_stream_open(c, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) return NULL;
+static stk__rpc_stream *watch_open(stk__rpc_channel *c, uint64_t known) {
+  stk__rpc_stream *s = NULL;
+  if (stk__rpc_stream_open(c, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) return NULL;
   Stoker__V1__WatchRequest q = STOKER__V1__WATCH_REQUEST__INIT;
   q.rank = 0;
   q.known_version = known;
-  stk_rpc_stream_send_msg(s, &q.base);
-  stk_rpc_stream_close_send(s);
+  stk__rpc_stream_send_msg(s, &q.base);
+  stk__rpc_stream_close_send(s);
   return s;
 }
 
 /* Next list from a watch within timeout_ms; caller frees. */
-static Stoker__V1__WorkerList *watch_next(stk_rpc_stream *s, int timeout_ms) {
+static Stoker__V1__WorkerList *watch_next(stk__rpc_stream *s, int timeout_ms) {
   grpc_byte_buffer *bb = NULL;
-  if (stk_rpc_stream_recv(s, &bb, timeout_ms) != 1) return NULL;
-  ProtobufCMessage *m = stk_rpc_unpack(&stoker__v1__worker_list__descriptor, bb, 1 << 20);
+  if (stk__rpc_stream_recv(s, &bb, timeout_ms) != 1) return NULL;
+  ProtobufCMessage *m =
+      stk__rpc_unpack(&stoker__v1__worker_list__descriptor, bb, 1 << 20);
   grpc_byte_buffer_destroy(bb);
   return (Stoker__V1__WorkerList *)m;
 }
@@ -49,9 +50,9 @@ static void heartbeat_lapse(void) {
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", NULL};
   CHECK(du_start_worker(&p[1], "lapse-w", cport, wargs) > 0);
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   CHECK(du_wait_workers(c, 1, 10000) == 0);
-  stk_rpc_stream *w = watch_open(c, 0);
+  stk__rpc_stream *w = watch_open(c, 0);
   Stoker__V1__WorkerList *l = watch_next(w, 5000);
   CHECK(l && l->n_workers == 1);
   uint64_t v1 = l ? l->version : 0;
@@ -73,8 +74,8 @@ static void heartbeat_lapse(void) {
   l = watch_next(w, 5000);
   CHECK(l && l->shutting_down);
   if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
-  stk_rpc_stream_destroy(w);
-  stk_rpc_channel_close(c);
+  stk__rpc_stream_destroy(w);
+  stk__rpc_channel_close(c);
   for (int i = 0; i < 2; i++) CHECK(proc_wait(&p[i], 10000) == 0);
   if (check_failures != before) {
     for (int i = 0; i < 2; i++) proc_dump_log(&p[i]);
@@ -91,7 +92,7 @@ static void coordinator_restart(void) {
   const char *wargs[] = {"--threads", "1", NULL};
   int wport = du_start_worker(&p[1], "restart-w", cport, wargs);
   CHECK(wport > 0);
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   CHECK(du_wait_workers(c, 1, 10000) == 0);
   proc_signal(&p[0], SIGKILL);
   CHECK(proc_wait(&p[0], 5000) == 128 + SIGKILL);
@@ -121,25 +122,25 @@ static void coordinator_restart(void) {
     stk_job_spec spec;
     stk_job_spec_defaults(&spec);
     CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
-    stk_rpc_channel *w =
-        stk_rpc_channel_open(jr->workers[0]->address, 0, NULL, &w) ? NULL : w;
-    stk_rpc_stream *s = NULL;
-    CHECK(w && stk_rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
+    stk__rpc_channel *w =
+        stk__rpc_channel_open(jr->workers[0]->address, 0, NULL, &w) ? NULL : w;
+    stk__rpc_stream *s = NULL;
+    CHECK(w && stk__rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
     if (s) {
       CHECK(du_send_request(s, jr->job->hash, 0, 0, 2) == 0);
       CHECK(du_recv_batch_checked(s, &spec, 0, 0, 2) == 0);
-      stk_rpc_stream_close_send(s);
+      stk__rpc_stream_close_send(s);
       CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_OK);
-      stk_rpc_stream_destroy(s);
+      stk__rpc_stream_destroy(s);
     }
-    stk_rpc_channel_close(w);
+    stk__rpc_channel_close(w);
   } else {
     CHECK(!"join after restart");
   }
   if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
   uint32_t nf;
   CHECK(du_finish(c, 0, 0, &nf, det, sizeof(det)) == 0);
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   CHECK(proc_wait(&p[2], 10000) == 0);
   CHECK(proc_wait(&p[1], 10000) == 0);
   if (check_failures != before) {
@@ -155,15 +156,15 @@ static void watch_keeps_job_alive(void) {
   int cport = du_start_coordinator2(&p, "watch-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
-  stk_rpc_channel *c = du_channel(cport);
-  stk_rpc_stream *w = watch_open(c, 0);
+  stk__rpc_channel *c = du_channel(cport);
+  stk__rpc_stream *w = watch_open(c, 0);
   Stoker__V1__WorkerList *l = watch_next(w, 5000); /* version 0 -> first list */
   CHECK(l != NULL);
   if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
   CHECK(proc_wait(&p, 2500) == -1); /* still running past the idle timeout */
-  stk_rpc_stream_destroy(w);        /* the client goes away */
+  stk__rpc_stream_destroy(w);       /* the client goes away */
   CHECK(proc_wait(&p, 8000) == 3);
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   if (check_failures != before) {
     proc_dump_log(&p);
     proc_keep_tmp();
@@ -180,8 +181,8 @@ static void token(void) {
   const char *wargs[] = {"--threads", "1", "--token", "s3cret", NULL};
   int wport = du_start_worker(&p[1], "token-w", cport, wargs);
   CHECK(wport > 0);
-  stk_rpc_channel *good = du_channel_token(cport, "s3cret"), *bad = du_channel(cport),
-                  *wrong = du_channel_token(cport, "s3creT"), *wbad = du_channel(wport);
+  stk__rpc_channel *good = du_channel_token(cport, "s3cret"), *bad = du_channel(cport),
+                   *wrong = du_channel_token(cport, "s3creT"), *wbad = du_channel(wport);
   CHECK(du_wait_workers(good, 1, 10000) == 0);
   /* A worker with the wrong token is rejected for good: exit 4. */
   stk_proc wrong_w;
@@ -194,17 +195,17 @@ static void token(void) {
         GRPC_STATUS_UNAUTHENTICATED);
   CHECK(du_join(wrong, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) ==
         GRPC_STATUS_UNAUTHENTICATED);
-  stk_rpc_stream *s = NULL;
-  CHECK(stk_rpc_stream_open(wbad, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
+  stk__rpc_stream *s = NULL;
+  CHECK(stk__rpc_stream_open(wbad, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
   du_send_request(s, 1, 0, 0, 0); /* may fail: the call is refused */
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_UNAUTHENTICATED);
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
   uint32_t nf;
   CHECK(du_finish(good, 0, 1, &nf, det, sizeof(det)) == 0);
-  stk_rpc_channel_close(good);
-  stk_rpc_channel_close(bad);
-  stk_rpc_channel_close(wrong);
-  stk_rpc_channel_close(wbad);
+  stk__rpc_channel_close(good);
+  stk__rpc_channel_close(bad);
+  stk__rpc_channel_close(wrong);
+  stk__rpc_channel_close(wbad);
   for (int i = 0; i < 2; i++) CHECK(proc_wait(&p[i], 10000) == 0);
   if (check_failures != before) {
     for (int i = 0; i < 2; i++) proc_dump_log(&p[i]);
@@ -218,6 +219,6 @@ int main(int argc, char **argv) {
   coordinator_restart();
   watch_keeps_job_alive();
   token();
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

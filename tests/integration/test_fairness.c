@@ -7,6 +7,7 @@
  */
 #include <signal.h>
 
+#include "common/clock.h"
 #include "daemon_util.h"
 
 #define STREAM "/stoker.v1.Worker/Stream"
@@ -25,7 +26,7 @@ int main(int argc, char **argv) {
   const char *wargs[] = {"--threads", "1", NULL};
   int wport = du_start_worker(&p[1], "fair-w", cport, wargs);
   CHECK(wport > 0);
-  stk_rpc_channel *c = du_channel(cport), *w = du_channel(wport);
+  stk__rpc_channel *c = du_channel(cport), *w = du_channel(wport);
   CHECK(du_wait_workers(c, 1, 10000) == 0);
   char det[256];
   Stoker__V1__JoinResponse *jr = NULL;
@@ -37,22 +38,22 @@ int main(int argc, char **argv) {
   uint64_t hash = jr->job->hash;
   protobuf_c_message_free_unpacked(&jr->base, NULL);
 
-  stk_rpc_stream *busy = NULL, *quiet = NULL;
-  CHECK(stk_rpc_stream_open(w, STREAM, 30000, &busy) == 0);
-  CHECK(stk_rpc_stream_open(w, STREAM, 30000, &quiet) == 0);
-  int64_t t_busy = stk_rpc_now_ms();
+  stk__rpc_stream *busy = NULL, *quiet = NULL;
+  CHECK(stk__rpc_stream_open(w, STREAM, 30000, &busy) == 0);
+  CHECK(stk__rpc_stream_open(w, STREAM, 30000, &quiet) == 0);
+  int64_t t_busy = stk__now_ms();
   for (uint64_t k = 0; k < 60; k++) CHECK(du_send_request(busy, hash, 0, 0, k) == 0);
   /* The busy stream's first batch is back: its queue is in place (a
    * condition, not a sleep). */
   uint64_t first = 0;
   CHECK(du_recv_batch_any(busy, &spec, 0, 0, 0, &first) == 0);
-  int64_t t0 = stk_rpc_now_ms();
+  int64_t t0 = stk__now_ms();
   CHECK(du_send_request(quiet, hash, 0, 1, 5) == 0);
   CHECK(du_recv_batch_checked(quiet, &spec, 0, 1, 5) == 0);
-  int64_t waited = stk_rpc_now_ms() - t0;
-  stk_rpc_stream_close_send(quiet);
+  int64_t waited = stk__now_ms() - t0;
+  stk__rpc_stream_close_send(quiet);
   CHECK(du_stream_end(quiet, det, sizeof(det)) == GRPC_STATUS_OK);
-  stk_rpc_stream_destroy(quiet);
+  stk__rpc_stream_destroy(quiet);
 
   uint64_t seen[1] = {first < 64 ? 1ull << first : 0};
   for (int k = 1; k < 60; k++) {
@@ -65,23 +66,23 @@ int main(int argc, char **argv) {
    * the ~58 queued ahead of it (FIFO). The batch time is measured in this
    * run (61 batches built by one builder), so a slow or loaded machine
    * scales both sides alike. */
-  double per_batch = (double)(stk_rpc_now_ms() - t_busy) / 61.0;
+  double per_batch = (double)(stk__now_ms() - t_busy) / 61.0;
   fprintf(stderr,
           "quiet stream's batch came after %lld ms = %.1f batch times (FIFO ~58)\n",
           (long long)waited, waited / per_batch);
   CHECK(waited < 20 * per_batch);
-  stk_rpc_stream_close_send(busy);
+  stk__rpc_stream_close_send(busy);
   CHECK(du_stream_end(busy, det, sizeof(det)) == GRPC_STATUS_OK);
-  stk_rpc_stream_destroy(busy);
+  stk__rpc_stream_destroy(busy);
 
   proc_signal(&p[0], SIGTERM);
   for (int i = 0; i < 2; i++) CHECK(proc_wait(&p[i], 10000) == 0);
-  stk_rpc_channel_close(c);
-  stk_rpc_channel_close(w);
+  stk__rpc_channel_close(c);
+  stk__rpc_channel_close(w);
   if (check_failures) {
     for (int i = 0; i < 2; i++) proc_dump_log(&p[i]);
     proc_keep_tmp();
   }
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

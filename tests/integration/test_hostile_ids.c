@@ -22,7 +22,7 @@ static const char hostile_id[] =
     "red\x1b[0m\x1b]0;pwned\x07\xff";
 static const char hostile_addr[] = "127.0.0.1:1\r\x1b[2J\x1b[H";
 
-static int send_hello(stk_rpc_stream *s, const char *id, const char *addr, uint64_t hash,
+static int send_hello(stk__rpc_stream *s, const char *id, const char *addr, uint64_t hash,
                       uint64_t size) {
   Stoker__V1__WorkerInfo info = STOKER__V1__WORKER_INFO__INIT;
   info.worker_id = (char *)id;
@@ -37,24 +37,24 @@ static int send_hello(stk_rpc_stream *s, const char *id, const char *addr, uint6
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
   m.hello = &reg;
-  return stk_rpc_stream_send_msg(s, &m.base);
+  return stk__rpc_stream_send_msg(s, &m.base);
 }
 
 /* Register (both hellos); 0 with *out open when accepted, else the final
  * gRPC status with det. */
-static int fake_register(stk_rpc_channel *c, const char *id, const char *addr,
-                         stk_rpc_stream **out, char *det, size_t dlen) {
+static int fake_register(stk__rpc_channel *c, const char *id, const char *addr,
+                         stk__rpc_stream **out, char *det, size_t dlen) {
   *out = NULL;
   det[0] = 0;
-  stk_rpc_stream *s = NULL;
-  if (stk_rpc_stream_open(c, SESSION, 0, &s)) return -1;
+  stk__rpc_stream *s = NULL;
+  if (stk__rpc_stream_open(c, SESSION, 0, &s)) return -1;
   CHECK(send_hello(s, id, addr, 0, 0) == 0);
   grpc_byte_buffer *bb = NULL;
-  int r = stk_rpc_stream_recv(s, &bb, 5000);
+  int r = stk__rpc_stream_recv(s, &bb, 5000);
   uint64_t hash = 0;
   if (r == 1) {
     Stoker__V1__CoordinatorCommand *cmd =
-        (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+        (Stoker__V1__CoordinatorCommand *)stk__rpc_unpack(
             &stoker__v1__coordinator_command__descriptor, bb, 1 << 20);
     if (cmd && cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_ACK &&
         cmd->ack->job)
@@ -63,32 +63,32 @@ static int fake_register(stk_rpc_channel *c, const char *id, const char *addr,
   }
   if (bb) grpc_byte_buffer_destroy(bb);
   if (!hash) { /* refused at the first hello */
-    int code = stk_rpc_stream_status(s, 5000, det, dlen);
-    stk_rpc_stream_destroy(s);
+    int code = stk__rpc_stream_status(s, 5000, det, dlen);
+    stk__rpc_stream_destroy(s);
     return code;
   }
   CHECK(send_hello(s, id, addr, hash, 64) == 0);
   bb = NULL;
-  r = stk_rpc_stream_recv(s, &bb, 1000);
+  r = stk__rpc_stream_recv(s, &bb, 1000);
   if (bb) grpc_byte_buffer_destroy(bb);
   if (r == -2) { /* nothing said: accepted, the session stays open */
     *out = s;
     return 0;
   }
-  int code = stk_rpc_stream_status(s, 5000, det, dlen);
-  stk_rpc_stream_destroy(s);
+  int code = stk__rpc_stream_status(s, 5000, det, dlen);
+  stk__rpc_stream_destroy(s);
   return code;
 }
 
-static int join_as(stk_rpc_channel *ch, const char *client_id, char *det, size_t dlen) {
+static int join_as(stk__rpc_channel *ch, const char *client_id, char *det, size_t dlen) {
   Stoker__V1__JoinRequest q = STOKER__V1__JOIN_REQUEST__INIT;
   q.rank = 0;
   q.world_size = 1;
   q.client_id = (char *)client_id;
   q.protocol_version = STK_PROTOCOL_VERSION;
   ProtobufCMessage *r = NULL;
-  int code = stk_rpc_unary(ch, "/stoker.v1.Coordinator/Join", &q.base,
-                           &stoker__v1__join_response__descriptor, &r, 5000, det, dlen);
+  int code = stk__rpc_unary(ch, "/stoker.v1.Coordinator/Join", &q.base,
+                            &stoker__v1__join_response__descriptor, &r, 5000, det, dlen);
   if (r) protobuf_c_message_free_unpacked(r, NULL);
   return code;
 }
@@ -133,11 +133,11 @@ int main(int argc, char **argv) {
   int cport = du_start_coordinator(&coord, "hostile-coord", cargs);
   CHECK(cport > 0);
   if (cport <= 0) return 1;
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   char det[512];
 
   /* 1. hostile but within the limit: accepted */
-  stk_rpc_stream *a = NULL, *b = NULL, *x = NULL;
+  stk__rpc_stream *a = NULL, *b = NULL, *x = NULL;
   CHECK(fake_register(c, hostile_id, hostile_addr, &a, det, sizeof(det)) == 0);
   /* 2. the shared limit: 255 bytes whole, 256 refused */
   char id255[256], id256[257];
@@ -185,8 +185,8 @@ int main(int argc, char **argv) {
 
   /* 5. the coordinator's log */
   proc_signal(&coord, SIGTERM);
-  stk_rpc_stream_destroy(a);
-  stk_rpc_stream_destroy(b);
+  stk__rpc_stream_destroy(a);
+  stk__rpc_stream_destroy(b);
   CHECK(proc_wait(&coord, 10000) == 0);
   out = slurp(coord.log, &len);
   CHECK(out != NULL);
@@ -196,11 +196,11 @@ int main(int argc, char **argv) {
     CHECK(strstr(out, "rank0\\x0a\\x1b[1A") != NULL);
     free(out);
   }
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   if (check_failures) {
     proc_dump_log(&coord);
     proc_keep_tmp();
   }
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

@@ -18,7 +18,7 @@
 
 #define SESSION "/stoker.v1.Coordinator/WorkerSession"
 
-static int send_hello(stk_rpc_stream *s, const char *id, uint32_t proto, uint64_t hash,
+static int send_hello(stk__rpc_stream *s, const char *id, uint32_t proto, uint64_t hash,
                       uint64_t size, uint64_t fp) {
   Stoker__V1__WorkerInfo info = STOKER__V1__WORKER_INFO__INIT;
   info.worker_id = (char *)id;
@@ -33,15 +33,15 @@ static int send_hello(stk_rpc_stream *s, const char *id, uint32_t proto, uint64_
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
   m.hello = &reg;
-  return stk_rpc_stream_send_msg(s, &m.base);
+  return stk__rpc_stream_send_msg(s, &m.base);
 }
 
 /* First hello; the ack's job hash (0 on failure). */
-static uint64_t hello_ack(stk_rpc_stream *s, const char *id) {
+static uint64_t hello_ack(stk__rpc_stream *s, const char *id) {
   CHECK(send_hello(s, id, STK_PROTOCOL_VERSION, 0, 0, 0) == 0);
   grpc_byte_buffer *bb = NULL;
-  if (stk_rpc_stream_recv(s, &bb, 5000) != 1) return 0;
-  Stoker__V1__CoordinatorCommand *c = (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+  if (stk__rpc_stream_recv(s, &bb, 5000) != 1) return 0;
+  Stoker__V1__CoordinatorCommand *c = (Stoker__V1__CoordinatorCommand *)stk__rpc_unpack(
       &stoker__v1__coordinator_command__descriptor, bb, 1 << 20);
   grpc_byte_buffer_destroy(bb);
   uint64_t h = 0;
@@ -59,24 +59,24 @@ static uint64_t hello_ack(stk_rpc_stream *s, const char *id) {
 
 /* A full registration with these values; the session's final status when
  * refused, or 0 with *out the open session when accepted. */
-static int fake_register(stk_rpc_channel *c, const char *id, uint64_t hash_xor,
-                         uint64_t size, uint64_t fp, stk_rpc_stream **out, char *det,
+static int fake_register(stk__rpc_channel *c, const char *id, uint64_t hash_xor,
+                         uint64_t size, uint64_t fp, stk__rpc_stream **out, char *det,
                          size_t dlen) {
   *out = NULL;
-  stk_rpc_stream *s = NULL;
-  if (stk_rpc_stream_open(c, SESSION, 0, &s)) return -1;
+  stk__rpc_stream *s = NULL;
+  if (stk__rpc_stream_open(c, SESSION, 0, &s)) return -1;
   uint64_t h = hello_ack(s, id);
   CHECK(h != 0);
   CHECK(send_hello(s, id, STK_PROTOCOL_VERSION, h ^ hash_xor, size, fp) == 0);
   grpc_byte_buffer *bb = NULL;
-  int r = stk_rpc_stream_recv(s, &bb, 1000);
+  int r = stk__rpc_stream_recv(s, &bb, 1000);
   if (bb) grpc_byte_buffer_destroy(bb);
   if (r == -2) { /* nothing said: accepted, the session stays open */
     *out = s;
     return 0;
   }
-  int code = stk_rpc_stream_status(s, 5000, det, dlen);
-  stk_rpc_stream_destroy(s);
+  int code = stk__rpc_stream_status(s, 5000, det, dlen);
+  stk__rpc_stream_destroy(s);
   return code;
 }
 
@@ -90,7 +90,7 @@ int main(int argc, char **argv) {
   int cport = du_start_coordinator(&coord, "reg-coord", cargs);
   CHECK(cport > 0);
   if (cport <= 0) return 1;
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   char det[512];
 
   Stoker__V1__JoinResponse *jr = NULL;
@@ -99,23 +99,23 @@ int main(int argc, char **argv) {
   CHECK(strstr(det, "waiting for a worker") != NULL);
 
   /* A session must start with hello, in our protocol version. */
-  stk_rpc_stream *s = NULL;
-  CHECK(stk_rpc_stream_open(c, SESSION, 0, &s) == 0);
+  stk__rpc_stream *s = NULL;
+  CHECK(stk__rpc_stream_open(c, SESSION, 0, &s) == 0);
   CHECK(send_hello(s, "old", 99, 0, 0, 0) == 0);
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_FAILED_PRECONDITION);
   CHECK(strstr(det, "protocol") != NULL);
-  stk_rpc_stream_destroy(s);
-  CHECK(stk_rpc_stream_open(c, SESSION, 0, &s) == 0);
+  stk__rpc_stream_destroy(s);
+  CHECK(stk__rpc_stream_open(c, SESSION, 0, &s) == 0);
   Stoker__V1__Heartbeat hb = STOKER__V1__HEARTBEAT__INIT;
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT;
   m.heartbeat = &hb;
-  CHECK(stk_rpc_stream_send_msg(s, &m.base) == 0);
+  CHECK(stk__rpc_stream_send_msg(s, &m.base) == 0);
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_INVALID_ARGUMENT);
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
 
   /* A wrong job hash in the second hello. */
-  stk_rpc_stream *a = NULL, *b = NULL;
+  stk__rpc_stream *a = NULL, *b = NULL;
   CHECK(fake_register(c, "w-bad-hash", 1, 64, 0xf00d, &a, det, sizeof(det)) ==
         GRPC_STATUS_FAILED_PRECONDITION);
   CHECK(strstr(det, "job hash") != NULL);
@@ -149,7 +149,7 @@ int main(int argc, char **argv) {
     protobuf_c_message_free_unpacked(&jr->base, NULL);
   }
   /* A worker that goes away leaves the list. */
-  stk_rpc_stream_destroy(b);
+  stk__rpc_stream_destroy(b);
   for (int i = 0; i < 400; i++) { /* bounded: 20 s */
     st = du_status(c);
     size_t n = st ? st->n_workers : 99;
@@ -164,21 +164,21 @@ int main(int argc, char **argv) {
   /* Shutdown reaches the fake worker as a command. */
   proc_signal(&coord, SIGTERM);
   grpc_byte_buffer *bb = NULL;
-  CHECK(stk_rpc_stream_recv(a, &bb, 5000) == 1);
+  CHECK(stk__rpc_stream_recv(a, &bb, 5000) == 1);
   Stoker__V1__CoordinatorCommand *cmd =
-      bb ? (Stoker__V1__CoordinatorCommand *)stk_rpc_unpack(
+      bb ? (Stoker__V1__CoordinatorCommand *)stk__rpc_unpack(
                &stoker__v1__coordinator_command__descriptor, bb, 1 << 20)
          : NULL;
   CHECK(cmd && cmd->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN);
   if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
   if (bb) grpc_byte_buffer_destroy(bb);
-  stk_rpc_stream_destroy(a);
+  stk__rpc_stream_destroy(a);
   CHECK(proc_wait(&coord, 10000) == 0);
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   if (check_failures) {
     proc_dump_log(&coord);
     proc_keep_tmp();
   }
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

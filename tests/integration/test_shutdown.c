@@ -33,7 +33,7 @@ static void all_ranks_finish(void) {
   const char *wargs[] = {"--threads", "1", NULL};
   CHECK(du_start_worker(&p[1], "finish-w1", cport, wargs) > 0);
   CHECK(du_start_worker(&p[2], "finish-w2", cport, wargs) > 0);
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   CHECK(du_wait_workers(c, 2, 10000) == 0);
   char det[256];
   uint32_t nf = 0;
@@ -50,7 +50,7 @@ static void all_ranks_finish(void) {
   CHECK(proc_wait(&p[0], 0) == -1);
   CHECK(du_finish(c, 1, 0, &nf, det, sizeof(det)) == GRPC_STATUS_OK);
   CHECK_EQ_U64(nf, 2);
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   for (int i = 0; i < 3; i++) {
     int code = proc_wait(&p[i], 10000);
     if (code != 0) fprintf(stderr, "%s: exit %d\n", p[i].name, code);
@@ -67,12 +67,12 @@ static void rank0_ends_job(void) {
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", NULL};
   CHECK(du_start_worker(&p[1], "rank0-w", cport, wargs) > 0);
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   CHECK(du_wait_workers(c, 1, 10000) == 0);
   char det[256];
   uint32_t nf = 0;
   CHECK(du_finish(c, 0, 1, &nf, det, sizeof(det)) == GRPC_STATUS_OK);
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   for (int i = 0; i < 2; i++) CHECK(proc_wait(&p[i], 10000) == 0);
   if (check_failures != before) fail_dump(p, 2);
 }
@@ -89,7 +89,7 @@ static void idle_timeout(void) {
   /* Until the worker has registered, keep the job touched (a Join, even a
    * refused one, counts; Status does not), so the idle clock cannot run
    * out before a slow worker start; from the last touch it must. */
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   int registered = 0;
   for (int i = 0; i < 400 && !registered; i++) { /* bounded: 20 s */
     Stoker__V1__JoinResponse *jr = NULL;
@@ -99,7 +99,7 @@ static void idle_timeout(void) {
     registered = du_wait_workers(c, 1, 50) == 0;
   }
   CHECK(registered);
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   CHECK(proc_wait(&p[0], 10000) == 3); /* idle */
   CHECK(proc_wait(&p[1], 10000) == 0); /* told to shut down */
   if (check_failures != before) fail_dump(p, 2);
@@ -113,9 +113,9 @@ static void orphan(void) {
   if (cport <= 0) return;
   const char *wargs[] = {"--threads", "1", "--orphan-timeout-s", "2", NULL};
   CHECK(du_start_worker(&p[1], "orphan-w", cport, wargs) > 0);
-  stk_rpc_channel *c = du_channel(cport);
+  stk__rpc_channel *c = du_channel(cport);
   CHECK(du_wait_workers(c, 1, 10000) == 0);
-  stk_rpc_channel_close(c);
+  stk__rpc_channel_close(c);
   proc_signal(&p[0], SIGKILL);
   CHECK(proc_wait(&p[0], 5000) == 128 + SIGKILL);
   int code = proc_wait(&p[1], 10000);
@@ -134,7 +134,7 @@ static void worker_drain(void) {
   const char *wargs[] = {"--threads", "1", NULL};
   int wport = du_start_worker(&p[1], "drain-w", cport, wargs);
   CHECK(wport > 0);
-  stk_rpc_channel *c = du_channel(cport), *w = du_channel(wport);
+  stk__rpc_channel *c = du_channel(cport), *w = du_channel(wport);
   CHECK(du_wait_workers(c, 1, 10000) == 0);
   char det[256];
   Stoker__V1__JoinResponse *jr = NULL;
@@ -145,8 +145,8 @@ static void worker_drain(void) {
   CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
   uint64_t hash = jr->job->hash;
   protobuf_c_message_free_unpacked(&jr->base, NULL);
-  stk_rpc_stream *s = NULL;
-  CHECK(stk_rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
+  stk__rpc_stream *s = NULL;
+  CHECK(stk__rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
   for (uint64_t k = 0; k < 8; k++) CHECK(du_send_request(s, hash, 0, 1, k) == 0);
   /* The first batch is being built when the signal comes. */
   CHECK(du_recv_batch_checked(s, &spec, 0, 1, 0) == 0);
@@ -161,7 +161,7 @@ static void worker_drain(void) {
   /* Asked after the drain began: not served, the stream ends UNAVAILABLE. */
   du_send_request(s, hash, 0, 1, 0);
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_UNAVAILABLE);
-  stk_rpc_stream_destroy(s);
+  stk__rpc_stream_destroy(s);
   CHECK(proc_wait(&p[1], 10000) == 0);
   for (int i = 0; i < 400; i++) { /* bounded: 20 s */
     Stoker__V1__StatusResponse *st = du_status(c);
@@ -175,8 +175,8 @@ static void worker_drain(void) {
   if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
   proc_signal(&p[0], SIGTERM);
   CHECK(proc_wait(&p[0], 10000) == 0);
-  stk_rpc_channel_close(c);
-  stk_rpc_channel_close(w);
+  stk__rpc_channel_close(c);
+  stk__rpc_channel_close(w);
   if (check_failures != before) fail_dump(p, 2);
 }
 
@@ -187,6 +187,6 @@ int main(int argc, char **argv) {
   idle_timeout();
   orphan();
   worker_drain();
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

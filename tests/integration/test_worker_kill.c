@@ -68,7 +68,7 @@ int main(int argc, char **argv) {
   const char *wargs[] = {"--threads", "1", NULL};
   int vport = du_start_worker(&p[1], "victim", port, wargs);
   CHECK(vport > 0);
-  stk_rpc_channel *ch = du_channel(port);
+  stk__rpc_channel *ch = du_channel(port);
   CHECK(du_wait_workers(ch, 1, 10000) == 0);
   if (check_failures) CHECK_DONE();
 
@@ -119,7 +119,7 @@ int main(int argc, char **argv) {
   CHECK(proc_wait(&p[1], 5000) == 128 + SIGKILL);
   int rport = du_start_worker(&p[2], "replacement", port, wargs);
   CHECK(rport > 0);
-  stk_rpc_channel_close(ch);
+  stk__rpc_channel_close(ch);
 
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   for (int i = 0; i < 2; i++) {

@@ -172,6 +172,6 @@ int main(int argc, char **argv) {
     proc_dump_log(&worker);
     proc_keep_tmp();
   }
-  stk_rpc_shutdown();
+  stk__rpc_shutdown();
   CHECK_DONE();
 }

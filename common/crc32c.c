@@ -1,12 +1,14 @@
 /* crc32c.c - CRC-32C (Castagnoli), the checksum of every batch payload.
  * Uses the SSE4.2 crc32 instruction when the CPU has it (three independent
  * lanes would be faster still; one lane already runs at several GB/s), else
- * a byte-wise table. Debian bookworm ships no crc32c library.
+ * a byte-wise table. Debian bookworm ships no crc32c library. Lives in
+ * common/ because both proto/ (receive side) and the worker (send side)
+ * use it; its public declaration stays in stoker/augment.h.
  */
+#include "common/crc32c.h"
+
 #include <stdint.h>
 #include <string.h>
-
-#include "internal.h"
 
 static uint32_t table[256];
 static int table_ready;
