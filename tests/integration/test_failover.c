@@ -152,16 +152,26 @@ static void coordinator_restart(void) {
 static void watch_keeps_job_alive(void) {
   stk_proc p;
   int before = check_failures;
-  const char *more[] = {"--idle-timeout-s", "1", NULL};
+  const char *more[] = {"--idle-timeout-s", "3", NULL};
   int cport = du_start_coordinator2(&p, "watch-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
   stk__rpc_channel *c = du_channel(cport);
   stk__rpc_stream *w = watch_open(c, 0);
-  Stoker__V1__WorkerList *l = watch_next(w, 5000); /* version 0 -> first list */
+  /* Until the watch is open (its first list came), keep the job touched
+   * with refused Joins, so a slow start under load cannot let the idle
+   * clock run out before the watch counts. */
+  Stoker__V1__WorkerList *l = NULL;
+  for (int i = 0; i < 200 && !l; i++) { /* bounded: 20 s */
+    Stoker__V1__JoinResponse *jr = NULL;
+    char det[256];
+    du_join(c, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof(det));
+    if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+    l = watch_next(w, 100); /* version 0 -> first list */
+  }
   CHECK(l != NULL);
   if (l) protobuf_c_message_free_unpacked(&l->base, NULL);
-  CHECK(proc_wait(&p, 2500) == -1); /* still running past the idle timeout */
+  CHECK(proc_wait(&p, 4500) == -1); /* still running past the idle timeout */
   stk__rpc_stream_destroy(w);       /* the client goes away */
   CHECK(proc_wait(&p, 8000) == 3);
   stk__rpc_channel_close(c);
