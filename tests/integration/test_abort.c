@@ -101,9 +101,19 @@ int main(int argc, char **argv) {
                         "0",
                         "--reason",
                         "train.py exited 3\n\x1b[31mred",
+                        "--timeout-ms",
+                        "30000",
                         NULL};
   double ta = now_s();
-  CHECK(run_cli("abort", abort_argv, 10000, &ab) == 0);
+  int abort_rc = run_cli("abort", abort_argv, 40000, &ab);
+  CHECK(abort_rc == 0);
+  if (abort_rc != 0) { /* say why, and end the job so the ranks cannot hang the test */
+    fprintf(stderr, "stoker abort: %d\n", abort_rc);
+    proc_dump_log(&ab);
+    proc_dump_log(&co);
+    proc_signal(&co, SIGKILL);
+    proc_signal(&wk, SIGKILL);
+  }
 
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
   double tr = now_s() - ta;
