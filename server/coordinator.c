@@ -581,22 +581,10 @@ static void handle_watch(stk__rpc_call *call) {
   stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
 }
 
-/* Copy at most 255 bytes of untrusted text, every byte outside printable
- * ASCII (and the backslash) written as \xHH, so a log line stays one line. */
-static void escape_reason(const char *in, char *out, size_t outlen) {
-  size_t o = 0;
-  for (size_t i = 0; in && in[i] && i < 255 && o + 5 < outlen; i++) {
-    unsigned char ch = (unsigned char)in[i];
-    if (ch >= 0x20 && ch < 0x7f && ch != '\\') out[o++] = (char)ch;
-    else o += (size_t)snprintf(out + o, outlen - o, "\\x%02x", ch);
-  }
-  out[o] = 0;
-}
-
 /* Finish{abort_job}: end the job as failed, unless it is already ending. */
 static void abort_job_locked(uint32_t rank, const char *reason, const char *peer) {
-  char esc[256 * 4 + 8];
-  escape_reason(reason, esc, sizeof(esc));
+  char esc[256 * 4 + 8]; /* untrusted: escaped, bounded */
+  stk__escape(esc, sizeof(esc), reason ? reason : "");
   if (C.shutdown_req) {
     LOG_WARN(
         "rank %u asks to abort the job (%s) from %s: ignored, the job is already "

@@ -264,12 +264,8 @@ static void fill_stats(Stoker__V1__WorkerStats *out) {
 
 static void on_command(int cmd, const char *reason) {
   if (cmd == SESSION_CMD_ABORT) {
-    /* Untrusted text: printable ASCII only, bounded. */
-    char esc[256];
-    size_t o = 0;
-    for (size_t i = 0; reason[i] && o + 1 < sizeof(esc); i++)
-      esc[o++] = reason[i] >= 0x20 && reason[i] < 0x7f ? reason[i] : '?';
-    esc[o] = 0;
+    char esc[256 * 4 + 8]; /* untrusted text */
+    stk__escape(esc, sizeof(esc), reason);
     LOG_ERROR("coordinator says the job failed: %s", *esc ? esc : "(no reason)");
     __atomic_store_n(&W.aborted, 1, __ATOMIC_RELEASE);
     __atomic_store_n(&W.shutdown_cmd, 1, __ATOMIC_RELEASE);
