@@ -427,15 +427,9 @@ uint64_t stk_client_payload_bytes(const stk_client *c) {
 
 uint64_t stk_client_steps_per_epoch(const stk_client *c) { return c ? c->spe : 0; }
 
-int stk_client_save_state(stk_client *c, void *buf, size_t *len) {
-  if (!c || !len) return STK_INVALID_ARGUMENT;
-  if (!buf || *len < STK__STATE_SIZE) {
-    *len = STK__STATE_SIZE;
-    return STK_LIMIT;
-  }
-  pthread_mutex_lock(&c->mu);
-  uint64_t seq = c->next_deliver;
-  pthread_mutex_unlock(&c->mu);
+/* Serialise a resume state for this client positioned at stream sequence
+ * number seq (epoch * spe + step); *len is known to be large enough. */
+static void write_state(const stk_client *c, uint64_t seq, void *buf, size_t *len) {
   unsigned char *p = buf;
   put32(p, STK__STATE_MAGIC);
   put32(p + 4, STK__STATE_VERSION);
@@ -445,6 +439,39 @@ int stk_client_save_state(stk_client *c, void *buf, size_t *len) {
   put64(p + 24, seq / c->spe);
   put64(p + 32, seq % c->spe);
   *len = STK__STATE_SIZE;
+}
+
+int stk_client_save_state(stk_client *c, void *buf, size_t *len) {
+  if (!c || !len) return STK_INVALID_ARGUMENT;
+  if (!buf || *len < STK__STATE_SIZE) {
+    *len = STK__STATE_SIZE;
+    return STK_LIMIT;
+  }
+  pthread_mutex_lock(&c->mu);
+  uint64_t seq = c->next_deliver;
+  pthread_mutex_unlock(&c->mu);
+  write_state(c, seq, buf, len);
+  return STK_OK;
+}
+
+int stk_client_position(stk_client *c, uint64_t *epoch, uint64_t *step) {
+  if (!c || !epoch || !step) return STK_INVALID_ARGUMENT;
+  pthread_mutex_lock(&c->mu);
+  uint64_t seq = c->next_deliver;
+  pthread_mutex_unlock(&c->mu);
+  *epoch = seq / c->spe;
+  *step = seq % c->spe;
+  return STK_OK;
+}
+
+int stk_client_state_at(const stk_client *c, uint64_t epoch, void *buf, size_t *len) {
+  if (!c || !len) return STK_INVALID_ARGUMENT;
+  if (!buf || *len < STK__STATE_SIZE) {
+    *len = STK__STATE_SIZE;
+    return STK_LIMIT;
+  }
+  if (epoch > c->spec.epochs) return STK_INVALID_ARGUMENT;
+  write_state(c, epoch * c->spe, buf, len);
   return STK_OK;
 }
 

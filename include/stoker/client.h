@@ -178,6 +178,20 @@ STK_EXPORT uint64_t stk_client_steps_per_epoch(const stk_client *c);
  * the next undelivered step. Thread-safe with respect to next(). */
 STK_EXPORT int stk_client_save_state(stk_client *c, void *buf, size_t *len);
 
+/* Where the stream is: the epoch and step of the next batch
+ * stk_client_next will deliver (epoch = the job's epochs at the end).
+ * Thread-safe with respect to next(). */
+STK_EXPORT int stk_client_position(stk_client *c, uint64_t *epoch, uint64_t *step);
+
+/* A resume state for this client's rank positioned at the first step of
+ * `epoch` (epochs = the end of the job), as stk_client_save_state would
+ * have written it there: reopen with it to start an epoch over or to skip
+ * ahead (what the Python Loader's set_epoch does). Same buffer rules as
+ * stk_client_save_state; STK_INVALID_ARGUMENT if epoch > the job's epochs.
+ * Pure with respect to the stream: thread-safe. */
+STK_EXPORT int stk_client_state_at(const stk_client *c, uint64_t epoch, void *buf,
+                                   size_t *len);
+
 /* Tell the coordinator this rank has finished. When all ranks have, the
  * coordinator shuts every worker down. With shutdown_job non-zero (rank 0
  * only), end the whole job now. STK_UNAVAILABLE if the coordinator cannot

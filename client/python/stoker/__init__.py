@@ -8,12 +8,32 @@
             ...                            # images, labels: torch tensors
     loader.close()
 
-Tensors are NOT copied: on the CPU they are torch.frombuffer views of the
-library's slot memory, on CUDA they wrap the device slot through
-__cuda_array_interface__. The slot is released when the next batch is taken
-(or the epoch/loader ends), so a batch's tensors must not be used after the
-next iteration step: clone() what you keep. Loader.batch describes the
-current batch (epoch, step, mask, index, the raw pointers).
+By default tensors are NOT copied: on the CPU they are torch.frombuffer
+views of the library's slot memory, on CUDA they wrap the device slot
+through __cuda_array_interface__. The slot is released when the next batch
+is taken (or the epoch/loader ends), so a batch's tensors must not be used
+after the next iteration step: clone() what you keep. Loader(copy=True)
+yields owned tensors instead (one copy per batch, optionally into pinned
+host memory): the mode to use under wrappers that prefetch batches in a
+background thread (torch_xla's MpDeviceLoader, Lightning, accelerate).
+Loader.batch describes the current batch (epoch, step, mask, index, the raw
+pointers).
+
+What a step yields: (images, labels) by default, (images, labels, batch)
+with with_meta=True, or a dict of every tensor by the names the batch header
+carries with as_dict=True ({"image", "label", "mask", "index"} for image
+jobs; the token tensors for token jobs). For a token job the first two
+tensors are tokens and labels, so the tuple form works there too.
+
+Epochs: one `for` = one epoch. set_epoch(e) before the loop behaves as
+with DistributedSampler: e equal to the epoch the loader is at continues it
+(also mid-epoch after a resume: stoker never replays a delivered step), any
+other e restarts the stream at the first step of epoch e.
+
+device="xla" (PyTorch/XLA, e.g. Trainium through torch-neuronx) iterates a
+torch_xla.distributed.parallel_loader.MpDeviceLoader over owned CPU
+batches; call xm.mark_step() once per training step, after
+optimizer.step(), as torch_xla documents. See docs/xla.md.
 
 The library is found as described in stoker._lib (STOKER_LIB first).
 """
@@ -25,6 +45,7 @@ from . import _lib
 from ._lib import lib
 
 __all__ = ["Loader", "StokerError", "lib_path", "status_name"]
+DEVICES = ("cpu", "cuda", "xla")
 lib_path = _lib.lib_path
 
 
@@ -49,14 +70,32 @@ def _torch():
 
 def _tdtype(dtype):
     torch = _torch()
-    return {_lib.DTYPE_UINT8: torch.uint8, _lib.DTYPE_FLOAT32: torch.float32,
-            _lib.DTYPE_BFLOAT16: torch.bfloat16, _lib.DTYPE_INT64: torch.int64}[dtype]
+    m = {_lib.DTYPE_UINT8: torch.uint8, _lib.DTYPE_FLOAT32: torch.float32,
+         _lib.DTYPE_BFLOAT16: torch.bfloat16, _lib.DTYPE_INT64: torch.int64,
+         _lib.DTYPE_INT32: torch.int32}
+    if dtype not in m:
+        raise StokerError(13, "tensor dtype %d is not known to this binding" % dtype)
+    return m[dtype]
+
+
+def _xla():
+    """(xla_model, parallel_loader) modules of torch_xla, or a clear error."""
+    try:
+        import torch_xla.core.xla_model as xm
+        import torch_xla.distributed.parallel_loader as pl
+    except ImportError as e:
+        raise ImportError(
+            "stoker.Loader(device='xla') needs torch_xla (PyTorch/XLA; on Trainium "
+            "the Neuron SDK's torch-neuronx), which is not importable here: %s. Use "
+            "device='cpu' (or 'cuda') without it." % e) from e
+    return xm, pl
 
 
 class _CudaArray:
     """Minimal __cuda_array_interface__ holder for a device pointer."""
     _typestr = {_lib.DTYPE_UINT8: "|u1", _lib.DTYPE_FLOAT32: "<f4",
-                _lib.DTYPE_BFLOAT16: "<i2", _lib.DTYPE_INT64: "<i8"}
+                _lib.DTYPE_BFLOAT16: "<i2", _lib.DTYPE_INT64: "<i8",
+                _lib.DTYPE_INT32: "<i4"}
 
     def __init__(self, ptr, shape, dtype):
         self.__cuda_array_interface__ = {
@@ -90,7 +129,8 @@ class Loader:
         OMPI_COMM_WORLD_SIZE, else SLURM_PROCID/SLURM_NTASKS (the first pair
         with either variable set), else rank 0 of 1. An argument given always
         wins. After the first use, .rank and .world_size hold the values used.
-    device: "cpu" or "cuda" (CUDA runtime loaded at run time).
+    device: "cpu", "cuda" (CUDA runtime loaded at run time) or "xla"
+        (torch_xla's MpDeviceLoader over owned CPU batches; implies copy).
     cuda_device: CUDA ordinal; None = $LOCAL_RANK (else the pair's local
         rank, else 0).
     prefetch: batch requests kept in flight; slots: device ring slots (>= 2).
@@ -98,6 +138,11 @@ class Loader:
     state: bytes from state_dict()["stoker_state"] to resume from.
     token: bearer token for the coordinator and workers.
     with_meta: yield (images, labels, batch) where batch has mask/index.
+    as_dict: yield {name: tensor} for every tensor of the batch.
+    copy: yield owned tensors (one copy per batch) instead of views of the
+        library's slot, valid after the next step; pin_memory: make the CPU
+        copies in pinned memory (needs CUDA; ignored without it).
+    xla_device: the torch_xla device for device="xla" (None = xm.xla_device()).
     The client is opened on first use, so load_state_dict() may come first.
     Not thread-safe: drive one Loader from one thread (stats() excepted).
     """
@@ -105,9 +150,14 @@ class Loader:
     def __init__(self, coordinator=None, rank=None, world_size=None, device="cpu",
                  prefetch=8, slots=3, convert=None, state=None, token=None,
                  join_timeout_ms=60000, cuda_device=None, cuda_stream=None,
-                 job=None, data_root=None, with_meta=False):
-        if device not in ("cpu", "cuda"):
-            raise ValueError("device must be 'cpu' or 'cuda'")
+                 job=None, data_root=None, with_meta=False, as_dict=False,
+                 copy=False, pin_memory=False, xla_device=None):
+        if device not in DEVICES:
+            raise ValueError("device must be 'cpu', 'cuda' or 'xla', not %r" % (device,))
+        if with_meta and as_dict:
+            raise ValueError("with_meta and as_dict are exclusive (the dict has every "
+                             "tensor; Loader.batch has the rest)")
+        self._xla = _xla() if device == "xla" else None
         if convert not in _lib.CONVERT:
             raise ValueError("convert must be None, 'float32' or 'bfloat16'")
         if not coordinator and job is None and not os.environ.get("STOKER_COORDINATOR"):
@@ -122,7 +172,8 @@ class Loader:
                                  "%d..%d, not %r" % (name, lo, hi, v))
         self.rank, self.world_size = rank, world_size
         self._args = dict(coordinator=coordinator, rank=rank, world_size=world_size,
-                          device=device, prefetch=prefetch, slots=slots,
+                          device="cpu" if device == "xla" else device,
+                          prefetch=prefetch, slots=slots,
                           convert=convert, token=token,
                           join_timeout_ms=join_timeout_ms, cuda_device=cuda_device,
                           cuda_stream=cuda_stream, job=job, data_root=data_root)
@@ -132,6 +183,12 @@ class Loader:
         self._done = False
         self._finished = False
         self.with_meta = with_meta
+        self.as_dict = as_dict
+        self.copy = bool(copy) or device == "xla"
+        self.pin_memory = bool(pin_memory)
+        self.device = device
+        self._xla_device = xla_device
+        self._want_epoch = None
         self.batch = None
 
     # ---- lifecycle --------------------------------------------------------
@@ -250,11 +307,53 @@ class Loader:
         return int(self.job["epochs"])
 
     def __len__(self):
+        """Batches per epoch for this rank (as len(DataLoader))."""
         return self.steps_per_epoch
+
+    @property
+    def epoch(self):
+        """The epoch the next `for` iterates (the one it continues if a
+        previous loop stopped early or the loader resumed mid-epoch)."""
+        e, step = ctypes.c_uint64(), ctypes.c_uint64()
+        st = lib.stk_client_position(self._open(), ctypes.byref(e), ctypes.byref(step))
+        if st != 0:
+            raise self._error(st)
+        return int(e.value)
+
+    def set_epoch(self, epoch):
+        """Iterate `epoch` next, as DistributedSampler.set_epoch: the epoch
+        the loader is at continues (nothing delivered twice); another epoch
+        starts over at its first step (reopening the client). Takes effect
+        at the next `for`."""
+        if isinstance(epoch, bool) or not isinstance(epoch, int) or epoch < 0:
+            raise ValueError("epoch must be an int >= 0, not %r" % (epoch,))
+        self._want_epoch = epoch
+
+    def _seek(self):
+        e, self._want_epoch = self._want_epoch, None
+        if e is None or e == self.epoch:
+            return
+        epochs = self.epochs
+        if e >= epochs:
+            raise ValueError("set_epoch(%d): the job has %d epochs (0..%d)"
+                             % (e, epochs, epochs - 1))
+        n = ctypes.c_size_t(0)
+        lib.stk_client_state_at(self._c, e, None, ctypes.byref(n))
+        buf = ctypes.create_string_buffer(n.value)
+        st = lib.stk_client_state_at(self._c, e, buf, ctypes.byref(n))
+        if st != 0:
+            raise self._error(st)
+        self.load_state_dict({"stoker_state": buf.raw[:n.value]})
+        self._open()
 
     def __iter__(self):
         self._open()
-        return self._epoch()
+        self._seek()
+        if self._xla is None:
+            return self._epoch()
+        xm, pl = self._xla
+        dev = self._xla_device if self._xla_device is not None else xm.xla_device()
+        return iter(pl.MpDeviceLoader(_OneEpoch(self), dev))
 
     def _epoch(self):
         while not self._done:
@@ -272,11 +371,21 @@ class Loader:
                 raise self._error(st)
             self._cur = b
             self.batch = self._describe(b)
-            if self.with_meta:
+            if self.as_dict:
+                yield dict(self.batch.tensors)
+            elif self.with_meta:
                 yield self.batch.images, self.batch.labels, self.batch
             else:
                 yield self.batch.images, self.batch.labels
         self._release()
+
+    def _own(self, x):
+        """An owned copy of a slot view (the copy=True mode)."""
+        if x.device.type != "cpu":
+            return x.clone()
+        pin = self.pin_memory and _torch().cuda.is_available()
+        y = _torch().empty(x.shape, dtype=x.dtype, pin_memory=pin)
+        return y.copy_(x)
 
     def _describe(self, b):
         ts = []
@@ -287,11 +396,16 @@ class Loader:
         n = ctypes.c_size_t()
         payload = lib.stk_batch_payload(b, ctypes.byref(n))
         tensors = [_as_tensor(t) for t in ts]
+        if self.copy:
+            tensors = [self._own(x) for x in tensors]
+        names = [(t.name or b"tensor%d" % i).decode(errors="replace")
+                 for i, t in enumerate(ts)]
         return types.SimpleNamespace(
             epoch=int(lib.stk_batch_epoch(b)), step=int(lib.stk_batch_step(b)),
             images=tensors[0], labels=tensors[1],
             mask=tensors[2] if len(tensors) > 2 else None,
             index=tensors[3] if len(tensors) > 3 else None,
+            tensors=list(zip(names, tensors)),
             pointers=[t.data for t in ts], payload_ptr=payload,
             payload_len=n.value)
 
@@ -345,3 +459,17 @@ class Loader:
              "outstanding": w.outstanding, "alive": bool(w.alive)}
             for w in s.workers[:s.nworkers]]
         return out
+
+
+class _OneEpoch:
+    """One epoch of a Loader as a sized iterable (what MpDeviceLoader wraps):
+    iterating it runs the loader's epoch; len() is the steps per epoch."""
+
+    def __init__(self, loader):
+        self._loader = loader
+
+    def __len__(self):
+        return len(self._loader)
+
+    def __iter__(self):
+        return self._loader._epoch()

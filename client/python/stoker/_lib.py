@@ -26,6 +26,7 @@ DEVICE_CPU, DEVICE_CUDA = 1, 2
 RANK_FROM_ENV, WORLD_SIZE_FROM_ENV, CUDA_DEVICE_FROM_ENV = 0xFFFFFFFF, 0, -1
 CONVERT = {None: 0, "none": 0, "float32": 1, "bfloat16": 2}
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_BFLOAT16, DTYPE_INT64 = 1, 2, 3, 4
+DTYPE_INT32 = 5  # token jobs (include/stoker/core.h: STK_DTYPE_INT32)
 MAX_DIMS, MAX_TENSORS, MAX_WORKER_STATS = 4, 4, 32
 
 
@@ -170,6 +171,10 @@ _sigs = {
     "stk_client_steps_per_epoch": (ctypes.c_uint64, [_P]),
     "stk_client_save_state": (ctypes.c_int, [_P, ctypes.c_void_p,
                                              ctypes.POINTER(ctypes.c_size_t)]),
+    "stk_client_position": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_uint64),
+                                           ctypes.POINTER(ctypes.c_uint64)]),
+    "stk_client_state_at": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_void_p,
+                                           ctypes.POINTER(ctypes.c_size_t)]),
     "stk_client_finish": (ctypes.c_int, [_P, ctypes.c_int]),
     "stk_client_stats": (None, [_P, ctypes.POINTER(Stats)]),
     "stk_client_error": (ctypes.c_char_p, [_P]),
