@@ -159,6 +159,11 @@ typedef struct stk_tensor {
 /* Batch accessors; valid until stk_batch_release. */
 STK_EXPORT uint64_t stk_batch_epoch(const stk_batch *b);
 STK_EXPORT uint64_t stk_batch_step(const stk_batch *b);
+/* The sample offset of the batch's epoch: 0, except in an epoch resumed
+ * with another world size (see stk_client_save_state), where step s of
+ * rank r holds the epoch's samples from position
+ * offset + (s * world_size + r) * batch_size on (stk_batch_samples_at). */
+STK_EXPORT uint64_t stk_batch_sample_offset(const stk_batch *b);
 STK_EXPORT uint32_t stk_batch_num_tensors(const stk_batch *b);
 /* Fill *out for tensor i (STK_TENSOR_IMAGE, ...). STK_INVALID_ARGUMENT if
  * i is out of range. */

@@ -289,6 +289,7 @@ class Loader:
         tensors = [_as_tensor(t) for t in ts]
         return types.SimpleNamespace(
             epoch=int(lib.stk_batch_epoch(b)), step=int(lib.stk_batch_step(b)),
+            sample_offset=int(lib.stk_batch_sample_offset(b)),
             images=tensors[0], labels=tensors[1],
             mask=tensors[2] if len(tensors) > 2 else None,
             index=tensors[3] if len(tensors) > 3 else None,
@@ -316,7 +317,18 @@ class Loader:
     # ---- state and stats --------------------------------------------------
     def state_dict(self):
         """{"stoker_state": bytes}: resume exactly at the next undelivered
-        step with load_state_dict (or Loader(state=...))."""
+        step with load_state_dict (or Loader(state=...)).
+
+        Elastic resume: a Loader of a job that differs only in world_size
+        may load any rank's state; it continues the epoch at the global
+        sample position the state names (step * world_size * batch_size
+        of the saving job), so over all new ranks no sample comes twice
+        and none is skipped -- provided every new rank loads a state of the
+        same position (in a synchronous loop all ranks save at the same
+        step: give every new rank, e.g., rank 0's state). That epoch's
+        batches carry batch.sample_offset (0 elsewhere) and its step count
+        may differ by one from len(loader). With the same world_size each
+        rank must load its own state. docs/operations.md, "Elastic resume"."""
         c = self._open()
         n = ctypes.c_size_t(0)
         lib.stk_client_save_state(c, None, ctypes.byref(n))
