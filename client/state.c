@@ -57,9 +57,10 @@ int stk__state_parse(const void *buf, size_t len, stk__resume *rs, char *err,
                      "resume_state is not a stoker state (bad size or magic)");
   rs->version = get32(p + 4);
   if (rs->version != 1 && rs->version != STK__STATE_VERSION)
-    return stk__errf(err, errlen, STK_UNSUPPORTED,
-                     "resume_state has an unknown version %u (this library reads 1 and 2)",
-                     rs->version);
+    return stk__errf(
+        err, errlen, STK_UNSUPPORTED,
+        "resume_state has an unknown version %u (this library reads 1 and 2)",
+        rs->version);
   if (rs->version == 2 && len < STK__STATE_SIZE)
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                      "resume_state of version 2 is cut short (%zu of %u bytes)", len,
@@ -76,8 +77,8 @@ int stk__state_parse(const void *buf, size_t len, stk__resume *rs, char *err,
   return STK_OK;
 }
 
-int stk__state_check_rank(const stk_client_config *cfg, const stk__resume *rs,
-                          char *err, size_t errlen) {
+int stk__state_check_rank(const stk_client_config *cfg, const stk__resume *rs, char *err,
+                          size_t errlen) {
   /* Same world: the state continues this rank's own stream, as it always
    * did. Another world: there is no old rank to match, any rank's state
    * names the position (see client.h, elastic resume). */

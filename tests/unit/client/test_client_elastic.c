@@ -34,8 +34,8 @@ static void job_text(char *buf, size_t len, uint32_t world, int drop, const char
 }
 
 static stk_client *open_rank(uint32_t world, uint32_t rank, int drop, const void *state,
-                             size_t state_len, const char *extra, int *status,
-                             char *err, size_t errlen) {
+                             size_t state_len, const char *extra, int *status, char *err,
+                             size_t errlen) {
   char job[512];
   job_text(job, sizeof job, world, drop, extra);
   stk_client_config cfg;
@@ -68,7 +68,8 @@ static uint64_t consume(stk_client *c, uint32_t rank, uint64_t steps) {
       fprintf(stderr, "next: %s\n", stk_client_error(c));
       break;
     }
-    uint64_t e = stk_batch_epoch(b), s = stk_batch_step(b), off = stk_batch_sample_offset(b);
+    uint64_t e = stk_batch_epoch(b), s = stk_batch_step(b),
+             off = stk_batch_sample_offset(b);
     stk_tensor ti, tm;
     CHECK(stk_batch_tensor(b, 3, &ti) == STK_OK && stk_batch_tensor(b, 2, &tm) == STK_OK);
     const int64_t *idx = ti.data;
@@ -202,8 +203,8 @@ int main(void) {
   phase_a(0);
   char err[512];
   int st;
-  stk_client *c = open_rank(3, 0, 0, a_st[0], a_len[0], "batch_size = 4\n", &st, err,
-                            sizeof err);
+  stk_client *c =
+      open_rank(3, 0, 0, a_st[0], a_len[0], "batch_size = 4\n", &st, err, sizeof err);
   CHECK(st == STK_MISMATCH && c == NULL && strstr(err, "world_size") != NULL);
   c = open_rank(3, 0, 0, a_st[0], a_len[0], "seed = 22\n", &st, err, sizeof err);
   CHECK(st == STK_MISMATCH && c == NULL);

@@ -15,8 +15,8 @@
 
 #define MAXN 1000
 
-static uint64_t inv[MAXN];     /* epoch position of sample index i */
-static uint32_t seen[MAXN];    /* times position p was delivered (mask 1) */
+static uint64_t inv[MAXN];  /* epoch position of sample index i */
+static uint32_t seen[MAXN]; /* times position p was delivered (mask 1) */
 static uint64_t idx[64], idx0[64];
 static uint8_t mask[64], mask0[64];
 
