@@ -229,6 +229,17 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
       rc = -1;
     } else if (check_header(c, h, why, n)) {
       rc = -1;
+    } else if (h->rank == c->cfg.rank && h->epoch < c->spec.epochs &&
+               h->sample_offset != stk__epoch_offset(c, h->epoch)) {
+      /* Our rank's batch at another sample offset than this epoch's: a
+       * worker that predates elastic resume ignored the request's
+       * sample_offset (BatchRequest field 5) and built another batch. */
+      snprintf(why, n,
+               "batch of epoch %llu at sample offset %llu, asked for offset %llu "
+               "(a worker older than elastic resume ignores it)",
+               (unsigned long long)h->epoch, (unsigned long long)h->sample_offset,
+               (unsigned long long)stk__epoch_offset(c, h->epoch));
+      rc = -1;
     } else {
       pthread_mutex_lock(&c->mu);
       x->req = -1;

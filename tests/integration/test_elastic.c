@@ -132,10 +132,14 @@ static void phase(uint32_t world, uint64_t steps, elastic_rank *prev, uint32_t n
   int before = check_failures;
   char ws[32], name[64];
   snprintf(ws, sizeof ws, "world_size=%u", world);
-  const char *job[] = {"--set", "num_samples=600", "--set", "batch_size=4",
-                       "--set", "height=16",       "--set", "width=16",
-                       "--set", ws,                "--set", "epochs=2",
-                       "--set", "drop_last=false", "--set", "seed=13",
+  const char *job[] = {"--set", "num_samples=600",
+                       "--set", "batch_size=4",
+                       "--set", "height=16",
+                       "--set", "width=16",
+                       "--set", ws,
+                       "--set", "epochs=2",
+                       "--set", "drop_last=false",
+                       "--set", "seed=13",
                        NULL};
   const char *wargs[] = {"--threads", "1", NULL};
   stk_proc p[3];
