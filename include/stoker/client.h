@@ -268,11 +268,11 @@ STK_EXPORT int stk_client_open_local(const stk_client_config *cfg, const char *j
                                      size_t errlen);
 
 /* Build the reference batch (epoch, step) of this client's rank in-process
- * (stk_build_reference with the client's job) into buf (len >= the payload
- * size, stk_batch_payload's len). data_root NULL: the local client's root,
- * or none (synthetic). Slow; for verification. Errors as
- * stk_build_reference, text in stk_client_error. Not thread-safe with
- * other calls on c (it sets the error text). */
+ * (stk_build_reference_at with the client's job and that epoch's sample
+ * offset, 0 unless the epoch was resumed with another world size) into buf (len >= the
+ * payload size, stk_batch_payload's len). data_root NULL: the local client's root, or
+ * none (synthetic). Slow; for verification. Errors as stk_build_reference, text in
+ * stk_client_error. Not thread-safe with other calls on c (it sets the error text). */
 STK_EXPORT int stk_client_reference(stk_client *c, uint64_t epoch, uint64_t step,
                                     const char *data_root, void *buf, size_t len);
 
