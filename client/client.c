@@ -1,7 +1,8 @@
 /* client.c - libstoker's public API and the client's lifecycle: open
  * (config checks, backend, join or local job, buffers, threads), next /
  * release (the caller's side of the slot ring, stall measurement, epoch
- * boundaries), accessors, save_state, stats, finish and close.
+ * boundaries), accessors, stats, finish and close. The resume state and
+ * the step plan (seq <-> address) are state.c's.
  *
  * Owns: the stk_client and its lock. Must not: abort, exit, print, or block
  * in gRPC/CUDA while holding c->mu.

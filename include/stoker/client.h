@@ -179,6 +179,8 @@ STK_EXPORT const void *stk_batch_payload(const stk_batch *b, size_t *len);
 
 /* The job as the coordinator defines it (num_samples resolved). */
 STK_EXPORT int stk_client_job(const stk_client *c, stk_job_spec *out);
+/* Steps of an ordinary epoch of this rank. An epoch resumed with another
+ * world size (stk_client_save_state) may have one step fewer. */
 STK_EXPORT uint64_t stk_client_steps_per_epoch(const stk_client *c);
 
 /* Resume state: a few integers (job hash, rank, world size, epoch, next

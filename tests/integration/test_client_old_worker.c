@@ -19,7 +19,7 @@
 #include "stoker/client.h"
 #include "stoker/version.h"
 
-#define JOB_FMT                                                          \
+#define JOB_FMT                                                        \
   "source = synthetic\nnum_samples = 64\nbatch_size = 4\nheight = 8\n" \
   "width = 8\ndrop_last = false\nworld_size = %d\n"
 
