@@ -304,7 +304,9 @@ class Loader:
 
     def reference(self, epoch, step, data_root=None):
         """The reference payload of (epoch, step) for this rank, built
-        in-process (stk_build_reference); for verification."""
+        in-process (stk_client_reference: at the epoch's sample offset, so
+        also for an epoch resumed with another world size); for
+        verification."""
         c = self._open()
         n = int(lib.stk_client_payload_bytes(c))
         buf = ctypes.create_string_buffer(n)
