@@ -130,6 +130,11 @@ int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec, stk_builder **
 
 int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank, uint64_t step,
                       void *buf, size_t len, stk_build_info *info) {
+  return stk_builder_build_at(b, epoch, 0, rank, step, buf, len, info);
+}
+
+int stk_builder_build_at(stk_builder *b, uint64_t epoch, uint64_t offset, uint32_t rank,
+                         uint64_t step, void *buf, size_t len, stk_build_info *info) {
   stk_build_info local;
   if (!info) info = &local;
   memset(info, 0, sizeof(*info));
@@ -139,14 +144,16 @@ int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank, uint64_t st
              (unsigned long long)b->layout.total_bytes);
     return STK_INVALID_ARGUMENT;
   }
-  if (stk_batch_samples(&b->spec, b->ds->n, epoch, rank, step, b->indices, b->mask) !=
-      STK_OK) {
+  if (stk_batch_samples_at(&b->spec, b->ds->n, epoch, offset, rank, step, b->indices,
+                           b->mask) != STK_OK) {
     snprintf(b->err, sizeof(b->err),
-             "address (epoch %llu, rank %u, step %llu) is outside the job",
-             (unsigned long long)epoch, rank, (unsigned long long)step);
+             "address (epoch %llu, rank %u, step %llu, sample offset %llu) is outside "
+             "the job",
+             (unsigned long long)epoch, rank, (unsigned long long)step,
+             (unsigned long long)offset);
     return STK_INVALID_ARGUMENT;
   }
-  b->pos0 = (step * b->spec.world_size + rank) * (uint64_t)b->spec.batch_size;
+  b->pos0 = offset + (step * b->spec.world_size + rank) * (uint64_t)b->spec.batch_size;
   unsigned char *p = buf;
   const stk_tensor_desc *ti = &b->layout.tensors[STK_TENSOR_INDEX];
   const stk_tensor_desc *tm = &b->layout.tensors[STK_TENSOR_MASK];
@@ -182,6 +189,13 @@ void stk_builder_destroy(stk_builder *b) {
 int stk_build_reference(const stk_job_spec *spec, const char *data_root, uint64_t epoch,
                         uint32_t rank, uint64_t step, void *buf, size_t len, char *err,
                         size_t errlen) {
+  return stk_build_reference_at(spec, data_root, epoch, 0, rank, step, buf, len, err,
+                                errlen);
+}
+
+int stk_build_reference_at(const stk_job_spec *spec, const char *data_root,
+                           uint64_t epoch, uint64_t offset, uint32_t rank, uint64_t step,
+                           void *buf, size_t len, char *err, size_t errlen) {
   stk_dataset *ds;
   stk_builder *b;
   int rc = stk_dataset_open(spec, data_root, NULL, &ds, err, errlen);
@@ -191,7 +205,7 @@ int stk_build_reference(const stk_job_spec *spec, const char *data_root, uint64_
     stk_dataset_close(ds);
     return rc;
   }
-  rc = stk_builder_build(b, epoch, rank, step, buf, len, NULL);
+  rc = stk_builder_build_at(b, epoch, offset, rank, step, buf, len, NULL);
   if (rc) stk__errf(err, errlen, rc, "%s", stk_builder_error(b));
   stk_builder_destroy(b);
   stk_dataset_close(ds);

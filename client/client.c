@@ -1,7 +1,8 @@
 /* client.c - libstoker's public API and the client's lifecycle: open
  * (config checks, backend, join or local job, buffers, threads), next /
  * release (the caller's side of the slot ring, stall measurement, epoch
- * boundaries), accessors, save_state, stats, finish and close.
+ * boundaries), accessors, stats, finish and close. The resume state and
+ * the step plan (seq <-> address) are state.c's.
  *
  * Owns: the stk_client and its lock. Must not: abort, exit, print, or block
  * in gRPC/CUDA while holding c->mu.
@@ -53,46 +54,6 @@ size_t stk_client_struct_size(const char *name) {
   if (!strcmp(name, "stk_worker_stats")) return sizeof(stk_worker_stats);
   if (!strcmp(name, "stk_job_spec")) return sizeof(stk_job_spec);
   return 0;
-}
-
-/* ---- resume state: 40 bytes, little-endian --------------------------- */
-
-static void put32(unsigned char *p, uint32_t v) {
-  for (int i = 0; i < 4; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static void put64(unsigned char *p, uint64_t v) {
-  for (int i = 0; i < 8; i++) p[i] = (unsigned char)(v >> (8 * i));
-}
-static uint32_t get32(const unsigned char *p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; i++) v |= (uint32_t)p[i] << (8 * i);
-  return v;
-}
-static uint64_t get64(const unsigned char *p) {
-  uint64_t v = 0;
-  for (int i = 0; i < 8; i++) v |= (uint64_t)p[i] << (8 * i);
-  return v;
-}
-
-typedef struct resume_state {
-  uint64_t job_hash, epoch, step;
-  uint32_t rank, world;
-} resume_state;
-
-static int parse_state(const void *buf, size_t len, resume_state *st, char *err,
-                       size_t errlen) {
-  const unsigned char *p = buf;
-  if (len < STK__STATE_SIZE || get32(p) != STK__STATE_MAGIC)
-    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
-                     "resume_state is not a stoker state (bad size or magic)");
-  if (get32(p + 4) != STK__STATE_VERSION)
-    return stk__errf(err, errlen, STK_UNSUPPORTED, "resume_state has an unknown version");
-  st->job_hash = get64(p + 8);
-  st->rank = get32(p + 16);
-  st->world = get32(p + 20);
-  st->epoch = get64(p + 24);
-  st->step = get64(p + 32);
-  return STK_OK;
 }
 
 /* ---- open ------------------------------------------------------------ */
@@ -199,29 +160,6 @@ static int client_job(stk_client *c, const char *job_text, const char *data_root
   return STK_OK;
 }
 
-/* The job's steps, and where the stream starts: at 0, or where rs (NULL
- * when not resuming) says. */
-static int client_position(stk_client *c, const resume_state *rs, char *err,
-                           size_t errlen) {
-  c->nsamples = c->spec.num_samples;
-  c->spe = stk_steps_per_epoch(&c->spec, c->nsamples);
-  c->total = c->spe * c->spec.epochs;
-  if (c->spe == 0)
-    return stk__errf(
-        err, errlen, STK_INVALID_ARGUMENT,
-        "the job has no steps per epoch (fewer samples than world_size x batch_size)");
-  if (!rs) return STK_OK;
-  if (rs->job_hash != c->job_hash)
-    return stk__errf(err, errlen, STK_MISMATCH,
-                     "resume_state belongs to another job (job hash differs)");
-  if (rs->epoch > c->spec.epochs || rs->step >= c->spe ||
-      (rs->epoch == c->spec.epochs && rs->step != 0))
-    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
-                     "resume_state points past the end of the job");
-  c->next_issue = c->next_copy = c->next_deliver = rs->epoch * c->spe + rs->step;
-  return STK_OK;
-}
-
 static int open_common(const stk_client_config *cfg, const char *job_text,
                        const char *data_root, stk_client **out, char *err,
                        size_t errlen) {
@@ -239,14 +177,12 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   int st = check_config(cfg, local, err, errlen);
   if (st) return st;
   if (!local) stk__rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */
-  resume_state rs;
+  stk__resume rs;
   memset(&rs, 0, sizeof(rs));
   if (cfg->resume_state) {
-    st = parse_state(cfg->resume_state, cfg->resume_len, &rs, err, errlen);
+    st = stk__state_parse(cfg->resume_state, cfg->resume_len, &rs, err, errlen);
+    if (!st) st = stk__state_check_rank(cfg, &rs, err, errlen);
     if (st) return st;
-    if (rs.rank != cfg->rank || rs.world != cfg->world_size)
-      return stk__errf(err, errlen, STK_MISMATCH,
-                       "resume_state was saved by another rank or world size");
   }
 
   stk_client *c = client_new(cfg, local, data_root);
@@ -257,9 +193,12 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
     st = stk__cuda_open(c, err, errlen);
     if (st) goto fail;
   }
-  if (!local && cfg->resume_state) c->job_hash = rs.job_hash; /* expect_job_hash */
+  /* expect_job_hash: the coordinator refuses another job. A state of
+   * another world size has another hash: stk__plan_init checks it. */
+  if (!local && cfg->resume_state && rs.world == cfg->world_size)
+    c->job_hash = rs.job_hash;
   st = client_job(c, job_text, data_root, err, errlen);
-  if (!st) st = client_position(c, cfg->resume_state ? &rs : NULL, err, errlen);
+  if (!st) st = stk__plan_init(c, cfg->resume_state ? &rs : NULL, err, errlen);
   if (st) goto fail;
   st = stk_batch_layout_of(&c->spec, &c->layout);
   if (!st) st = stk__convert_layout(&c->spec, cfg->convert, &c->out);
@@ -366,7 +305,7 @@ int stk_client_next(stk_client *c, stk_batch **out) {
       c->held++;
       c->next_deliver++;
       c->batches++;
-      if (c->next_deliver % c->spe == 0) c->eoe_pending = 1;
+      if (stk__seq_epoch_start(c, c->next_deliver)) c->eoe_pending = 1;
     }
   }
   pthread_mutex_unlock(&c->mu);
@@ -397,8 +336,23 @@ void stk_batch_release(stk_batch *b) {
   pthread_mutex_unlock(&c->mu);
 }
 
-uint64_t stk_batch_epoch(const stk_batch *b) { return b ? b->seq / b->c->spe : 0; }
-uint64_t stk_batch_step(const stk_batch *b) { return b ? b->seq % b->c->spe : 0; }
+uint64_t stk_batch_epoch(const stk_batch *b) {
+  stk__addr a = {0, 0, 0};
+  if (b) stk__seq_addr(b->c, b->seq, &a);
+  return a.epoch;
+}
+
+uint64_t stk_batch_step(const stk_batch *b) {
+  stk__addr a = {0, 0, 0};
+  if (b) stk__seq_addr(b->c, b->seq, &a);
+  return a.step;
+}
+
+uint64_t stk_batch_sample_offset(const stk_batch *b) {
+  stk__addr a = {0, 0, 0};
+  if (b) stk__seq_addr(b->c, b->seq, &a);
+  return a.offset;
+}
 uint32_t stk_batch_num_tensors(const stk_batch *b) { return b ? b->c->out.ntensors : 0; }
 
 int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out) {
@@ -427,60 +381,13 @@ uint64_t stk_client_payload_bytes(const stk_client *c) {
 
 uint64_t stk_client_steps_per_epoch(const stk_client *c) { return c ? c->spe : 0; }
 
-/* Serialise a resume state for this client positioned at stream sequence
- * number seq (epoch * spe + step); *len is known to be large enough. */
-static void write_state(const stk_client *c, uint64_t seq, void *buf, size_t *len) {
-  unsigned char *p = buf;
-  put32(p, STK__STATE_MAGIC);
-  put32(p + 4, STK__STATE_VERSION);
-  put64(p + 8, c->job_hash);
-  put32(p + 16, c->cfg.rank);
-  put32(p + 20, c->cfg.world_size);
-  put64(p + 24, seq / c->spe);
-  put64(p + 32, seq % c->spe);
-  *len = STK__STATE_SIZE;
-}
-
-int stk_client_save_state(stk_client *c, void *buf, size_t *len) {
-  if (!c || !len) return STK_INVALID_ARGUMENT;
-  if (!buf || *len < STK__STATE_SIZE) {
-    *len = STK__STATE_SIZE;
-    return STK_LIMIT;
-  }
-  pthread_mutex_lock(&c->mu);
-  uint64_t seq = c->next_deliver;
-  pthread_mutex_unlock(&c->mu);
-  write_state(c, seq, buf, len);
-  return STK_OK;
-}
-
-int stk_client_position(stk_client *c, uint64_t *epoch, uint64_t *step) {
-  if (!c || !epoch || !step) return STK_INVALID_ARGUMENT;
-  pthread_mutex_lock(&c->mu);
-  uint64_t seq = c->next_deliver;
-  pthread_mutex_unlock(&c->mu);
-  *epoch = seq / c->spe;
-  *step = seq % c->spe;
-  return STK_OK;
-}
-
-int stk_client_state_at(const stk_client *c, uint64_t epoch, void *buf, size_t *len) {
-  if (!c || !len) return STK_INVALID_ARGUMENT;
-  if (!buf || *len < STK__STATE_SIZE) {
-    *len = STK__STATE_SIZE;
-    return STK_LIMIT;
-  }
-  if (epoch > c->spec.epochs) return STK_INVALID_ARGUMENT;
-  write_state(c, epoch * c->spe, buf, len);
-  return STK_OK;
-}
-
 int stk_client_reference(stk_client *c, uint64_t epoch, uint64_t step,
                          const char *data_root, void *buf, size_t len) {
   if (!c || !buf) return STK_INVALID_ARGUMENT;
   char err[256] = "";
-  int st = stk_build_reference(&c->spec, data_root ? data_root : c->data_root, epoch,
-                               c->cfg.rank, step, buf, len, err, sizeof(err));
+  int st = stk_build_reference_at(&c->spec, data_root ? data_root : c->data_root, epoch,
+                                  stk__epoch_offset(c, epoch), c->cfg.rank, step, buf,
+                                  len, err, sizeof(err));
   if (st) stk__seterr(c, "reference: %s", err);
   return st;
 }

@@ -29,15 +29,16 @@
 #define STK__MAX_PER_WORKER 64 /* the worker's outstanding limit */
 #define STK__MAX_MSG        (64u << 20)
 #define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
-#define STK__STATE_VERSION  1u
-#define STK__STATE_SIZE     40u
+#define STK__STATE_VERSION  2u          /* written; 1 and 2 are read (state.c) */
+#define STK__STATE_SIZE     48u         /* version 2 */
+#define STK__STATE_SIZE_V1  40u
 
 enum { REQ_FREE, REQ_QUEUED, REQ_ISSUED, REQ_RECEIVING, REQ_DONE };
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
 typedef struct stk__req {
   int state;
-  uint64_t seq;       /* linear step: epoch * steps_per_epoch + step */
+  uint64_t seq;       /* linear step (state.c's plan maps it to an address) */
   int worker;         /* assigned worker, -1 */
   int avoid;          /* worker that sent a bad copy, -1 */
   unsigned char *buf; /* layout.total_bytes, owned by the pool */
@@ -95,6 +96,10 @@ struct stk_client {
 
   stk_job_spec spec;
   uint64_t job_hash, nsamples, spe, total;
+  /* The plan (state.c): epoch seg_epoch has seg_steps steps at sample
+   * offset seg_offset (resumed with another world size), every other
+   * epoch spe steps at offset 0. Fixed at open: read without mu. */
+  uint64_t seg_epoch, seg_offset, seg_steps;
   stk_batch_layout layout; /* as sent by workers */
   stk_batch_layout out;    /* as handed out (after convert) */
 
@@ -142,6 +147,33 @@ struct stk_client {
 /* client.c */
 void stk__set_fatal(stk_client *c, int status, const char *msg);
 void stk__seterr(stk_client *c, const char *fmt, const char *arg);
+
+/* state.c: the resume state and the plan */
+typedef struct stk__resume {
+  uint64_t job_hash, epoch, step;
+  uint64_t position; /* version >= 2: global sample position in the epoch */
+  uint32_t rank, world, version;
+} stk__resume;
+typedef struct stk__addr {
+  uint64_t epoch, step, offset; /* offset: the epoch's sample offset */
+} stk__addr;
+/* Parse a saved state (versions 1 and 2). STK_OK or a status with err. */
+int stk__state_parse(const void *buf, size_t len, stk__resume *rs, char *err,
+                     size_t errlen);
+/* Before joining: may cfg's rank resume from rs at all? */
+int stk__state_check_rank(const stk_client_config *cfg, const stk__resume *rs, char *err,
+                          size_t errlen);
+/* With c->spec and c->job_hash known: steps, the plan and the start
+ * position (rs NULL: the job's start). Checks rs against the job. */
+int stk__plan_init(stk_client *c, const stk__resume *rs, char *err, size_t errlen);
+void stk__seq_addr(const stk_client *c, uint64_t seq, stk__addr *a);
+/* The seq of an address of this client's plan: 0, or -1 if the address is
+ * not in the plan (wrong offset for its epoch, step out of range). */
+int stk__addr_seq(const stk_client *c, uint64_t epoch, uint64_t step, uint64_t offset,
+                  uint64_t *seq);
+uint64_t stk__epoch_offset(const stk_client *c, uint64_t epoch);
+/* 1 if seq is step 0 of an epoch (or the end of the job). */
+int stk__seq_epoch_start(const stk_client *c, uint64_t seq);
 
 /* join.c */
 int stk__join(stk_client *c, char *err, size_t errlen);

@@ -229,11 +229,23 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
       rc = -1;
     } else if (check_header(c, h, why, n)) {
       rc = -1;
+    } else if (h->rank == c->cfg.rank && h->epoch < c->spec.epochs &&
+               h->sample_offset != stk__epoch_offset(c, h->epoch)) {
+      /* Our rank's batch at another sample offset than this epoch's: a
+       * worker that predates elastic resume ignored the request's
+       * sample_offset (BatchRequest field 5) and built another batch. */
+      snprintf(why, n,
+               "batch of epoch %llu at sample offset %llu, asked for offset %llu "
+               "(a worker older than elastic resume ignores it)",
+               (unsigned long long)h->epoch, (unsigned long long)h->sample_offset,
+               (unsigned long long)stk__epoch_offset(c, h->epoch));
+      rc = -1;
     } else {
       pthread_mutex_lock(&c->mu);
       x->req = -1;
-      if (h->rank == c->cfg.rank && h->step < c->spe) {
-        uint64_t seq = h->epoch * c->spe + h->step;
+      uint64_t seq;
+      if (h->rank == c->cfg.rank &&
+          !stk__addr_seq(c, h->epoch, h->step, h->sample_offset, &seq)) {
         for (uint32_t i = 0; i < c->nreqs; i++) {
           stk__req *r = &c->reqs[i];
           if (r->state == REQ_ISSUED && r->worker == w->idx && r->seq == seq) {
@@ -420,8 +432,10 @@ static void *local_main(void *arg) {
     pthread_mutex_unlock(&c->mu);
     stk_build_info info;
     memset(&info, 0, sizeof(info));
-    int st = stk_builder_build(b, seq / c->spe, c->cfg.rank, seq % c->spe, r->buf,
-                               c->layout.total_bytes, &info);
+    stk__addr a;
+    stk__seq_addr(c, seq, &a);
+    int st = stk_builder_build_at(b, a.epoch, a.offset, c->cfg.rank, a.step, r->buf,
+                                  c->layout.total_bytes, &info);
     pthread_mutex_lock(&c->mu);
     if (st == STK_UNAVAILABLE) {
       /* Transient (out of descriptors, EIO, out of memory): nothing was
@@ -549,9 +563,12 @@ static void *sched_main(void *arg) {
     if (still) {
       Stoker__V1__BatchRequest req = STOKER__V1__BATCH_REQUEST__INIT;
       req.job_hash = c->job_hash;
-      req.epoch = seq / c->spe;
+      stk__addr a;
+      stk__seq_addr(c, seq, &a);
+      req.epoch = a.epoch;
       req.rank = c->cfg.rank;
-      req.step = seq % c->spe;
+      req.step = a.step;
+      req.sample_offset = a.offset;
       if (stk__rpc_stream_send_msg(s, &req.base)) stk__rpc_stream_cancel(s);
     }
     pthread_mutex_unlock(&w->send_mu);

@@ -1,6 +1,8 @@
 /* plan.c - which samples a batch holds: the keyed epoch permutation
  * (Feistel network with cycle walking), the steps of an epoch and
- * rank/step addressing. The randomness each sample sees is rng.c's.
+ * rank/step addressing, including an epoch resumed with another world
+ * size (a sample offset, stk_resume_point). The randomness each sample
+ * sees is rng.c's.
  *
  * Nothing here allocates or keeps state beyond the plain values it is
  * given, so every function is safe to call from any thread. Reads the job
@@ -49,21 +51,37 @@ uint64_t stk_perm_apply(const stk_perm *p, uint64_t i) {
   return y;
 }
 
-uint64_t stk_steps_per_epoch(const stk_job_spec *s, uint64_t n) {
+uint64_t stk_epoch_steps(const stk_job_spec *s, uint64_t n, uint64_t offset) {
   uint64_t per = (uint64_t)s->world_size * s->batch_size;
-  if (per == 0) return 0;
-  return s->drop_last ? n / per : (n + per - 1) / per;
+  if (per == 0 || offset >= n) return 0;
+  uint64_t rest = n - offset;
+  return s->drop_last ? rest / per : rest / per + (rest % per != 0);
 }
 
-int stk_batch_samples(const stk_job_spec *s, uint64_t n, uint64_t epoch, uint32_t rank,
-                      uint64_t step, uint64_t *indices, uint8_t *mask) {
-  if (n == 0 || epoch >= s->epochs || rank >= s->world_size ||
-      step >= stk_steps_per_epoch(s, n))
+uint64_t stk_steps_per_epoch(const stk_job_spec *s, uint64_t n) {
+  return stk_epoch_steps(s, n, 0);
+}
+
+int stk_resume_point(const stk_job_spec *s, uint64_t n, uint64_t position,
+                     uint64_t *offset, uint64_t *step) {
+  uint64_t per = (uint64_t)s->world_size * s->batch_size;
+  if (per == 0 || position >= n || !offset || !step) return STK_INVALID_ARGUMENT;
+  *offset = position % per;
+  *step = position / per;
+  return STK_OK;
+}
+
+int stk_batch_samples_at(const stk_job_spec *s, uint64_t n, uint64_t epoch,
+                         uint64_t offset, uint32_t rank, uint64_t step, uint64_t *indices,
+                         uint8_t *mask) {
+  uint64_t per = (uint64_t)s->world_size * s->batch_size;
+  if (n == 0 || epoch >= s->epochs || rank >= s->world_size || offset >= per ||
+      step >= stk_epoch_steps(s, n, offset))
     return STK_INVALID_ARGUMENT;
   stk_perm p;
   stk_perm_init(&p, n, s->seed, epoch);
   uint64_t B = s->batch_size;
-  uint64_t base = (step * s->world_size + rank) * B;
+  uint64_t base = offset + (step * s->world_size + rank) * B;
   for (uint64_t j = 0; j < B; j++) {
     uint64_t pos = base + j;
     int valid = pos < n;
@@ -71,4 +89,9 @@ int stk_batch_samples(const stk_job_spec *s, uint64_t n, uint64_t epoch, uint32_
     if (mask) mask[j] = (uint8_t)valid;
   }
   return STK_OK;
+}
+
+int stk_batch_samples(const stk_job_spec *s, uint64_t n, uint64_t epoch, uint32_t rank,
+                      uint64_t step, uint64_t *indices, uint8_t *mask) {
+  return stk_batch_samples_at(s, n, epoch, 0, rank, step, indices, mask);
 }

@@ -26,7 +26,7 @@ struct sched_buf {
 };
 
 typedef struct req {
-  uint64_t epoch, step;
+  uint64_t epoch, step, offset;
   uint32_t rank;
 } req;
 
@@ -141,8 +141,8 @@ static void *builder_main(void *arg) {
     uint64_t t0 = (uint64_t)stk__now_ns();
     static const char injected[] = "injected transient error (--fault-transient-every)";
     int rc = inject ? STK_UNAVAILABLE
-                    : stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
-                                        s->layout.total_bytes, &info);
+                    : stk_builder_build_at(bd->b, r.epoch, r.offset, r.rank, r.step,
+                                           buf->data, s->layout.total_bytes, &info);
     /* A transient error (out of descriptors, EIO, out of memory: never a
      * bad sample) gets a bounded retry here; after that the stream ends
      * UNAVAILABLE and the client asks again (worker.c). */
@@ -152,14 +152,14 @@ static void *builder_main(void *arg) {
                retries + 1, SCHED_TRANSIENT_RETRIES);
       stk__sleep_ms(10 << (3 * retries)); /* 10 ms, 80 ms */
       rc = inject ? STK_UNAVAILABLE
-                  : stk_builder_build(bd->b, r.epoch, r.rank, r.step, buf->data,
-                                      s->layout.total_bytes, &info);
+                  : stk_builder_build_at(bd->b, r.epoch, r.offset, r.rank, r.step,
+                                         buf->data, s->layout.total_bytes, &info);
     }
     uint64_t dt = (uint64_t)stk__now_ns() - t0;
     if (d) {
       d->buf = buf;
       d->data = buf->data;
-      d->epoch = r.epoch, d->step = r.step, d->rank = r.rank;
+      d->epoch = r.epoch, d->step = r.step, d->rank = r.rank, d->offset = r.offset;
       d->substituted = info.substituted;
       if (!rc) d->crc32c = stk_crc32c(0, buf->data, s->layout.total_bytes);
       d->status = rc;
@@ -339,7 +339,7 @@ sched_stream *sched_stream_open(sched *s) {
 }
 
 int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
-                      uint32_t max_outstanding) {
+                      uint64_t offset, uint32_t max_outstanding) {
   sched *s = st->s;
   int rc = 0;
   pthread_mutex_lock(&s->mu);
@@ -359,7 +359,7 @@ int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t 
       st->cap = ncap;
       st->head = 0;
     }
-    st->q[(st->head + st->len) % st->cap] = (req){epoch, step, rank};
+    st->q[(st->head + st->len) % st->cap] = (req){epoch, step, offset, rank};
     st->len++;
     st->outstanding++;
     s->queued++;

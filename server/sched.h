@@ -26,9 +26,9 @@ typedef struct sched_buf sched_buf;
 
 /* A finished batch, handed to the stream's sender. */
 typedef struct sched_done {
-  sched_buf *buf;      /* one reference, owned by this item */
-  const uint8_t *data; /* payload, total_bytes long */
-  uint64_t epoch, step;
+  sched_buf *buf;               /* one reference, owned by this item */
+  const uint8_t *data;          /* payload, total_bytes long */
+  uint64_t epoch, step, offset; /* offset: the request's sample_offset */
   uint32_t rank;
   uint32_t substituted;
   uint32_t crc32c; /* stk_crc32c(0, data, total_bytes) */
@@ -68,10 +68,12 @@ void sched_buf_unref(void *b);
 
 /* A new stream; NULL when draining (or out of memory). */
 sched_stream *sched_stream_open(sched *s);
-/* Queue a request. 0, or -1 when the stream would then have more than
- * max_outstanding requests whose batch is not yet being sent. */
+/* Queue a request for batch (epoch, rank, step) of an epoch starting at
+ * sample offset `offset` (0 but in an epoch resumed with another world
+ * size; stk_builder_build_at). 0, or -1 when the stream would then have
+ * more than max_outstanding requests whose batch is not yet being sent. */
 int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
-                      uint32_t max_outstanding);
+                      uint64_t offset, uint32_t max_outstanding);
 
 /* Why sched_stream_next returned NULL. */
 enum { SCHED_END_DEAD = 1, SCHED_END_DONE = 2, SCHED_END_DRAINED = 3 };

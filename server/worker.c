@@ -302,6 +302,7 @@ static int send_batch(stream_ctx *x, sched_done *d) {
   h.epoch = d->epoch;
   h.rank = d->rank;
   h.step = d->step;
+  h.sample_offset = d->offset;
   h.n_tensors = W.layout.ntensors;
   h.tensors = W.tdesc_ptr;
   h.n_sample_indices = B;
@@ -383,9 +384,21 @@ static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t le
              W.spec.epochs);
     return GRPC_STATUS_OUT_OF_RANGE;
   }
-  if (q->step >= W.steps) {
-    snprintf(msg, len, "step %" PRIu64 " is past the epoch's %" PRIu64 " steps", q->step,
-             W.steps);
+  uint64_t per = (uint64_t)W.spec.world_size * W.spec.batch_size;
+  if (q->sample_offset >= per) {
+    snprintf(msg, len,
+             "sample_offset %" PRIu64 " is not below world_size*batch_size %" PRIu64,
+             q->sample_offset, per);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  uint64_t steps = q->sample_offset
+                       ? stk_epoch_steps(&W.spec, W.spec.num_samples, q->sample_offset)
+                       : W.steps;
+  if (q->step >= steps) {
+    snprintf(msg, len,
+             "step %" PRIu64 " is past the epoch's %" PRIu64
+             " steps (sample offset %" PRIu64 ")",
+             q->step, steps, q->sample_offset);
     return GRPC_STATUS_OUT_OF_RANGE;
   }
   return 0;
@@ -433,8 +446,9 @@ static void handle_stream(stk__rpc_call *call) {
         /* Not queued: the stream ends UNAVAILABLE once what was asked
          * before the drain is sent, and the client asks elsewhere. */
         __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
-      } else if (!code && sched_stream_push(x.st, q->epoch, q->rank, q->step,
-                                            (uint32_t)opt.max_outstanding)) {
+      } else if (!code &&
+                 sched_stream_push(x.st, q->epoch, q->rank, q->step, q->sample_offset,
+                                   (uint32_t)opt.max_outstanding)) {
         code = GRPC_STATUS_RESOURCE_EXHAUSTED;
         snprintf(msg, sizeof(msg),
                  "more than %lld unanswered requests on this "

@@ -108,6 +108,14 @@ STK_EXPORT int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec,
 STK_EXPORT int stk_builder_build(stk_builder *b, uint64_t epoch, uint32_t rank,
                                  uint64_t step, void *buf, size_t len,
                                  stk_build_info *info);
+/* stk_builder_build for batch (epoch, rank, step) of an epoch that starts
+ * at sample offset `offset` (< W*B; an epoch resumed with another world
+ * size, see stk_batch_samples_at); offset 0 is stk_builder_build. A sample
+ * is built the same (pixels, RNG, substitution) at whatever address its
+ * epoch position lands. Errors as stk_builder_build. */
+STK_EXPORT int stk_builder_build_at(stk_builder *b, uint64_t epoch, uint64_t offset,
+                                    uint32_t rank, uint64_t step, void *buf, size_t len,
+                                    stk_build_info *info);
 /* The read path this builder uses: 1 pread, 2 io_uring (0 for sources
  * that read no files). With io_mode 0 (auto), 1 means io_uring was not
  * available (seccomp, gVisor, kernel.io_uring_disabled). */
@@ -128,6 +136,11 @@ STK_EXPORT void stk_builder_destroy(stk_builder *b);
 STK_EXPORT int stk_build_reference(const stk_job_spec *spec, const char *data_root,
                                    uint64_t epoch, uint32_t rank, uint64_t step,
                                    void *buf, size_t len, char *err, size_t errlen);
+/* stk_build_reference at a sample offset (stk_builder_build_at). */
+STK_EXPORT int stk_build_reference_at(const stk_job_spec *spec, const char *data_root,
+                                      uint64_t epoch, uint64_t offset, uint32_t rank,
+                                      uint64_t step, void *buf, size_t len, char *err,
+                                      size_t errlen);
 
 #ifdef __cplusplus
 }

@@ -69,7 +69,9 @@ typedef struct stk_client_config {
                                before work on it, see stk_client_next */
   int32_t convert;          /* stk_convert, default NONE */
   const char *token;        /* bearer token, NULL = none */
-  const void *resume_state; /* from stk_client_save_state, NULL = start */
+  const void *resume_state; /* from stk_client_save_state, NULL = start;
+                               may come from a job of another world_size
+                               (elastic resume, see save_state) */
   size_t resume_len;
   uint32_t join_timeout_ms; /* keep trying to join this long, default 60000 */
   uint32_t verify_crc;      /* check each payload's crc32c, default 1 */
@@ -107,9 +109,11 @@ STK_EXPORT int stk_client_config_from_env(stk_client_config *cfg, char *err,
  * from the environment first (stk_client_config_from_env; *cfg itself is
  * not changed). On success *out owns the client (close
  * with stk_client_close). Errors: STK_INVALID_ARGUMENT (bad config, rank out
- * of range, world_size differs from the job's), STK_UNAVAILABLE (no
- * coordinator within join_timeout_ms), STK_MISMATCH (resume state from
- * another job), STK_UNSUPPORTED (CUDA asked for where there is none), with a
+ * of range, world_size differs from the job's, a resume state that is
+ * malformed or past the end of the job), STK_UNAVAILABLE (no coordinator
+ * within join_timeout_ms), STK_MISMATCH (resume state from another job, or
+ * from another rank of the same world size), STK_UNSUPPORTED (CUDA asked
+ * for where there is none, a resume state of an unknown version), with a
  * message in err. Thread-safe (separate clients are independent).
  * Side effect, process-wide: raises glibc's mmap and trim thresholds (32 and
  * 64 MiB) so gRPC's receive buffers are reused instead of being returned to
@@ -159,6 +163,11 @@ typedef struct stk_tensor {
 /* Batch accessors; valid until stk_batch_release. */
 STK_EXPORT uint64_t stk_batch_epoch(const stk_batch *b);
 STK_EXPORT uint64_t stk_batch_step(const stk_batch *b);
+/* The sample offset of the batch's epoch: 0, except in an epoch resumed
+ * with another world size (see stk_client_save_state), where step s of
+ * rank r holds the epoch's samples from position
+ * offset + (s * world_size + r) * batch_size on (stk_batch_samples_at). */
+STK_EXPORT uint64_t stk_batch_sample_offset(const stk_batch *b);
 STK_EXPORT uint32_t stk_batch_num_tensors(const stk_batch *b);
 /* Fill *out for tensor i (STK_TENSOR_IMAGE, ...). STK_INVALID_ARGUMENT if
  * i is out of range. */
@@ -170,12 +179,30 @@ STK_EXPORT const void *stk_batch_payload(const stk_batch *b, size_t *len);
 
 /* The job as the coordinator defines it (num_samples resolved). */
 STK_EXPORT int stk_client_job(const stk_client *c, stk_job_spec *out);
+/* Steps of an ordinary epoch of this rank. An epoch resumed with another
+ * world size (stk_client_save_state) may have one step fewer. */
 STK_EXPORT uint64_t stk_client_steps_per_epoch(const stk_client *c);
 
-/* Resume state: a few integers (job hash, epoch, next step, rank, world).
- * With buf == NULL or *len too small, sets *len to the size needed and
- * returns STK_LIMIT. Opening a client with this state continues exactly at
- * the next undelivered step. Thread-safe with respect to next(). */
+/* Resume state: a few integers (job hash, rank, world size, epoch, next
+ * step, and the epoch's global sample position: the samples the whole job
+ * consumed before that step, in epoch order), 48 bytes, versioned (version
+ * 2; version 1 states of 40 bytes still load). With buf == NULL or *len
+ * too small, sets *len to the size needed and returns STK_LIMIT.
+ *
+ * Opening a client with this state (cfg.resume_state):
+ * - same world size: each rank takes its own state and continues exactly
+ *   at its next undelivered step, byte-identical to the uninterrupted run;
+ * - another world size (elastic resume): the job must be the same but for
+ *   world_size (else STK_MISMATCH); any old rank's state may be given, and
+ *   the new rank continues the epoch at the state's sample position, so
+ *   over all new ranks every remaining sample of the epoch comes exactly
+ *   once (drop_last: up to the new world's last full step). Every new rank
+ *   must be given a state of the same position: in a synchronous loop all
+ *   ranks save at the same step. That epoch's addresses carry a sample
+ *   offset (stk_batch_sample_offset) and its steps count on from the
+ *   position (the first is position / (world_size * batch_size)); the
+ *   next epochs are ordinary. docs/operations.md, "Elastic resume".
+ * Thread-safe with respect to next(). */
 STK_EXPORT int stk_client_save_state(stk_client *c, void *buf, size_t *len);
 
 /* Where the stream is: the epoch and step of the next batch
@@ -257,11 +284,11 @@ STK_EXPORT int stk_client_open_local(const stk_client_config *cfg, const char *j
                                      size_t errlen);
 
 /* Build the reference batch (epoch, step) of this client's rank in-process
- * (stk_build_reference with the client's job) into buf (len >= the payload
- * size, stk_batch_payload's len). data_root NULL: the local client's root,
- * or none (synthetic). Slow; for verification. Errors as
- * stk_build_reference, text in stk_client_error. Not thread-safe with
- * other calls on c (it sets the error text). */
+ * (stk_build_reference_at with the client's job and that epoch's sample
+ * offset, 0 unless the epoch was resumed with another world size) into buf (len >= the
+ * payload size, stk_batch_payload's len). data_root NULL: the local client's root, or
+ * none (synthetic). Slow; for verification. Errors as stk_build_reference, text in
+ * stk_client_error. Not thread-safe with other calls on c (it sets the error text). */
 STK_EXPORT int stk_client_reference(stk_client *c, uint64_t epoch, uint64_t step,
                                     const char *data_root, void *buf, size_t len);
 

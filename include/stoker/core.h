@@ -146,17 +146,53 @@ STK_EXPORT void stk_perm_init(stk_perm *p, uint64_t n, uint64_t seed, uint64_t e
 STK_EXPORT uint64_t stk_perm_apply(const stk_perm *p, uint64_t i);
 
 /* Steps each rank gets per epoch: floor(N/(W*B)) with drop_last, else
- * ceil(N/(W*B)). */
+ * ceil(N/(W*B)). Equals stk_epoch_steps(spec, n, 0). */
 STK_EXPORT uint64_t stk_steps_per_epoch(const stk_job_spec *spec, uint64_t n);
 
 /* The samples of batch (epoch, rank, step): indices[j] = P_e[(s*W+r)*B + j]
  * and mask[j] = 1; a slot past the end of the epoch (padding, only without
  * drop_last) gets the sample P_e[pos mod N] and mask[j] = 0. Both arrays
  * hold batch_size entries. Returns STK_INVALID_ARGUMENT for an address out
- * of range (epoch >= epochs, rank >= W, step >= steps per epoch). */
+ * of range (epoch >= epochs, rank >= W, step >= steps per epoch). Equals
+ * stk_batch_samples_at with offset 0. */
 STK_EXPORT int stk_batch_samples(const stk_job_spec *spec, uint64_t n, uint64_t epoch,
                                  uint32_t rank, uint64_t step, uint64_t *indices,
                                  uint8_t *mask);
+
+/* ---- Elastic resume: an epoch that starts at a sample offset ----------
+ *
+ * A job resumed with another world size W' continues its epoch at the
+ * global sample position g the saved state names (the samples the whole
+ * job consumed in epoch order: step * W * B for lockstep ranks). In W''s
+ * addressing g is (offset, step) = (g mod W'B, g div W'B): that epoch's
+ * step s of rank r holds P_e[offset + (s*W' + r)*B + j], so the steps from
+ * `step` on deliver exactly P_e[g ..] once each, and every worker can
+ * still build any batch from its address (epoch, rank, step, offset). The
+ * offset is 0 in every other epoch and in every job that never changes
+ * world size (then these calls equal the ones above). */
+
+/* Steps per rank of an epoch whose step 0 starts at position `offset`:
+ * R = N - offset samples left, floor(R/(W*B)) with drop_last, else
+ * ceil(R/(W*B)); 0 when offset >= N. Thread-safe. */
+STK_EXPORT uint64_t stk_epoch_steps(const stk_job_spec *spec, uint64_t n,
+                                    uint64_t offset);
+
+/* Where the global sample position `position` (< n) of an epoch lies in
+ * this spec's world: *offset = position mod (W*B), *step = position div
+ * (W*B). *step may equal stk_epoch_steps(spec, n, *offset) (drop_last
+ * only): the epoch has no full step left and resumes at the next one.
+ * STK_INVALID_ARGUMENT when position >= n or W*B is 0. Thread-safe. */
+STK_EXPORT int stk_resume_point(const stk_job_spec *spec, uint64_t n, uint64_t position,
+                                uint64_t *offset, uint64_t *step);
+
+/* stk_batch_samples for an epoch that starts at `offset` (< W*B, the form
+ * stk_resume_point gives, so an address names one batch only):
+ * indices[j] = P_e[offset + (s*W+r)*B + j], past N padded as above.
+ * STK_INVALID_ARGUMENT for an address out of range (offset >= W*B or
+ * step >= stk_epoch_steps(spec, n, offset), or as above). Thread-safe. */
+STK_EXPORT int stk_batch_samples_at(const stk_job_spec *spec, uint64_t n, uint64_t epoch,
+                                    uint64_t offset, uint32_t rank, uint64_t step,
+                                    uint64_t *indices, uint8_t *mask);
 
 /* Counter-based generator (Philox4x32-10) keyed by (seed, epoch, index):
  * the only source of randomness for a sample. Plain value. */

@@ -1,7 +1,8 @@
 """test_local.py - the Python binding without daemons (local, in-process
 batches): one epoch per `for`, END_OF_DATA ends iteration for good, zero
 copy (tensor data_ptr is the slot pointer), payload == reference, resume via
-state_dict/load_state_dict, bfloat16 conversion, stats()."""
+state_dict/load_state_dict (also elastic: another world_size), bfloat16
+conversion, stats()."""
 import os
 import sys
 
@@ -58,6 +59,44 @@ B.load_state_dict(sd)
 _, _, b = next(iter(B))
 check(b.step == 5 and torch.equal(b.index, want), "resume yields step 5")
 B.close()
+
+# elastic resume: states saved with world_size 2 after 5 steps (sample
+# position 40) load into a job that differs only in world_size (3): offset
+# 4, steps 3..7 of the new world; over both worlds every sample of epoch 0
+# comes exactly once, and the next epoch is the new world's ordinary one.
+# (drop_last false: with it, the new world would drop what is left past its
+# last full step, here 8 samples.)
+JOB2 = JOB + "drop_last = false\n"
+JOB3 = JOB2.replace("world_size = 2", "world_size = 3")
+seen, states = [], []
+for r in range(2):
+    A = stoker.Loader(job=JOB2, rank=r, world_size=2, with_meta=True)
+    it = iter(A)
+    for _ in range(5):
+        _, _, b = next(it)
+        seen += [int(i) for i, m in zip(b.index, b.mask) if int(m)]
+    states.append(A.state_dict())
+    A.close()
+for r in range(3):
+    E = stoker.Loader(job=JOB3, rank=r, world_size=3, with_meta=True)
+    E.load_state_dict(states[r % 2])  # any rank's state: they name one position
+    steps = []
+    for _, _, b in E:
+        check(b.epoch == 0 and b.sample_offset == 4, "resumed epoch has offset 4")
+        steps.append(b.step)
+        seen += [int(i) for i, m in zip(b.index, b.mask) if int(m)]
+    check(steps == list(range(3, 8)), "W=3 rank %d resumed steps %r" % (r, steps))
+    _, _, b = next(iter(E))
+    check(b.epoch == 1 and b.step == 0 and b.sample_offset == 0, "then epoch 1 as usual")
+    E.close()
+check(sorted(seen) == list(range(96)), "elastic: every sample of epoch 0 once")
+try:
+    E = stoker.Loader(job=JOB3.replace("seed = 5", "seed = 6"), rank=0, world_size=3,
+                      state=states[0]["stoker_state"])
+    E.steps_per_epoch
+    check(False, "elastic resume into another job raises")
+except stoker.StokerError as e:
+    check(e.name == "MISMATCH", "elastic mismatch error name %s" % e.name)
 
 C = stoker.Loader(job=JOB, rank=0, world_size=2, convert="bfloat16")
 img, lab = next(iter(C))

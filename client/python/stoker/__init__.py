@@ -402,6 +402,7 @@ class Loader:
                  for i, t in enumerate(ts)]
         return types.SimpleNamespace(
             epoch=int(lib.stk_batch_epoch(b)), step=int(lib.stk_batch_step(b)),
+            sample_offset=int(lib.stk_batch_sample_offset(b)),
             images=tensors[0], labels=tensors[1],
             mask=tensors[2] if len(tensors) > 2 else None,
             index=tensors[3] if len(tensors) > 3 else None,
@@ -417,7 +418,9 @@ class Loader:
 
     def reference(self, epoch, step, data_root=None):
         """The reference payload of (epoch, step) for this rank, built
-        in-process (stk_build_reference); for verification."""
+        in-process (stk_client_reference: at the epoch's sample offset, so
+        also for an epoch resumed with another world size); for
+        verification."""
         c = self._open()
         n = int(lib.stk_client_payload_bytes(c))
         buf = ctypes.create_string_buffer(n)
@@ -430,7 +433,18 @@ class Loader:
     # ---- state and stats --------------------------------------------------
     def state_dict(self):
         """{"stoker_state": bytes}: resume exactly at the next undelivered
-        step with load_state_dict (or Loader(state=...))."""
+        step with load_state_dict (or Loader(state=...)).
+
+        Elastic resume: a Loader of a job that differs only in world_size
+        may load any rank's state; it continues the epoch at the global
+        sample position the state names (step * world_size * batch_size
+        of the saving job), so over all new ranks no sample comes twice
+        and none is skipped -- provided every new rank loads a state of the
+        same position (in a synchronous loop all ranks save at the same
+        step: give every new rank, e.g., rank 0's state). That epoch's
+        batches carry batch.sample_offset (0 elsewhere) and its step count
+        may differ by one from len(loader). With the same world_size each
+        rank must load its own state. docs/operations.md, "Elastic resume"."""
         c = self._open()
         n = ctypes.c_size_t(0)
         lib.stk_client_save_state(c, None, ctypes.byref(n))

@@ -164,6 +164,7 @@ _sigs = {
     "stk_batch_release": (None, [_P]),
     "stk_batch_epoch": (ctypes.c_uint64, [_P]),
     "stk_batch_step": (ctypes.c_uint64, [_P]),
+    "stk_batch_sample_offset": (ctypes.c_uint64, [_P]),
     "stk_batch_num_tensors": (ctypes.c_uint32, [_P]),
     "stk_batch_tensor": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(Tensor)]),
     "stk_batch_payload": (ctypes.c_void_p, [_P, ctypes.POINTER(ctypes.c_size_t)]),

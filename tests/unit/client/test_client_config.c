@@ -83,7 +83,7 @@ int main(void) {
   CHECK(stk_client_open_local(&cfg, JOB, NULL, &c, err, sizeof(err)) == STK_OK);
   size_t len = 0;
   CHECK(stk_client_save_state(c, NULL, &len) == STK_LIMIT);
-  CHECK_EQ_U64(len, 40);
+  CHECK_EQ_U64(len, 48);
   unsigned char st[64];
   len = 10;
   CHECK(stk_client_save_state(c, st, &len) == STK_LIMIT);
@@ -94,7 +94,7 @@ int main(void) {
     stk_batch_release(b);
   }
   CHECK(stk_client_save_state(c, st, &len) == STK_OK);
-  CHECK_EQ_U64(len, 40);
+  CHECK_EQ_U64(len, 48);
   stk_client_close(c);
   cfg.resume_state = st, cfg.resume_len = len;
   CHECK(stk_client_open_local(&cfg, JOB, NULL, &c, err, sizeof(err)) == STK_OK);
