@@ -28,8 +28,8 @@ static int read_pem(const char *what, const char *path, const char *kind, char *
   if (fstat(fileno(f), &st) != 0 || !S_ISREG(st.st_mode) || st.st_size <= 0 ||
       (unsigned long long)st.st_size > MAX_PEM_BYTES) {
     fclose(f);
-    return stk__errf(err, errlen, -1, "%s %s: not a regular file of 1 byte to 1 MiB", what,
-                     path);
+    return stk__errf(err, errlen, -1, "%s %s: not a regular file of 1 byte to 1 MiB",
+                     what, path);
   }
   char *buf = malloc((size_t)st.st_size + 1);
   size_t n = buf ? fread(buf, 1, (size_t)st.st_size, f) : 0;
@@ -66,10 +66,12 @@ int stk__tls_load(const stk__tls_files *f, stk__tls **out, char *err, size_t err
   stk__tls *t = calloc(1, sizeof(*t));
   if (!t) return stk__errf(err, errlen, -1, "out of memory");
   t->require_client_cert = f->require_client_cert;
-  if ((given(f->ca) && read_pem("TLS CA file", f->ca, "CERTIFICATE", &t->ca, err, errlen)) ||
+  if ((given(f->ca) &&
+       read_pem("TLS CA file", f->ca, "CERTIFICATE", &t->ca, err, errlen)) ||
       (given(f->cert) &&
        read_pem("TLS certificate", f->cert, "CERTIFICATE", &t->cert, err, errlen)) ||
-      (given(f->key) && read_pem("TLS key", f->key, "PRIVATE KEY", &t->key, err, errlen))) {
+      (given(f->key) &&
+       read_pem("TLS key", f->key, "PRIVATE KEY", &t->key, err, errlen))) {
     stk__tls_free(t);
     return -1;
   }
@@ -106,7 +108,8 @@ grpc_server_credentials *stk__tls_server_creds(const stk__tls *t) {
 grpc_channel_credentials *stk__tls_channel_creds(const stk__tls *t) {
   if (!t) return grpc_insecure_credentials_create();
   grpc_ssl_pem_key_cert_pair pair = {t->key, t->cert};
-  return grpc_ssl_credentials_create(t->ca, stk__tls_has_cert(t) ? &pair : NULL, NULL, NULL);
+  return grpc_ssl_credentials_create(t->ca, stk__tls_has_cert(t) ? &pair : NULL, NULL,
+                                     NULL);
 }
 
 /* gRPC reports a failed TLS handshake as a plain connection failure
