@@ -106,6 +106,7 @@ static void client_free(stk_client *c) {
   pthread_cond_destroy(&c->cv_local);
   free(c->coordinator);
   free(c->token);
+  stk__tls_free(c->tls);
   free(c->data_root);
   free(c);
 }
@@ -120,6 +121,7 @@ static stk_client *client_new(const stk_client_config *cfg, int local,
   c->cfg = *cfg;
   c->cfg.coordinator = NULL;
   c->cfg.token = NULL;
+  c->cfg.tls_ca = c->cfg.tls_cert = c->cfg.tls_key = NULL;
   c->cfg.resume_state = NULL;
   c->local = local;
   c->coordinator = cfg->coordinator ? strdup(cfg->coordinator) : NULL;
@@ -192,6 +194,14 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   if (cfg->device == STK_DEVICE_CUDA) {
     st = stk__cuda_open(c, err, errlen);
     if (st) goto fail;
+  }
+  if (!local) {
+    stk__tls_files tf = {cfg->tls_ca, cfg->tls_cert, cfg->tls_key, 0};
+    char terr[400];
+    if (stk__tls_load(&tf, &c->tls, terr, sizeof(terr))) {
+      st = stk__errf(err, errlen, STK_INVALID_ARGUMENT, "%s", terr);
+      goto fail;
+    }
   }
   /* expect_job_hash: the coordinator refuses another job. A state of
    * another world size has another hash: stk__plan_init checks it. */

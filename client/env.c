@@ -69,6 +69,13 @@ int stk_client_config_from_env(stk_client_config *cfg, char *err, size_t errlen)
                        "%s is set but empty (want host:port)", "STOKER_COORDINATOR");
     if (co) cfg->coordinator = co;
   }
+  static const char *const tls_vars[3] = {"STOKER_TLS_CA", "STOKER_TLS_CERT",
+                                          "STOKER_TLS_KEY"};
+  const char **tls_fields[3] = {&cfg->tls_ca, &cfg->tls_cert, &cfg->tls_key};
+  for (int i = 0; i < 3; i++) {
+    const char *v = getenv(tls_vars[i]);
+    if ((!*tls_fields[i] || !**tls_fields[i]) && v && *v) *tls_fields[i] = v;
+  }
 
   int want_rank = cfg->rank == STK_RANK_FROM_ENV, want_size = cfg->world_size == 0;
   const env_family *f = (want_rank || want_size) ? env_pick() : NULL;

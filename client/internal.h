@@ -90,6 +90,7 @@ struct stk__cuda;
 struct stk_client {
   stk_client_config cfg;
   char *coordinator, *token;
+  struct stk__tls *tls; /* cfg.tls_*, loaded at open; NULL = plaintext */
   int local;
   char *data_root;
   stk_dataset *dataset;

@@ -98,10 +98,13 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
     /* UNAVAILABLE (no coordinator yet, or no worker registered), deadline,
      * anything transient: retry until join_timeout_ms. */
     if (stk__now_ms() >= deadline) {
+      const char *hint =
+          code == GRPC_STATUS_UNAVAILABLE ? stk__tls_hint(c->tls, details) : "";
       return stk__errf(
           err, errlen, STK_UNAVAILABLE,
-          "could not join the job at %s within %u ms (last: gRPC status %d%s%s)",
-          c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "", details);
+          "could not join the job at %s within %u ms (last: gRPC status %d%s%s)%s",
+          c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "", details,
+          hint);
     }
     stk__sleep_ms(backoff);
     if (backoff < 500) backoff *= 2;
@@ -142,7 +145,7 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
 }
 
 int stk__join(stk_client *c, char *err, size_t errlen) {
-  if (stk__rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, &c->coord))
+  if (stk__rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, c->tls, &c->coord))
     return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   Stoker__V1__JoinResponse *resp = NULL;
   int st = join_ask(c, &resp, err, errlen);

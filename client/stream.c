@@ -329,7 +329,8 @@ static void *remote_main(void *arg) {
   while (!c->stopping && !c->fatal && w->listed) {
     pthread_mutex_unlock(&c->mu);
     stk__rpc_stream *s = NULL;
-    if (!w->ch && stk__rpc_channel_open(w->address, STK__MAX_MSG, c->token, &w->ch))
+    if (!w->ch &&
+        stk__rpc_channel_open(w->address, STK__MAX_MSG, c->token, c->tls, &w->ch))
       w->ch = NULL;
     if (w->ch) stk__rpc_stream_open(w->ch, "/stoker.v1.Worker/Stream", 0, &s);
     int got_any = 0;

@@ -43,6 +43,10 @@ static void usage(FILE *f) {
       "  --token T                bearer token (visible in ps: prefer --token-file)\n"
       "  --token-file FILE        read the bearer token from FILE (first line;\n"
       "                           e.g. a mounted Kubernetes Secret)\n"
+      "  --tls-ca FILE            PEM CA that verifies the daemons: use TLS\n"
+      "                           (default $STOKER_TLS_CA; none = plaintext)\n"
+      "  --tls-cert FILE          PEM client certificate for mTLS ($STOKER_TLS_CERT)\n"
+      "  --tls-key FILE           its PEM key ($STOKER_TLS_KEY)\n"
       "  --join-timeout-ms MS     (default 60000)\n"
       "  --shutdown               finish with shutdown_job (rank 0)\n"
       "  --progress               a progress line every second\n"
@@ -99,7 +103,8 @@ int main(int argc, char **argv) {
       {"slots", 1, 0, 'S'},           {"device", 1, 0, 'd'},   {"verify", 0, 0, 'v'},
       {"data-root", 1, 0, 'D'},       {"token", 1, 0, 't'},    {"token-file", 1, 0, 'T'},
       {"join-timeout-ms", 1, 0, 'j'}, {"shutdown", 0, 0, 'x'}, {"progress", 0, 0, 'P'},
-      {"cuda-device", 1, 0, 'C'},     {"help", 0, 0, 'h'},     {0, 0, 0, 0}};
+      {"cuda-device", 1, 0, 'C'},     {"help", 0, 0, 'h'},     {"tls-ca", 1, 0, 'A'},
+      {"tls-cert", 1, 0, 'E'},        {"tls-key", 1, 0, 'K'},  {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
@@ -145,6 +150,15 @@ int main(int argc, char **argv) {
       case 'T':
         if (read_token(optarg, token_buf, sizeof(token_buf))) return 2;
         cfg.token = token_buf;
+        break;
+      case 'A':
+        cfg.tls_ca = optarg;
+        break;
+      case 'E':
+        cfg.tls_cert = optarg;
+        break;
+      case 'K':
+        cfg.tls_key = optarg;
         break;
       case 'j':
         cfg.join_timeout_ms = (uint32_t)strtoul(optarg, NULL, 10);

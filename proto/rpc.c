@@ -167,7 +167,11 @@ static const int_arg client_args[] = {
     {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000},
     {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
     {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100},
-    {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100},
+    /* Also gRPC's minimum time one connection attempt may take (TCP connect
+     * plus the TLS and HTTP/2 handshakes): at 100 ms a TLS handshake on a
+     * loaded 2-core host was cut off ("handshaker shutdown") on every
+     * retry, and a client never joined. Retries still start 100 ms apart. */
+    {GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 10000},
     {GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000},
     /* Our own connection per channel, so one worker stream per TCP link. */
     {GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1},
@@ -480,12 +484,18 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   s->server = grpc_server_create(&args, NULL);
   s->notify_cq = grpc_completion_queue_create_for_next(NULL);
   grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
-  grpc_server_credentials *creds = grpc_insecure_server_credentials_create();
-  int p = grpc_server_add_http2_port(s->server, cfg->listen, creds);
-  grpc_server_credentials_release(creds);
+  grpc_server_credentials *creds = stk__tls_server_creds(cfg->tls);
+  int p = creds ? grpc_server_add_http2_port(s->server, cfg->listen, creds) : 0;
+  if (creds) grpc_server_credentials_release(creds);
   if (p <= 0) {
-    stk__errf(err, errlen, 0, "cannot listen on %s (in use, or not an address)",
-              cfg->listen);
+    if (cfg->tls)
+      stk__errf(err, errlen, 0,
+                "cannot listen on %s with TLS (address in use or not an address, or "
+                "the certificate and key do not load or do not match)",
+                cfg->listen);
+    else
+      stk__errf(err, errlen, 0, "cannot listen on %s (in use, or not an address)",
+                cfg->listen);
     grpc_server_destroy(s->server);
     grpc_completion_queue_shutdown(s->notify_cq);
     grpc_completion_queue_destroy(s->notify_cq);
@@ -563,7 +573,7 @@ struct stk__rpc_channel {
 };
 
 int stk__rpc_channel_open(const char *target, size_t max_msg, const char *token,
-                          stk__rpc_channel **out) {
+                          const stk__tls *tls, stk__rpc_channel **out) {
   *out = NULL;
   stk__rpc_channel *ch = calloc(1, sizeof(*ch));
   if (!ch) return -1;
@@ -581,7 +591,7 @@ int stk__rpc_channel_open(const char *target, size_t max_msg, const char *token,
   size_t na;
   make_args(a, &na, ch->max_msg, 0);
   grpc_channel_args args = {na, a};
-  grpc_channel_credentials *creds = grpc_insecure_credentials_create();
+  grpc_channel_credentials *creds = stk__tls_channel_creds(tls);
   ch->channel = grpc_channel_create(target, creds, &args);
   grpc_channel_credentials_release(creds);
   *out = ch;

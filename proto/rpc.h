@@ -19,6 +19,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "tls.h"
+
 /* grpc_init()/grpc_shutdown(), reference counted by gRPC itself. */
 void stk__rpc_init(void);
 void stk__rpc_shutdown(void);
@@ -74,6 +76,7 @@ typedef struct stk__rpc_server_config {
   size_t max_message_bytes; /* receive limit; 0 = 16 MiB */
   const char *token;        /* bearer token every call must carry; NULL = none */
   size_t max_calls;         /* concurrent calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
+  const stk__tls *tls;      /* NULL = plaintext; else it must have a cert (tls.h) */
 } stk__rpc_server_config;
 
 /* Bind and start serving. *port gets the bound port. Returns 0, or -1 with
@@ -117,9 +120,11 @@ const char *stk__rpc_call_peer(stk__rpc_call *c);
 typedef struct stk__rpc_channel stk__rpc_channel;
 
 /* A channel to target ("host:port"); connects lazily and reconnects with a
- * short backoff. 0, or -1 on allocation failure. */
+ * short backoff. tls: NULL = plaintext, else TLS with that material (the
+ * caller keeps it alive while the channel lives). 0, or -1 on allocation
+ * failure. */
 int stk__rpc_channel_open(const char *target, size_t max_message_bytes, const char *token,
-                          stk__rpc_channel **out);
+                          const stk__tls *tls, stk__rpc_channel **out);
 void stk__rpc_channel_close(stk__rpc_channel *ch); /* accepts NULL */
 
 /* Unary call: returns the gRPC status code (0 = OK, then *resp is set and

@@ -13,6 +13,7 @@ PKGS=(
   python3 python3-numpy python3-torch python3-torchvision python3-pil  # binding, parity tests
   python3-yaml                               # checks of the Kubernetes manifests (tests/deploy)
   iproute2 procps                            # netns tests, process tools
+  openssl                                    # deploy/stoker-certs (TLS certificates) and the TLS test
   valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)
 )
 missing=()

@@ -56,6 +56,7 @@ static const char exit_codes_text[] =
 
 static struct {
   char *listen, *job, *token, *port_file, *log_level;
+  stk__tls_opts tls;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
       shutdown_grace_s, max_message_mb;
@@ -88,6 +89,7 @@ static stk__option options[] = {
      "second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
     {"token", OPT_STR, "", NULL, "bearer token every call must carry", &opt.token, 0, 0},
+    STK__TLS_SERVER_OPTIONS(opt.tls),
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
      &opt.port_file, 0, 0},
@@ -126,6 +128,7 @@ static const char *const state_names[] = {"waiting", "running", "draining", "don
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv; /* list version changed, or shutting down */
+  stk__tls *tls;     /* --tls-*, loaded at start; NULL = plaintext */
   stk_job_spec spec;
   int resolved; /* num_samples known */
   char *canonical;
@@ -877,14 +880,15 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
   };
   int port = 0;
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
-                        opt.max_message_mb, opt.token, opt.port_file, srv, &port, err,
-                        errlen))
+                        opt.max_message_mb, opt.token, C.tls, opt.port_file, srv, &port,
+                        err, errlen))
     return -1;
   LOG_INFO("job %s (hash %016" PRIx64
            ", world_size %u, batch_size %u, %s samples) "
-           "listening on %s port %d",
+           "listening on %s port %d (%s)",
            C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
-           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port);
+           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port,
+           stk__tls_describe(C.tls));
   return 0;
 }
 
@@ -898,7 +902,10 @@ int main(int argc, char **argv) {
   int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
   char err[600];
   if (pr != OPTS_RUN) goto out;
-  if (load_job(err, sizeof(err))) {
+  stk__tls_files tf = {opt.tls.ca, opt.tls.cert, opt.tls.key, opt.tls.require};
+  if (load_job(err, sizeof(err)) || stk__tls_load(&tf, &C.tls, err, sizeof(err)) ||
+      (C.tls && !stk__tls_has_cert(C.tls) &&
+       stk__errf(err, sizeof(err), -1, "TLS needs --tls-cert and --tls-key"))) {
     fprintf(stderr, PROGRAM ": %s\n", err);
     code = EXIT_USAGE;
     goto out;
@@ -926,5 +933,6 @@ int main(int argc, char **argv) {
 out:
   stk__options_free(options, NOPTIONS);
   free(C.canonical), free(C.joined), free(C.finished);
+  stk__tls_free(C.tls);
   return code;
 }

@@ -80,8 +80,9 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
 }
 
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
-                      long long max_message_mb, const char *token, const char *port_file,
-                      stk__rpc_server **srv, int *port, char *err, size_t errlen) {
+                      long long max_message_mb, const char *token, const stk__tls *tls,
+                      const char *port_file, stk__rpc_server **srv, int *port, char *err,
+                      size_t errlen) {
   stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = listen;
@@ -89,6 +90,7 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   sc.nmethods = nmethods;
   sc.max_message_bytes = (size_t)max_message_mb << 20;
   sc.token = token && *token ? token : NULL;
+  sc.tls = tls;
   if (stk__rpc_server_start(&sc, srv, port, err, errlen)) return -1;
   if (port_file && *port_file && stk__write_port_file(port_file, *port, err, errlen)) {
     stk__rpc_server_stop(*srv, 0);

@@ -22,13 +22,52 @@ int stk__signal_count(void);
  * -1 with err. */
 int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 
-/* Serve methods on listen with a receive limit of max_message_mb MiB and
- * the bearer token (none when empty), then write the bound port to
- * port_file unless it is empty. 0 with *srv (stop it with
- * stk__rpc_server_stop) and *port, or -1 with err and nothing running. */
+/* Serve methods on listen with a receive limit of max_message_mb MiB, the
+ * bearer token (none when empty) and TLS material (NULL = plaintext), then
+ * write the bound port to port_file unless it is empty. 0 with *srv (stop
+ * it with stk__rpc_server_stop) and *port, or -1 with err and nothing
+ * running. */
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
-                      long long max_message_mb, const char *token, const char *port_file,
-                      stk__rpc_server **srv, int *port, char *err, size_t errlen);
+                      long long max_message_mb, const char *token, const stk__tls *tls,
+                      const char *port_file, stk__rpc_server **srv, int *port, char *err,
+                      size_t errlen);
+
+/* The TLS options every binary that talks gRPC shares (--tls-ca,
+ * --tls-cert, --tls-key, and for the daemons --tls-require-client-cert):
+ * put STK__TLS_CLIENT_OPTIONS(x) or STK__TLS_SERVER_OPTIONS(x) in a
+ * binary's option table, x being a stk__tls_opts, then load them with
+ * stk__tls_load(&(stk__tls_files){x.ca, x.cert, x.key, x.require}, ...). */
+typedef struct stk__tls_opts {
+  char *ca, *cert, *key;
+  int require;
+} stk__tls_opts;
+#define STK__TLS_CLIENT_OPTIONS(x)                                                  \
+  {"tls-ca",                                                                        \
+   OPT_STR,                                                                         \
+   "",                                                                              \
+   NULL,                                                                            \
+   "PEM CA bundle that verifies the peers' certificates; with it, connections use " \
+   "TLS",                                                                           \
+   &(x).ca,                                                                         \
+   0,                                                                               \
+   0},                                                                              \
+      {"tls-cert",                                                                  \
+       OPT_STR,                                                                     \
+       "",                                                                          \
+       NULL,                                                                        \
+       "PEM certificate chain this process presents (with --tls-key)",              \
+       &(x).cert,                                                                   \
+       0,                                                                           \
+       0},                                                                          \
+  {                                                                                 \
+    "tls-key", OPT_STR, "", NULL, "PEM private key of --tls-cert", &(x).key, 0, 0   \
+  }
+#define STK__TLS_SERVER_OPTIONS(x)                                           \
+  STK__TLS_CLIENT_OPTIONS(x), {                                              \
+    "tls-require-client-cert", OPT_BOOL, "false", NULL,                      \
+        "mutual TLS: refuse peers without a certificate signed by --tls-ca", \
+        &(x).require, 0, 0                                                   \
+  }
 
 /* Raise the soft RLIMIT_NOFILE to the hard limit (daemons call it at
  * start and log the result: builders, streams and sessions all take

@@ -28,6 +28,7 @@ struct session {
   pthread_mutex_t mu;
   int stop;
   int64_t lost_since; /* 0 = healthy */
+  int64_t warned_ms;  /* last "cannot reach" warning (session thread only) */
   char failed[512];
   int has_failed;
 };
@@ -104,9 +105,22 @@ static void session_ended(session *s, stk__rpc_stream *st) {
     snprintf(why, sizeof(why), "coordinator rejected this worker: %s", det);
     mark_failed(s, why);
   } else {
-    LOG_WARN("coordinator %s ended the session: status %d: %s", s->cfg.coordinator, code,
-             det);
+    LOG_WARN("coordinator %s ended the session: status %d: %s%s", s->cfg.coordinator,
+             code, det, stk__tls_hint(s->cfg.tls, det));
   }
+}
+
+/* The session broke before registering (no coordinator there, or the
+ * connection failed): warn at the first failure and then every 30 s, so a
+ * worker that cannot reach its coordinator says why without flooding. */
+static void session_unreachable(session *s, stk__rpc_stream *st) {
+  int64_t now = stk__now_ms();
+  if (s->warned_ms && now - s->warned_ms < 30000) return;
+  s->warned_ms = now;
+  char det[256];
+  int code = stk__rpc_stream_status(st, 200, det, sizeof(det));
+  LOG_WARN("cannot register with coordinator %s: status %d: %s%s (retrying)",
+           s->cfg.coordinator, code, det, stk__tls_hint(s->cfg.tls, det));
 }
 
 /* Register: first hello, the coordinator's ack with the job, the worker
@@ -115,17 +129,22 @@ static void session_ended(session *s, stk__rpc_stream *st) {
  * failed for good. */
 static int64_t session_register(session *s, stk__rpc_stream *st) {
   Stoker__V1__CoordinatorCommand *cmd = NULL;
-  if (send_hello(s, st, 0, 0, 0)) return 0;
+  if (send_hello(s, st, 0, 0, 0)) {
+    session_unreachable(s, st);
+    return 0;
+  }
   int r = recv_cmd(s, st, stk__now_ms() + 5000, &cmd);
   if (r != 1 || cmd->kind_case != STOKER__V1__COORDINATOR_COMMAND__KIND_ACK ||
       !cmd->ack->job) {
     if (r == 0) session_ended(s, st);
+    else if (r == -1) session_unreachable(s, st);
     if (cmd) protobuf_c_message_free_unpacked(&cmd->base, NULL);
     return 0;
   }
   /* The coordinator answered: not an orphan, even if opening the dataset
    * (on_job, first time) takes long. */
   set_healthy(s, 1);
+  s->warned_ms = 0;
   uint64_t job_hash = 0, size = 0, fp = 0;
   char err[512];
   int64_t interval = cmd->ack->heartbeat_interval_ms;
@@ -204,7 +223,7 @@ static void run_once(session *s, stk__rpc_channel *ch) {
 static void *session_main(void *arg) {
   session *s = arg;
   stk__rpc_channel *ch = NULL;
-  if (stk__rpc_channel_open(s->coordinator, 0, s->token, &ch)) {
+  if (stk__rpc_channel_open(s->coordinator, 0, s->token, s->cfg.tls, &ch)) {
     mark_failed(s, "cannot create a channel to the coordinator");
     return NULL;
   }

@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "stoker.pb-c.h"
+#include "tls.h"
 
 /* SESSION_CMD_ABORT: Shutdown with failed set (the job was aborted). */
 enum { SESSION_CMD_DRAIN = 1, SESSION_CMD_SHUTDOWN = 2, SESSION_CMD_ABORT = 3 };
@@ -31,6 +32,7 @@ typedef struct session session;
 typedef struct session_config {
   const char *coordinator; /* host:port */
   const char *token;
+  const stk__tls *tls; /* NULL = plaintext; kept alive by the caller */
   const char *worker_id, *address;
   uint32_t cores;
 } session_config;

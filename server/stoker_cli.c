@@ -21,6 +21,8 @@
 static struct {
   char *coordinator, *token, *log_level, *reason;
   long long timeout_ms, rank, timeout_s;
+  stk__tls_opts tls;
+  stk__tls *tls_loaded; /* from opt.tls, loaded by open_channel */
 } opt;
 
 /* Rows every subcommand's table shares. */
@@ -43,10 +45,8 @@ static struct {
   }
 
 static stk__option status_options[] = {
-    OPT_COORDINATOR,
-    OPT_TOKEN,
-    OPT_TIMEOUT_MS,
-    OPT_LOG_LEVEL,
+    OPT_COORDINATOR, OPT_TOKEN,     STK__TLS_CLIENT_OPTIONS(opt.tls),
+    OPT_TIMEOUT_MS,  OPT_LOG_LEVEL,
 };
 #define NSTATUS (sizeof(status_options) / sizeof(status_options[0]))
 
@@ -63,6 +63,7 @@ static stk__option abort_options[] = {
      "why (logged by the coordinator and shown to every rank; at most 255 bytes)",
      &opt.reason, 0, 0},
     OPT_TOKEN,
+    STK__TLS_CLIENT_OPTIONS(opt.tls),
     OPT_TIMEOUT_MS,
     OPT_LOG_LEVEL,
 };
@@ -79,6 +80,7 @@ static stk__option wait_options[] = {
      "give up (exit 1) once the coordinator was unreachable this long in a row",
      &opt.timeout_s, 1, 86400 * 30},
     OPT_TOKEN,
+    STK__TLS_CLIENT_OPTIONS(opt.tls),
     OPT_LOG_LEVEL,
 };
 #define NWAIT (sizeof(wait_options) / sizeof(wait_options[0]))
@@ -113,6 +115,22 @@ static void print_ranks(const char *label, const uint32_t *r, size_t n, uint32_t
   printf("\n");
 }
 
+/* A channel to the coordinator with --token and the --tls-* files (read
+ * once per process). 0, or -1 after saying why on stderr. */
+static int open_channel(const char *cmd, stk__rpc_channel **ch) {
+  char err[512];
+  stk__tls_files tf = {opt.tls.ca, opt.tls.cert, opt.tls.key, 0};
+  if (!opt.tls_loaded && stk__tls_load(&tf, &opt.tls_loaded, err, sizeof(err))) {
+    fprintf(stderr, "%s: %s\n", cmd, err);
+    return -1;
+  }
+  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, opt.tls_loaded, ch)) {
+    fprintf(stderr, "%s: cannot create a channel\n", cmd);
+    return -1;
+  }
+  return 0;
+}
+
 /* One unary call to the coordinator for subcommand cmd ("stoker status"):
  * 0 with *resp (free with protobuf_c_message_free_unpacked), or -1 after
  * saying why on stderr (the coordinator's details escaped). */
@@ -121,10 +139,7 @@ static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage
                      ProtobufCMessage **resp) {
   stk__rpc_channel *ch = NULL;
   *resp = NULL;
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
-    fprintf(stderr, "%s: cannot create a channel\n", cmd);
-    return -1;
-  }
+  if (open_channel(cmd, &ch)) return -1;
   char det[512], edet[600];
   int code = stk__rpc_unary(ch, method, req, resp_desc, resp, (int)opt.timeout_ms, det,
                             sizeof(det));
@@ -311,8 +326,7 @@ static int cmd_wait(int argc, char **argv) {
   }
   int rc = WAIT_UNREACHABLE;
   stk__rpc_channel *ch = NULL;
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
-    fprintf(stderr, "stoker wait: cannot create a channel\n");
+  if (open_channel("stoker wait", &ch)) {
     goto out;
   }
   /* Watch the worker list: its last message says whether the job failed.
@@ -367,7 +381,11 @@ int main(int argc, char **argv) {
     int (*fn)(int, char **);
   } commands[] = {{"status", cmd_status}, {"abort", cmd_abort}, {"wait", cmd_wait}};
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-    if (!strcmp(argv[1], commands[i].name)) return commands[i].fn(argc - 1, argv + 1);
+    if (!strcmp(argv[1], commands[i].name)) {
+      int rc = commands[i].fn(argc - 1, argv + 1);
+      stk__tls_free(opt.tls_loaded);
+      return rc;
+    }
   fprintf(stderr, "stoker: unknown command '%s'\n", argv[1]);
   usage(stderr);
   return 2;

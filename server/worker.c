@@ -57,6 +57,7 @@ static const char exit_codes_text[] =
 
 static struct {
   char *coordinator, *listen, *advertise, *data_root, *token, *port_file, *log_level;
+  stk__tls_opts tls;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
       fault_transient_every;
@@ -94,6 +95,7 @@ static stk__option options[] = {
      "bearer token every call must carry (and sent "
      "to the coordinator)",
      &opt.token, 0, 0},
+    STK__TLS_SERVER_OPTIONS(opt.tls),
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
      &opt.port_file, 0, 0},
@@ -119,6 +121,7 @@ static stk__option options[] = {
 
 static struct {
   pthread_mutex_t mu;
+  stk__tls *tls; /* --tls-*: serving and the coordinator session; NULL = plaintext */
   int have_job;
   stk_job_spec spec; /* resolved: num_samples = dataset size */
   uint64_t job_hash; /* hash of the resolved spec: what streams carry */
@@ -608,6 +611,22 @@ int main(int argc, char **argv) {
     code = EXIT_USAGE;
     goto out;
   }
+  {
+    char terr[512];
+    stk__tls_files tf = {opt.tls.ca, opt.tls.cert, opt.tls.key, opt.tls.require};
+    if (stk__tls_load(&tf, &W.tls, terr, sizeof(terr))) {
+      fprintf(stderr, PROGRAM ": %s\n", terr);
+      code = EXIT_USAGE;
+      goto out;
+    }
+    if (W.tls && !stk__tls_has_cert(W.tls)) {
+      fprintf(stderr, PROGRAM
+              ": TLS needs --tls-cert and --tls-key (the worker serves "
+              "clients with them)\n");
+      code = EXIT_USAGE;
+      goto out;
+    }
+  }
   stk__signals_install();
   stk__daemon_raise_nofile();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -628,7 +647,7 @@ int main(int argc, char **argv) {
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
-  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token,
+  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token, W.tls,
                         opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
@@ -652,11 +671,12 @@ int main(int argc, char **argv) {
     goto out;
   }
   LOG_INFO(
-      "listening on %s port %d, advertising %s, %u builder threads, "
+      "listening on %s port %d (%s), advertising %s, %u builder threads, "
       "coordinator %s",
-      opt.listen, port, advertise, W.threads, opt.coordinator);
+      opt.listen, port, stk__tls_describe(W.tls), advertise, W.threads, opt.coordinator);
 
-  session_config cfg = {opt.coordinator, opt.token, worker_id, advertise, W.threads};
+  session_config cfg = {opt.coordinator, opt.token, W.tls,
+                        worker_id,       advertise, W.threads};
   session_hooks hooks = {on_job, fill_stats, on_command};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
@@ -684,6 +704,7 @@ int main(int argc, char **argv) {
   sched_destroy(s, 2000);
   stk_dataset_close(W.ds);
 out:
+  stk__tls_free(W.tls);
   stk__options_free(options, NOPTIONS);
   return code;
 }

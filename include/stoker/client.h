@@ -75,7 +75,14 @@ typedef struct stk_client_config {
   size_t resume_len;
   uint32_t join_timeout_ms; /* keep trying to join this long, default 60000 */
   uint32_t verify_crc;      /* check each payload's crc32c, default 1 */
-  uint8_t reserved[128];
+  /* TLS: PEM file paths, read once at open. With tls_ca (or a cert+key)
+   * every connection (coordinator and workers) uses TLS, verifying the
+   * daemons against tls_ca (NULL: the system roots); tls_cert + tls_key
+   * are presented when the daemons require client certificates (mTLS).
+   * NULL or "" = $STOKER_TLS_CA / $STOKER_TLS_CERT / $STOKER_TLS_KEY, else
+   * plaintext. */
+  const char *tls_ca, *tls_cert, *tls_key;
+  uint8_t reserved[104];
 } stk_client_config;
 
 STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);

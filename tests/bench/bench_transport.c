@@ -220,16 +220,20 @@ static void usage(FILE *f) {
           "  --threads T     worker builder threads (default 2)\n"
           "  --prefetch P    client outstanding requests (default 4)\n"
           "  --bindir DIR    where stoker-coordinator and stoker-worker are\n"
-          "                  (default: next to this binary, ../../server, PATH)\n");
+          "                  (default: next to this binary, ../../server, PATH)\n"
+          "  --tls DIR       stoker over TLS with DIR/ca.pem, DIR/server.pem and\n"
+          "                  DIR/server.key, made by: deploy/stoker-certs ca DIR &&\n"
+          "                  deploy/stoker-certs issue DIR server IP:127.0.0.1\n"
+          "                  (the raw TCP baseline stays plaintext)\n");
 }
 
 int bench_transport_main(int argc, char **argv) {
   int batches = 40, bs = 256, threads = 2, prefetch = 4, rounds = 3;
-  const char *bindir = NULL;
-  static const struct option opts[] = {{"batches", 1, 0, 'n'}, {"batch-size", 1, 0, 'b'},
-                                       {"threads", 1, 0, 't'}, {"prefetch", 1, 0, 'p'},
-                                       {"bindir", 1, 0, 'd'},  {"rounds", 1, 0, 'r'},
-                                       {"help", 0, 0, 'h'},    {0, 0, 0, 0}};
+  const char *bindir = NULL, *tls = NULL;
+  static const struct option opts[] = {
+      {"batches", 1, 0, 'n'},  {"batch-size", 1, 0, 'b'}, {"threads", 1, 0, 't'},
+      {"prefetch", 1, 0, 'p'}, {"bindir", 1, 0, 'd'},     {"rounds", 1, 0, 'r'},
+      {"tls", 1, 0, 'T'},      {"help", 0, 0, 'h'},       {0, 0, 0, 0}};
   int c;
   optind = 1;
   while ((c = getopt_long(argc, argv, "h", opts, NULL)) != -1) {
@@ -252,6 +256,9 @@ int bench_transport_main(int argc, char **argv) {
       case 'r':
         rounds = atoi(optarg);
         break;
+      case 'T':
+        tls = optarg;
+        break;
       case 'h':
         usage(stdout);
         return 0;
@@ -273,8 +280,21 @@ int bench_transport_main(int argc, char **argv) {
   stk_batch_layout_of(&spec, &L);
   size_t total = (size_t)batches * L.total_bytes;
   printf(
-      "transport: %d batches of %ux3x224x224 uint8 (%.1f MB each), loopback, %ld cores\n",
-      batches, spec.batch_size, L.total_bytes / 1e6, sysconf(_SC_NPROCESSORS_ONLN));
+      "transport: %d batches of %ux3x224x224 uint8 (%.1f MB each), loopback, %ld "
+      "cores%s\n",
+      batches, spec.batch_size, L.total_bytes / 1e6, sysconf(_SC_NPROCESSORS_ONLN),
+      tls ? ", stoker over TLS" : "");
+  char ca[PATH_MAX], cert[PATH_MAX], key[PATH_MAX];
+  if (tls) {
+    snprintf(ca, sizeof ca, "%s/ca.pem", tls);
+    snprintf(cert, sizeof cert, "%s/server.pem", tls);
+    snprintf(key, sizeof key, "%s/server.key", tls);
+    if (access(ca, R_OK) || access(cert, R_OK) || access(key, R_OK)) {
+      fprintf(stderr,
+              "--tls %s: need ca.pem, server.pem, server.key there (see --help)\n", tls);
+      return 2;
+    }
+  }
 
   /* In-process cost of what the worker does besides the wire. */
   {
@@ -326,8 +346,11 @@ int bench_transport_main(int argc, char **argv) {
     find_binary("stoker-coordinator", coord_bin, sizeof coord_bin);
     find_binary("stoker-worker", worker_bin, sizeof worker_bin);
   }
-  char *cargv[] = {coord_bin, "--listen", "127.0.0.1:0",      "--port-file", cport,
-                   "--job",   job,        "--idle-timeout-s", "120",         NULL};
+  char *cargv[] = {
+      coord_bin,          "--listen", "127.0.0.1:0", "--port-file", cport, "--job", job,
+      "--idle-timeout-s", "120",      NULL,          NULL,          NULL,  NULL,    NULL};
+  if (tls)
+    cargv[9] = "--tls-cert", cargv[10] = cert, cargv[11] = "--tls-key", cargv[12] = key;
   pid_t cpid = spawn(cargv, clog);
   int port = cpid > 0 ? read_port(cport, 10) : -1;
   if (port < 0) {
@@ -338,8 +361,18 @@ int bench_transport_main(int argc, char **argv) {
   char caddr[64], tbuf[16];
   snprintf(caddr, sizeof caddr, "127.0.0.1:%d", port);
   snprintf(tbuf, sizeof tbuf, "%d", threads);
-  char *wargv[] = {worker_bin,    "--coordinator", caddr,       "--listen", "127.0.0.1:0",
-                   "--port-file", wport,           "--threads", tbuf,       NULL};
+  char *wargv[] = {worker_bin,    "--coordinator",
+                   caddr,         "--listen",
+                   "127.0.0.1:0", "--port-file",
+                   wport,         "--threads",
+                   tbuf,          NULL,
+                   NULL,          NULL,
+                   NULL,          NULL,
+                   NULL,          NULL};
+  if (tls) {
+    wargv[9] = "--tls-cert", wargv[10] = cert, wargv[11] = "--tls-key", wargv[12] = key;
+    wargv[13] = "--tls-ca", wargv[14] = ca;
+  }
   pid_t wpid = spawn(wargv, wlog);
   int rc = 1;
   stk_client *cl = NULL;
@@ -353,6 +386,7 @@ int bench_transport_main(int argc, char **argv) {
   cfg.rank = 0;
   cfg.world_size = 1;
   cfg.prefetch = (uint32_t)prefetch;
+  if (tls) cfg.tls_ca = ca;
   char err[512];
   if (stk_client_open(&cfg, &cl, err, sizeof err)) {
     fprintf(stderr, "client: %s\n", err);
@@ -405,8 +439,9 @@ int bench_transport_main(int argc, char **argv) {
       rg, median(raw_s, rounds), median(raw_r, rounds));
   printf(
       "  stoker, 1 worker  : %6.2f GB/s   worker %.3f CPU s/GB, client %.3f CPU s/GB"
-      " (%.1f batches/s)\n",
-      sg, median(stk_w, rounds), median(stk_c, rounds), sg * 1e9 / L.total_bytes);
+      " (%.1f batches/s)%s\n",
+      sg, median(stk_w, rounds), median(stk_c, rounds), sg * 1e9 / L.total_bytes,
+      tls ? ", TLS" : "");
   printf("  ratio stoker / raw TCP: %.2f (target >= 0.50)\n", sg / rg);
   stk_client_finish(cl, 1);
   rc = 0;

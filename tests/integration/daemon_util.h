@@ -101,7 +101,7 @@ static inline stk__rpc_channel *du_channel_token(int port, const char *token) {
   char target[64];
   snprintf(target, sizeof(target), "127.0.0.1:%d", port);
   stk__rpc_channel *ch = NULL;
-  if (stk__rpc_channel_open(target, 0, token, &ch)) return NULL;
+  if (stk__rpc_channel_open(target, 0, token, NULL, &ch)) return NULL;
   return ch;
 }
 

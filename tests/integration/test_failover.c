@@ -124,7 +124,7 @@ static void coordinator_restart(void) {
     stk_job_spec_defaults(&spec);
     CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
     stk__rpc_channel *w =
-        stk__rpc_channel_open(jr->workers[0]->address, 0, NULL, &w) ? NULL : w;
+        stk__rpc_channel_open(jr->workers[0]->address, 0, NULL, NULL, &w) ? NULL : w;
     stk__rpc_stream *s = NULL;
     CHECK(w && stk__rpc_stream_open(w, "/stoker.v1.Worker/Stream", 20000, &s) == 0);
     if (s) {

@@ -137,6 +137,9 @@ class Loader:
     convert: None, "float32" or "bfloat16" (uint8 image -> normalized NCHW).
     state: bytes from state_dict()["stoker_state"] to resume from.
     token: bearer token for the coordinator and workers.
+    tls_ca, tls_cert, tls_key: PEM files for TLS (None = $STOKER_TLS_CA,
+        $STOKER_TLS_CERT, $STOKER_TLS_KEY, else plaintext): tls_ca verifies
+        the daemons; cert+key are presented under mTLS (docs/operations.md).
     with_meta: yield (images, labels, batch) where batch has mask/index.
     as_dict: yield {name: tensor} for every tensor of the batch.
     copy: yield owned tensors (one copy per batch) instead of views of the
@@ -151,7 +154,8 @@ class Loader:
                  prefetch=8, slots=3, convert=None, state=None, token=None,
                  join_timeout_ms=60000, cuda_device=None, cuda_stream=None,
                  job=None, data_root=None, with_meta=False, as_dict=False,
-                 copy=False, pin_memory=False, xla_device=None):
+                 copy=False, pin_memory=False, xla_device=None, tls_ca=None,
+                 tls_cert=None, tls_key=None):
         if device not in DEVICES:
             raise ValueError("device must be 'cpu', 'cuda' or 'xla', not %r" % (device,))
         if with_meta and as_dict:
@@ -176,7 +180,8 @@ class Loader:
                           prefetch=prefetch, slots=slots,
                           convert=convert, token=token,
                           join_timeout_ms=join_timeout_ms, cuda_device=cuda_device,
-                          cuda_stream=cuda_stream, job=job, data_root=data_root)
+                          cuda_stream=cuda_stream, job=job, data_root=data_root,
+                          tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
         self._state = bytes(state) if state is not None else None
         self._c = None
         self._cur = None
@@ -218,6 +223,10 @@ class Loader:
         if a["token"]:
             keep.append(a["token"].encode())
             cfg.token = keep[-1]
+        for k in ("tls_ca", "tls_cert", "tls_key"):
+            if a[k]:
+                keep.append(os.fsencode(a[k]))
+                setattr(cfg, k, keep[-1])
         if self._state is not None:
             sbuf = ctypes.create_string_buffer(self._state, len(self._state))
             keep.append(sbuf)

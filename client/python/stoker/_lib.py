@@ -46,7 +46,10 @@ class Config(ctypes.Structure):
         ("resume_len", ctypes.c_size_t),
         ("join_timeout_ms", ctypes.c_uint32),
         ("verify_crc", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 128),
+        ("tls_ca", ctypes.c_char_p),
+        ("tls_cert", ctypes.c_char_p),
+        ("tls_key", ctypes.c_char_p),
+        ("reserved", ctypes.c_uint8 * 104),
     ]
 
 
