@@ -35,7 +35,7 @@ int stk__tokens_code(const char *name) {
   static const struct {
     const char *name;
     int code;
-  } t[] = {{"uint8", STK__MG_U8},  {"int8", STK__MG_I8},  {"int16", STK__MG_I16},
+  } t[] = {{"uint8", STK__MG_U8},  {"int8", STK__MG_I8},   {"int16", STK__MG_I16},
            {"int32", STK__MG_I32}, {"int64", STK__MG_I64}, {"uint16", STK__MG_U16}};
   for (size_t i = 0; i < sizeof(t) / sizeof(t[0]); i++)
     if (!strcmp(name, t[i].name)) return t[i].code;
@@ -268,7 +268,8 @@ int stk__tokens_check(const char *prefix, FILE *out, char *err, size_t errlen) {
     goto done;
   }
   if (out)
-    fprintf(out, "%s: dtype code %d, %llu sequences, %llu document entries, %llu tokens\n",
+    fprintf(out,
+            "%s: dtype code %d, %llu sequences, %llu document entries, %llu tokens\n",
             prefix, x.code, (unsigned long long)x.nseq, (unsigned long long)x.ndoc,
             (unsigned long long)x.tokens);
   rc = 0;
@@ -299,7 +300,7 @@ int stk__tokens_dump(const stk_job_spec *spec, const char *root, uint64_t epoch,
   stk_dataset *ds = NULL;
   stk_builder *b = NULL;
   unsigned char *buf = NULL;
-  uint64_t *order = NULL;
+  uint64_t *order = NULL, *pos = NULL;
   int rc = stk_dataset_open(spec, root, NULL, &ds, err, errlen);
   if (rc) return rc;
   stk_job_spec s = *spec;
@@ -310,9 +311,8 @@ int stk__tokens_dump(const stk_job_spec *spec, const char *root, uint64_t epoch,
     goto done;
   fprintf(out, "samples %llu seq_len %u\n", (unsigned long long)s.num_samples, s.seq_len);
   uint64_t start, count, nseq;
-  for (uint32_t d = 0; stk__megatron_describe(ds, epoch, d, &start, &count, NULL, &nseq) ==
-                       STK_OK;
-       d++) {
+  for (uint32_t d = 0;
+       stk__megatron_describe(ds, epoch, d, &start, &count, NULL, &nseq) == STK_OK; d++) {
     free(order);
     order = malloc((nseq ? nseq : 1) * sizeof(uint64_t));
     if (!order) {
@@ -322,11 +322,13 @@ int stk__tokens_dump(const stk_job_spec *spec, const char *root, uint64_t epoch,
     stk__megatron_describe(ds, epoch, d, &start, &count, order, &nseq);
     fprintf(out, "prefix %u start %llu count %llu order", d, (unsigned long long)start,
             (unsigned long long)count);
-    for (uint64_t j = 0; j < nseq; j++) fprintf(out, " %llu", (unsigned long long)order[j]);
+    for (uint64_t j = 0; j < nseq; j++)
+      fprintf(out, " %llu", (unsigned long long)order[j]);
     fputc('\n', out);
   }
   buf = malloc(L.total_bytes);
-  if (!buf) {
+  pos = malloc(s.batch_size * sizeof(uint64_t));
+  if (!buf || !pos) {
     rc = STK_NO_MEMORY;
     goto done;
   }
@@ -339,18 +341,22 @@ int stk__tokens_dump(const stk_job_spec *spec, const char *root, uint64_t epoch,
         snprintf(err, errlen, "%s", stk_builder_error(b));
         goto done;
       }
+      stk_batch_samples(&s, s.num_samples, epoch, r, st, pos, NULL);
       for (uint32_t j = 0; j < s.batch_size; j++) {
-        int64_t idx = -1;
-        if (ti >= 0) memcpy(&idx, buf + L.tensors[ti].offset + 8 * j, 8);
-        fprintf(out, "sample %lld rank %u step %llu\n", (long long)idx, r,
+        fprintf(out, "sample %llu rank %u step %llu\n", (unsigned long long)pos[j], r,
                 (unsigned long long)st);
+        if (ti >= 0) {
+          int64_t idx;
+          memcpy(&idx, buf + L.tensors[ti].offset + 8 * j, 8);
+          fprintf(out, "index %lld\n", (long long)idx);
+        }
         for (uint32_t t = 0; t < L.ntensors; t++) {
           const stk_tensor_desc *d = &L.tensors[t];
           if (d->ndim != 2) continue;
           fprintf(out, "%s ", d->name);
           if (d->dtype == STK_DTYPE_FLOAT32) {
-            const float *f = (const float *)(const void *)(buf + d->offset) +
-                             (size_t)s.seq_len * j;
+            const float *f =
+                (const float *)(const void *)(buf + d->offset) + (size_t)s.seq_len * j;
             for (uint32_t i = 0; i < s.seq_len; i++) fprintf(out, i ? " %g" : "%g", f[i]);
             fputc('\n', out);
           } else {
@@ -361,6 +367,7 @@ int stk__tokens_dump(const stk_job_spec *spec, const char *root, uint64_t epoch,
     }
 done:
   free(order);
+  free(pos);
   free(buf);
   stk_builder_destroy(b);
   stk_dataset_close(ds);

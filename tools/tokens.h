@@ -33,8 +33,10 @@ int stk__tokens_check(const char *prefix, FILE *out, char *err, size_t errlen);
 /* Print every sample of `epoch` of a token job as the worker builds it:
  * "samples N seq_len S", one "prefix d start A count C order q0 q1 ..."
  * line per blend prefix (its document order this epoch), then per sample
- * "sample P rank R step T" followed by one line per [B, seq_len] tensor
- * ("tokens t0 t1 ...", "labels ...", "loss_mask ...", "position_ids ...").
+ * "sample P rank R step T" (P: its position in [0, N), from the
+ * addressing), "index I" if the batch has an index tensor, then one line
+ * per [B, seq_len] tensor ("tokens t0 t1 ...", "labels ...", "loss_mask
+ * ...", "position_ids ...").
  * Returns an stk_status (message in err). */
 int stk__tokens_dump(const stk_job_spec *spec, const char *root, uint64_t epoch,
                      FILE *out, char *err, size_t errlen);
