@@ -147,7 +147,8 @@ static void test_hostile(void) {
   expect_open("hugelen", x, n, good_bin, good_bin_len, STK_CORRUPT, "past the end");
   RESET();
   put64(x + PTR(2), 1ull << 63);
-  expect_open("negptr", x, n, good_bin, good_bin_len, STK_CORRUPT, "negative byte pointer");
+  expect_open("negptr", x, n, good_bin, good_bin_len, STK_CORRUPT,
+              "negative byte pointer");
   RESET();
   put64(x + PTR(2), (1ull << 62) + 2);
   expect_open("farptr", x, n, good_bin, good_bin_len, STK_CORRUPT, "past the end");
@@ -304,10 +305,14 @@ static int write_corpus(const char *dir) {
     size_t at;
     uint64_t v;
     int width;
-  } seeds[] = {{"good", 0, 0, 0},          {"badmagic", 8, 0x58, 1},
-               {"version2", 8 + 9, 2, 8},  {"dtype9", 8 + 17, 9, 1},
-               {"nseqhuge", 8 + 18, 1ull << 40, 8}, {"neglen", 8 + LEN(1), 0xffffffffu, 4},
-               {"farptr", 8 + PTR(2), 1ull << 62, 8}, {"docorder", 8 + DOC(2), 0, 8}};
+  } seeds[] = {{"good", 0, 0, 0},
+               {"badmagic", 8, 0x58, 1},
+               {"version2", 8 + 9, 2, 8},
+               {"dtype9", 8 + 17, 9, 1},
+               {"nseqhuge", 8 + 18, 1ull << 40, 8},
+               {"neglen", 8 + LEN(1), 0xffffffffu, 4},
+               {"farptr", 8 + PTR(2), 1ull << 62, 8},
+               {"docorder", 8 + DOC(2), 0, 8}};
   for (size_t k = 0; k < sizeof(seeds) / sizeof(seeds[0]); k++) {
     put64(x, good_bin_len);
     memcpy(x + 8, good_idx, good_idx_len);
