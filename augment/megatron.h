@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define STK__MG_HEADER_BYTES 34
+#define STK__MG_HEADER_BYTES  34
 #define STK__MG_MAX_SEQUENCES (1ull << 32)
 
 /* .bin dtype codes */
@@ -41,13 +41,13 @@ enum {
 /* A parsed .idx: views into the caller's bytes (arrays may be unaligned:
  * read them with stk__mg_len / stk__mg_ptr / stk__mg_doc). */
 typedef struct stk__mg_index {
-  int code;                   /* STK__MG_* (an integer type) */
-  size_t itemsize;            /* bytes per token */
-  uint64_t nseq, ndoc;        /* S and D of the header */
-  const unsigned char *lens;  /* int32[S] */
-  const unsigned char *ptrs;  /* int64[S] */
-  const unsigned char *docs;  /* int64[D] */
-  uint64_t tokens;            /* sum of the lengths */
+  int code;                  /* STK__MG_* (an integer type) */
+  size_t itemsize;           /* bytes per token */
+  uint64_t nseq, ndoc;       /* S and D of the header */
+  const unsigned char *lens; /* int32[S] */
+  const unsigned char *ptrs; /* int64[S] */
+  const unsigned char *docs; /* int64[D] */
+  uint64_t tokens;           /* sum of the lengths */
 } stk__mg_index;
 
 /* Parse and check idx[0..idx_len) for a .bin of bin_len bytes: magic,

@@ -88,8 +88,8 @@ int stk__mg_parse(const unsigned char *idx, size_t idx_len, uint64_t bin_len,
   if (memcmp(idx, "MMIDIDX\0\0", 9) != 0)
     PFAIL(".idx does not start with the magic MMIDIDX\\0\\0 (not a Megatron index)");
   uint64_t version = stk__mg_u64(idx + 9);
-  if (version != 1) PFAIL(".idx version %llu, only version 1 is known",
-                          (unsigned long long)version);
+  if (version != 1)
+    PFAIL(".idx version %llu, only version 1 is known", (unsigned long long)version);
   int code = idx[17];
   size_t isz = stk__mg_itemsize(code);
   if (!isz) PFAIL(".idx dtype code %d is unknown (1..8)", code);
@@ -102,12 +102,13 @@ int stk__mg_parse(const unsigned char *idx, size_t idx_len, uint64_t bin_len,
   /* S <= 2^32 and D is checked before it is multiplied */
   uint64_t body = (uint64_t)idx_len - STK__MG_HEADER_BYTES;
   if (S * 12 > body || (body - S * 12) % 8 != 0 || (body - S * 12) / 8 != D)
-    PFAIL(".idx is %zu bytes but its header says %llu sequences and %llu document "
-          "entries (%llu bytes of arrays after the header, %llu present): truncated or "
-          "corrupt",
-          idx_len, (unsigned long long)S, (unsigned long long)D,
-          (unsigned long long)(D <= UINT64_MAX / 8 - S * 12 ? S * 12 + D * 8 : 0),
-          (unsigned long long)body);
+    PFAIL(
+        ".idx is %zu bytes but its header says %llu sequences and %llu document "
+        "entries (%llu bytes of arrays after the header, %llu present): truncated or "
+        "corrupt",
+        idx_len, (unsigned long long)S, (unsigned long long)D,
+        (unsigned long long)(D <= UINT64_MAX / 8 - S * 12 ? S * 12 + D * 8 : 0),
+        (unsigned long long)body);
   out->code = code;
   out->itemsize = isz;
   out->nseq = S;
@@ -128,10 +129,11 @@ int stk__mg_parse(const unsigned char *idx, size_t idx_len, uint64_t bin_len,
       PFAIL("sequence %llu starts at byte %llu, not a multiple of the token size %zu",
             (unsigned long long)i, (unsigned long long)ptr, isz);
     if (ptr > bin_len || (uint64_t)len > (bin_len - ptr) / isz)
-      PFAIL("sequence %llu (%u tokens at byte %llu) reaches past the end of the "
-            ".bin (%llu bytes)",
-            (unsigned long long)i, len, (unsigned long long)ptr,
-            (unsigned long long)bin_len);
+      PFAIL(
+          "sequence %llu (%u tokens at byte %llu) reaches past the end of the "
+          ".bin (%llu bytes)",
+          (unsigned long long)i, len, (unsigned long long)ptr,
+          (unsigned long long)bin_len);
     total += len; /* < 2^32 sequences of < 2^31 tokens: no overflow */
   }
   out->tokens = total;
@@ -156,7 +158,7 @@ typedef struct mg_prefix {
   void *idx_map, *bin_map;
   size_t idx_len, bin_len;
   stk__mg_index x;
-  uint64_t windows;     /* W_d */
+  uint64_t windows;      /* W_d */
   uint64_t start, count; /* the blend range of positions */
   uint64_t doc_seed;
 } mg_prefix;
@@ -187,13 +189,13 @@ static void unmap_prefix(mg_prefix *p) {
 
 /* Map root/rel read-only after checking it resolves under root. An empty
  * file maps to NULL with *len 0. */
-static int map_file(const char *root, const char *rel, void **map, size_t *len,
-                    char *err, size_t errlen) {
+static int map_file(const char *root, const char *rel, void **map, size_t *len, char *err,
+                    size_t errlen) {
   char joined[PATH_MAX + STK_PATH_MAX + 8], real[PATH_MAX];
   snprintf(joined, sizeof(joined), "%s/%s", root, rel);
   if (!realpath(joined, real))
-    return stk__errf(err, errlen, errno == ENOENT ? STK_NOT_FOUND : STK_IO, "%s: %s",
-                     rel, strerror(errno));
+    return stk__errf(err, errlen, errno == ENOENT ? STK_NOT_FOUND : STK_IO, "%s: %s", rel,
+                     strerror(errno));
   size_t rl = strlen(root);
   if (strncmp(real, root, rl) != 0 || (real[rl] != '/' && strcmp(root, "/") != 0))
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
@@ -208,8 +210,8 @@ static int map_file(const char *root, const char *rel, void **map, size_t *len,
     rc = stk__errf(err, errlen, STK_LIMIT, "%s is too large to map", rel);
   } else if (st.st_size > 0) {
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
-    if (m == MAP_FAILED) rc = stk__errf(err, errlen, STK_IO, "mmap %s: %s", rel,
-                                        strerror(errno));
+    if (m == MAP_FAILED)
+      rc = stk__errf(err, errlen, STK_IO, "mmap %s: %s", rel, strerror(errno));
     else *map = m, *len = (size_t)st.st_size;
   }
   close(fd);
@@ -360,8 +362,7 @@ static int mg_open(stk_dataset *ds, char *err, size_t errlen) {
     if (!p->windows) {
       rc = stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                      "%s holds %llu tokens, fewer than one sample of seq_len + 1 = %llu",
-                     p->name, (unsigned long long)p->x.tokens,
-                     (unsigned long long)S + 1);
+                     p->name, (unsigned long long)p->x.tokens, (unsigned long long)S + 1);
       goto fail;
     }
     p->doc_seed = stk__mix64(ds->spec.seed ^ stk__mix64(0x746f6b656e73ull + d));
