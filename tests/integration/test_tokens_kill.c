@@ -54,12 +54,11 @@ int main(int argc, char **argv) {
   mkdir(root, 0700);
   snprintf(pa, sizeof pa, "%s/a", root);
   snprintf(pb, sizeof pb, "%s/b", root);
-  char *gen_a[] = {argv[3],   "tokens",    "--synthetic", "400",    "--out", pa,
-                   "--dtype", "uint16",    "--max-len",   "120",    "--seed", "1",
-                   NULL};
-  char *gen_b[] = {argv[3],   "tokens",    "--synthetic", "300",    "--out", pb,
-                   "--dtype", "int32",     "--max-len",   "60",     "--seed", "2",
-                   NULL};
+  char *gen_a[] = {argv[3],  "tokens",  "--synthetic", "400",       "--out",
+                   pa,       "--dtype", "uint16",      "--max-len", "120",
+                   "--seed", "1",       NULL};
+  char *gen_b[] = {argv[3], "tokens",    "--synthetic", "300",    "--out", pb,  "--dtype",
+                   "int32", "--max-len", "60",          "--seed", "2",     NULL};
   stk_proc g;
   CHECK(proc_spawn(&g, "gen_a", gen_a) == 0 && proc_wait(&g, 60000) == 0);
   CHECK(proc_spawn(&g, "gen_b", gen_b) == 0 && proc_wait(&g, 60000) == 0);
