@@ -511,7 +511,7 @@ static int window(stk_builder *b, const mg_prefix *p, const mg_cum *c, uint64_t 
       int64_t v = g->w[got + t];
       if (v < 0 || (b->spec.token_dtype == STK_DTYPE_INT32 && v > INT32_MAX)) {
         snprintf(b->err, sizeof(b->err),
-                 "%s: token %lld at position %llu of sequence %llu is not a token id "
+                 "%.96s: token %lld at position %llu of sequence %llu is not a token id "
                  "for token_dtype %s",
                  p->name, (long long)v, (unsigned long long)(off + t),
                  (unsigned long long)seq,
@@ -582,7 +582,7 @@ static int mg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
     while (d + 1 < m->nprefix && pos >= m->p[d].start + m->p[d].count) d++;
     const mg_prefix *p = &m->p[d];
     if (!g->held[d] && !(g->held[d] = mg_acquire(m, epoch, d))) {
-      snprintf(b->err, sizeof(b->err), "out of memory for the prefix sums of %s",
+      snprintf(b->err, sizeof(b->err), "out of memory for the prefix sums of %.160s",
                p->name);
       return STK_UNAVAILABLE;
     }

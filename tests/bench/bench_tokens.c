@@ -163,23 +163,26 @@ int bench_tokens_main(int argc, char **argv) {
   unlink(bin);
   rmdir(root);
   if (rc) return 1;
-  printf("stoker-bench tokens: %llu documents, %llu uint16 tokens (%.0f MB), seq_len %llu, "
-         "batch %llu, token_dtype %s, one thread\n",
-         (unsigned long long)nd, (unsigned long long)nt, nt * 2 / 1e6, S, B,
-         dtype == STK_DTYPE_INT32 ? "int32" : "int64");
+  printf(
+      "stoker-bench tokens: %llu documents, %llu uint16 tokens (%.0f MB), seq_len %llu, "
+      "batch %llu, token_dtype %s, one thread\n",
+      (unsigned long long)nd, (unsigned long long)nt, nt * 2 / 1e6, S, B,
+      dtype == STK_DTYPE_INT32 ? "int32" : "int64");
   printf("per CPU second of one thread (wall-clock rate in brackets)\n");
   const result *rs[2] = {&r1, &r2};
   const char *names[2] = {"tokens+labels+index            ",
                           "tokens+labels+loss_mask+pos_ids"};
   for (int k = 0; k < 2; k++)
-    printf("  %s: %9.0f batches/s (%.0f), %6.2f Mtokens/s, %6.2f GB/s of payload "
-           "(%llu B/batch); first build of the epoch %.1f ms (prefix sums)\n",
-           names[k], rs[k]->batches_per_s, rs[k]->wall_batches_per_s,
-           rs[k]->batches_per_s * B * S / 1e6, rs[k]->batches_per_s * rs[k]->payload / 1e9,
-           (unsigned long long)rs[k]->payload, rs[k]->first_build_ms);
-  printf("  baseline memcpy of the same windows from the mapped .bin: %9.0f batches/s, "
-         "%.2f GB/s of uint16 tokens\n",
-         base, base * B * (S + 1) * 2 / 1e9);
+    printf(
+        "  %s: %9.0f batches/s (%.0f), %6.2f Mtokens/s, %6.2f GB/s of payload "
+        "(%llu B/batch); first build of the epoch %.1f ms (prefix sums)\n",
+        names[k], rs[k]->batches_per_s, rs[k]->wall_batches_per_s,
+        rs[k]->batches_per_s * B * S / 1e6, rs[k]->batches_per_s * rs[k]->payload / 1e9,
+        (unsigned long long)rs[k]->payload, rs[k]->first_build_ms);
+  printf(
+      "  baseline memcpy of the same windows from the mapped .bin: %9.0f batches/s, "
+      "%.2f GB/s of uint16 tokens\n",
+      base, base * B * (S + 1) * 2 / 1e9);
   return 0;
 usage:
   fputs(help, stderr);
