@@ -33,7 +33,8 @@
  *     at 0 after each input token equal to eod_token; index is p.
  *
  * Owns the mappings and a small cache of prefix-sum arrays shared by the
- * dataset's builders (a mutex guards it; an array in use is never freed).
+ * dataset's builders (a mutex guards it; an array in use is never freed;
+ * memory: 8 bytes per sequence per cached epoch, about two epochs).
  * Token ids must be >= 0 (and fit int32 for token_dtype = int32): a build
  * that meets another fails with STK_CORRUPT naming the sequence.
  * Truncating a mapped file under a running worker is not supported (the
@@ -248,6 +249,9 @@ static int parse_blend(const char *spec, mg_ds *m, int *weighted, char *err,
       p->weight = w;
       nw++;
     }
+    if (tok[0] == '/')
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "dataset: '%s' must be relative to the data root", tok);
     snprintf(p->name, sizeof(p->name), "%s", tok);
   }
   if (!m->nprefix)
@@ -390,6 +394,20 @@ static mg_cum *mg_acquire(mg_ds *m, uint64_t epoch, uint32_t d) {
   for (c = m->cache; c; c = c->next)
     if (c->epoch == epoch && c->prefix == d) break;
   if (!c) {
+    /* Arrays of epochs before the previous one that nobody holds go
+     * first: a worker keeps at most two epochs per prefix (a boundary)
+     * besides what straggling builders still hold. */
+    for (mg_cum **pp = &m->cache; *pp;) {
+      mg_cum *o = *pp;
+      if (!o->refs && o->epoch + 1 < epoch) {
+        *pp = o->next;
+        m->ncache--;
+        free(o->c);
+        free(o);
+      } else {
+        pp = &o->next;
+      }
+    }
     c = calloc(1, sizeof(*c));
     const mg_prefix *p = &m->p[d];
     if (c) c->c = malloc((p->x.nseq + 1) * sizeof(uint64_t));
@@ -417,22 +435,12 @@ static mg_cum *mg_acquire(mg_ds *m, uint64_t epoch, uint32_t d) {
   return c;
 }
 
-/* Drop a reference; arrays nobody uses are freed once the cache holds
- * more than two per prefix (two epochs side by side at a boundary). */
+/* Drop a reference (the array stays cached for the other builders; see
+ * mg_acquire for when it goes). */
 static void mg_release(mg_ds *m, mg_cum *c) {
   if (!c) return;
   pthread_mutex_lock(&m->mu);
   c->refs--;
-  if (c->refs == 0 && m->ncache > 2 * m->nprefix) {
-    for (mg_cum **pp = &m->cache; *pp; pp = &(*pp)->next)
-      if (*pp == c) {
-        *pp = c->next;
-        break;
-      }
-    m->ncache--;
-    free(c->c);
-    free(c);
-  }
   pthread_mutex_unlock(&m->mu);
 }
 

@@ -2,11 +2,13 @@
  * pairs: truncated, bad magic, bad version, bad or float dtype, counts
  * that do not match the file size or overflow, negative lengths and
  * pointers, sequences past the end of the .bin or unaligned, document
- * indices out of order, too few tokens, token ids a job cannot carry.
+ * indices out of order, too few tokens, token ids a job cannot carry,
+ * paths out of the root, bad blends.
  * Each must be refused by stk_dataset_open (or the build) with a clear
  * message, never a crash (the suite runs under ASan+UBSan). Then 3000
  * random mutations of a small .idx through the parser: whatever it
- * accepts must describe sequences inside the .bin.
+ * accepts must describe sequences inside the .bin. Also: builders moving
+ * through six epochs, interleaved, equal fresh reference builds.
  *
  * `test_tokens_hostile --write-corpus DIR` writes seed inputs of the fuzz
  * target (tests/fuzz/fuzz_megatron_idx.c): 8 bytes of .bin size, then
@@ -212,6 +214,9 @@ static void test_paths(void) {
   CHECK(strstr(err, "every prefix a weight") != NULL);
   job(&s, "good:-1");
   CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  job(&s, "good:0.5, /etc/good:0.5");
+  CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "relative to the data root") != NULL);
   job(&s, "good:0.5, , good:0.5");
   CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_INVALID_ARGUMENT);
   job(&s, "good");
@@ -264,6 +269,38 @@ static void test_bad_tokens(void) {
     stk_builder_destroy(b);
     stk_dataset_close(ds);
   }
+}
+
+/* Builders that move through epochs (the prefix sums cache drops old
+ * epochs) and interleave: every batch equals a fresh reference build. */
+static void test_epochs(void) {
+  stk_job_spec s;
+  job(&s, "good");
+  s.epochs = 6, s.batch_size = 1;
+  s.loss_mask = s.position_ids = 1;
+  char err[256];
+  stk_dataset *ds = NULL;
+  stk_builder *b[2] = {NULL, NULL};
+  CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
+  if (!ds) return;
+  for (int k = 0; k < 2; k++)
+    CHECK(stk_builder_create(ds, &s, &b[k], err, sizeof(err)) == STK_OK);
+  unsigned char got[1024], want[1024];
+  int same = 0;
+  for (uint64_t e = 0; e < 6; e++)
+    for (uint64_t st = 0; st < 4; st++) {
+      stk_builder *bb = b[(e + st) % 2 && e < 5 ? 1 : 0];
+      if (!bb) continue;
+      memset(got, 0, sizeof(got));
+      memset(want, 0, sizeof(want));
+      CHECK(stk_builder_build(bb, e, 0, st, got, sizeof(got), NULL) == STK_OK);
+      CHECK(stk_build_reference(&s, root, e, 0, st, want, sizeof(want), err,
+                                sizeof(err)) == STK_OK);
+      same += memcmp(got, want, sizeof(got)) == 0;
+    }
+  CHECK_EQ_U64(same, 24);
+  for (int k = 0; k < 2; k++) stk_builder_destroy(b[k]);
+  stk_dataset_close(ds);
 }
 
 /* Random mutations through the parser; what it accepts is in bounds. */
@@ -337,6 +374,7 @@ int main(int argc, char **argv) {
     test_hostile();
     test_paths();
     test_bad_tokens();
+    test_epochs();
     test_mutations();
   }
   free(good_idx);
