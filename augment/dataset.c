@@ -25,11 +25,12 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
   *out = NULL;
   int rc = stk_job_spec_validate(spec, err, errlen);
   if (rc) return rc;
-  /* validate admits these three kinds only */
-  const stk__source_ops *ops = spec->source == STK_SOURCE_TAR ? &stk__tar_source
-                               : spec->source == STK_SOURCE_IMAGEFOLDER
-                                   ? &stk__imagefolder_source
-                                   : &stk__synthetic_source;
+  /* validate admits these four kinds only */
+  const stk__source_ops *ops =
+      spec->source == STK_SOURCE_TAR           ? &stk__tar_source
+      : spec->source == STK_SOURCE_IMAGEFOLDER ? &stk__imagefolder_source
+      : spec->source == STK_SOURCE_MEGATRON    ? &stk__megatron_source
+                                               : &stk__synthetic_source;
   if (spec->source != STK_SOURCE_SYNTHETIC) {
     if (!data_root || !*data_root) {
       return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
@@ -155,13 +156,15 @@ int stk_builder_build_at(stk_builder *b, uint64_t epoch, uint64_t offset, uint32
   }
   b->pos0 = offset + (step * b->spec.world_size + rank) * (uint64_t)b->spec.batch_size;
   unsigned char *p = buf;
-  const stk_tensor_desc *ti = &b->layout.tensors[STK_TENSOR_INDEX];
-  const stk_tensor_desc *tm = &b->layout.tensors[STK_TENSOR_MASK];
-  for (uint32_t j = 0; j < b->spec.batch_size; j++) {
+  /* index and mask are looked up by name: token jobs may have no mask and
+   * no index tensor (core/layout.c) */
+  int ti = stk_batch_layout_find(&b->layout, "index");
+  int tm = stk_batch_layout_find(&b->layout, "mask");
+  for (uint32_t j = 0; ti >= 0 && j < b->spec.batch_size; j++) {
     int64_t v = (int64_t)b->indices[j];
-    memcpy(p + ti->offset + 8ull * j, &v, 8);
+    memcpy(p + b->layout.tensors[ti].offset + 8ull * j, &v, 8);
   }
-  memcpy(p + tm->offset, b->mask, b->spec.batch_size);
+  if (tm >= 0) memcpy(p + b->layout.tensors[tm].offset, b->mask, b->spec.batch_size);
   /* Zero the alignment padding so the payload (and its crc) is a function
    * of the address alone. */
   for (uint32_t t = 0; t < b->layout.ntensors; t++) {

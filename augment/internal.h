@@ -1,6 +1,7 @@
 /* internal.h - what augment/'s files share and nothing outside augment/
  * may use: the dataset and builder structs and the source vtable through
- * which each dataset kind (synthetic, ImageFolder, tar shards) plugs in.
+ * which each dataset kind (synthetic, ImageFolder, tar shards, Megatron
+ * token data) plugs in.
  */
 #ifndef STOKER_AUGMENT_INTERNAL_H
 #define STOKER_AUGMENT_INTERNAL_H
@@ -37,8 +38,8 @@ struct stk_builder {
 };
 
 /* A dataset kind. open fills ds->n, ds->fingerprint and ds->impl (message in
- * err on failure); build fills the image and label tensors of b->indices
- * (the index and mask tensors are written by the caller) and counts
+ * err on failure); build fills the tensors of b->indices other than index
+ * and mask, which the caller writes when the layout has them, and counts
  * substituted samples in info. */
 typedef struct stk__source_ops {
   const char *name;
@@ -54,5 +55,14 @@ typedef struct stk__source_ops {
 extern const stk__source_ops stk__synthetic_source;   /* synthetic.c */
 extern const stk__source_ops stk__imagefolder_source; /* source_folder.c */
 extern const stk__source_ops stk__tar_source;         /* source_tar.c */
+extern const stk__source_ops stk__megatron_source;    /* source_megatron.c */
+
+/* For tools and tests of the megatron source: the blend range [start,
+ * start + count) of prefix d, its sequence count, and (order non-NULL,
+ * nseq entries) its document order in epoch. STK_INVALID_ARGUMENT for
+ * another source, STK_NOT_FOUND past the last prefix. Thread-safe. */
+int stk__megatron_describe(const stk_dataset *ds, uint64_t epoch, uint32_t d,
+                           uint64_t *start, uint64_t *count, uint64_t *order,
+                           uint64_t *nseq);
 
 #endif

@@ -12,7 +12,9 @@
 int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out) {
   int st = stk_batch_layout_of(spec, out);
   if (st || convert == STK_CONVERT_NONE) return st;
-  if (spec->dtype != STK_DTYPE_UINT8) return STK_INVALID_ARGUMENT;
+  /* an image conversion: a token job has no image to convert */
+  if (spec->dtype != STK_DTYPE_UINT8 || spec->source == STK_SOURCE_MEGATRON)
+    return STK_INVALID_ARGUMENT;
   stk_tensor_desc *img = &out->tensors[STK_TENSOR_IMAGE];
   uint64_t esz = convert == STK_CONVERT_FLOAT32 ? 4 : 2;
   img->dtype = convert == STK_CONVERT_FLOAT32 ? STK_DTYPE_FLOAT32 : STK_DTYPE_BFLOAT16;

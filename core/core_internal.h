@@ -30,6 +30,7 @@ static inline size_t stk__dtype_size(int dtype) {
     case STK_DTYPE_BFLOAT16:
       return 2;
     case STK_DTYPE_FLOAT32:
+    case STK_DTYPE_INT32:
       return 4;
     case STK_DTYPE_INT64:
       return 8;

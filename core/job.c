@@ -18,7 +18,7 @@
 #include "common/error.h"
 #include "core_internal.h"
 
-typedef enum { T_STR, T_U32, T_U64, T_F32, T_F32X3, T_BOOL, T_ENUM } opt_type;
+typedef enum { T_STR, T_U32, T_U64, T_F32, T_F32X3, T_BOOL, T_ENUM, T_TOKEN } opt_type;
 
 typedef struct {
   const char *name;
@@ -28,6 +28,7 @@ typedef struct {
 static const enum_name source_names[] = {{"synthetic", STK_SOURCE_SYNTHETIC},
                                          {"imagefolder", STK_SOURCE_IMAGEFOLDER},
                                          {"tar", STK_SOURCE_TAR},
+                                         {"megatron", STK_SOURCE_MEGATRON},
                                          {NULL, 0}};
 static const enum_name pipeline_names[] = {{"raw", STK_PIPELINE_RAW},
                                            {"train", STK_PIPELINE_TRAIN},
@@ -37,6 +38,8 @@ static const enum_name dtype_names[] = {{"uint8", STK_DTYPE_UINT8},
                                         {"float32", STK_DTYPE_FLOAT32},
                                         {"bfloat16", STK_DTYPE_BFLOAT16},
                                         {NULL, 0}};
+static const enum_name token_dtype_names[] = {
+    {"int32", STK_DTYPE_INT32}, {"int64", STK_DTYPE_INT64}, {NULL, 0}};
 static const enum_name layout_names[] = {
     {"nhwc", STK_LAYOUT_NHWC}, {"nchw", STK_LAYOUT_NCHW}, {NULL, 0}};
 
@@ -85,6 +88,20 @@ static const job_opt job_opts[] = {
     {"saturation", T_F32, OFF(saturation), 0, NULL, "ColorJitter saturation"},
     {"mean", T_F32X3, OFF(mean), 0, NULL, "Normalize mean, r,g,b"},
     {"std", T_F32X3, OFF(std), 0, NULL, "Normalize std, r,g,b"},
+    {"seq_len", T_U32, OFF(seq_len), 0, NULL,
+     "megatron: tokens per sample (each sample reads seq_len + 1)"},
+    {"token_dtype", T_ENUM, OFF(token_dtype), 0, token_dtype_names,
+     "megatron: int32 | int64 (tokens, labels, position_ids)"},
+    {"eod_token", T_TOKEN, OFF(eod_token), 0, NULL,
+     "megatron: end-of-document token id, or none"},
+    {"eod_mask_loss", T_BOOL, OFF(eod_mask_loss), 0, NULL,
+     "megatron: loss_mask = 0 where the input token is eod_token"},
+    {"reset_position_ids", T_BOOL, OFF(reset_position_ids), 0, NULL,
+     "megatron: position_ids restart after each eod_token"},
+    {"loss_mask", T_BOOL, OFF(loss_mask), 0, NULL,
+     "megatron: the batch carries a float32 loss_mask tensor"},
+    {"position_ids", T_BOOL, OFF(position_ids), 0, NULL,
+     "megatron: the batch carries a position_ids tensor"},
 };
 #define NOPTS (sizeof(job_opts) / sizeof(job_opts[0]))
 
@@ -111,7 +128,18 @@ void stk_job_spec_defaults(stk_job_spec *s) {
   s->flip_p = 0.5f;
   s->mean[0] = 0.485f, s->mean[1] = 0.456f, s->mean[2] = 0.406f;
   s->std[0] = 0.229f, s->std[1] = 0.224f, s->std[2] = 0.225f;
+  s->seq_len = 2048;
+  s->token_dtype = STK_DTYPE_INT64;
+  s->eod_token = -1;
 }
+
+_Static_assert(sizeof(stk_job_spec) == 968,
+               "stk_job_spec changed size: take new "
+               "fields out of reserved[]");
+_Static_assert(offsetof(stk_job_spec, eod_token) % 8 == 0 &&
+                   offsetof(stk_job_spec, reserved) ==
+                       offsetof(stk_job_spec, position_ids) + 4,
+               "stk_job_spec has padding among the token fields");
 
 static int parse_u64(const char *v, uint64_t max, uint64_t *out) {
   char *end;
@@ -198,6 +226,17 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
       else
         return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                          "'%s' wants true or false, got '%s'", key, value);
+      return STK_OK;
+    case T_TOKEN:
+      if (!strcmp(value, "none")) {
+        *(int64_t *)field = -1;
+        return STK_OK;
+      }
+      if (parse_u64(value, INT64_MAX, &u))
+        return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                         "'%s' wants a token id (an integer >= 0) or none, got '%s'", key,
+                         value);
+      *(int64_t *)field = (int64_t)u;
       return STK_OK;
     case T_ENUM:
       for (const enum_name *e = o->enums; e->name; e++)
@@ -369,6 +408,12 @@ size_t stk_job_spec_format(const stk_job_spec *s, char *buf, size_t len) {
         snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
                  enum_str(o->enums, *(const int32_t *)field));
         break;
+      case T_TOKEN: {
+        int64_t v = *(const int64_t *)field;
+        if (v < 0) snprintf(tmp, sizeof(tmp), "%s = none\n", o->name);
+        else snprintf(tmp, sizeof(tmp), "%s = %" PRId64 "\n", o->name, v);
+        break;
+      }
     }
     size_t t = strlen(tmp);
     if (buf && n < len) {
@@ -396,6 +441,42 @@ uint64_t stk_job_spec_hash(const stk_job_spec *s) {
 
 #define VFAIL(...) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, __VA_ARGS__)
 
+/* The token keys: checked for source = megatron; any other job must leave
+ * them at their defaults (a value there would silently do nothing). */
+static int validate_tokens(const stk_job_spec *s, char *err, size_t errlen) {
+  if (s->source != STK_SOURCE_MEGATRON) {
+    stk_job_spec d;
+    stk_job_spec_defaults(&d);
+    if (s->seq_len != d.seq_len || s->token_dtype != d.token_dtype ||
+        s->eod_token != d.eod_token || s->eod_mask_loss || s->reset_position_ids ||
+        s->loss_mask || s->position_ids)
+      VFAIL(
+          "seq_len, token_dtype, eod_token, eod_mask_loss, reset_position_ids, "
+          "loss_mask and position_ids are for source = megatron");
+    return STK_OK;
+  }
+  if (s->seq_len < 1 || s->seq_len > (1u << 20)) VFAIL("seq_len must be in 1..1048576");
+  if (s->token_dtype != STK_DTYPE_INT32 && s->token_dtype != STK_DTYPE_INT64)
+    VFAIL("token_dtype must be int32 or int64");
+  if (s->eod_token < -1) VFAIL("eod_token must be a token id >= 0 or none");
+  if (s->eod_token > INT32_MAX && s->token_dtype == STK_DTYPE_INT32)
+    VFAIL("eod_token does not fit token_dtype = int32");
+  if (s->eod_mask_loss && !s->loss_mask)
+    VFAIL("eod_mask_loss needs loss_mask = true (the tensor it writes)");
+  if (s->reset_position_ids && !s->position_ids)
+    VFAIL("reset_position_ids needs position_ids = true (the tensor it writes)");
+  if ((s->eod_mask_loss || s->reset_position_ids) && s->eod_token < 0)
+    VFAIL("eod_mask_loss and reset_position_ids need eod_token");
+  if (!s->drop_last && !s->loss_mask)
+    VFAIL(
+        "drop_last = false pads the last step: a token job then needs loss_mask = true "
+        "(padded samples get loss_mask 0)");
+  /* tokens + labels + loss_mask + position_ids at 8 bytes a token at most */
+  if ((uint64_t)s->batch_size * s->seq_len * 8 * 4 > (2ull << 30))
+    VFAIL("a token batch may hold at most 2 GiB (batch_size * seq_len too large)");
+  return STK_OK;
+}
+
 int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (!memchr(s->name, 0, sizeof(s->name)) || !memchr(s->dataset, 0, sizeof(s->dataset)))
     VFAIL("job spec strings are not terminated");
@@ -403,8 +484,10 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
       VFAIL("job name may hold only letters, digits, '.', '_' and '-'");
   if (!s->name[0]) VFAIL("job name is empty");
-  if (s->source < STK_SOURCE_SYNTHETIC || s->source > STK_SOURCE_TAR)
+  if (s->source < STK_SOURCE_SYNTHETIC || s->source > STK_SOURCE_MEGATRON)
     VFAIL("unknown source %d", (int)s->source);
+  int rc = validate_tokens(s, err, errlen);
+  if (rc) return rc;
   if (s->pipeline < STK_PIPELINE_RAW || s->pipeline > STK_PIPELINE_EVAL)
     VFAIL("unknown pipeline %d", (int)s->pipeline);
   if (!stk__dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
@@ -429,9 +512,11 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
       VFAIL("the synthetic source needs num_samples (how many samples to make)");
     if (s->num_classes == 0) VFAIL("num_classes must be > 0");
     if (s->synthetic_cost_us > 10000000) VFAIL("synthetic_cost_us above 10 s per sample");
-  } else {
+  } else if (s->source != STK_SOURCE_MEGATRON) {
     if (s->pipeline == STK_PIPELINE_RAW)
       VFAIL("pipeline = raw is for the synthetic source; use train or eval");
+  }
+  if (s->source != STK_SOURCE_SYNTHETIC) {
     if (!s->dataset[0]) VFAIL("source needs a dataset path");
     if (s->dataset[0] == '/' || strstr(s->dataset, ".."))
       VFAIL("dataset must be a path relative to the data root, without '..'");
@@ -444,7 +529,8 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (s->epochs < 1 || s->epochs > 1000000) VFAIL("epochs must be in 1..1000000");
   uint64_t img = (uint64_t)s->height * s->width * s->channels *
                  stk__dtype_size(s->dtype) * s->batch_size;
-  if (img > (2ull << 30)) VFAIL("a batch may hold at most 2 GiB of image data");
+  if (img > (2ull << 30) && s->source != STK_SOURCE_MEGATRON)
+    VFAIL("a batch may hold at most 2 GiB of image data");
   if (s->pipeline == STK_PIPELINE_EVAL && (s->resize < 1 || s->resize > 16384))
     VFAIL("resize must be in 1..16384");
   if (!(s->scale_min > 0 && s->scale_min <= s->scale_max && s->scale_max <= 1))

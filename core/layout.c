@@ -1,6 +1,7 @@
-/* layout.c - the batch layout: where each tensor (image, label, mask,
- * index) sits in a batch payload, derived from a valid job spec alone, so
- * every batch of a job has the same shapes and offsets.
+/* layout.c - the batch layout: where each tensor sits in a batch payload
+ * (image jobs: image, label, mask, index; token jobs: tokens, labels and
+ * the optional loss_mask, position_ids, index), derived from a valid job
+ * spec alone, so every batch of a job has the same shapes and offsets.
  *
  * Plain values, no allocation; safe from any thread.
  */
@@ -9,9 +10,36 @@
 
 #include "core_internal.h"
 
+static void add_tensor(stk_batch_layout *L, const char *name, int dtype, uint32_t ndim,
+                       uint64_t d0, uint64_t d1) {
+  stk_tensor_desc *d = &L->tensors[L->ntensors++];
+  snprintf(d->name, sizeof(d->name), "%s", name);
+  d->dtype = dtype;
+  d->ndim = ndim;
+  d->shape[0] = d0;
+  d->shape[1] = d1;
+  d->nbytes = d0 * (ndim > 1 ? d1 : 1) * stk__dtype_size(dtype);
+  d->offset = L->total_bytes;
+  L->total_bytes += (d->nbytes + 63) & ~(uint64_t)63;
+}
+
+/* Token jobs: tokens, labels, [loss_mask], [position_ids], [index]. */
+static void token_layout(const stk_job_spec *s, stk_batch_layout *L) {
+  uint64_t B = s->batch_size, S = s->seq_len;
+  add_tensor(L, "tokens", s->token_dtype, 2, B, S);
+  add_tensor(L, "labels", s->token_dtype, 2, B, S);
+  if (s->loss_mask) add_tensor(L, "loss_mask", STK_DTYPE_FLOAT32, 2, B, S);
+  if (s->position_ids) add_tensor(L, "position_ids", s->token_dtype, 2, B, S);
+  if (L->ntensors < STK_MAX_TENSORS) add_tensor(L, "index", STK_DTYPE_INT64, 1, B, 0);
+}
+
 int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
   if (stk_job_spec_validate(s, NULL, 0) != STK_OK) return STK_INVALID_ARGUMENT;
   memset(L, 0, sizeof(*L));
+  if (s->source == STK_SOURCE_MEGATRON) {
+    token_layout(s, L);
+    return STK_OK;
+  }
   uint64_t B = s->batch_size, off = 0;
   static const char *names[] = {"image", "label", "mask", "index"};
   for (int t = 0; t < STK_MAX_TENSORS; t++) {
@@ -36,4 +64,11 @@ int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
   L->ntensors = STK_MAX_TENSORS;
   L->total_bytes = off;
   return STK_OK;
+}
+
+int stk_batch_layout_find(const stk_batch_layout *L, const char *name) {
+  if (!L || !name) return -1;
+  for (uint32_t t = 0; t < L->ntensors && t < STK_MAX_TENSORS; t++)
+    if (!strncmp(L->tensors[t].name, name, sizeof(L->tensors[t].name))) return (int)t;
+  return -1;
 }

@@ -160,6 +160,8 @@ static const char *dtype_name(int dt) {
       return "bfloat16";
     case STK_DTYPE_INT64:
       return "int64";
+    case STK_DTYPE_INT32:
+      return "int32";
   }
   return "unknown";
 }
@@ -295,11 +297,17 @@ static int send_batch(stream_ctx *x, sched_done *d) {
   uint32_t B = W.spec.batch_size;
   uint64_t *idx = malloc(B * sizeof(uint64_t));
   if (!idx) return -1;
-  const stk_tensor_desc *ti = &W.layout.tensors[STK_TENSOR_INDEX];
-  for (uint32_t j = 0; j < B; j++) {
-    int64_t v;
-    memcpy(&v, d->data + ti->offset + 8ull * j, 8);
-    idx[j] = (uint64_t)v;
+  /* The sample ids: the index tensor, or (a token job without one) the
+   * addressing itself, which the index tensor always equals. */
+  int ti = stk_batch_layout_find(&W.layout, "index");
+  if (ti < 0) {
+    stk_batch_samples(&W.spec, W.spec.num_samples, d->epoch, d->rank, d->step, idx, NULL);
+  } else {
+    for (uint32_t j = 0; j < B; j++) {
+      int64_t v;
+      memcpy(&v, d->data + W.layout.tensors[ti].offset + 8ull * j, 8);
+      idx[j] = (uint64_t)v;
+    }
   }
   Stoker__V1__BatchHeader h = STOKER__V1__BATCH_HEADER__INIT;
   h.epoch = d->epoch;

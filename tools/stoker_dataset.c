@@ -1,8 +1,9 @@
 /* stoker_dataset.c - the `stoker-dataset` tool: `gen` writes a procedural
  * JPEG dataset in ImageFolder and/or tar-shard layout (demos, tests,
  * benchmarks); `index` builds the tar index cache of a shard directory so
- * workers start without scanning. A thin command line over gen.c and
- * stk_tar_index.
+ * workers start without scanning; `tokens`, `tokens-check` and
+ * `tokens-dump` write, check and read back Megatron .bin/.idx token
+ * datasets. A thin command line over gen.c, tokens.c and stk_tar_index.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -10,6 +11,7 @@
 
 #include "gen.h"
 #include "stoker/augment.h"
+#include "tokens.h"
 
 static const char *gen_help =
     "usage: stoker-dataset gen --out DIR --count N [--seed S] [--classes K]\n"
@@ -101,15 +103,138 @@ static int cmd_index(int argc, char **argv) {
   return 0;
 }
 
+static const char *tokens_help =
+    "usage: stoker-dataset tokens --out PREFIX (--in FILE | --synthetic N)\n"
+    "                             [--dtype uint16] [--seed S] [--vocab V]\n"
+    "                             [--eod ID|none] [--min-len A] [--max-len B]\n"
+    "Writes a Megatron-LM/NeMo indexed dataset PREFIX.bin + PREFIX.idx (one\n"
+    "document per sequence). --in: a text file (- = stdin) of pre-tokenized\n"
+    "documents, one a line of integers separated by spaces or commas.\n"
+    "--synthetic N: N documents of A..B random tokens in [0, V), each ended\n"
+    "by the eod token, the same for the same seed. dtype: uint8 int8 int16\n"
+    "int32 int64 uint16. Defaults: uint16, seed 0, vocab 50257, eod 0,\n"
+    "lengths 1..1024.\n";
+static const char *check_help =
+    "usage: stoker-dataset tokens-check PREFIX\n"
+    "Checks PREFIX.idx against PREFIX.bin with the worker's parser and prints\n"
+    "its dtype code, sequence, document and token counts.\n";
+static const char *dump_help =
+    "usage: stoker-dataset tokens-dump --job FILE --data-root DIR [--epoch E]\n"
+    "Prints every sample of epoch E (default 0) of a source = megatron job as\n"
+    "a worker builds it, with each prefix's document order (tools/README.md).\n";
+
+static int cmd_tokens(int argc, char **argv) {
+  stk__tokens_opts o = {0};
+  o.code = stk__tokens_code("uint16");
+  o.vocab = 50257, o.eod = 0, o.min_len = 1, o.max_len = 1024;
+  unsigned long long v;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(tokens_help, stdout);
+      return 0;
+    }
+    if (!val) goto usage;
+    i++;
+    if (!strcmp(a, "--out")) o.out = val;
+    else if (!strcmp(a, "--in")) o.in = val;
+    else if (!strcmp(a, "--synthetic") && !parse_u64(val, &v) && v) o.synthetic = v;
+    else if (!strcmp(a, "--dtype") && stk__tokens_code(val))
+      o.code = stk__tokens_code(val);
+    else if (!strcmp(a, "--seed") && !parse_u64(val, &v)) o.seed = v;
+    else if (!strcmp(a, "--vocab") && !parse_u64(val, &v) && v) o.vocab = v;
+    else if (!strcmp(a, "--eod") && !strcmp(val, "none")) o.eod = -1;
+    else if (!strcmp(a, "--eod") && !parse_u64(val, &v) && v < (1ull << 62))
+      o.eod = (int64_t)v;
+    else if (!strcmp(a, "--min-len") && !parse_u64(val, &v)) o.min_len = v;
+    else if (!strcmp(a, "--max-len") && !parse_u64(val, &v)) o.max_len = v;
+    else goto usage;
+  }
+  if (!o.out || (!o.in == !o.synthetic)) goto usage;
+  char err[512];
+  uint64_t docs = 0, tokens = 0;
+  if (stk__tokens_write(&o, &docs, &tokens, err, sizeof(err))) {
+    fprintf(stderr, "stoker-dataset tokens: %s\n", err);
+    return 1;
+  }
+  printf("wrote %llu documents, %llu tokens to %s.bin and %s.idx\n",
+         (unsigned long long)docs, (unsigned long long)tokens, o.out, o.out);
+  return 0;
+usage:
+  fputs(tokens_help, stderr);
+  return 2;
+}
+
+static int cmd_tokens_check(int argc, char **argv) {
+  if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+    fputs(check_help, stdout);
+    return 0;
+  }
+  if (argc != 2) {
+    fputs(check_help, stderr);
+    return 2;
+  }
+  char err[512];
+  if (stk__tokens_check(argv[1], stdout, err, sizeof(err))) {
+    fprintf(stderr, "stoker-dataset tokens-check: %s\n", err);
+    return 1;
+  }
+  return 0;
+}
+
+static int cmd_tokens_dump(int argc, char **argv) {
+  const char *job = NULL, *root = NULL;
+  unsigned long long epoch = 0;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(dump_help, stdout);
+      return 0;
+    }
+    if (!val) goto usage;
+    i++;
+    if (!strcmp(a, "--job")) job = val;
+    else if (!strcmp(a, "--data-root")) root = val;
+    else if (!strcmp(a, "--epoch") && !parse_u64(val, &epoch)) {
+    } else goto usage;
+  }
+  if (!job || !root) goto usage;
+  char err[512];
+  stk_job_spec spec;
+  stk_job_spec_defaults(&spec);
+  int rc = stk_job_spec_load(&spec, job, err, sizeof(err));
+  if (!rc && spec.source != STK_SOURCE_MEGATRON) {
+    snprintf(err, sizeof(err), "%s is not a source = megatron job", job);
+    rc = STK_INVALID_ARGUMENT;
+  }
+  if (!rc) rc = stk__tokens_dump(&spec, root, epoch, stdout, err, sizeof(err));
+  if (rc) {
+    fprintf(stderr, "stoker-dataset tokens-dump: %s (%s)\n", err, stk_strerror(rc));
+    return 1;
+  }
+  return 0;
+usage:
+  fputs(dump_help, stderr);
+  return 2;
+}
+
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "gen")) return cmd_gen(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "index")) return cmd_index(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "tokens")) return cmd_tokens(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "tokens-check"))
+    return cmd_tokens_check(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "tokens-dump"))
+    return cmd_tokens_dump(argc - 1, argv + 1);
   FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? stdout
                                                                                 : stderr;
   fputs(
-      "usage: stoker-dataset gen|index [--help]\n"
-      "  gen    write a procedural JPEG dataset (ImageFolder and tar shards)\n"
-      "  index  build the index cache of a tar shard directory\n",
+      "usage: stoker-dataset gen|index|tokens|tokens-check|tokens-dump [--help]\n"
+      "  gen           write a procedural JPEG dataset (ImageFolder and tar shards)\n"
+      "  index         build the index cache of a tar shard directory\n"
+      "  tokens        write a Megatron .bin/.idx token dataset (text or synthetic)\n"
+      "  tokens-check  check a .bin/.idx pair with the worker's parser\n"
+      "  tokens-dump   print the samples of a token job as a worker builds them\n",
       f);
   return f == stdout ? 0 : 2;
 }

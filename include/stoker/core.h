@@ -27,7 +27,8 @@ extern "C" {
 typedef enum stk_source_kind {
   STK_SOURCE_SYNTHETIC = 1,   /* procedurally generated images, no files */
   STK_SOURCE_IMAGEFOLDER = 2, /* root/<class>/<file>.jpg, torchvision order */
-  STK_SOURCE_TAR = 3          /* WebDataset-style shards: <key>.jpg + <key>.cls */
+  STK_SOURCE_TAR = 3,         /* WebDataset-style shards: <key>.jpg + <key>.cls */
+  STK_SOURCE_MEGATRON = 4     /* Megatron-LM/NeMo indexed token data: PREFIX.bin/.idx */
 } stk_source_kind;
 
 typedef enum stk_pipeline_kind {
@@ -40,7 +41,8 @@ typedef enum stk_dtype {
   STK_DTYPE_UINT8 = 1,
   STK_DTYPE_FLOAT32 = 2,
   STK_DTYPE_BFLOAT16 = 3,
-  STK_DTYPE_INT64 = 4
+  STK_DTYPE_INT64 = 4,
+  STK_DTYPE_INT32 = 5
 } stk_dtype;
 
 typedef enum stk_layout { STK_LAYOUT_NHWC = 1, STK_LAYOUT_NCHW = 2 } stk_layout;
@@ -74,7 +76,16 @@ typedef struct stk_job_spec {
   float flip_p;                           /* horizontal flip probability */
   float brightness, contrast, saturation; /* ColorJitter strengths, 0 = off */
   float mean[3], std[3];                  /* Normalize, on the 0..1 scale */
-  uint8_t reserved[256];
+  /* source = megatron (token jobs); other jobs leave them at their
+   * defaults. Ordered so that the struct has no padding before reserved. */
+  uint32_t seq_len;           /* tokens per sample (a window of seq_len + 1) */
+  int32_t token_dtype;        /* STK_DTYPE_INT32 or STK_DTYPE_INT64 */
+  int32_t eod_mask_loss;      /* 1: loss_mask is 0 where the input token is eod */
+  int64_t eod_token;          /* end-of-document token id; -1 = none */
+  int32_t reset_position_ids; /* 1: position_ids restart after each eod token */
+  int32_t loss_mask;          /* 1: the batch carries a loss_mask tensor */
+  int32_t position_ids;       /* 1: the batch carries a position_ids tensor */
+  uint8_t reserved[228];
 } stk_job_spec;
 
 /* Fill *spec with the defaults (synthetic with num_samples 0, which the
@@ -238,10 +249,22 @@ typedef struct stk_batch_layout {
   uint64_t total_bytes; /* payload size, a multiple of 64 */
 } stk_batch_layout;
 
-/* image: [B,H,W,C] or [B,C,H,W] of the spec's dtype; label: int64 [B];
- * mask: uint8 [B] (1 = real sample, 0 = padding); index: int64 [B].
+/* Image jobs, always these four in this order: image: [B,H,W,C] or
+ * [B,C,H,W] of the spec's dtype; label: int64 [B]; mask: uint8 [B] (1 =
+ * real sample, 0 = padding); index: int64 [B] (ids STK_TENSOR_*).
+ *
+ * Token jobs (source = megatron), in this order: tokens [B, seq_len] and
+ * labels [B, seq_len] of token_dtype; then loss_mask float32 [B, seq_len]
+ * if the job asks for it; then position_ids [B, seq_len] of token_dtype if
+ * asked; then index int64 [B] if fewer than STK_MAX_TENSORS are taken.
+ * Look tensors up by name (stk_batch_layout_find), not by STK_TENSOR_*.
+ *
  * Returns STK_INVALID_ARGUMENT for an invalid spec. */
 STK_EXPORT int stk_batch_layout_of(const stk_job_spec *spec, stk_batch_layout *layout);
+
+/* Position of the tensor called name in layout, or -1 if it has none.
+ * Thread-safe. */
+STK_EXPORT int stk_batch_layout_find(const stk_batch_layout *layout, const char *name);
 
 #ifdef __cplusplus
 }

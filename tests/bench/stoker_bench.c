@@ -6,6 +6,7 @@
 
 int bench_augment_main(int argc, char **argv);
 int bench_transport_main(int argc, char **argv);
+int bench_tokens_main(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -16,6 +17,8 @@ static const struct {
      "RandomResizedCrop(224)+flip+Normalize images/s vs full decode and torchvision"},
     {"transport", bench_transport_main,
      "worker -> client batch stream GB/s and CPU s/GB vs one raw TCP stream"},
+    {"tokens", bench_tokens_main,
+     "source = megatron token batches/s and GB/s (seq_len 2048, batch 8) vs memcpy"},
 };
 
 static int usage(FILE *f) {

@@ -51,6 +51,30 @@ static inline int rank_stats(rank_run *r, stk_stats *out) {
   return ok ? 0 : -1;
 }
 
+/* Index of the worker whose address ends in ":port" in st, or -1. */
+static inline int worker_index(const stk_stats *st, int port) {
+  char suffix[16];
+  snprintf(suffix, sizeof(suffix), ":%d", port);
+  size_t sl = strlen(suffix);
+  for (uint32_t i = 0; i < st->nworkers && i < STK_MAX_WORKER_STATS; i++) {
+    size_t al = strlen(st->workers[i].address);
+    if (al >= sl && !strcmp(st->workers[i].address + al - sl, suffix)) return (int)i;
+  }
+  return -1;
+}
+
+/* The victim's (outstanding + completed) for rank r: it only grows when the
+ * client sends the victim a request (the worker-kill tests wait on it, not
+ * on a clock). -1 if unknown. */
+static inline int64_t victim_sent(rank_run *r, int vport, uint64_t *reissued) {
+  stk_stats st;
+  if (rank_stats(r, &st)) return -1;
+  *reissued = st.reissued;
+  int i = worker_index(&st, vport);
+  if (i < 0) return -1;
+  return (int64_t)st.workers[i].outstanding + (int64_t)st.workers[i].batches;
+}
+
 static inline void *rank_main(void *arg) {
   rank_run *r = arg;
   char addr[64];
