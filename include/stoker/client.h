@@ -158,7 +158,10 @@ STK_EXPORT int stk_client_next(stk_client *c, stk_batch **out);
 STK_EXPORT void stk_batch_release(stk_batch *b);
 
 typedef struct stk_tensor {
-  const char *name; /* "image", "label", "mask", "index" */
+  const char *name; /* image jobs: "image", "label", "mask", "index"; token
+                       jobs: "tokens", "labels", then "loss_mask",
+                       "position_ids", "index" as the job asks (look tensors
+                       up by name: stk_batch_layout_find) */
   int32_t dtype;    /* stk_dtype */
   uint32_t ndim;
   int64_t shape[STK_MAX_DIMS];

@@ -112,7 +112,12 @@ class JobSpec(ctypes.Structure):
         ("flip_p", ctypes.c_float), ("brightness", ctypes.c_float),
         ("contrast", ctypes.c_float), ("saturation", ctypes.c_float),
         ("mean", ctypes.c_float * 3), ("std", ctypes.c_float * 3),
-        ("reserved", ctypes.c_uint8 * 256),
+        # token jobs (source = megatron)
+        ("seq_len", ctypes.c_uint32), ("token_dtype", ctypes.c_int32),
+        ("eod_mask_loss", ctypes.c_int32), ("eod_token", ctypes.c_int64),
+        ("reset_position_ids", ctypes.c_int32), ("loss_mask", ctypes.c_int32),
+        ("position_ids", ctypes.c_int32),
+        ("reserved", ctypes.c_uint8 * 228),
     ]
 
 
