@@ -218,7 +218,21 @@ typedef struct stk_stats {
                                     coordinator is open and its request sent:
                                     worker-list changes and the end of the
                                     job reach it (0 while reconnecting) */
-  uint8_t reserved[60];
+  uint32_t workers_dropped;      /* workers this client stopped using for good:
+                                    one that refused its stream (INVALID_ARGUMENT,
+                                    OUT_OF_RANGE, FAILED_PRECONDITION,
+                                    UNAUTHENTICATED, PERMISSION_DENIED), sent a
+                                    malformed message, or sent 3 batches in a
+                                    row with a bad crc32c; its requests went to
+                                    the others (docs/operations.md) */
+  uint64_t hedges_sent;          /* hedged requests: a request late on its worker
+                                    (3x that worker's median latency, at least
+                                    100 ms) asked of a second worker too */
+  uint64_t hedges_won;           /* ... whose hedge copy arrived first */
+  uint64_t hedge_dropped;        /* copies of hedged batches that came after the
+                                    other copy had won and were dropped (also
+                                    counted in duplicates) */
+  uint8_t reserved[32];
 } stk_stats;
 
 /* Snapshot of the counters. Thread-safe. */
