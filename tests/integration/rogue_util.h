@@ -66,7 +66,8 @@ static inline int rogue_send_batch(stk__rpc_call *call, const Stoker__V1__BatchR
     stoker__v1__tensor_desc__init(&td[i]);
     td[i].name = (char *)L->tensors[i].name;
     td[i].dtype = (char *)dt[L->tensors[i].dtype];
-    for (uint32_t k = 0; k < L->tensors[i].ndim; k++) shapes[i][k] = L->tensors[i].shape[k];
+    for (uint32_t k = 0; k < L->tensors[i].ndim; k++)
+      shapes[i][k] = L->tensors[i].shape[k];
     td[i].n_shape = L->tensors[i].ndim;
     td[i].shape = shapes[i];
     td[i].offset = L->tensors[i].offset;
@@ -113,7 +114,8 @@ static inline void rogue_stream(stk__rpc_call *call) {
     if (q->job_hash != R.hash) {
       code = GRPC_STATUS_FAILED_PRECONDITION, why = "rogue: not this job", bad = 1;
     } else if (mode == ROGUE_INVALID_ARGUMENT) {
-      code = GRPC_STATUS_INVALID_ARGUMENT, why = "rogue: your request is invalid", bad = 1;
+      code = GRPC_STATUS_INVALID_ARGUMENT, why = "rogue: your request is invalid",
+      bad = 1;
     } else if (mode == ROGUE_FAILED_PRECONDITION) {
       code = GRPC_STATUS_FAILED_PRECONDITION, why = "rogue: another job", bad = 1;
     } else if (!buf || rogue_send_batch(call, q, buf, mode == ROGUE_BAD_CRC)) {

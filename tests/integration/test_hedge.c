@@ -64,16 +64,16 @@ static void run(rank_run *r, uint32_t rank, int port, stk_proc *victim, int cycl
   __atomic_store_n(&rank_done, 0, __ATOMIC_RELEASE);
   pthread_create(&t, NULL, rank_thread, r);
   /* the rank is streaming before the first stop (bounded: 60 s) */
-  for (int i = 0; i < 12000 && __atomic_load_n(&r->progress, __ATOMIC_ACQUIRE) < 5 &&
-                  !finished(r);
+  for (int i = 0;
+       i < 12000 && __atomic_load_n(&r->progress, __ATOMIC_ACQUIRE) < 5 && !finished(r);
        i++)
     du_sleep_ms(5);
   for (int n = 0; cycles && !finished(r); n++) {
     stop(victim);
     int64_t t0 = stk__now_ms();
-    while (!finished(r) && (stk__now_ms() - t0 < 1000 ||
-                            (n == 0 && want_win && !hedges_won(r) &&
-                             stk__now_ms() - t0 < 20000)))
+    while (!finished(r) &&
+           (stk__now_ms() - t0 < 1000 ||
+            (n == 0 && want_win && !hedges_won(r) && stk__now_ms() - t0 < 20000)))
       du_sleep_ms(5);
     proc_signal(victim, SIGCONT);
     for (int64_t t1 = stk__now_ms(); !finished(r) && stk__now_ms() - t1 < 500;)
@@ -90,29 +90,24 @@ static void run(rank_run *r, uint32_t rank, int port, stk_proc *victim, int cycl
 
 static void print(const char *what, const rank_run *r) {
   const stk_stats *s = &r->stats;
-  printf("%-34s stall %5.1f%% (%.2f s), hedges sent %llu, won %llu, dropped %llu, "
-         "reissued %llu, duplicates %llu\n",
-         what, 100.0 * s->stall_fraction, s->stall_ns / 1e9,
-         (unsigned long long)s->hedges_sent, (unsigned long long)s->hedges_won,
-         (unsigned long long)s->hedge_dropped, (unsigned long long)s->reissued,
-         (unsigned long long)s->duplicates);
+  printf(
+      "%-34s stall %5.1f%% (%.2f s), hedges sent %llu, won %llu, dropped %llu, "
+      "reissued %llu, duplicates %llu\n",
+      what, 100.0 * s->stall_fraction, s->stall_ns / 1e9,
+      (unsigned long long)s->hedges_sent, (unsigned long long)s->hedges_won,
+      (unsigned long long)s->hedge_dropped, (unsigned long long)s->reissued,
+      (unsigned long long)s->duplicates);
 }
 
 int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
   /* 8 samples x 1 ms of CPU: ~8 ms a batch per builder; 100 steps a rank */
-  const char *job[] = {"--set", "num_samples=2400",
-                       "--set", "batch_size=8",
-                       "--set", "height=32",
-                       "--set", "width=32",
-                       "--set", "world_size=3",
-                       "--set", "epochs=1",
-                       "--set", "synthetic_cost_us=1000",
-                       "--set", "seed=7",
+  const char *job[] = {"--set", "num_samples=2400", "--set", "batch_size=8", "--set",
+                       "height=32", "--set", "width=32", "--set", "world_size=3", "--set",
+                       "epochs=1", "--set", "synthetic_cost_us=1000", "--set", "seed=7",
                        /* a stopped worker stays listed (the first stop may
                         * last longer than 3 default heartbeats) */
-                       "--heartbeat-misses", "30",
-                       NULL};
+                       "--heartbeat-misses", "30", NULL};
   stk_proc p[3];
   memset(p, 0, sizeof(p));
   int port = du_start_coordinator(&p[0], "coordinator", job);

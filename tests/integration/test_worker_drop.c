@@ -34,15 +34,13 @@ static int wait_count(const int *p, int want, int timeout_ms) {
 
 int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
-  const char *job[] = {"--set", "num_samples=720", /* 30 steps per rank */
-                       "--set", "batch_size=8",
-                       "--set", "height=32",
-                       "--set", "width=32",
-                       "--set", "world_size=3",
-                       "--set", "epochs=1",
-                       "--set", "synthetic_cost_us=200",
-                       "--set", "seed=11",
-                       "--heartbeat-misses", "1000", /* the rogue sends none */
+  const char *job[] = {"--set",     "num_samples=720", /* 30 steps per rank */
+                       "--set",     "batch_size=8",    "--set",
+                       "height=32", "--set",           "width=32",
+                       "--set",     "world_size=3",    "--set",
+                       "epochs=1",  "--set",           "synthetic_cost_us=200",
+                       "--set",     "seed=11",         "--heartbeat-misses",
+                       "1000", /* the rogue sends none */
                        NULL};
   stk_proc p[2];
   memset(p, 0, sizeof(p));
@@ -117,13 +115,12 @@ int main(int argc, char **argv) {
     CHECK_EQ_U64(r[i].mismatches, 0);
     CHECK_EQ_U64(r[i].order_errors, 0);
     CHECK_EQ_U64(r[i].stats.workers_dropped, 1);
-    printf("rank %d: %llu batches, crc_errors %llu, reissued %llu, workers_dropped %u; "
-           "rogue: %d stream(s), %d refused, %d bad batches sent\n",
-           i, (unsigned long long)r[i].delivered,
-           (unsigned long long)r[i].stats.crc_errors,
-           (unsigned long long)r[i].stats.reissued, r[i].stats.workers_dropped,
-           rogue_get(&R.streams[i]), rogue_get(&R.refused[i]),
-           rogue_get(&R.bad_sent[i]));
+    printf(
+        "rank %d: %llu batches, crc_errors %llu, reissued %llu, workers_dropped %u; "
+        "rogue: %d stream(s), %d refused, %d bad batches sent\n",
+        i, (unsigned long long)r[i].delivered, (unsigned long long)r[i].stats.crc_errors,
+        (unsigned long long)r[i].stats.reissued, r[i].stats.workers_dropped,
+        rogue_get(&R.streams[i]), rogue_get(&R.refused[i]), rogue_get(&R.bad_sent[i]));
   }
   /* exactly the bound: the third bad batch in a row drops the rogue */
   CHECK_EQ_U64(r[0].stats.crc_errors, 3);
