@@ -132,8 +132,13 @@ STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out, c
  *                    stk_client_error() says why. In this library:
  *                    STK_CANCELLED the job ended (coordinator shutting it
  *                    down), STK_UNAVAILABLE no live worker for
- *                    join_timeout_ms, STK_MISMATCH / STK_PROTOCOL a worker
- *                    refused our job or sent a malformed batch.
+ *                    join_timeout_ms; STK_MISMATCH / STK_PROTOCOL /
+ *                    STK_CORRUPT / STK_INVALID_ARGUMENT the same, when
+ *                    every listed worker was dropped by this client
+ *                    (refused our job, protocol or token, malformed
+ *                    messages, 3 bad crc32c in a row: see
+ *                    stk_stats.workers_dropped); one bad worker among
+ *                    good ones is dropped, never fatal.
  * The caller may hold at most slots-1 batches at once (the copy thread
  * needs a free slot); asking for more returns STK_STATE.
  * CUDA: the slot's copy is ordered before later work on cfg.cuda_stream

@@ -8,12 +8,16 @@
  *           what the hedges saved.
  * Asserted (guaranteed by the code, not by the machine's speed): every
  * rank receives its epoch exactly once, in order, byte-identical to the
- * reference; rank 1 sent hedges and won at least one. The first stop lasts
- * until a hedge has won (bounded), so "won > 0" never depends on how fast
- * this machine is: a stopped worker keeps its requests until they are
- * late, and a late request is hedged to the running worker. Printed, not
- * asserted (they depend on the load): each run's stall %, hedges sent,
- * won and dropped.
+ * reference; rank 1 sent hedges and won at least one. For "won > 0" the
+ * first stop is made to hold a request: a worker is stopped, and the test
+ * waits (on the client's counters) until the client sends it a request,
+ * which it then cannot answer; the rank needs that step, so it must be
+ * hedged to the running worker, and the stop lasts until a hedge has won
+ * (bounded). Which worker the scheduler uses is its business, so the
+ * test tries one worker, then the other; the one that held a request is
+ * the victim of the run's later cycles (rank 2's first stop is found the
+ * same way, so both stopped runs stop a worker in use). Printed, not asserted (they
+ * depend on the load): each run's stall %, hedges sent, won and dropped.
  *
  * usage: test_hedge <stoker-coordinator> <stoker-worker>
  */
@@ -24,7 +28,7 @@
 #include "daemon_util.h"
 #include "e2e_util.h"
 
-#define STEPS 100
+#define STEPS 60
 
 static int rank_done; /* the current run's rank thread has returned */
 
@@ -44,18 +48,65 @@ static uint64_t hedges_won(rank_run *r) {
   return rank_stats(r, &st) == 0 ? st.hedges_won : 0;
 }
 
-/* Stop the victim and wait until the kernel says it is stopped. */
+/* Stop a worker and wait until the kernel says it is stopped. */
 static void stop(stk_proc *v) {
   proc_signal(v, SIGSTOP);
   int wst = 0;
   CHECK(waitpid(v->pid, &wst, WUNTRACED) == v->pid && WIFSTOPPED(wst));
 }
 
-/* Run rank `rank` to the end of its epoch; with cycles, the victim is
- * stopped 1 s of every 1.5 s meanwhile (the first stop also until a hedge
- * has won, when want_win, bounded by 20 s). */
-static void run(rank_run *r, uint32_t rank, int port, stk_proc *victim, int cycles,
-                int want_win) {
+/* (outstanding + completed) of the worker on `port` for rank r: it grows
+ * only when the client sends that worker a request. -1 if unknown. */
+static int64_t sent_to(rank_run *r, int port) {
+  stk_stats st;
+  if (rank_stats(r, &st)) return -1;
+  char suffix[16];
+  snprintf(suffix, sizeof(suffix), ":%d", port);
+  size_t sl = strlen(suffix);
+  for (uint32_t i = 0; i < st.nworkers && i < STK_MAX_WORKER_STATS; i++) {
+    size_t al = strlen(st.workers[i].address);
+    if (al >= sl && !strcmp(st.workers[i].address + al - sl, suffix))
+      return (int64_t)st.workers[i].outstanding + (int64_t)st.workers[i].batches;
+  }
+  return -1;
+}
+
+/* Stop one worker, then the other, until a stopped one is sent a request
+ * of r: sent after the stop took effect, it cannot be answered, and the
+ * rank needs it (every request is within its prefetch window), so it must
+ * be hedged. Which worker the scheduler uses is its business, hence the
+ * alternation (each try bounded: 1 s). The index of the worker left
+ * stopped, or -1 (the rank finished first). */
+static int stop_holding(rank_run *r, stk_proc *w, const int *ports) {
+  /* first the worker the scheduler has used most so far */
+  int first = sent_to(r, ports[1]) > sent_to(r, ports[0]) ? 1 : 0;
+  for (int attempt = 0; attempt < 30 && !finished(r); attempt++) {
+    int v = (first + attempt) % 2;
+    stop(&w[v]);
+    int64_t base = sent_to(r, ports[v]);
+    for (int64_t t0 = stk__now_ms(); !finished(r) && stk__now_ms() - t0 < 1000;) {
+      int64_t sent = sent_to(r, ports[v]);
+      if (base < 0) base = sent;
+      else if (sent > base) return v;
+      du_sleep_ms(2);
+    }
+    proc_signal(&w[v], SIGCONT);
+  }
+  return -1;
+}
+
+/* Keep the rank's thread going for ms (or until it finished). */
+static void hold(rank_run *r, int ms) {
+  for (int64_t t0 = stk__now_ms(); !finished(r) && stk__now_ms() - t0 < ms;)
+    du_sleep_ms(5);
+}
+
+/* Run rank `rank` to the end of its epoch. With cycles, a worker is
+ * stopped 1 s of every 1.5 s meanwhile: the first stop is the one of
+ * stop_holding (which picks *victim, the worker of the later cycles), and
+ * with want_win it lasts until a hedge has won (bounded: 20 s). */
+static void run(rank_run *r, uint32_t rank, int port, stk_proc *w, const int *ports,
+                int cycles, int want_win, int *victim) {
   rank_init(r);
   r->port = port, r->rank = rank, r->world = 3, r->finish = 1;
   r->prefetch = 8;
@@ -68,16 +119,23 @@ static void run(rank_run *r, uint32_t rank, int port, stk_proc *victim, int cycl
        i < 12000 && __atomic_load_n(&r->progress, __ATOMIC_ACQUIRE) < 5 && !finished(r);
        i++)
     du_sleep_ms(5);
-  for (int n = 0; cycles && !finished(r); n++) {
-    stop(victim);
-    int64_t t0 = stk__now_ms();
-    while (!finished(r) &&
-           (stk__now_ms() - t0 < 1000 ||
-            (n == 0 && want_win && !hedges_won(r) && stk__now_ms() - t0 < 20000)))
-      du_sleep_ms(5);
-    proc_signal(victim, SIGCONT);
-    for (int64_t t1 = stk__now_ms(); !finished(r) && stk__now_ms() - t1 < 500;)
-      du_sleep_ms(5);
+  if (cycles) {
+    *victim = stop_holding(r, w, ports);
+    CHECK(*victim >= 0);
+    if (*victim >= 0) {
+      int64_t t0 = stk__now_ms();
+      while (!finished(r) && (stk__now_ms() - t0 < 1000 ||
+                              (want_win && !hedges_won(r) && stk__now_ms() - t0 < 20000)))
+        du_sleep_ms(5);
+      proc_signal(&w[*victim], SIGCONT);
+      hold(r, 500);
+    }
+  }
+  while (cycles && *victim >= 0 && !finished(r)) {
+    stop(&w[*victim]);
+    hold(r, 1000);
+    proc_signal(&w[*victim], SIGCONT);
+    hold(r, 500);
   }
   pthread_join(t, NULL);
   if (r->error[0]) fprintf(stderr, "rank %u: %s\n", rank, r->error);
@@ -101,8 +159,8 @@ static void print(const char *what, const rank_run *r) {
 
 int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
-  /* 8 samples x 1 ms of CPU: ~8 ms a batch per builder; 100 steps a rank */
-  const char *job[] = {"--set", "num_samples=2400", "--set", "batch_size=8", "--set",
+  /* 8 samples x 1 ms of CPU: ~8 ms a batch per builder; 60 steps a rank */
+  const char *job[] = {"--set", "num_samples=1440", "--set", "batch_size=8", "--set",
                        "height=32", "--set", "width=32", "--set", "world_size=3", "--set",
                        "epochs=1", "--set", "synthetic_cost_us=1000", "--set", "seed=7",
                        /* a stopped worker stays listed (the first stop may
@@ -114,23 +172,25 @@ int main(int argc, char **argv) {
   CHECK(port > 0);
   if (port <= 0) CHECK_DONE();
   const char *wargs[] = {"--threads", "2", NULL};
-  CHECK(du_start_worker(&p[1], "victim", port, wargs) > 0);
-  CHECK(du_start_worker(&p[2], "steady", port, wargs) > 0);
+  int ports[2];
+  CHECK((ports[0] = du_start_worker(&p[1], "worker-a", port, wargs)) > 0);
+  CHECK((ports[1] = du_start_worker(&p[2], "worker-b", port, wargs)) > 0);
   stk__rpc_channel *ch = du_channel(port);
   CHECK(du_wait_workers(ch, 2, 10000) == 0);
   stk__rpc_channel_close(ch);
   if (check_failures) CHECK_DONE();
 
   rank_run r[3];
-  run(&r[0], 0, port, &p[1], 0, 0);
-  run(&r[1], 1, port, &p[1], 1, 1);
+  int victim = -1;
+  run(&r[0], 0, port, &p[1], ports, 0, 0, &victim);
+  run(&r[1], 1, port, &p[1], ports, 1, 1, &victim);
   CHECK(r[1].stats.hedges_sent > 0);
   CHECK(r[1].stats.hedges_won > 0);
   CHECK(r[1].stats.hedges_won <= r[1].stats.hedges_sent);
   /* hedging off: the environment is read when a client opens; no client
    * is open now */
   setenv("STOKER_HEDGE", "0", 1);
-  run(&r[2], 2, port, &p[1], 1, 0);
+  run(&r[2], 2, port, &p[1], ports, 1, 0, &victim);
   unsetenv("STOKER_HEDGE");
   CHECK_EQ_U64(r[2].stats.hedges_sent, 0);
   print("healthy (both workers):", &r[0]);

@@ -139,10 +139,10 @@ static int take(stk_client *c, const stk_job_spec *spec, uint64_t step,
   size_t n = 0;
   const void *p = stk_batch_payload(b, &n);
   char err[256];
-  int ok = stk_batch_step(b) == step && n == len &&
-           stk_build_reference(spec, NULL, 0, 0, step, ref, len, err, sizeof(err)) ==
-               STK_OK &&
-           memcmp(p, ref, len) == 0;
+  int ok =
+      stk_batch_step(b) == step && n == len &&
+      stk_build_reference(spec, NULL, 0, 0, step, ref, len, err, sizeof(err)) == STK_OK &&
+      memcmp(p, ref, len) == 0;
   stk_batch_release(b);
   return ok ? 0 : -1;
 }
@@ -248,13 +248,15 @@ int main(void) {
   uint64_t by_b = 0;
   for (uint32_t i = 0; i < s.nworkers; i++) {
     size_t al = strlen(s.workers[i].address);
-    if (al > strlen(suffix) && !strcmp(s.workers[i].address + al - strlen(suffix), suffix))
+    if (al > strlen(suffix) &&
+        !strcmp(s.workers[i].address + al - strlen(suffix), suffix))
       by_b += s.workers[i].batches;
   }
-  printf("steps %llu, batches by good-b %llu, entries in stats %u, alive %u, "
-         "duplicates %llu, reissued %llu\n",
-         (unsigned long long)step, (unsigned long long)by_b, s.nworkers, s.workers_alive,
-         (unsigned long long)s.duplicates, (unsigned long long)s.reissued);
+  printf(
+      "steps %llu, batches by good-b %llu, entries in stats %u, alive %u, "
+      "duplicates %llu, reissued %llu\n",
+      (unsigned long long)step, (unsigned long long)by_b, s.nworkers, s.workers_alive,
+      (unsigned long long)s.duplicates, (unsigned long long)s.reissued);
   CHECK_EQ_U64(step, STEPS);
   CHECK(by_b > 0);
   CHECK(s.nworkers <= STK_MAX_WORKER_STATS);
