@@ -25,7 +25,8 @@
  * The first crc-valid copy makes the request DONE (a winning hedge's buffer
  * is swapped into the request; the request's old buffer goes to the slot).
  * A losing copy not yet started is remembered in its worker's abandoned[]
- * list (it still counts as outstanding there) and dropped when it comes.
+ * list (it still counts as outstanding there; a copy never sent does not)
+ * and dropped when it comes.
  * A receiver captures its destination buffer when the header arrives, and
  * a buffer being written never changes owner, only its slot's state: so
  * no one writes a buffer that someone else may hand out.

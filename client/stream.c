@@ -890,6 +890,10 @@ static void send_request(stk_client *c, stk__worker *w, uint64_t seq, stk__req *
   int still = w->stream == s && s &&
               (r ? r->state == REQ_ISSUED && r->worker == w->idx && r->seq == seq
                  : h->state == HEDGE_ISSUED && h->worker == w->idx && h->seq == seq);
+  /* The other copy won before this one was sent: it was abandoned, but it
+   * will never come, so it no longer counts against w. */
+  if (!still && w->stream == s && s && take_abandoned(w, seq) && w->outstanding)
+    w->outstanding--;
   pthread_mutex_unlock(&c->mu);
   if (still) {
     Stoker__V1__BatchRequest req = STOKER__V1__BATCH_REQUEST__INIT;
