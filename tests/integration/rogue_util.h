@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
@@ -167,36 +168,35 @@ static inline int rogue_hello(stk__rpc_stream *s, const char *id, const char *ad
   return stk__rpc_stream_send_msg(s, &m.base);
 }
 
-/* Register the rogue at a real coordinator (channel coord) as worker `id`
- * serving Worker.Stream on 127.0.0.1:port: first hello, the ack with the
- * job (which the rogue then serves), second hello with the synthetic
- * dataset's size and fingerprint. The open session in *out (destroy it to
- * leave the list; run the coordinator with enough --heartbeat-misses, the
- * rogue sends no heartbeats). 0, or -1. */
-static inline int rogue_register(stk__rpc_channel *coord, const char *id, int port,
-                                 stk__rpc_stream **out) {
+/* One registration attempt (see rogue_register): 0, or -1 with why. */
+static inline int rogue_register_once(stk__rpc_channel *coord, const char *id,
+                                      const char *address, int timeout_ms,
+                                      stk__rpc_stream **out, const char **why) {
   *out = NULL;
-  char address[64];
-  snprintf(address, sizeof(address), "127.0.0.1:%d", port);
   stk__rpc_stream *s = NULL;
+  *why = "cannot open the session";
   if (stk__rpc_stream_open(coord, "/stoker.v1.Coordinator/WorkerSession", 0, &s))
     return -1;
   int ok = rogue_hello(s, id, address, 0, 0, 0) == 0;
+  if (!ok) *why = "first hello not sent";
   grpc_byte_buffer *bb = NULL;
-  if (ok) ok = stk__rpc_stream_recv(s, &bb, 10000) == 1;
+  if (ok && !(ok = stk__rpc_stream_recv(s, &bb, timeout_ms) == 1)) *why = "no ack";
   Stoker__V1__CoordinatorCommand *c =
       ok ? (Stoker__V1__CoordinatorCommand *)stk__rpc_unpack(
                &stoker__v1__coordinator_command__descriptor, bb, 1 << 20)
          : NULL;
   if (bb) grpc_byte_buffer_destroy(bb);
-  ok = c && c->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_ACK && c->ack->job &&
-       rogue_set_job(c->ack->job->canonical, c->ack->job->hash) == 0;
+  if (ok && !(ok = c && c->kind_case == STOKER__V1__COORDINATOR_COMMAND__KIND_ACK &&
+                   c->ack->job &&
+                   rogue_set_job(c->ack->job->canonical, c->ack->job->hash) == 0))
+    *why = "the ack has no usable job";
   if (c) protobuf_c_message_free_unpacked(&c->base, NULL);
   stk_dataset *ds = NULL;
-  if (ok) ok = stk_dataset_open(&R.spec, NULL, NULL, &ds, NULL, 0) == STK_OK;
-  if (ok)
-    ok = rogue_hello(s, id, address, R.hash, stk_dataset_size(ds),
-                     stk_dataset_fingerprint(ds)) == 0;
+  if (ok && !(ok = stk_dataset_open(&R.spec, NULL, NULL, &ds, NULL, 0) == STK_OK))
+    *why = "cannot open the synthetic dataset";
+  if (ok && !(ok = rogue_hello(s, id, address, R.hash, stk_dataset_size(ds),
+                               stk_dataset_fingerprint(ds)) == 0))
+    *why = "second hello not sent";
   stk_dataset_close(ds);
   if (!ok) {
     stk__rpc_stream_destroy(s);
@@ -204,6 +204,31 @@ static inline int rogue_register(stk__rpc_channel *coord, const char *id, int po
   }
   *out = s;
   return 0;
+}
+
+/* Register the rogue at a real coordinator (channel coord) as worker `id`
+ * serving Worker.Stream on 127.0.0.1:port: first hello, the ack with the
+ * job (which the rogue then serves), second hello with the synthetic
+ * dataset's size and fingerprint. Tried again until timeout_ms has passed
+ * (a loaded machine may be slow to answer). The open session in *out
+ * (destroy it to leave the list; run the coordinator with enough
+ * --heartbeat-misses, the rogue sends no heartbeats). 0, or -1 with a
+ * message on stderr. */
+static inline int rogue_register(stk__rpc_channel *coord, const char *id, int port,
+                                 int timeout_ms, stk__rpc_stream **out) {
+  char address[64];
+  snprintf(address, sizeof(address), "127.0.0.1:%d", port);
+  const char *why = "";
+  for (int64_t end = stk__now_ms() + timeout_ms;;) {
+    int64_t left = end - stk__now_ms();
+    if (rogue_register_once(coord, id, address, left > 1000 ? (int)left : 1000, out,
+                            &why) == 0)
+      return 0;
+    if (stk__now_ms() >= end) break;
+    stk__sleep_ms(100); /* backoff before the next attempt */
+  }
+  fprintf(stderr, "rogue worker %s: registration failed: %s\n", id, why);
+  return -1;
 }
 
 #endif

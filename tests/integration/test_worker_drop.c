@@ -55,9 +55,16 @@ int main(int argc, char **argv) {
   CHECK(rport > 0);
   stk__rpc_channel *ch = du_channel(port);
   stk__rpc_stream *session = NULL;
-  CHECK(rport > 0 && rogue_register(ch, "rogue-1", rport, &session) == 0);
-  CHECK(du_wait_workers(ch, 1, 10000) == 0);
-  if (check_failures) CHECK_DONE();
+  CHECK(rport > 0 && rogue_register(ch, "rogue-1", rport, 30000, &session) == 0);
+  CHECK(du_wait_workers(ch, 1, 30000) == 0);
+  if (check_failures) {
+    proc_dump_log(&p[0]);
+    proc_keep_tmp();
+    stk__rpc_stream_destroy(session);
+    stk__rpc_channel_close(ch);
+    stk__rpc_server_stop(srv, 500);
+    CHECK_DONE();
+  }
 
   /* 1. The rogue alone: a client whose only worker refuses it fails at
    *    its deadline, saying why. */
@@ -68,7 +75,7 @@ int main(int argc, char **argv) {
   cfg.coordinator = addr;
   cfg.rank = 2;
   cfg.world_size = 3;
-  cfg.join_timeout_ms = 1500;
+  cfg.join_timeout_ms = 4000;
   stk_client *c = NULL;
   CHECK(stk_client_open(&cfg, &c, err, sizeof(err)) == STK_OK);
   if (c) {
