@@ -300,9 +300,13 @@ int stk_client_next(stk_client *c, stk_batch **out) {
       int64_t now = stk__now_ns();
       if (!c->local && alive_workers(c) == 0 && c->no_worker_since_ns &&
           now - c->no_worker_since_ns > (int64_t)c->cfg.join_timeout_ms * 1000000) {
-        st = STK_UNAVAILABLE;
-        snprintf(c->err, sizeof(c->err), "no live worker for %u ms (join_timeout_ms)%s%s",
-                 c->cfg.join_timeout_ms, c->workers_refused ? "; " : "", c->refused_msg);
+        /* Every worker listed refused us (stream.c drops them): their
+         * reason is the error, else plain unavailability. */
+        st = stk__workers_all_dropped(c) ? c->drop_status : STK_UNAVAILABLE;
+        snprintf(c->err, sizeof(c->err),
+                 "no live worker for %u ms (join_timeout_ms)%s%.240s%s%.150s",
+                 c->cfg.join_timeout_ms, c->workers_dropped ? "; " : "", c->drop_msg,
+                 c->workers_refused ? "; " : "", c->refused_msg);
         break;
       }
       stk__cond_wait_ms(&c->cv_next, &c->mu, 100);
@@ -419,9 +423,14 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   o->duplicates = c->duplicates;
   o->crc_errors = c->crc_errors;
   o->substituted = c->substituted;
+  o->workers_dropped = (uint32_t)c->workers_dropped;
+  o->hedges_sent = c->hedges_sent;
+  o->hedges_won = c->hedges_won;
+  o->hedge_dropped = c->hedge_dropped;
   uint32_t alive = 0;
   for (uint32_t i = 0; i < c->nworkers; i++) {
     stk__worker *w = &c->workers[i];
+    if (!w->used) continue; /* an entry free for reuse */
     alive += w->alive ? 1 : 0;
     if (o->nworkers < STK_MAX_WORKER_STATS) {
       stk_worker_stats *ws = &o->workers[o->nworkers++];

@@ -14,6 +14,22 @@
  *   A broken stream sends its ISSUED/RECEIVING requests back to QUEUED;
  *   only the thread of the worker a request is assigned to ever writes its
  *   buffer, so a request is re-issued only once that thread has let go.
+ *
+ * Hedges (c->hedges, a fixed pool of receive buffers, stream.c): a request
+ * that is late on its worker gets at most one second copy asked of another
+ * worker. Hedge slot life:
+ *   FREE -> ISSUED (to worker w for req) -> RECEIVING (w's chunks arriving)
+ *        -> FREE (complete: won, or failed crc; or w's stream broke)
+ *   ORPHAN: the other copy won while this slot's worker was writing its
+ *   buffer; the slot holds that buffer until the writer is done.
+ * The first crc-valid copy makes the request DONE (a winning hedge's buffer
+ * is swapped into the request; the request's old buffer goes to the slot).
+ * A losing copy not yet started is remembered in its worker's abandoned[]
+ * list (it still counts as outstanding there; a copy never sent does not)
+ * and dropped when it comes.
+ * A receiver captures its destination buffer when the header arrives, and
+ * a buffer being written never changes owner, only its slot's state: so
+ * no one writes a buffer that someone else may hand out.
  */
 #ifndef STOKER_CLIENT_INTERNAL_H
 #define STOKER_CLIENT_INTERNAL_H
@@ -26,7 +42,12 @@
 #include "stoker/client.h"
 
 #define STK__MAX_WORKERS    256
-#define STK__MAX_PER_WORKER 64 /* the worker's outstanding limit */
+#define STK__KEEP_DEPARTED  32  /* departed workers kept in the table (stats) */
+#define STK__MAX_BANNED     64  /* ids of dropped workers remembered */
+#define STK__LAT_SAMPLES    16  /* per-worker latencies for the hedge median */
+#define STK__HEDGE_FLOOR_MS 100 /* never hedge a request younger than this */
+#define STK__CRC_STREAK_MAX 3   /* consecutive bad crc32c before a drop */
+#define STK__MAX_PER_WORKER 64  /* the worker's outstanding limit */
 #define STK__MAX_MSG        (64u << 20)
 #define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
 #define STK__STATE_VERSION  2u          /* written; 1 and 2 are read (state.c) */
@@ -34,6 +55,7 @@
 #define STK__STATE_SIZE_V1  40u
 
 enum { REQ_FREE, REQ_QUEUED, REQ_ISSUED, REQ_RECEIVING, REQ_DONE };
+enum { HEDGE_FREE, HEDGE_ISSUED, HEDGE_RECEIVING, HEDGE_ORPHAN };
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
 typedef struct stk__req {
@@ -43,7 +65,18 @@ typedef struct stk__req {
   int avoid;          /* worker that sent a bad copy, -1 */
   unsigned char *buf; /* layout.total_bytes, owned by the pool */
   int64_t issued_ns;
+  int hedge;  /* hedge slot holding this request's second copy, -1 */
+  int hedged; /* a hedge was asked for (at most one per batch) */
 } stk__req;
+
+typedef struct stk__hedge {
+  int state;          /* HEDGE_* */
+  int req;            /* index into c->reqs (ISSUED/RECEIVING), -1 */
+  uint64_t seq;       /* the batch */
+  int worker;         /* the worker asked (or, ORPHAN, the one writing) */
+  unsigned char *buf; /* layout.total_bytes, owned by the pool */
+  int64_t issued_ns;
+} stk__hedge;
 
 typedef struct stk__worker {
   int used;
@@ -66,8 +99,16 @@ typedef struct stk__worker {
   int64_t last_msg_ns;
   int64_t last_assigned_ns;
   uint64_t batches, bytes;
-  uint64_t stream_batches; /* completed on the current stream */
-  uint32_t failures;       /* consecutive broken streams (backoff) */
+  uint64_t stream_batches;          /* completed on the current stream */
+  uint32_t failures;                /* consecutive broken streams (backoff) */
+  int dropped;                      /* not used again by this client (see stream.c) */
+  uint32_t crc_streak;              /* consecutive batches with a bad crc32c */
+  int late;                         /* has a request older than its hedge threshold */
+  int64_t left_ns;                  /* when its thread exited (departed entries) */
+  int64_t lat_ns[STK__LAT_SAMPLES]; /* recent issue-to-complete latencies */
+  uint32_t nlat, lat_pos;
+  uint64_t abandoned[STK__MAX_PER_WORKER]; /* losing copies still coming */
+  uint32_t nabandoned;
   struct stk_client *c;
 } stk__worker;
 
@@ -121,11 +162,19 @@ struct stk_client {
   stk_batch *slots;
   uint32_t nslots, held;
 
-  stk__worker *workers; /* STK__MAX_WORKERS entries */
-  uint32_t nworkers;    /* entries used */
+  stk__worker *workers; /* STK__MAX_WORKERS entries; unused ones reused */
+  uint32_t nworkers;    /* entries ever used (high-water mark) */
   int64_t no_worker_since_ns;
   uint64_t workers_refused; /* list entries refused (id/address too long) */
   char refused_msg[200];    /* why the last one was refused */
+  char banned[STK__MAX_BANNED][STK_MAX_ID_BYTES]; /* dropped workers' ids */
+  uint32_t nbanned;
+  uint64_t workers_dropped; /* workers this client stopped using */
+  int drop_status;          /* stk_status of the last drop */
+  char drop_msg[300];       /* why the last one was dropped */
+
+  stk__hedge *hedges; /* nhedges slots (0: hedging off), see above */
+  uint32_t nhedges;
 
   stk__rpc_channel *coord;
   stk__rpc_stream *watch; /* guarded by mu */
@@ -138,6 +187,7 @@ struct stk_client {
 
   /* counters (under mu) */
   uint64_t batches, bytes, stall_ns, reissued, duplicates, crc_errors, substituted;
+  uint64_t hedges_sent, hedges_won, hedge_dropped;
   int64_t open_ns, first_next_ns, last_next_ns;
 
   uint64_t fault_crc_every, fault_count; /* $STOKER_FAULT_CRC_EVERY (local) */
@@ -186,6 +236,9 @@ int stk__worker_add(stk_client *c, const char *id, const char *address,
                     int local); /* under mu; returns index or -1 */
 void stk__worker_unlist_missing(stk_client *c, const char *const *ids,
                                 size_t n); /* under mu */
+/* Under mu: 1 when every listed worker was dropped by this client (and at
+ * least one is listed): the client has nothing left to ask. */
+int stk__workers_all_dropped(stk_client *c);
 int stk__sched_start(stk_client *c);
 void stk__streams_stop(stk_client *c); /* joins sched + worker threads */
 

@@ -9,8 +9,8 @@
  * reach slots strictly in order while the caller holds earlier slots; a
  * held slot is never touched (its state is HELD until release).
  *
- * Owns: payload buffers (reqs[].buf and slots[].payload are one pool whose
- * pointers move between them), converted buffers. Must not: hold c->mu
+ * Owns: payload buffers (reqs[].buf, hedges[].buf and slots[].payload are
+ * one pool whose pointers move between them), converted buffers. Must not: hold c->mu
  * while copying or converting.
  */
 #include <stdio.h>
@@ -29,23 +29,45 @@ static void free_host(stk_client *c, void *p) {
   else stk__host_free(c, p);
 }
 
+/* Hedge slots (stream.c): a quarter of prefetch, at least 2 and at most 8
+ * (never more than prefetch); none for a local client, which has one
+ * worker, or with $STOKER_HEDGE=0. */
+static uint32_t hedge_slots(const stk_client *c) {
+  const char *env = getenv("STOKER_HEDGE");
+  if (c->local || (env && !strcmp(env, "0"))) return 0;
+  uint32_t n = c->cfg.prefetch / 4;
+  if (n < 2) n = 2;
+  if (n > 8) n = 8;
+  return n < c->cfg.prefetch ? n : c->cfg.prefetch;
+}
+
 int stk__ring_init(stk_client *c, char *err, size_t errlen) {
   size_t tb = (size_t)c->layout.total_bytes;
-  uint64_t need = (uint64_t)(c->cfg.prefetch + c->cfg.slots) * tb;
+  uint32_t nh = hedge_slots(c);
+  uint64_t need = (uint64_t)(c->cfg.prefetch + c->cfg.slots + nh) * tb;
   if (need > (64ull << 30)) {
-    return stk__errf(err, errlen, STK_LIMIT,
-                     "prefetch + slots buffers would need %llu MiB (limit 64 GiB)",
-                     (unsigned long long)(need >> 20));
+    return stk__errf(
+        err, errlen, STK_LIMIT,
+        "prefetch + slots + hedge buffers would need %llu MiB (limit 64 GiB)",
+        (unsigned long long)(need >> 20));
   }
   c->nreqs = c->cfg.prefetch;
   c->nslots = c->cfg.slots;
   c->reqs = calloc(c->nreqs, sizeof(stk__req));
   c->slots = calloc(c->nslots, sizeof(stk_batch));
-  if (!c->reqs || !c->slots) goto nomem;
+  if (nh) c->hedges = calloc(nh, sizeof(stk__hedge));
+  if (!c->reqs || !c->slots || (nh && !c->hedges)) goto nomem;
+  c->nhedges = nh;
   for (uint32_t i = 0; i < c->nreqs; i++) {
     c->reqs[i].worker = -1;
     c->reqs[i].avoid = -1;
+    c->reqs[i].hedge = -1;
     if (!(c->reqs[i].buf = alloc_host(c, tb))) goto nomem;
+  }
+  for (uint32_t i = 0; i < nh; i++) {
+    c->hedges[i].req = -1;
+    c->hedges[i].worker = -1;
+    if (!(c->hedges[i].buf = alloc_host(c, tb))) goto nomem;
   }
   int conv = c->cfg.convert != STK_CONVERT_NONE;
   for (uint32_t i = 0; i < c->nslots; i++) {
@@ -62,8 +84,9 @@ int stk__ring_init(stk_client *c, char *err, size_t errlen) {
   return STK_OK;
 nomem:
   return stk__errf(err, errlen, STK_NO_MEMORY,
-                   "cannot allocate %u receive buffers + %u slots of %zu bytes",
-                   c->cfg.prefetch, c->cfg.slots, tb);
+                   "cannot allocate %u receive buffers + %u slots + %u hedge buffers "
+                   "of %zu bytes",
+                   c->cfg.prefetch, c->cfg.slots, nh, tb);
 }
 
 void stk__ring_free(stk_client *c) {
@@ -71,6 +94,11 @@ void stk__ring_free(stk_client *c) {
     for (uint32_t i = 0; i < c->nreqs; i++) free_host(c, c->reqs[i].buf);
     free(c->reqs);
     c->reqs = NULL;
+  }
+  if (c->hedges) {
+    for (uint32_t i = 0; i < c->nhedges; i++) free_host(c, c->hedges[i].buf);
+    free(c->hedges);
+    c->hedges = NULL;
   }
   if (c->slots) {
     for (uint32_t i = 0; i < c->nslots; i++) {

@@ -143,8 +143,13 @@ STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out, c
  *                    stk_client_error() says why. In this library:
  *                    STK_CANCELLED the job ended (coordinator shutting it
  *                    down), STK_UNAVAILABLE no live worker for
- *                    join_timeout_ms, STK_MISMATCH / STK_PROTOCOL a worker
- *                    refused our job or sent a malformed batch.
+ *                    join_timeout_ms; STK_MISMATCH / STK_PROTOCOL /
+ *                    STK_CORRUPT / STK_INVALID_ARGUMENT the same, when
+ *                    every listed worker was dropped by this client
+ *                    (refused our job, protocol or token, malformed
+ *                    messages, 3 bad crc32c in a row: see
+ *                    stk_stats.workers_dropped); one bad worker among
+ *                    good ones is dropped, never fatal.
  * The caller may hold at most slots-1 batches at once (the copy thread
  * needs a free slot); asking for more returns STK_STATE.
  * CUDA: the slot's copy is ordered before later work on cfg.cuda_stream
@@ -269,7 +274,21 @@ typedef struct stk_stats {
                                     coordinator is open and its request sent:
                                     worker-list changes and the end of the
                                     job reach it (0 while reconnecting) */
-  uint8_t reserved[60];
+  uint32_t workers_dropped;      /* workers this client stopped using for good:
+                                    one that refused its stream (INVALID_ARGUMENT,
+                                    OUT_OF_RANGE, FAILED_PRECONDITION,
+                                    UNAUTHENTICATED, PERMISSION_DENIED), sent a
+                                    malformed message, or sent 3 batches in a
+                                    row with a bad crc32c; its requests went to
+                                    the others (docs/operations.md) */
+  uint64_t hedges_sent;          /* hedged requests: a request late on its worker
+                                    (3x that worker's median latency, at least
+                                    100 ms) asked of a second worker too */
+  uint64_t hedges_won;           /* ... whose hedge copy arrived first */
+  uint64_t hedge_dropped;        /* copies of hedged batches that came after the
+                                    other copy had won and were dropped (also
+                                    counted in duplicates) */
+  uint8_t reserved[32];
 } stk_stats;
 
 /* Snapshot of the counters. Thread-safe. */

@@ -92,7 +92,11 @@ class Stats(ctypes.Structure):
         ("workers_needed", ctypes.c_double),
         ("workers", WorkerStats * MAX_WORKER_STATS),
         ("coordinator_watching", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 60),
+        ("workers_dropped", ctypes.c_uint32),
+        ("hedges_sent", ctypes.c_uint64),
+        ("hedges_won", ctypes.c_uint64),
+        ("hedge_dropped", ctypes.c_uint64),
+        ("reserved", ctypes.c_uint8 * 32),
     ]
 
 
