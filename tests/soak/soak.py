@@ -28,7 +28,8 @@ Checks:
   rss     VmRSS of every process, sampled every --sample-s: the value after
           warm-up (max of the samples in the 5 s after --warmup-s) against
           the value at the end (max of its last 5 s before the stop), for
-          each process that lived at least --min-span-s after warm-up:
+          each process that lived at least --min-span-s after warm-up (the
+          value in the middle is printed too, not judged):
           end <= start * 1.2 + 8 MiB (see README.md for why).
 Every process runs in its own session with PR_SET_PDEATHSIG, and is killed
 and reaped when the script ends, however it ends. Every wait is bounded.
@@ -457,16 +458,20 @@ class Soak:
         a = self.a
         log("RSS (MiB): start = max over [warm-up, +5 s], end = max over the last 5 s "
             "before the stop; bound end <= start * %.1f + %d MiB" % (RSS_FACTOR, RSS_SLACK_MIB))
-        print("  %-12s %7s %8s %8s %8s %7s  %s" % ("process", "pid", "lived s", "start",
-                                                   "end", "exit", "verdict"))
+        print("  %-12s %7s %8s %8s %8s %8s %7s  %s" % ("process", "pid", "lived s", "start",
+                                                        "middle", "end", "exit", "verdict"))
         for p in ALL:
             t0 = max(p.started + a.warmup_s, self.warm_at)
             t1 = min(p.ended or self.end_at, self.end_at)
             lived = (p.ended or time.monotonic()) - p.started
             first = [v for t, v in p.samples if t0 <= t <= t0 + 5]
             last = [v for t, v in p.samples if t1 - 5 <= t <= t1]
+            tm = (t0 + t1) / 2  # the middle says whether growth goes on or settled
+            mid = [v for t, v in p.samples if tm - 2.5 <= t <= tm + 2.5]
+            m = "%.1f" % (max(mid) / MIB) if mid else "-"
             if t1 - t0 < a.min_span_s or not first or not last:
                 verdict, s, e = "not judged (%.0f s after warm-up)" % max(0, t1 - t0), "-", "-"
+                m = "-"
             else:
                 start, end = max(first), max(last)
                 okk = end <= start * RSS_FACTOR + RSS_SLACK_MIB * MIB
@@ -475,8 +480,8 @@ class Soak:
                 if not okk:
                     self.fail("RSS of %s grew from %.1f to %.1f MiB" % (p.name, start / MIB,
                                                                         end / MIB))
-            print("  %-12s %7d %8.0f %8s %8s %7s  %s" % (p.name, p.pid, lived, s, e, p.code,
-                                                         verdict), flush=True)
+            print("  %-12s %7d %8.0f %8s %8s %8s %7s  %s" % (p.name, p.pid, lived, s, m, e,
+                                                              p.code, verdict), flush=True)
 
 
 def main():
