@@ -51,24 +51,34 @@ int stk__ring_init(stk_client *c, char *err, size_t errlen) {
         "prefetch + slots + hedge buffers would need %llu MiB (limit 64 GiB)",
         (unsigned long long)(need >> 20));
   }
-  c->nreqs = c->cfg.prefetch;
+  uint32_t nreqs = c->cfg.prefetch;
+  stk__req *reqs = calloc(nreqs, sizeof(stk__req));
   c->nslots = c->cfg.slots;
-  c->reqs = calloc(c->nreqs, sizeof(stk__req));
   c->slots = calloc(c->nslots, sizeof(stk_batch));
-  if (nh) c->hedges = calloc(nh, sizeof(stk__hedge));
-  if (!c->reqs || !c->slots || (nh && !c->hedges)) goto nomem;
-  c->nhedges = nh;
-  for (uint32_t i = 0; i < c->nreqs; i++) {
-    c->reqs[i].worker = -1;
-    c->reqs[i].avoid = -1;
-    c->reqs[i].hedge = -1;
-    if (!(c->reqs[i].buf = alloc_host(c, tb))) goto nomem;
+  stk__hedge *hedges = nh ? calloc(nh, sizeof(stk__hedge)) : NULL;
+  int ok = reqs && c->slots && (!nh || hedges);
+  for (uint32_t i = 0; reqs && i < nreqs; i++) {
+    reqs[i].worker = -1;
+    reqs[i].avoid = -1;
+    reqs[i].hedge = -1;
+    if (ok && !(reqs[i].buf = alloc_host(c, tb))) ok = 0;
   }
-  for (uint32_t i = 0; i < nh; i++) {
-    c->hedges[i].req = -1;
-    c->hedges[i].worker = -1;
-    if (!(c->hedges[i].buf = alloc_host(c, tb))) goto nomem;
+  for (uint32_t i = 0; hedges && i < nh; i++) {
+    hedges[i].req = -1;
+    hedges[i].worker = -1;
+    if (ok && !(hedges[i].buf = alloc_host(c, tb))) ok = 0;
   }
+  /* The join has started the worker threads already, and one whose stream
+   * ends walks the pool in requeue() under c->mu: publish the pool under
+   * c->mu, whole (a reader saw nreqs set and reqs still NULL before; found
+   * by TSan). After a failure, stk__ring_free frees what is there. */
+  pthread_mutex_lock(&c->mu);
+  c->reqs = reqs;
+  c->nreqs = reqs ? nreqs : 0;
+  c->hedges = hedges;
+  c->nhedges = hedges ? nh : 0;
+  pthread_mutex_unlock(&c->mu);
+  if (!ok) goto nomem;
   int conv = c->cfg.convert != STK_CONVERT_NONE;
   for (uint32_t i = 0; i < c->nslots; i++) {
     stk_batch *s = &c->slots[i];

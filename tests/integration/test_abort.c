@@ -90,7 +90,8 @@ int main(int argc, char **argv) {
   while (now_s() - t0 < 30 && (__atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE) < 5 ||
                                __atomic_load_n(&r[1].progress, __ATOMIC_ACQUIRE) < 5))
     du_sleep_ms(20);
-  CHECK(r[0].progress >= 5 && r[1].progress >= 5);
+  CHECK(__atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE) >= 5 &&
+        __atomic_load_n(&r[1].progress, __ATOMIC_ACQUIRE) >= 5);
   CHECK(proc_wait(&waiter, 0) == -1); /* still waiting: the job runs */
 
   char *abort_argv[] = {(char *)cli_bin,

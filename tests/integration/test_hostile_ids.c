@@ -130,7 +130,10 @@ int main(int argc, char **argv) {
   const char *cargs[] = {"--set", "num_samples=64", "--set", "world_size=1",
                          "--set", "batch_size=4",   "--set", "height=8",
                          "--set", "width=8",        NULL};
-  int cport = du_start_coordinator(&coord, "hostile-coord", cargs);
+  /* The fake workers never heartbeat: with 1000 misses allowed they stay
+   * listed however slowly this runs (seen dropped after 3 s under TSan). */
+  const char *patient[] = {"--heartbeat-misses", "1000", NULL};
+  int cport = du_start_coordinator2(&coord, "hostile-coord", cargs, patient);
   CHECK(cport > 0);
   if (cport <= 0) return 1;
   stk__rpc_channel *c = du_channel(cport);

@@ -1,0 +1,555 @@
+#!/usr/bin/python3
+"""soak.py - the soak run (not part of CI's default run): a whole job on
+127.0.0.1 for --minutes (default 10) with faults injected at random, then
+two checks of the whole run.
+
+Processes: one stoker-coordinator, --workers stoker-workers (default 3) over
+a generated JPEG dataset (tar shards), two stoker-soak-rank clients (ranks 0
+and 1 of 2). Faults, from a seeded random schedule (--seed, printed):
+  - a worker other than w0 killed with SIGKILL every --kill-every-s seconds
+    on average (w0 is never killed, so one worker lives the whole run and
+    its RSS says something), restarted 0.5..8 s later;
+  - --client-crashes times (default 1 per 5 minutes, at least 1) a random
+    rank killed with SIGKILL mid-epoch and restarted from its state file
+    (stk_client_save_state after every batch).
+When the time is up, the ranks are told to stop at the end of the epoch
+after the current one (a worker still down stays down); every process
+that was not killed on purpose must then exit 0.
+
+Checks:
+  stream  each rank's digest file (one line per delivered batch, written by
+          the rank after comparing the batch byte for byte with the
+          reference built in-process) must show every address of every
+          epoch 0..E exactly in order, all equal to the reference; a resumed
+          rank must start at its last saved address (at most one batch
+          before its last logged one: it may die between logging and
+          saving), and a batch delivered twice across a crash must have the
+          same digest both times.
+  rss     VmRSS of every process, sampled every --sample-s: the value after
+          warm-up (max of the samples in the 5 s after --warmup-s) against
+          the value at the end (max of its last 5 s before the stop), for
+          each process that lived at least --min-span-s after warm-up (the
+          value in the middle is printed too, not judged):
+          end <= start * 1.2 + 8 MiB (see README.md for why).
+Every process runs in its own session with PR_SET_PDEATHSIG, and is killed
+and reaped when the script ends, however it ends. Every wait is bounded.
+
+Usage: soak.py [--bin-dir build/rel] [--minutes 10] [--seed N] [--keep]
+Exit 0 passed, 1 failed, 2 usage or setup error.
+"""
+import argparse
+import atexit
+import ctypes
+import os
+import random
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+MIB = 1024 * 1024
+RSS_FACTOR, RSS_SLACK_MIB = 1.2, 8
+
+T0 = time.monotonic()
+
+
+def log(msg):
+    print("[%7.1f s] %s" % (time.monotonic() - T0, msg), flush=True)
+
+
+_libc = ctypes.CDLL("libc.so.6", use_errno=True)
+
+
+def _child_setup():
+    # die with the soak script even if it is killed with -9
+    _libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() == 1:
+        os._exit(1)
+
+
+class Proc:
+    """One process instance: its Popen, log, and VmRSS samples."""
+
+    def __init__(self, name, argv, logpath, killable=False):
+        self.name, self.argv, self.log = name, argv, logpath
+        self.killable = killable  # SIGKILLed on purpose: -9 is its expected end
+        self.killed = False
+        self.samples = []  # (monotonic, bytes)
+        self.started = time.monotonic()
+        self.ended = None
+        self.code = None
+        with open(logpath, "ab") as out:
+            self.p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
+                                      stdin=subprocess.DEVNULL, start_new_session=True,
+                                      preexec_fn=_child_setup)
+        self.pid = self.p.pid
+
+    def alive(self):
+        return self.poll() is None
+
+    def poll(self):
+        if self.code is None:
+            c = self.p.poll()
+            if c is not None:
+                self.code, self.ended = c, time.monotonic()
+        return self.code
+
+    def sample(self):
+        if not self.alive():
+            return
+        try:
+            with open("/proc/%d/status" % self.pid) as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        self.samples.append((time.monotonic(), int(line.split()[1]) * 1024))
+                        return
+        except (FileNotFoundError, ProcessLookupError, ValueError):
+            pass
+
+    def kill(self, timeout=10):
+        """SIGKILL the process group and reap; the exit code (or None)."""
+        if self.alive():
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        try:
+            self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return self.poll()
+
+    def wait(self, timeout):
+        try:
+            self.p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return None
+        return self.poll()
+
+    def tail(self, n=2000):
+        try:
+            with open(self.log, "rb") as f:
+                f.seek(max(0, os.path.getsize(self.log) - n))
+                return f.read().decode(errors="replace")
+        except OSError as e:
+            return "(no log: %s)" % e
+
+
+ALL = []  # every Proc ever started
+
+
+def reap_all():
+    for p in ALL:
+        if p.poll() is None:
+            p.kill(timeout=5)
+
+
+def _on_signal(signum, frame):
+    reap_all()
+    signal.signal(signum, signal.SIG_DFL)
+    os.kill(os.getpid(), signum)
+
+
+def wait_port(proc, path, timeout=30):
+    """The port the process wrote to path, or None (bounded)."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        try:
+            with open(path) as f:
+                return int(f.read().strip())
+        except (FileNotFoundError, ValueError):
+            pass
+        if not proc.alive():
+            return None
+        time.sleep(0.05)
+    return None
+
+
+class Soak:
+    def __init__(self, a):
+        self.a = a
+        self.rng = random.Random(a.seed)
+        self.tmp = tempfile.mkdtemp(prefix="stoker-soak.")
+        self.fails = []
+        self.bins = {
+            "coordinator": os.path.join(a.bin_dir, "server", "stoker-coordinator"),
+            "worker": os.path.join(a.bin_dir, "server", "stoker-worker"),
+            "dataset": os.path.join(a.bin_dir, "tools", "stoker-dataset"),
+            "rank": os.path.join(a.bin_dir, "tests", "soak", "stoker-soak-rank"),
+        }
+        self.workers = {}  # slot -> current Proc
+        self.worker_gen = {}
+        self.ranks = {}  # rank -> current Proc
+        self.rank_gen = {}
+        self.dead_until = {}  # worker slot -> restart time
+        self.events = {"worker_kills": 0, "worker_restarts": 0, "client_crashes": 0}
+
+    def fail(self, what):
+        log("FAIL " + what)
+        self.fails.append(what)
+
+    def path(self, *p):
+        return os.path.join(self.tmp, *p)
+
+    # ---- setup ---------------------------------------------------------------
+    def setup(self):
+        for k, b in self.bins.items():
+            if not os.access(b, os.X_OK):
+                raise SystemExit("soak.py: %s not found: build first (%s)" % (k, b))
+        root = self.path("data")
+        r = subprocess.run([self.bins["dataset"], "gen", "--out", root, "--count",
+                            str(self.a.samples), "--seed", str(self.a.seed % 1000),
+                            "--layout", "tar", "--per-shard", "256", "--min-side", "40",
+                            "--max-side", "160"], capture_output=True, text=True,
+                           timeout=300)
+        if r.returncode != 0:
+            raise SystemExit("soak.py: stoker-dataset gen failed: %s" % r.stderr)
+        self.root = root
+        with open(self.path("job.conf"), "w") as f:
+            f.write("name = soak\nsource = tar\ndataset = shards\nnum_samples = 0\n"
+                    "pipeline = train\nheight = 40\nwidth = 40\nbatch_size = %d\n"
+                    "world_size = 2\nepochs = 1000000\nseed = %d\n"
+                    % (self.a.batch, self.a.seed))
+        self.stop_file = self.path("stop")
+
+    def start_coordinator(self):
+        pf = self.path("coordinator.port")
+        argv = [self.bins["coordinator"], "--listen", "127.0.0.1:0", "--port-file", pf,
+                "--job", self.path("job.conf"), "--stats-interval-s", "10",
+                "--idle-timeout-s", "300"]
+        self.coord = Proc("coordinator", argv, self.path("coordinator.log"))
+        ALL.append(self.coord)
+        self.port = wait_port(self.coord, pf)
+        if not self.port:
+            raise RuntimeError("coordinator did not start:\n" + self.coord.tail())
+        log("coordinator pid %d on port %d" % (self.coord.pid, self.port))
+
+    def start_worker(self, slot):
+        g = self.worker_gen.get(slot, -1) + 1
+        self.worker_gen[slot] = g
+        name = "w%d.%d" % (slot, g)
+        pf = self.path(name + ".port")
+        argv = [self.bins["worker"], "--coordinator", "127.0.0.1:%d" % self.port,
+                "--listen", "127.0.0.1:0", "--port-file", pf, "--data-root", self.root,
+                "--threads", "1", "--chunk-bytes", "16384", "--stats-interval-s", "10"]
+        p = Proc(name, argv, self.path(name + ".log"), killable=slot != 0)
+        ALL.append(p)
+        self.workers[slot] = p
+        if not wait_port(p, pf):
+            raise RuntimeError("worker %s did not start:\n%s" % (name, p.tail()))
+        log("worker %s pid %d" % (name, p.pid))
+
+    def start_rank(self, r):
+        g = self.rank_gen.get(r, -1) + 1
+        self.rank_gen[r] = g
+        name = "rank%d.%d" % (r, g)
+        argv = [self.bins["rank"], "--coordinator", "127.0.0.1:%d" % self.port, "--rank",
+                str(r), "--world-size", "2", "--state-file", self.path("rank%d.state" % r),
+                "--digest-file", self.path("rank%d.digest" % r), "--stop-file",
+                self.stop_file, "--data-root", self.root, "--step-ms", str(self.a.step_ms),
+                "--prefetch", "6"]
+        p = Proc(name, argv, self.path(name + ".log"), killable=True)
+        ALL.append(p)
+        self.ranks[r] = p
+        log("%s pid %d" % (name, p.pid))
+
+    # ---- digest files ----------------------------------------------------------
+    def digest_lines(self, r):
+        try:
+            with open(self.path("rank%d.digest" % r)) as f:
+                return f.read().splitlines()
+        except FileNotFoundError:
+            return []
+
+    def progress(self, r):
+        """(lines, epoch of the last delivered batch or -1)."""
+        lines = self.digest_lines(r)
+        for ln in reversed(lines):
+            if ln.startswith("b "):
+                return len(lines), int(ln.split()[1])
+        return len(lines), -1
+
+    # ---- the run -------------------------------------------------------------
+    def sample_all(self):
+        for p in ALL:
+            p.sample()
+
+    def check_unexpected_exits(self):
+        for p in list(self.workers.values()) + list(self.ranks.values()) + [self.coord]:
+            if p.poll() is not None and not p.killed:
+                self.fail("%s (pid %d) exited by itself with %d mid-run; log tail:\n%s"
+                          % (p.name, p.pid, p.code, p.tail()))
+                return True
+        return False
+
+    def kill_worker(self):
+        alive = [s for s, p in self.workers.items() if s != 0 and p.alive()]
+        if not alive:
+            return
+        slot = self.rng.choice(alive)
+        p = self.workers[slot]
+        p.killed = True
+        code = p.kill()
+        self.events["worker_kills"] += 1
+        delay = self.rng.uniform(0.5, 8.0)
+        self.dead_until[slot] = time.monotonic() + delay
+        log("killed worker %s (pid %d, exit %s); restart in %.1f s"
+            % (p.name, p.pid, code, delay))
+        if code != -signal.SIGKILL:
+            self.fail("%s: exit %s after SIGKILL" % (p.name, code))
+
+    def crash_rank(self):
+        r = self.rng.randrange(2)
+        p = self.ranks[r]
+        n0, _ = self.progress(r)
+        # only a rank that has delivered since it started (so it saved a state)
+        lines = self.digest_lines(r)
+        starts = [i for i, ln in enumerate(lines) if ln.startswith("start ")]
+        if not starts or not any(ln.startswith("b ") for ln in lines[starts[-1]:]):
+            return False
+        p.killed = True
+        code = p.kill()
+        self.events["client_crashes"] += 1
+        lines = self.digest_lines(r)
+        last = next((ln for ln in reversed(lines) if ln.startswith("b ")), "?")
+        log("crashed %s (pid %d, exit %s) after '%s'; restarting from its state file"
+            % (p.name, p.pid, code, last))
+        if code != -signal.SIGKILL:
+            self.fail("%s: exit %s after SIGKILL" % (p.name, code))
+        self.start_rank(r)
+        return True
+
+    def run(self):
+        a = self.a
+        dur = a.minutes * 60
+        self.setup()
+        self.start_coordinator()
+        for s in range(a.workers):
+            self.start_worker(s)
+        for r in range(2):
+            self.start_rank(r)
+        t_start = time.monotonic()
+        deadline = t_start + dur
+        self.warm_at = t_start + a.warmup_s
+        next_kill = t_start + a.warmup_s / 2 + self.rng.uniform(0.5, 1.5) * a.kill_every_s
+        crashes = sorted(t_start + self.rng.uniform(0.25, 0.75) * dur
+                         for _ in range(a.client_crashes))
+        last_lines, last_progress = -1, time.monotonic()
+        next_report = t_start + 30
+        while time.monotonic() < deadline:
+            time.sleep(a.sample_s)
+            now = time.monotonic()
+            self.sample_all()
+            if self.check_unexpected_exits():
+                return
+            for slot, when in list(self.dead_until.items()):
+                if now >= when:
+                    del self.dead_until[slot]
+                    self.start_worker(slot)
+                    self.events["worker_restarts"] += 1
+            if now >= next_kill:
+                self.kill_worker()
+                next_kill = now + self.rng.uniform(0.5, 1.5) * a.kill_every_s
+            if crashes and now >= crashes[0]:
+                if self.crash_rank():
+                    crashes.pop(0)
+            prog = [self.progress(r) for r in range(2)]
+            total = sum(n for n, _ in prog)
+            if total != last_lines:
+                last_lines, last_progress = total, now
+            elif now - last_progress > a.stall_s:
+                self.fail("no batch delivered for %d s (ranks at epochs %s)"
+                          % (a.stall_s, [e for _, e in prog]))
+                return
+            if now >= next_report:
+                next_report = now + 30
+                log("progress: ranks at epochs %s, %d digest lines; %s"
+                    % ([e for _, e in prog], total, self.events))
+        self.stop_phase()
+
+    def stop_phase(self):
+        a = self.a
+        self.end_at = time.monotonic()  # RSS "end" window closes here
+        # a worker still down stays down: one started now could come up as
+        # the job ends, and its exit code would then say nothing
+        self.dead_until.clear()
+        stop_epoch = max(self.progress(r)[1] for r in range(2)) + 1
+        with open(self.stop_file + ".tmp", "w") as f:
+            f.write("%d\n" % stop_epoch)
+        os.rename(self.stop_file + ".tmp", self.stop_file)
+        self.stop_epoch = stop_epoch
+        log("time is up: ranks stop after epoch %d" % stop_epoch)
+        end = time.monotonic() + a.end_timeout_s
+        for r, p in self.ranks.items():
+            while p.alive() and time.monotonic() < end:
+                self.sample_all()
+                p.wait(timeout=a.sample_s)
+            if p.alive():
+                self.fail("%s did not stop within %d s" % (p.name, a.end_timeout_s))
+            elif p.code != 0:
+                self.fail("%s exit %d; log tail:\n%s" % (p.name, p.code, p.tail()))
+        for p in [self.coord] + [w for w in self.workers.values() if not w.killed]:
+            code = p.wait(timeout=max(1, end - time.monotonic()) + 30)
+            if code != 0:
+                self.fail("%s exit %s at the end of the job; log tail:\n%s"
+                          % (p.name, code, p.tail()))
+        log("every process exited; %s" % self.events)
+
+    # ---- the checks ------------------------------------------------------------
+    def check_stream(self, r):
+        lines = self.digest_lines(r)
+        seen = {}  # seq -> digest
+        pos, spe, starts, dups, stop = None, None, 0, 0, None
+        last_b = None  # seq of the last 'b' line
+        for i, ln in enumerate(lines):
+            f = ln.split()
+            where = "rank %d digest line %d '%s'" % (r, i + 1, ln)
+            if not f:
+                return self.fail(where + ": empty")
+            if f[0] == "start":
+                e, s, n = int(f[1]), int(f[2]), int(f[3])
+                if spe is not None and n != spe:
+                    return self.fail(where + ": steps/epoch changed")
+                spe = n
+                seq = e * spe + s
+                if starts == 0 and seq != 0:
+                    return self.fail(where + ": first start is not at 0 0")
+                if starts > 0:
+                    nxt = (last_b + 1) if last_b is not None else 0
+                    if seq not in (nxt, nxt - 1):
+                        return self.fail(where + ": resumed at %d, last delivered %s"
+                                         % (seq, last_b))
+                starts += 1
+                pos = seq
+            elif f[0] == "b":
+                e, s, d, ok = int(f[1]), int(f[2]), f[3], f[4]
+                seq = e * spe + s
+                if pos is None or seq != pos:
+                    return self.fail(where + ": out of order (expected %s)" % pos)
+                if ok != "ok":
+                    return self.fail(where + ": differs from the reference")
+                if seq in seen:
+                    if seen[seq] != d:
+                        return self.fail(where + ": delivered again with another digest")
+                    dups += 1
+                seen[seq] = d
+                last_b, pos = seq, seq + 1
+            elif f[0] == "e":
+                if pos is None or pos % spe or pos // spe - 1 != int(f[1]):
+                    return self.fail(where + ": epoch end at the wrong place")
+            elif f[0] == "stop":
+                stop = int(f[1])
+            else:
+                return self.fail(where + ": unknown line")
+        if stop is None:
+            return self.fail("rank %d never stopped" % r)
+        if stop != self.stop_epoch:
+            self.fail("rank %d stopped after epoch %d, not %d" % (r, stop, self.stop_epoch))
+        want = (stop + 1) * spe
+        if len(seen) != want or min(seen) != 0 or max(seen) != want - 1:
+            return self.fail("rank %d: %d distinct batches, want %d" % (r, len(seen), want))
+        log("stream rank %d: epochs 0..%d, %d steps/epoch, %d batches all equal to the "
+            "reference, in order; %d start(s), %d batch(es) delivered again after a crash "
+            "(same digest)" % (r, stop, spe, want, starts, dups))
+
+    def check_rss(self):
+        a = self.a
+        log("RSS (MiB): start = max over [warm-up, +5 s], end = max over the last 5 s "
+            "before the stop; bound end <= start * %.1f + %d MiB" % (RSS_FACTOR, RSS_SLACK_MIB))
+        print("  %-12s %7s %8s %8s %8s %8s %7s  %s" % ("process", "pid", "lived s", "start",
+                                                        "middle", "end", "exit", "verdict"))
+        for p in ALL:
+            t0 = max(p.started + a.warmup_s, self.warm_at)
+            t1 = min(p.ended or self.end_at, self.end_at)
+            lived = (p.ended or time.monotonic()) - p.started
+            first = [v for t, v in p.samples if t0 <= t <= t0 + 5]
+            last = [v for t, v in p.samples if t1 - 5 <= t <= t1]
+            tm = (t0 + t1) / 2  # the middle says whether growth goes on or settled
+            mid = [v for t, v in p.samples if tm - 2.5 <= t <= tm + 2.5]
+            m = "%.1f" % (max(mid) / MIB) if mid else "-"
+            if t1 - t0 < a.min_span_s or not first or not last:
+                verdict, s, e = "not judged (%.0f s after warm-up)" % max(0, t1 - t0), "-", "-"
+                m = "-"
+            else:
+                start, end = max(first), max(last)
+                okk = end <= start * RSS_FACTOR + RSS_SLACK_MIB * MIB
+                verdict = "flat" if okk else "GREW"
+                s, e = "%.1f" % (start / MIB), "%.1f" % (end / MIB)
+                if not okk:
+                    self.fail("RSS of %s grew from %.1f to %.1f MiB" % (p.name, start / MIB,
+                                                                        end / MIB))
+            print("  %-12s %7d %8.0f %8s %8s %8s %7s  %s" % (p.name, p.pid, lived, s, m, e,
+                                                              p.code, verdict), flush=True)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap.add_argument("--bin-dir", default=os.path.join(here, "..", "..", "build", "rel"))
+    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--seed", type=int, default=None)
+    ap.add_argument("--workers", type=int, default=3)
+    ap.add_argument("--kill-every-s", type=float, default=20.0)
+    ap.add_argument("--client-crashes", type=int, default=None)
+    ap.add_argument("--samples", type=int, default=1024, help="dataset size")
+    ap.add_argument("--batch", type=int, default=16, help="batch size per rank")
+    ap.add_argument("--step-ms", type=int, default=10, help="simulated training step")
+    ap.add_argument("--sample-s", type=float, default=0.5, help="RSS sampling period")
+    ap.add_argument("--warmup-s", type=float, default=None,
+                    help="default: 30 s, or 10%% of the run if longer")
+    ap.add_argument("--min-span-s", type=float, default=None,
+                    help="judge the RSS of a process that lived this long after warm-up "
+                         "(default: a quarter of the run, at least 20 s)")
+    ap.add_argument("--stall-s", type=float, default=90.0,
+                    help="fail when no batch arrives for this long")
+    ap.add_argument("--end-timeout-s", type=int, default=300)
+    ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
+    a = ap.parse_args()
+    if a.minutes <= 0 or a.minutes > 24 * 60 or not 2 <= a.workers <= 16:
+        ap.error("--minutes in (0, 1440], --workers in 2..16")
+    if a.seed is None:
+        a.seed = random.randrange(1, 1 << 30)
+    if a.client_crashes is None:
+        a.client_crashes = max(1, round(a.minutes / 5))
+    if a.warmup_s is None:
+        a.warmup_s = max(30.0, a.minutes * 6)
+    if a.min_span_s is None:
+        a.min_span_s = max(20.0, a.minutes * 15)
+    a.bin_dir = os.path.abspath(a.bin_dir)
+    atexit.register(reap_all)
+    for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        signal.signal(s, _on_signal)
+
+    soak = Soak(a)
+    log("soak: %.1f min, seed %d, %d workers, 2 ranks, a worker killed every ~%.0f s, "
+        "%d client crash(es), tmp %s" % (a.minutes, a.seed, a.workers, a.kill_every_s,
+                                         a.client_crashes, soak.tmp))
+    try:
+        soak.run()
+    except RuntimeError as e:
+        soak.fail(str(e))
+    finally:
+        reap_all()
+    if hasattr(soak, "stop_epoch"):  # the run got to its stop: check what arrived
+        for r in range(2):
+            soak.check_stream(r)
+    if hasattr(soak, "end_at"):
+        soak.check_rss()
+    for p in ALL:
+        if p.name.startswith("rank") and p.code == 0:
+            for ln in p.tail().splitlines():
+                if ln.startswith("summary"):
+                    print("  " + ln)
+    if soak.fails or a.keep:
+        print("soak.py: logs kept in %s" % soak.tmp)
+    else:
+        shutil.rmtree(soak.tmp, ignore_errors=True)
+    print("soak.py: %s (seed %d)" % ("FAILED: %d failure(s)" % len(soak.fails)
+                                     if soak.fails else "passed", a.seed))
+    return 1 if soak.fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
