@@ -1,8 +1,9 @@
-/* rpc.c - blocking gRPC C core helpers: a thread-per-call server with a
- * pluck completion queue per call, and client unary/stream calls.
+/* rpc.c - the shared gRPC C core helpers (init, malloc tuning, the status
+ * table, pack/unpack) and the blocking client: unary calls and streams,
+ * each with a pluck completion queue of its own. The event-driven server
+ * is in rpc_server.c.
  *
- * Owns: the gRPC server, its notification queue and dispatcher thread, one
- * handler thread per live call. Must not: print, exit, or hold a lock while
+ * Owns: nothing global. Must not: print, exit, or hold a lock while
  * blocked in gRPC.
  */
 #include "rpc.h"
@@ -101,21 +102,15 @@ static int run_batch(grpc_call *call, grpc_completion_queue *cq, const grpc_op *
   return ev.success ? 0 : -1;
 }
 
-/* Send msg (taking ownership) and wait for flow control; the initial
- * metadata goes first when *md_sent is 0 (server calls; a client stream
- * sent its own at open and passes NULL). 0 or -1. */
-static int send_wait(grpc_call *call, grpc_completion_queue *cq, void *tag, int *md_sent,
+/* Send msg (taking ownership) on a client stream and wait for flow
+ * control. 0 or -1. */
+static int send_wait(grpc_call *call, grpc_completion_queue *cq, void *tag,
                      grpc_byte_buffer *msg) {
-  grpc_op ops[2];
-  size_t n = 0;
-  memset(ops, 0, sizeof(ops));
-  if (md_sent && !*md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    *md_sent = 1;
-  }
-  ops[n].op = GRPC_OP_SEND_MESSAGE;
-  ops[n++].data.send_message.send_message = msg;
-  int rc = run_batch(call, cq, ops, n, tag);
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = msg;
+  int rc = run_batch(call, cq, &op, 1, tag);
   grpc_byte_buffer_destroy(msg);
   return rc;
 }
@@ -155,13 +150,6 @@ typedef struct int_arg {
   int value;
 } int_arg;
 
-/* Clients ping every 10 s; let them, with or without calls. */
-static const int_arg server_args[] = {
-    {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000},
-    {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0},
-    {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
-};
-
 static const int_arg client_args[] = {
     {GRPC_ARG_KEEPALIVE_TIME_MS, 10000},
     {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000},
@@ -180,12 +168,11 @@ static const int_arg client_args[] = {
 
 #define MAX_ARGS 16
 
-/* Fill a[MAX_ARGS] with the message size limits and the server's or the
- * client's settings above; *n gets the count. */
-static void make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
-  const int_arg *set = server ? server_args : client_args;
-  size_t nset = server ? sizeof(server_args) / sizeof(server_args[0])
-                       : sizeof(client_args) / sizeof(client_args[0]);
+/* Fill a[MAX_ARGS] with the message size limits and the client's
+ * settings above; *n gets the count. (The server's are in rpc_server.c.) */
+static void make_args(grpc_arg *a, size_t *n, size_t max_msg) {
+  const int_arg *set = client_args;
+  size_t nset = sizeof(client_args) / sizeof(client_args[0]);
   size_t i = 0;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
   a[i++].value.integer = (int)max_msg;
@@ -197,371 +184,6 @@ static void make_args(grpc_arg *a, size_t *n, size_t max_msg, int server) {
     a[i].value.integer = set[k].value;
   }
   *n = i;
-}
-
-/* ---- Server ------------------------------------------------------------ */
-
-struct stk__rpc_call {
-  stk__rpc_server *srv;
-  grpc_call *call;
-  grpc_completion_queue *cq;
-  grpc_call_details details;
-  grpc_metadata_array md;
-  const stk__rpc_method *method;
-  pthread_t thread;
-  int thread_started;
-  int md_sent;
-  int finished;   /* atomic: a status was sent or the call was aborted */
-  int done;       /* handler thread returned; guarded by srv->mu */
-  int cancelled;  /* from RECV_CLOSE_ON_SERVER */
-  int close_seen; /* tag_close already plucked (stk__rpc_call_closed) */
-  char *peer;
-  struct stk__rpc_call *next;
-  char tag_recv, tag_send, tag_close, tag_finish;
-};
-
-struct stk__rpc_server {
-  grpc_server *server;
-  grpc_completion_queue *notify_cq;
-  pthread_t dispatcher;
-  stk__rpc_method *methods;
-  size_t nmethods;
-  char *token;
-  size_t max_calls, max_msg;
-  pthread_mutex_t mu;
-  stk__rpc_call *calls; /* live and finished-not-yet-joined calls */
-  size_t active;
-  int stopping;
-  char shutdown_tag;
-};
-
-static stk__rpc_call *call_new(stk__rpc_server *srv) {
-  stk__rpc_call *c = calloc(1, sizeof(*c));
-  if (!c) return NULL;
-  c->srv = srv;
-  c->cq = grpc_completion_queue_create_for_pluck(NULL);
-  grpc_call_details_init(&c->details);
-  grpc_metadata_array_init(&c->md);
-  return c;
-}
-
-/* Wait for the close, then release everything gRPC gave the call. */
-static void call_release(stk__rpc_call *c) {
-  if (c->call && !c->close_seen) {
-    grpc_completion_queue_pluck(c->cq, &c->tag_close, gpr_inf_future(GPR_CLOCK_MONOTONIC),
-                                NULL);
-  }
-  grpc_metadata_array_destroy(&c->md);
-  grpc_call_details_destroy(&c->details);
-  if (c->call) grpc_call_unref(c->call);
-  c->call = NULL;
-  grpc_completion_queue_shutdown(c->cq);
-  grpc_completion_queue_destroy(c->cq);
-  c->cq = NULL;
-  if (c->peer) gpr_free(c->peer);
-  c->peer = NULL;
-}
-
-int stk__rpc_call_recv(stk__rpc_call *c, grpc_byte_buffer **out) {
-  grpc_byte_buffer *bb = NULL;
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_MESSAGE;
-  op.data.recv_message.recv_message = &bb;
-  *out = NULL;
-  if (run_batch(c->call, c->cq, &op, 1, &c->tag_recv)) {
-    if (bb) grpc_byte_buffer_destroy(bb);
-    return -1;
-  }
-  if (!bb) return 0;
-  *out = bb;
-  return 1;
-}
-
-int stk__rpc_call_recv_msg(stk__rpc_call *c, const ProtobufCMessageDescriptor *d,
-                           ProtobufCMessage **out) {
-  grpc_byte_buffer *bb;
-  *out = NULL;
-  int r = stk__rpc_call_recv(c, &bb);
-  if (r <= 0) return r;
-  *out = stk__rpc_unpack(d, bb, c->srv->max_msg);
-  grpc_byte_buffer_destroy(bb);
-  return *out ? 1 : -2;
-}
-
-int stk__rpc_call_send(stk__rpc_call *c, grpc_byte_buffer *msg) {
-  return send_wait(c->call, c->cq, &c->tag_send, &c->md_sent, msg);
-}
-
-int stk__rpc_call_send_msg(stk__rpc_call *c, const ProtobufCMessage *m) {
-  grpc_byte_buffer *bb = stk__rpc_pack(m);
-  return bb ? stk__rpc_call_send(c, bb) : -1;
-}
-
-int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *details) {
-  if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return 0;
-  grpc_op ops[2];
-  size_t n = 0;
-  memset(ops, 0, sizeof(ops));
-  if (!c->md_sent) {
-    ops[n++].op = GRPC_OP_SEND_INITIAL_METADATA;
-    c->md_sent = 1;
-  }
-  grpc_slice det = grpc_slice_from_copied_string(details ? details : "");
-  ops[n].op = GRPC_OP_SEND_STATUS_FROM_SERVER;
-  ops[n].data.send_status_from_server.status = code;
-  ops[n++].data.send_status_from_server.status_details = &det;
-  int rc = run_batch(c->call, c->cq, ops, n, &c->tag_finish);
-  grpc_slice_unref(det);
-  return rc;
-}
-
-void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details) {
-  if (__atomic_exchange_n(&c->finished, 1, __ATOMIC_ACQ_REL)) return;
-  grpc_call_cancel_with_status(c->call, code, details ? details : "", NULL);
-}
-
-int stk__rpc_call_closed(stk__rpc_call *c) {
-  if (!c->close_seen) {
-    grpc_event ev = grpc_completion_queue_pluck(c->cq, &c->tag_close,
-                                                gpr_time_0(GPR_CLOCK_MONOTONIC), NULL);
-    if (ev.type == GRPC_OP_COMPLETE) c->close_seen = 1;
-  }
-  return c->close_seen;
-}
-
-const char *stk__rpc_call_peer(stk__rpc_call *c) { return c->peer ? c->peer : "?"; }
-
-static void *call_thread(void *arg) {
-  stk__rpc_call *c = arg;
-  c->method->fn(c);
-  if (!__atomic_load_n(&c->finished, __ATOMIC_ACQUIRE))
-    stk__rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
-  call_release(c);
-  pthread_mutex_lock(&c->srv->mu);
-  c->done = 1;
-  c->srv->active--;
-  pthread_mutex_unlock(&c->srv->mu);
-  return NULL;
-}
-
-/* Join and free calls whose thread has returned. */
-static void reap(stk__rpc_server *s) {
-  for (;;) {
-    stk__rpc_call *dead = NULL;
-    pthread_mutex_lock(&s->mu);
-    for (stk__rpc_call **pp = &s->calls; *pp; pp = &(*pp)->next)
-      if ((*pp)->done) {
-        dead = *pp;
-        *pp = dead->next;
-        break;
-      }
-    pthread_mutex_unlock(&s->mu);
-    if (!dead) return;
-    pthread_join(dead->thread, NULL);
-    free(dead);
-  }
-}
-
-static int token_ok(stk__rpc_server *s, grpc_metadata_array *md) {
-  if (!s->token) return 1;
-  size_t want = strlen(s->token);
-  for (size_t i = 0; i < md->count; i++) {
-    grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
-    if (GRPC_SLICE_LENGTH(k) != 13 ||
-        memcmp(GRPC_SLICE_START_PTR(k), "authorization", 13))
-      continue;
-    const unsigned char *p = GRPC_SLICE_START_PTR(v);
-    size_t n = GRPC_SLICE_LENGTH(v);
-    if (n != want + 7 || memcmp(p, "Bearer ", 7)) return 0;
-    unsigned char diff = 0; /* constant time in the token's length */
-    for (size_t j = 0; j < want; j++) diff |= p[7 + j] ^ (unsigned char)s->token[j];
-    return diff == 0;
-  }
-  return 0;
-}
-
-/* Answer a call we will not run, inline on the dispatcher. */
-static void reject(stk__rpc_call *c, grpc_status_code code, const char *msg) {
-  stk__rpc_call_finish(c, code, msg);
-  call_release(c);
-  free(c);
-}
-
-static void dispatch(stk__rpc_server *s, stk__rpc_call *c) {
-  grpc_op op;
-  memset(&op, 0, sizeof(op));
-  op.op = GRPC_OP_RECV_CLOSE_ON_SERVER;
-  op.data.recv_close_on_server.cancelled = &c->cancelled;
-  grpc_call_start_batch(c->call, &op, 1, &c->tag_close, NULL);
-  c->peer = grpc_call_get_peer(c->call);
-  for (size_t i = 0; i < s->nmethods; i++) {
-    size_t n = strlen(s->methods[i].path);
-    if (GRPC_SLICE_LENGTH(c->details.method) == n &&
-        !memcmp(GRPC_SLICE_START_PTR(c->details.method), s->methods[i].path, n))
-      c->method = &s->methods[i];
-  }
-  if (!c->method) return reject(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
-  if (!token_ok(s, &c->md))
-    return reject(c, GRPC_STATUS_UNAUTHENTICATED, "missing or wrong bearer token");
-  pthread_mutex_lock(&s->mu);
-  int full = s->active >= s->max_calls;
-  if (!full) s->active++;
-  pthread_mutex_unlock(&s->mu);
-  if (full) return reject(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "too many calls");
-  if (pthread_create(&c->thread, NULL, call_thread, c) != 0) {
-    pthread_mutex_lock(&s->mu);
-    s->active--;
-    pthread_mutex_unlock(&s->mu);
-    return reject(c, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
-  }
-  pthread_mutex_lock(&s->mu);
-  c->next = s->calls;
-  s->calls = c;
-  pthread_mutex_unlock(&s->mu);
-}
-
-static stk__rpc_call *request_one(stk__rpc_server *s) {
-  stk__rpc_call *c = call_new(s);
-  if (!c) return NULL;
-  if (grpc_server_request_call(s->server, &c->call, &c->details, &c->md, c->cq,
-                               s->notify_cq, c) != GRPC_CALL_OK) {
-    call_release(c);
-    free(c);
-    return NULL;
-  }
-  return c;
-}
-
-static void *dispatcher_main(void *arg) {
-  stk__rpc_server *s = arg;
-  stk__rpc_call *pending = request_one(s);
-  for (;;) {
-    grpc_event ev = grpc_completion_queue_next(s->notify_cq, deadline_in(200), NULL);
-    if (ev.type == GRPC_QUEUE_TIMEOUT) {
-      reap(s);
-      if (!pending && !__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE))
-        pending = request_one(s); /* retry after an allocation failure */
-      continue;
-    }
-    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
-    if (ev.tag == &s->shutdown_tag) break;
-    if (ev.tag == pending) {
-      stk__rpc_call *c = pending;
-      pending = NULL;
-      if (ev.success) {
-        dispatch(s, c);
-      } else {
-        c->call = NULL; /* no call was created */
-        call_release(c);
-        free(c);
-      }
-      if (!__atomic_load_n(&s->stopping, __ATOMIC_ACQUIRE)) pending = request_one(s);
-    }
-    reap(s);
-  }
-  return NULL;
-}
-
-int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **out,
-                          int *port, char *err, size_t errlen) {
-  *out = NULL;
-  stk__rpc_server *s = calloc(1, sizeof(*s));
-  if (!s) return -1;
-  pthread_mutex_init(&s->mu, NULL);
-  s->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MSG;
-  s->max_calls = cfg->max_calls ? cfg->max_calls : 4096;
-  s->nmethods = cfg->nmethods;
-  s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk__rpc_method));
-  if (cfg->token && *cfg->token) s->token = strdup(cfg->token);
-  if (!s->methods || (cfg->token && *cfg->token && !s->token)) goto fail_mem;
-  memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk__rpc_method));
-  grpc_arg a[MAX_ARGS];
-  size_t na;
-  make_args(a, &na, s->max_msg, 1);
-  grpc_channel_args args = {na, a};
-  stk__rpc_init();
-  s->server = grpc_server_create(&args, NULL);
-  s->notify_cq = grpc_completion_queue_create_for_next(NULL);
-  grpc_server_register_completion_queue(s->server, s->notify_cq, NULL);
-  grpc_server_credentials *creds = stk__tls_server_creds(cfg->tls);
-  int p = creds ? grpc_server_add_http2_port(s->server, cfg->listen, creds) : 0;
-  if (creds) grpc_server_credentials_release(creds);
-  if (p <= 0) {
-    if (cfg->tls)
-      stk__errf(err, errlen, 0,
-                "cannot listen on %s with TLS (address in use or not an address, or "
-                "the certificate and key do not load or do not match)",
-                cfg->listen);
-    else
-      stk__errf(err, errlen, 0, "cannot listen on %s (in use, or not an address)",
-                cfg->listen);
-    grpc_server_destroy(s->server);
-    grpc_completion_queue_shutdown(s->notify_cq);
-    grpc_completion_queue_destroy(s->notify_cq);
-    stk__rpc_shutdown();
-    goto fail;
-  }
-  grpc_server_start(s->server);
-  if (pthread_create(&s->dispatcher, NULL, dispatcher_main, s) != 0) {
-    stk__errf(err, errlen, 0, "cannot start a thread");
-    grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
-    grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
-    grpc_server_destroy(s->server);
-    grpc_completion_queue_shutdown(s->notify_cq);
-    grpc_completion_queue_destroy(s->notify_cq);
-    stk__rpc_shutdown();
-    goto fail;
-  }
-  if (port) *port = p;
-  *out = s;
-  return 0;
-fail_mem:
-  stk__errf(err, errlen, 0, "out of memory");
-fail:
-  free(s->methods);
-  free(s->token);
-  pthread_mutex_destroy(&s->mu);
-  free(s);
-  return -1;
-}
-
-size_t stk__rpc_server_active(stk__rpc_server *s) {
-  pthread_mutex_lock(&s->mu);
-  size_t n = s->active;
-  pthread_mutex_unlock(&s->mu);
-  return n;
-}
-
-void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms) {
-  if (!s) return;
-  __atomic_store_n(&s->stopping, 1, __ATOMIC_RELEASE);
-  grpc_server_shutdown_and_notify(s->server, s->notify_cq, &s->shutdown_tag);
-  int64_t until = stk__now_ms() + (grace_ms > 0 ? grace_ms : 0);
-  while (stk__rpc_server_active(s) > 0 && stk__now_ms() < until) stk__sleep_ms(10);
-  grpc_server_cancel_all_calls(s->server);
-  pthread_join(s->dispatcher, NULL);
-  /* Every handler has now been cancelled; join what is left. */
-  for (;;) {
-    pthread_mutex_lock(&s->mu);
-    stk__rpc_call *c = s->calls;
-    if (c) s->calls = c->next;
-    pthread_mutex_unlock(&s->mu);
-    if (!c) break;
-    pthread_join(c->thread, NULL);
-    free(c);
-  }
-  grpc_server_destroy(s->server);
-  grpc_completion_queue_shutdown(s->notify_cq);
-  while (
-      grpc_completion_queue_next(s->notify_cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL)
-          .type != GRPC_QUEUE_SHUTDOWN) {}
-  grpc_completion_queue_destroy(s->notify_cq);
-  free(s->methods);
-  free(s->token);
-  pthread_mutex_destroy(&s->mu);
-  free(s);
-  stk__rpc_shutdown();
 }
 
 /* ---- Client ------------------------------------------------------------ */
@@ -589,7 +211,7 @@ int stk__rpc_channel_open(const char *target, size_t max_msg, const char *token,
   stk__rpc_init();
   grpc_arg a[MAX_ARGS];
   size_t na;
-  make_args(a, &na, ch->max_msg, 0);
+  make_args(a, &na, ch->max_msg);
   grpc_channel_args args = {na, a};
   grpc_channel_credentials *creds = stk__tls_channel_creds(tls);
   ch->channel = grpc_channel_create(target, creds, &args);
@@ -721,7 +343,7 @@ int stk__rpc_stream_open(stk__rpc_channel *ch, const char *method, int timeout_m
 }
 
 int stk__rpc_stream_send(stk__rpc_stream *s, grpc_byte_buffer *msg) {
-  return send_wait(s->call, s->cq, &s->tag_send, NULL, msg);
+  return send_wait(s->call, s->cq, &s->tag_send, msg);
 }
 
 int stk__rpc_stream_send_msg(stk__rpc_stream *s, const ProtobufCMessage *m) {

@@ -1,11 +1,13 @@
-/* rpc.h - a small blocking layer over the gRPC C core, shared by the
- * daemons (server side) and libstoker (client side).
+/* rpc.h - a small layer over the gRPC C core, shared by the daemons
+ * (server side, event driven: rpc_server.c) and libstoker (client side,
+ * blocking: rpc.c).
  *
- * Model: every call has its own pluck completion queue, so each operation
- * is "start a batch, pluck its tag": plain blocking code, one thread per
- * server call. A call may have one thread receiving and another sending at
- * the same time (bidirectional streams); never two of the same kind.
- * Messages are protobuf-c messages packed into grpc_byte_buffers.
+ * Client model: every call has its own pluck completion queue, so each
+ * operation is "start a batch, pluck its tag": plain blocking code. A call
+ * may have one thread receiving and another sending at the same time
+ * (bidirectional streams); never two of the same kind. Server model: see
+ * "Server" below. Messages are protobuf-c messages packed into
+ * grpc_byte_buffers.
  *
  * Nothing here prints, exits or aborts; errors come back as return values.
  */
@@ -54,19 +56,69 @@ grpc_byte_buffer *stk__rpc_pack(const ProtobufCMessage *m);
 ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
                                   grpc_byte_buffer *bb, size_t max_bytes);
 
-/* ---- Server ------------------------------------------------------------ */
+/* ---- Server (rpc_server.c) ---------------------------------------------
+ *
+ * Event driven, no thread per call: one completion queue served by a fixed
+ * set of threads (stk__rpc_server_config.threads). Every call is a small
+ * state machine driven by its tags; the handler code sees callbacks:
+ *
+ *   unary methods   handler(call, request) once the request has arrived;
+ *                   it answers with stk__rpc_call_reply / _finish.
+ *   stream methods  open(call) when the call arrives, message(call, m) for
+ *                   each message (one at a time, in order), half_close,
+ *                   drained (every queued send went out), and closed (the
+ *                   call is over; always the last callback).
+ *
+ * Callbacks run on the server's threads and must not block (take a mutex
+ * for a short section, never wait for the network or for a build). Sends
+ * never block: stk__rpc_call_send queues the message (ownership passes)
+ * and gRPC takes the queue in order; the status goes after the queue.
+ * Other threads may send, finish or abort a call until its closed callback
+ * has returned (synchronise with it, e.g. a flag under the handler's own
+ * mutex); after that the handle is gone.
+ *
+ * Bounds (all in stk__rpc_server_config): open calls per daemon and
+ * streams per connection (RESOURCE_EXHAUSTED past the first; gRPC makes a
+ * client wait past the second), a deadline for the first message of every
+ * call, a bound on how long one send may wait for a peer that stopped
+ * reading (then the call is cancelled and its queued messages freed), and
+ * server keepalive pings, so dead peers are found.
+ */
 
 typedef struct stk__rpc_server stk__rpc_server;
 typedef struct stk__rpc_call stk__rpc_call;
 
-/* Runs on a thread of its own for one incoming call. It must end the call
- * with stk__rpc_call_finish (or stk__rpc_call_abort) before returning; if it
- * does not, the call ends with INTERNAL. */
-typedef void (*stk__rpc_handler_fn)(stk__rpc_call *call);
+/* A unary method's handler: req is the parsed request (owned by the rpc
+ * layer, freed when the handler returns). It must end the call (reply or
+ * finish) before it returns; else the call ends INTERNAL. */
+typedef void (*stk__rpc_unary_fn)(stk__rpc_call *call, const ProtobufCMessage *req);
+
+typedef struct stk__rpc_stream_ops {
+  /* The call arrived. 0 to serve it (keep state with stk__rpc_call_set_data),
+   * or end it with stk__rpc_call_finish and return -1: then no other
+   * callback comes. */
+  int (*open)(stk__rpc_call *call);
+  /* One message, parsed (owned by the rpc layer, freed on return). m is
+   * NULL when the bytes are not a message of the method's type or are over
+   * its receive limit: the handler ends the call (INVALID_ARGUMENT). No
+   * further message comes once the call is finished. */
+  void (*message)(stk__rpc_call *call, const ProtobufCMessage *m);
+  /* The client half-closed (no more messages). May be NULL. */
+  void (*half_close)(stk__rpc_call *call);
+  /* Every queued send went out (the queue is empty again). May be NULL. */
+  void (*drained)(stk__rpc_call *call);
+  /* The call is over (status sent, cancelled, peer gone). The last
+   * callback; the handle is invalid once it returns. */
+  void (*closed)(stk__rpc_call *call);
+} stk__rpc_stream_ops;
 
 typedef struct stk__rpc_method {
-  const char *path; /* "/stoker.v1.Worker/Stream" */
-  stk__rpc_handler_fn fn;
+  const char *path;                          /* "/stoker.v1.Worker/Stream" */
+  const ProtobufCMessageDescriptor *request; /* what the client sends */
+  size_t max_recv_bytes;             /* receive limit for one message of this method;
+                                        0 = the server's max_message_bytes */
+  stk__rpc_unary_fn unary;           /* a unary method, or */
+  const stk__rpc_stream_ops *stream; /* a streaming one (either direction) */
 } stk__rpc_method;
 
 typedef struct stk__rpc_server_config {
@@ -75,45 +127,62 @@ typedef struct stk__rpc_server_config {
   size_t nmethods;
   size_t max_message_bytes; /* receive limit; 0 = 16 MiB */
   const char *token;        /* bearer token every call must carry; NULL = none */
-  size_t max_calls;         /* concurrent calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
+  size_t max_calls;         /* open calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
+  int max_streams_per_conn; /* HTTP/2 concurrent streams per connection; 0 = 100 */
+  int threads;              /* completion-queue threads; 0 = 2 */
+  int first_message_ms;     /* a call whose first message has not come after
+                               this long ends DEADLINE_EXCEEDED; 0 = 30 s */
+  int send_stall_ms;        /* a send that has not completed after this long
+                               (the peer stopped reading) cancels the call
+                               UNAVAILABLE; 0 = 10 s */
+  int keepalive_ms;         /* server pings an idle connection this often;
+                               0 = 30 s */
+  int keepalive_timeout_ms; /* and drops it when the ping is not answered in
+                               this long; 0 = 10 s */
   const stk__tls *tls;      /* NULL = plaintext; else it must have a cert (tls.h) */
 } stk__rpc_server_config;
 
+/* Counters of a server (all cumulative except open_calls). */
+typedef struct stk__rpc_server_stats {
+  uint64_t open_calls;     /* now */
+  uint64_t calls;          /* accepted */
+  uint64_t refused_full;   /* RESOURCE_EXHAUSTED: max_calls reached */
+  uint64_t first_msg_late; /* ended by the first-message deadline */
+  uint64_t send_stalled;   /* cancelled by the send-stall bound */
+} stk__rpc_server_stats;
+
 /* Bind and start serving. *port gets the bound port. Returns 0, or -1 with
- * a message in err (address in use, bad address). */
+ * a message in err (address in use, bad address, out of memory). */
 int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **out,
                           int *port, char *err, size_t errlen);
-/* Stop accepting calls, give running calls grace_ms to end, cancel the
- * rest, join every handler thread and free the server. Accepts NULL. */
+/* Stop accepting calls, give open calls grace_ms to end, cancel the rest,
+ * wait until every call is over (its closed callback returned), join the
+ * server's threads and free it. Not from a callback. Accepts NULL. */
 void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms);
-/* Calls currently running. */
-size_t stk__rpc_server_active(stk__rpc_server *s);
+/* Thread-safe snapshot of the counters. */
+void stk__rpc_server_stats_get(stk__rpc_server *s, stk__rpc_server_stats *out);
 
-/* Blocking receive: 1 with *out (caller destroys), 0 when the client
- * half-closed, -1 when the call is cancelled or broken. One receiver at a
- * time. */
-int stk__rpc_call_recv(stk__rpc_call *c, grpc_byte_buffer **out);
-/* Unpack-or-fail convenience: 1 with a message, 0 half-close, -1 broken,
- * -2 malformed (the call is still open: abort it with a status). */
-int stk__rpc_call_recv_msg(stk__rpc_call *c, const ProtobufCMessageDescriptor *d,
-                           ProtobufCMessage **out);
-/* Blocking send (waits for flow control). Takes ownership of msg. 0 or -1
- * when the call is cancelled or broken. One sender at a time. */
+/* Queue a message (ownership passes, also on failure). 0, or -1 when the
+ * call is already finished or over. Never blocks; thread-safe. */
 int stk__rpc_call_send(stk__rpc_call *c, grpc_byte_buffer *msg);
 int stk__rpc_call_send_msg(stk__rpc_call *c, const ProtobufCMessage *m);
-/* End the call with a status. Call once, from the sending thread (or when
- * no send is in flight). Returns 0 or -1. */
+/* Queue n messages at once (ownership of all passes, also on failure), so
+ * no `drained` can come between them. 0 or -1 as above. */
+int stk__rpc_call_sendv(stk__rpc_call *c, grpc_byte_buffer **msgs, size_t n);
+/* End the call with a status once every queued message went out. The
+ * first status wins; a later one is a no-op (0). -1 when the call is
+ * over. Never blocks; thread-safe. */
 int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *details);
-/* End the call with a status from any thread, failing the other thread's
- * pending receive or send (thread-safe). */
+/* Send m, then status OK. 0 or -1. */
+int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m);
+/* End the call now with a status, dropping queued messages and failing
+ * what is pending. A no-op when the status already left. Thread-safe. */
 void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details);
-/* Non-blocking: 1 once the call is over (the client cancelled or went
- * away, or a status was sent), else 0. For handlers that wait on something
- * other than gRPC (a server-streaming call between messages) and want to
- * notice a vanished client. Call from the handler thread only. */
-int stk__rpc_call_closed(stk__rpc_call *c);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
 const char *stk__rpc_call_peer(stk__rpc_call *c);
+/* The handler's own pointer (NULL until set). */
+void stk__rpc_call_set_data(stk__rpc_call *c, void *data);
+void *stk__rpc_call_data(stk__rpc_call *c);
 
 /* ---- Client ------------------------------------------------------------ */
 

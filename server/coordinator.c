@@ -8,9 +8,11 @@
  * abort_job): the job then ends as failed (state "failed", workers told
  * Shutdown{failed}, exit code 4).
  *
- * Owns the job, the worker table and the rank table, all under one mutex
- * that is never held across a gRPC call. Must not trust the network: every
- * message is validated and a bad one ends only its own call.
+ * Owns the job, the worker table and the rank table, all under one mutex.
+ * Calls are event driven (proto/rpc.h, "Server"): handlers run on the rpc
+ * layer's threads and never block; sends only queue, so they may be made
+ * under the mutex (lock order: C.mu, then the rpc layer's own locks). Must not trust the
+ * network: every message is validated and a bad one ends only its own call.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -61,6 +63,7 @@ static struct {
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
       shutdown_grace_s, max_message_mb;
   int print_job;
+  stk__serve_opts serve;
 } opt;
 
 static stk__option options[] = {
@@ -97,21 +100,23 @@ static stk__option options[] = {
      &opt.max_message_mb, 1, 1024},
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
+    STK__SERVE_OPTIONS(opt.serve),
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
 /* ---- State ------------------------------------------------------------- */
 
+/* The phases of a worker session (Coordinator.WorkerSession). */
+enum { WS_HELLO, WS_HELLO2, WS_SERVING, WS_OVER };
+
 typedef struct cworker {
   char id[MAX_STR], address[MAX_STR];
   uint32_t cores;
-  stk__rpc_call *call;
-  pthread_mutex_t send_mu; /* one sender at a time: the main thread's
-                              Shutdown vs the handler's final status */
-  int closed;              /* under send_mu: the call got its status */
-  int live;                /* in C.workers */
+  stk__rpc_call *call; /* its session; valid until session_closed */
+  int phase;           /* WS_*: touched only by the call's callbacks */
+  uint64_t ack_hash;   /* the job hash the RegisterAck carried */
+  int live;            /* in C.workers */
   int shutdown_sent;
-  int refs; /* under C.mu */
   int64_t registered_ms, last_hb_ms;
   struct {
     uint64_t batches_built, bytes_sent, samples_substituted;
@@ -145,6 +150,7 @@ static struct {
   int failed; /* the job was aborted; shutdown_reason says why */
   int64_t start_ms, last_touch_ms;
   int watchers;
+  struct watcher *watch_list; /* open WatchWorkers calls */
   int done;
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
@@ -174,12 +180,6 @@ static int job_publish_locked(void) {
   C.canonical = t;
   C.hash = stk_job_spec_hash(&C.spec);
   return 0;
-}
-
-static void worker_unref_locked(cworker *w) {
-  if (--w->refs) return;
-  pthread_mutex_destroy(&w->send_mu);
-  free(w);
 }
 
 static int unlink_locked(cworker *w) {
@@ -232,7 +232,11 @@ static void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
   free(v);
 }
 
-/* ---- Coordinator.WorkerSession ----------------------------------------- */
+/* ---- Coordinator.WorkerSession -----------------------------------------
+ *
+ * A state machine per call: hello (checked) -> RegisterAck with the job ->
+ * second hello (job hash, dataset) -> on the live list -> heartbeats until
+ * the session ends (session_closed drops the worker from the list). */
 
 static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash) {
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
@@ -247,32 +251,26 @@ static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash) {
   return stk__rpc_call_send_msg(call, &cmd.base);
 }
 
-static Stoker__V1__Register *recv_hello(stk__rpc_call *call,
-                                        Stoker__V1__WorkerMessage **m, int *r) {
-  *r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
-                              (ProtobufCMessage **)m);
-  if (*r != 1) return NULL;
-  if ((*m)->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HELLO) return NULL;
-  return (*m)->hello;
+static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) {
+  if (!m || m->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HELLO) return NULL;
+  return m->hello;
 }
 
-/* The first hello: check it and make the worker's entry (not linked yet).
- * NULL when the call was refused (its status sent) or broke. */
-static cworker *worker_from_hello(stk__rpc_call *call) {
-  Stoker__V1__WorkerMessage *m = NULL;
+/* The first hello: check it, fill the worker's entry (not linked yet) and
+ * send the job. 0, or -1 when the call was refused (its status sent). */
+static int worker_hello(stk__rpc_call *call, cworker *w,
+                        const Stoker__V1__WorkerMessage *m) {
   char msg[200];
-  int r;
-  cworker *w = NULL;
-  Stoker__V1__Register *h = recv_hello(call, &m, &r);
+  const Stoker__V1__Register *h = hello_of(m);
   if (!h) {
-    if (r != 0 && r != -1)
-      stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                           "the first message of a worker session must be hello");
-    else stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "the first message of a worker session must be hello");
+    return -1;
   } else if (h->protocol_version != STK_PROTOCOL_VERSION) {
     snprintf(msg, sizeof(msg), "worker speaks protocol %u, this coordinator %u",
              h->protocol_version, STK_PROTOCOL_VERSION);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    return -1;
   } else if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
              !h->worker->address || !*h->worker->address ||
              strlen(h->worker->worker_id) >= MAX_STR ||
@@ -281,18 +279,16 @@ static cworker *worker_from_hello(stk__rpc_call *call) {
              "hello needs worker.worker_id and worker.address, each at most %d bytes",
              MAX_STR - 1);
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
-  } else if (!(w = calloc(1, sizeof(*w)))) {
-    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  } else {
-    snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
-    snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
-    w->cores = h->worker->cores;
-    w->call = call;
-    w->refs = 1;
-    pthread_mutex_init(&w->send_mu, NULL);
+    return -1;
   }
-  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
-  return w;
+  snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
+  snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
+  w->cores = h->worker->cores;
+  pthread_mutex_lock(&C.mu);
+  w->ack_hash = C.hash;
+  int rc = send_ack(call, C.canonical, C.hash);
+  pthread_mutex_unlock(&C.mu);
+  return rc;
 }
 
 /* The second hello's dataset against the job: the first worker tells the
@@ -336,42 +332,32 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
   return 0;
 }
 
-/* Send the job (RegisterAck), take the second hello, check the dataset and
- * put the worker on the live list. 0, or -1 when the call was refused or
- * broke. */
-static int worker_admit(stk__rpc_call *call, cworker *w) {
-  Stoker__V1__WorkerMessage *m = NULL;
+/* The second hello: check the job hash (the one our ack carried) and the
+ * dataset and put the worker on the live list. 0, or -1 when the call was
+ * refused. */
+static int worker_admit(stk__rpc_call *call, cworker *w,
+                        const Stoker__V1__WorkerMessage *m) {
   char msg[600];
-  int r, rc = -1;
-  pthread_mutex_lock(&C.mu);
-  char *canonical = strdup(C.canonical);
-  uint64_t sent_hash = C.hash;
-  pthread_mutex_unlock(&C.mu);
-  r = canonical ? send_ack(call, canonical, sent_hash) : -1;
-  free(canonical);
-  if (r) return -1;
-
-  Stoker__V1__Register *h = recv_hello(call, &m, &r);
+  const Stoker__V1__Register *h = hello_of(m);
   if (!h || h->job_hash == 0) {
-    if (r == 1 || r == -2)
-      stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
-                           "expected the second hello (with job_hash) after RegisterAck");
-    goto out;
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "expected the second hello (with job_hash) after RegisterAck");
+    return -1;
   }
-  if (h->job_hash != sent_hash) {
+  if (h->job_hash != w->ack_hash) {
     snprintf(msg, sizeof(msg),
              "worker %s answered with job hash %016" PRIx64 ", expected %016" PRIx64,
-             w->id, h->job_hash, sent_hash);
+             w->id, h->job_hash, w->ack_hash);
     LOG_WARN("%s", msg);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto out;
+    return -1;
   }
   pthread_mutex_lock(&C.mu);
   if (dataset_check_locked(w, h, msg, sizeof(msg))) {
     pthread_mutex_unlock(&C.mu);
     LOG_WARN("rejecting: %s", msg);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    goto out;
+    return -1;
   }
   /* A worker that comes back under the same id replaces its old entry. */
   for (cworker *o = C.workers; o; o = o->next)
@@ -390,92 +376,90 @@ static int worker_admit(stk__rpc_call *call, cworker *w) {
   pthread_mutex_unlock(&C.mu);
   LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
            nlive);
-  rc = 0;
-out:
-  if (m) protobuf_c_message_free_unpacked(&m->base, NULL);
-  return rc;
+  return 0;
 }
 
-/* Registered: take heartbeats (stats) until the session ends, then drop
- * the worker from the live list. */
-static void worker_serve(stk__rpc_call *call, cworker *w) {
-  for (;;) {
-    Stoker__V1__WorkerMessage *m = NULL;
-    int r = stk__rpc_call_recv_msg(call, &stoker__v1__worker_message__descriptor,
-                                   (ProtobufCMessage **)&m);
-    if (r == -2) {
-      stk__rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
-                          "message is not a stoker.v1.WorkerMessage");
-      break;
-    }
-    if (r != 1) break;
-    if (m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) {
-      pthread_mutex_lock(&C.mu);
-      w->last_hb_ms = stk__now_ms();
-      const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
-      if (s) {
-        /* Batches flowing to clients: the job is in use. */
-        if (s->bytes_sent > w->stats.bytes_sent) touch_locked();
-        w->stats.batches_built = s->batches_built;
-        w->stats.bytes_sent = s->bytes_sent;
-        w->stats.samples_substituted = s->samples_substituted;
-        w->stats.active_streams = s->active_streams;
-        w->stats.queued_requests = s->queued_requests;
-        w->stats.busy_fraction = s->busy_fraction;
-        w->stats.batches_per_s = s->batches_per_s;
-      }
-      pthread_mutex_unlock(&C.mu);
-    }
-    protobuf_c_message_free_unpacked(&m->base, NULL);
+/* Registered: a heartbeat (stats). */
+static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
+  if (m->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) return;
+  pthread_mutex_lock(&C.mu);
+  w->last_hb_ms = stk__now_ms();
+  const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
+  if (s) {
+    /* Batches flowing to clients: the job is in use. */
+    if (s->bytes_sent > w->stats.bytes_sent) touch_locked();
+    w->stats.batches_built = s->batches_built;
+    w->stats.bytes_sent = s->bytes_sent;
+    w->stats.samples_substituted = s->samples_substituted;
+    w->stats.active_streams = s->active_streams;
+    w->stats.queued_requests = s->queued_requests;
+    w->stats.busy_fraction = s->busy_fraction;
+    w->stats.batches_per_s = s->batches_per_s;
   }
+  pthread_mutex_unlock(&C.mu);
+}
+
+static int session_open(stk__rpc_call *call) {
+  cworker *w = calloc(1, sizeof(*w));
+  if (!w) {
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  w->call = call;
+  w->phase = WS_HELLO;
+  stk__rpc_call_set_data(call, w);
+  return 0;
+}
+
+static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
+  cworker *w = stk__rpc_call_data(call);
+  const Stoker__V1__WorkerMessage *m = (const Stoker__V1__WorkerMessage *)msg;
+  switch (w->phase) {
+    case WS_HELLO:
+      w->phase = worker_hello(call, w, m) ? WS_OVER : WS_HELLO2;
+      break;
+    case WS_HELLO2:
+      w->phase = worker_admit(call, w, m) ? WS_OVER : WS_SERVING;
+      break;
+    case WS_SERVING:
+      if (!m) {
+        stk__rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
+                            "message is not a stoker.v1.WorkerMessage");
+        w->phase = WS_OVER;
+      } else {
+        worker_heartbeat(w, m);
+      }
+      break;
+  }
+}
+
+/* The worker said goodbye (half-close): end the session. */
+static void session_half_close(stk__rpc_call *call) {
+  cworker *w = stk__rpc_call_data(call);
+  stk__rpc_call_finish(
+      call, w->phase == WS_SERVING ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
+}
+
+/* The session is over: drop the worker from the live list (a no-op if a
+ * heartbeat lapse or a replacement did already). */
+static void session_closed(stk__rpc_call *call) {
+  cworker *w = stk__rpc_call_data(call);
   pthread_mutex_lock(&C.mu);
   int was_live = unlink_locked(w);
+  w->call = NULL;
   size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
   if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
+  free(w);
 }
 
-/* Coordinator.WorkerSession: hello, ack with the job, second hello, then
- * heartbeats until the worker goes (or is told to shut down). */
-static void handle_worker_session(stk__rpc_call *call) {
-  cworker *w = worker_from_hello(call);
-  if (!w) return;
-  if (worker_admit(call, w) == 0) worker_serve(call, w);
-  pthread_mutex_lock(&w->send_mu);
-  w->closed = 1;
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, ""); /* no-op if a status went already */
-  pthread_mutex_unlock(&w->send_mu);
-  pthread_mutex_lock(&C.mu);
-  unlink_locked(w); /* no-op unless a path above skipped it */
-  worker_unref_locked(w);
-  pthread_mutex_unlock(&C.mu);
-}
+static const stk__rpc_stream_ops session_ops = {session_open, session_message,
+                                                session_half_close, NULL, session_closed};
 
 /* ---- Coordinator.Join / WatchWorkers / Finish / Status ------------------ */
 
-static int reply(stk__rpc_call *call, const ProtobufCMessage *m) {
-  if (stk__rpc_call_send_msg(call, m)) return -1;
-  return stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
-}
-
-/* Receive the one request of a unary or server-streaming call; on failure
- * the call is answered and NULL returned. */
-static ProtobufCMessage *recv_request(stk__rpc_call *call,
-                                      const ProtobufCMessageDescriptor *d) {
-  ProtobufCMessage *m = NULL;
-  int r = stk__rpc_call_recv_msg(call, d, &m);
-  if (r == 1) return m;
-  char msg[200];
-  snprintf(msg, sizeof(msg), "request is not a %s", d->name);
-  if (r == -2) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
-  else if (r == 0) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
-  return NULL;
-}
-
-static void handle_join(stk__rpc_call *call) {
-  Stoker__V1__JoinRequest *q = (Stoker__V1__JoinRequest *)recv_request(
-      call, &stoker__v1__join_request__descriptor);
-  if (!q) return;
+static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
+  const Stoker__V1__JoinRequest *q = (const Stoker__V1__JoinRequest *)req;
   char msg[400];
   int code = 0;
   pthread_mutex_lock(&C.mu);
@@ -514,7 +498,6 @@ static void handle_join(stk__rpc_call *call) {
     pthread_mutex_unlock(&C.mu);
     LOG_WARN("join from %s rejected: %s", stk__rpc_call_peer(call), msg);
     stk__rpc_call_finish(call, (grpc_status_code)code, msg);
-    protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   if (!C.joined[q->rank]) C.joined[q->rank] = 1, C.njoined++;
@@ -530,59 +513,127 @@ static void handle_join(stk__rpc_call *call) {
            q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
   if (!job.canonical || !resp.workers)
     stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  else reply(call, &resp.base);
+  else stk__rpc_call_reply(call, &resp.base);
   free(job.canonical);
   infos_free(resp.workers, resp.n_workers);
-  protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
-static void handle_watch(stk__rpc_call *call) {
-  Stoker__V1__WatchRequest *q = (Stoker__V1__WatchRequest *)recv_request(
-      call, &stoker__v1__watch_request__descriptor);
-  if (!q) return;
-  uint64_t known = q->known_version;
-  protobuf_c_message_free_unpacked(&q->base, NULL);
+/* WatchWorkers: after its one request, a WorkerList whenever the live
+ * list changed (sent from watch_pump_locked: the main loop's tick, a
+ * finished send, the watch's start), the last one with shutting_down. */
+typedef struct watcher {
+  stk__rpc_call *call;
+  uint64_t known;
+  int started, sending, over;
+  struct watcher *next;
+} watcher;
+
+/* Send wt the list if it changed and no send is in flight. Under C.mu. */
+static void watch_pump_locked(watcher *wt) {
+  if (!wt->started || wt->sending || wt->over) return;
+  if (C.version == wt->known && !C.shutting_down) return;
+  Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
+  list.version = C.version;
+  list.shutting_down = C.shutting_down;
+  list.failed = C.shutting_down && C.failed;
+  list.reason = list.failed ? C.shutdown_reason : NULL;
+  list.workers = infos_locked(&list.n_workers);
+  int rc = list.workers ? stk__rpc_call_send_msg(wt->call, &list.base) : -1;
+  infos_free(list.workers, list.n_workers);
+  if (rc) {
+    wt->over = 1;
+    stk__rpc_call_abort(wt->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  wt->sending = 1;
+  wt->known = list.version;
+  if (list.shutting_down) {
+    wt->over = 1;
+    stk__rpc_call_finish(wt->call, GRPC_STATUS_OK, "");
+  }
+}
+
+/* Every watcher: from the main loop (list changes anywhere show within
+ * one tick). */
+static void watch_pump_all(void) {
   pthread_mutex_lock(&C.mu);
+  for (watcher *wt = C.watch_list; wt; wt = wt->next) watch_pump_locked(wt);
+  pthread_mutex_unlock(&C.mu);
+}
+
+static int watch_open(stk__rpc_call *call) {
+  watcher *wt = calloc(1, sizeof(*wt));
+  if (!wt) {
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  wt->call = call;
+  stk__rpc_call_set_data(call, wt);
+  pthread_mutex_lock(&C.mu);
+  wt->next = C.watch_list;
+  C.watch_list = wt;
+  pthread_mutex_unlock(&C.mu);
+  return 0;
+}
+
+static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
+  watcher *wt = stk__rpc_call_data(call);
+  const Stoker__V1__WatchRequest *q = (const Stoker__V1__WatchRequest *)m;
+  pthread_mutex_lock(&C.mu);
+  if (wt->started || wt->over) {
+    pthread_mutex_unlock(&C.mu);
+    return; /* one request per watch; more are ignored */
+  }
+  if (!q) {
+    wt->over = 1;
+    pthread_mutex_unlock(&C.mu);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "request is not a stoker.v1.WatchRequest");
+    return;
+  }
+  wt->started = 1;
+  wt->known = q->known_version;
   C.watchers++;
   touch_locked();
+  watch_pump_locked(wt);
   pthread_mutex_unlock(&C.mu);
-  for (;;) {
-    pthread_mutex_lock(&C.mu);
-    if (C.version == known && !C.shutting_down) {
-      stk__cond_wait_ms(&C.cv, &C.mu, 500);
-    }
-    int changed = C.version != known || C.shutting_down;
-    Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
-    if (changed) {
-      list.version = C.version;
-      list.shutting_down = C.shutting_down;
-      list.failed = C.shutting_down && C.failed;
-      list.reason = list.failed ? strdup(C.shutdown_reason) : NULL;
-      list.workers = infos_locked(&list.n_workers);
-    }
-    pthread_mutex_unlock(&C.mu);
-    if (!changed) {
-      if (stk__rpc_call_closed(call)) break;
-      continue;
-    }
-    int rc = list.workers && (!list.failed || list.reason)
-                 ? stk__rpc_call_send_msg(call, &list.base)
-                 : -1;
-    infos_free(list.workers, list.n_workers);
-    free(list.reason);
-    if (rc) break;
-    known = list.version;
-    if (list.shutting_down) {
-      stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+}
+
+static void watch_half_close(stk__rpc_call *call) {
+  watcher *wt = stk__rpc_call_data(call);
+  pthread_mutex_lock(&C.mu);
+  int none = !wt->started && !wt->over;
+  if (none) wt->over = 1;
+  pthread_mutex_unlock(&C.mu);
+  if (none) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
+}
+
+static void watch_drained(stk__rpc_call *call) {
+  watcher *wt = stk__rpc_call_data(call);
+  pthread_mutex_lock(&C.mu);
+  wt->sending = 0;
+  watch_pump_locked(wt);
+  pthread_mutex_unlock(&C.mu);
+}
+
+static void watch_closed(stk__rpc_call *call) {
+  watcher *wt = stk__rpc_call_data(call);
+  pthread_mutex_lock(&C.mu);
+  for (watcher **pp = &C.watch_list; *pp; pp = &(*pp)->next)
+    if (*pp == wt) {
+      *pp = wt->next;
       break;
     }
+  if (wt->started) {
+    C.watchers--;
+    touch_locked();
   }
-  pthread_mutex_lock(&C.mu);
-  C.watchers--;
-  touch_locked();
   pthread_mutex_unlock(&C.mu);
-  stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
+  free(wt);
 }
+
+static const stk__rpc_stream_ops watch_ops = {watch_open, watch_message, watch_half_close,
+                                              watch_drained, watch_closed};
 
 /* Finish{abort_job}: end the job as failed, unless it is already ending. */
 static void abort_job_locked(uint32_t rank, const char *reason, const char *peer) {
@@ -603,10 +654,8 @@ static void abort_job_locked(uint32_t rank, const char *reason, const char *peer
   request_shutdown_locked(EXIT_ABORTED, why);
 }
 
-static void handle_finish(stk__rpc_call *call) {
-  Stoker__V1__FinishRequest *q = (Stoker__V1__FinishRequest *)recv_request(
-      call, &stoker__v1__finish_request__descriptor);
-  if (!q) return;
+static void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
+  const Stoker__V1__FinishRequest *q = (const Stoker__V1__FinishRequest *)req;
   char msg[300];
   pthread_mutex_lock(&C.mu);
   touch_locked();
@@ -615,14 +664,12 @@ static void handle_finish(stk__rpc_call *call) {
     pthread_mutex_unlock(&C.mu);
     snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank, W);
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
-    protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   if (q->shutdown_job && q->rank != 0) {
     pthread_mutex_unlock(&C.mu);
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                          "only rank 0 may end the whole job (shutdown_job)");
-    protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
   if (q->abort_job) {
@@ -632,8 +679,7 @@ static void handle_finish(stk__rpc_call *call) {
     Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
     resp.ranks_finished = nf;
     resp.world_size = W;
-    reply(call, &resp.base);
-    protobuf_c_message_free_unpacked(&q->base, NULL);
+    stk__rpc_call_reply(call, &resp.base);
     return;
   }
   if (!C.finished[q->rank]) C.finished[q->rank] = 1, C.nfinished++;
@@ -646,14 +692,11 @@ static void handle_finish(stk__rpc_call *call) {
   Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
   resp.ranks_finished = nf;
   resp.world_size = W;
-  reply(call, &resp.base);
-  protobuf_c_message_free_unpacked(&q->base, NULL);
+  stk__rpc_call_reply(call, &resp.base);
 }
 
-static void handle_status(stk__rpc_call *call) {
-  ProtobufCMessage *q = recv_request(call, &stoker__v1__status_request__descriptor);
-  if (!q) return;
-  protobuf_c_message_free_unpacked(q, NULL);
+static void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
+  (void)req; /* StatusRequest has no fields */
   Stoker__V1__StatusResponse resp = STOKER__V1__STATUS_RESPONSE__INIT;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   pthread_mutex_lock(&C.mu);
@@ -704,7 +747,7 @@ static void handle_status(stk__rpc_call *call) {
     resp.finished_ranks = fr;
   }
   pthread_mutex_unlock(&C.mu);
-  if (ok) reply(call, &resp.base);
+  if (ok) stk__rpc_call_reply(call, &resp.base);
   else stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < i; k++) free(wi[k].worker_id), free(wi[k].address);
   free(ws), free(wsp), free(wi), free(wt), free(jr), free(fr);
@@ -739,39 +782,23 @@ static int load_job(char *err, size_t errlen) {
   return 0;
 }
 
-/* Send Shutdown to every live worker that has not had it yet. */
+/* Send Shutdown to every live worker that has not had it yet (the send
+ * only queues: no wait under the lock). */
 static void send_shutdowns(void) {
-  for (;;) {
-    pthread_mutex_lock(&C.mu);
-    cworker *w = C.workers;
-    while (w && w->shutdown_sent) w = w->next;
-    if (!w) {
-      pthread_mutex_unlock(&C.mu);
-      return;
-    }
+  pthread_mutex_lock(&C.mu);
+  for (cworker *w = C.workers; w; w = w->next) {
+    if (w->shutdown_sent) continue;
     w->shutdown_sent = 1;
-    w->refs++;
-    /* Fixed once shutting down; copied so no lock is held across the send. */
-    char reason[sizeof(C.shutdown_reason)];
-    snprintf(reason, sizeof(reason), "%s", C.failed ? C.shutdown_reason : "");
-    int failed = C.failed;
-    pthread_mutex_unlock(&C.mu);
-    pthread_mutex_lock(&w->send_mu);
-    if (!w->closed) {
-      Stoker__V1__Shutdown sd = STOKER__V1__SHUTDOWN__INIT;
-      sd.failed = failed;
-      sd.reason = reason;
-      Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
-      cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
-      cmd.shutdown = &sd;
-      if (stk__rpc_call_send_msg(w->call, &cmd.base) == 0)
-        LOG_INFO("sent shutdown to worker %s", w->id);
-    }
-    pthread_mutex_unlock(&w->send_mu);
-    pthread_mutex_lock(&C.mu);
-    worker_unref_locked(w);
-    pthread_mutex_unlock(&C.mu);
+    Stoker__V1__Shutdown sd = STOKER__V1__SHUTDOWN__INIT;
+    sd.failed = C.failed;
+    sd.reason = C.failed ? C.shutdown_reason : (char *)"";
+    Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
+    cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
+    cmd.shutdown = &sd;
+    if (stk__rpc_call_send_msg(w->call, &cmd.base) == 0)
+      LOG_INFO("sent shutdown to worker %s", w->id);
   }
+  pthread_mutex_unlock(&C.mu);
 }
 
 static void check_heartbeats(void) {
@@ -829,6 +856,7 @@ static int run_job(void) {
     pthread_mutex_unlock(&C.mu);
     if (req) return req - 1;
     check_heartbeats();
+    watch_pump_all();
     if (now >= next_stats) {
       log_stats(now, &last_stats, &last_bytes);
       next_stats = now + opt.stats_interval_s * 1000;
@@ -848,6 +876,7 @@ static void shut_down_workers(void) {
   int64_t until = stk__now_ms() + opt.shutdown_grace_s * 1000;
   for (;;) {
     send_shutdowns();
+    watch_pump_all();
     pthread_mutex_lock(&C.mu);
     size_t left = nworkers_locked();
     pthread_mutex_unlock(&C.mu);
@@ -871,17 +900,25 @@ static void shut_down_workers(void) {
 /* Serve the Coordinator service on opt.listen and write the port file.
  * 0, or -1 with err. */
 static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
+  /* {path, request type, receive limit (0 = --max-message-mb), unary, stream}.
+   * The unary handlers only take C.mu briefly: they run inline on the rpc
+   * layer's threads. */
   static const stk__rpc_method methods[] = {
-      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
-      {"/stoker.v1.Coordinator/Join", handle_join},
-      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
-      {"/stoker.v1.Coordinator/Finish", handle_finish},
-      {"/stoker.v1.Coordinator/Status", handle_status},
+      {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor, 0,
+       NULL, &session_ops},
+      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor, 0,
+       handle_join, NULL},
+      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor, 0,
+       NULL, &watch_ops},
+      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor, 0,
+       handle_finish, NULL},
+      {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor, 0,
+       handle_status, NULL},
   };
   int port = 0;
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
-                        opt.max_message_mb, opt.token, C.tls, opt.port_file, srv, &port,
-                        err, errlen))
+                        opt.max_message_mb, opt.token, C.tls, &opt.serve, opt.port_file,
+                        srv, &port, err, errlen))
     return -1;
   LOG_INFO("job %s (hash %016" PRIx64
            ", world_size %u, batch_size %u, %s samples) "

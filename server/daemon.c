@@ -81,8 +81,8 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
 
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
                       long long max_message_mb, const char *token, const stk__tls *tls,
-                      const char *port_file, stk__rpc_server **srv, int *port, char *err,
-                      size_t errlen) {
+                      const stk__serve_opts *so, const char *port_file,
+                      stk__rpc_server **srv, int *port, char *err, size_t errlen) {
   stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = listen;
@@ -91,6 +91,14 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   sc.max_message_bytes = (size_t)max_message_mb << 20;
   sc.token = token && *token ? token : NULL;
   sc.tls = tls;
+  if (so) {
+    sc.threads = (int)so->threads;
+    sc.max_calls = (size_t)so->max_calls;
+    sc.max_streams_per_conn = (int)so->max_streams_per_conn;
+    sc.first_message_ms = (int)(so->first_message_s * 1000);
+    sc.send_stall_ms = (int)(so->send_stall_s * 1000);
+    sc.keepalive_ms = (int)(so->keepalive_s * 1000);
+  }
   if (stk__rpc_server_start(&sc, srv, port, err, errlen)) return -1;
   if (port_file && *port_file && stk__write_port_file(port_file, *port, err, errlen)) {
     stk__rpc_server_stop(*srv, 0);

@@ -6,6 +6,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "options.h"
 #include "rpc.h"
 
 /* SIGTERM/SIGINT set a flag (see stk__signal_pending); SIGPIPE ignored. */
@@ -22,15 +23,38 @@ int stk__signal_count(void);
  * -1 with err. */
 int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 
-/* Serve methods on listen with a receive limit of max_message_mb MiB, the
- * bearer token (none when empty) and TLS material (NULL = plaintext), then
- * write the bound port to port_file unless it is empty. 0 with *srv (stop
- * it with stk__rpc_server_stop) and *port, or -1 with err and nothing
- * running. */
-int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
-                      long long max_message_mb, const char *token, const stk__tls *tls,
-                      const char *port_file, stk__rpc_server **srv, int *port, char *err,
-                      size_t errlen);
+/* The serving bounds both daemons share (rpc.h, "Server"), as option
+ * rows: STK__SERVE_OPTIONS(o) expands to the rows of a stk__serve_opts o
+ * inside a daemon's option table. */
+typedef struct stk__serve_opts {
+  long long threads, max_calls, max_streams_per_conn, first_message_s, send_stall_s,
+      keepalive_s;
+} stk__serve_opts;
+
+/* One row per line reads better than the formatter's layout of
+ * initializers inside a macro. */
+/* clang-format off */
+#define STK__SERVE_OPTIONS(o)                                                          \
+  {"serve-threads", OPT_INT, "2", NULL,                                                \
+   "threads that drive every gRPC call (completion queue; no thread per call)",        \
+   &(o).threads, 1, 64},                                                               \
+  {"max-calls", OPT_INT, "4096", NULL,                                                 \
+   "open calls (streams) allowed in all; past it RESOURCE_EXHAUSTED",                  \
+   &(o).max_calls, 1, 1 << 20},                                                        \
+  {"max-streams-per-conn", OPT_INT, "100", NULL,                                       \
+   "concurrent HTTP/2 streams per client connection (more wait for a slot)",           \
+   &(o).max_streams_per_conn, 1, 1 << 20},                                             \
+  {"first-message-s", OPT_INT, "30", NULL,                                             \
+   "a call that has sent no request after this long ends DEADLINE_EXCEEDED",           \
+   &(o).first_message_s, 1, 86400},                                                    \
+  {"send-stall-s", OPT_INT, "10", NULL,                                                \
+   "a send the client does not take within this long cancels its stream "              \
+   "(UNAVAILABLE) and gives back what it held",                                        \
+   &(o).send_stall_s, 1, 86400},                                                       \
+  {"keepalive-s", OPT_INT, "30", NULL,                                                 \
+   "ping every connection this often; one that does not answer within 10 s is closed", \
+   &(o).keepalive_s, 1, 86400}
+/* clang-format on */
 
 /* The TLS options every binary that talks gRPC shares (--tls-ca,
  * --tls-cert, --tls-key, and for the daemons --tls-require-client-cert):
@@ -41,33 +65,31 @@ typedef struct stk__tls_opts {
   char *ca, *cert, *key;
   int require;
 } stk__tls_opts;
-#define STK__TLS_CLIENT_OPTIONS(x)                                                  \
-  {"tls-ca",                                                                        \
-   OPT_STR,                                                                         \
-   "",                                                                              \
-   NULL,                                                                            \
-   "PEM CA bundle that verifies the peers' certificates; with it, connections use " \
-   "TLS",                                                                           \
-   &(x).ca,                                                                         \
-   0,                                                                               \
-   0},                                                                              \
-      {"tls-cert",                                                                  \
-       OPT_STR,                                                                     \
-       "",                                                                          \
-       NULL,                                                                        \
-       "PEM certificate chain this process presents (with --tls-key)",              \
-       &(x).cert,                                                                   \
-       0,                                                                           \
-       0},                                                                          \
-  {                                                                                 \
-    "tls-key", OPT_STR, "", NULL, "PEM private key of --tls-cert", &(x).key, 0, 0   \
-  }
-#define STK__TLS_SERVER_OPTIONS(x)                                           \
-  STK__TLS_CLIENT_OPTIONS(x), {                                              \
-    "tls-require-client-cert", OPT_BOOL, "false", NULL,                      \
-        "mutual TLS: refuse peers without a certificate signed by --tls-ca", \
-        &(x).require, 0, 0                                                   \
-  }
+
+/* clang-format off */
+#define STK__TLS_CLIENT_OPTIONS(x)                                                     \
+  {"tls-ca", OPT_STR, "", NULL,                                                        \
+   "PEM CA bundle that verifies the peers' certificates; with it, connections use TLS", \
+   &(x).ca, 0, 0},                                                                     \
+  {"tls-cert", OPT_STR, "", NULL,                                                      \
+   "PEM certificate chain this process presents (with --tls-key)", &(x).cert, 0, 0},   \
+  {"tls-key", OPT_STR, "", NULL, "PEM private key of --tls-cert", &(x).key, 0, 0}
+#define STK__TLS_SERVER_OPTIONS(x)                                                     \
+  STK__TLS_CLIENT_OPTIONS(x),                                                          \
+  {"tls-require-client-cert", OPT_BOOL, "false", NULL,                                 \
+   "mutual TLS: refuse peers without a certificate signed by --tls-ca",                \
+   &(x).require, 0, 0}
+/* clang-format on */
+
+/* Serve methods on listen with a receive limit of max_message_mb MiB, the
+ * bearer token (none when empty), TLS material (NULL = plaintext) and the
+ * bounds in so, then write the bound port to port_file unless it is empty.
+ * 0 with *srv (stop it with stk__rpc_server_stop) and *port, or -1 with
+ * err and nothing running. */
+int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
+                      long long max_message_mb, const char *token, const stk__tls *tls,
+                      const stk__serve_opts *so, const char *port_file,
+                      stk__rpc_server **srv, int *port, char *err, size_t errlen);
 
 /* Raise the soft RLIMIT_NOFILE to the hard limit (daemons call it at
  * start and log the result: builders, streams and sessions all take

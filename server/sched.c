@@ -3,8 +3,11 @@
  * One mutex guards everything: the free-buffer list, every stream's queue
  * and done list. Builders pick the next stream after the last one served
  * (by stream id, wrapping) that has a queued request: round-robin across
- * streams. Owns the builders, their threads and the buffers. Must not call
- * into gRPC (senders do that, outside this lock).
+ * streams. A finished batch is announced with the stream's ready hook,
+ * called without the lock while the builder still counts as building on
+ * the stream, so a closed stream is freed only once no builder (and no
+ * drain) holds it. Owns the builders, their threads and the buffers. Must
+ * not call into gRPC (worker.c does that, outside this lock).
  */
 #include "sched.h"
 
@@ -55,9 +58,13 @@ struct sched_stream {
                            completion */
   uint32_t building;
   uint32_t held; /* buffers this stream holds: building + built-not-sent */
+  int proven;    /* one of its batches went out whole: its client reads */
   sched_done *done, *done_tail;
   int dead, half_closed;
-  pthread_cond_t cv; /* done item, end condition, building == 0 */
+  int closed; /* sched_stream_close ran: unlinked, freed when unpinned */
+  int pins;   /* sched_drain is calling ready() */
+  const sched_stream_hooks *hooks;
+  void *arg;
   struct sched_stream *next;
 };
 
@@ -114,19 +121,50 @@ void sched_buf_unref(void *p) {
 
 /* The stream to serve next, round-robin by id; NULL if none has work.
  * A stream may hold at most its share of the buffers (at least 2), so a
- * client that stops reading cannot starve the others of buffers. */
+ * client that stops reading cannot starve the others of buffers. A stream
+ * on probation (none of its batches went out whole yet: its client may
+ * never read) holds at most one, and all of them together at most half
+ * the pool, so streams that ask and never read pin at most half of the
+ * buffers until --send-stall-s cancels them, and proven readers keep the
+ * other half. */
 static sched_stream *pick(sched *s) {
   sched_stream *after = NULL, *first = NULL;
-  uint32_t nstreams = 0;
-  for (sched_stream *st = s->streams; st; st = st->next) nstreams++;
+  uint32_t nstreams = 0, probation_held = 0;
+  for (sched_stream *st = s->streams; st; st = st->next) {
+    nstreams++;
+    if (!st->proven) probation_held += st->held;
+  }
   uint32_t cap = nstreams ? ((uint32_t)s->nbufs + nstreams - 1) / nstreams : 1;
   if (cap < 2) cap = 2;
+  uint32_t probation_cap = s->nbufs / 2 ? (uint32_t)s->nbufs / 2 : 1;
   for (sched_stream *st = s->streams; st; st = st->next) {
     if (!st->len || st->dead || st->held >= cap) continue;
+    if (!st->proven && (st->held >= 1 || probation_held >= probation_cap)) continue;
     if (st->id > s->last_served && (!after || st->id < after->id)) after = st;
     if (!first || st->id < first->id) first = st;
   }
   return after ? after : first;
+}
+
+/* A closed stream nobody holds any more: the caller frees it. */
+static int unpinned_locked(sched_stream *st) {
+  return st->closed && st->building == 0 && st->pins == 0;
+}
+
+/* Free a closed, unpinned stream (no lock held) and tell its owner. */
+static void stream_free(sched_stream *st) {
+  sched_done *d = st->done;
+  while (d) {
+    sched_done *next = d->next;
+    sched_buf_unref(d->buf);
+    free(d);
+    d = next;
+  }
+  const sched_stream_hooks *h = st->hooks;
+  void *arg = st->arg;
+  free(st->q);
+  free(st);
+  if (h->released) h->released(arg);
 }
 
 static void *builder_main(void *arg) {
@@ -198,7 +236,6 @@ static void *builder_main(void *arg) {
     else if (rc) s->st.build_errors++;
     else s->st.batches_built++, s->st.samples_substituted += info.substituted;
     s->st.samples_reread += info.reread;
-    st->building--;
     if (d && !st->dead) {
       if (st->done_tail) st->done_tail->next = d;
       else st->done = d;
@@ -208,14 +245,20 @@ static void *builder_main(void *arg) {
       st->held--;
       if (!d) st->dead = 1; /* out of memory: end the stream, never lose a batch */
     }
-    pthread_cond_broadcast(&st->cv);
+    int notify = !st->closed;
     pthread_mutex_unlock(&s->mu);
-    /* st may be freed from here on (its closer waits for building == 0). */
     if (drop) {
       free(d);
       sched_buf_unref(buf);
     }
+    if (notify) st->hooks->ready(st->arg);
     pthread_mutex_lock(&s->mu);
+    st->building--;
+    if (unpinned_locked(st)) {
+      pthread_mutex_unlock(&s->mu);
+      stream_free(st);
+      pthread_mutex_lock(&s->mu);
+    }
   }
   pthread_mutex_unlock(&s->mu);
   return NULL;
@@ -332,19 +375,34 @@ uint64_t sched_bytes_sent(sched *s) {
 void sched_drain(sched *s) {
   pthread_mutex_lock(&s->mu);
   s->draining = 1;
-  for (sched_stream *st = s->streams; st; st = st->next) pthread_cond_broadcast(&st->cv);
+  size_t n = 0;
+  for (sched_stream *st = s->streams; st; st = st->next) n++;
+  sched_stream **v = calloc(n ? n : 1, sizeof(*v));
+  n = 0;
+  for (sched_stream *st = s->streams; v && st; st = st->next) st->pins++, v[n++] = st;
   pthread_mutex_unlock(&s->mu);
+  /* Each owner polls and ends its stream once everything asked was sent
+   * (without the list, out of memory, streams end at their next batch). */
+  for (size_t i = 0; i < n; i++) v[i]->hooks->ready(v[i]->arg);
+  for (size_t i = 0; i < n; i++) {
+    pthread_mutex_lock(&s->mu);
+    v[i]->pins--;
+    int gone = unpinned_locked(v[i]);
+    pthread_mutex_unlock(&s->mu);
+    if (gone) stream_free(v[i]);
+  }
+  free(v);
 }
 
-sched_stream *sched_stream_open(sched *s) {
+sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void *arg) {
   sched_stream *st = calloc(1, sizeof(*st));
   if (!st) return NULL;
   st->s = s;
-  pthread_cond_init(&st->cv, NULL);
+  st->hooks = hooks;
+  st->arg = arg;
   pthread_mutex_lock(&s->mu);
   if (s->draining) {
     pthread_mutex_unlock(&s->mu);
-    pthread_cond_destroy(&st->cv);
     free(st);
     return NULL;
   }
@@ -387,33 +445,23 @@ out:
   return rc;
 }
 
-sched_done *sched_stream_next(sched_stream *st, int *why) {
+sched_done *sched_stream_poll(sched_stream *st, int *why) {
   sched *s = st->s;
   sched_done *d = NULL;
-  *why = 0;
+  *why = SCHED_END_NONE;
   pthread_mutex_lock(&s->mu);
-  for (;;) {
-    if (st->dead) {
-      *why = SCHED_END_DEAD;
-      break;
-    }
-    if (st->done) {
-      d = st->done;
-      st->outstanding--;
-      st->done = d->next;
-      if (!st->done) st->done_tail = NULL;
-      d->next = NULL;
-      break;
-    }
-    if (st->outstanding == 0 && st->half_closed) {
-      *why = SCHED_END_DONE;
-      break;
-    }
-    if (st->outstanding == 0 && s->draining) {
-      *why = SCHED_END_DRAINED;
-      break;
-    }
-    pthread_cond_wait(&st->cv, &s->mu);
+  if (st->dead) {
+    *why = SCHED_END_DEAD;
+  } else if (st->done) {
+    d = st->done;
+    st->outstanding--;
+    st->done = d->next;
+    if (!st->done) st->done_tail = NULL;
+    d->next = NULL;
+  } else if (st->outstanding == 0 && st->half_closed) {
+    *why = SCHED_END_DONE;
+  } else if (st->outstanding == 0 && s->draining) {
+    *why = SCHED_END_DRAINED;
   }
   pthread_mutex_unlock(&s->mu);
   return d;
@@ -424,6 +472,7 @@ void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
   pthread_mutex_lock(&s->mu);
   st->held--;
   s->bytes_sent += bytes;
+  if (bytes) st->proven = 1;
   pthread_cond_broadcast(&s->work_cv); /* the stream may be under its cap again */
   pthread_mutex_unlock(&s->mu);
   sched_buf_unref(d->buf);
@@ -433,33 +482,37 @@ void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
 void sched_stream_half_close(sched_stream *st) {
   pthread_mutex_lock(&st->s->mu);
   st->half_closed = 1;
-  pthread_cond_broadcast(&st->cv);
   pthread_mutex_unlock(&st->s->mu);
 }
 
-void sched_stream_kill(sched_stream *st) {
-  sched *s = st->s;
-  pthread_mutex_lock(&s->mu);
+static void kill_locked(sched_stream *st) {
   st->dead = 1;
-  s->queued -= st->len;
+  st->s->queued -= st->len;
   st->outstanding -= st->len;
   st->len = 0;
-  pthread_cond_broadcast(&st->cv);
-  pthread_mutex_unlock(&s->mu);
+}
+
+void sched_stream_kill(sched_stream *st) {
+  pthread_mutex_lock(&st->s->mu);
+  kill_locked(st);
+  pthread_mutex_unlock(&st->s->mu);
 }
 
 void sched_stream_close(sched_stream *st) {
   sched *s = st->s;
-  sched_stream_kill(st);
   pthread_mutex_lock(&s->mu);
-  while (st->building) pthread_cond_wait(&st->cv, &s->mu);
+  kill_locked(st);
   for (sched_stream **pp = &s->streams; *pp; pp = &(*pp)->next)
     if (*pp == st) {
       *pp = st->next;
       break;
     }
+  st->closed = 1;
+  /* Batches built but never taken give their buffers back now. */
   sched_done *d = st->done;
   st->done = st->done_tail = NULL;
+  for (sched_done *e = d; e; e = e->next) st->held--;
+  int gone = unpinned_locked(st);
   pthread_cond_broadcast(&s->work_cv); /* fewer streams: larger buffer shares */
   pthread_mutex_unlock(&s->mu);
   while (d) {
@@ -468,7 +521,5 @@ void sched_stream_close(sched_stream *st) {
     free(d);
     d = next;
   }
-  free(st->q);
-  pthread_cond_destroy(&st->cv);
-  free(st);
+  if (gone) stream_free(st);
 }

@@ -1,7 +1,9 @@
 /* sched.h - the worker's fair batch scheduler: a fixed pool of batch
  * buffers, a pool of builder threads (one stk_builder each), and per-stream
  * request queues that the builders serve round-robin so no stream (rank)
- * starves. A stream's sender takes finished batches in completion order.
+ * starves. A stream's owner takes finished batches in completion order:
+ * it is told (a callback) when there is something to take, and never
+ * waits here (worker.c drives the sends from gRPC's events).
  *
  * Memory is bounded by construction: a builder holds a buffer only while
  * it builds, and a batch keeps its buffer until the last chunk referencing
@@ -66,8 +68,19 @@ void sched_drain(sched *s);
 void sched_buf_ref(sched_buf *b);
 void sched_buf_unref(void *b);
 
-/* A new stream; NULL when draining (or out of memory). */
-sched_stream *sched_stream_open(sched *s);
+/* Callbacks of a stream's owner. ready(arg): a batch finished, the stream
+ * was killed, or the worker began to drain: call sched_stream_poll. Runs
+ * on a builder (or the draining) thread with no lock of the scheduler
+ * held; must not block. released(arg): the stream is freed (after
+ * sched_stream_close, once no builder holds it); the last call for arg. */
+typedef struct sched_stream_hooks {
+  void (*ready)(void *arg);
+  void (*released)(void *arg);
+} sched_stream_hooks;
+
+/* A new stream; NULL when draining (or out of memory). hooks must outlive
+ * the stream. */
+sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void *arg);
 /* Queue a request for batch (epoch, rank, step) of an epoch starting at
  * sample offset `offset` (0 but in an epoch resumed with another world
  * size; stk_builder_build_at). 0, or -1 when the stream would then have
@@ -75,21 +88,31 @@ sched_stream *sched_stream_open(sched *s);
 int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
                       uint64_t offset, uint32_t max_outstanding);
 
-/* Why sched_stream_next returned NULL. */
-enum { SCHED_END_DEAD = 1, SCHED_END_DONE = 2, SCHED_END_DRAINED = 3 };
-/* Block until a finished batch is ready (returned, caller owns it), or the
- * stream should end: NULL with *why = DEAD (killed), DONE (half-closed and
- * everything sent) or DRAINED (worker draining and everything sent). */
-sched_done *sched_stream_next(sched_stream *st, int *why);
-/* The sender is done with d (sent or not): frees d and drops its buffer
+/* Why sched_stream_poll returned NULL. */
+enum {
+  SCHED_END_NONE = 0,
+  SCHED_END_DEAD = 1,
+  SCHED_END_DONE = 2,
+  SCHED_END_DRAINED = 3
+};
+/* Never blocks: the next finished batch (caller owns it), or NULL with
+ * *why = NONE (nothing yet: ready comes later), DEAD (killed), DONE
+ * (half-closed and everything sent) or DRAINED (worker draining and
+ * everything sent). */
+sched_done *sched_stream_poll(sched_stream *st, int *why);
+/* The owner is done with d (sent or not): frees d and drops its buffer
  * reference (the request stopped counting as outstanding when
- * sched_stream_next handed it out). */
+ * sched_stream_poll handed it out). bytes > 0 (sent whole) ends the
+ * stream's probation: until then it holds at most one buffer (sched.c,
+ * pick). */
 void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes);
 /* The client half-closed: end once everything asked for is sent. */
 void sched_stream_half_close(sched_stream *st);
-/* Kill: drop queued requests, wake the sender (it sees DEAD). */
+/* Kill: drop queued requests; poll says DEAD. */
 void sched_stream_kill(sched_stream *st);
-/* Kill, wait for builds in progress, free. The sender must have stopped. */
+/* Kill and forget the stream: never blocks; it is freed (and released
+ * called) once no builder holds it, maybe before this returns. No other
+ * sched_stream_* call on st afterwards. */
 void sched_stream_close(sched_stream *st);
 
 /* Bytes sent by all streams, cumulative. */

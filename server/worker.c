@@ -4,10 +4,10 @@
  * across streams (sched.c), and sends each batch as a header message plus
  * zero-copy payload chunks (wire.c).
  *
- * Per stream: the rpc handler thread receives and validates BatchRequests
- * (credits) and queues them; a sender thread of the stream sends finished
- * batches, whole, in completion order. An invalid request ends only that
- * stream, with a gRPC status. Owns the job, the dataset and the scheduler.
+ * Per stream, event driven on the rpc layer's few threads (no thread per
+ * stream): each BatchRequest (credit) is validated and queued; each
+ * finished batch is sent, whole, in completion order. An invalid request
+ * ends only that stream, with a gRPC status. Owns the job, the dataset and the scheduler.
  * Must not trust anything from the network.
  */
 #include <errno.h>
@@ -61,6 +61,7 @@ static struct {
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
       fault_transient_every;
+  stk__serve_opts serve;
 } opt;
 
 static stk__option options[] = {
@@ -114,6 +115,7 @@ static stk__option options[] = {
      "testing: every Nth batch fails as if out of file descriptors (the stream ends "
      "UNAVAILABLE, the client re-asks); 0 = off",
      &opt.fault_transient_every, 0, 1 << 30},
+    STK__SERVE_OPTIONS(opt.serve),
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
@@ -285,16 +287,35 @@ static void on_command(int cmd, const char *reason) {
   if (s) sched_drain(s);
 }
 
-/* ---- Worker.Stream ----------------------------------------------------- */
+/* ---- Worker.Stream ----------------------------------------------------
+ *
+ * Event driven (proto/rpc.h, "Server"): a request arrives -> validate and
+ * queue it (stream_message); a batch is built -> the scheduler's ready
+ * hook queues its header and chunks on the call at once (pump); the
+ * call's send queue drained -> the batch is released and the next one
+ * goes (stream_drained). One batch in flight per stream, so the messages
+ * of two batches never interleave. A send the client does not take within
+ * --send-stall-s cancels the stream in the rpc layer (its chunks go back
+ * to the pool), and stream_closed gives back the rest.
+ */
 
-typedef struct stream_ctx {
-  stk__rpc_call *call;
+typedef struct wstream {
+  stk__rpc_call *call; /* valid until stream_closed (ended) */
   sched_stream *st;
+  pthread_mutex_t mu;
+  int ended;       /* stream_closed ran: never touch call again */
+  int over;        /* a status was given */
+  int bad;         /* ended by an invalid request */
+  sched_done *cur; /* the batch being sent */
   uint64_t batches, bytes;
-} stream_ctx;
+} wstream;
 
-static int send_batch(stream_ctx *x, sched_done *d) {
+/* The messages of one batch: the header, then its payload in chunks that
+ * point into the batch buffer (one buffer reference each). 0 with *n, or
+ * -1 (everything made so far destroyed). */
+static int batch_messages(sched_done *d, grpc_byte_buffer **v, size_t max, size_t *n) {
   uint32_t B = W.spec.batch_size;
+  *n = 0;
   uint64_t *idx = malloc(B * sizeof(uint64_t));
   if (!idx) return -1;
   /* The sample ids: the index tensor, or (a token job without one) the
@@ -323,56 +344,113 @@ static int send_batch(stream_ctx *x, sched_done *d) {
   h.substituted = d->substituted;
   Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
   r.header = &h;
-  int rc = stk__rpc_call_send_msg(x->call, &r.base);
+  v[(*n)++] = stk__rpc_pack(&r.base);
   free(idx);
-  if (rc) return -1;
+  if (!v[0]) goto fail;
   uint64_t total = W.layout.total_bytes, chunk = (uint64_t)opt.chunk_bytes;
   for (uint64_t off = 0; off < total; off += chunk) {
-    size_t n = (size_t)(total - off < chunk ? total - off : chunk);
+    size_t len = (size_t)(total - off < chunk ? total - off : chunk);
+    if (*n >= max) goto fail;
     sched_buf_ref(d->buf);
     grpc_byte_buffer *bb =
-        stk__wire_chunk(off, d->data + off, n, sched_buf_unref, d->buf);
+        stk__wire_chunk(off, d->data + off, len, sched_buf_unref, d->buf);
     if (!bb) {
       sched_buf_unref(d->buf);
-      return -1;
+      goto fail;
     }
-    if (stk__rpc_call_send(x->call, bb)) return -1;
+    v[(*n)++] = bb;
   }
   return 0;
+fail:
+  for (size_t i = 0; i < *n; i++)
+    if (v[i]) grpc_byte_buffer_destroy(v[i]);
+  *n = 0;
+  return -1;
 }
 
-static void *sender_main(void *arg) {
-  stream_ctx *x = arg;
-  for (;;) {
+/* End the stream with a status (under x->mu). */
+static void end_locked(wstream *x, grpc_status_code code, const char *msg, int abort) {
+  x->over = 1;
+  if (abort) stk__rpc_call_abort(x->call, code, msg);
+  else stk__rpc_call_finish(x->call, code, msg);
+}
+
+/* Send the next finished batch unless one is in flight, or end the stream
+ * when the scheduler says so. Any thread; never blocks. */
+static void pump(wstream *x) {
+  pthread_mutex_lock(&x->mu);
+  while (!x->ended && !x->over && !x->cur) {
     int why;
-    sched_done *d = sched_stream_next(x->st, &why);
+    sched_done *d = sched_stream_poll(x->st, &why);
     if (!d) {
-      if (why == SCHED_END_DONE) stk__rpc_call_finish(x->call, GRPC_STATUS_OK, "");
+      if (why == SCHED_END_DONE) end_locked(x, GRPC_STATUS_OK, "", 0);
       else if (why == SCHED_END_DRAINED)
-        stk__rpc_call_finish(x->call, GRPC_STATUS_UNAVAILABLE,
-                             "worker is draining: ask another worker");
-      else /* killed: a no-op when the call already ended; else the
-              scheduler gave up on it (out of memory) */
-        stk__rpc_call_abort(x->call, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                            "worker out of memory: ask another worker");
+        end_locked(x, GRPC_STATUS_UNAVAILABLE, "worker is draining: ask another worker",
+                   0);
+      else if (why == SCHED_END_DEAD) /* a no-op when the call already ended; else
+                                         the scheduler gave up on it (out of memory) */
+        end_locked(x, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                   "worker out of memory: ask another worker", 1);
       break;
     }
     if (d->status) {
-      stk__rpc_call_abort(x->call, GRPC_STATUS_INTERNAL, d->err);
+      end_locked(x, GRPC_STATUS_INTERNAL, d->err, 1);
       sched_stream_sent(x->st, d, 0);
       sched_stream_kill(x->st);
       break;
     }
-    int rc = send_batch(x, d);
-    sched_stream_sent(x->st, d, rc ? 0 : W.layout.total_bytes);
+    size_t max = 2 + (size_t)(W.layout.total_bytes / (uint64_t)opt.chunk_bytes);
+    grpc_byte_buffer *stackv[64], **v = max <= 64 ? stackv : calloc(max, sizeof(*v));
+    size_t n = 0;
+    int rc = v ? batch_messages(d, v, max, &n) : -1;
+    if (!rc) rc = stk__rpc_call_sendv(x->call, v, n);
+    if (v != stackv) free(v);
     if (rc) {
+      sched_stream_sent(x->st, d, 0);
       sched_stream_kill(x->st);
+      end_locked(x, GRPC_STATUS_RESOURCE_EXHAUSTED, "worker out of memory", 1);
       break;
     }
-    x->batches++;
-    x->bytes += W.layout.total_bytes;
+    x->cur = d;
   }
-  return NULL;
+  pthread_mutex_unlock(&x->mu);
+}
+
+static void stream_ready(void *arg) { pump(arg); }
+
+static void stream_released(void *arg) {
+  wstream *x = arg;
+  pthread_mutex_destroy(&x->mu);
+  free(x);
+}
+
+static const sched_stream_hooks stream_hooks = {stream_ready, stream_released};
+
+static int stream_open(stk__rpc_call *call) {
+  sched *s = current_sched();
+  if (!s) {
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                         "worker has no job yet (not registered with its coordinator)");
+    return -1;
+  }
+  wstream *x = calloc(1, sizeof(*x));
+  if (!x) {
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  x->call = call;
+  pthread_mutex_init(&x->mu, NULL);
+  if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) ||
+      !(x->st = sched_stream_open(s, &stream_hooks, x))) {
+    pthread_mutex_destroy(&x->mu);
+    free(x);
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
+                         "worker is draining: ask another worker");
+    return -1;
+  }
+  stk__rpc_call_set_data(call, x);
+  LOG_DEBUG("stream from %s opened", stk__rpc_call_peer(call));
+  return 0;
 }
 
 /* Validate one request: 0, or a gRPC status code with msg. */
@@ -415,73 +493,82 @@ static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t le
   return 0;
 }
 
-static void handle_stream(stk__rpc_call *call) {
-  sched *s = current_sched();
-  if (!s) {
-    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
-                         "worker has no job yet (not registered with its coordinator)");
-    return;
-  }
-  stream_ctx x = {call, NULL, 0, 0};
-  if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) || !(x.st = sched_stream_open(s))) {
-    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
-                         "worker is draining: ask another worker");
-    return;
-  }
-  pthread_t sender;
-  if (pthread_create(&sender, NULL, sender_main, &x)) {
-    sched_stream_close(x.st);
-    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "cannot start a thread");
-    return;
-  }
-  LOG_DEBUG("stream from %s opened", stk__rpc_call_peer(call));
+static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
+  wstream *x = stk__rpc_call_data(call);
+  const Stoker__V1__BatchRequest *q = (const Stoker__V1__BatchRequest *)m;
   char msg[512];
-  const char *ended = "cancelled";
-  for (;;) {
-    Stoker__V1__BatchRequest *q = NULL;
-    int r = stk__rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor,
-                                   (ProtobufCMessage **)&q);
-    if (r == 0) {
-      ended = "half-closed";
-      sched_stream_half_close(x.st);
-      break;
-    }
-    if (r == -1) break;
-    int code = 0;
-    if (r == -2) {
-      code = GRPC_STATUS_INVALID_ARGUMENT;
-      snprintf(msg, sizeof(msg), "message is not a stoker.v1.BatchRequest");
-    } else {
-      code = check_request(q, msg, sizeof(msg));
-      if (!code && __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE)) {
-        /* Not queued: the stream ends UNAVAILABLE once what was asked
-         * before the drain is sent, and the client asks elsewhere. */
-        __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
-      } else if (!code &&
-                 sched_stream_push(x.st, q->epoch, q->rank, q->step, q->sample_offset,
-                                   (uint32_t)opt.max_outstanding)) {
-        code = GRPC_STATUS_RESOURCE_EXHAUSTED;
-        snprintf(msg, sizeof(msg),
-                 "more than %lld unanswered requests on this "
-                 "stream (--max-outstanding)",
-                 opt.max_outstanding);
-      }
-      protobuf_c_message_free_unpacked(&q->base, NULL);
-    }
-    if (code) {
-      LOG_WARN("stream from %s: %s", stk__rpc_call_peer(call), msg);
-      __atomic_add_fetch(&W.stream_errors, 1, __ATOMIC_RELAXED);
-      stk__rpc_call_abort(call, (grpc_status_code)code, msg);
-      ended = "error";
-      break;
+  int code = 0;
+  if (!q) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "message is not a stoker.v1.BatchRequest");
+  } else {
+    code = check_request(q, msg, sizeof(msg));
+    if (!code && __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE)) {
+      /* Not queued: the stream ends UNAVAILABLE once what was asked
+       * before the drain is sent, and the client asks elsewhere. */
+      __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
+    } else if (!code &&
+               sched_stream_push(x->st, q->epoch, q->rank, q->step, q->sample_offset,
+                                 (uint32_t)opt.max_outstanding)) {
+      code = GRPC_STATUS_RESOURCE_EXHAUSTED;
+      snprintf(msg, sizeof(msg),
+               "more than %lld unanswered requests on this "
+               "stream (--max-outstanding)",
+               opt.max_outstanding);
     }
   }
-  if (strcmp(ended, "half-closed")) sched_stream_kill(x.st);
-  pthread_join(sender, NULL);
-  sched_stream_close(x.st);
-  LOG_DEBUG("stream from %s ended (%s): %" PRIu64 " batches, %" PRIu64 " bytes",
-            stk__rpc_call_peer(call), ended, x.batches, x.bytes);
+  if (code) {
+    LOG_WARN("stream from %s: %s", stk__rpc_call_peer(call), msg);
+    __atomic_add_fetch(&W.stream_errors, 1, __ATOMIC_RELAXED);
+    sched_stream_kill(x->st);
+    pthread_mutex_lock(&x->mu);
+    x->bad = 1;
+    end_locked(x, (grpc_status_code)code, msg, 1);
+    pthread_mutex_unlock(&x->mu);
+  }
 }
+
+static void stream_half_close(stk__rpc_call *call) {
+  wstream *x = stk__rpc_call_data(call);
+  sched_stream_half_close(x->st);
+  pump(x);
+}
+
+/* The batch in flight went out whole: release it, send the next. */
+static void stream_drained(stk__rpc_call *call) {
+  wstream *x = stk__rpc_call_data(call);
+  pthread_mutex_lock(&x->mu);
+  sched_done *d = x->cur;
+  x->cur = NULL;
+  if (d) {
+    sched_stream_sent(x->st, d, W.layout.total_bytes);
+    x->batches++;
+    x->bytes += W.layout.total_bytes;
+  }
+  pthread_mutex_unlock(&x->mu);
+  pump(x);
+}
+
+static void stream_closed(stk__rpc_call *call) {
+  wstream *x = stk__rpc_call_data(call);
+  pthread_mutex_lock(&x->mu);
+  x->ended = 1;
+  sched_done *d = x->cur;
+  x->cur = NULL;
+  if (d) sched_stream_sent(x->st, d, 0); /* cancelled mid-batch */
+  LOG_DEBUG("stream from %s ended (%s): %" PRIu64 " batches, %" PRIu64 " bytes",
+            stk__rpc_call_peer(call),
+            x->bad    ? "error"
+            : x->over ? "status"
+                      : "cancelled",
+            x->batches, x->bytes);
+  sched_stream *st = x->st;
+  pthread_mutex_unlock(&x->mu);
+  sched_stream_close(st); /* frees x, maybe later (stream_released) */
+}
+
+static const stk__rpc_stream_ops stream_ops = {
+    stream_open, stream_message, stream_half_close, stream_drained, stream_closed};
 
 /* ---- main -------------------------------------------------------------- */
 
@@ -524,10 +611,12 @@ typedef struct stats_mark {
   uint64_t bytes, built;
 } stats_mark;
 
-static void log_stats(int64_t now, int lost, stats_mark *last) {
+static void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last) {
   sched *s = current_sched();
   sched_stats st;
   memset(&st, 0, sizeof(st));
+  stk__rpc_server_stats rs;
+  stk__rpc_server_stats_get(srv, &rs);
   uint64_t bytes = 0;
   if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
   double dt = (double)(now - last->ms) / 1000.0;
@@ -537,18 +626,20 @@ static void log_stats(int64_t now, int lost, stats_mark *last) {
       " batches_per_s=%.1f mb_per_s=%.1f "
       "substituted=%" PRIu64 " build_errors=%" PRIu64 " transient_errors=%" PRIu64
       " transient_retries=%" PRIu64 " reread=%" PRIu64 " stream_errors=%" PRIu64
-      " coordinator=%s",
+      " calls=%" PRIu64 " calls_refused=%" PRIu64 " first_msg_late=%" PRIu64
+      " send_stalled=%" PRIu64 " coordinator=%s",
       s ? "serving" : "waiting", st.active_streams, st.queued_requests, st.free_buffers,
       st.nbuffers, st.batches_built, (double)(st.batches_built - last->built) / dt,
       (double)(bytes - last->bytes) / dt / 1e6, st.samples_substituted, st.build_errors,
       st.transient_errors, st.transient_retries, st.samples_reread,
-      __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), lost ? "lost" : "ok");
+      __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), rs.open_calls, rs.refused_full,
+      rs.first_msg_late, rs.send_stalled, lost ? "lost" : "ok");
   last->bytes = bytes, last->built = st.batches_built, last->ms = now;
 }
 
 /* Serve until a signal, the coordinator's Shutdown, a rejection or the
  * orphan timeout; returns the exit code. */
-static int run_worker(session *sess) {
+static int run_worker(session *sess, stk__rpc_server *srv) {
   int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
   stats_mark last = {stk__now_ms(), 0, 0};
   int64_t orphan_ms = opt.orphan_timeout_s * 1000;
@@ -575,7 +666,7 @@ static int run_worker(session *sess) {
     }
     int64_t now = stk__now_ms();
     if (now >= next_stats) {
-      log_stats(now, lost != 0, &last);
+      log_stats(srv, now, lost != 0, &last);
       next_stats = now + opt.stats_interval_s * 1000;
     }
     stk__sleep_ms(50);
@@ -651,12 +742,15 @@ int main(int argc, char **argv) {
                soft, W.threads, want);
   }
 
-  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
+  /* {path, request type, receive limit (0 = --max-message-mb), unary, stream} */
+  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream",
+                                             &stoker__v1__batch_request__descriptor, 0,
+                                             NULL, &stream_ops}};
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
   if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token, W.tls,
-                        opt.port_file, &srv, &port, err, sizeof(err))) {
+                        &opt.serve, opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
     goto out;
@@ -693,7 +787,7 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
-  code = run_worker(sess);
+  code = run_worker(sess, srv);
   sched *s = current_sched();
   drain(s, code);
   stk__rpc_server_stop(srv, 500);

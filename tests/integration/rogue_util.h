@@ -91,51 +91,79 @@ static inline int rogue_send_batch(stk__rpc_call *call, const Stoker__V1__BatchR
   return stk__rpc_call_send_msg(call, &r.base);
 }
 
-/* Worker.Stream: answer each request in order, as the rank's mode says. */
-static inline void rogue_stream(stk__rpc_call *call) {
+/* One Worker.Stream call of the rogue: its batch buffer and whether the
+ * first request came yet. */
+typedef struct rogue_call {
+  unsigned char *buf; /* NULL when it could not be had: every send fails */
+  int first;
+} rogue_call;
+
+/* Worker.Stream: answer each request in order, as the rank's mode says
+ * (stream callbacks: open, message, half_close, closed). */
+static inline int rogue_stream_open(stk__rpc_call *call) {
   rogue_inc(&R.opened);
-  unsigned char *buf = malloc(R.layout.total_bytes ? R.layout.total_bytes : 1);
-  int first = 1;
+  rogue_call *x = calloc(1, sizeof(*x));
+  if (!x) {
+    stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "send failed");
+    rogue_inc(&R.closed); /* no closed callback comes */
+    return -1;
+  }
+  x->buf = malloc(R.layout.total_bytes ? R.layout.total_bytes : 1);
+  x->first = 1;
+  stk__rpc_call_set_data(call, x);
+  return 0;
+}
+
+static inline void rogue_stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
+  rogue_call *x = stk__rpc_call_data(call);
+  const Stoker__V1__BatchRequest *q = (const Stoker__V1__BatchRequest *)m;
+  if (!q) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "not a BatchRequest");
+    return;
+  }
   grpc_status_code code = GRPC_STATUS_OK;
   const char *why = "";
-  for (;;) {
-    Stoker__V1__BatchRequest *q = NULL;
-    int r = stk__rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor,
-                                   (ProtobufCMessage **)&q);
-    if (r != 1) {
-      if (r == -2) code = GRPC_STATUS_INVALID_ARGUMENT, why = "not a BatchRequest";
-      if (r == -1) code = GRPC_STATUS_CANCELLED, why = "cancelled";
-      break;
-    }
-    uint32_t rank = q->rank < ROGUE_MAX_RANKS ? q->rank : 0;
-    if (first) rogue_inc(&R.streams[rank]);
-    first = 0;
-    int mode = R.mode[rank];
-    int bad = 0;
-    if (q->job_hash != R.hash) {
-      code = GRPC_STATUS_FAILED_PRECONDITION, why = "rogue: not this job", bad = 1;
-    } else if (mode == ROGUE_INVALID_ARGUMENT) {
-      code = GRPC_STATUS_INVALID_ARGUMENT, why = "rogue: your request is invalid",
-      bad = 1;
-    } else if (mode == ROGUE_FAILED_PRECONDITION) {
-      code = GRPC_STATUS_FAILED_PRECONDITION, why = "rogue: another job", bad = 1;
-    } else if (!buf || rogue_send_batch(call, q, buf, mode == ROGUE_BAD_CRC)) {
-      code = GRPC_STATUS_CANCELLED, why = "send failed", bad = 1;
-    } else {
-      rogue_inc(mode == ROGUE_BAD_CRC ? &R.bad_sent[rank] : &R.sent[rank]);
-    }
-    if (bad && code != GRPC_STATUS_CANCELLED) rogue_inc(&R.refused[rank]);
-    protobuf_c_message_free_unpacked(&q->base, NULL);
-    if (bad) break;
+  uint32_t rank = q->rank < ROGUE_MAX_RANKS ? q->rank : 0;
+  if (x->first) rogue_inc(&R.streams[rank]);
+  x->first = 0;
+  int mode = R.mode[rank];
+  int bad = 0;
+  if (q->job_hash != R.hash) {
+    code = GRPC_STATUS_FAILED_PRECONDITION, why = "rogue: not this job", bad = 1;
+  } else if (mode == ROGUE_INVALID_ARGUMENT) {
+    code = GRPC_STATUS_INVALID_ARGUMENT, why = "rogue: your request is invalid", bad = 1;
+  } else if (mode == ROGUE_FAILED_PRECONDITION) {
+    code = GRPC_STATUS_FAILED_PRECONDITION, why = "rogue: another job", bad = 1;
+  } else if (!x->buf || rogue_send_batch(call, q, x->buf, mode == ROGUE_BAD_CRC)) {
+    code = GRPC_STATUS_CANCELLED, why = "send failed", bad = 1;
+  } else {
+    rogue_inc(mode == ROGUE_BAD_CRC ? &R.bad_sent[rank] : &R.sent[rank]);
   }
-  free(buf);
-  stk__rpc_call_finish(call, code, why);
+  if (bad && code != GRPC_STATUS_CANCELLED) rogue_inc(&R.refused[rank]);
+  if (bad) stk__rpc_call_finish(call, code, why);
+}
+
+/* The client sent its last request: the stream ends OK once the batches
+ * went out. */
+static inline void rogue_stream_half_close(stk__rpc_call *call) {
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+}
+
+static inline void rogue_stream_closed(stk__rpc_call *call) {
+  rogue_call *x = stk__rpc_call_data(call);
+  if (x) free(x->buf);
+  free(x);
   rogue_inc(&R.closed);
 }
 
 /* Start a rogue Worker.Stream server on 127.0.0.1; its port, or -1. */
 static inline int rogue_start(stk__rpc_server **srv) {
-  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", rogue_stream}};
+  static const stk__rpc_stream_ops ops = {rogue_stream_open, rogue_stream_message,
+                                          rogue_stream_half_close, NULL,
+                                          rogue_stream_closed};
+  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream",
+                                             &stoker__v1__batch_request__descriptor, 0,
+                                             NULL, &ops}};
   stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = "127.0.0.1:0";

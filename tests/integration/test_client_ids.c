@@ -30,13 +30,8 @@ static void fill_workers(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp)
   wp[0] = &w[0], wp[1] = &w[1];
 }
 
-static void on_join(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__join_request__descriptor, &q) != 1) {
-    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad join");
-    return;
-  }
-  protobuf_c_message_free_unpacked(q, NULL);
+static void on_join(stk__rpc_call *call, const ProtobufCMessage *q) {
+  (void)q;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = job_text;
   job.hash = job_hash;
@@ -47,17 +42,21 @@ static void on_join(stk__rpc_call *call) {
   r.list_version = 1;
   r.n_workers = 2;
   r.workers = wp;
-  stk__rpc_call_send_msg(call, &r.base);
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_reply(call, &r.base);
 }
 
-static void on_watch(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__watch_request__descriptor, &q) != 1) {
+/* The watch sends one list and stays open until the client goes (the
+ * server's stop ends it otherwise). */
+static int watch_open(stk__rpc_call *call) {
+  (void)call;
+  return 0;
+}
+
+static void watch_message(stk__rpc_call *call, const ProtobufCMessage *q) {
+  if (!q) {
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad watch");
     return;
   }
-  protobuf_c_message_free_unpacked(q, NULL);
   Stoker__V1__WorkerInfo w[2], *wp[2];
   fill_workers(w, wp);
   Stoker__V1__WorkerList l = STOKER__V1__WORKER_LIST__INIT;
@@ -65,21 +64,17 @@ static void on_watch(stk__rpc_call *call) {
   l.n_workers = 2;
   l.workers = wp;
   stk__rpc_call_send_msg(call, &l.base);
-  /* keep the watch open until the client goes (bounded: 60 s) */
-  for (int i = 0; i < 3000 && !stk__rpc_call_closed(call); i++) {
-    struct timespec ts = {0, 20 * 1000000};
-    nanosleep(&ts, NULL);
-  }
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
-static void on_finish(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__finish_request__descriptor, &q) == 1)
-    protobuf_c_message_free_unpacked(q, NULL);
+static void watch_closed(stk__rpc_call *call) { (void)call; }
+
+static const stk__rpc_stream_ops watch_ops = {watch_open, watch_message, NULL, NULL,
+                                              watch_closed};
+
+static void on_finish(stk__rpc_call *call, const ProtobufCMessage *q) {
+  (void)q;
   Stoker__V1__FinishResponse r = STOKER__V1__FINISH_RESPONSE__INIT;
-  stk__rpc_call_send_msg(call, &r.base);
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_reply(call, &r.base);
 }
 
 int main(void) {
@@ -96,9 +91,13 @@ int main(void) {
   job_hash = stk_job_spec_hash(&spec);
 
   stk__rpc_init();
-  stk__rpc_method methods[] = {{"/stoker.v1.Coordinator/Join", on_join},
-                               {"/stoker.v1.Coordinator/WatchWorkers", on_watch},
-                               {"/stoker.v1.Coordinator/Finish", on_finish}};
+  stk__rpc_method methods[] = {
+      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor, 0, on_join,
+       NULL},
+      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor, 0,
+       NULL, &watch_ops},
+      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor, 0,
+       on_finish, NULL}};
   stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = "127.0.0.1:0";

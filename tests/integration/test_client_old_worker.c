@@ -11,7 +11,6 @@
  */
 #include <stdio.h>
 #include <string.h>
-#include <time.h>
 
 #include "check.h"
 #include "rpc.h"
@@ -33,13 +32,8 @@ static void one_worker(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp) {
   *wp = w;
 }
 
-static void on_join(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__join_request__descriptor, &q) != 1) {
-    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad join");
-    return;
-  }
-  protobuf_c_message_free_unpacked(q, NULL);
+static void on_join(stk__rpc_call *call, const ProtobufCMessage *q) {
+  (void)q;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = job_text;
   job.hash = job_hash;
@@ -50,17 +44,21 @@ static void on_join(stk__rpc_call *call) {
   r.list_version = 1;
   r.n_workers = 1;
   r.workers = &wp;
-  stk__rpc_call_send_msg(call, &r.base);
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_reply(call, &r.base);
 }
 
-static void on_watch(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__watch_request__descriptor, &q) != 1) {
+/* The watch sends one list and stays open until the client goes (the
+ * server's stop ends it otherwise). */
+static int watch_open(stk__rpc_call *call) {
+  (void)call;
+  return 0;
+}
+
+static void watch_message(stk__rpc_call *call, const ProtobufCMessage *q) {
+  if (!q) {
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad watch");
     return;
   }
-  protobuf_c_message_free_unpacked(q, NULL);
   Stoker__V1__WorkerInfo w, *wp;
   one_worker(&w, &wp);
   Stoker__V1__WorkerList l = STOKER__V1__WORKER_LIST__INIT;
@@ -68,25 +66,33 @@ static void on_watch(stk__rpc_call *call) {
   l.n_workers = 1;
   l.workers = &wp;
   stk__rpc_call_send_msg(call, &l.base);
-  for (int i = 0; i < 3000 && !stk__rpc_call_closed(call); i++) { /* at most 60 s */
-    struct timespec ts = {0, 20 * 1000000};
-    nanosleep(&ts, NULL);
-  }
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
-static void on_finish(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__finish_request__descriptor, &q) == 1)
-    protobuf_c_message_free_unpacked(q, NULL);
+static void watch_closed(stk__rpc_call *call) { (void)call; }
+
+static const stk__rpc_stream_ops watch_ops = {watch_open, watch_message, NULL, NULL,
+                                              watch_closed};
+
+static void on_finish(stk__rpc_call *call, const ProtobufCMessage *q) {
+  (void)q;
   Stoker__V1__FinishResponse r = STOKER__V1__FINISH_RESPONSE__INIT;
-  stk__rpc_call_send_msg(call, &r.base);
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_reply(call, &r.base);
 }
 
 /* The old worker: every request gets a well-formed header for its
- * (epoch, rank, step), without the sample offset. */
-static void on_stream(stk__rpc_call *call) {
+ * (epoch, rank, step), without the sample offset. The stream ends
+ * CANCELLED when a request does not parse, a send fails or the client
+ * half-closes. */
+static int stream_open(stk__rpc_call *call) {
+  (void)call;
+  return 0;
+}
+
+static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
+  if (!m) {
+    stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
+    return;
+  }
   Stoker__V1__TensorDesc td[STK_MAX_TENSORS], *tdp[STK_MAX_TENSORS];
   static const char *const dt[] = {"", "uint8", "float32", "bfloat16", "int64"};
   for (uint32_t i = 0; i < layout.ntensors; i++) {
@@ -97,23 +103,26 @@ static void on_stream(stk__rpc_call *call) {
     td[i].nbytes = layout.tensors[i].nbytes;
     tdp[i] = &td[i];
   }
-  for (;;) {
-    ProtobufCMessage *m = NULL;
-    if (stk__rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor, &m) != 1)
-      break;
-    Stoker__V1__BatchRequest *q = (Stoker__V1__BatchRequest *)m;
-    Stoker__V1__BatchHeader h = STOKER__V1__BATCH_HEADER__INIT;
-    h.epoch = q->epoch, h.rank = q->rank, h.step = q->step;
-    h.n_tensors = layout.ntensors;
-    h.tensors = tdp;
-    h.total_bytes = layout.total_bytes;
-    protobuf_c_message_free_unpacked(m, NULL);
-    Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
-    r.header = &h;
-    if (stk__rpc_call_send_msg(call, &r.base)) break;
-  }
+  const Stoker__V1__BatchRequest *q = (const Stoker__V1__BatchRequest *)m;
+  Stoker__V1__BatchHeader h = STOKER__V1__BATCH_HEADER__INIT;
+  h.epoch = q->epoch, h.rank = q->rank, h.step = q->step;
+  h.n_tensors = layout.ntensors;
+  h.tensors = tdp;
+  h.total_bytes = layout.total_bytes;
+  Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
+  r.header = &h;
+  if (stk__rpc_call_send_msg(call, &r.base))
+    stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
+}
+
+static void stream_half_close(stk__rpc_call *call) {
   stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
 }
+
+static void stream_closed(stk__rpc_call *call) { (void)call; }
+
+static const stk__rpc_stream_ops stream_ops = {stream_open, stream_message,
+                                               stream_half_close, NULL, stream_closed};
 
 int main(void) {
   /* The state: a local W=4 client after one step (sample position 16; in
@@ -143,10 +152,15 @@ int main(void) {
   CHECK(stk_batch_layout_of(&spec, &layout) == STK_OK);
 
   stk__rpc_init();
-  stk__rpc_method methods[] = {{"/stoker.v1.Coordinator/Join", on_join},
-                               {"/stoker.v1.Coordinator/WatchWorkers", on_watch},
-                               {"/stoker.v1.Coordinator/Finish", on_finish},
-                               {"/stoker.v1.Worker/Stream", on_stream}};
+  stk__rpc_method methods[] = {
+      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor, 0, on_join,
+       NULL},
+      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor, 0,
+       NULL, &watch_ops},
+      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor, 0,
+       on_finish, NULL},
+      {"/stoker.v1.Worker/Stream", &stoker__v1__batch_request__descriptor, 0, NULL,
+       &stream_ops}};
   stk__rpc_server_config sc;
   memset(&sc, 0, sizeof sc);
   sc.listen = "127.0.0.1:0";

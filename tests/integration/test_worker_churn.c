@@ -32,27 +32,24 @@
 static char job_text[4096];
 static uint64_t job_hash;
 
-/* The list the rogue coordinator publishes; guarded by L.mu. */
+/* One WatchWorkers call; in L.watchers from its open to its close. */
+typedef struct watcher {
+  stk__rpc_call *call;
+  int started;   /* its request came: lists go out from now on */
+  uint64_t sent; /* the version it has */
+  struct watcher *next;
+} watcher;
+
+/* The list the rogue coordinator publishes, and the watches that get it;
+ * guarded by L.mu. */
 static struct {
   pthread_mutex_t mu;
-  pthread_cond_t cv;
   uint64_t version;
   int n;
   char ids[PER_ROUND + 1][32];
   char addrs[PER_ROUND + 1][64];
-} L = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, 1, 0, {{0}}, {{0}}};
-
-static void publish(int n, char ids[][32], char addrs[][64]) {
-  pthread_mutex_lock(&L.mu);
-  L.n = n;
-  for (int i = 0; i < n; i++) {
-    memcpy(L.ids[i], ids[i], sizeof(L.ids[i]));
-    memcpy(L.addrs[i], addrs[i], sizeof(L.addrs[i]));
-  }
-  L.version++;
-  pthread_cond_broadcast(&L.cv);
-  pthread_mutex_unlock(&L.mu);
-}
+  watcher *watchers;
+} L = {PTHREAD_MUTEX_INITIALIZER, 1, 0, {{0}}, {{0}}, NULL};
 
 /* Under L.mu: the current list as messages (pointing into L). */
 static uint64_t snapshot(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp,
@@ -68,13 +65,32 @@ static uint64_t snapshot(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp,
   return L.version;
 }
 
-static void on_join(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__join_request__descriptor, &q) != 1) {
-    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad join");
-    return;
+/* Under L.mu: send the current list to w unless it has it. A watch whose
+ * send fails is ended (OK, as when the client goes). */
+static void watch_send_locked(watcher *w) {
+  if (!w->started || w->sent == L.version) return;
+  Stoker__V1__WorkerInfo wi[PER_ROUND + 1], *wp[PER_ROUND + 1];
+  Stoker__V1__WorkerList l = STOKER__V1__WORKER_LIST__INIT;
+  l.workers = wp;
+  w->sent = l.version = snapshot(wi, wp, &l.n_workers);
+  if (stk__rpc_call_send_msg(w->call, &l.base)) /* copies: L may change after */
+    stk__rpc_call_finish(w->call, GRPC_STATUS_OK, "");
+}
+
+static void publish(int n, char ids[][32], char addrs[][64]) {
+  pthread_mutex_lock(&L.mu);
+  L.n = n;
+  for (int i = 0; i < n; i++) {
+    memcpy(L.ids[i], ids[i], sizeof(L.ids[i]));
+    memcpy(L.addrs[i], addrs[i], sizeof(L.addrs[i]));
   }
-  protobuf_c_message_free_unpacked(q, NULL);
+  L.version++;
+  for (watcher *w = L.watchers; w; w = w->next) watch_send_locked(w);
+  pthread_mutex_unlock(&L.mu);
+}
+
+static void on_join(stk__rpc_call *call, const ProtobufCMessage *q) {
+  (void)q;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = job_text;
   job.hash = job_hash;
@@ -84,46 +100,61 @@ static void on_join(stk__rpc_call *call) {
   r.workers = wp;
   pthread_mutex_lock(&L.mu);
   r.list_version = snapshot(w, wp, &r.n_workers);
-  stk__rpc_call_send_msg(call, &r.base); /* copies: L may change after */
+  stk__rpc_call_reply(call, &r.base); /* copies: L may change after */
   pthread_mutex_unlock(&L.mu);
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
-/* Send every new list until the client goes (bounded: 120 s). */
-static void on_watch(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__watch_request__descriptor, &q) != 1) {
+/* WatchWorkers: every new list goes out (from publish) until the client
+ * goes (the server's stop ends the watch otherwise). */
+static int watch_open(stk__rpc_call *call) {
+  watcher *w = calloc(1, sizeof(*w));
+  if (!w) {
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  w->call = call;
+  stk__rpc_call_set_data(call, w);
+  pthread_mutex_lock(&L.mu);
+  w->next = L.watchers;
+  L.watchers = w;
+  pthread_mutex_unlock(&L.mu);
+  return 0;
+}
+
+static void watch_message(stk__rpc_call *call, const ProtobufCMessage *q) {
+  if (!q) {
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad watch");
     return;
   }
-  uint64_t sent = ((Stoker__V1__WatchRequest *)q)->known_version;
-  protobuf_c_message_free_unpacked(q, NULL);
-  for (int64_t end = stk__now_ms() + 120000;
-       !stk__rpc_call_closed(call) && stk__now_ms() < end;) {
-    pthread_mutex_lock(&L.mu);
-    if (L.version == sent) stk__cond_wait_ms(&L.cv, &L.mu, 20);
-    if (L.version != sent) {
-      Stoker__V1__WorkerInfo w[PER_ROUND + 1], *wp[PER_ROUND + 1];
-      Stoker__V1__WorkerList l = STOKER__V1__WORKER_LIST__INIT;
-      l.workers = wp;
-      sent = l.version = snapshot(w, wp, &l.n_workers);
-      int rc = stk__rpc_call_send_msg(call, &l.base);
-      pthread_mutex_unlock(&L.mu);
-      if (rc) break;
-      continue;
-    }
-    pthread_mutex_unlock(&L.mu);
+  watcher *w = stk__rpc_call_data(call);
+  pthread_mutex_lock(&L.mu);
+  if (!w->started) { /* later requests are not read, as before the port */
+    w->started = 1;
+    w->sent = ((const Stoker__V1__WatchRequest *)q)->known_version;
+    watch_send_locked(w);
   }
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+  pthread_mutex_unlock(&L.mu);
 }
 
-static void on_finish(stk__rpc_call *call) {
-  ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__finish_request__descriptor, &q) == 1)
-    protobuf_c_message_free_unpacked(q, NULL);
+static void watch_closed(stk__rpc_call *call) {
+  watcher *w = stk__rpc_call_data(call);
+  pthread_mutex_lock(&L.mu);
+  for (watcher **p = &L.watchers; *p; p = &(*p)->next)
+    if (*p == w) {
+      *p = w->next;
+      break;
+    }
+  pthread_mutex_unlock(&L.mu);
+  free(w);
+}
+
+static const stk__rpc_stream_ops watch_ops = {watch_open, watch_message, NULL, NULL,
+                                              watch_closed};
+
+static void on_finish(stk__rpc_call *call, const ProtobufCMessage *q) {
+  (void)q;
   Stoker__V1__FinishResponse r = STOKER__V1__FINISH_RESPONSE__INIT;
-  stk__rpc_call_send_msg(call, &r.base);
-  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+  stk__rpc_call_reply(call, &r.base);
 }
 
 /* Take the next batch and check it against the reference: 0 or -1. */
@@ -175,9 +206,13 @@ int main(void) {
   stk__rpc_init();
   stk__rpc_server *wa = NULL, *wb = NULL, *co = NULL;
   int pa = rogue_start(&wa), pb = rogue_start(&wb);
-  stk__rpc_method methods[] = {{"/stoker.v1.Coordinator/Join", on_join},
-                               {"/stoker.v1.Coordinator/WatchWorkers", on_watch},
-                               {"/stoker.v1.Coordinator/Finish", on_finish}};
+  stk__rpc_method methods[] = {
+      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor, 0, on_join,
+       NULL},
+      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor, 0,
+       NULL, &watch_ops},
+      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor, 0,
+       on_finish, NULL}};
   stk__rpc_server_config sc;
   memset(&sc, 0, sizeof(sc));
   sc.listen = "127.0.0.1:0";

@@ -1,0 +1,393 @@
+/* test_serving_bounds.c - bounded serving (issue 7, item 6) against one
+ * real stoker-worker: a hostile load (flood.h: idle TCP connections,
+ * streams that never send a request, streams that ask and never read)
+ * while a real libstoker client consumes its batches.
+ *
+ * Default (CI, seconds): 200 idle connections (100 past the HTTP/2
+ * preface) + 200 silent streams + 3
+ * stalled streams on a 6-buffer worker; the client's whole epoch must
+ * arrive byte-identical to the reference, the silent streams end
+ * DEADLINE_EXCEEDED (--first-message-s), the stalled ones are cancelled
+ * (--send-stall-s), calls past --max-calls are refused RESOURCE_EXHAUSTED,
+ * and the worker's thread count and RSS (printed) stay within bounds: the
+ * thread count does not grow with the number of calls.
+ *
+ * --full (scripts/serving_bench.sh; not in CI's default run): the issue's
+ * scale, 5000 idle connections + 2000 silent streams + 10 stalled streams,
+ * and the client's throughput with and without the load, alternating,
+ * medians printed (and the 10% bound checked), with the worker's RSS and
+ * threads.
+ *
+ * usage: test_serving_bounds <stoker-coordinator> <stoker-worker> [--full]
+ */
+#include <signal.h>
+#include <sys/resource.h>
+
+#include "daemon_util.h"
+#include "e2e_util.h"
+#include "flood.h"
+
+/* Threads and VmRSS (KiB) of pid from /proc/PID/status; 0 on success. */
+static int proc_usage(pid_t pid, long *threads, long *rss_kb) {
+  char path[64], line[256];
+  snprintf(path, sizeof path, "/proc/%d/status", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  *threads = *rss_kb = -1;
+  while (fgets(line, sizeof line, f)) {
+    if (!strncmp(line, "Threads:", 8)) *threads = atol(line + 8);
+    if (!strncmp(line, "VmRSS:", 6)) *rss_kb = atol(line + 6);
+  }
+  fclose(f);
+  return *threads > 0 && *rss_kb > 0 ? 0 : -1;
+}
+
+/* The largest value of "key<N>" in the worker's log (its stats lines), or
+ * -1 if none. */
+static long log_counter(const stk_proc *p, const char *key) {
+  FILE *f = fopen(p->log, "r");
+  if (!f) return -1;
+  char line[4096];
+  long best = -1;
+  size_t klen = strlen(key);
+  while (fgets(line, sizeof line, f)) {
+    const char *k = strstr(line, key);
+    if (k && atol(k + klen) > best) best = atol(k + klen);
+  }
+  fclose(f);
+  return best;
+}
+
+/* Wait (bounded) until the worker logged key with a value >= want. */
+static long wait_counter(const stk_proc *p, const char *key, long want, int timeout_ms) {
+  long v = -1;
+  for (int waited = 0; waited <= timeout_ms; waited += 100) {
+    v = log_counter(p, key);
+    if (v >= want) break;
+    du_sleep_ms(100);
+  }
+  return v;
+}
+
+/* Wait (bounded) until pred(f) holds; 0 or -1 on timeout. */
+static int wait_flood(flood *f, int (*pred)(const flood_stats *, const void *),
+                      const void *arg, int timeout_ms) {
+  for (int waited = 0; waited <= timeout_ms; waited += 50) {
+    flood_stats st;
+    flood_stats_get(f, &st);
+    if (pred(&st, arg)) return 0;
+    du_sleep_ms(50);
+  }
+  return -1;
+}
+
+static int all_ended(const flood_stats *st, const void *arg) {
+  (void)arg;
+  return st->calls_ended >= st->calls_started;
+}
+
+static int all_ended_silent(const flood_stats *st, const void *arg) {
+  (void)arg;
+  return st->calls_ended - st->stalled_ended >= st->calls_started - 3;
+}
+
+static int stalled_asked(const flood_stats *st, const void *arg) {
+  return st->requests_sent >= *(const int *)arg;
+}
+
+static void print_flood(const char *what, flood *f) {
+  flood_stats st;
+  flood_stats_get(f, &st);
+  fprintf(stderr,
+          "%s: conns=%d calls started=%d ended=%d (deadline %d, exhausted %d, "
+          "stalled %d, other %d) stalled requests sent=%d\n",
+          what, st.conns_open, st.calls_started, st.calls_ended, st.ended_deadline,
+          st.ended_exhausted, st.stalled_ended, st.ended_other, st.requests_sent);
+}
+
+static void raise_nofile(void) {
+  struct rlimit rl;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0 && rl.rlim_cur < rl.rlim_max) {
+    rl.rlim_cur = rl.rlim_max;
+    setrlimit(RLIMIT_NOFILE, &rl);
+  }
+}
+
+/* One client run of n batches (world 1, rank 0): batches per second, or
+ * -1 on an error. Data integrity is the client's crc32c check here (the
+ * CI phase compares every byte with the reference). */
+static double client_run(int coord_port, uint64_t n) {
+  char addr[64], err[512];
+  snprintf(addr, sizeof addr, "127.0.0.1:%d", coord_port);
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.coordinator = addr;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.join_timeout_ms = 20000;
+  stk_client *c = NULL;
+  if (stk_client_open(&cfg, &c, err, sizeof err) != STK_OK) {
+    fprintf(stderr, "client: %s\n", err);
+    return -1;
+  }
+  struct timespec t0, t1;
+  clock_gettime(CLOCK_MONOTONIC, &t0);
+  uint64_t got = 0;
+  while (got < n) {
+    stk_batch *b = NULL;
+    int s = stk_client_next(c, &b);
+    if (s == STK_END_OF_EPOCH) continue;
+    if (s != STK_OK) {
+      fprintf(stderr, "client: %s: %s\n", stk_strerror(s), stk_client_error(c));
+      stk_client_close(c);
+      return -1;
+    }
+    stk_batch_release(b);
+    got++;
+  }
+  clock_gettime(CLOCK_MONOTONIC, &t1);
+  stk_client_close(c);
+  return (double)n / ts_diff_s(t1, t0);
+}
+
+static int rank_done; /* atomic: the rank thread returned */
+
+static void *rank_thread(void *arg) {
+  rank_main(arg);
+  __atomic_store_n(&rank_done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
+static int cmp_double(const void *a, const void *b) {
+  double x = *(const double *)a, y = *(const double *)b;
+  return x < y ? -1 : x > y;
+}
+
+/* ---- CI scale -------------------------------------------------------- */
+
+static void ci_run(void) {
+  const char *job[] = {"--set", "num_samples=1280", "--set", "batch_size=32",
+                       "--set", "height=128",       "--set", "width=128",
+                       "--set", "world_size=1",     "--set", "epochs=1",
+                       "--set", "seed=5",           NULL};
+  const char *wargs[] = {"--threads",
+                         "2",
+                         "--batch-buffers",
+                         "6",
+                         "--max-calls",
+                         "300",
+                         "--first-message-s",
+                         "2",
+                         "--send-stall-s",
+                         "2",
+                         "--serve-threads",
+                         "2",
+                         NULL};
+  stk_proc coord, worker;
+  int cport = du_start_coordinator(&coord, "coordinator", job);
+  CHECK(cport > 0);
+  int wport = du_start_worker(&worker, "worker", cport, wargs);
+  CHECK(wport > 0);
+  if (cport <= 0 || wport <= 0) return;
+  stk__rpc_channel *ch = du_channel(cport);
+  CHECK(du_wait_workers(ch, 1, 20000) == 0);
+  Stoker__V1__JoinResponse *jr = NULL;
+  char det[256], target[64];
+  CHECK(du_join(ch, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof det) == 0);
+  uint64_t hash = jr && jr->job ? jr->job->hash : 0;
+  if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+  snprintf(target, sizeof target, "127.0.0.1:%d", wport);
+  long th0, rss0, th, rss;
+  CHECK(proc_usage(worker.pid, &th0, &rss0) == 0);
+  fprintf(stderr, "worker before: threads=%ld rss=%ld KiB\n", th0, rss0);
+
+  /* 1. More silent calls than --max-calls: the rest are refused at once
+   * (RESOURCE_EXHAUSTED), the others end at the first-message deadline. */
+  flood_config fc;
+  memset(&fc, 0, sizeof fc);
+  fc.target = target;
+  fc.silent_streams = 350;
+  flood *f = NULL;
+  char err[256];
+  CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
+  if (f) {
+    CHECK(wait_flood(f, all_ended, NULL, 20000) == 0);
+    CHECK(proc_usage(worker.pid, &th, &rss) == 0);
+    print_flood("over the limit", f);
+    flood_stats st;
+    flood_stats_get(f, &st);
+    CHECK(st.ended_exhausted >= 50);
+    CHECK(st.ended_deadline >= 250);
+    CHECK(st.ended_deadline + st.ended_exhausted == 350);
+    flood_stop(f);
+  }
+
+  /* 2. Idle connections, silent and stalled streams while a real client
+   * reads its whole epoch. */
+  memset(&fc, 0, sizeof fc);
+  fc.target = target;
+  fc.idle_conns = 200;
+  fc.idle_http2 = 100;
+  fc.silent_streams = 200;
+  fc.stalled_streams = 3;
+  fc.stalled_requests = 8;
+  fc.job_hash = hash;
+  fc.world_size = 1;
+  fc.steps = 40;
+  f = NULL;
+  CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
+  int three = 3;
+  if (f) CHECK(wait_flood(f, stalled_asked, &three, 10000) == 0);
+  rank_run r;
+  rank_init(&r);
+  r.port = cport, r.rank = 0, r.world = 1, r.finish = 0;
+  pthread_t t;
+  pthread_create(&t, NULL, rank_thread, &r);
+  long th_max = 0, rss_max = 0;
+  while (!__atomic_load_n(&rank_done, __ATOMIC_ACQUIRE)) {
+    if (proc_usage(worker.pid, &th, &rss) == 0) {
+      if (th > th_max) th_max = th;
+      if (rss > rss_max) rss_max = rss;
+    }
+    du_sleep_ms(100);
+  }
+  pthread_join(t, NULL);
+  if (r.error[0]) fprintf(stderr, "rank: %s\n", r.error);
+  CHECK(r.final_status == STK_END_OF_DATA);
+  CHECK_EQ_U64(r.delivered, 40);
+  CHECK_EQ_U64(r.mismatches, 0);
+  CHECK_EQ_U64(r.order_errors, 0);
+  if (f) {
+    /* The stalled streams were cancelled by --send-stall-s: the worker
+     * counts them (they never read, so their own status never shows). */
+    long stalled = wait_counter(&worker, "send_stalled=", 3, 15000);
+    fprintf(stderr, "worker: send_stalled=%ld\n", stalled);
+    CHECK(stalled == 3);
+    CHECK(wait_flood(f, all_ended_silent, NULL, 15000) == 0);
+    print_flood("flood", f);
+    flood_stats st;
+    flood_stats_get(f, &st);
+    CHECK_EQ_U64(st.conns_open, 200);
+    CHECK_EQ_U64(st.ended_deadline, 200);
+  }
+  fprintf(stderr,
+          "worker under load: threads max %ld (before %ld), rss max %ld KiB (before %ld "
+          "KiB); client stall %.1f%%\n",
+          th_max, th0, rss_max, rss0, 100 * r.stats.stall_fraction);
+  /* No thread per call: 400 calls and 200 connections add none of their
+   * own (gRPC's own pools may add a few). */
+  CHECK(th_max <= th0 + 6);
+  CHECK(rss_max - rss0 < 200 * 1024);
+  flood_stop(f);
+  stk__rpc_channel_close(ch);
+  proc_signal(&worker, SIGTERM);
+  proc_signal(&coord, SIGTERM);
+  CHECK(proc_wait(&worker, 20000) == 0);
+  CHECK(proc_wait(&coord, 20000) == 0);
+  if (check_failures) {
+    proc_dump_log(&worker);
+    proc_dump_log(&coord);
+    proc_keep_tmp();
+  }
+}
+
+/* ---- Full scale (scripts/serving_bench.sh) ---------------------------- */
+
+static void full_run(void) {
+  raise_nofile();
+  const char *job[] = {"--set", "num_samples=1000000",
+                       "--set", "batch_size=32",
+                       "--set", "height=128",
+                       "--set", "width=128",
+                       "--set", "world_size=1",
+                       "--set", "epochs=100",
+                       "--set", "seed=5",
+                       NULL};
+  const char *wargs[] = {
+      "--batch-buffers", "6", "--max-calls", "8192", "--first-message-s", "600",
+      "--send-stall-s",  "2", NULL};
+  stk_proc coord, worker;
+  int cport = du_start_coordinator(&coord, "coordinator", job);
+  int wport = du_start_worker(&worker, "worker", cport, wargs);
+  CHECK(cport > 0 && wport > 0);
+  if (cport <= 0 || wport <= 0) return;
+  stk__rpc_channel *ch = du_channel(cport);
+  CHECK(du_wait_workers(ch, 1, 20000) == 0);
+  Stoker__V1__JoinResponse *jr = NULL;
+  char det[256], target[64], err[256];
+  CHECK(du_join(ch, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof det) == 0);
+  uint64_t hash = jr && jr->job ? jr->job->hash : 0;
+  if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+  snprintf(target, sizeof target, "127.0.0.1:%d", wport);
+  const char *env_n = getenv("STOKER_BENCH_BATCHES");
+  uint64_t n = env_n ? strtoull(env_n, NULL, 10) : 300;
+  client_run(cport, 20); /* warm up */
+  enum { RUNS = 3 };
+  double normal[RUNS], loaded[RUNS], steady[RUNS];
+  long th0, rss0, th = 0, rss = 0, th_max = 0, rss_max = 0;
+  CHECK(proc_usage(worker.pid, &th0, &rss0) == 0);
+  for (int i = 0; i < RUNS; i++) {
+    normal[i] = client_run(cport, n);
+    flood_config fc;
+    memset(&fc, 0, sizeof fc);
+    fc.target = target;
+    fc.idle_conns = 5000;
+    fc.idle_http2 = 2500;
+    fc.silent_streams = 2000;
+    fc.stalled_streams = 10;
+    fc.stalled_requests = 8;
+    fc.job_hash = hash;
+    fc.world_size = 1;
+    fc.steps = 1000;
+    flood *f = NULL;
+    CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
+    int ten = 10;
+    if (f) CHECK(wait_flood(f, stalled_asked, &ten, 30000) == 0);
+    loaded[i] = client_run(cport, n);
+    /* again, the stalled streams now cancelled (--send-stall-s), the idle
+     * connections and silent streams still open */
+    steady[i] = client_run(cport, n);
+    CHECK(proc_usage(worker.pid, &th, &rss) == 0);
+    if (th > th_max) th_max = th;
+    if (rss > rss_max) rss_max = rss;
+    if (f) print_flood("flood", f);
+    fprintf(stderr,
+            "run %d: normal %.1f batches/s, loaded %.1f batches/s (with the stalled "
+            "streams), %.1f batches/s (after they were cancelled); worker threads %ld "
+            "rss %ld KiB\n",
+            i, normal[i], loaded[i], steady[i], th, rss);
+    flood_stop(f);
+  }
+  qsort(normal, RUNS, sizeof(double), cmp_double);
+  qsort(loaded, RUNS, sizeof(double), cmp_double);
+  qsort(steady, RUNS, sizeof(double), cmp_double);
+  printf(
+      "serving bench: %llu batches of 32x128x128x3 per run, %d runs each, medians: "
+      "normal %.1f batches/s; under 5000 idle connections + 2000 silent streams: "
+      "%.1f batches/s (%.1f%%) in the run that began with 10 stalled streams, "
+      "%.1f batches/s (%.1f%%) once they were cancelled; worker threads %ld "
+      "(idle %ld), rss max %ld KiB (idle %ld KiB)\n",
+      (unsigned long long)n, RUNS, normal[RUNS / 2], loaded[RUNS / 2],
+      100.0 * loaded[RUNS / 2] / normal[RUNS / 2], steady[RUNS / 2],
+      100.0 * steady[RUNS / 2] / normal[RUNS / 2], th_max, th0, rss_max, rss0);
+  /* The issue's bound holds for the steady state; the stalled streams cost
+   * up to --send-stall-s per wave of them (printed, not asserted). */
+  CHECK(steady[RUNS / 2] >= 0.9 * normal[RUNS / 2]);
+  CHECK(th_max <= th0 + 6);
+  stk__rpc_channel_close(ch);
+  proc_signal(&worker, SIGTERM);
+  proc_signal(&coord, SIGTERM);
+  CHECK(proc_wait(&worker, 30000) == 0);
+  CHECK(proc_wait(&coord, 30000) == 0);
+  if (check_failures) {
+    proc_dump_log(&worker);
+    proc_keep_tmp();
+  }
+}
+
+int main(int argc, char **argv) {
+  if (du_init(argc, argv)) return 2;
+  if (argc > 3 && !strcmp(argv[3], "--full")) full_run();
+  else ci_run();
+  CHECK_DONE();
+}
