@@ -22,6 +22,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/secret.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -50,12 +51,14 @@ static const char exit_codes_text[] =
     "  4  the job was aborted: a rank (or stoker abort) asked with Finish.abort_job;\n"
     "     workers were told the job failed and exit with their own abort code\n";
 
+static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
+
 #define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 
 /* ---- Options ----------------------------------------------------------- */
 
 static struct {
-  char *listen, *job, *token, *port_file, *log_level;
+  char *listen, *job, *token, *token_file, *port_file, *log_level;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
       shutdown_grace_s, max_message_mb;
@@ -87,7 +90,14 @@ static stk__option options[] = {
      "on shutdown, how long to wait for workers to drain and disconnect (a "
      "second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
-    {"token", OPT_STR, "", NULL, "bearer token every call must carry", &opt.token, 0, 0},
+    {"token-file", OPT_STR, "", NULL,
+     "read the bearer token every call must carry from the first line of FILE "
+     "(else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names; none: no token)",
+     &opt.token_file, 0, 0},
+    {"token", OPT_STR, "", NULL,
+     "the bearer token itself: visible to every local user in ps, prefer "
+     "--token-file or $STOKER_TOKEN",
+     &opt.token, 0, 0},
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
      &opt.port_file, 0, 0},
@@ -877,7 +887,7 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
   };
   int port = 0;
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
-                        opt.max_message_mb, opt.token, opt.port_file, srv, &port, err,
+                        opt.max_message_mb, token, opt.port_file, srv, &port, err,
                         errlen))
     return -1;
   LOG_INFO("job %s (hash %016" PRIx64
@@ -907,6 +917,10 @@ int main(int argc, char **argv) {
     printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
            C.resolved ? "" : " (num_samples from the dataset: changes once known)");
     code = EXIT_OK;
+    goto out;
+  }
+  if (stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token))) {
+    code = EXIT_USAGE;
     goto out;
   }
   stk__signals_install();

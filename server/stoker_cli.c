@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/secret.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -19,7 +20,7 @@
 #include "stoker/core.h"
 
 static struct {
-  char *coordinator, *token, *log_level, *reason;
+  char *coordinator, *token, *token_file, *log_level, *reason;
   long long timeout_ms, rank, timeout_s;
 } opt;
 
@@ -29,8 +30,22 @@ static struct {
     "coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,  \
         "host:port of stoker-coordinator", &opt.coordinator, 0, 0 \
   }
-#define OPT_TOKEN \
-  { "token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0 }
+#define OPT_TOKEN                                                                     \
+  {"token-file",                                                                      \
+   OPT_STR,                                                                           \
+   "",                                                                                \
+   NULL,                                                                              \
+   "read the bearer token from the first line of FILE (else $STOKER_TOKEN, else the " \
+   "file $STOKER_TOKEN_FILE names)",                                                  \
+   &opt.token_file,                                                                   \
+   0,                                                                                 \
+   0},                                                                                \
+  {                                                                                   \
+    "token", OPT_STR, "", NULL,                                                       \
+        "the bearer token itself (visible in ps: prefer "                             \
+        "--token-file or $STOKER_TOKEN)",                                             \
+        &opt.token, 0, 0                                                              \
+  }
 #define OPT_TIMEOUT_MS                                                                  \
   {                                                                                     \
     "timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1, \
@@ -94,6 +109,14 @@ static const char wait_exit_codes[] =
     "  2  usage error\n"
     "  4  the job failed: it was aborted (the coordinator's abort code)\n";
 
+static char token[STK_TOKEN_MAX + 1]; /* cli_token() */
+
+/* Resolve the token of a parsed subcommand (stk__daemon_token). 0, or -1
+ * after saying why. */
+static int cli_token(int argc, char **argv) {
+  return stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token));
+}
+
 static void human_bytes(uint64_t b, char *out, size_t len) {
   const char *u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
   double v = (double)b;
@@ -121,7 +144,7 @@ static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage
                      ProtobufCMessage **resp) {
   stk__rpc_channel *ch = NULL;
   *resp = NULL;
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, 0, token, &ch)) {
     fprintf(stderr, "%s: cannot create a channel\n", cmd);
     return -1;
   }
@@ -142,6 +165,10 @@ static int cmd_status(int argc, char **argv) {
   if (pr != OPTS_RUN) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
+  }
+  if (cli_token(argc, argv)) {
+    stk__options_free(status_options, NSTATUS);
+    return 2;
   }
   int rc = 1;
   Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
@@ -229,6 +256,10 @@ static int cmd_abort(int argc, char **argv) {
     stk__options_free(abort_options, NABORT);
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
+  if (cli_token(argc, argv)) {
+    stk__options_free(abort_options, NABORT);
+    return 2;
+  }
   int rc = 1;
   if (strlen(opt.reason) > 255) {
     fprintf(stderr, "stoker abort: --reason is longer than 255 bytes\n");
@@ -309,9 +340,13 @@ static int cmd_wait(int argc, char **argv) {
     stk__options_free(wait_options, NWAIT);
     return pr == OPTS_EXIT_OK ? 0 : WAIT_USAGE;
   }
+  if (cli_token(argc, argv)) {
+    stk__options_free(wait_options, NWAIT);
+    return WAIT_USAGE;
+  }
   int rc = WAIT_UNREACHABLE;
   stk__rpc_channel *ch = NULL;
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, 0, token, &ch)) {
     fprintf(stderr, "stoker wait: cannot create a channel\n");
     goto out;
   }

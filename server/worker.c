@@ -20,6 +20,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/secret.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -56,7 +57,8 @@ static const char exit_codes_text[] =
 /* ---- Options ----------------------------------------------------------- */
 
 static struct {
-  char *coordinator, *listen, *advertise, *data_root, *token, *port_file, *log_level;
+  char *coordinator, *listen, *advertise, *data_root, *token, *token_file, *port_file,
+      *log_level;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
       fault_transient_every;
@@ -90,9 +92,14 @@ static stk__option options[] = {
     {"orphan-timeout-s", OPT_INT, "60", NULL,
      "exit (code 3) when the coordinator is unreachable this long", &opt.orphan_timeout_s,
      1, 86400 * 7},
+    {"token-file", OPT_STR, "", NULL,
+     "read the bearer token (every call must carry it; sent to the coordinator) "
+     "from the first line of FILE (else $STOKER_TOKEN, else the file "
+     "$STOKER_TOKEN_FILE names; none: no token)",
+     &opt.token_file, 0, 0},
     {"token", OPT_STR, "", NULL,
-     "bearer token every call must carry (and sent "
-     "to the coordinator)",
+     "the bearer token itself: visible to every local user in ps, prefer "
+     "--token-file or $STOKER_TOKEN",
      &opt.token, 0, 0},
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
@@ -114,6 +121,8 @@ static stk__option options[] = {
      &opt.fault_transient_every, 0, 1 << 30},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
 
 /* ---- State ------------------------------------------------------------- */
 
@@ -594,6 +603,10 @@ int main(int argc, char **argv) {
     code = EXIT_USAGE;
     goto out;
   }
+  if (stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token))) {
+    code = EXIT_USAGE;
+    goto out;
+  }
   stk__signals_install();
   stk__daemon_raise_nofile();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -614,8 +627,8 @@ int main(int argc, char **argv) {
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
-  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token,
-                        opt.port_file, &srv, &port, err, sizeof(err))) {
+  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, token, opt.port_file,
+                        &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
     goto out;
@@ -642,7 +655,7 @@ int main(int argc, char **argv) {
       "coordinator %s",
       opt.listen, port, advertise, W.threads, opt.coordinator);
 
-  session_config cfg = {opt.coordinator, opt.token, worker_id, advertise, W.threads};
+  session_config cfg = {opt.coordinator, token, worker_id, advertise, W.threads};
   session_hooks hooks = {on_job, fill_stats, on_command};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
