@@ -47,7 +47,8 @@ void metrics_printf(metrics_buf *b, const char *fmt, ...) {
   }
 }
 
-void metrics_family(metrics_buf *b, const char *name, const char *type, const char *help) {
+void metrics_family(metrics_buf *b, const char *name, const char *type,
+                    const char *help) {
   metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
@@ -55,7 +56,8 @@ void metrics_sample(metrics_buf *b, const char *name, const char *labels, double
   char v[64];
   if (isnan(value)) snprintf(v, sizeof(v), "NaN");
   else if (isinf(value)) snprintf(v, sizeof(v), value > 0 ? "+Inf" : "-Inf");
-  else if (value == floor(value) && fabs(value) < 1e15) snprintf(v, sizeof(v), "%.0f", value);
+  else if (value == floor(value) && fabs(value) < 1e15)
+    snprintf(v, sizeof(v), "%.0f", value);
   else snprintf(v, sizeof(v), "%.6g", value);
   if (labels && *labels) metrics_printf(b, "%s{%s} %s\n", name, labels, v);
   else metrics_printf(b, "%s %s\n", name, v);
@@ -82,8 +84,8 @@ char *metrics_label(char *out, size_t len, const char *key, const char *value) {
 }
 
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
-                              const char *method, const char *version,
-                              const char *upload, size_t *upload_len, void **con_cls) {
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_len, void **con_cls) {
   metrics_server *m = cls;
   unsigned code = MHD_HTTP_OK;
   metrics_buf b = {0};
@@ -101,15 +103,16 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     free(b.p);
     return MHD_NO; /* closes the connection */
   }
-  struct MHD_Response *r = MHD_create_response_from_buffer(b.len, b.p ? b.p : (char *)"",
-                                                           b.p ? MHD_RESPMEM_MUST_FREE
-                                                               : MHD_RESPMEM_PERSISTENT);
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      b.len, b.p ? b.p : (char *)"",
+      b.p ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
   if (!r) {
     free(b.p);
     return MHD_NO;
   }
   MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
-  if (code == MHD_HTTP_METHOD_NOT_ALLOWED) MHD_add_response_header(r, "Allow", "GET, HEAD");
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+    MHD_add_response_header(r, "Allow", "GET, HEAD");
   enum MHD_Result ret = MHD_queue_response(conn, code, r);
   MHD_destroy_response(r);
   return ret;
@@ -123,7 +126,8 @@ static int resolve(const char *listen, struct sockaddr_storage *sa, char *err,
     return stk__errf(err, errlen, -1, "--metrics-listen '%s' is not host:port", listen);
   char host[256];
   size_t hl = (size_t)(colon - listen);
-  if (hl >= sizeof(host)) return stk__errf(err, errlen, -1, "--metrics-listen: host too long");
+  if (hl >= sizeof(host))
+    return stk__errf(err, errlen, -1, "--metrics-listen: host too long");
   memcpy(host, listen, hl);
   host[hl] = 0;
   if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
@@ -153,10 +157,10 @@ int metrics_start(const char *listen, metrics_fn fn, void *ud, metrics_server **
   m->fn = fn, m->ud = ud;
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
   if (sa.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-  m->d = MHD_start_daemon(flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR,
-                          (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT,
-                          (unsigned)32, MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10,
-                          MHD_OPTION_END);
+  m->d =
+      MHD_start_daemon(flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR,
+                       (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
+                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
   if (!m->d) {
     free(m);
     return stk__errf(err, errlen, -1,

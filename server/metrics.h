@@ -19,7 +19,8 @@ typedef struct metrics_buf {
 } metrics_buf;
 
 /* Append printf-style text. */
-void metrics_printf(metrics_buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+void metrics_printf(metrics_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 /* "# HELP name help" and "# TYPE name type" (type: counter, gauge,
  * histogram); once per metric family, before its samples. */
 void metrics_family(metrics_buf *b, const char *name, const char *type, const char *help);

@@ -25,8 +25,9 @@ void stk__notify_init(void) {
 
 static void notify_send(const char *state, const char *status) {
   char msg[600];
-  if (status && *status) snprintf(msg, sizeof(msg), "%s%sSTATUS=%s", state ? state : "",
-                                  state ? "\n" : "", status);
+  if (status && *status)
+    snprintf(msg, sizeof(msg), "%s%sSTATUS=%s", state ? state : "", state ? "\n" : "",
+             status);
   else snprintf(msg, sizeof(msg), "%s", state ? state : "");
   if (*msg) sd_notify(0, msg);
 }
