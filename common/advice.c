@@ -15,8 +15,9 @@ void stk__job_verdict(uint32_t workers, double busy_sum, uint32_t nranks,
   out->workers_needed = 0;
   out->workers_spare = 0;
   if (!workers || !nranks) return;
-  double f = max_stall_fraction < 0 ? 0 : max_stall_fraction > 0.999 ? 0.999
-                                                                      : max_stall_fraction;
+  double f = max_stall_fraction < 0       ? 0
+             : max_stall_fraction > 0.999 ? 0.999
+                                          : max_stall_fraction;
   if (f > STK_INPUT_BOUND_STALL) {
     out->kind = STK_VERDICT_INPUT_BOUND;
     /* in fractions of the loop time: stall f, compute 1 - f (scaled up so

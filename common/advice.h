@@ -19,13 +19,17 @@
  * as stall). */
 double stk__workers_needed(double workers, double stall, double compute);
 
-enum { STK_VERDICT_UNKNOWN = 0, STK_VERDICT_INPUT_BOUND, STK_VERDICT_COMPUTE_BOUND,
-       STK_VERDICT_BALANCED };
+enum {
+  STK_VERDICT_UNKNOWN = 0,
+  STK_VERDICT_INPUT_BOUND,
+  STK_VERDICT_COMPUTE_BOUND,
+  STK_VERDICT_BALANCED
+};
 
 typedef struct stk__verdict {
-  int kind;              /* STK_VERDICT_* */
-  double workers_needed; /* input-bound: workers that would remove the stall */
-  uint32_t workers_spare;/* compute-bound: workers that could go */
+  int kind;               /* STK_VERDICT_* */
+  double workers_needed;  /* input-bound: workers that would remove the stall */
+  uint32_t workers_spare; /* compute-bound: workers that could go */
 } stk__verdict;
 
 /* The job-wide verdict from the reported figures: `workers` live data

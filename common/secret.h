@@ -23,11 +23,11 @@ int stk__token_read_file(const char *path, char *buf, size_t buflen, char *err,
 
 /* Where a resolved token came from. */
 typedef enum {
-  STK_TOKEN_NONE = 0,     /* no token: calls carry none */
-  STK_TOKEN_ARGV,         /* the token argument itself (--token: visible in ps) */
-  STK_TOKEN_FILE,         /* the token_file argument (--token-file) */
-  STK_TOKEN_ENV,          /* $STOKER_TOKEN */
-  STK_TOKEN_ENV_FILE      /* the file $STOKER_TOKEN_FILE names */
+  STK_TOKEN_NONE = 0, /* no token: calls carry none */
+  STK_TOKEN_ARGV,     /* the token argument itself (--token: visible in ps) */
+  STK_TOKEN_FILE,     /* the token_file argument (--token-file) */
+  STK_TOKEN_ENV,      /* $STOKER_TOKEN */
+  STK_TOKEN_ENV_FILE  /* the file $STOKER_TOKEN_FILE names */
 } stk__token_source;
 
 /* Pick the token, first match wins: token (non-empty), token_file
