@@ -617,12 +617,16 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: stoker <command> [options]\n\n"
           "commands:\n"
-          "  status   show a job: state, workers and their stats, ranks joined/finished\n"
-          "           (stoker status --coordinator host:port; --help for its options)\n"
+          "  status   show a job: state, workers and their stats, bad samples, ranks\n"
+          "           and their stall, the verdict (input- or compute-bound)\n"
+          "           (stoker status --coordinator host:port [--json]; --help for more)\n"
           "  abort    end the job as failed (stoker abort --coordinator host:port\n"
           "           [--rank R] [--reason TEXT])\n"
           "  wait     block until the job ends: 0 done, 4 failed, 1 unreachable\n"
           "           (stoker wait --coordinator host:port [--timeout-s S])\n\n"
+          "every command takes --token-file FILE (the bearer token, first line;\n"
+          "else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names); --token TOKEN\n"
+          "works too but shows the token to every local user (ps)\n\n"
           "exit codes: 0 ok, 1 the command failed, 2 usage error\n");
 }
 
