@@ -1063,7 +1063,7 @@ static void verdict_locked(int64_t now, stk__verdict *v, double *max_stall,
 /* GET /metrics (metrics.c's HTTP thread): the job, the workers as their
  * heartbeats report them, the ranks as they report themselves. */
 static void coord_metrics(metrics_buf *b, void *ud) {
-  char lab[STK_ESCAPED_ID + 40];
+  char lab[1500];
   pthread_mutex_lock(&C.mu);
   int64_t now = stk__now_ms();
   metrics_family(b, "stoker_coordinator_up", "gauge", "1 while the coordinator serves");
@@ -1100,9 +1100,14 @@ static void coord_metrics(metrics_buf *b, void *ud) {
              "a worker's builder threads' busy share (heartbeat)"}};
   for (int k = 0; k < 2; k++) {
     metrics_family(b, wf[k].name, "gauge", wf[k].help);
-    for (cworker *w = C.workers; w; w = w->next)
-      metrics_sample(b, wf[k].name, metrics_label(lab, sizeof(lab), "worker", w->address),
+    for (cworker *w = C.workers; w; w = w->next) {
+      /* the id is unique among live workers; the address may repeat */
+      char id[700], addr[700];
+      snprintf(lab, sizeof(lab), "%s,%s", metrics_label(id, sizeof(id), "worker", w->id),
+               metrics_label(addr, sizeof(addr), "address", w->address));
+      metrics_sample(b, wf[k].name, lab,
                      k ? w->stats.busy_fraction : w->stats.batches_per_s);
+    }
   }
   static const struct {
     const char *name, *type, *help;

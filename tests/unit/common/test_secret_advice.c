@@ -32,27 +32,28 @@ int main(void) {
   snprintf(dir, sizeof(dir), "/tmp/stoker-secret-XXXXXX");
   CHECK(mkdtemp(dir) != NULL);
   char tok[64], err[256];
-  CHECK(stk__token_read_file(file_with("a", "s3cret\r\nsecond line\n"), tok, sizeof(tok), err,
-                             sizeof(err)) == 0 &&
+  CHECK(stk__token_read_file(file_with("a", "s3cret\r\nsecond line\n"), tok, sizeof(tok),
+                             err, sizeof(err)) == 0 &&
         !strcmp(tok, "s3cret"));
-  CHECK(stk__token_read_file(file_with("b", "abc  \t"), tok, sizeof(tok), err, sizeof(err)) ==
-            0 &&
+  CHECK(stk__token_read_file(file_with("b", "abc  \t"), tok, sizeof(tok), err,
+                             sizeof(err)) == 0 &&
         !strcmp(tok, "abc"));
-  CHECK(stk__token_read_file(file_with("c", "\nx\n"), tok, sizeof(tok), err, sizeof(err)) ==
-            -1 &&
+  CHECK(stk__token_read_file(file_with("c", "\nx\n"), tok, sizeof(tok), err,
+                             sizeof(err)) == -1 &&
         strstr(err, "no token") && !tok[0]);
   CHECK(stk__token_read_file(file_with("d", "has space\n"), tok, sizeof(tok), err,
                              sizeof(err)) == -1 &&
         !strstr(err, "has space") && !tok[0]);
-  CHECK(stk__token_read_file(file_with("e", "bell\a\n"), tok, sizeof(tok), err, sizeof(err)) ==
-        -1);
+  CHECK(stk__token_read_file(file_with("e", "bell\a\n"), tok, sizeof(tok), err,
+                             sizeof(err)) == -1);
   char longtok[200];
   memset(longtok, 'k', sizeof(longtok) - 1);
   longtok[sizeof(longtok) - 1] = 0;
-  CHECK(stk__token_read_file(file_with("f", longtok), tok, sizeof(tok), err, sizeof(err)) ==
-            -1 &&
+  CHECK(stk__token_read_file(file_with("f", longtok), tok, sizeof(tok), err,
+                             sizeof(err)) == -1 &&
         strstr(err, "longer than 63") && !strstr(err, "kkkk"));
-  CHECK(stk__token_read_file("/nonexistent/token", tok, sizeof(tok), err, sizeof(err)) == -1 &&
+  CHECK(stk__token_read_file("/nonexistent/token", tok, sizeof(tok), err, sizeof(err)) ==
+            -1 &&
         strstr(err, "/nonexistent/token"));
 
   stk__token_source src;
@@ -73,7 +74,8 @@ int main(void) {
         src == STK_TOKEN_ARGV && !strcmp(tok, "argv"));
   CHECK(stk__token_resolve("argv", fa, tok, sizeof(tok), &src, err, sizeof(err)) == -1 &&
         strstr(err, "once"));
-  CHECK(stk__token_resolve(longtok, NULL, tok, sizeof(tok), &src, err, sizeof(err)) == -1 &&
+  CHECK(stk__token_resolve(longtok, NULL, tok, sizeof(tok), &src, err, sizeof(err)) ==
+            -1 &&
         src == STK_TOKEN_NONE && !strstr(err, "kkkk"));
   CHECK(!strcmp(stk__token_source_name(STK_TOKEN_ENV), "STOKER_TOKEN"));
   unsetenv("STOKER_TOKEN");
@@ -86,11 +88,13 @@ int main(void) {
   CHECK(rmdir(dir) == 0);
 
   /* 2 workers, a loop that stalls 1 s per 3 s of compute: 2 x 4/3. */
-  CHECK(stk__workers_needed(2, 1e9, 3e9) > 2.66 && stk__workers_needed(2, 1e9, 3e9) < 2.67);
+  CHECK(stk__workers_needed(2, 1e9, 3e9) > 2.66 &&
+        stk__workers_needed(2, 1e9, 3e9) < 2.67);
   CHECK(stk__workers_needed(2, 5, 0) == 12); /* compute floored at 1 */
   stk__verdict v;
   stk__job_verdict(2, 1.5, 1, 0.25, &v); /* 25% stall: 2 / 0.75 */
-  CHECK(v.kind == STK_VERDICT_INPUT_BOUND && v.workers_needed > 2.66 && v.workers_needed < 2.67);
+  CHECK(v.kind == STK_VERDICT_INPUT_BOUND && v.workers_needed > 2.66 &&
+        v.workers_needed < 2.67);
   stk__job_verdict(4, 1.2, 2, 0.01, &v); /* 1.2 busy of 4: ceil(1.5) = 2 needed */
   CHECK(v.kind == STK_VERDICT_COMPUTE_BOUND && v.workers_spare == 2);
   stk__job_verdict(2, 1.9, 2, 0.0, &v);
