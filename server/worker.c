@@ -245,9 +245,11 @@ static void bad_set_prefix(const stk_job_spec *spec) {
            spec->dataset);
   pthread_mutex_lock(&BAD.mu);
   BAD.prefix_len = 0;
-  if (realpath(joined, real) && strlen(real) + 2 < sizeof(BAD.prefix)) {
-    snprintf(BAD.prefix, sizeof(BAD.prefix), "%s/", real);
-    BAD.prefix_len = strlen(BAD.prefix);
+  size_t n = realpath(joined, real) ? strlen(real) : sizeof(BAD.prefix);
+  if (n + 2 <= sizeof(BAD.prefix)) {
+    memcpy(BAD.prefix, real, n);
+    BAD.prefix[n] = '/', BAD.prefix[n + 1] = 0;
+    BAD.prefix_len = n + 1;
   }
   pthread_mutex_unlock(&BAD.mu);
 }
