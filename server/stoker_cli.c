@@ -112,7 +112,7 @@ static const char wait_exit_codes[] =
     "     coordinator was stopped with a signal)\n"
     "  1  the coordinator was unreachable for longer than --timeout-s (never up, or\n"
     "     gone before this command saw how the job ended), or refused the call\n"
-    "     (e.g. a wrong --token)\n"
+    "     (e.g. a wrong token)\n"
     "  2  usage error\n"
     "  4  the job failed: it was aborted (the coordinator's abort code)\n";
 

@@ -52,7 +52,7 @@ static const char exit_codes_text[] =
     "  3  orphaned: the coordinator was unreachable longer than --orphan-timeout-s\n"
     "  4  rejected by the coordinator (another job, dataset size or fingerprint "
     "differs,\n"
-    "     protocol version, wrong --token)\n"
+    "     protocol version, wrong token)\n"
     "  5  the job was aborted (a rank or `stoker abort` ended it as failed); the\n"
     "     worker drained (at most 2 s) and exited\n";
 
