@@ -33,6 +33,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -247,30 +248,38 @@ def case_token(P, tmp):
 # ---- notify ----------------------------------------------------------------
 
 class NotifySocket:
-    """A unix datagram socket as systemd's NOTIFY_SOCKET."""
+    """A unix datagram socket as systemd's NOTIFY_SOCKET, read all the time
+    by a thread as systemd does (a unix datagram queue holds only about 10
+    messages: unread, it would block the daemon's sd_notify)."""
 
     def __init__(self, path):
         self.path = path
         self.s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
         self.s.bind(path)
-        self.s.settimeout(0.05)
-        self.msgs = []
+        self.s.settimeout(0.1)
+        self.msgs, self.mu, self.stop = [], threading.Lock(), False
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
 
-    def drain(self):
-        while True:
+    def _read(self):
+        while not self.stop:
             try:
-                self.msgs.append(self.s.recv(4096).decode("utf-8", "replace"))
+                m = self.s.recv(4096).decode("utf-8", "replace")
             except socket.timeout:
-                return
+                continue
             except OSError:
                 return
+            with self.mu:
+                self.msgs.append(m)
 
     def has(self, prefix, count=1):
-        self.drain()
-        n = sum(1 for m in self.msgs for line in m.split("\n") if line.startswith(prefix))
+        with self.mu:
+            n = sum(1 for m in self.msgs for line in m.split("\n") if line.startswith(prefix))
         return n >= count
 
     def close(self):
+        self.stop = True
+        self.t.join()
         self.s.close()
 
 
