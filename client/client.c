@@ -14,8 +14,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/advice.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/secret.h"
 #include "internal.h"
 
 void stk__set_fatal(stk_client *c, int status, const char *msg) {
@@ -175,6 +177,14 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
     int est = stk_client_config_from_env(&resolved, err, errlen);
     if (est) return est;
     cfg = &resolved;
+  }
+  char token[STK_TOKEN_MAX + 1]; /* $STOKER_TOKEN_FILE's token (copied by client_new) */
+  if (cfg && !local && (!cfg->token || !*cfg->token) && getenv("STOKER_TOKEN_FILE") &&
+      *getenv("STOKER_TOKEN_FILE")) {
+    if (stk__token_read_file(getenv("STOKER_TOKEN_FILE"), token, sizeof(token), err,
+                             errlen))
+      return STK_INVALID_ARGUMENT;
+    resolved.token = token;
   }
   int st = check_config(cfg, local, err, errlen);
   if (st) return st;
@@ -446,15 +456,12 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   }
   o->workers_alive = alive;
   o->coordinator_watching = (uint32_t)c->watching;
-  /* Input-bound estimate. Per delivered batch the loop spends `compute`
-   * (time between next() calls not blocked) plus `stall`; the workers
-   * deliver one batch per (compute + stall), so matching one batch per
-   * compute needs workers x (1 + stall/compute). Reported only when the
-   * stall is above 2% of the loop time (else 0: not input-bound). */
-  if (o->stall_fraction > 0.02 && span > 0 && alive > 0) {
-    double stall = (double)c->stall_ns, compute = (double)span - stall;
-    if (compute < 1.0) compute = 1.0;
-    o->workers_needed = (double)alive * (1.0 + stall / compute);
+  /* Input-bound estimate (common/advice.h, shared with stoker status):
+   * workers x (1 + stall/compute), reported only when the stall is above
+   * STK_INPUT_BOUND_STALL (2%) of the loop time (else 0: not input-bound). */
+  if (o->stall_fraction > STK_INPUT_BOUND_STALL && span > 0 && alive > 0) {
+    double stall = (double)c->stall_ns;
+    o->workers_needed = stk__workers_needed(alive, stall, (double)span - stall);
   }
   pthread_mutex_unlock(&c->mu);
 }

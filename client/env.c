@@ -1,7 +1,7 @@
 /* env.c - client defaults from the environment: fills the fields of an
  * stk_client_config that the caller left "not given" (coordinator NULL or
  * "", rank STK_RANK_FROM_ENV, world_size 0, cuda_device
- * STK_CUDA_DEVICE_FROM_ENV) from the variables a launcher sets
+ * STK_CUDA_DEVICE_FROM_ENV, token NULL or "") from the variables a launcher sets
  * (stoker-launch, torchrun, mpirun, srun). Precedence is written in
  * include/stoker/client.h beside stk_client_config_from_env.
  *
@@ -75,6 +75,11 @@ int stk_client_config_from_env(stk_client_config *cfg, char *err, size_t errlen)
   for (int i = 0; i < 3; i++) {
     const char *v = getenv(tls_vars[i]);
     if ((!*tls_fields[i] || !**tls_fields[i]) && v && *v) *tls_fields[i] = v;
+  }
+
+  if (!cfg->token || !*cfg->token) {
+    const char *tok = getenv("STOKER_TOKEN");
+    if (tok && *tok) cfg->token = tok;
   }
 
   int want_rank = cfg->rank == STK_RANK_FROM_ENV, want_size = cfg->world_size == 0;

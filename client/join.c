@@ -164,9 +164,47 @@ static int stopping(stk_client *c) {
   return s;
 }
 
+/* This rank's figures for the coordinator (ReportStats), every
+ * REPORT_MS from the watch thread, so `stoker status` and /metrics show
+ * the job's stall. Best effort: a failure is dropped; UNIMPLEMENTED (an
+ * older coordinator) stops the reports. */
+#define REPORT_MS 2000
+typedef struct report_state {
+  int64_t next_ms, last_ms;
+  uint64_t last_batches;
+  int off;
+} report_state;
+
+static void report_stats(stk_client *c, report_state *rs) {
+  int64_t now = stk__now_ms();
+  if (rs->off || now < rs->next_ms) return;
+  rs->next_ms = now + REPORT_MS;
+  stk_stats *st = malloc(sizeof(*st));
+  if (!st) return;
+  stk_client_stats(c, st);
+  Stoker__V1__ClientStats q = STOKER__V1__CLIENT_STATS__INIT;
+  q.rank = c->cfg.rank;
+  q.stall_fraction = st->stall_fraction;
+  q.batches = st->batches;
+  q.workers_alive = st->workers_alive;
+  if (rs->last_ms && now > rs->last_ms && st->batches >= rs->last_batches)
+    q.batches_per_s =
+        (double)(st->batches - rs->last_batches) * 1000.0 / (double)(now - rs->last_ms);
+  rs->last_ms = now, rs->last_batches = st->batches;
+  free(st);
+  ProtobufCMessage *resp = NULL;
+  char det[128];
+  int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/ReportStats", &q.base,
+                            &stoker__v1__report_stats_response__descriptor, &resp, 1000,
+                            det, sizeof(det));
+  if (resp) protobuf_c_message_free_unpacked(resp, NULL);
+  if (code == GRPC_STATUS_UNIMPLEMENTED) rs->off = 1;
+}
+
 static void *watch_main(void *arg) {
   stk_client *c = arg;
   int backoff = 100;
+  report_state rs = {0};
   while (!stopping(c)) {
     stk__rpc_stream *s = NULL;
     if (stk__rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
@@ -190,6 +228,7 @@ static void *watch_main(void *arg) {
     c->watching = ok;
     pthread_mutex_unlock(&c->mu);
     while (ok) {
+      report_stats(c, &rs);
       grpc_byte_buffer *bb = NULL;
       int rc = stk__rpc_stream_recv(s, &bb, 500);
       if (rc == -2) {

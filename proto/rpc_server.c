@@ -311,10 +311,13 @@ static int token_ok(stk__rpc_server *s, grpc_metadata_array *md) {
         memcmp(GRPC_SLICE_START_PTR(k), "authorization", 13))
       continue;
     const unsigned char *p = GRPC_SLICE_START_PTR(v);
-    size_t n = GRPC_SLICE_LENGTH(v);
-    if (n != want + 7 || memcmp(p, "Bearer ", 7)) return 0;
-    unsigned char diff = 0; /* constant time in the token's length */
-    for (size_t j = 0; j < want; j++) diff |= p[7 + j] ^ (unsigned char)s->token[j];
+    size_t n = GRPC_SLICE_LENGTH(v), got = n > 7 ? n - 7 : 0;
+    /* Constant time in the token's length whatever was sent: no early
+     * return on a wrong length or a differing byte. */
+    unsigned char diff = (unsigned char)(n != want + 7);
+    diff |= (unsigned char)(n < 7 || memcmp(p, "Bearer ", 7) != 0);
+    for (size_t j = 0; j < want; j++)
+      diff |= (unsigned char)((j < got ? p[7 + j] : 0) ^ (unsigned char)s->token[j]);
     return diff == 0;
   }
   return 0;

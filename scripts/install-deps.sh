@@ -9,12 +9,15 @@ PKGS=(
   libprotobuf-c-dev protobuf-c-compiler      # protobuf-c + protoc-c
   libjpeg62-turbo-dev libturbojpeg0-dev      # libjpeg-turbo (libjpeg API)
   liburing-dev                               # io_uring reads
+  libmicrohttpd-dev                          # the daemons' Prometheus /metrics endpoint
+  libsystemd-dev                             # sd_notify (Type=notify systemd units)
   clang libclang-rt-14-dev clang-format      # libFuzzer targets, sanitizer runtime, layout check
   python3 python3-numpy python3-torch python3-torchvision python3-pil  # binding, parity tests
   python3-yaml                               # checks of the Kubernetes manifests (tests/deploy)
   iproute2 procps                            # netns tests, process tools
   openssl                                    # deploy/stoker-certs (TLS certificates) and the TLS test
   valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)
+  prometheus                                 # promtool: the /metrics test validates the exposition format
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -23,9 +23,13 @@
 #include <time.h>
 
 #include "common/clock.h"
+#include "common/advice.h"
 #include "common/error.h"
+#include "common/secret.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "options.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
@@ -52,18 +56,21 @@ static const char exit_codes_text[] =
     "  4  the job was aborted: a rank (or stoker abort) asked with Finish.abort_job;\n"
     "     workers were told the job failed and exit with their own abort code\n";
 
+static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
+
 #define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 
 /* ---- Options ----------------------------------------------------------- */
 
 static struct {
-  char *listen, *job, *token, *port_file, *log_level;
+  char *listen, *job, *token, *token_file, *port_file, *log_level, *metrics_listen;
   stk__tls_opts tls;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
       shutdown_grace_s, max_message_mb;
   int print_job;
   stk__serve_opts serve;
+  double max_bad_fraction;
 } opt;
 
 static stk__option options[] = {
@@ -91,7 +98,14 @@ static stk__option options[] = {
      "on shutdown, how long to wait for workers to drain and disconnect (a "
      "second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
-    {"token", OPT_STR, "", NULL, "bearer token every call must carry", &opt.token, 0, 0},
+    {"token-file", OPT_STR, "", NULL,
+     "read the bearer token every call must carry from the first line of FILE "
+     "(else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names; none: no token)",
+     &opt.token_file, 0, 0},
+    {"token", OPT_STR, "", NULL,
+     "the bearer token itself: visible to every local user in ps, prefer "
+     "--token-file or $STOKER_TOKEN",
+     &opt.token, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
@@ -101,6 +115,15 @@ static stk__option options[] = {
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
     STK__SERVE_OPTIONS(opt.serve),
+    {"metrics-listen", OPT_STR, "", stk__opt_hostport,
+     "serve Prometheus /metrics on this host:port (port 0 = any free one, logged); "
+     "empty = off",
+     &opt.metrics_listen, 0, 0},
+    {"max-bad-fraction", OPT_DOUBLE, "0", NULL,
+     "fail the job (as an abort: exit 4, workers exit 5) once a worker has found more "
+     "than this fraction of the dataset's samples bad; 0 = off (bad samples are "
+     "replaced)",
+     &opt.max_bad_fraction, 0, 1},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
@@ -123,6 +146,7 @@ typedef struct cworker {
     uint32_t active_streams, queued_requests;
     double busy_fraction, batches_per_s;
   } stats;
+  Stoker__V1__WorkerStats *hb; /* the last heartbeat's stats, whole (under C.mu) */
   struct cworker *next;
 } cworker;
 
@@ -152,6 +176,12 @@ static struct {
   int watchers;
   struct watcher *watch_list; /* open WatchWorkers calls */
   int done;
+  struct crank {   /* the figures a rank last reported (ReportStats) */
+    int64_t at_ms; /* 0 = never */
+    double stall_fraction, batches_per_s;
+    uint64_t batches;
+    uint32_t workers_alive;
+  } * ranks;
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
 static void touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
@@ -379,6 +409,41 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
   return 0;
 }
 
+/* --max-bad-fraction: when a worker's distinct bad samples (s) exceed
+ * that share of the dataset, the job fails as an abort would end it
+ * (workers get Shutdown{failed} and exit 5, the coordinator exits 4).
+ * Under C.mu. */
+static void bad_check_locked(const cworker *w, const Stoker__V1__WorkerStats *s) {
+  if (opt.max_bad_fraction <= 0 || !C.resolved || !C.spec.num_samples || C.shutdown_req)
+    return;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < s->n_bad_samples; i++) bad += s->bad_samples[i]->count;
+  double f = (double)bad / (double)C.spec.num_samples;
+  if (f <= opt.max_bad_fraction) return;
+  char id[STK_ESCAPED_ID], why[sizeof(C.shutdown_reason)];
+  snprintf(why, sizeof(why),
+           "too many bad samples: worker %.120s found %" PRIu64 " of %" PRIu64
+           " (%.2f%%) bad, over --max-bad-fraction %g",
+           stk__escape(id, sizeof(id), w->id), bad, C.spec.num_samples, 100 * f,
+           opt.max_bad_fraction);
+  LOG_ERROR("%s", why);
+  C.failed = 1;
+  request_shutdown_locked(EXIT_ABORTED, why);
+}
+
+/* A deep copy of a worker's stats (pack, unpack): a heartbeat's stats
+ * are kept past the callback, and a Status reply uses copies after C.mu
+ * is released. NULL when out of memory. */
+static Stoker__V1__WorkerStats *stats_copy(const Stoker__V1__WorkerStats *s) {
+  size_t n = protobuf_c_message_get_packed_size(&s->base);
+  uint8_t *b = malloc(n ? n : 1);
+  if (!b) return NULL;
+  protobuf_c_message_pack(&s->base, b);
+  Stoker__V1__WorkerStats *c = stoker__v1__worker_stats__unpack(NULL, n, b);
+  free(b);
+  return c;
+}
+
 /* Registered: a heartbeat (stats). */
 static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
   if (m->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) return;
@@ -395,6 +460,13 @@ static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
     w->stats.queued_requests = s->queued_requests;
     w->stats.busy_fraction = s->busy_fraction;
     w->stats.batches_per_s = s->batches_per_s;
+    bad_check_locked(w, s);
+    /* a copy (the rpc layer frees m): bad samples for Status, /metrics */
+    Stoker__V1__WorkerStats *cp = stats_copy(s);
+    if (cp) {
+      if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
+      w->hb = cp;
+    }
   }
   pthread_mutex_unlock(&C.mu);
 }
@@ -450,6 +522,7 @@ static void session_closed(stk__rpc_call *call) {
   size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
   if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
+  if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
   free(w);
 }
 
@@ -695,6 +768,98 @@ static void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   stk__rpc_call_reply(call, &resp.base);
 }
 
+/* Coordinator.ReportStats: a rank's own figures (stall, rate), kept for
+ * Status and /metrics. A report counts as the client touching the job. */
+static void handle_report_stats(stk__rpc_call *call, const ProtobufCMessage *req) {
+  const Stoker__V1__ClientStats *q = (const Stoker__V1__ClientStats *)req;
+  pthread_mutex_lock(&C.mu);
+  uint32_t W = C.spec.world_size;
+  if (q->rank >= W) {
+    pthread_mutex_unlock(&C.mu);
+    char msg[120];
+    snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank, W);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+    return;
+  }
+  touch_locked();
+  struct crank *r = &C.ranks[q->rank];
+  r->at_ms = stk__now_ms();
+  /* untrusted figures: a fraction in 0..1, a rate >= 0 (NaN counts as 0) */
+  r->stall_fraction =
+      q->stall_fraction > 0 ? (q->stall_fraction < 1 ? q->stall_fraction : 1) : 0;
+  r->batches_per_s =
+      q->batches_per_s > 0 && q->batches_per_s < 1e12 ? q->batches_per_s : 0;
+  r->batches = q->batches;
+  r->workers_alive = q->workers_alive;
+  pthread_mutex_unlock(&C.mu);
+  Stoker__V1__ReportStatsResponse resp = STOKER__V1__REPORT_STATS_RESPONSE__INIT;
+  stk__rpc_call_reply(call, &resp.base);
+}
+
+/* What Status adds beyond the worker table: per worker the bad samples
+ * and buffers, per rank its reported figures. Freed by
+ * status_extras_free after the reply. */
+typedef struct status_extras {
+  Stoker__V1__WorkerStats **copies;
+  size_t ncopies;
+  Stoker__V1__RankStatus *rs, **rsp;
+  Stoker__V1__ClientStats *cs;
+} status_extras;
+
+/* Fill the extras into resp and wt (the response's worker stats, in
+ * C.workers order). 1, or 0 when out of memory. Under C.mu. */
+static int status_extras_locked(Stoker__V1__StatusResponse *resp,
+                                Stoker__V1__WorkerStats *wt, int64_t now,
+                                status_extras *ex) {
+  memset(ex, 0, sizeof(*ex));
+  size_t nw = resp->n_workers, i = 0;
+  if (!(ex->copies = calloc(nw ? nw : 1, sizeof(*ex->copies)))) return 0;
+  for (cworker *w = C.workers; w && i < nw; w = w->next, i++) {
+    const Stoker__V1__WorkerStats *s = w->hb;
+    if (!s) continue;
+    Stoker__V1__WorkerStats *cp = stats_copy(s);
+    if (!cp) return 0;
+    ex->copies[ex->ncopies++] = cp;
+    wt[i].free_buffers = cp->free_buffers;
+    wt[i].nbuffers = cp->nbuffers;
+    wt[i].n_bad_samples = cp->n_bad_samples;
+    wt[i].bad_samples = cp->bad_samples;
+    wt[i].n_bad_recent = cp->n_bad_recent;
+    wt[i].bad_recent = cp->bad_recent;
+  }
+  uint32_t W = C.spec.world_size, n = 0;
+  for (uint32_t r = 0; r < W; r++) n += C.ranks[r].at_ms != 0;
+  ex->rs = calloc(n ? n : 1, sizeof(*ex->rs));
+  ex->rsp = calloc(n ? n : 1, sizeof(*ex->rsp));
+  ex->cs = calloc(n ? n : 1, sizeof(*ex->cs));
+  if (!ex->rs || !ex->rsp || !ex->cs) return 0;
+  for (uint32_t r = 0, k = 0; r < W; r++) {
+    const struct crank *c = &C.ranks[r];
+    if (!c->at_ms) continue;
+    stoker__v1__rank_status__init(&ex->rs[k]);
+    stoker__v1__client_stats__init(&ex->cs[k]);
+    ex->cs[k].rank = r;
+    ex->cs[k].stall_fraction = c->stall_fraction;
+    ex->cs[k].batches_per_s = c->batches_per_s;
+    ex->cs[k].batches = c->batches;
+    ex->cs[k].workers_alive = c->workers_alive;
+    ex->rs[k].rank = r;
+    ex->rs[k].stats = &ex->cs[k];
+    ex->rs[k].last_report_ms_ago = (uint64_t)(now - c->at_ms);
+    ex->rsp[k] = &ex->rs[k];
+    k++;
+  }
+  resp->n_ranks = n;
+  resp->ranks = ex->rsp;
+  return 1;
+}
+
+static void status_extras_free(status_extras *ex) {
+  for (size_t i = 0; i < ex->ncopies; i++)
+    protobuf_c_message_free_unpacked(&ex->copies[i]->base, NULL);
+  free(ex->copies), free(ex->rs), free(ex->rsp), free(ex->cs);
+}
+
 static void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
   (void)req; /* StatusRequest has no fields */
   Stoker__V1__StatusResponse resp = STOKER__V1__STATUS_RESPONSE__INIT;
@@ -746,12 +911,15 @@ static void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
     resp.joined_ranks = jr;
     resp.finished_ranks = fr;
   }
+  status_extras ex = {0};
+  if (ok && !status_extras_locked(&resp, wt, now, &ex)) ok = 0;
   pthread_mutex_unlock(&C.mu);
   if (ok) stk__rpc_call_reply(call, &resp.base);
   else stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   for (size_t k = 0; k < i; k++) free(wi[k].worker_id), free(wi[k].address);
   free(ws), free(wsp), free(wi), free(wt), free(jr), free(fr);
   free(job.canonical);
+  status_extras_free(&ex);
 }
 
 /* ---- main -------------------------------------------------------------- */
@@ -778,7 +946,9 @@ static int load_job(char *err, size_t errlen) {
   if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
   C.joined = calloc(C.spec.world_size, 1);
   C.finished = calloc(C.spec.world_size, 1);
-  if (!C.joined || !C.finished) return stk__errf(err, errlen, -1, "out of memory");
+  C.ranks = calloc(C.spec.world_size, sizeof(*C.ranks));
+  if (!C.joined || !C.finished || !C.ranks)
+    return stk__errf(err, errlen, -1, "out of memory");
   return 0;
 }
 
@@ -831,7 +1001,11 @@ static void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
       "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
       state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished, C.watchers,
       bps, mbps, C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
+  char st[200];
+  snprintf(st, sizeof(st), "%s: %zu workers, %.1f batches/s, ranks %u joined %u finished",
+           state_names[state_locked()], nworkers_locked(), bps, C.njoined, C.nfinished);
   pthread_mutex_unlock(&C.mu);
+  stk__notify_status(st);
   *last_bytes = bytes, *last_ms = now;
 }
 
@@ -855,6 +1029,7 @@ static int run_job(void) {
     int req = C.shutdown_req;
     pthread_mutex_unlock(&C.mu);
     if (req) return req - 1;
+    stk__notify_tick(now);
     check_heartbeats();
     watch_pump_all();
     if (now >= next_stats) {
@@ -872,9 +1047,13 @@ static void shut_down_workers(void) {
   LOG_INFO("shutting down the job: %s", C.shutdown_reason);
   C.shutting_down = 1;
   pthread_cond_broadcast(&C.cv);
+  char st[sizeof(C.shutdown_reason) + 40];
+  snprintf(st, sizeof(st), "shutting down: %s", C.shutdown_reason);
   pthread_mutex_unlock(&C.mu);
+  stk__notify_stopping(st);
   int64_t until = stk__now_ms() + opt.shutdown_grace_s * 1000;
   for (;;) {
+    stk__notify_tick(stk__now_ms());
     send_shutdowns();
     watch_pump_all();
     pthread_mutex_lock(&C.mu);
@@ -897,6 +1076,122 @@ static void shut_down_workers(void) {
   pthread_mutex_unlock(&C.mu);
 }
 
+/* The job-wide verdict from the workers' and ranks' last figures (ranks
+ * that reported in the last 30 s). Under C.mu. */
+static void verdict_locked(int64_t now, stk__verdict *v, double *max_stall,
+                           uint32_t *nr) {
+  double busy = 0, stall = 0;
+  uint32_t nw = 0, n = 0;
+  for (cworker *w = C.workers; w; w = w->next) busy += w->stats.busy_fraction, nw++;
+  for (uint32_t r = 0; r < C.spec.world_size; r++) {
+    const struct crank *c = &C.ranks[r];
+    if (!c->at_ms || now - c->at_ms > 30000) continue;
+    n++;
+    if (c->stall_fraction > stall) stall = c->stall_fraction;
+  }
+  stk__job_verdict(nw, busy, n, stall, v);
+  *max_stall = stall, *nr = n;
+}
+
+/* GET /metrics (metrics.c's HTTP thread): the job, the workers as their
+ * heartbeats report them, the ranks as they report themselves. */
+static void coord_metrics(metrics_buf *b, void *ud) {
+  char lab[1500];
+  pthread_mutex_lock(&C.mu);
+  int64_t now = stk__now_ms();
+  metrics_family(b, "stoker_coordinator_up", "gauge", "1 while the coordinator serves");
+  metrics_sample(b, "stoker_coordinator_up", NULL, 1);
+  metrics_family(b, "stoker_coordinator_uptime_seconds", "gauge", "seconds since start");
+  metrics_sample(b, "stoker_coordinator_uptime_seconds", NULL,
+                 (double)(now - C.start_ms) / 1e3);
+  metrics_family(b, "stoker_coordinator_job_state", "gauge",
+                 "1 for the job's current state, 0 for the others");
+  int st = state_locked();
+  for (int i = 0; i <= ST_FAILED; i++)
+    metrics_sample(b, "stoker_coordinator_job_state",
+                   metrics_label(lab, sizeof(lab), "state", state_names[i]), i == st);
+  metrics_family(b, "stoker_coordinator_live_workers", "gauge",
+                 "workers on the live list");
+  metrics_sample(b, "stoker_coordinator_live_workers", NULL, (double)nworkers_locked());
+  metrics_family(b, "stoker_coordinator_world_size", "gauge", "ranks of the job");
+  metrics_sample(b, "stoker_coordinator_world_size", NULL, C.spec.world_size);
+  metrics_family(b, "stoker_coordinator_ranks_joined", "gauge", "ranks that joined");
+  metrics_sample(b, "stoker_coordinator_ranks_joined", NULL, C.njoined);
+  metrics_family(b, "stoker_coordinator_ranks_finished", "gauge", "ranks that finished");
+  metrics_sample(b, "stoker_coordinator_ranks_finished", NULL, C.nfinished);
+  metrics_family(b, "stoker_coordinator_watchers", "gauge", "open WatchWorkers streams");
+  metrics_sample(b, "stoker_coordinator_watchers", NULL, C.watchers);
+  metrics_family(b, "stoker_coordinator_dataset_samples", "gauge",
+                 "samples in the dataset (0 until a worker told)");
+  metrics_sample(b, "stoker_coordinator_dataset_samples", NULL,
+                 C.resolved ? (double)C.spec.num_samples : 0);
+  static const struct {
+    const char *name, *help;
+  } wf[] = {{"stoker_coordinator_worker_batches_per_second",
+             "a worker's build rate (heartbeat)"},
+            {"stoker_coordinator_worker_busy_fraction",
+             "a worker's builder threads' busy share (heartbeat)"}};
+  for (int k = 0; k < 2; k++) {
+    metrics_family(b, wf[k].name, "gauge", wf[k].help);
+    for (cworker *w = C.workers; w; w = w->next) {
+      /* the id is unique among live workers; the address may repeat */
+      char id[700], addr[700];
+      snprintf(lab, sizeof(lab), "%s,%s", metrics_label(id, sizeof(id), "worker", w->id),
+               metrics_label(addr, sizeof(addr), "address", w->address));
+      metrics_sample(b, wf[k].name, lab,
+                     k ? w->stats.busy_fraction : w->stats.batches_per_s);
+    }
+  }
+  static const struct {
+    const char *name, *type, *help;
+  } rf[] = {{"stoker_rank_stall_fraction", "gauge",
+             "share of a rank's loop time spent waiting for input (client report)"},
+            {"stoker_rank_batches_per_second", "gauge",
+             "batches a rank's loop takes per second (client report)"},
+            {"stoker_rank_batches_total", "counter", "batches handed to a rank's loop"}};
+  for (int k = 0; k < 3; k++) {
+    metrics_family(b, rf[k].name, rf[k].type, rf[k].help);
+    for (uint32_t r = 0; r < C.spec.world_size; r++) {
+      const struct crank *c = &C.ranks[r];
+      if (!c->at_ms) continue;
+      char rank[16];
+      snprintf(rank, sizeof(rank), "%u", r);
+      metrics_sample(b, rf[k].name, metrics_label(lab, sizeof(lab), "rank", rank),
+                     k == 0   ? c->stall_fraction
+                     : k == 1 ? c->batches_per_s
+                              : (double)c->batches);
+    }
+  }
+  stk__verdict v;
+  double stall;
+  uint32_t nr;
+  verdict_locked(now, &v, &stall, &nr);
+  pthread_mutex_unlock(&C.mu);
+  metrics_family(b, "stoker_job_workers_needed", "gauge",
+                 "input-bound: data workers that would remove the stall (0 otherwise)");
+  metrics_sample(b, "stoker_job_workers_needed", NULL,
+                 v.kind == STK_VERDICT_INPUT_BOUND ? v.workers_needed : 0);
+  metrics_family(b, "stoker_job_workers_spare", "gauge",
+                 "compute-bound: data workers that could go (0 otherwise)");
+  metrics_sample(b, "stoker_job_workers_spare", NULL, v.workers_spare);
+  (void)ud;
+}
+
+/* --metrics-listen: serve /metrics. 0 (also when off), or -1 logged. */
+static int start_metrics(metrics_server **ms) {
+  *ms = NULL;
+  if (!*opt.metrics_listen) return 0;
+  char err[300];
+  int port = 0;
+  if (metrics_start(opt.metrics_listen, coord_metrics, NULL, ms, &port, err,
+                    sizeof(err))) {
+    LOG_ERROR("%s", err);
+    return -1;
+  }
+  LOG_INFO("metrics on http://%s/metrics (port %d)", opt.metrics_listen, port);
+  return 0;
+}
+
 /* Serve the Coordinator service on opt.listen and write the port file.
  * 0, or -1 with err. */
 static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
@@ -914,11 +1209,13 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
        handle_finish, NULL},
       {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor, 0,
        handle_status, NULL},
+      {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor, 0,
+       handle_report_stats, NULL},
   };
   int port = 0;
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
-                        opt.max_message_mb, opt.token, C.tls, &opt.serve, opt.port_file,
-                        srv, &port, err, errlen))
+                        opt.max_message_mb, token, C.tls, &opt.serve, opt.port_file, srv,
+                        &port, err, errlen))
     return -1;
   LOG_INFO("job %s (hash %016" PRIx64
            ", world_size %u, batch_size %u, %s samples) "
@@ -953,8 +1250,13 @@ int main(int argc, char **argv) {
     code = EXIT_OK;
     goto out;
   }
+  if (stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token))) {
+    code = EXIT_USAGE;
+    goto out;
+  }
   stk__signals_install();
   stk__daemon_raise_nofile();
+  stk__notify_init();
   C.start_ms = C.last_touch_ms = stk__now_ms();
   C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
   stk__rpc_server *srv = NULL;
@@ -963,13 +1265,21 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
+  metrics_server *ms = NULL;
+  if (start_metrics(&ms)) {
+    stk__rpc_server_stop(srv, 0);
+    code = EXIT_FAIL;
+    goto out;
+  }
+  stk__notify_ready("accepting workers and ranks");
   code = run_job();
   shut_down_workers();
   stk__rpc_server_stop(srv, 1000);
+  metrics_stop(ms);
   LOG_INFO("exiting (code %d)", code);
 out:
   stk__options_free(options, NOPTIONS);
-  free(C.canonical), free(C.joined), free(C.finished);
+  free(C.canonical), free(C.joined), free(C.finished), free(C.ranks);
   stk__tls_free(C.tls);
   return code;
 }

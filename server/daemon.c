@@ -14,6 +14,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/secret.h"
 #include "log.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
@@ -130,4 +131,38 @@ void stk__daemon_raise_nofile(void) {
     LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
              " (soft raised to hard)",
              soft, hard);
+}
+
+/* Overwrite the value of every --token in argv (both "--token V" and
+ * "--token=V") with 'x': what /proc/PID/cmdline and ps show afterwards. */
+static int scrub_token_argv(int argc, char **argv) {
+  int found = 0;
+  for (int i = 1; i < argc; i++) {
+    char *v = NULL;
+    if (!strcmp(argv[i], "--token") && i + 1 < argc) v = argv[++i];
+    else if (!strncmp(argv[i], "--token=", 8)) v = argv[i] + 8;
+    if (v) memset(v, 'x', strlen(v)), found = 1;
+  }
+  return found;
+}
+
+int stk__daemon_token(const char *token, const char *token_file, int argc, char **argv,
+                      char *buf, size_t buflen) {
+  stk__token_source src;
+  char err[600];
+  int rc = stk__token_resolve(token, token_file, buf, buflen, &src, err, sizeof(err));
+  int on_argv = scrub_token_argv(argc, argv);
+  if (rc) {
+    LOG_ERROR("%s", err);
+    return -1;
+  }
+  if (src == STK_TOKEN_ARGV && !on_argv)
+    LOG_INFO("bearer token from the config file (token = ...)");
+  else if (src == STK_TOKEN_ARGV)
+    LOG_WARN(
+        "the token was given with --token: every local user can read it (ps, "
+        "/proc); use --token-file FILE or $STOKER_TOKEN instead");
+  else if (src != STK_TOKEN_NONE)
+    LOG_INFO("bearer token from %s", stk__token_source_name(src));
+  return 0;
 }

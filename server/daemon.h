@@ -91,6 +91,17 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
                       const stk__serve_opts *so, const char *port_file,
                       stk__rpc_server **srv, int *port, char *err, size_t errlen);
 
+/* The bearer token of a daemon or CLI command, per stk__token_resolve
+ * (common/secret.h): token (--token), else token_file (--token-file),
+ * else $STOKER_TOKEN, else $STOKER_TOKEN_FILE; written into buf ("" =
+ * none). A token from --token is logged as a warning (every local user
+ * sees it in ps) and its bytes in argv are overwritten with 'x', so
+ * /proc/PID/cmdline stops showing it once this returns. Logs where the
+ * token came from (never its value) at info. 0, or -1 after logging why.
+ * Call once from main, before threads start (it writes argv). */
+int stk__daemon_token(const char *token, const char *token_file, int argc, char **argv,
+                      char *buf, size_t buflen);
+
 /* Raise the soft RLIMIT_NOFILE to the hard limit (daemons call it at
  * start and log the result: builders, streams and sessions all take
  * descriptors). Fills the limits in force after the call (UINT64_MAX =

@@ -22,6 +22,8 @@ static const char *type_name(stk__opt_type t) {
       return "bool";
     case OPT_LIST:
       return "key=value, repeatable";
+    case OPT_DOUBLE:
+      return "number";
   }
   return "?";
 }
@@ -62,6 +64,20 @@ static int set_value(stk__option *o, const char *value, char *err, size_t errlen
                          o->min, o->max);
       }
       *(long long *)o->dst = v;
+      break;
+    }
+    case OPT_DOUBLE: {
+      char *end;
+      errno = 0;
+      double v = strtod(value, &end);
+      if (errno || end == value || *end || v != v) {
+        return stk__errf(err, errlen, -1, "--%s: '%s' is not a number", o->name, value);
+      }
+      if (v < (double)o->min || v > (double)o->max) {
+        return stk__errf(err, errlen, -1, "--%s: %g is outside %lld..%lld", o->name, v,
+                         o->min, o->max);
+      }
+      *(double *)o->dst = v;
       break;
     }
     case OPT_BOOL: {
@@ -152,7 +168,8 @@ static void print_help(const stk__option *opts, size_t n, const char *program,
     const stk__option *o = &opts[i];
     printf("  --%-22s %s [%s, default: %s", o->name, o->help, type_name(o->type),
            o->def && *o->def ? o->def : "(none)");
-    if (o->type == OPT_INT) printf(", range %lld..%lld", o->min, o->max);
+    if (o->type == OPT_INT || o->type == OPT_DOUBLE)
+      printf(", range %lld..%lld", o->min, o->max);
     printf("]\n");
   }
   printf("\nexit codes:\n%s", exit_codes);
@@ -247,6 +264,9 @@ void stk__options_print(const stk__option *opts, size_t n) {
         break;
       case OPT_BOOL:
         printf("%s = %s\n", o->name, *(int *)o->dst ? "true" : "false");
+        break;
+      case OPT_DOUBLE:
+        printf("%s = %.10g\n", o->name, *(double *)o->dst);
         break;
       case OPT_LIST: {
         const stk__strlist *l = o->dst;

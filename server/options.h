@@ -8,7 +8,7 @@
 
 #include <stddef.h>
 
-typedef enum { OPT_STR = 1, OPT_INT, OPT_BOOL, OPT_LIST } stk__opt_type;
+typedef enum { OPT_STR = 1, OPT_INT, OPT_BOOL, OPT_LIST, OPT_DOUBLE } stk__opt_type;
 
 /* Value of an OPT_LIST option: every occurrence, in order. */
 typedef struct stk__strlist {
@@ -26,8 +26,8 @@ struct stk__option {
   const char *def; /* default as text (NULL = empty / none) */
   stk__opt_validator validate;
   const char *help;
-  void *dst;          /* char ** | long long * | int * | stk__strlist * */
-  long long min, max; /* OPT_INT bounds (inclusive) */
+  void *dst;          /* char ** | long long * | int * | stk__strlist * | double * */
+  long long min, max; /* OPT_INT and OPT_DOUBLE bounds (inclusive) */
 };
 
 /* Outcome of stk__options_parse. */

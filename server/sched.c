@@ -167,6 +167,15 @@ static void stream_free(sched_stream *st) {
   if (h->released) h->released(arg);
 }
 
+/* Count one successful build of dt ns in the histogram. Under s->mu. */
+static void sched_hist_add(sched_stats *st, uint64_t dt) {
+  static const double le[SCHED_HIST_BOUNDS] = SCHED_HIST_LE;
+  size_t i = 0;
+  while (i < SCHED_HIST_BOUNDS && (double)dt > le[i] * 1e9) i++;
+  st->build_hist[i]++;
+  st->build_ns_sum += dt;
+}
+
 static void *builder_main(void *arg) {
   builder *bd = arg;
   sched *s = bd->s;
@@ -234,7 +243,10 @@ static void *builder_main(void *arg) {
     s->st.transient_retries += (uint64_t)retries;
     if (rc == STK_UNAVAILABLE) s->st.transient_errors++;
     else if (rc) s->st.build_errors++;
-    else s->st.batches_built++, s->st.samples_substituted += info.substituted;
+    else {
+      s->st.batches_built++, s->st.samples_substituted += info.substituted;
+      sched_hist_add(&s->st, dt);
+    }
     s->st.samples_reread += info.reread;
     if (d && !st->dead) {
       if (st->done_tail) st->done_tail->next = d;

@@ -40,6 +40,12 @@ typedef struct sched_done {
   struct sched_done *next;
 } sched_done;
 
+/* Upper bounds (seconds) of the build-time histogram buckets; the last
+ * bucket (index SCHED_HIST_BOUNDS) counts everything above. */
+#define SCHED_HIST_BOUNDS 11
+#define SCHED_HIST_LE \
+  { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 }
+
 typedef struct sched_stats {
   uint64_t batches_built, samples_substituted, build_errors;
   uint64_t transient_errors;  /* builds failed STK_UNAVAILABLE after retries */
@@ -47,6 +53,10 @@ typedef struct sched_stats {
   uint64_t samples_reread;    /* read again alone after a transient error */
   uint32_t active_streams, queued_requests, free_buffers, nbuffers;
   uint64_t busy_ns; /* builder time spent building, cumulative */
+  /* Successful builds by build time (not cumulative: bucket i counts
+   * times in (LE[i-1], LE[i]]), and their total time. */
+  uint64_t build_hist[SCHED_HIST_BOUNDS + 1];
+  uint64_t build_ns_sum;
 } sched_stats;
 
 /* Start `threads` builders over ds (spec resolved: num_samples = N) and

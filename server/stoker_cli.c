@@ -6,11 +6,14 @@
  * call; prints to stdout, errors to stderr.
  */
 #include <inttypes.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/advice.h"
 #include "common/clock.h"
+#include "common/secret.h"
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
@@ -19,10 +22,11 @@
 #include "stoker/core.h"
 
 static struct {
-  char *coordinator, *token, *log_level, *reason;
+  char *coordinator, *token, *token_file, *log_level, *reason;
   long long timeout_ms, rank, timeout_s;
   stk__tls_opts tls;
   stk__tls *tls_loaded; /* from opt.tls, loaded by open_channel */
+  int json;
 } opt;
 
 /* Rows every subcommand's table shares. */
@@ -31,8 +35,22 @@ static struct {
     "coordinator", OPT_STR, "127.0.0.1:7070", stk__opt_hostport,  \
         "host:port of stoker-coordinator", &opt.coordinator, 0, 0 \
   }
-#define OPT_TOKEN \
-  { "token", OPT_STR, "", NULL, "bearer token", &opt.token, 0, 0 }
+#define OPT_TOKEN                                                                     \
+  {"token-file",                                                                      \
+   OPT_STR,                                                                           \
+   "",                                                                                \
+   NULL,                                                                              \
+   "read the bearer token from the first line of FILE (else $STOKER_TOKEN, else the " \
+   "file $STOKER_TOKEN_FILE names)",                                                  \
+   &opt.token_file,                                                                   \
+   0,                                                                                 \
+   0},                                                                                \
+  {                                                                                   \
+    "token", OPT_STR, "", NULL,                                                       \
+        "the bearer token itself (visible in ps: prefer "                             \
+        "--token-file or $STOKER_TOKEN)",                                             \
+        &opt.token, 0, 0                                                              \
+  }
 #define OPT_TIMEOUT_MS                                                                  \
   {                                                                                     \
     "timeout-ms", OPT_INT, "5000", NULL, "give up after this long", &opt.timeout_ms, 1, \
@@ -45,8 +63,15 @@ static struct {
   }
 
 static stk__option status_options[] = {
-    OPT_COORDINATOR, OPT_TOKEN,     STK__TLS_CLIENT_OPTIONS(opt.tls),
-    OPT_TIMEOUT_MS,  OPT_LOG_LEVEL,
+    OPT_COORDINATOR,
+    {"json", OPT_BOOL, "false", NULL,
+     "print one JSON object (job, state, workers, ranks, bad samples, verdict) instead "
+     "of the table",
+     &opt.json, 0, 0},
+    OPT_TOKEN,
+    STK__TLS_CLIENT_OPTIONS(opt.tls),
+    OPT_TIMEOUT_MS,
+    OPT_LOG_LEVEL,
 };
 #define NSTATUS (sizeof(status_options) / sizeof(status_options[0]))
 
@@ -92,9 +117,17 @@ static const char wait_exit_codes[] =
     "     coordinator was stopped with a signal)\n"
     "  1  the coordinator was unreachable for longer than --timeout-s (never up, or\n"
     "     gone before this command saw how the job ended), or refused the call\n"
-    "     (e.g. a wrong --token)\n"
+    "     (e.g. a wrong token)\n"
     "  2  usage error\n"
     "  4  the job failed: it was aborted (the coordinator's abort code)\n";
+
+static char token[STK_TOKEN_MAX + 1]; /* cli_token() */
+
+/* Resolve the token of a parsed subcommand (stk__daemon_token). 0, or -1
+ * after saying why. */
+static int cli_token(int argc, char **argv) {
+  return stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token));
+}
 
 static void human_bytes(uint64_t b, char *out, size_t len) {
   const char *u[] = {"B", "KB", "MB", "GB", "TB", "PB"};
@@ -124,7 +157,7 @@ static int open_channel(const char *cmd, stk__rpc_channel **ch) {
     fprintf(stderr, "%s: %s\n", cmd, err);
     return -1;
   }
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, opt.tls_loaded, ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, 0, token, opt.tls_loaded, ch)) {
     fprintf(stderr, "%s: cannot create a channel\n", cmd);
     return -1;
   }
@@ -150,6 +183,230 @@ static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage
   return -1;
 }
 
+/* ---- status: ranks, bad samples, verdict, --json ------------------------ */
+
+/* Whole workers to add so that needed ones run (at least 1). */
+static uint32_t status_more_workers(double needed, uint32_t now) {
+  double more = ceil(needed - 1e-9) - (double)now;
+  return more < 1 ? 1 : (uint32_t)more;
+}
+
+/* The job-wide verdict from a Status reply (common/advice.h): the live
+ * workers' busy fractions and the stall of every rank that reported in
+ * the last 30 s. *text gets the sentence the train loop would print. */
+static void status_verdict(const Stoker__V1__StatusResponse *r, stk__verdict *v,
+                           double *max_stall, char *text, size_t len) {
+  double busy = 0, stall = 0;
+  uint32_t n = 0;
+  for (size_t i = 0; i < r->n_workers; i++)
+    if (r->workers[i]->stats) busy += r->workers[i]->stats->busy_fraction;
+  for (size_t i = 0; i < r->n_ranks; i++) {
+    const Stoker__V1__RankStatus *k = r->ranks[i];
+    if (!k->stats || k->last_report_ms_ago > 30000) continue;
+    n++;
+    if (k->stats->stall_fraction > stall) stall = k->stats->stall_fraction;
+  }
+  stk__job_verdict((uint32_t)r->n_workers, busy, n, stall, v);
+  *max_stall = stall;
+  uint32_t nw = (uint32_t)r->n_workers;
+  switch (v->kind) {
+    case STK_VERDICT_INPUT_BOUND:
+      snprintf(text, len,
+               "input-bound: about %.1f workers would remove the stall (now %u: about %u "
+               "more; the slowest rank stalls %.1f%%)",
+               v->workers_needed, nw, status_more_workers(v->workers_needed, nw),
+               100 * stall);
+      break;
+    case STK_VERDICT_COMPUTE_BOUND:
+      snprintf(text, len,
+               "compute-bound: %u of %u workers could go (ranks stall at most %.1f%%, "
+               "workers %.0f%% busy in all)",
+               v->workers_spare, nw, 100 * stall, 100 * busy);
+      break;
+    case STK_VERDICT_BALANCED:
+      snprintf(text, len,
+               "balanced: no rank stalls (at most %.1f%%) and every worker is needed",
+               100 * stall);
+      break;
+    default:
+      snprintf(text, len, "no verdict yet: %s",
+               nw ? "no rank has reported its stall (ranks report every 2 s)"
+                  : "no live worker");
+  }
+}
+
+static const char *verdict_name(int kind) {
+  switch (kind) {
+    case STK_VERDICT_INPUT_BOUND:
+      return "input-bound";
+    case STK_VERDICT_COMPUTE_BOUND:
+      return "compute-bound";
+    case STK_VERDICT_BALANCED:
+      return "balanced";
+  }
+  return "unknown";
+}
+
+/* The table's additions: bad samples per worker, the ranks' figures, the
+ * verdict. Network text escaped. */
+static void status_print_more(const Stoker__V1__StatusResponse *r) {
+  int any_bad = 0;
+  for (size_t i = 0; i < r->n_workers; i++) {
+    const Stoker__V1__WorkerStats *s = r->workers[i]->stats;
+    if (!s) continue;
+    uint64_t total = 0;
+    for (size_t k = 0; k < s->n_bad_samples; k++) total += s->bad_samples[k]->count;
+    if (!total) continue;
+    char addr[STK_ESCAPED_ID], e[700];
+    if (!any_bad) printf("\nbad samples (replaced; each counted once per worker)\n");
+    any_bad = 1;
+    printf("  %s: %" PRIu64 " (",
+           stk__escape(addr, sizeof(addr),
+                       r->workers[i]->worker ? r->workers[i]->worker->address : "?"),
+           total);
+    int first = 1;
+    for (size_t k = 0; k < s->n_bad_samples; k++) {
+      if (!s->bad_samples[k]->count) continue;
+      printf("%s%s %" PRIu64, first ? "" : ", ",
+             stk__escape(e, 64, s->bad_samples[k]->reason), s->bad_samples[k]->count);
+      first = 0;
+    }
+    printf(")\n");
+    for (size_t k = 0; k < s->n_bad_recent; k++)
+      printf("    %s\n", stk__escape(e, sizeof(e), s->bad_recent[k]));
+  }
+  if (r->n_ranks) {
+    printf("\n%-6s %8s %10s %10s %8s %10s\n", "RANK", "STALL", "BATCH/S", "BATCHES",
+           "WORKERS", "REPORTED");
+    for (size_t i = 0; i < r->n_ranks; i++) {
+      const Stoker__V1__RankStatus *k = r->ranks[i];
+      const Stoker__V1__ClientStats *c = k->stats;
+      char ago[32];
+      snprintf(ago, sizeof(ago), "%.1fs ago", (double)k->last_report_ms_ago / 1000.0);
+      printf("%-6u %7.1f%% %10.1f %10" PRIu64 " %8u %10s\n", k->rank,
+             c ? 100 * c->stall_fraction : 0.0, c ? c->batches_per_s : 0.0,
+             c ? c->batches : 0, c ? c->workers_alive : 0, ago);
+    }
+  }
+  stk__verdict v;
+  double stall;
+  char text[300];
+  status_verdict(r, &v, &stall, text, sizeof(text));
+  printf("\nverdict          %s\n", text);
+}
+
+/* A JSON string: the text escaped to printable ASCII (stk__escape), then
+ * quote and backslash escaped as JSON asks. */
+static void json_str(const char *s) {
+  char e[2600];
+  stk__escape(e, sizeof(e), s ? s : "");
+  putchar('"');
+  for (const char *p = e; *p; p++) {
+    if (*p == '"' || *p == '\\') putchar('\\');
+    putchar(*p);
+  }
+  putchar('"');
+}
+
+static void json_num(double v) {
+  if (v != v || v > 1e300 || v < -1e300) v = 0; /* JSON has no NaN/Inf */
+  printf("%.6g", v);
+}
+
+static void json_u32s(const uint32_t *v, size_t n) {
+  putchar('[');
+  for (size_t i = 0; i < n; i++) printf("%s%u", i ? ", " : "", v[i]);
+  putchar(']');
+}
+
+/* stoker status --json: one object, keys documented in docs/operations.md. */
+static void status_print_json(const Stoker__V1__StatusResponse *r, const char *canon) {
+  static const char *const keys[] = {"name",       "source", "dataset", "batch_size",
+                                     "world_size", "epochs", "pipeline"};
+  printf("{\"coordinator\": ");
+  json_str(opt.coordinator);
+  printf(", \"job\": {\"hash\": \"%016" PRIx64 "\"", r->job ? r->job->hash : 0);
+  for (size_t i = 0; i < sizeof(keys) / sizeof(keys[0]); i++) {
+    char v[600];
+    stk_job_text_get(canon, keys[i], v, sizeof(v));
+    printf(", \"%s\": ", keys[i]);
+    json_str(v);
+  }
+  printf("}, \"state\": ");
+  json_str(r->state);
+  printf(", \"uptime_s\": ");
+  json_num((double)r->uptime_ms / 1000.0);
+  printf(", \"end_reason\": ");
+  json_str(r->end_reason);
+  printf(", \"dataset_size\": %" PRIu64 ", \"ranks_joined\": ", r->dataset_size);
+  json_u32s(r->joined_ranks, r->n_joined_ranks);
+  printf(", \"ranks_finished\": ");
+  json_u32s(r->finished_ranks, r->n_finished_ranks);
+  printf(", \"workers\": [");
+  for (size_t i = 0; i < r->n_workers; i++) {
+    const Stoker__V1__WorkerStatus *w = r->workers[i];
+    const Stoker__V1__WorkerStats *s = w->stats;
+    Stoker__V1__WorkerStats zero = STOKER__V1__WORKER_STATS__INIT;
+    if (!s) s = &zero;
+    printf("%s{\"address\": ", i ? ", " : "");
+    json_str(w->worker ? w->worker->address : "");
+    printf(", \"worker_id\": ");
+    json_str(w->worker ? w->worker->worker_id : "");
+    printf(", \"cores\": %u, \"streams\": %u, \"queued\": %u, \"busy_fraction\": ",
+           w->worker ? w->worker->cores : 0, s->active_streams, s->queued_requests);
+    json_num(s->busy_fraction);
+    printf(", \"batches_per_s\": ");
+    json_num(s->batches_per_s);
+    printf(", \"batches_built\": %" PRIu64 ", \"bytes_sent\": %" PRIu64
+           ", \"samples_substituted\": %" PRIu64
+           ", \"free_buffers\": %u, \"buffers\": %u, \"last_heartbeat_s\": ",
+           s->batches_built, s->bytes_sent, s->samples_substituted, s->free_buffers,
+           s->nbuffers);
+    json_num((double)w->last_heartbeat_ms_ago / 1000.0);
+    printf(", \"bad_samples\": {");
+    for (size_t k = 0; k < s->n_bad_samples; k++) {
+      printf("%s", k ? ", " : "");
+      json_str(s->bad_samples[k]->reason);
+      printf(": %" PRIu64, s->bad_samples[k]->count);
+    }
+    printf("}, \"bad_recent\": [");
+    for (size_t k = 0; k < s->n_bad_recent; k++) {
+      printf("%s", k ? ", " : "");
+      json_str(s->bad_recent[k]);
+    }
+    printf("]}");
+  }
+  printf("], \"ranks\": [");
+  for (size_t i = 0; i < r->n_ranks; i++) {
+    const Stoker__V1__RankStatus *k = r->ranks[i];
+    const Stoker__V1__ClientStats *c = k->stats;
+    printf("%s{\"rank\": %u, \"stall_fraction\": ", i ? ", " : "", k->rank);
+    json_num(c ? c->stall_fraction : 0);
+    printf(", \"batches_per_s\": ");
+    json_num(c ? c->batches_per_s : 0);
+    printf(", \"batches\": %" PRIu64 ", \"workers_alive\": %u, \"last_report_s\": ",
+           c ? c->batches : 0, c ? c->workers_alive : 0);
+    json_num((double)k->last_report_ms_ago / 1000.0);
+    printf("}");
+  }
+  stk__verdict v;
+  double stall;
+  char text[300];
+  status_verdict(r, &v, &stall, text, sizeof(text));
+  printf("], \"verdict\": {\"kind\": \"%s\", \"workers\": %zu, \"workers_needed\": ",
+         verdict_name(v.kind), r->n_workers);
+  json_num(v.workers_needed);
+  printf(", \"workers_more\": %u, \"workers_spare\": %u, \"max_stall_fraction\": ",
+         v.kind == STK_VERDICT_INPUT_BOUND
+             ? status_more_workers(v.workers_needed, (uint32_t)r->n_workers)
+             : 0,
+         v.workers_spare);
+  json_num(stall);
+  printf(", \"text\": ");
+  json_str(text);
+  printf("}}\n");
+}
+
 static int cmd_status(int argc, char **argv) {
   int pr = stk__options_parse(
       status_options, NSTATUS, argc, argv, "stoker status",
@@ -158,6 +415,10 @@ static int cmd_status(int argc, char **argv) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
   }
+  if (cli_token(argc, argv)) {
+    stk__options_free(status_options, NSTATUS);
+    return 2;
+  }
   int rc = 1;
   Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
   Stoker__V1__StatusResponse *r = NULL;
@@ -165,6 +426,10 @@ static int cmd_status(int argc, char **argv) {
                 &stoker__v1__status_response__descriptor, (ProtobufCMessage **)&r))
     goto out;
   const char *canon = r->job && r->job->canonical ? r->job->canonical : "";
+  if (opt.json) {
+    status_print_json(r, canon);
+    goto done;
+  }
   char name[128], source[64], dataset[600], bs[32], ws[32], epochs[32], pipeline[32];
   stk_job_text_get(canon, "name", name, sizeof(name));
   stk_job_text_get(canon, "source", source, sizeof(source));
@@ -227,6 +492,8 @@ static int cmd_status(int argc, char **argv) {
              stk__escape(id, sizeof(id), wi ? wi->worker_id : "?"));
     }
   }
+  status_print_more(r);
+done:
   protobuf_c_message_free_unpacked(&r->base, NULL);
   rc = 0;
 out:
@@ -243,6 +510,10 @@ static int cmd_abort(int argc, char **argv) {
   if (pr != OPTS_RUN) {
     stk__options_free(abort_options, NABORT);
     return pr == OPTS_EXIT_OK ? 0 : 2;
+  }
+  if (cli_token(argc, argv)) {
+    stk__options_free(abort_options, NABORT);
+    return 2;
   }
   int rc = 1;
   if (strlen(opt.reason) > 255) {
@@ -324,6 +595,10 @@ static int cmd_wait(int argc, char **argv) {
     stk__options_free(wait_options, NWAIT);
     return pr == OPTS_EXIT_OK ? 0 : WAIT_USAGE;
   }
+  if (cli_token(argc, argv)) {
+    stk__options_free(wait_options, NWAIT);
+    return WAIT_USAGE;
+  }
   int rc = WAIT_UNREACHABLE;
   stk__rpc_channel *ch = NULL;
   if (open_channel("stoker wait", &ch)) {
@@ -359,12 +634,16 @@ static void usage(FILE *f) {
   fprintf(f,
           "usage: stoker <command> [options]\n\n"
           "commands:\n"
-          "  status   show a job: state, workers and their stats, ranks joined/finished\n"
-          "           (stoker status --coordinator host:port; --help for its options)\n"
+          "  status   show a job: state, workers and their stats, bad samples, ranks\n"
+          "           and their stall, the verdict (input- or compute-bound)\n"
+          "           (stoker status --coordinator host:port [--json]; --help for more)\n"
           "  abort    end the job as failed (stoker abort --coordinator host:port\n"
           "           [--rank R] [--reason TEXT])\n"
           "  wait     block until the job ends: 0 done, 4 failed, 1 unreachable\n"
           "           (stoker wait --coordinator host:port [--timeout-s S])\n\n"
+          "every command takes --token-file FILE (the bearer token, first line;\n"
+          "else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names); --token TOKEN\n"
+          "works too but shows the token to every local user (ps)\n\n"
           "exit codes: 0 ok, 1 the command failed, 2 usage error\n");
 }
 

@@ -20,8 +20,11 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/secret.h"
 #include "daemon.h"
 #include "log.h"
+#include "metrics.h"
+#include "notify.h"
 #include "options.h"
 #include "rpc.h"
 #include "sched.h"
@@ -49,18 +52,19 @@ static const char exit_codes_text[] =
     "  3  orphaned: the coordinator was unreachable longer than --orphan-timeout-s\n"
     "  4  rejected by the coordinator (another job, dataset size or fingerprint "
     "differs,\n"
-    "     protocol version, wrong --token)\n"
+    "     protocol version, wrong token)\n"
     "  5  the job was aborted (a rank or `stoker abort` ended it as failed); the\n"
     "     worker drained (at most 2 s) and exited\n";
 
 /* ---- Options ----------------------------------------------------------- */
 
 static struct {
-  char *coordinator, *listen, *advertise, *data_root, *token, *port_file, *log_level;
+  char *coordinator, *listen, *advertise, *data_root, *token, *token_file, *port_file,
+      *log_level, *metrics_listen;
   stk__tls_opts tls;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
-      fault_transient_every;
+      fault_transient_every, bad_log_per_10s;
   stk__serve_opts serve;
 } opt;
 
@@ -92,9 +96,14 @@ static stk__option options[] = {
     {"orphan-timeout-s", OPT_INT, "60", NULL,
      "exit (code 3) when the coordinator is unreachable this long", &opt.orphan_timeout_s,
      1, 86400 * 7},
+    {"token-file", OPT_STR, "", NULL,
+     "read the bearer token (every call must carry it; sent to the coordinator) "
+     "from the first line of FILE (else $STOKER_TOKEN, else the file "
+     "$STOKER_TOKEN_FILE names; none: no token)",
+     &opt.token_file, 0, 0},
     {"token", OPT_STR, "", NULL,
-     "bearer token every call must carry (and sent "
-     "to the coordinator)",
+     "the bearer token itself: visible to every local user in ps, prefer "
+     "--token-file or $STOKER_TOKEN",
      &opt.token, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
     {"port-file", OPT_STR, "", NULL,
@@ -111,6 +120,14 @@ static stk__option options[] = {
      &opt.max_pixels, 1, 1LL << 40},
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
+    {"metrics-listen", OPT_STR, "", stk__opt_hostport,
+     "serve Prometheus /metrics on this host:port (port 0 = any free one, logged); "
+     "empty = off",
+     &opt.metrics_listen, 0, 0},
+    {"bad-log-per-10s", OPT_INT, "100", NULL,
+     "at most this many bad-sample log lines per 10 s (each bad file is logged once; "
+     "past the limit they are counted and the count logged)",
+     &opt.bad_log_per_10s, 0, 1 << 20},
     {"fault-transient-every", OPT_INT, "0", NULL,
      "testing: every Nth batch fails as if out of file descriptors (the stream ends "
      "UNAVAILABLE, the client re-asks); 0 = off",
@@ -118,6 +135,8 @@ static stk__option options[] = {
     STK__SERVE_OPTIONS(opt.serve),
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
+
+static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
 
 /* ---- State ------------------------------------------------------------- */
 
@@ -143,7 +162,127 @@ static struct {
   /* heartbeat rate bookkeeping (session thread only) */
   int64_t last_ms;
   uint64_t last_built, last_busy;
+  double busy_fraction; /* the last heartbeat's, for /metrics (under mu) */
 } W = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* ---- Bad samples ------------------------------------------------------- */
+
+/* Reasons a sample is bad, as metrics labels and in Status; the last one
+ * catches every other decoder message. */
+static const char *const bad_reasons[] = {
+    "truncated", "not_jpeg",   "too_many_pixels", "too_many_scans", "too_large",
+    "empty",     "unreadable", "bad_label",       "corrupt"};
+#define NBAD       (sizeof(bad_reasons) / sizeof(bad_reasons[0]))
+#define BAD_RECENT 8
+
+static struct {
+  pthread_mutex_t mu;
+  uint64_t count[NBAD];
+  char recent[BAD_RECENT][600]; /* ring: "path: reason", newest at next-1 */
+  unsigned nrecent, next;
+  int64_t window_ms;   /* start of the current 10 s log window */
+  uint64_t logged;     /* lines in that window */
+  uint64_t suppressed; /* bad samples not logged in that window */
+  char prefix[4200];   /* "<dataset dir>/": cut from paths */
+  size_t prefix_len;
+} BAD = {.mu = PTHREAD_MUTEX_INITIALIZER};
+
+/* The reason class of a builder's message (augment/decode.c, jpegsrc.c). */
+static size_t bad_class(const char *why) {
+  static const struct {
+    const char *needle;
+    size_t cls;
+  } map[] = {{"truncated", 0},
+             {"not a JPEG", 1},
+             {"pixel limit", 2},
+             {"scans", 3},
+             {"size limit", 4},
+             {"file over", 4},
+             {"decoded region over", 4},
+             {"empty file", 5},
+             {"open:", 6},
+             {"fstat:", 6},
+             {"read:", 6},
+             {"not a regular file", 6},
+             {"label", 7}};
+  for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
+    if (strstr(why, map[i].needle)) return map[i].cls;
+  return NBAD - 1;
+}
+
+/* stk_bad_sample_fn: the dataset calls it once per distinct bad sample
+ * (any builder thread). Counted by reason, kept among the last few, and
+ * logged once with its dataset-relative path unless the log window's
+ * --bad-log-per-10s is used up. */
+static void on_bad_sample(void *ud, const char *path, const char *why) {
+  (void)ud;
+  size_t cls = bad_class(why);
+  const char *rel = path;
+  int64_t now = stk__now_ms();
+  uint64_t suppressed = 0;
+  pthread_mutex_lock(&BAD.mu);
+  if (BAD.prefix_len && !strncmp(path, BAD.prefix, BAD.prefix_len)) rel += BAD.prefix_len;
+  BAD.count[cls]++;
+  snprintf(BAD.recent[BAD.next], sizeof(BAD.recent[0]), "%.400s: %.190s", rel, why);
+  BAD.next = (BAD.next + 1) % BAD_RECENT;
+  if (BAD.nrecent < BAD_RECENT) BAD.nrecent++;
+  if (now - BAD.window_ms >= 10000) {
+    suppressed = BAD.suppressed;
+    BAD.window_ms = now, BAD.logged = 0, BAD.suppressed = 0;
+  }
+  int log = BAD.logged < (uint64_t)opt.bad_log_per_10s;
+  if (log) BAD.logged++;
+  else BAD.suppressed++;
+  pthread_mutex_unlock(&BAD.mu);
+  if (suppressed)
+    LOG_WARN("%" PRIu64 " more bad samples were not logged (--bad-log-per-10s %lld)",
+             suppressed, opt.bad_log_per_10s);
+  if (log)
+    LOG_WARN("bad sample %s: %s (reason %s; replaced by the next good sample)", rel, why,
+             bad_reasons[cls]);
+}
+
+/* Where bad-sample paths start being dataset-relative: the dataset's
+ * directory as the source resolves it (realpath under --data-root). */
+static void bad_set_prefix(const stk_job_spec *spec) {
+  char joined[4200], real[4200];
+  snprintf(joined, sizeof(joined), "%s/%s", *opt.data_root ? opt.data_root : ".",
+           spec->dataset);
+  pthread_mutex_lock(&BAD.mu);
+  BAD.prefix_len = 0;
+  size_t n = realpath(joined, real) ? strlen(real) : sizeof(BAD.prefix);
+  if (n + 2 <= sizeof(BAD.prefix)) {
+    memcpy(BAD.prefix, real, n);
+    BAD.prefix[n] = '/', BAD.prefix[n + 1] = 0;
+    BAD.prefix_len = n + 1;
+  }
+  pthread_mutex_unlock(&BAD.mu);
+}
+
+/* The heartbeat's bad-sample fields. The arrays are static: the session
+ * thread packs the heartbeat before its next fill_stats. */
+static void bad_fill_stats(Stoker__V1__WorkerStats *out) {
+  static Stoker__V1__BadSampleCount cnt[NBAD], *cntp[NBAD];
+  static char recent[BAD_RECENT][600];
+  static char *recentp[BAD_RECENT];
+  pthread_mutex_lock(&BAD.mu);
+  for (size_t i = 0; i < NBAD; i++) {
+    stoker__v1__bad_sample_count__init(&cnt[i]);
+    cnt[i].reason = (char *)bad_reasons[i];
+    cnt[i].count = BAD.count[i];
+    cntp[i] = &cnt[i];
+  }
+  for (unsigned k = 0; k < BAD.nrecent; k++) {
+    unsigned idx = (BAD.next + BAD_RECENT - BAD.nrecent + k) % BAD_RECENT;
+    memcpy(recent[k], BAD.recent[idx], sizeof(recent[k]));
+    recentp[k] = recent[k];
+  }
+  out->n_bad_recent = BAD.nrecent;
+  pthread_mutex_unlock(&BAD.mu);
+  out->n_bad_samples = NBAD;
+  out->bad_samples = cntp;
+  out->bad_recent = recentp;
+}
 
 static sched *current_sched(void) {
   pthread_mutex_lock(&W.mu);
@@ -206,6 +345,8 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
                          sizeof(msg))) {
       return stk__errf(err, errlen, -1, "cannot open the dataset: %s", msg);
     }
+    bad_set_prefix(&spec);
+    stk_dataset_set_log(ds, on_bad_sample, NULL);
     stk_job_spec resolved = spec;
     resolved.num_samples = stk_dataset_size(ds);
     int nbuf = opt.batch_buffers ? (int)opt.batch_buffers : 2 * (int)W.threads + 2;
@@ -261,10 +402,16 @@ static void fill_stats(Stoker__V1__WorkerStats *out) {
   out->samples_substituted = st.samples_substituted;
   out->active_streams = st.active_streams;
   out->queued_requests = st.queued_requests;
+  out->free_buffers = st.free_buffers;
+  out->nbuffers = st.nbuffers;
+  bad_fill_stats(out);
   if (W.last_ms && now > W.last_ms) {
     double dt = (double)(now - W.last_ms) / 1000.0;
     out->batches_per_s = (double)(st.batches_built - W.last_built) / dt;
     out->busy_fraction = (double)(st.busy_ns - W.last_busy) / 1e9 / dt / W.threads;
+    pthread_mutex_lock(&W.mu);
+    W.busy_fraction = out->busy_fraction;
+    pthread_mutex_unlock(&W.mu);
   }
   W.last_ms = now, W.last_built = st.batches_built, W.last_busy = st.busy_ns;
 }
@@ -637,6 +784,123 @@ static void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *l
   last->bytes = bytes, last->built = st.batches_built, last->ms = now;
 }
 
+/* GET /metrics (metrics.c's HTTP thread): the scheduler's counters, the
+ * build-time histogram, the bad samples by reason. */
+static void worker_metrics(metrics_buf *b, void *ud) {
+  (void)ud;
+  sched *s = current_sched();
+  sched_stats st;
+  memset(&st, 0, sizeof(st));
+  uint64_t bytes = 0;
+  if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
+  pthread_mutex_lock(&W.mu);
+  double busy = W.busy_fraction;
+  pthread_mutex_unlock(&W.mu);
+  int draining = __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE);
+  static const struct {
+    const char *name, *type, *help;
+  } f[] = {
+      {"stoker_worker_serving", "gauge",
+       "1 once the worker has its job and is not draining"},
+      {"stoker_worker_batches_built_total", "counter", "batches built"},
+      {"stoker_worker_bytes_sent_total", "counter",
+       "batch payload bytes sent to clients"},
+      {"stoker_worker_samples_substituted_total", "counter",
+       "bad samples replaced in built batches (a sample counts in every batch it is in)"},
+      {"stoker_worker_build_errors_total", "counter", "batches that could not be built"},
+      {"stoker_worker_transient_errors_total", "counter",
+       "batches failed transiently after retries (the client asks again)"},
+      {"stoker_worker_stream_errors_total", "counter", "streams ended by a bad request"},
+      {"stoker_worker_busy_seconds_total", "counter",
+       "builder thread time spent building"},
+      {"stoker_worker_busy_fraction", "gauge",
+       "builder threads' busy share over the last heartbeat interval"},
+      {"stoker_worker_builder_threads", "gauge", "batch builder threads"},
+      {"stoker_worker_queued_requests", "gauge", "requests queued or building"},
+      {"stoker_worker_open_streams", "gauge", "open Worker.Stream calls"},
+      {"stoker_worker_free_buffers", "gauge", "batch buffers free"},
+      {"stoker_worker_buffers", "gauge", "batch buffers in all (the memory bound)"},
+  };
+  double v[] = {s && !draining,
+                (double)st.batches_built,
+                (double)bytes,
+                (double)st.samples_substituted,
+                (double)st.build_errors,
+                (double)st.transient_errors,
+                (double)__atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED),
+                (double)st.busy_ns / 1e9,
+                busy,
+                W.threads,
+                st.queued_requests,
+                st.active_streams,
+                st.free_buffers,
+                st.nbuffers};
+  for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
+    metrics_family(b, f[i].name, f[i].type, f[i].help);
+    metrics_sample(b, f[i].name, NULL, v[i]);
+  }
+  static const double le[SCHED_HIST_BOUNDS] = SCHED_HIST_LE;
+  char lab[64];
+  uint64_t cum = 0;
+  metrics_family(b, "stoker_worker_build_seconds", "histogram",
+                 "time to build one batch (successful builds)");
+  for (int i = 0; i <= SCHED_HIST_BOUNDS; i++) {
+    cum += st.build_hist[i];
+    if (i < SCHED_HIST_BOUNDS) snprintf(lab, sizeof(lab), "le=\"%g\"", le[i]);
+    else snprintf(lab, sizeof(lab), "le=\"+Inf\"");
+    metrics_sample(b, "stoker_worker_build_seconds_bucket", lab, (double)cum);
+  }
+  metrics_sample(b, "stoker_worker_build_seconds_sum", NULL,
+                 (double)st.build_ns_sum / 1e9);
+  metrics_sample(b, "stoker_worker_build_seconds_count", NULL, (double)cum);
+  uint64_t cnt[NBAD];
+  pthread_mutex_lock(&BAD.mu);
+  memcpy(cnt, BAD.count, sizeof(cnt));
+  pthread_mutex_unlock(&BAD.mu);
+  metrics_family(b, "stoker_worker_bad_samples_total", "counter",
+                 "distinct bad samples found (each replaced, logged once), by reason");
+  for (size_t i = 0; i < NBAD; i++)
+    metrics_sample(b, "stoker_worker_bad_samples_total",
+                   metrics_label(lab, sizeof(lab), "reason", bad_reasons[i]),
+                   (double)cnt[i]);
+}
+
+/* --metrics-listen: serve /metrics. 0 (also when off), or -1 logged. */
+static int start_metrics(metrics_server **ms) {
+  *ms = NULL;
+  if (!*opt.metrics_listen) return 0;
+  char err[300];
+  int port = 0;
+  if (metrics_start(opt.metrics_listen, worker_metrics, NULL, ms, &port, err,
+                    sizeof(err))) {
+    LOG_ERROR("%s", err);
+    return -1;
+  }
+  LOG_INFO("metrics on http://%s/metrics (port %d)", opt.metrics_listen, port);
+  return 0;
+}
+
+/* systemd: READY=1 once registered with a job (and the dataset open);
+ * STATUS= with the rate at every stats line. */
+static void notify_progress(session *sess, int stats_due) {
+  static int ready;
+  if (!ready && current_sched() && session_lost_ms(sess) == 0) {
+    ready = 1;
+    stk__notify_ready("registered; serving batches");
+  }
+  if (stats_due && ready) {
+    sched *s = current_sched();
+    sched_stats st;
+    memset(&st, 0, sizeof(st));
+    if (s) sched_stats_get(s, &st);
+    char msg[160];
+    snprintf(msg, sizeof(msg), "serving: %" PRIu64 " batches built, %u streams, %s",
+             st.batches_built, st.active_streams,
+             session_lost_ms(sess) ? "coordinator lost" : "coordinator ok");
+    stk__notify_status(msg);
+  }
+}
+
 /* Serve until a signal, the coordinator's Shutdown, a rejection or the
  * orphan timeout; returns the exit code. */
 static int run_worker(session *sess, stk__rpc_server *srv) {
@@ -665,7 +929,10 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
       return EXIT_ORPHAN;
     }
     int64_t now = stk__now_ms();
-    if (now >= next_stats) {
+    int stats_due = now >= next_stats;
+    notify_progress(sess, stats_due);
+    stk__notify_tick(now);
+    if (stats_due) {
       log_stats(srv, now, lost != 0, &last);
       next_stats = now + opt.stats_interval_s * 1000;
     }
@@ -677,6 +944,7 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
  * to --drain-timeout-s (2 s when the job failed: nobody is left to serve). */
 static void drain(sched *s, int code) {
   __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
+  stk__notify_stopping("draining");
   if (!s) return;
   sched_drain(s);
   long long drain_s =
@@ -686,6 +954,7 @@ static void drain(sched *s, int code) {
   for (;;) {
     sched_stats_get(s, &st);
     if (!st.active_streams || stk__now_ms() >= until) break;
+    stk__notify_tick(stk__now_ms());
     if (stk__signal_count() >= 2) {
       LOG_WARN("second signal: not waiting for the drain");
       break;
@@ -710,6 +979,10 @@ int main(int argc, char **argv) {
     code = EXIT_USAGE;
     goto out;
   }
+  if (stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token))) {
+    code = EXIT_USAGE;
+    goto out;
+  }
   {
     char terr[512];
     stk__tls_files tf = {opt.tls.ca, opt.tls.cert, opt.tls.key, opt.tls.require};
@@ -728,6 +1001,7 @@ int main(int argc, char **argv) {
   }
   stk__signals_install();
   stk__daemon_raise_nofile();
+  stk__notify_init();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
   {
@@ -749,7 +1023,7 @@ int main(int argc, char **argv) {
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
-  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token, W.tls,
+  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, token, W.tls,
                         &opt.serve, opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
@@ -777,8 +1051,7 @@ int main(int argc, char **argv) {
       "coordinator %s",
       opt.listen, port, stk__tls_describe(W.tls), advertise, W.threads, opt.coordinator);
 
-  session_config cfg = {opt.coordinator, opt.token, W.tls,
-                        worker_id,       advertise, W.threads};
+  session_config cfg = {opt.coordinator, token, W.tls, worker_id, advertise, W.threads};
   session_hooks hooks = {on_job, fill_stats, on_command};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
@@ -787,11 +1060,13 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
-  code = run_worker(sess, srv);
+  metrics_server *ms = NULL;
+  code = start_metrics(&ms) ? EXIT_FAIL : run_worker(sess, srv);
   sched *s = current_sched();
   drain(s, code);
   stk__rpc_server_stop(srv, 500);
   session_stop(sess);
+  metrics_stop(ms);
   if (s) {
     sched_stats st;
     sched_stats_get(s, &st);

@@ -68,7 +68,9 @@ typedef struct stk_client_config {
                                default stream): batches are ordered
                                before work on it, see stk_client_next */
   int32_t convert;          /* stk_convert, default NONE */
-  const char *token;        /* bearer token, NULL = none */
+  const char *token;        /* bearer token; NULL or "" = $STOKER_TOKEN, else
+                               the first line of the file $STOKER_TOKEN_FILE
+                               names, else none */
   const void *resume_state; /* from stk_client_save_state, NULL = start;
                                may come from a job of another world_size
                                (elastic resume, see save_state) */
@@ -100,6 +102,8 @@ STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
  *                  SLURM_PROCID / SLURM_NTASKS  (srun)
  *                the first pair with either variable set is used for both
  *                fields; with none set, rank 0 of world size 1
+ *   token        cfg.token, else $STOKER_TOKEN (non-empty); stk_client_open
+ *                then falls back to $STOKER_TOKEN_FILE (first line)
  *   cuda_device  cfg.cuda_device, else (CUDA clients only) $LOCAL_RANK,
  *                else the chosen pair's local rank (OMPI_COMM_WORLD_
  *                LOCAL_RANK, SLURM_LOCALID), else 0

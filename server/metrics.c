@@ -1,0 +1,179 @@
+/* metrics.c - the /metrics HTTP endpoint (libmicrohttpd, internal polling
+ * thread) and the exposition-format writers (see metrics.h). Owns the
+ * microhttpd daemon; parses no HTTP itself. Answers GET /metrics only
+ * (404 for other paths, 405 for other methods). */
+#include "metrics.h"
+
+#include <arpa/inet.h>
+#include <math.h>
+#include <microhttpd.h>
+#include <netdb.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/socket.h>
+
+#include "common/error.h"
+#include "log.h"
+
+struct metrics_server {
+  struct MHD_Daemon *d;
+  metrics_fn fn;
+  void *ud;
+};
+
+void metrics_printf(metrics_buf *b, const char *fmt, ...) {
+  if (b->oom) return;
+  for (;;) {
+    va_list ap;
+    va_start(ap, fmt);
+    size_t room = b->cap - b->len;
+    int n = vsnprintf(b->p ? b->p + b->len : NULL, room, fmt, ap);
+    va_end(ap);
+    if (n < 0) return;
+    if ((size_t)n < room) {
+      b->len += (size_t)n;
+      return;
+    }
+    size_t cap = b->cap ? b->cap * 2 : 16384;
+    while (cap < b->len + (size_t)n + 1) cap *= 2;
+    char *p = realloc(b->p, cap);
+    if (!p) {
+      b->oom = 1;
+      return;
+    }
+    b->p = p, b->cap = cap;
+  }
+}
+
+void metrics_family(metrics_buf *b, const char *name, const char *type,
+                    const char *help) {
+  metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+}
+
+void metrics_sample(metrics_buf *b, const char *name, const char *labels, double value) {
+  char v[64];
+  if (isnan(value)) snprintf(v, sizeof(v), "NaN");
+  else if (isinf(value)) snprintf(v, sizeof(v), value > 0 ? "+Inf" : "-Inf");
+  else if (value == floor(value) && fabs(value) < 1e15)
+    snprintf(v, sizeof(v), "%.0f", value);
+  else snprintf(v, sizeof(v), "%.6g", value);
+  if (labels && *labels) metrics_printf(b, "%s{%s} %s\n", name, labels, v);
+  else metrics_printf(b, "%s %s\n", name, v);
+}
+
+char *metrics_label(char *out, size_t len, const char *key, const char *value) {
+  char esc[1100];
+  stk__escape(esc, sizeof(esc), value ? value : "");
+  size_t o = 0;
+  int n = snprintf(out, len, "%s=\"", key);
+  if (n < 0 || (size_t)n >= len) {
+    if (len) out[0] = 0;
+    return out;
+  }
+  o = (size_t)n;
+  for (const char *p = esc; *p && o + 4 < len; p++) {
+    if (*p == '\\' || *p == '"') out[o++] = '\\', out[o++] = *p;
+    else if (*p == '\n') out[o++] = '\\', out[o++] = 'n';
+    else out[o++] = *p;
+  }
+  out[o++] = '"';
+  out[o] = 0;
+  return out;
+}
+
+static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
+                              const char *method, const char *version, const char *upload,
+                              size_t *upload_len, void **con_cls) {
+  metrics_server *m = cls;
+  unsigned code = MHD_HTTP_OK;
+  metrics_buf b = {0};
+  const char *type = "text/plain; version=0.0.4; charset=utf-8";
+  if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
+    code = MHD_HTTP_METHOD_NOT_ALLOWED;
+    metrics_printf(&b, "only GET\n");
+  } else if (strcmp(url, "/metrics")) {
+    code = MHD_HTTP_NOT_FOUND;
+    metrics_printf(&b, "not found: try /metrics\n");
+  } else {
+    m->fn(&b, m->ud);
+  }
+  if (b.oom) {
+    free(b.p);
+    return MHD_NO; /* closes the connection */
+  }
+  struct MHD_Response *r = MHD_create_response_from_buffer(
+      b.len, b.p ? b.p : (char *)"",
+      b.p ? MHD_RESPMEM_MUST_FREE : MHD_RESPMEM_PERSISTENT);
+  if (!r) {
+    free(b.p);
+    return MHD_NO;
+  }
+  MHD_add_response_header(r, MHD_HTTP_HEADER_CONTENT_TYPE, type);
+  if (code == MHD_HTTP_METHOD_NOT_ALLOWED)
+    MHD_add_response_header(r, "Allow", "GET, HEAD");
+  enum MHD_Result ret = MHD_queue_response(conn, code, r);
+  MHD_destroy_response(r);
+  return ret;
+}
+
+/* host:port into a socket address (numeric or a name, IPv4 or IPv6). */
+static int resolve(const char *listen, struct sockaddr_storage *sa, char *err,
+                   size_t errlen) {
+  const char *colon = strrchr(listen, ':');
+  if (!colon || colon == listen)
+    return stk__errf(err, errlen, -1, "--metrics-listen '%s' is not host:port", listen);
+  char host[256];
+  size_t hl = (size_t)(colon - listen);
+  if (hl >= sizeof(host))
+    return stk__errf(err, errlen, -1, "--metrics-listen: host too long");
+  memcpy(host, listen, hl);
+  host[hl] = 0;
+  if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
+    memmove(host, host + 1, hl - 2);
+    host[hl - 2] = 0;
+  }
+  struct addrinfo hints, *ai = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  int r = getaddrinfo(host, colon + 1, &hints, &ai);
+  if (r || !ai)
+    return stk__errf(err, errlen, -1, "--metrics-listen %s: %s", listen, gai_strerror(r));
+  memcpy(sa, ai->ai_addr, ai->ai_addrlen);
+  freeaddrinfo(ai);
+  return 0;
+}
+
+int metrics_start(const char *listen, metrics_fn fn, void *ud, metrics_server **out,
+                  int *port, char *err, size_t errlen) {
+  *out = NULL;
+  struct sockaddr_storage sa;
+  memset(&sa, 0, sizeof(sa));
+  if (resolve(listen, &sa, err, errlen)) return -1;
+  metrics_server *m = calloc(1, sizeof(*m));
+  if (!m) return stk__errf(err, errlen, -1, "out of memory");
+  m->fn = fn, m->ud = ud;
+  unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
+  if (sa.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
+  m->d =
+      MHD_start_daemon(flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR,
+                       (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
+                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+  if (!m->d) {
+    free(m);
+    return stk__errf(err, errlen, -1,
+                     "cannot serve metrics on %s (address in use or not local?)", listen);
+  }
+  const union MHD_DaemonInfo *info = MHD_get_daemon_info(m->d, MHD_DAEMON_INFO_BIND_PORT);
+  *port = info ? info->port : 0;
+  *out = m;
+  return 0;
+}
+
+void metrics_stop(metrics_server *m) {
+  if (!m) return;
+  MHD_stop_daemon(m->d);
+  free(m);
+}

@@ -1,0 +1,48 @@
+/* metrics.h - the daemons' Prometheus endpoint: GET /metrics on
+ * --metrics-listen, served by libmicrohttpd on its own thread, in the text
+ * exposition format (version 0.0.4). The daemon supplies the figures with
+ * a callback that writes them into a metrics_buf with the helpers below,
+ * so the format rules (HELP/TYPE lines, label escaping, histograms) live
+ * here once. */
+#ifndef STOKER_SERVER_METRICS_H
+#define STOKER_SERVER_METRICS_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* A growing text buffer; on out of memory it stops growing and oom is set
+ * (the scrape then answers 500). */
+typedef struct metrics_buf {
+  char *p;
+  size_t len, cap;
+  int oom;
+} metrics_buf;
+
+/* Append printf-style text. */
+void metrics_printf(metrics_buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+/* "# HELP name help" and "# TYPE name type" (type: counter, gauge,
+ * histogram); once per metric family, before its samples. */
+void metrics_family(metrics_buf *b, const char *name, const char *type, const char *help);
+/* One sample "name{labels} value". labels is NULL or a preformatted
+ * 'key="value",...' list (values escaped with metrics_label). */
+void metrics_sample(metrics_buf *b, const char *name, const char *labels, double value);
+/* Write key="value" into out (len bytes) with value made safe: bytes
+ * outside printable ASCII as \xNN (stk__escape), then backslash, quote
+ * and newline escaped as the format asks. Returns out. */
+char *metrics_label(char *out, size_t len, const char *key, const char *value);
+
+/* Called for every scrape, on the HTTP thread: write every family. */
+typedef void (*metrics_fn)(metrics_buf *b, void *ud);
+
+typedef struct metrics_server metrics_server;
+
+/* Serve /metrics on listen ("host:port"; port 0 = any free one). 0 with
+ * *out and the bound *port, or -1 with err. fn must be thread-safe with
+ * respect to the daemon (it runs on the HTTP thread). */
+int metrics_start(const char *listen, metrics_fn fn, void *ud, metrics_server **out,
+                  int *port, char *err, size_t errlen);
+/* Stop serving and free. Accepts NULL. */
+void metrics_stop(metrics_server *m);
+
+#endif

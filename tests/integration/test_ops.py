@@ -1,0 +1,569 @@
+"""test_ops.py - the daemons as an operator runs them (issue 10, items 3, 5-8).
+
+One case per run (argv[1]); ctest runs each as its own test:
+  token     the token from --token-file, $STOKER_TOKEN and $STOKER_TOKEN_FILE
+            (daemons, stoker CLI, libstoker through stoker-train-loop); it is
+            never in /proc/PID/cmdline, `ps` output, the logs or
+            --print-config; --token still works, warns, and is overwritten
+            in argv
+  notify    sd_notify to a real NOTIFY_SOCKET (a unix datagram socket this
+            test binds): READY=1 once listening (coordinator) / registered
+            (worker), STATUS=, WATCHDOG=1 with $WATCHDOG_USEC, STOPPING=1
+  metrics   /metrics of both daemons while two ranks train, validated by
+            `promtool check metrics` (and a strict exposition-format parser
+            here), then `stoker status --json` parsed: every worker's rate
+            and busy fraction, every rank's stall, the verdict
+  bad       a generated ImageFolder with corrupt files: the worker log names
+            every corrupt file exactly once (dataset-relative path),
+            `stoker status --json` counts them by reason with the last
+            paths; then --max-bad-fraction fails the job (worker exit 5,
+            coordinator exit 4)
+
+Environment (tests/integration/CMakeLists.txt): STOKER_COORDINATOR_BIN,
+STOKER_WORKER_BIN, STOKER_CLI_BIN, STOKER_TRAIN_LOOP_BIN, STOKER_DATASET_BIN.
+Every wait is bounded and polls a condition; every process is killed and
+reaped in a finally block. Standard library only.
+"""
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+BIN = {k: os.environ.get(v, "") for k, v in {
+    "coord": "STOKER_COORDINATOR_BIN", "worker": "STOKER_WORKER_BIN",
+    "cli": "STOKER_CLI_BIN", "loop": "STOKER_TRAIN_LOOP_BIN",
+    "dataset": "STOKER_DATASET_BIN"}.items()}
+SLOW = 3 if os.environ.get("STOKER_SANITIZED") == "1" else 1
+fails = []
+
+
+def check(cond, what):
+    if not cond:
+        fails.append(what)
+        print("FAIL:", what, flush=True)
+    return bool(cond)
+
+
+def wait_for(pred, timeout_s, what):
+    """Poll pred every 50 ms until it returns a true value (returned) or
+    timeout_s * SLOW passes (None, a failure)."""
+    end = time.monotonic() + timeout_s * SLOW
+    while True:
+        v = pred()
+        if v:
+            return v
+        if time.monotonic() > end:
+            check(False, "timed out waiting for " + what)
+            return None
+        time.sleep(0.05)
+
+
+class Procs:
+    """Spawned daemons and tools, each with its stderr+stdout in a log
+    file; kill_all() kills and reaps whatever is still running."""
+
+    def __init__(self, tmp):
+        self.tmp, self.procs = tmp, {}
+
+    def spawn(self, name, argv, env=None):
+        log = open(os.path.join(self.tmp, name + ".log"), "wb")
+        e = dict(os.environ)
+        for v in ("STOKER_TOKEN", "STOKER_TOKEN_FILE", "NOTIFY_SOCKET", "WATCHDOG_USEC",
+                  "WATCHDOG_PID", "STOKER_COORDINATOR", "RANK", "WORLD_SIZE"):
+            e.pop(v, None)
+        e.update(env or {})
+        p = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env=e,
+                             start_new_session=True)
+        log.close()
+        self.procs[name] = p
+        return p
+
+    def log(self, name):
+        with open(os.path.join(self.tmp, name + ".log"), "rb") as f:
+            return f.read().decode("utf-8", "replace")
+
+    def wait(self, name, timeout_s):
+        try:
+            return self.procs[name].wait(timeout=timeout_s * SLOW)
+        except subprocess.TimeoutExpired:
+            check(False, "%s did not exit within %d s" % (name, timeout_s * SLOW))
+            return None
+
+    def kill_all(self):
+        for p in self.procs.values():
+            if p.poll() is None:
+                try:
+                    os.killpg(p.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+            p.wait()
+
+    def dump(self):
+        for name in self.procs:
+            print("---- %s.log (tail) ----" % name)
+            print(self.log(name)[-3000:])
+
+
+def port_from_file(path, timeout_s=15):
+    def get():
+        try:
+            with open(path) as f:
+                t = f.read()
+            return int(t) if t.endswith("\n") else None
+        except (OSError, ValueError):
+            return None
+    return wait_for(get, timeout_s, "port file " + path)
+
+
+def metrics_port(P, name):
+    m = wait_for(lambda: re.search(r"metrics on http://\S+ \(port (\d+)\)", P.log(name)),
+                 15, name + "'s metrics line")
+    return int(m.group(1)) if m else None
+
+
+def start_coordinator(P, tmp, name, args, env=None):
+    pf = os.path.join(tmp, name + ".port")
+    P.spawn(name, [BIN["coord"], "--listen", "127.0.0.1:0", "--port-file", pf,
+                   "--stats-interval-s", "1"] + args, env)
+    return port_from_file(pf)
+
+
+def start_worker(P, name, cport, args, env=None):
+    return P.spawn(name, [BIN["worker"], "--coordinator", "127.0.0.1:%d" % cport,
+                          "--listen", "127.0.0.1:0", "--threads", "1",
+                          "--stats-interval-s", "1"] + args, env)
+
+
+def cli(args, env=None, timeout_s=30):
+    e = dict(os.environ)
+    for v in ("STOKER_TOKEN", "STOKER_TOKEN_FILE"):
+        e.pop(v, None)
+    e.update(env or {})
+    r = subprocess.run([BIN["cli"]] + args, capture_output=True, env=e,
+                       timeout=timeout_s * SLOW)
+    return r.returncode, r.stdout.decode(), r.stderr.decode()
+
+
+def status_json(cport, env=None):
+    rc, out, err = cli(["status", "--coordinator", "127.0.0.1:%d" % cport, "--json"], env)
+    if rc != 0:
+        return None
+    try:
+        return json.loads(out)
+    except ValueError as e:
+        check(False, "stoker status --json is not JSON (%s): %r" % (e, out[:300]))
+        return None
+
+
+def live_workers(cport, n, env=None):
+    s = status_json(cport, env)
+    return s if s and len(s["workers"]) >= n else None
+
+
+SYN = ["--set", "num_samples=256", "--set", "height=8", "--set", "width=8",
+       "--set", "batch_size=4", "--set", "world_size=1", "--idle-timeout-s", "60"]
+
+
+# ---- token -----------------------------------------------------------------
+
+def cmdline(pid):
+    with open("/proc/%d/cmdline" % pid, "rb") as f:
+        return f.read().decode("utf-8", "replace")
+
+
+def case_token(P, tmp):
+    tok, tok2 = "tk-" + os.urandom(8).hex(), "tv-" + os.urandom(8).hex()
+    tf = os.path.join(tmp, "token")
+    with open(tf, "w") as f:
+        f.write(tok + "\n")
+    os.chmod(tf, 0o600)
+    # --print-config shows where the token comes from, never the token
+    r = subprocess.run([BIN["coord"], "--token", tok2, "--print-config"], capture_output=True)
+    out = r.stdout.decode()
+    check(r.returncode == 0 and tok2 not in out and "token = (set)" in out,
+          "--print-config hides --token: %r" % out[-200:])
+    r = subprocess.run([BIN["coord"], "--token", tok2, "--token-file", tf, "--listen",
+                        "127.0.0.1:0"] + SYN, capture_output=True, timeout=20 * SLOW)
+    check(r.returncode == 2 and b"give the token once" in r.stderr,
+          "--token with --token-file is a usage error: %d %r" % (r.returncode, r.stderr[-200:]))
+    r = subprocess.run([BIN["coord"], "--token-file", os.path.join(tmp, "nope")] + SYN,
+                       capture_output=True, timeout=20 * SLOW)
+    check(r.returncode == 2 and b"token file" in r.stderr,
+          "a missing --token-file is a usage error: %r" % r.stderr[-200:])
+
+    # coordinator: --token-file; worker: $STOKER_TOKEN; a second coordinator
+    # with --token on the command line (still works, warns, scrubbed)
+    cport = start_coordinator(P, tmp, "coord", ["--token-file", tf] + SYN)
+    if not check(cport, "coordinator with --token-file started"):
+        return
+    start_worker(P, "worker", cport, [], {"STOKER_TOKEN": tok})
+    check(wait_for(lambda: live_workers(cport, 1, {"STOKER_TOKEN": tok}), 20,
+                   "the worker (token from $STOKER_TOKEN) registered"),
+          "worker registered with the token from the environment")
+    cport2 = start_coordinator(P, tmp, "coord_argv", ["--token", tok2] + SYN)
+    check(cport2, "coordinator with --token started")
+    check("every local user can read it" in P.log("coord_argv"),
+          "--token logs a warning that it is visible")
+    for name in ("coord", "worker", "coord_argv"):
+        cl = cmdline(P.procs[name].pid)
+        check(tok not in cl and tok2 not in cl,
+              "%s's /proc/PID/cmdline has no token: %r" % (name, cl))
+    ps = subprocess.run(["ps", "-eo", "pid,args"], capture_output=True).stdout.decode()
+    check(tok not in ps and tok2 not in ps, "ps output has no token")
+
+    # the CLI: --token-file, $STOKER_TOKEN, $STOKER_TOKEN_FILE work; none or a
+    # wrong one is refused (exit 1, UNAUTHENTICATED)
+    target = ["--coordinator", "127.0.0.1:%d" % cport]
+    check(cli(["status"] + target + ["--token-file", tf])[0] == 0, "status --token-file")
+    check(cli(["status"] + target, {"STOKER_TOKEN": tok})[0] == 0, "status $STOKER_TOKEN")
+    check(cli(["status"] + target, {"STOKER_TOKEN_FILE": tf})[0] == 0,
+          "status $STOKER_TOKEN_FILE")
+    rc, _, err = cli(["status"] + target)
+    check(rc == 1 and "status 16" in err, "status without a token is refused: %r" % err)
+    rc, _, err = cli(["status"] + target, {"STOKER_TOKEN": "wrong"})
+    check(rc == 1 and "status 16" in err, "status with a wrong token is refused: %r" % err)
+    check(cli(["status", "--coordinator", "127.0.0.1:%d" % cport2], {"STOKER_TOKEN": tok2})[0]
+          == 0, "the --token coordinator still takes its token")
+
+    # libstoker: $STOKER_TOKEN_FILE through stoker-train-loop, which ends the job
+    if BIN["loop"]:
+        P.spawn("loop", [BIN["loop"], "--coordinator", "127.0.0.1:%d" % cport, "--rank", "0",
+                         "--world-size", "1"], {"STOKER_TOKEN_FILE": tf})
+        check(P.wait("loop", 60) == 0, "stoker-train-loop with $STOKER_TOKEN_FILE ran the job")
+        check(P.wait("coord", 30) == 0, "the coordinator ended the job (exit 0)")
+        check(P.wait("worker", 30) == 0, "the worker exited 0")
+    for name in P.procs:
+        check(tok not in P.log(name) and tok2 not in P.log(name), "%s's log has no token" % name)
+
+
+# ---- notify ----------------------------------------------------------------
+
+class NotifySocket:
+    """A unix datagram socket as systemd's NOTIFY_SOCKET, read all the time
+    by a thread as systemd does (a unix datagram queue holds only about 10
+    messages: unread, it would block the daemon's sd_notify)."""
+
+    def __init__(self, path):
+        self.path = path
+        self.s = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.s.bind(path)
+        self.s.settimeout(0.1)
+        self.msgs, self.mu, self.stop = [], threading.Lock(), False
+        self.t = threading.Thread(target=self._read, daemon=True)
+        self.t.start()
+
+    def _read(self):
+        while not self.stop:
+            try:
+                m = self.s.recv(4096).decode("utf-8", "replace")
+            except socket.timeout:
+                continue
+            except OSError:
+                return
+            with self.mu:
+                self.msgs.append(m)
+
+    def has(self, prefix, count=1):
+        with self.mu:
+            n = sum(1 for m in self.msgs for line in m.split("\n") if line.startswith(prefix))
+        return n >= count
+
+    def close(self):
+        self.stop = True
+        self.t.join()
+        self.s.close()
+
+
+def case_notify(P, tmp):
+    cs, ws = NotifySocket(os.path.join(tmp, "c.sock")), NotifySocket(os.path.join(tmp, "w.sock"))
+    try:
+        cport = start_coordinator(P, tmp, "coord", SYN,
+                                  {"NOTIFY_SOCKET": cs.path, "WATCHDOG_USEC": "400000"})
+        if not check(cport, "coordinator started"):
+            return
+        check(wait_for(lambda: cs.has("READY=1"), 15, "coordinator READY=1"),
+              "coordinator sent READY=1")
+        check(wait_for(lambda: cs.has("WATCHDOG=1", 3), 15, "coordinator WATCHDOG=1 x3"),
+              "coordinator sends WATCHDOG=1 keep-alives")
+        check(wait_for(lambda: cs.has("STATUS="), 15, "coordinator STATUS="),
+              "coordinator sends STATUS= lines")
+        start_worker(P, "worker", cport, [], {"NOTIFY_SOCKET": ws.path})
+        check(wait_for(lambda: ws.has("READY=1"), 20, "worker READY=1"), "worker sent READY=1")
+        # READY only after registering: the coordinator lists it by now
+        s = status_json(cport)
+        check(s and len(s["workers"]) == 1, "the worker was registered when it said READY=1")
+        check(wait_for(lambda: ws.has("STATUS=serving"), 15, "worker STATUS=serving"),
+              "worker STATUS= with its figures")
+        check(not ws.has("WATCHDOG=1"), "no WATCHDOG=1 without $WATCHDOG_USEC")
+        P.procs["worker"].send_signal(signal.SIGTERM)
+        check(P.wait("worker", 30) == 0, "worker exits 0 on SIGTERM")
+        check(ws.has("STOPPING=1"), "worker sent STOPPING=1 on drain")
+        P.procs["coord"].send_signal(signal.SIGTERM)
+        check(P.wait("coord", 30) == 0, "coordinator exits 0 on SIGTERM")
+        check(cs.has("STOPPING=1"), "coordinator sent STOPPING=1")
+    finally:
+        cs.close()
+        ws.close()
+
+
+# ---- metrics + status --json ------------------------------------------------
+
+SAMPLE = re.compile(r'^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{([a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*"'
+                    r'(?:,[a-zA-Z_][a-zA-Z0-9_]*="(?:[^"\\\n]|\\.)*")*)?\})? '
+                    r'(-?[0-9.eE+-]+|NaN|[+-]Inf)$')
+
+
+def parse_exposition(text, what):
+    """A strict reading of the text format: every family has HELP then TYPE
+    before its samples, every sample line parses and belongs to the
+    family just declared (histograms: _bucket/_sum/_count), no family twice.
+    Returns {sample name with labels: value}."""
+    out, fam, ftype, seen = {}, None, None, set()
+    check(text.endswith("\n"), what + " ends with a newline")
+    for line in text.splitlines():
+        if line.startswith("# HELP "):
+            fam = line.split(" ")[2]
+            check(fam not in seen, "%s: family %s once" % (what, fam))
+            seen.add(fam)
+            ftype = None
+            continue
+        if line.startswith("# TYPE "):
+            parts = line.split(" ")
+            check(len(parts) == 4 and parts[2] == fam and
+                  parts[3] in ("counter", "gauge", "histogram"), "%s: TYPE line %r" % (what, line))
+            ftype = parts[3]
+            continue
+        m = SAMPLE.match(line)
+        if not check(m, "%s: sample line parses: %r" % (what, line)):
+            continue
+        name = m.group(1)
+        ok = name == fam or (ftype == "histogram" and name in
+                             (fam + "_bucket", fam + "_sum", fam + "_count"))
+        check(ok and ftype, "%s: %s belongs to the family declared (%s)" % (what, name, fam))
+        out[name + (m.group(2) or "")] = float(m.group(4))
+    return out
+
+
+def scrape(port, path="/metrics"):
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d%s" % (port, path), timeout=5) as r:
+            return r.status, r.headers.get("Content-Type", ""), r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, "", ""
+    except OSError:
+        return None, "", ""
+
+
+def promtool_ok(text, what):
+    tool = shutil.which("promtool")
+    if not tool:
+        print("promtool not installed (Debian: prometheus): only the parser here checks " + what)
+        return
+    r = subprocess.run([tool, "check", "metrics"], input=text.encode(), capture_output=True,
+                       timeout=30)
+    check(r.returncode == 0, "promtool check metrics %s: %s" % (what, r.stdout.decode() +
+                                                                r.stderr.decode()))
+
+
+def case_metrics(P, tmp):
+    job = ["--set", "num_samples=8192", "--set", "height=16", "--set", "width=16",
+           "--set", "batch_size=4", "--set", "world_size=2", "--idle-timeout-s", "60",
+           "--metrics-listen", "127.0.0.1:0"]
+    cport = start_coordinator(P, tmp, "coord", job)
+    if not check(cport, "coordinator started"):
+        return
+    start_worker(P, "worker", cport, ["--metrics-listen", "127.0.0.1:0"])
+    cm, wm = metrics_port(P, "coord"), metrics_port(P, "worker")
+    if not check(cm and wm, "both daemons log their metrics port"):
+        return
+    wait_for(lambda: live_workers(cport, 1), 20, "worker registered")
+    for r in (0, 1):  # slow training steps: the job lasts while we look
+        P.spawn("rank%d" % r, [BIN["loop"], "--coordinator", "127.0.0.1:%d" % cport,
+                               "--rank", str(r), "--world-size", "2", "--step-ms", "5"])
+
+    def figures():
+        c, w = scrape(cm), scrape(wm)
+        if c[0] != 200 or w[0] != 200:
+            return None
+        cv, wv = parse_exposition(c[2], "coordinator"), parse_exposition(w[2], "worker")
+        ranks = [k for k in cv if k.startswith("stoker_rank_stall_fraction{")]
+        if len(ranks) == 2 and wv.get("stoker_worker_batches_built_total", 0) > 0:
+            return c, w, cv, wv
+        return None
+    got = wait_for(figures, 30, "metrics with both ranks and built batches")
+    if not got:
+        P.dump()
+        return
+    c, w, cv, wv = got
+    check(c[1].startswith("text/plain; version=0.0.4"), "content type %r" % c[1])
+    promtool_ok(c[2], "(coordinator)")
+    promtool_ok(w[2], "(worker)")
+    for name in ("stoker_worker_batches_built_total", "stoker_worker_bytes_sent_total",
+                 "stoker_worker_samples_substituted_total", "stoker_worker_build_seconds_count",
+                 'stoker_worker_build_seconds_bucket{le="+Inf"}', "stoker_worker_busy_fraction",
+                 "stoker_worker_queued_requests", "stoker_worker_open_streams",
+                 "stoker_worker_free_buffers", 'stoker_worker_bad_samples_total{reason="truncated"}'):
+        check(name in wv, "worker metric " + name)
+    check(wv.get("stoker_worker_build_seconds_count") ==
+          wv.get('stoker_worker_build_seconds_bucket{le="+Inf"}'), "histogram count = +Inf bucket")
+    for name in ("stoker_coordinator_live_workers", "stoker_coordinator_ranks_joined",
+                 "stoker_coordinator_ranks_finished", 'stoker_coordinator_job_state{state="running"}',
+                 'stoker_rank_batches_per_second{rank="0"}', 'stoker_rank_stall_fraction{rank="1"}',
+                 "stoker_job_workers_needed", "stoker_job_workers_spare"):
+        check(name in cv, "coordinator metric " + name)
+    check(cv.get("stoker_coordinator_live_workers") == 1, "one live worker")
+    check(cv.get('stoker_coordinator_job_state{state="running"}') == 1, "state running")
+    check(scrape(cm, "/other")[0] == 404, "other paths are 404")
+
+    s = wait_for(lambda: (lambda j: j if j and len(j["ranks"]) == 2 else None)(status_json(cport)),
+                 20, "status --json with both ranks")
+    if s:
+        check(s["state"] == "running" and len(s["workers"]) == 1, "status: running, 1 worker")
+        wk = s["workers"][0]
+        for k in ("batches_per_s", "busy_fraction", "bad_samples", "bad_recent", "free_buffers"):
+            check(k in wk, "status --json worker has " + k)
+        for rk in s["ranks"]:
+            check(0 <= rk["stall_fraction"] <= 1 and rk["batches"] >= 0,
+                  "status --json rank %s figures" % rk.get("rank"))
+        v = s["verdict"]
+        check(v["kind"] in ("input-bound", "compute-bound", "balanced") and v["workers"] == 1,
+              "status --json verdict %r" % v)
+        check(v["text"].startswith(v["kind"]), "the verdict text says it: %r" % v["text"])
+        rc, out, _ = cli(["status", "--coordinator", "127.0.0.1:%d" % cport])
+        check(rc == 0 and "verdict" in out and "STALL" in out, "status table: ranks, verdict")
+    for r in (0, 1):
+        check(P.wait("rank%d" % r, 120) == 0, "rank %d trained to the end" % r)
+    check(P.wait("coord", 30) == 0 and P.wait("worker", 30) == 0, "daemons exit 0")
+
+
+# ---- bad samples -------------------------------------------------------------
+
+def make_corrupt_set(tmp):
+    """40 generated JPEGs, 6 of them spoiled; returns (root, [relative paths
+    under the dataset dir of the spoiled ones])."""
+    root = os.path.join(tmp, "data")
+    r = subprocess.run([BIN["dataset"], "gen", "--out", root, "--count", "40", "--classes", "2",
+                        "--layout", "imagefolder", "--min-side", "40", "--max-side", "90"],
+                       capture_output=True, timeout=120 * SLOW)
+    if not check(r.returncode == 0, "stoker-dataset gen: %r" % r.stderr[-300:]):
+        return None, []
+    ds = os.path.join(root, "imagefolder")
+    files = sorted(os.path.relpath(os.path.join(d, f), ds)
+                   for d, _, fs in os.walk(ds) for f in fs if f.endswith(".jpg"))
+    bad = files[1::7][:6]
+    for i, rel in enumerate(bad):
+        p = os.path.join(ds, rel)
+        with open(p, "rb") as f:
+            data = f.read()
+        with open(p, "wb") as f:
+            if i % 3 == 0:
+                f.write(data[:len(data) // 3])             # truncated
+            elif i % 3 == 1:
+                f.write(b"this is not a JPEG at all\n" * 8)  # not a JPEG
+            # else: empty
+    return root, bad
+
+
+def case_bad(P, tmp):
+    root, bad = make_corrupt_set(tmp)
+    if not root:
+        return
+    job = ["--set", "source=imagefolder", "--set", "dataset=imagefolder", "--set", "pipeline=eval",
+           "--set", "height=16",
+           "--set", "width=16", "--set", "batch_size=4", "--set", "world_size=2",
+           "--idle-timeout-s", "60"]
+    cport = start_coordinator(P, tmp, "coord", job)
+    if not check(cport, "coordinator started"):
+        return
+    start_worker(P, "worker", cport, ["--data-root", root])
+    wait_for(lambda: live_workers(cport, 1), 20, "worker registered")
+    loop = [BIN["loop"], "--coordinator", "127.0.0.1:%d" % cport, "--world-size", "2"]
+    P.spawn("rank0", loop + ["--rank", "0"])
+    check(P.wait("rank0", 120) == 0, "rank 0 trained through the bad samples")
+
+    def logged():
+        return re.findall(r"WARN bad sample (\S+): (.*) \(reason (\w+);", P.log("worker"))
+
+    def status_caught_up():  # the heartbeat after the last log line
+        s = status_json(cport)
+        if not s or not s["workers"]:
+            return None
+        n = sum(s["workers"][0]["bad_samples"].values())
+        return s if n == len(logged()) else None
+    s = wait_for(status_caught_up, 20, "status counting what the log names")
+    if s:
+        wk = s["workers"][0]
+        check(set(wk["bad_samples"]) >= {"truncated", "not_jpeg", "empty"},
+              "status --json counts by reason: %r" % wk["bad_samples"])
+        check(all(r.split(":")[0] in bad for r in wk["bad_recent"]) and
+              len(wk["bad_recent"]) == min(8, len(logged())),
+              "status --json last paths are the bad files: %r" % wk["bad_recent"])
+        rc, out, _ = cli(["status", "--coordinator", "127.0.0.1:%d" % cport])
+        check(rc == 0 and (not logged() or "bad samples" in out), "status table shows bad samples")
+    P.spawn("rank1", loop + ["--rank", "1"])
+    check(P.wait("rank1", 120) == 0, "rank 1 trained through the bad samples")
+    check(P.wait("worker", 30) == 0 and P.wait("coord", 30) == 0, "daemons exit 0")
+    names = [m[0] for m in logged()]
+    check(sorted(names) == sorted(bad),
+          "the worker log names every bad file exactly once:\n  logged %r\n  bad    %r"
+          % (sorted(names), sorted(bad)))
+    reasons = {m[0]: m[2] for m in logged()}
+    for i, rel in enumerate(bad):
+        want = ("truncated", "not_jpeg", "empty")[i % 3]
+        check(reasons.get(rel) == want, "%s logged as %s (got %s)" % (rel, want, reasons.get(rel)))
+
+    # --max-bad-fraction: 6 of 40 bad (15%) > 5%: the job fails as an abort.
+    # The coordinator checks at each heartbeat (1 s): the job (20 epochs of
+    # 5 steps of at least 50 ms, the bad files all met in the first) lasts
+    # long enough for several.
+    cport = start_coordinator(P, tmp, "coord2", job + ["--max-bad-fraction", "0.05",
+                                                       "--set", "epochs=20"])
+    start_worker(P, "worker2", cport, ["--data-root", root])
+    loop = [BIN["loop"], "--coordinator", "127.0.0.1:%d" % cport, "--world-size", "2",
+            "--step-ms", "50"]
+    P.spawn("rank0b", loop + ["--rank", "0"])
+    P.spawn("rank1b", loop + ["--rank", "1"])
+    check(P.wait("coord2", 120) == 4, "coordinator exits 4 (job failed: too many bad samples)")
+    check(P.wait("worker2", 30) == 5, "worker exits 5 (job aborted)")
+    check("too many bad samples" in P.log("coord2"), "the coordinator says why")
+    for r in ("rank0b", "rank1b"):
+        check(P.wait(r, 60) not in (0, None), "%s fails with the job" % r)
+
+
+CASES = {"token": case_token, "notify": case_notify, "metrics": case_metrics, "bad": case_bad}
+
+
+def main():
+    if len(sys.argv) != 2 or sys.argv[1] not in CASES:
+        print("usage: test_ops.py " + "|".join(CASES))
+        return 2
+    need = ["coord", "worker", "cli"] + (["loop"] if sys.argv[1] in ("metrics", "bad") else []) \
+        + (["dataset"] if sys.argv[1] == "bad" else [])
+    missing = [k for k in need if not BIN[k]]
+    if missing:
+        print("SKIP: binaries not given: " + ", ".join(missing))
+        return 77
+    tmp = tempfile.mkdtemp(prefix="stoker-ops-")
+    P = Procs(tmp)
+    try:
+        CASES[sys.argv[1]](P, tmp)
+    finally:
+        P.kill_all()
+        if fails:
+            P.dump()
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("%s: %s" % (sys.argv[1], "FAILED (%d)" % len(fails) if fails else "ok"))
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
