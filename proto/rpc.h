@@ -119,6 +119,8 @@ typedef struct stk__rpc_method {
                                         0 = the server's max_message_bytes */
   stk__rpc_unary_fn unary;           /* a unary method, or */
   const stk__rpc_stream_ops *stream; /* a streaming one (either direction) */
+  int no_token; /* 1 = callable without the bearer token (the health service:
+                   probes carry none, and it tells nothing secret) */
 } stk__rpc_method;
 
 typedef struct stk__rpc_server_config {

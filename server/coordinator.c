@@ -27,6 +27,7 @@
 #include "common/error.h"
 #include "common/secret.h"
 #include "daemon.h"
+#include "health.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
@@ -1046,6 +1047,7 @@ static void shut_down_workers(void) {
   pthread_mutex_lock(&C.mu);
   LOG_INFO("shutting down the job: %s", C.shutdown_reason);
   C.shutting_down = 1;
+  stk__health_set(0);
   pthread_cond_broadcast(&C.cv);
   char st[sizeof(C.shutdown_reason) + 40];
   snprintf(st, sizeof(st), "shutting down: %s", C.shutdown_reason);
@@ -1211,8 +1213,10 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
        handle_status, NULL},
       {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor, 0,
        handle_report_stats, NULL},
+      STK__HEALTH_METHODS,
   };
   int port = 0;
+  stk__health_init("stoker.v1.Coordinator");
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
                         opt.max_message_mb, token, C.tls, &opt.serve, opt.port_file, srv,
                         &port, err, errlen))
@@ -1223,6 +1227,7 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
            C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
            C.resolved ? "known" : "unknown until a worker registers", opt.listen, port,
            stk__tls_describe(C.tls));
+  stk__health_set(1); /* accepting joins (grpc.health.v1) until the shutdown */
   return 0;
 }
 

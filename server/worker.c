@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/secret.h"
 #include "daemon.h"
+#include "health.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
@@ -928,6 +929,11 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
           opt.coordinator, (long long)(lost / 1000), opt.orphan_timeout_s, EXIT_ORPHAN);
       return EXIT_ORPHAN;
     }
+    /* grpc.health.v1: SERVING while registered with a job whose dataset
+     * is open, NOT_SERVING before, while the coordinator is lost, and
+     * from the drain on */
+    stk__health_set(current_sched() != NULL && lost == 0 &&
+                    !__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE));
     int64_t now = stk__now_ms();
     int stats_due = now >= next_stats;
     notify_progress(sess, stats_due);
@@ -945,6 +951,7 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
 static void drain(sched *s, int code) {
   __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
   stk__notify_stopping("draining");
+  stk__health_set(0);
   if (!s) return;
   sched_drain(s);
   long long drain_s =
@@ -1017,14 +1024,18 @@ int main(int argc, char **argv) {
   }
 
   /* {path, request type, receive limit (0 = --max-message-mb), unary, stream} */
-  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream",
-                                             &stoker__v1__batch_request__descriptor, 0,
-                                             NULL, &stream_ops}};
+  static const stk__rpc_method methods[] = {
+      {"/stoker.v1.Worker/Stream", &stoker__v1__batch_request__descriptor, 0, NULL,
+       &stream_ops},
+      STK__HEALTH_METHODS,
+  };
+  stk__health_init("stoker.v1.Worker");
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
-  if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, token, W.tls,
-                        &opt.serve, opt.port_file, &srv, &port, err, sizeof(err))) {
+  if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
+                        opt.max_message_mb, token, W.tls, &opt.serve, opt.port_file, &srv,
+                        &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
     goto out;
