@@ -14,6 +14,7 @@ PKGS=(
   clang libclang-rt-14-dev clang-format      # libFuzzer targets, sanitizer runtime, layout check
   python3 python3-numpy python3-torch python3-torchvision python3-pil  # binding, parity tests
   python3-yaml                               # checks of the Kubernetes manifests (tests/deploy)
+  python3-grpcio python3-protobuf protobuf-compiler  # a stock gRPC client in the health test
   iproute2 procps                            # netns tests, process tools
   openssl                                    # deploy/stoker-certs (TLS certificates) and the TLS test
   valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)

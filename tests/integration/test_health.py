@@ -1,0 +1,186 @@
+"""test_health.py - grpc.health.v1.Health on both daemons, asked by a stock
+gRPC client: Debian's python3-grpcio with message classes that protoc
+(protobuf-compiler) generates from proto/health.proto at test time.
+
+  coordinator  Check "" and "stoker.v1.Coordinator" SERVING while it takes
+               joins; an unknown name NOT_FOUND; no bearer token needed
+               (the coordinator has one), while its own RPCs still demand it.
+  worker       Watch "stoker.v1.Worker" from before the worker registers:
+               NOT_SERVING, then SERVING once registered with its dataset
+               open; after SIGTERM the stream sees NOT_SERVING (drain) or
+               ends as the worker exits. Watch of an unknown name gets
+               SERVICE_UNKNOWN and stays open.
+  coordinator  when the job ends (stoker abort), Check answers NOT_SERVING
+               or the coordinator is gone.
+
+Usage: test_health.py BIN_DIR PROTO_DIR
+Exit 0 passed, 1 failed, 77 skipped (no grpcio/protobuf/protoc).
+"""
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+BIN, PROTO = sys.argv[1], sys.argv[2]
+try:
+    import grpc
+    import google.protobuf  # noqa: F401
+except ImportError as e:
+    print("SKIP: %s (apt-get install python3-grpcio python3-protobuf)" % e)
+    sys.exit(77)
+if not shutil.which("protoc"):
+    print("SKIP: protoc is not installed (apt-get install protobuf-compiler)")
+    sys.exit(77)
+
+fails, procs = [], []
+
+
+def check(cond, what):
+    print(("ok   " if cond else "FAIL ") + what, flush=True)
+    if not cond:
+        fails.append(what)
+    return cond
+
+
+def spawn(args, log):
+    with open(log, "w") as f:
+        p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
+    procs.append(p)
+    return p
+
+
+def wait_port(path, proc, limit_s=30):
+    end = time.monotonic() + limit_s
+    while time.monotonic() < end:
+        if os.path.exists(path) and open(path).read().strip():
+            return int(open(path).read())
+        if proc.poll() is not None:
+            break
+        time.sleep(0.05)
+    raise RuntimeError("no port in " + path)
+
+
+def main():
+    d = tempfile.mkdtemp(prefix="stoker-health-test.")
+    subprocess.run(["protoc", "--proto_path", PROTO, "--python_out", d,
+                    os.path.join(PROTO, "health.proto")], check=True, timeout=60)
+    sys.path.insert(0, d)
+    import health_pb2 as pb
+    S = pb.HealthCheckResponse
+    with open(f"{d}/job.txt", "w") as f:
+        f.write("source = synthetic\nnum_samples = 64\nheight = 8\nwidth = 8\n"
+                "batch_size = 8\nworld_size = 1\nepochs = 1\n")
+    with open(f"{d}/token", "w") as f:
+        f.write("s3cret\n")
+    try:
+        c = spawn([f"{BIN}/stoker-coordinator", "--job", f"{d}/job.txt", "--listen",
+                   "127.0.0.1:0", "--port-file", f"{d}/cport", "--token-file",
+                   f"{d}/token", "--idle-timeout-s", "120"], f"{d}/coord.log")
+        cport = wait_port(f"{d}/cport", c)
+        ch = grpc.insecure_channel(f"127.0.0.1:{cport}")
+        grpc.channel_ready_future(ch).result(timeout=30)
+        check_rpc = ch.unary_unary("/grpc.health.v1.Health/Check",
+                                   request_serializer=pb.HealthCheckRequest.SerializeToString,
+                                   response_deserializer=S.FromString)
+        for name in ("", "stoker.v1.Coordinator"):
+            r = check_rpc(pb.HealthCheckRequest(service=name), timeout=10)
+            check(r.status == S.SERVING, "coordinator Check %r: SERVING without a token" % name)
+        try:
+            check_rpc(pb.HealthCheckRequest(service="nope"), timeout=10)
+            check(False, "coordinator Check of an unknown service is NOT_FOUND")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.NOT_FOUND,
+                  "coordinator Check of an unknown service: %s" % e.code())
+        status_rpc = ch.unary_unary("/stoker.v1.Coordinator/Status",
+                                    request_serializer=lambda b: b,
+                                    response_deserializer=lambda b: b)
+        try:
+            status_rpc(b"", timeout=10)
+            check(False, "Status without the token is refused")
+        except grpc.RpcError as e:
+            check(e.code() == grpc.StatusCode.UNAUTHENTICATED,
+                  "the coordinator's own RPCs still need the token (%s)" % e.code())
+
+        # The worker: watch from before it registers.
+        w = spawn([f"{BIN}/stoker-worker", "--coordinator", f"127.0.0.1:{cport}",
+                   "--port-file", f"{d}/wport", "--token-file", f"{d}/token",
+                   "--threads", "1"], f"{d}/worker.log")
+        wport = wait_port(f"{d}/wport", w)
+        wch = grpc.insecure_channel(f"127.0.0.1:{wport}")
+        grpc.channel_ready_future(wch).result(timeout=30)
+        watch = wch.unary_stream("/grpc.health.v1.Health/Watch",
+                                 request_serializer=pb.HealthCheckRequest.SerializeToString,
+                                 response_deserializer=S.FromString)
+        seen = queue.Queue()
+
+        def follow(it):
+            try:
+                for m in it:
+                    seen.put(m.status)
+            except grpc.RpcError as e:
+                seen.put(("ended", e.code()))
+            seen.put(("ended", None))
+
+        stream = watch(pb.HealthCheckRequest(service="stoker.v1.Worker"), timeout=120)
+        threading.Thread(target=follow, args=(stream,), daemon=True).start()
+        first = seen.get(timeout=30)
+        check(first in (S.NOT_SERVING, S.SERVING),
+              "worker Watch: first status %s" % first)
+        got = [first]
+        while got[-1] != S.SERVING:
+            got.append(seen.get(timeout=60))
+        check(got[-1] == S.SERVING, "worker Watch: SERVING once registered (%s)" % got)
+        unknown = watch(pb.HealthCheckRequest(service="nope"), timeout=30)
+        check(next(unknown).status == S.SERVICE_UNKNOWN,
+              "worker Watch of an unknown service: SERVICE_UNKNOWN")
+        unknown.cancel()
+
+        w.send_signal(signal.SIGTERM)
+        rest = []
+        while True:
+            m = seen.get(timeout=60)
+            rest.append(m)
+            if isinstance(m, tuple):
+                break
+        check(S.NOT_SERVING in rest or rest[0][0] == "ended",
+              "worker Watch after SIGTERM: %s" % rest)
+        check(w.wait(30) == 0, "worker exits 0")
+
+        subprocess.run([f"{BIN}/stoker", "abort", "--coordinator", f"127.0.0.1:{cport}",
+                        "--token-file", f"{d}/token", "--reason", "test over"],
+                       timeout=60, capture_output=True)
+        end = time.monotonic() + 30
+        verdict = None
+        while time.monotonic() < end:
+            try:
+                r = check_rpc(pb.HealthCheckRequest(service=""), timeout=5)
+                if r.status == S.NOT_SERVING:
+                    verdict = "NOT_SERVING"
+                    break
+            except grpc.RpcError:
+                verdict = "gone"
+                break
+            time.sleep(0.1)
+        check(verdict is not None, "coordinator after the job ended: %s" % verdict)
+        c.wait(30)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+            p.wait()
+        if fails:
+            for f in ("coord.log", "worker.log"):
+                if os.path.exists(f"{d}/{f}"):
+                    print("----", f)
+                    print("".join(open(f"{d}/{f}").readlines()[-20:]))
+        shutil.rmtree(d, ignore_errors=True)
+    print("%d failure(s)" % len(fails) if fails else "test_health: passed")
+    return 1 if fails else 0
+
+
+sys.exit(main())
