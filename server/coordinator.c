@@ -8,8 +8,17 @@
  * abort_job): the job then ends as failed (state "failed", workers told
  * Shutdown{failed}, exit code 4).
  *
+ * With --state-dir, what a restart must not forget (the job's hash, the
+ * dataset size and fingerprint, joined and finished ranks, the registered
+ * workers, the job's end) is written to a state journal (journal.c) before
+ * the call that changed it is answered; a coordinator restarted with the
+ * same job and state dir resumes from it. Clients also re-announce
+ * themselves on every watch (rank, job hash, finished), so even a restart
+ * on a fresh disk converges while the ranks' clients are still open.
+ *
  * Owns the job, the worker table and the rank table, all under one mutex
- * that is never held across a gRPC call. Must not trust the network: every
+ * that is never held across a gRPC call; journal writes are serialised by
+ * a second mutex, taken without the first. Must not trust the network: every
  * message is validated and a bad one ends only its own call.
  */
 #include <errno.h>
@@ -23,6 +32,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "daemon.h"
+#include "journal.h"
 #include "log.h"
 #include "options.h"
 #include "rpc.h"
@@ -35,16 +45,18 @@
 
 enum {
   EXIT_OK = 0,     /* the job ended: all ranks finished, rank 0 asked, or a signal */
-  EXIT_FAIL = 1,   /* cannot listen, cannot write the port file */
-  EXIT_USAGE = 2,  /* bad option, config file or job spec */
+  EXIT_FAIL = 1,   /* cannot listen, cannot write the port file, state dir */
+  EXIT_USAGE = 2,  /* bad option, config file or job spec; another job's state */
   EXIT_IDLE = 3,   /* no client touched the job for --idle-timeout-s */
   EXIT_ABORTED = 4 /* a rank aborted the job (Finish.abort_job) */
 };
 
 static const char exit_codes_text[] =
     "  0  the job ended: every rank finished, rank 0 asked, or SIGTERM/SIGINT\n"
-    "  1  runtime failure (cannot listen, cannot write the port file)\n"
-    "  2  usage error (bad option, config file or job spec)\n"
+    "  1  runtime failure (cannot listen, cannot write the port file, cannot use\n"
+    "     --state-dir: locked by another coordinator, unreadable, damaged state)\n"
+    "  2  usage error (bad option, config file or job spec; --state-dir holds\n"
+    "     another job's state)\n"
     "  3  idle timeout: no client touched the job for --idle-timeout-s "
     "(workers were still shut down)\n"
     "  4  the job was aborted: a rank (or stoker abort) asked with Finish.abort_job;\n"
@@ -55,11 +67,11 @@ static const char exit_codes_text[] =
 /* ---- Options ----------------------------------------------------------- */
 
 static struct {
-  char *listen, *job, *token, *port_file, *log_level;
+  char *listen, *job, *token, *port_file, *log_level, *state_dir;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
-      shutdown_grace_s, max_message_mb;
-  int print_job;
+      shutdown_grace_s, max_message_mb, watch_lease_s;
+  int print_job, discard_state;
 } opt;
 
 static stk__option options[] = {
@@ -73,9 +85,24 @@ static stk__option options[] = {
     {"print-job", OPT_BOOL, "false", NULL,
      "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
     {"idle-timeout-s", OPT_INT, "600", NULL,
-     "end the job when no client touched it this long (a call, an open watch, "
-     "or batches flowing from a worker count)",
+     "end the job when no client touched it this long (a call, an open watch "
+     "within its lease, or batches flowing from a worker count)",
      &opt.idle_timeout_s, 1, 86400 * 30},
+    {"watch-lease-s", OPT_INT, "60", NULL,
+     "end each WatchWorkers call (OK) after this long; libstoker opens a new one "
+     "at once, a watcher on a dead host does not, so it stops keeping the job "
+     "from its idle timeout",
+     &opt.watch_lease_s, 1, 86400},
+    {"state-dir", OPT_STR, "", NULL,
+     "directory (created if missing) for the job's state journal: job hash, "
+     "dataset size and fingerprint, joined and finished ranks, workers, the "
+     "job's end; a coordinator restarted with the same job and state dir resumes "
+     "where it was. Empty = no journal (clients still re-announce themselves)",
+     &opt.state_dir, 0, 0},
+    {"discard-state", OPT_BOOL, "false", NULL,
+     "start afresh when --state-dir holds another job's state or a damaged "
+     "file (it is overwritten; logged)",
+     &opt.discard_state, 0, 0},
     {"heartbeat-interval-ms", OPT_INT, "1000", NULL, "how often workers heartbeat",
      &opt.heartbeat_interval_ms, 50, 60000},
     {"heartbeat-misses", OPT_INT, "3", NULL,
@@ -108,6 +135,7 @@ typedef struct cworker {
                               Shutdown vs the handler's final status */
   int closed;              /* under send_mu: the call got its status */
   int live;                /* in C.workers */
+  int leaving;             /* session over: no longer journaled, unlink next */
   int shutdown_sent;
   int refs; /* under C.mu */
   int64_t registered_ms, last_hb_ms;
@@ -130,6 +158,7 @@ static struct {
   int resolved; /* num_samples known */
   char *canonical;
   uint64_t hash;
+  uint64_t config_hash; /* of the job as configured: the state journal's key */
   uint64_t fingerprint;
   int have_fp;
   cworker *workers; /* live ones */
@@ -141,9 +170,25 @@ static struct {
   char shutdown_reason[400];
   int failed; /* the job was aborted; shutdown_reason says why */
   int64_t start_ms, last_touch_ms;
-  int watchers;
+  int watchers;    /* open WatchWorkers calls (the stats line) */
+  int watch_holds; /* ... within their lease and not blocked in a send */
   int done;
+  /* From the state journal: ids of workers registered before a restart and
+   * not back yet; the end of the job waits (bounded) for them too. */
+  char **expect;
+  size_t nexpect;
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* The state journal (--state-dir). Writes are serialised by J.mu, taken
+ * without C.mu; seq numbers the snapshots so an older one is never written
+ * after a newer one. */
+static struct {
+  pthread_mutex_t mu;
+  stk__state_dir *dir; /* NULL: no journal */
+  uint64_t seq;        /* under C.mu: last snapshot taken */
+  uint64_t written;    /* under J.mu: last snapshot on disk */
+  int failing;         /* under J.mu: the last write failed (logged once) */
+} J = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
 
@@ -227,6 +272,203 @@ static void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
     free(v[i]);
   }
   free(v);
+}
+
+/* ---- State journal (--state-dir) ---------------------------------------- */
+
+/* The state as journal text (C's fields, read under C.mu). 0 or -1. */
+static int journal_text_locked(char **text, size_t *len) {
+  stk__journal j;
+  memset(&j, 0, sizeof(j));
+  j.job_hash = C.config_hash;
+  j.job_name = C.spec.name;
+  j.world_size = C.spec.world_size;
+  j.num_samples = C.resolved ? C.spec.num_samples : 0;
+  j.have_fp = C.have_fp;
+  j.fingerprint = C.fingerprint;
+  j.joined = C.joined;
+  j.finished = C.finished;
+  j.ended = C.shutdown_req != 0;
+  j.exit_code = C.shutdown_req ? C.shutdown_req - 1 : 0;
+  j.failed = C.failed;
+  j.reason = C.shutdown_reason;
+  size_t n = nworkers_locked() + C.nexpect;
+  char **ids = calloc(n ? n : 1, sizeof(*ids));
+  if (!ids) return -1;
+  for (cworker *w = C.workers; w; w = w->next)
+    if (!w->leaving) ids[j.nworkers++] = w->id;
+  for (size_t i = 0; i < C.nexpect; i++) ids[j.nworkers++] = C.expect[i];
+  j.worker_ids = ids;
+  int rc = stk__journal_format(&j, text, len);
+  free(ids);
+  return rc;
+}
+
+/* Put the state as of now in the journal (nothing without --state-dir):
+ * returns once a snapshot holding every change made before the call is on
+ * disk, so a call answered after it survives a kill -9. A failed write is
+ * logged (once until one succeeds again) and the job goes on from memory:
+ * a disk problem must not end a running job. Call without C.mu. */
+static void journal_sync(void) {
+  if (!J.dir) return;
+  char *text = NULL;
+  size_t len = 0;
+  pthread_mutex_lock(&C.mu);
+  uint64_t seq = ++J.seq;
+  int rc = journal_text_locked(&text, &len);
+  pthread_mutex_unlock(&C.mu);
+  char err[600] = "out of memory";
+  pthread_mutex_lock(&J.mu);
+  if (seq > J.written) { /* else a newer snapshot, which has ours, is on disk */
+    if (rc || stk__state_dir_write(J.dir, text, len, err, sizeof(err))) {
+      if (!J.failing)
+        LOG_ERROR(
+            "state journal: %s; the job goes on, but a restart may forget what "
+            "changed since the last write",
+            err);
+      J.failing = 1;
+    } else {
+      if (J.failing) LOG_INFO("state journal written again");
+      J.failing = 0;
+      J.written = seq;
+    }
+  }
+  pthread_mutex_unlock(&J.mu);
+  free(text);
+}
+
+/* A worker id registered again: no longer expected back. Under C.mu. */
+static void expect_remove_locked(const char *id) {
+  for (size_t i = 0; i < C.nexpect; i++)
+    if (!strcmp(C.expect[i], id)) {
+      free(C.expect[i]);
+      C.expect[i] = C.expect[--C.nexpect];
+      return;
+    }
+}
+
+/* Take over a journal read at start: the dataset, the ranks, the end and
+ * the workers to expect back. 0, or -1 with err (the file does not fit
+ * this job: treated as damaged). Before the server starts. */
+static int journal_apply(stk__journal *j, char *err, size_t errlen) {
+  if (j->world_size != C.spec.world_size)
+    return stk__errf(err, errlen, -1, "world_size %u, the job has %u", j->world_size,
+                     C.spec.world_size);
+  if (j->num_samples) {
+    if (C.resolved && C.spec.num_samples != j->num_samples)
+      return stk__errf(err, errlen, -1, "num_samples %" PRIu64 ", the job has %" PRIu64,
+                       j->num_samples, C.spec.num_samples);
+    if (!C.resolved) {
+      stk_job_spec t = C.spec;
+      t.num_samples = j->num_samples;
+      if (stk_steps_per_epoch(&t, j->num_samples) == 0)
+        return stk__errf(err, errlen, -1,
+                         "num_samples %" PRIu64 " gives no step of the job",
+                         j->num_samples);
+      C.spec = t;
+      C.resolved = 1;
+      if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
+    }
+  }
+  C.have_fp = j->have_fp;
+  C.fingerprint = j->fingerprint;
+  for (uint32_t r = 0; r < C.spec.world_size; r++) {
+    if (j->joined[r] && !C.joined[r]) C.joined[r] = 1, C.njoined++;
+    if (j->finished[r] && !C.finished[r]) C.finished[r] = 1, C.nfinished++;
+  }
+  if (j->ended) {
+    C.shutdown_req = j->exit_code + 1;
+    C.failed = j->failed;
+    snprintf(C.shutdown_reason, sizeof(C.shutdown_reason), "%s", j->reason);
+    C.shutting_down = 1; /* no join while the shutdown is finished */
+  } else if (C.nfinished == C.spec.world_size) {
+    request_shutdown_locked(EXIT_OK, "every rank finished");
+  }
+  C.expect = j->worker_ids; /* taken over */
+  C.nexpect = j->nworkers;
+  j->worker_ids = NULL;
+  j->nworkers = 0;
+  return 0;
+}
+
+/* Open --state-dir and resume from its journal (or start one). EXIT_OK, or
+ * an exit code with err. Before the server starts. */
+static int journal_open(char *err, size_t errlen) {
+  char msg[500];
+  if (stk__state_dir_open(opt.state_dir, &J.dir, err, errlen)) return EXIT_FAIL;
+  char *text = NULL;
+  size_t len = 0;
+  int r = stk__state_dir_read(J.dir, &text, &len, msg, sizeof(msg));
+  stk__journal j;
+  memset(&j, 0, sizeof(j));
+  int code = EXIT_OK;
+  if (r < 0) {
+    if (!opt.discard_state) {
+      code = stk__errf(err, errlen, EXIT_FAIL, "--state-dir: %s", msg);
+    } else {
+      LOG_WARN("--discard-state: %s; starting afresh", msg);
+    }
+  } else if (r == 1 && stk__journal_parse(text, len, &j, msg, sizeof(msg))) {
+    if (!opt.discard_state)
+      code = stk__errf(err, errlen, EXIT_FAIL,
+                       "the state file %s/state is damaged or not a state file (%s); "
+                       "move it away, or start with --discard-state to start afresh",
+                       opt.state_dir, msg);
+    else
+      LOG_WARN("--discard-state: damaged state file %s/state (%s) overwritten",
+               opt.state_dir, msg);
+  } else if (r == 1 && j.job_hash != C.config_hash) {
+    char name[STK_ESCAPED_ID];
+    stk__escape(name, sizeof(name), j.job_name);
+    if (!opt.discard_state)
+      code =
+          stk__errf(err, errlen, EXIT_USAGE,
+                    "--state-dir %s holds the state of another job (%s, hash %016" PRIx64
+                    "); this coordinator runs job %s (hash %016" PRIx64
+                    "): give each job its own state dir, or --discard-state to "
+                    "overwrite it",
+                    opt.state_dir, name, j.job_hash, C.spec.name, C.config_hash);
+    else
+      LOG_WARN("--discard-state: the state of job %s (hash %016" PRIx64
+               ") in %s overwritten",
+               name, j.job_hash, opt.state_dir);
+  } else if (r == 1) {
+    if (journal_apply(&j, msg, sizeof(msg))) {
+      code = stk__errf(err, errlen, EXIT_FAIL,
+                       "the state file %s/state does not fit the job (%s); move it away, "
+                       "or start with --discard-state",
+                       opt.state_dir, msg);
+    } else if (C.shutdown_req && j.ended) {
+      LOG_INFO(
+          "state dir %s: the job had already ended (%s, exit code %d): finishing its "
+          "shutdown (%zu workers to tell)",
+          opt.state_dir, C.shutdown_reason, C.shutdown_req - 1, C.nexpect);
+    } else {
+      LOG_INFO("state dir %s: resuming job %s (hash %016" PRIx64
+               "): %u/%u ranks finished, "
+               "%u joined, dataset size %" PRIu64 "%s, %zu workers expected back",
+               opt.state_dir, C.spec.name, C.hash, C.nfinished, C.spec.world_size,
+               C.njoined, C.resolved ? C.spec.num_samples : 0,
+               C.resolved ? "" : " (not known yet)", C.nexpect);
+    }
+  } else {
+    LOG_INFO("state dir %s: no state yet, starting the journal", opt.state_dir);
+  }
+  free(text);
+  stk__journal_free(&j);
+  if (code != EXIT_OK) return code;
+  /* Write at once: a fresh dir gets its job, and a dir we cannot write to
+   * is found now rather than at the first finish. */
+  pthread_mutex_lock(&C.mu);
+  uint64_t seq = ++J.seq;
+  r = journal_text_locked(&text, &len);
+  pthread_mutex_unlock(&C.mu);
+  if (r) return stk__errf(err, errlen, EXIT_FAIL, "out of memory");
+  r = stk__state_dir_write(J.dir, text, len, msg, sizeof(msg));
+  free(text);
+  if (r) return stk__errf(err, errlen, EXIT_FAIL, "--state-dir: %s", msg);
+  J.written = seq;
+  return EXIT_OK;
 }
 
 /* ---- Coordinator.WorkerSession ----------------------------------------- */
@@ -382,9 +624,11 @@ static int worker_admit(stk__rpc_call *call, cworker *w) {
   w->next = C.workers;
   C.workers = w;
   C.version++;
+  expect_remove_locked(w->id);
   pthread_cond_broadcast(&C.cv);
   size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
+  journal_sync(); /* the dataset it taught the job, and the worker to expect back */
   LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
            nlive);
   rc = 0;
@@ -425,6 +669,13 @@ static void worker_serve(stk__rpc_call *call, cworker *w) {
     }
     protobuf_c_message_free_unpacked(&m->base, NULL);
   }
+  /* Out of the journal before it leaves the list: once Status no longer
+   * shows the worker, a restart does not wait for it either. */
+  pthread_mutex_lock(&C.mu);
+  int journaled = w->live && !w->leaving;
+  w->leaving = 1;
+  pthread_mutex_unlock(&C.mu);
+  if (journaled) journal_sync();
   pthread_mutex_lock(&C.mu);
   int was_live = unlink_locked(w);
   size_t nlive = nworkers_locked();
@@ -514,7 +765,8 @@ static void handle_join(stk__rpc_call *call) {
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
-  if (!C.joined[q->rank]) C.joined[q->rank] = 1, C.njoined++;
+  int newly = !C.joined[q->rank];
+  if (newly) C.joined[q->rank] = 1, C.njoined++;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = strdup(C.canonical);
   job.hash = C.hash;
@@ -523,6 +775,7 @@ static void handle_join(stk__rpc_call *call) {
   resp.list_version = C.version;
   resp.workers = infos_locked(&resp.n_workers);
   pthread_mutex_unlock(&C.mu);
+  if (newly) journal_sync();
   LOG_INFO("rank %u joined (client %s from %s)", q->rank,
            q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
   if (!job.canonical || !resp.workers)
@@ -533,32 +786,116 @@ static void handle_join(stk__rpc_call *call) {
   protobuf_c_message_free_unpacked(&q->base, NULL);
 }
 
+/* A watch's re-announcement (WatchRequest with job_hash): check it and
+ * take what the coordinator did not know (after a restart: the rank joined,
+ * finished, rank 0 ended the job). 0 (*changed set when the state moved),
+ * or a gRPC status with msg. Under C.mu. */
+static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, char *msg,
+                             size_t len) {
+  *changed = 0;
+  if (!q->job_hash) return 0; /* an old or stock client: a plain watch */
+  if (q->rank >= C.spec.world_size) {
+    snprintf(msg, len, "rank %u is outside the job's world_size %u", q->rank,
+             C.spec.world_size);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (q->client_id && strlen(q->client_id) >= MAX_STR) {
+    snprintf(msg, len, "client_id of %zu bytes (at most %d)", strlen(q->client_id),
+             MAX_STR - 1);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (q->end_job && q->rank != 0) {
+    snprintf(msg, len, "only rank 0 may end the whole job (end_job)");
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (C.shutting_down) return 0; /* the watch gets the last list at once */
+  if (!C.resolved) {
+    snprintf(msg, len, "waiting for a worker (the dataset size is not known yet)");
+    return GRPC_STATUS_UNAVAILABLE;
+  }
+  if (q->job_hash != C.hash) {
+    snprintf(msg, len,
+             "this client is in job %016" PRIx64 ", this coordinator runs job %016" PRIx64
+             " (%s)",
+             q->job_hash, C.hash, C.spec.name);
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  if (!C.joined[q->rank]) C.joined[q->rank] = 1, C.njoined++, *changed = 1;
+  if (q->finished && !C.finished[q->rank]) {
+    C.finished[q->rank] = 1, C.nfinished++, *changed = 1;
+    if (C.nfinished == C.spec.world_size)
+      request_shutdown_locked(EXIT_OK, "every rank finished");
+  }
+  if (q->end_job && !C.shutdown_req) {
+    request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
+    *changed = 1;
+  }
+  return 0;
+}
+
+/* Coordinator.WatchWorkers: the list now (when known_version is not the
+ * current one) and after every change, a last one when the job ends. The
+ * watch keeps the job from its idle timeout only within its lease
+ * (--watch-lease-s) and while not blocked sending; at the end of the lease
+ * the call ends OK and a live client opens a new one, so a watcher on a
+ * dead host cannot hold a job open for longer than lease + idle timeout. */
 static void handle_watch(stk__rpc_call *call) {
   Stoker__V1__WatchRequest *q = (Stoker__V1__WatchRequest *)recv_request(
       call, &stoker__v1__watch_request__descriptor);
   if (!q) return;
   uint64_t known = q->known_version;
-  protobuf_c_message_free_unpacked(&q->base, NULL);
+  char msg[400];
+  int changed = 0;
   pthread_mutex_lock(&C.mu);
-  C.watchers++;
   touch_locked();
+  int code = reannounce_locked(q, &changed, msg, sizeof(msg));
+  uint32_t nf = C.nfinished;
+  if (!code) C.watchers++, C.watch_holds++;
   pthread_mutex_unlock(&C.mu);
+  if (code) {
+    LOG_WARN("watch from %s (rank %u) refused: %s", stk__rpc_call_peer(call), q->rank,
+             msg);
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    return;
+  }
+  if (changed) {
+    journal_sync();
+    LOG_INFO(
+        "rank %u re-announced itself on its watch (client %s from %s)%s%s (%u/%u "
+        "finished)",
+        q->rank, q->client_id ? q->client_id : "", stk__rpc_call_peer(call),
+        q->finished ? ": finished" : "", q->end_job ? ", ends the job" : "", nf,
+        C.spec.world_size);
+  }
+  protobuf_c_message_free_unpacked(&q->base, NULL);
+  int64_t lease_end = stk__now_ms() + opt.watch_lease_s * 1000;
+  int held = 1;
   for (;;) {
     pthread_mutex_lock(&C.mu);
-    if (C.version == known && !C.shutting_down) {
-      stk__cond_wait_ms(&C.cv, &C.mu, 500);
+    int64_t now = stk__now_ms();
+    if (C.version == known && !C.shutting_down && now < lease_end) {
+      stk__cond_wait_ms(&C.cv, &C.mu, lease_end - now < 500 ? lease_end - now : 500);
+      now = stk__now_ms();
     }
-    int changed = C.version != known || C.shutting_down;
+    int changed_list = C.version != known || C.shutting_down;
+    int lease_over = now >= lease_end;
     Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
-    if (changed) {
+    if (changed_list) {
       list.version = C.version;
       list.shutting_down = C.shutting_down;
       list.failed = C.shutting_down && C.failed;
       list.reason = list.failed ? strdup(C.shutdown_reason) : NULL;
       list.workers = infos_locked(&list.n_workers);
     }
+    /* A send may block on a peer that stopped reading: not counted then. */
+    if (held && (changed_list || lease_over)) C.watch_holds--, held = 0, touch_locked();
     pthread_mutex_unlock(&C.mu);
-    if (!changed) {
+    if (!changed_list) {
+      if (lease_over) {
+        stk__rpc_call_finish(call, GRPC_STATUS_OK, "watch lease over: watch again");
+        break;
+      }
       if (stk__rpc_call_closed(call)) break;
       continue;
     }
@@ -573,9 +910,15 @@ static void handle_watch(stk__rpc_call *call) {
       stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
       break;
     }
+    if (!lease_over) {
+      pthread_mutex_lock(&C.mu);
+      C.watch_holds++, held = 1;
+      pthread_mutex_unlock(&C.mu);
+    }
   }
   pthread_mutex_lock(&C.mu);
   C.watchers--;
+  if (held) C.watch_holds--;
   touch_locked();
   pthread_mutex_unlock(&C.mu);
   stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "watcher went away");
@@ -622,10 +965,21 @@ static void handle_finish(stk__rpc_call *call) {
     protobuf_c_message_free_unpacked(&q->base, NULL);
     return;
   }
+  if (q->job_hash && C.resolved && q->job_hash != C.hash) {
+    snprintf(msg, sizeof(msg),
+             "finish for job %016" PRIx64 ", this coordinator runs job %016" PRIx64,
+             q->job_hash, C.hash);
+    pthread_mutex_unlock(&C.mu);
+    LOG_WARN("finish from %s refused: %s", stk__rpc_call_peer(call), msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    protobuf_c_message_free_unpacked(&q->base, NULL);
+    return;
+  }
   if (q->abort_job) {
     abort_job_locked(q->rank, q->reason, stk__rpc_call_peer(call));
     uint32_t nf = C.nfinished;
     pthread_mutex_unlock(&C.mu);
+    journal_sync(); /* the end is on disk before anyone hears of it */
     Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
     resp.ranks_finished = nf;
     resp.world_size = W;
@@ -638,6 +992,7 @@ static void handle_finish(stk__rpc_call *call) {
   if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
   else if (nf == W) request_shutdown_locked(EXIT_OK, "every rank finished");
   pthread_mutex_unlock(&C.mu);
+  journal_sync(); /* an answered Finish survives a restart */
   LOG_INFO("rank %u finished%s (%u/%u)", q->rank,
            q->shutdown_job ? " and ends the job" : "", nf, W);
   Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
@@ -730,6 +1085,7 @@ static int load_job(char *err, size_t errlen) {
     return -1;
   }
   if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
+  C.config_hash = C.hash;
   C.joined = calloc(C.spec.world_size, 1);
   C.finished = calloc(C.spec.world_size, 1);
   if (!C.joined || !C.finished) return stk__errf(err, errlen, -1, "out of memory");
@@ -800,7 +1156,7 @@ static void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
       "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
       "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
       state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished, C.watchers,
-      bps, mbps, C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
+      bps, mbps, C.watch_holds ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
   pthread_mutex_unlock(&C.mu);
   *last_bytes = bytes, *last_ms = now;
 }
@@ -820,11 +1176,14 @@ static int run_job(void) {
       snprintf(why, sizeof(why), "signal %d", sig);
       request_shutdown_locked(EXIT_OK, why);
     }
-    if (!C.watchers && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
+    if (!C.watch_holds && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
       request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
     int req = C.shutdown_req;
     pthread_mutex_unlock(&C.mu);
-    if (req) return req - 1;
+    if (req) {
+      journal_sync(); /* the end (a signal, the idle timeout) before telling workers */
+      return req - 1;
+    }
     check_heartbeats();
     if (now >= next_stats) {
       log_stats(now, &last_stats, &last_bytes);
@@ -846,7 +1205,9 @@ static void shut_down_workers(void) {
   for (;;) {
     send_shutdowns();
     pthread_mutex_lock(&C.mu);
-    size_t left = nworkers_locked();
+    /* Workers registered before a restart and not back yet (state journal)
+     * still need their Shutdown: wait for them too, within the grace. */
+    size_t left = nworkers_locked() + C.nexpect;
     pthread_mutex_unlock(&C.mu);
     if (!left) break;
     if (stk__signal_count() >= 2) {
@@ -854,8 +1215,13 @@ static void shut_down_workers(void) {
       break;
     }
     if (stk__now_ms() >= until) {
-      LOG_WARN("%zu workers still connected after %lld s; exiting anyway", left,
-               opt.shutdown_grace_s);
+      pthread_mutex_lock(&C.mu);
+      size_t nexp = C.nexpect;
+      pthread_mutex_unlock(&C.mu);
+      LOG_WARN(
+          "%zu workers still connected after %lld s (%zu known before a restart "
+          "never came back); exiting anyway",
+          left - nexp, opt.shutdown_grace_s, nexp);
       break;
     }
     stk__sleep_ms(20);
@@ -912,7 +1278,14 @@ int main(int argc, char **argv) {
   stk__signals_install();
   stk__daemon_raise_nofile();
   C.start_ms = C.last_touch_ms = stk__now_ms();
-  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
+  /* List versions are never 0 (a watcher that knows nothing gets the list
+   * at once) and start from the wall clock, so a restarted coordinator
+   * does not reuse a version its clients saw with another list. */
+  C.version = ((uint64_t)time(NULL) << 20) | 1;
+  if (*opt.state_dir && (code = journal_open(err, sizeof(err))) != EXIT_OK) {
+    LOG_ERROR("%s", err);
+    goto out;
+  }
   stk__rpc_server *srv = NULL;
   if (start_server(&srv, err, sizeof(err))) {
     LOG_ERROR("%s", err);
@@ -926,5 +1299,8 @@ int main(int argc, char **argv) {
 out:
   stk__options_free(options, NOPTIONS);
   free(C.canonical), free(C.joined), free(C.finished);
+  for (size_t i = 0; i < C.nexpect; i++) free(C.expect[i]);
+  free(C.expect);
+  stk__state_dir_close(J.dir);
   return code;
 }
