@@ -137,6 +137,7 @@ typedef struct cworker {
   int live;                /* in C.workers */
   int leaving;             /* session over: no longer journaled, unlink next */
   int shutdown_sent;
+  int told; /* its Shutdown was sent: no longer journaled (nothing left to tell) */
   int refs; /* under C.mu */
   int64_t registered_ms, last_hb_ms;
   struct {
@@ -296,7 +297,7 @@ static int journal_text_locked(char **text, size_t *len) {
   char **ids = calloc(n ? n : 1, sizeof(*ids));
   if (!ids) return -1;
   for (cworker *w = C.workers; w; w = w->next)
-    if (!w->leaving) ids[j.nworkers++] = w->id;
+    if (!w->leaving && !w->told) ids[j.nworkers++] = w->id;
   for (size_t i = 0; i < C.nexpect; i++) ids[j.nworkers++] = C.expect[i];
   j.worker_ids = ids;
   int rc = stk__journal_format(&j, text, len);
@@ -345,6 +346,19 @@ static void expect_remove_locked(const char *id) {
       C.expect[i] = C.expect[--C.nexpect];
       return;
     }
+}
+
+/* Journal id as a worker to expect back, unless it is already: 1 when
+ * added, 0 when it was there or on allocation failure. Under C.mu. */
+static int expect_add_locked(const char *id) {
+  for (size_t i = 0; i < C.nexpect; i++)
+    if (!strcmp(C.expect[i], id)) return 0;
+  char **v = realloc(C.expect, (C.nexpect + 1) * sizeof(*v));
+  if (!v) return 0;
+  C.expect = v;
+  if (!(v[C.nexpect] = strdup(id))) return 0;
+  C.nexpect++;
+  return 1;
 }
 
 /* Take over a journal read at start: the dataset, the ranks, the end and
@@ -441,12 +455,12 @@ static int journal_open(char *err, size_t errlen) {
     } else if (C.shutdown_req && j.ended) {
       LOG_INFO(
           "state dir %s: the job had already ended (%s, exit code %d): finishing its "
-          "shutdown (%zu workers to tell)",
+          "shutdown (workers still to tell: %zu)",
           opt.state_dir, C.shutdown_reason, C.shutdown_req - 1, C.nexpect);
     } else {
       LOG_INFO("state dir %s: resuming job %s (hash %016" PRIx64
                "): %u/%u ranks finished, "
-               "%u joined, dataset size %" PRIu64 "%s, %zu workers expected back",
+               "%u joined, dataset size %" PRIu64 "%s, workers expected back: %zu",
                opt.state_dir, C.spec.name, C.hash, C.nfinished, C.spec.world_size,
                C.njoined, C.resolved ? C.spec.num_samples : 0,
                C.resolved ? "" : " (not known yet)", C.nexpect);
@@ -612,6 +626,15 @@ static int worker_admit(stk__rpc_call *call, cworker *w) {
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     goto out;
   }
+  if (J.dir) {
+    /* Journal the worker (and the dataset it taught the job) before it is
+     * on the list: whatever Status shows, a restart knows. */
+    int pending = expect_add_locked(w->id);
+    pthread_mutex_unlock(&C.mu);
+    journal_sync();
+    pthread_mutex_lock(&C.mu);
+    if (pending) expect_remove_locked(w->id);
+  }
   /* A worker that comes back under the same id replaces its old entry. */
   for (cworker *o = C.workers; o; o = o->next)
     if (!strcmp(o->id, w->id)) {
@@ -624,11 +647,10 @@ static int worker_admit(stk__rpc_call *call, cworker *w) {
   w->next = C.workers;
   C.workers = w;
   C.version++;
-  expect_remove_locked(w->id);
+  expect_remove_locked(w->id); /* it is back */
   pthread_cond_broadcast(&C.cv);
   size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
-  journal_sync(); /* the dataset it taught the job, and the worker to expect back */
   LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
            nlive);
   rc = 0;
@@ -868,6 +890,8 @@ static void handle_watch(stk__rpc_call *call) {
         q->finished ? ": finished" : "", q->end_job ? ", ends the job" : "", nf,
         C.spec.world_size);
   }
+  LOG_DEBUG("watch from %s (rank %u) opened, lease %lld s", stk__rpc_call_peer(call),
+            q->rank, opt.watch_lease_s);
   protobuf_c_message_free_unpacked(&q->base, NULL);
   int64_t lease_end = stk__now_ms() + opt.watch_lease_s * 1000;
   int held = 1;
@@ -1107,7 +1131,7 @@ static void send_shutdowns(void) {
     /* Fixed once shutting down; copied so no lock is held across the send. */
     char reason[sizeof(C.shutdown_reason)];
     snprintf(reason, sizeof(reason), "%s", C.failed ? C.shutdown_reason : "");
-    int failed = C.failed;
+    int failed = C.failed, sent = 0;
     pthread_mutex_unlock(&C.mu);
     pthread_mutex_lock(&w->send_mu);
     if (!w->closed) {
@@ -1117,13 +1141,19 @@ static void send_shutdowns(void) {
       Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
       cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
       cmd.shutdown = &sd;
-      if (stk__rpc_call_send_msg(w->call, &cmd.base) == 0)
-        LOG_INFO("sent shutdown to worker %s", w->id);
+      sent = stk__rpc_call_send_msg(w->call, &cmd.base) == 0;
     }
     pthread_mutex_unlock(&w->send_mu);
+    char id[MAX_STR];
     pthread_mutex_lock(&C.mu);
+    if (sent) w->told = 1;
+    snprintf(id, sizeof(id), "%s", w->id);
     worker_unref_locked(w);
     pthread_mutex_unlock(&C.mu);
+    if (sent) {
+      journal_sync(); /* told: a restart need not wait for it */
+      LOG_INFO("sent shutdown to worker %s", id);
+    }
   }
 }
 

@@ -30,9 +30,9 @@
 #include "common/crc32c.h"
 #include "common/error.h"
 
-#define MAGIC "stoker-coordinator-state"
+#define MAGIC      "stoker-coordinator-state"
 #define STATE_FILE "state"
-#define LOCK_FILE "lock"
+#define LOCK_FILE  "lock"
 
 /* ---- Formatting --------------------------------------------------------- */
 
@@ -59,7 +59,8 @@ static void buf_add(buf *b, const char *s, size_t n) {
   b->p[b->len] = 0;
 }
 
-static void buf_printf(buf *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void buf_printf(buf *b, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
 static void buf_printf(buf *b, const char *fmt, ...) {
   char tmp[128];
   va_list ap;
@@ -324,7 +325,8 @@ static int parse_body(cursor *c, stk__journal *j) {
         return bad(c, "the checksum does not match: the file is damaged");
       return 0;
     }
-    if (n < 7 || memcmp(v, "worker ", 7) != 0) return bad(c, "expected 'worker' or 'crc32c'");
+    if (n < 7 || memcmp(v, "worker ", 7) != 0)
+      return bad(c, "expected 'worker' or 'crc32c'");
     if (j->nworkers >= STK_JOURNAL_MAX_WORKERS) return bad(c, "too many worker lines");
     char *id = NULL;
     if (parse_hexstr(v + 7, n - 7, 255, &id) || !*id) {
@@ -381,7 +383,8 @@ void stk__state_dir_close(stk__state_dir *d) {
   free(d);
 }
 
-int stk__state_dir_open(const char *path, stk__state_dir **out, char *err, size_t errlen) {
+int stk__state_dir_open(const char *path, stk__state_dir **out, char *err,
+                        size_t errlen) {
   *out = NULL;
   if (!path || !*path) return stk__errf(err, errlen, -1, "empty state dir path");
   if (mkdir(path, 0700) != 0 && errno != EEXIST)
@@ -398,7 +401,8 @@ int stk__state_dir_open(const char *path, stk__state_dir **out, char *err, size_
     stk__errf(err, errlen, -1, "cannot open state dir %s: %s", path, strerror(errno));
     goto fail;
   }
-  d->lockfd = openat(d->dirfd, LOCK_FILE, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
+  d->lockfd =
+      openat(d->dirfd, LOCK_FILE, O_RDWR | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0600);
   if (d->lockfd < 0) {
     stk__errf(err, errlen, -1, "cannot open %s/" LOCK_FILE ": %s", path,
               errno == ELOOP ? "it is a symbolic link" : strerror(errno));
@@ -410,7 +414,9 @@ int stk__state_dir_open(const char *path, stk__state_dir **out, char *err, size_
                 "state dir %s is in use by another running stoker-coordinator "
                 "(its " LOCK_FILE " file is locked)",
                 path);
-    else stk__errf(err, errlen, -1, "cannot lock %s/" LOCK_FILE ": %s", path, strerror(errno));
+    else
+      stk__errf(err, errlen, -1, "cannot lock %s/" LOCK_FILE ": %s", path,
+                strerror(errno));
     goto fail;
   }
   *out = d;
@@ -427,8 +433,9 @@ int stk__state_dir_read(stk__state_dir *d, char **text, size_t *len, char *err,
   int fd = openat(d->dirfd, STATE_FILE, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     if (errno == ENOENT) return 0;
-    return stk__errf(err, errlen, -1, "cannot open %s/" STATE_FILE ": %s", d->path,
-                     errno == ELOOP ? "it is a symbolic link (refused)" : strerror(errno));
+    return stk__errf(
+        err, errlen, -1, "cannot open %s/" STATE_FILE ": %s", d->path,
+        errno == ELOOP ? "it is a symbolic link (refused)" : strerror(errno));
   }
   struct stat st;
   char *t = NULL;
@@ -491,10 +498,12 @@ static int create_tmp(stk__state_dir *d, const char *name, char *err, size_t err
     if (fd >= 0) return fd;
     int e = errno;
     struct stat st;
-    if (e == EEXIST && attempt == 0 && fstatat(d->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 &&
-        S_ISREG(st.st_mode) && unlinkat(d->dirfd, name, 0) == 0)
+    if (e == EEXIST && attempt == 0 &&
+        fstatat(d->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISREG(st.st_mode) &&
+        unlinkat(d->dirfd, name, 0) == 0)
       continue;
-    int link = fstatat(d->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
+    int link =
+        fstatat(d->dirfd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode);
     return stk__errf(err, errlen, -1,
                      "cannot create %s/%s: %s; refusing to write through an existing "
                      "file or symbolic link",
@@ -531,8 +540,8 @@ int stk__state_dir_write(stk__state_dir *d, const char *text, size_t len, char *
   if (renameat(d->dirfd, tmp, d->dirfd, STATE_FILE) != 0) {
     e = errno;
     unlinkat(d->dirfd, tmp, 0);
-    return stk__errf(err, errlen, -1, "cannot rename %s/%s to " STATE_FILE ": %s", d->path,
-                     tmp, strerror(e));
+    return stk__errf(err, errlen, -1, "cannot rename %s/%s to " STATE_FILE ": %s",
+                     d->path, tmp, strerror(e));
   }
   if (fsync(d->dirfd) != 0)
     return stk__errf(err, errlen, -1, "cannot fsync state dir %s: %s", d->path,

@@ -153,7 +153,8 @@ static void refusals(void) {
   char *text = NULL;
   size_t len = 0;
   CHECK(stk__journal_format(&j, &text, &len) == 0);
-  char *ws = text ? strstr(text, "world_size 5") : NULL, *crc = text ? strstr(text, "crc32c ") : NULL;
+  char *ws = text ? strstr(text, "world_size 5") : NULL,
+       *crc = text ? strstr(text, "crc32c ") : NULL;
   CHECK(ws && crc);
   if (ws && crc) {
     ws[11] = '2';
