@@ -108,9 +108,9 @@ static void refusals(void) {
   CHECK(log_has(&p[2], "had already ended (rank 0 aborted the job: test abort"));
 
   /* 2. another job on A's state dir */
-  const char *job_b[] = {"--set", "num_samples=64", "--set", "batch_size=4",
-                         "--set", "world_size=1",   "--set", "name=job-b",
-                         NULL};
+  const char *job_b[] = {"--set",        "num_samples=64", "--set",
+                         "batch_size=4", "--set",          "world_size=1",
+                         "--set",        "name=job-b",     NULL};
   CHECK(run_refused(&p[3], "b-refused", sd, job_b, NULL) == 2);
   CHECK(log_has(&p[3], "holds the state of another job (job-a"));
   CHECK(log_has(&p[3], "this coordinator runs job job-b"));
@@ -137,7 +137,12 @@ static void refusals(void) {
   CHECK(log_has(&p[5], "is damaged or not a state file"));
   CHECK(log_has(&p[5], "truncated"));
   f = fopen(state, "w");
-  if (f) fputs("\x7f" "ELF garbage\n\n\x01\x02", f), fclose(f);
+  if (f)
+    fputs(
+        "\x7f"
+        "ELF garbage\n\n\x01\x02",
+        f),
+        fclose(f);
   CHECK(run_refused(&p[6], "b-garbage", sd, job_b, NULL) == 1);
   CHECK(log_has(&p[6], "line 1: not a stoker-coordinator state file"));
   port = du_start_coordinator2(&p[7], "b-garbage-discard", job_b, discard);
@@ -205,8 +210,8 @@ static void dead_watcher(void) {
 static void live_watcher(void) {
   int before = check_failures;
   stk_proc p;
-  const char *more[] = {"--idle-timeout-s", "4", "--watch-lease-s", "1",
-                        "--log-level",      "debug", NULL};
+  const char *more[] = {
+      "--idle-timeout-s", "4", "--watch-lease-s", "1", "--log-level", "debug", NULL};
   int port = du_start_coordinator2(&p, "lease-live", job_a, more);
   CHECK(port > 0);
   if (port <= 0) return;

@@ -30,12 +30,13 @@
 #include "daemon_util.h"
 #include "stoker/client.h"
 
-#define W 2
+#define W      2
 #define EPOCHS 2
-#define SPE 32 /* 256 samples / (2 ranks x 4) */
+#define SPE    32 /* 256 samples / (2 ranks x 4) */
 static const char *const job_args[] = {
-    "--set", "num_samples=256", "--set", "batch_size=4", "--set", "height=16", "--set",
-    "width=16", "--set", "world_size=2", "--set", "epochs=2", "--set", "seed=3", NULL};
+    "--set",     "num_samples=256", "--set",    "batch_size=4", "--set",
+    "height=16", "--set",           "width=16", "--set",        "world_size=2",
+    "--set",     "epochs=2",        "--set",    "seed=3",       NULL};
 
 static int64_t now_ms(void) {
   struct timespec t;
@@ -214,10 +215,10 @@ static int coord_restart(stk_proc *old, stk_proc *p, const char *name, int port,
 }
 
 typedef struct want {
-  size_t workers;                /* at least this many live workers */
-  uint32_t joined, finished;     /* at least these many ranks */
-  uint32_t finished_mask;        /* these ranks among the finished (bit r) */
-  const char *state;             /* this state (NULL = any) */
+  size_t workers;            /* at least this many live workers */
+  uint32_t joined, finished; /* at least these many ranks */
+  uint32_t finished_mask;    /* these ranks among the finished (bit r) */
+  const char *state;         /* this state (NULL = any) */
 } want;
 
 /* Poll Status (bounded) until it shows w; 0 or -1 (the last status printed). */
@@ -232,10 +233,12 @@ static int wait_status(int port, const want *w, int timeout_ms) {
       for (size_t i = 0; i < s->n_finished_ranks; i++)
         if (s->finished_ranks[i] < 32) mask |= 1u << s->finished_ranks[i];
       ok = s->n_workers >= w->workers && s->n_joined_ranks >= w->joined &&
-           s->n_finished_ranks >= w->finished && (mask & w->finished_mask) == w->finished_mask &&
+           s->n_finished_ranks >= w->finished &&
+           (mask & w->finished_mask) == w->finished_mask &&
            (!w->state || !strcmp(s->state, w->state));
-      snprintf(last, sizeof last, "state %s, %zu workers, %zu joined, %zu finished (mask %x)",
-               s->state, s->n_workers, s->n_joined_ranks, s->n_finished_ranks, mask);
+      snprintf(last, sizeof last,
+               "state %s, %zu workers, %zu joined, %zu finished (mask %x)", s->state,
+               s->n_workers, s->n_joined_ranks, s->n_finished_ranks, mask);
       protobuf_c_message_free_unpacked(&s->base, NULL);
     }
     if (!ok) du_sleep_ms(50);
