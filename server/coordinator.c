@@ -111,8 +111,9 @@ static stk__option options[] = {
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
     {"shutdown-grace-s", OPT_INT, "15", NULL,
-     "on shutdown, how long to wait for workers to drain and disconnect (a "
-     "second SIGTERM/SIGINT cuts it short)",
+     "on shutdown, how long to wait for workers to drain and disconnect, and "
+     "for workers registered before a restart (--state-dir) to come back and be "
+     "told (a second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
     {"token", OPT_STR, "", NULL, "bearer token every call must carry", &opt.token, 0, 0},
     {"port-file", OPT_STR, "", NULL,
