@@ -70,7 +70,7 @@ static struct {
   char *listen, *job, *token, *port_file, *log_level, *state_dir;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
-      shutdown_grace_s, max_message_mb, watch_lease_s;
+      shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s;
   int print_job, discard_state;
 } opt;
 
@@ -99,6 +99,12 @@ static stk__option options[] = {
      "job's end; a coordinator restarted with the same job and state dir resumes "
      "where it was. Empty = no journal (clients still re-announce themselves)",
      &opt.state_dir, 0, 0},
+    {"rejoin-wait-s", OPT_INT, "10", NULL,
+     "after a restart with --state-dir, how long (from the start) the end of the "
+     "job waits for workers registered before the restart to come back and take "
+     "their Shutdown; a live worker re-registers within a few seconds (its "
+     "reconnect backoff is at most 2 s), a gone one never does",
+     &opt.rejoin_wait_s, 0, 3600},
     {"discard-state", OPT_BOOL, "false", NULL,
      "start afresh when --state-dir holds another job's state or a damaged "
      "file (it is overwritten; logged)",
@@ -112,8 +118,8 @@ static stk__option options[] = {
      &opt.stats_interval_s, 1, 86400},
     {"shutdown-grace-s", OPT_INT, "15", NULL,
      "on shutdown, how long to wait for workers to drain and disconnect, and "
-     "for workers registered before a restart (--state-dir) to come back and be "
-     "told (a second SIGTERM/SIGINT cuts it short)",
+     "for workers registered before a restart (--state-dir, --rejoin-wait-s) to "
+     "come back and be told (a second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
     {"token", OPT_STR, "", NULL, "bearer token every call must carry", &opt.token, 0, 0},
     {"port-file", OPT_STR, "", NULL,
@@ -138,7 +144,6 @@ typedef struct cworker {
   int live;                /* in C.workers */
   int leaving;             /* session over: no longer journaled, unlink next */
   int shutdown_sent;
-  int told; /* its Shutdown was sent: no longer journaled (nothing left to tell) */
   int refs; /* under C.mu */
   int64_t registered_ms, last_hb_ms;
   struct {
@@ -298,7 +303,7 @@ static int journal_text_locked(char **text, size_t *len) {
   char **ids = calloc(n ? n : 1, sizeof(*ids));
   if (!ids) return -1;
   for (cworker *w = C.workers; w; w = w->next)
-    if (!w->leaving && !w->told) ids[j.nworkers++] = w->id;
+    if (!w->leaving) ids[j.nworkers++] = w->id;
   for (size_t i = 0; i < C.nexpect; i++) ids[j.nworkers++] = C.expect[i];
   j.worker_ids = ids;
   int rc = stk__journal_format(&j, text, len);
@@ -360,6 +365,26 @@ static int expect_add_locked(const char *id) {
   if (!(v[C.nexpect] = strdup(id))) return 0;
   C.nexpect++;
   return 1;
+}
+
+/* Once --rejoin-wait-s has passed since the start, forget the workers of
+ * the journal that did not come back (gone, or they would have): the end
+ * of the job no longer waits for them. Call without C.mu. */
+static void expect_expire(void) {
+  pthread_mutex_lock(&C.mu);
+  size_t n = C.nexpect;
+  int due = n && stk__now_ms() - C.start_ms >= opt.rejoin_wait_s * 1000;
+  if (due) {
+    for (size_t i = 0; i < n; i++) free(C.expect[i]);
+    C.nexpect = 0;
+  }
+  pthread_mutex_unlock(&C.mu);
+  if (!due) return;
+  LOG_WARN(
+      "%zu workers registered before the restart did not come back within %lld s "
+      "(--rejoin-wait-s): not waiting for them",
+      n, opt.rejoin_wait_s);
+  journal_sync();
 }
 
 /* Take over a journal read at start: the dataset, the ranks, the end and
@@ -1147,14 +1172,13 @@ static void send_shutdowns(void) {
     pthread_mutex_unlock(&w->send_mu);
     char id[MAX_STR];
     pthread_mutex_lock(&C.mu);
-    if (sent) w->told = 1;
     snprintf(id, sizeof(id), "%s", w->id);
     worker_unref_locked(w);
     pthread_mutex_unlock(&C.mu);
-    if (sent) {
-      journal_sync(); /* told: a restart need not wait for it */
-      LOG_INFO("sent shutdown to worker %s", id);
-    }
+    /* Sent is not received (the message may still sit in gRPC or the
+     * socket when the coordinator dies): the worker stays in the journal
+     * until its session ends, which it does once it has drained. */
+    if (sent) LOG_INFO("sent shutdown to worker %s", id);
   }
 }
 
@@ -1216,6 +1240,7 @@ static int run_job(void) {
       return req - 1;
     }
     check_heartbeats();
+    expect_expire();
     if (now >= next_stats) {
       log_stats(now, &last_stats, &last_bytes);
       next_stats = now + opt.stats_interval_s * 1000;
@@ -1235,9 +1260,11 @@ static void shut_down_workers(void) {
   int64_t until = stk__now_ms() + opt.shutdown_grace_s * 1000;
   for (;;) {
     send_shutdowns();
+    expect_expire();
     pthread_mutex_lock(&C.mu);
     /* Workers registered before a restart and not back yet (state journal)
-     * still need their Shutdown: wait for them too, within the grace. */
+     * still need their Shutdown: wait for them too (--rejoin-wait-s, and
+     * within the grace). */
     size_t left = nworkers_locked() + C.nexpect;
     pthread_mutex_unlock(&C.mu);
     if (!left) break;

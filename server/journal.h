@@ -34,8 +34,8 @@ typedef struct stk__journal {
   int exit_code;        /* ... with this exit code ... */
   int failed;           /* ... as failed (aborted) */
   char *reason;         /* ... for this reason (printable); owned, may be "" */
-  char **worker_ids;    /* workers registered and not yet sent their Shutdown
-                           (a restart waits for them to come back); owned */
+  char **worker_ids;    /* workers registered whose session had not ended (a
+                           restart waits, bounded, for them to come back); owned */
   size_t nworkers;
 } stk__journal;
 

@@ -17,6 +17,7 @@
  *
  * usage: test_coordinator_state <stoker-coordinator> <stoker-worker> [...]
  */
+#include <pthread.h>
 #include <signal.h>
 #include <sys/stat.h>
 
@@ -167,7 +168,6 @@ static void dead_watcher(void) {
   int port = du_start_coordinator2(&p, "lease-dead", job_a, more);
   CHECK(port > 0);
   if (port <= 0) return;
-  int64_t t0 = now_ms();
   stk__rpc_channel *ch = du_channel(port);
   stk__rpc_stream *s = NULL;
   CHECK(stk__rpc_stream_open(ch, "/stoker.v1.Coordinator/WatchWorkers", 0, &s) == 0);
@@ -175,22 +175,37 @@ static void dead_watcher(void) {
   q.known_version = 0;
   CHECK(s && stk__rpc_stream_send_msg(s, &q.base) == 0);
   if (s) stk__rpc_stream_close_send(s);
-  /* Before the lease, the idle timeout used to be off for as long as the
-   * watch stayed open; now the job ends while it still is. */
-  int code = proc_wait(&p, 30000);
-  printf("dead watcher: the coordinator exited %d after %.1f s (idle 2 s, lease 1 s)\n",
-         code, (double)(now_ms() - t0) / 1000.0);
-  CHECK(code == 3);
-  /* The watch had its list, then ended OK at the end of its lease. */
+  /* Until the watch is open (its first list came), keep the job touched
+   * with refused Joins, so a slow start under load cannot let the idle
+   * clock run out before the watch counts. */
   int lists = 0;
+  for (int i = 0; i < 200 && s && !lists; i++) { /* bounded: 20 s */
+    Stoker__V1__JoinResponse *jr = NULL;
+    char jdet[256];
+    du_join(ch, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, jdet, sizeof jdet);
+    if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+    grpc_byte_buffer *bb = NULL;
+    if (stk__rpc_stream_recv(s, &bb, 100) == 1) lists++;
+    if (bb) grpc_byte_buffer_destroy(bb);
+  }
+  CHECK(lists == 1);
+  int64_t t0 = now_ms();
+  /* From here the watch is never read nor renewed. Before the lease, the
+   * idle timeout was off for as long as it stayed open; now the job ends
+   * while it still is. */
+  int code = proc_wait(&p, 30000);
+  printf(
+      "dead watcher: the coordinator exited %d %.1f s after the watch opened (idle 2 s, "
+      "lease 1 s)\n",
+      code, (double)(now_ms() - t0) / 1000.0);
+  CHECK(code == 3);
+  /* The watch then ended OK at the end of its lease. */
   for (int i = 0; i < 10; i++) {
     grpc_byte_buffer *bb = NULL;
     int rc = s ? stk__rpc_stream_recv(s, &bb, 5000) : -1;
     if (bb) grpc_byte_buffer_destroy(bb);
     if (rc != 1) break;
-    lists++;
   }
-  CHECK(lists >= 1);
   char det[256] = "";
   int st = s ? stk__rpc_stream_status(s, 5000, det, sizeof det) : -1;
   printf("dead watcher: its watch ended with status %d (%s)\n", st, det);
@@ -204,44 +219,71 @@ static void dead_watcher(void) {
   proc_reap_all();
 }
 
+typedef struct opener {
+  char addr[64];
+  stk_client *c;
+  int status;
+  char err[512];
+  volatile int done;
+} opener;
+
+static void *open_main(void *arg) {
+  opener *o = arg;
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.coordinator = o->addr;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  cfg.join_timeout_ms = 30000;
+  o->status = stk_client_open(&cfg, &o->c, o->err, sizeof o->err);
+  __atomic_store_n(&o->done, 1, __ATOMIC_RELEASE);
+  return NULL;
+}
+
 /* A live libstoker client renews its watch at every lease: an idle job
- * (no worker, no batches) stays up past several leases and idle timeouts,
- * and ends by the idle timeout once the client closes. */
+ * (no worker, no batches) stays up past several leases and its idle
+ * timeout, and ends by the idle timeout once the client closes. */
 static void live_watcher(void) {
   int before = check_failures;
   stk_proc p;
   const char *more[] = {
-      "--idle-timeout-s", "4", "--watch-lease-s", "1", "--log-level", "debug", NULL};
+      "--idle-timeout-s", "6", "--watch-lease-s", "1", "--log-level", "debug", NULL};
   int port = du_start_coordinator2(&p, "lease-live", job_a, more);
   CHECK(port > 0);
   if (port <= 0) return;
-  char addr[64];
-  snprintf(addr, sizeof addr, "127.0.0.1:%d", port);
-  stk_client_config cfg;
-  stk_client_config_defaults(&cfg);
-  cfg.coordinator = addr;
-  cfg.rank = 0;
-  cfg.world_size = 1;
-  cfg.join_timeout_ms = 20000;
-  stk_client *c = NULL;
-  char err[512];
-  int st = stk_client_open(&cfg, &c, err, sizeof err);
-  CHECK(st == STK_OK);
-  if (st != STK_OK) fprintf(stderr, "open: %s\n", err);
-  /* Wait (bounded) for 6 watches: over 5 s of leases, past the 4 s idle
+  /* Open the client while keeping the job touched (refused Joins count),
+   * so a slow start under load cannot let the idle clock run out first. */
+  opener o;
+  memset(&o, 0, sizeof o);
+  snprintf(o.addr, sizeof o.addr, "127.0.0.1:%d", port);
+  pthread_t t;
+  pthread_create(&t, NULL, open_main, &o);
+  stk__rpc_channel *ch = du_channel(port);
+  for (int i = 0; i < 600 && !__atomic_load_n(&o.done, __ATOMIC_ACQUIRE); i++) {
+    Stoker__V1__JoinResponse *jr = NULL;
+    char det[256];
+    du_join(ch, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof det);
+    if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+    du_sleep_ms(50);
+  }
+  pthread_join(t, NULL);
+  stk__rpc_channel_close(ch);
+  CHECK(o.status == STK_OK);
+  if (o.status != STK_OK) fprintf(stderr, "open: %s\n", o.err);
+  /* Wait (bounded) for 8 watches: over 7 s of leases, past the 6 s idle
    * timeout, with nothing but the renewed watch touching the job. */
   int n = 0;
   for (int64_t until = now_ms() + 60000; now_ms() < until && proc_wait(&p, 0) == -1;) {
     n = log_count(&p, "opened, lease 1 s");
-    if (n >= 6) break;
+    if (n >= 8) break;
     du_sleep_ms(100);
   }
   printf("live watcher: %d watches opened; coordinator %s\n", n,
          proc_wait(&p, 0) == -1 ? "running" : "exited");
-  CHECK(n >= 6);
+  CHECK(n >= 8);
   CHECK(proc_wait(&p, 0) == -1); /* still running */
   int64_t t0 = now_ms();
-  stk_client_close(c);
+  stk_client_close(o.c);
   int code = proc_wait(&p, 30000);
   printf("live watcher: closed; the coordinator exited %d after %.1f s\n", code,
          (double)(now_ms() - t0) / 1000.0);

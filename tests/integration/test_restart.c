@@ -9,9 +9,9 @@
  *     coordinator knows rank 0 finished from its state journal alone, and
  *     rank 1's finish ends the job (issue 7: it used to wait for rank 0
  *     until the idle timeout);
- *  4. during the shutdown: (a) every worker was told (one is stopped and
- *     has not acted on it): the restarted coordinator reads that the job
- *     ended with nobody left to tell and exits 0 at once; (b) a worker
+ *  4. during the shutdown: (a) every worker was sent its Shutdown (one is
+ *     stopped and has not acted on it): the restarted coordinator reads
+ *     that the job ended and waits (bounded) for that worker; (b) a worker
  *     missed an earlier restart and was never told: the restarted
  *     coordinator refuses joins, tells it when it comes back, exits 0;
  *  5. on a fresh disk (no --state-dir): rank 0 finished but keeps its
@@ -206,10 +206,10 @@ static int coord_start(stk_proc *p, const char *name, int port, const char *stat
 
 /* kill -9 the coordinator and start it again on the same port. */
 static int coord_restart(stk_proc *old, stk_proc *p, const char *name, int port,
-                         const char *state_dir) {
+                         const char *state_dir, const char *const *extra) {
   proc_signal(old, SIGKILL);
   CHECK(proc_wait(old, 10000) == 128 + SIGKILL);
-  int got = coord_start(p, name, port, state_dir, NULL);
+  int got = coord_start(p, name, port, state_dir, extra);
   CHECK(got == port);
   return got;
 }
@@ -307,7 +307,7 @@ static void restart_case(int which) {
   rank r[2];
   pthread_t t[2];
   if (which == BEFORE_JOINS) {
-    coord_restart(&p[0], &p[1], name, port, sd);
+    coord_restart(&p[0], &p[1], name, port, sd, NULL);
     CHECK(log_has(&p[1], "resuming job"));
     rank_start(&r[0], &t[0], port, 0, 0, 0);
     rank_start(&r[1], &t[1], port, 1, 0, 0);
@@ -316,7 +316,7 @@ static void restart_case(int which) {
     rank_start(&r[1], &t[1], port, 1, SPE / 2 + 3, 0);
     CHECK(rank_wait(&r[0], &r[0].held, 30000) == 0);
     CHECK(rank_wait(&r[1], &r[1].held, 30000) == 0);
-    coord_restart(&p[0], &p[1], name, port, sd);
+    coord_restart(&p[0], &p[1], name, port, sd, NULL);
     /* Workers back, both ranks known again (journal, re-announcement). */
     want back = {2, 2, 0, 0, "running"};
     CHECK(wait_status(port, &back, 15000) == 0);
@@ -332,9 +332,9 @@ static void restart_case(int which) {
     }
     want one_done = {0, 0, 1, 1, NULL};
     CHECK(wait_status(port, &one_done, 5000) == 0);
-    coord_restart(&p[0], &p[1], name, port, sd);
+    coord_restart(&p[0], &p[1], name, port, sd, NULL);
     /* Known at once from the journal; on a fresh disk from rank 0's watch. */
-    want known = {0, 0, 1, 1, "running"};
+    want known = {2, 0, 1, 1, "running"};
     CHECK(wait_status(port, &known, 15000) == 0);
     CHECK(proc_wait(&p[1], 0) == -1); /* still running: rank 1 is not done */
     if (which == FRESH_DISK) CHECK(log_has(&p[1], "re-announced itself"));
@@ -373,10 +373,12 @@ static int wait_log(const stk_proc *p, const char *needle, int n, int timeout_ms
   }
 }
 
-/* Case 4a: killed during the shutdown, after every worker was told (one
- * of them stopped, so it has not acted on it yet): the restarted
- * coordinator reads that the job ended and that nobody is left to tell,
- * and exits 0 at once; the stopped worker, resumed, exits 0. */
+/* Case 4a: killed during the shutdown, after every worker was sent its
+ * Shutdown (one of them stopped, so it has not acted on it, and may not
+ * even have it): the restarted coordinator reads that the job ended and
+ * that this worker's session had not ended; the worker, resumed, either
+ * finds its Shutdown or comes back and is told; either way everything
+ * exits 0 (the coordinator waits at most --rejoin-wait-s for it). */
 static void during_shutdown_told(void) {
   printf("case: coordinator restarted during the shutdown, every worker told\n");
   int before = check_failures;
@@ -403,9 +405,10 @@ static void during_shutdown_told(void) {
   CHECK(wait_log(&p[0], "sent shutdown to worker", 2, 15000) == 0);
   CHECK(proc_wait(&p[0], 0) == -1);
   int64_t t0 = now_ms();
-  CHECK(coord_restart(&p[0], &p[1], "c4a-restarted", port, sd) == port);
-  CHECK(proc_wait(&p[1], 15000) == 0); /* ended, nobody left to tell */
+  const char *rejoin[] = {"--rejoin-wait-s", "5", NULL};
+  CHECK(coord_restart(&p[0], &p[1], "c4a-restarted", port, sd, rejoin) == port);
   CHECK(log_has(&p[1], "had already ended"));
+  CHECK(log_has(&p[1], "workers still to tell: 1")); /* sent is not received */
   proc_signal(&p[3], SIGCONT);
   all_exit_0(p, 4, t0 + 15000);
   if (check_failures != before) {
@@ -435,7 +438,8 @@ static void during_shutdown_untold(void) {
   want two_workers = {2, 0, 0, 0, NULL};
   CHECK(wait_status(port, &two_workers, 15000) == 0);
   proc_signal(&p[4], SIGSTOP); /* w2 misses the restart */
-  CHECK(coord_restart(&p[0], &p[1], "c4b-restarted", port, sd) == port);
+  const char *long_rejoin[] = {"--rejoin-wait-s", "120", NULL};
+  CHECK(coord_restart(&p[0], &p[1], "c4b-restarted", port, sd, long_rejoin) == port);
   CHECK(log_has(&p[1], "workers expected back: 2"));
   want w1_back = {1, 0, 0, 0, NULL};
   CHECK(wait_status(port, &w1_back, 15000) == 0);
@@ -451,7 +455,7 @@ static void during_shutdown_untold(void) {
   CHECK(wait_status(port, &draining, 15000) == 0);
   CHECK(proc_wait(&p[1], 0) == -1); /* waiting for w2 */
   int64_t t0 = now_ms();
-  CHECK(coord_restart(&p[1], &p[2], "c4b-restarted2", port, sd) == port);
+  CHECK(coord_restart(&p[1], &p[2], "c4b-restarted2", port, sd, NULL) == port);
   CHECK(log_has(&p[2], "had already ended"));
   CHECK(log_has(&p[2], "workers still to tell: 1"));
   CHECK(proc_wait(&p[2], 0) == -1); /* waits for w2 */
