@@ -99,9 +99,11 @@ static void refusals(void) {
   q.reason = "test abort";
   ProtobufCMessage *r = NULL;
   char det[256];
-  CHECK(stk__rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
-                       &stoker__v1__finish_response__descriptor, &r, 5000, det,
-                       sizeof det) == GRPC_STATUS_OK);
+  int fc = stk__rpc_unary(ch, "/stoker.v1.Coordinator/Finish", &q.base,
+                          &stoker__v1__finish_response__descriptor, &r, 10000, det,
+                          sizeof det);
+  if (fc != GRPC_STATUS_OK) fprintf(stderr, "abort: status %d: %s\n", fc, det);
+  CHECK(fc == GRPC_STATUS_OK);
   if (r) protobuf_c_message_free_unpacked(r, NULL);
   stk__rpc_channel_close(ch);
   CHECK(proc_wait(&p[0], 15000) == 4);
