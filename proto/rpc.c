@@ -155,11 +155,16 @@ typedef struct int_arg {
   int value;
 } int_arg;
 
-/* Clients ping every 10 s; let them, with or without calls. */
+/* Clients ping every 10 s; let them, with or without calls. No
+ * SO_REUSEPORT (gRPC's default on Linux): with it a second process of the
+ * same user binding the same port explicitly (a daemon restarted on its
+ * old port that another one took meanwhile) silently shares it, and the
+ * kernel splits new connections between the two. */
 static const int_arg server_args[] = {
     {GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000},
     {GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0},
     {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
+    {GRPC_ARG_ALLOW_REUSEPORT, 0},
 };
 
 static const int_arg client_args[] = {

@@ -6,7 +6,8 @@
  *     jobs; with --discard-state it runs;
  *  3. a damaged state file (truncated; garbage): exit 1 and a message
  *     naming the file and the line; with --discard-state it runs;
- *  4. a second coordinator on a state dir in use: exit 1, "in use";
+ *  4. a second coordinator on a state dir in use: exit 1, "in use"; one
+ *     on a port in use: exit 1 (no silent SO_REUSEPORT sharing);
  *  5. watch lease (issue 7: a watcher on a dead host kept a job from its
  *     idle timeout for hours): a watch that is never renewed (its host
  *     went silent) no longer holds the job: the coordinator ends it OK
@@ -92,6 +93,16 @@ static void refusals(void) {
   /* 4. meanwhile a second coordinator on the same state dir is refused */
   CHECK(run_refused(&p[1], "a-second", sd, job_a, NULL) == 1);
   CHECK(log_has(&p[1], "in use by another running stoker-coordinator"));
+  /* A coordinator on a port in use fails (no SO_REUSEPORT sharing: the
+   * kernel would split the connections between the two). */
+  char listen[64];
+  snprintf(listen, sizeof listen, "127.0.0.1:%d", port);
+  char *same_port[] = {(char *)coord_bin, "--listen", listen,         "--set",
+                       "num_samples=64",  "--set",    "batch_size=4", "--set",
+                       "world_size=1",    NULL};
+  stk_proc sp;
+  CHECK(proc_spawn(&sp, "same-port", same_port) == 0 && proc_wait(&sp, 15000) == 1);
+  CHECK(log_has(&sp, "cannot listen"));
   stk__rpc_channel *ch = du_channel(port);
   Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
   q.rank = 0;
