@@ -90,6 +90,15 @@ static void refusals(void) {
   int port = du_start_coordinator2(&p[0], "a1", job_a, sdarg);
   CHECK(port > 0);
   if (port <= 0) return;
+  /* The coordinator answers (bounded wait) before anything else runs. */
+  stk__rpc_channel *ch = du_channel(port);
+  int up = 0;
+  for (int i = 0; i < 100 && !up; i++) {
+    Stoker__V1__StatusResponse *st = du_status(ch);
+    up = st != NULL;
+    if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
+  }
+  CHECK(up);
   /* 4. meanwhile a second coordinator on the same state dir is refused */
   CHECK(run_refused(&p[1], "a-second", sd, job_a, NULL) == 1);
   CHECK(log_has(&p[1], "in use by another running stoker-coordinator"));
@@ -103,7 +112,6 @@ static void refusals(void) {
   stk_proc sp;
   CHECK(proc_spawn(&sp, "same-port", same_port) == 0 && proc_wait(&sp, 15000) == 1);
   CHECK(log_has(&sp, "cannot listen"));
-  stk__rpc_channel *ch = du_channel(port);
   Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
   q.rank = 0;
   q.abort_job = 1;
