@@ -507,8 +507,9 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
       /* Not queued: the stream ends UNAVAILABLE once what was asked
        * before the drain is sent, and the client asks elsewhere. */
       __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
-    } else if (!code && sched_stream_push(x->st, q->epoch, q->rank, q->step,
-                                          q->sample_offset, (uint32_t)opt.max_outstanding)) {
+    } else if (!code &&
+               sched_stream_push(x->st, q->epoch, q->rank, q->step, q->sample_offset,
+                                 (uint32_t)opt.max_outstanding)) {
       code = GRPC_STATUS_RESOURCE_EXHAUSTED;
       snprintf(msg, sizeof(msg),
                "more than %lld unanswered requests on this "
@@ -749,8 +750,7 @@ int main(int argc, char **argv) {
   int port = 0;
   char err[512];
   if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token, W.tls,
-                        &opt.serve,
-                        opt.port_file, &srv, &port, err, sizeof(err))) {
+                        &opt.serve, opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
     goto out;
