@@ -177,6 +177,9 @@ struct stk_client {
   uint32_t nhedges;
 
   stk__rpc_channel *coord;
+  char client_id[128];    /* host:pid:rankR, set by join, then read-only */
+  int finish_called;      /* stk_client_finish was called (re-announced); under mu */
+  int end_job_called;     /* ... with shutdown_job; under mu */
   stk__rpc_stream *watch; /* guarded by mu */
   int watching;           /* watch request sent on c->watch; under mu */
   uint64_t list_version;

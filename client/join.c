@@ -3,6 +3,11 @@
  * the watcher thread on WatchWorkers (reconnects with backoff; applies each
  * worker list; shutting_down ends the job), and Finish.
  *
+ * Every watch re-announces the rank (job hash, client id, finished, rank 0
+ * ending the job), so a coordinator restarted without its state journal
+ * still learns what it missed. The coordinator ends each watch after its
+ * lease (status OK): the watcher then opens the next one at once.
+ *
  * Owns: c->coord (the coordinator channel) and c->watch (the watch stream,
  * destroyed only by the watcher thread). Must not: block in gRPC holding
  * c->mu.
@@ -54,9 +59,9 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
  * status with err. */
 static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
                     size_t errlen) {
-  char client_id[128], host[64] = "host";
+  char host[64] = "host";
   gethostname(host, sizeof(host) - 1);
-  snprintf(client_id, sizeof(client_id), "%s:%d:rank%u", host, (int)getpid(),
+  snprintf(c->client_id, sizeof(c->client_id), "%s:%d:rank%u", host, (int)getpid(),
            c->cfg.rank);
   int64_t deadline = stk__now_ms() + c->cfg.join_timeout_ms;
   char details[256] = "";
@@ -66,7 +71,7 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
     Stoker__V1__JoinRequest req = STOKER__V1__JOIN_REQUEST__INIT;
     req.rank = c->cfg.rank;
     req.world_size = c->cfg.world_size;
-    req.client_id = client_id;
+    req.client_id = c->client_id;
     req.protocol_version = STK_PROTOCOL_VERSION;
     req.expect_job_hash = c->job_hash; /* set by open from resume_state */
     int64_t left = deadline - stk__now_ms();
@@ -222,6 +227,12 @@ static void *watch_main(void *arg) {
     Stoker__V1__WatchRequest req = STOKER__V1__WATCH_REQUEST__INIT;
     req.rank = c->cfg.rank;
     req.known_version = c->list_version;
+    req.job_hash = c->job_hash;
+    req.client_id = c->client_id;
+    pthread_mutex_lock(&c->mu);
+    req.finished = c->finish_called;
+    req.end_job = c->end_job_called;
+    pthread_mutex_unlock(&c->mu);
     int ok = stk__rpc_stream_send_msg(s, &req.base) == 0;
     if (ok) stk__rpc_stream_close_send(s);
     pthread_mutex_lock(&c->mu);
@@ -234,6 +245,16 @@ static void *watch_main(void *arg) {
       if (rc == -2) {
         if (stopping(c)) break;
         continue;
+      }
+      if (rc == 0) {
+        /* Ended with a status: OK is the end of the watch's lease (or of
+         * the job, seen above): watch again at once. */
+        char det[128];
+        int code = stk__rpc_stream_status(s, 1000, det, sizeof(det));
+        pthread_mutex_lock(&c->mu);
+        if (code == GRPC_STATUS_OK && !c->job_ended) backoff = 50;
+        pthread_mutex_unlock(&c->mu);
+        break;
       }
       if (rc != 1) break;
       Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
@@ -295,6 +316,13 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
   Stoker__V1__FinishRequest req = STOKER__V1__FINISH_REQUEST__INIT;
   req.rank = c->cfg.rank;
   req.shutdown_job = shutdown_job ? 1 : 0;
+  req.job_hash = c->job_hash;
+  /* Re-announced on every later watch, so the job learns of it even when
+   * the coordinator restarts (or is down) around this call. */
+  pthread_mutex_lock(&c->mu);
+  c->finish_called = 1;
+  if (shutdown_job && c->cfg.rank == 0) c->end_job_called = 1;
+  pthread_mutex_unlock(&c->mu);
   char details[256] = "";
   int64_t deadline = stk__now_ms() + 5000;
   for (;;) {

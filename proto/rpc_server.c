@@ -618,6 +618,11 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   add_int(a, &na, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   /* A connection that never completes its HTTP/2 preface is closed. */
   add_int(a, &na, GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS, 20000);
+  /* No SO_REUSEPORT (gRPC's default on Linux): with it a second process of
+   * the same user binding the same port explicitly (a daemon restarted on
+   * its old port that another one took meanwhile) silently shares it, and
+   * the kernel splits new connections between the two. */
+  add_int(a, &na, GRPC_ARG_ALLOW_REUSEPORT, 0);
   grpc_channel_args args = {na, a};
   stk__rpc_init();
   s->server = grpc_server_create(&args, NULL);

@@ -8,11 +8,22 @@
  * abort_job): the job then ends as failed (state "failed", workers told
  * Shutdown{failed}, exit code 4).
  *
+ * With --state-dir, what a restart must not forget (the job's hash, the
+ * dataset size and fingerprint, joined and finished ranks, the registered
+ * workers, the job's end) is written to a state journal (journal.c) before
+ * the call that changed it is answered; a coordinator restarted with the
+ * same job and state dir resumes from it. Clients also re-announce
+ * themselves on every watch (rank, job hash, finished), so even a restart
+ * on a fresh disk converges while the ranks' clients are still open.
+ *
  * Owns the job, the worker table and the rank table, all under one mutex.
  * Calls are event driven (proto/rpc.h, "Server"): handlers run on the rpc
  * layer's threads and never block; sends only queue, so they may be made
- * under the mutex (lock order: C.mu, then the rpc layer's own locks). Must not trust the
- * network: every message is validated and a bad one ends only its own call.
+ * under the mutex (lock order: C.mu, then the rpc layer's own locks). The
+ * one exception is the state journal: a small file write + fsync made
+ * inline on a serving thread, without C.mu (journal_sync), before a call
+ * is answered. Must not trust the network: every message is validated and
+ * a bad one ends only its own call.
  */
 #include <errno.h>
 #include <inttypes.h>
@@ -28,6 +39,7 @@
 #include "common/secret.h"
 #include "daemon.h"
 #include "health.h"
+#include "journal.h"
 #include "log.h"
 #include "metrics.h"
 #include "notify.h"
@@ -42,16 +54,18 @@
 
 enum {
   EXIT_OK = 0,     /* the job ended: all ranks finished, rank 0 asked, or a signal */
-  EXIT_FAIL = 1,   /* cannot listen, cannot write the port file */
-  EXIT_USAGE = 2,  /* bad option, config file or job spec */
+  EXIT_FAIL = 1,   /* cannot listen, cannot write the port file, state dir */
+  EXIT_USAGE = 2,  /* bad option, config file or job spec; another job's state */
   EXIT_IDLE = 3,   /* no client touched the job for --idle-timeout-s */
   EXIT_ABORTED = 4 /* a rank aborted the job (Finish.abort_job) */
 };
 
 static const char exit_codes_text[] =
     "  0  the job ended: every rank finished, rank 0 asked, or SIGTERM/SIGINT\n"
-    "  1  runtime failure (cannot listen, cannot write the port file)\n"
-    "  2  usage error (bad option, config file or job spec)\n"
+    "  1  runtime failure (cannot listen, cannot write the port file, cannot use\n"
+    "     --state-dir: locked by another coordinator, unreadable, damaged state)\n"
+    "  2  usage error (bad option, config file or job spec; --state-dir holds\n"
+    "     another job's state)\n"
     "  3  idle timeout: no client touched the job for --idle-timeout-s "
     "(workers were still shut down)\n"
     "  4  the job was aborted: a rank (or stoker abort) asked with Finish.abort_job;\n"
@@ -64,12 +78,13 @@ static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
 /* ---- Options ----------------------------------------------------------- */
 
 static struct {
-  char *listen, *job, *token, *token_file, *port_file, *log_level, *metrics_listen;
+  char *listen, *job, *token, *token_file, *port_file, *log_level, *metrics_listen,
+      *state_dir;
   stk__tls_opts tls;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
-      shutdown_grace_s, max_message_mb;
-  int print_job;
+      shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s;
+  int print_job, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;
 } opt;
@@ -85,9 +100,30 @@ static stk__option options[] = {
     {"print-job", OPT_BOOL, "false", NULL,
      "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
     {"idle-timeout-s", OPT_INT, "600", NULL,
-     "end the job when no client touched it this long (a call, an open watch, "
-     "or batches flowing from a worker count)",
+     "end the job when no client touched it this long (a call, an open watch "
+     "within its lease, or batches flowing from a worker count)",
      &opt.idle_timeout_s, 1, 86400 * 30},
+    {"watch-lease-s", OPT_INT, "60", NULL,
+     "end each WatchWorkers call (OK) after this long; libstoker opens a new one "
+     "at once, a watcher on a dead host does not, so it stops keeping the job "
+     "from its idle timeout",
+     &opt.watch_lease_s, 1, 86400},
+    {"state-dir", OPT_STR, "", NULL,
+     "directory (created if missing) for the job's state journal: job hash, "
+     "dataset size and fingerprint, joined and finished ranks, workers, the "
+     "job's end; a coordinator restarted with the same job and state dir resumes "
+     "where it was. Empty = no journal (clients still re-announce themselves)",
+     &opt.state_dir, 0, 0},
+    {"rejoin-wait-s", OPT_INT, "10", NULL,
+     "after a restart with --state-dir, how long (from the start) the end of the "
+     "job waits for workers registered before the restart to come back and take "
+     "their Shutdown; a live worker re-registers within a few seconds (its "
+     "reconnect backoff is at most 2 s), a gone one never does",
+     &opt.rejoin_wait_s, 0, 3600},
+    {"discard-state", OPT_BOOL, "false", NULL,
+     "start afresh when --state-dir holds another job's state or a damaged "
+     "file (it is overwritten; logged)",
+     &opt.discard_state, 0, 0},
     {"heartbeat-interval-ms", OPT_INT, "1000", NULL, "how often workers heartbeat",
      &opt.heartbeat_interval_ms, 50, 60000},
     {"heartbeat-misses", OPT_INT, "3", NULL,
@@ -96,8 +132,9 @@ static stk__option options[] = {
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
     {"shutdown-grace-s", OPT_INT, "15", NULL,
-     "on shutdown, how long to wait for workers to drain and disconnect (a "
-     "second SIGTERM/SIGINT cuts it short)",
+     "on shutdown, how long to wait for workers to drain and disconnect, and "
+     "for workers registered before a restart (--state-dir, --rejoin-wait-s) to "
+     "come back and be told (a second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
     {"token-file", OPT_STR, "", NULL,
      "read the bearer token every call must carry from the first line of FILE "
@@ -140,6 +177,7 @@ typedef struct cworker {
   int phase;           /* WS_*: touched only by the call's callbacks */
   uint64_t ack_hash;   /* the job hash the RegisterAck carried */
   int live;            /* in C.workers */
+  int leaving;         /* session over: no longer journaled, unlink next */
   int shutdown_sent;
   int64_t registered_ms, last_hb_ms;
   struct {
@@ -163,6 +201,7 @@ static struct {
   int resolved; /* num_samples known */
   char *canonical;
   uint64_t hash;
+  uint64_t config_hash; /* of the job as configured: the state journal's key */
   uint64_t fingerprint;
   int have_fp;
   cworker *workers; /* live ones */
@@ -183,7 +222,22 @@ static struct {
     uint64_t batches;
     uint32_t workers_alive;
   } * ranks;
+  /* From the state journal: ids of workers registered before a restart and
+   * not back yet; the end of the job waits (bounded) for them too. */
+  char **expect;
+  size_t nexpect;
 } C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+/* The state journal (--state-dir). Writes are serialised by J.mu, taken
+ * without C.mu; seq numbers the snapshots so an older one is never written
+ * after a newer one. */
+static struct {
+  pthread_mutex_t mu;
+  stk__state_dir *dir; /* NULL: no journal */
+  uint64_t seq;        /* under C.mu: last snapshot taken */
+  uint64_t written;    /* under J.mu: last snapshot on disk */
+  int failing;         /* under J.mu: the last write failed (logged once) */
+} J = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 static void touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
 
@@ -261,6 +315,236 @@ static void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
     free(v[i]);
   }
   free(v);
+}
+
+/* ---- State journal (--state-dir) ---------------------------------------- */
+
+/* The state as journal text (C's fields, read under C.mu). 0 or -1. */
+static int journal_text_locked(char **text, size_t *len) {
+  stk__journal j;
+  memset(&j, 0, sizeof(j));
+  j.job_hash = C.config_hash;
+  j.job_name = C.spec.name;
+  j.world_size = C.spec.world_size;
+  j.num_samples = C.resolved ? C.spec.num_samples : 0;
+  j.have_fp = C.have_fp;
+  j.fingerprint = C.fingerprint;
+  j.joined = C.joined;
+  j.finished = C.finished;
+  j.ended = C.shutdown_req != 0;
+  j.exit_code = C.shutdown_req ? C.shutdown_req - 1 : 0;
+  j.failed = C.failed;
+  j.reason = C.shutdown_reason;
+  size_t n = nworkers_locked() + C.nexpect;
+  char **ids = calloc(n ? n : 1, sizeof(*ids));
+  if (!ids) return -1;
+  for (cworker *w = C.workers; w; w = w->next)
+    if (!w->leaving) ids[j.nworkers++] = w->id;
+  for (size_t i = 0; i < C.nexpect; i++) ids[j.nworkers++] = C.expect[i];
+  j.worker_ids = ids;
+  int rc = stk__journal_format(&j, text, len);
+  free(ids);
+  return rc;
+}
+
+/* Put the state as of now in the journal (nothing without --state-dir):
+ * returns once a snapshot holding every change made before the call is on
+ * disk, so a call answered after it survives a kill -9. A failed write is
+ * logged (once until one succeeds again) and the job goes on from memory:
+ * a disk problem must not end a running job. Call without C.mu. */
+static void journal_sync(void) {
+  if (!J.dir) return;
+  char *text = NULL;
+  size_t len = 0;
+  pthread_mutex_lock(&C.mu);
+  uint64_t seq = ++J.seq;
+  int rc = journal_text_locked(&text, &len);
+  pthread_mutex_unlock(&C.mu);
+  char err[600] = "out of memory";
+  pthread_mutex_lock(&J.mu);
+  if (seq > J.written) { /* else a newer snapshot, which has ours, is on disk */
+    if (rc || stk__state_dir_write(J.dir, text, len, err, sizeof(err))) {
+      if (!J.failing)
+        LOG_ERROR(
+            "state journal: %s; the job goes on, but a restart may forget what "
+            "changed since the last write",
+            err);
+      J.failing = 1;
+    } else {
+      if (J.failing) LOG_INFO("state journal written again");
+      J.failing = 0;
+      J.written = seq;
+    }
+  }
+  pthread_mutex_unlock(&J.mu);
+  free(text);
+}
+
+/* A worker id registered again: no longer expected back. Under C.mu. */
+static void expect_remove_locked(const char *id) {
+  for (size_t i = 0; i < C.nexpect; i++)
+    if (!strcmp(C.expect[i], id)) {
+      free(C.expect[i]);
+      C.expect[i] = C.expect[--C.nexpect];
+      return;
+    }
+}
+
+/* Journal id as a worker to expect back, unless it is already: 1 when
+ * added, 0 when it was there or on allocation failure. Under C.mu. */
+static int expect_add_locked(const char *id) {
+  for (size_t i = 0; i < C.nexpect; i++)
+    if (!strcmp(C.expect[i], id)) return 0;
+  char **v = realloc(C.expect, (C.nexpect + 1) * sizeof(*v));
+  if (!v) return 0;
+  C.expect = v;
+  if (!(v[C.nexpect] = strdup(id))) return 0;
+  C.nexpect++;
+  return 1;
+}
+
+/* Once --rejoin-wait-s has passed since the start, forget the workers of
+ * the journal that did not come back (gone, or they would have): the end
+ * of the job no longer waits for them. Call without C.mu. */
+static void expect_expire(void) {
+  pthread_mutex_lock(&C.mu);
+  size_t n = C.nexpect;
+  int due = n && stk__now_ms() - C.start_ms >= opt.rejoin_wait_s * 1000;
+  if (due) {
+    for (size_t i = 0; i < n; i++) free(C.expect[i]);
+    C.nexpect = 0;
+  }
+  pthread_mutex_unlock(&C.mu);
+  if (!due) return;
+  LOG_WARN(
+      "%zu workers registered before the restart did not come back within %lld s "
+      "(--rejoin-wait-s): not waiting for them",
+      n, opt.rejoin_wait_s);
+  journal_sync();
+}
+
+/* Take over a journal read at start: the dataset, the ranks, the end and
+ * the workers to expect back. 0, or -1 with err (the file does not fit
+ * this job: treated as damaged). Before the server starts. */
+static int journal_apply(stk__journal *j, char *err, size_t errlen) {
+  if (j->world_size != C.spec.world_size)
+    return stk__errf(err, errlen, -1, "world_size %u, the job has %u", j->world_size,
+                     C.spec.world_size);
+  if (j->num_samples) {
+    if (C.resolved && C.spec.num_samples != j->num_samples)
+      return stk__errf(err, errlen, -1, "num_samples %" PRIu64 ", the job has %" PRIu64,
+                       j->num_samples, C.spec.num_samples);
+    if (!C.resolved) {
+      stk_job_spec t = C.spec;
+      t.num_samples = j->num_samples;
+      if (stk_steps_per_epoch(&t, j->num_samples) == 0)
+        return stk__errf(err, errlen, -1,
+                         "num_samples %" PRIu64 " gives no step of the job",
+                         j->num_samples);
+      C.spec = t;
+      C.resolved = 1;
+      if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
+    }
+  }
+  C.have_fp = j->have_fp;
+  C.fingerprint = j->fingerprint;
+  for (uint32_t r = 0; r < C.spec.world_size; r++) {
+    if (j->joined[r] && !C.joined[r]) C.joined[r] = 1, C.njoined++;
+    if (j->finished[r] && !C.finished[r]) C.finished[r] = 1, C.nfinished++;
+  }
+  if (j->ended) {
+    C.shutdown_req = j->exit_code + 1;
+    C.failed = j->failed;
+    snprintf(C.shutdown_reason, sizeof(C.shutdown_reason), "%s", j->reason);
+    C.shutting_down = 1; /* no join while the shutdown is finished */
+  } else if (C.nfinished == C.spec.world_size) {
+    request_shutdown_locked(EXIT_OK, "every rank finished");
+  }
+  C.expect = j->worker_ids; /* taken over */
+  C.nexpect = j->nworkers;
+  j->worker_ids = NULL;
+  j->nworkers = 0;
+  return 0;
+}
+
+/* Open --state-dir and resume from its journal (or start one). EXIT_OK, or
+ * an exit code with err. Before the server starts. */
+static int journal_open(char *err, size_t errlen) {
+  char msg[500];
+  if (stk__state_dir_open(opt.state_dir, &J.dir, err, errlen)) return EXIT_FAIL;
+  char *text = NULL;
+  size_t len = 0;
+  int r = stk__state_dir_read(J.dir, &text, &len, msg, sizeof(msg));
+  stk__journal j;
+  memset(&j, 0, sizeof(j));
+  int code = EXIT_OK;
+  if (r < 0) {
+    if (!opt.discard_state) {
+      code = stk__errf(err, errlen, EXIT_FAIL, "--state-dir: %s", msg);
+    } else {
+      LOG_WARN("--discard-state: %s; starting afresh", msg);
+    }
+  } else if (r == 1 && stk__journal_parse(text, len, &j, msg, sizeof(msg))) {
+    if (!opt.discard_state)
+      code = stk__errf(err, errlen, EXIT_FAIL,
+                       "the state file %s/state is damaged or not a state file (%s); "
+                       "move it away, or start with --discard-state to start afresh",
+                       opt.state_dir, msg);
+    else
+      LOG_WARN("--discard-state: damaged state file %s/state (%s) overwritten",
+               opt.state_dir, msg);
+  } else if (r == 1 && j.job_hash != C.config_hash) {
+    char name[STK_ESCAPED_ID];
+    stk__escape(name, sizeof(name), j.job_name);
+    if (!opt.discard_state)
+      code =
+          stk__errf(err, errlen, EXIT_USAGE,
+                    "--state-dir %s holds the state of another job (%s, hash %016" PRIx64
+                    "); this coordinator runs job %s (hash %016" PRIx64
+                    "): give each job its own state dir, or --discard-state to "
+                    "overwrite it",
+                    opt.state_dir, name, j.job_hash, C.spec.name, C.config_hash);
+    else
+      LOG_WARN("--discard-state: the state of job %s (hash %016" PRIx64
+               ") in %s overwritten",
+               name, j.job_hash, opt.state_dir);
+  } else if (r == 1) {
+    if (journal_apply(&j, msg, sizeof(msg))) {
+      code = stk__errf(err, errlen, EXIT_FAIL,
+                       "the state file %s/state does not fit the job (%s); move it away, "
+                       "or start with --discard-state",
+                       opt.state_dir, msg);
+    } else if (C.shutdown_req && j.ended) {
+      LOG_INFO(
+          "state dir %s: the job had already ended (%s, exit code %d): finishing its "
+          "shutdown (workers still to tell: %zu)",
+          opt.state_dir, C.shutdown_reason, C.shutdown_req - 1, C.nexpect);
+    } else {
+      LOG_INFO("state dir %s: resuming job %s (hash %016" PRIx64
+               "): %u/%u ranks finished, "
+               "%u joined, dataset size %" PRIu64 "%s, workers expected back: %zu",
+               opt.state_dir, C.spec.name, C.hash, C.nfinished, C.spec.world_size,
+               C.njoined, C.resolved ? C.spec.num_samples : 0,
+               C.resolved ? "" : " (not known yet)", C.nexpect);
+    }
+  } else {
+    LOG_INFO("state dir %s: no state yet, starting the journal", opt.state_dir);
+  }
+  free(text);
+  stk__journal_free(&j);
+  if (code != EXIT_OK) return code;
+  /* Write at once: a fresh dir gets its job, and a dir we cannot write to
+   * is found now rather than at the first finish. */
+  pthread_mutex_lock(&C.mu);
+  uint64_t seq = ++J.seq;
+  r = journal_text_locked(&text, &len);
+  pthread_mutex_unlock(&C.mu);
+  if (r) return stk__errf(err, errlen, EXIT_FAIL, "out of memory");
+  r = stk__state_dir_write(J.dir, text, len, msg, sizeof(msg));
+  free(text);
+  if (r) return stk__errf(err, errlen, EXIT_FAIL, "--state-dir: %s", msg);
+  J.written = seq;
+  return EXIT_OK;
 }
 
 /* ---- Coordinator.WorkerSession -----------------------------------------
@@ -390,6 +674,17 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     return -1;
   }
+  if (J.dir) {
+    /* Journal the worker (and the dataset it taught the job) before it is
+     * on the list: whatever Status shows, a restart knows. A file write +
+     * fsync inline on this serving thread (journal_sync); the session's
+     * callbacks come one at a time, so none runs meanwhile. */
+    int pending = expect_add_locked(w->id);
+    pthread_mutex_unlock(&C.mu);
+    journal_sync();
+    pthread_mutex_lock(&C.mu);
+    if (pending) expect_remove_locked(w->id);
+  }
   /* A worker that comes back under the same id replaces its old entry. */
   for (cworker *o = C.workers; o; o = o->next)
     if (!strcmp(o->id, w->id)) {
@@ -402,6 +697,7 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
   w->next = C.workers;
   C.workers = w;
   C.version++;
+  expect_remove_locked(w->id); /* it is back */
   pthread_cond_broadcast(&C.cv);
   size_t nlive = nworkers_locked();
   pthread_mutex_unlock(&C.mu);
@@ -517,6 +813,16 @@ static void session_half_close(stk__rpc_call *call) {
  * heartbeat lapse or a replacement did already). */
 static void session_closed(stk__rpc_call *call) {
   cworker *w = stk__rpc_call_data(call);
+  /* Out of the journal before it leaves the list: once Status no longer
+   * shows the worker, a restart does not wait for it either. journal_sync
+   * writes and fsyncs inline on this serving thread; the handle stays
+   * valid until we return, so the main loop may still send to it or
+   * abort it meanwhile. */
+  pthread_mutex_lock(&C.mu);
+  int journaled = w->live && !w->leaving;
+  w->leaving = 1;
+  pthread_mutex_unlock(&C.mu);
+  if (journaled) journal_sync();
   pthread_mutex_lock(&C.mu);
   int was_live = unlink_locked(w);
   w->call = NULL;
@@ -574,7 +880,8 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
     stk__rpc_call_finish(call, (grpc_status_code)code, msg);
     return;
   }
-  if (!C.joined[q->rank]) C.joined[q->rank] = 1, C.njoined++;
+  int newly = !C.joined[q->rank];
+  if (newly) C.joined[q->rank] = 1, C.njoined++;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = strdup(C.canonical);
   job.hash = C.hash;
@@ -583,6 +890,9 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   resp.list_version = C.version;
   resp.workers = infos_locked(&resp.n_workers);
   pthread_mutex_unlock(&C.mu);
+  /* A new rank is on disk before it is answered (a file write + fsync,
+   * inline on this serving thread). */
+  if (newly) journal_sync();
   LOG_INFO("rank %u joined (client %s from %s)", q->rank,
            q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
   if (!job.canonical || !resp.workers)
@@ -592,20 +902,43 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   infos_free(resp.workers, resp.n_workers);
 }
 
-/* WatchWorkers: after its one request, a WorkerList whenever the live
- * list changed (sent from watch_pump_locked: the main loop's tick, a
- * finished send, the watch's start), the last one with shutting_down. */
+/* WatchWorkers: after its one request (a re-announcement: checked, and
+ * journaled when it taught the coordinator something), a WorkerList
+ * whenever the live list changed (sent from watch_pump_locked: the main
+ * loop's tick, a finished send, the watch's start), the last one with
+ * shutting_down. A watch keeps the job from its idle timeout only within
+ * its lease (--watch-lease-s) and while no send waits on its peer; at the
+ * end of the lease (seen within one tick of the main loop) the call ends
+ * OK and a live client opens a new one, so a watcher on a dead host cannot
+ * hold a job open for longer than lease + idle timeout. */
 typedef struct watcher {
   stk__rpc_call *call;
   uint64_t known;
+  int64_t lease_end; /* set when started */
   int started, sending, over;
   struct watcher *next;
 } watcher;
 
-/* Send wt the list if it changed and no send is in flight. Under C.mu. */
+/* Open watches that keep the job from its idle timeout now. Under C.mu. */
+static int watch_holds_locked(int64_t now) {
+  int n = 0;
+  for (const watcher *wt = C.watch_list; wt; wt = wt->next)
+    n += wt->started && !wt->over && !wt->sending && now < wt->lease_end;
+  return n;
+}
+
+/* Send wt the list if it changed and no send is in flight; end it once
+ * its lease is over. Under C.mu. */
 static void watch_pump_locked(watcher *wt) {
   if (!wt->started || wt->sending || wt->over) return;
-  if (C.version == wt->known && !C.shutting_down) return;
+  if (C.version == wt->known && !C.shutting_down) {
+    if (stk__now_ms() >= wt->lease_end) {
+      wt->over = 1;
+      touch_locked(); /* the idle clock runs from the end of the hold */
+      stk__rpc_call_finish(wt->call, GRPC_STATUS_OK, "watch lease over: watch again");
+    }
+    return;
+  }
   Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
   list.version = C.version;
   list.shutting_down = C.shutting_down;
@@ -619,7 +952,9 @@ static void watch_pump_locked(watcher *wt) {
     stk__rpc_call_abort(wt->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
+  /* A send may wait on a peer that stopped reading: no hold meanwhile. */
   wt->sending = 1;
+  touch_locked();
   wt->known = list.version;
   if (list.shutting_down) {
     wt->over = 1;
@@ -628,7 +963,7 @@ static void watch_pump_locked(watcher *wt) {
 }
 
 /* Every watcher: from the main loop (list changes anywhere show within
- * one tick). */
+ * one tick, and so do the ends of leases). */
 static void watch_pump_all(void) {
   pthread_mutex_lock(&C.mu);
   for (watcher *wt = C.watch_list; wt; wt = wt->next) watch_pump_locked(wt);
@@ -650,9 +985,58 @@ static int watch_open(stk__rpc_call *call) {
   return 0;
 }
 
+/* A watch's re-announcement (WatchRequest with job_hash): check it and
+ * take what the coordinator did not know (after a restart: the rank joined,
+ * finished, rank 0 ended the job). 0 (*changed set when the state moved),
+ * or a gRPC status with msg. Under C.mu. */
+static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, char *msg,
+                             size_t len) {
+  *changed = 0;
+  if (!q->job_hash) return 0; /* an old or stock client: a plain watch */
+  if (q->rank >= C.spec.world_size) {
+    snprintf(msg, len, "rank %u is outside the job's world_size %u", q->rank,
+             C.spec.world_size);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (q->client_id && strlen(q->client_id) >= MAX_STR) {
+    snprintf(msg, len, "client_id of %zu bytes (at most %d)", strlen(q->client_id),
+             MAX_STR - 1);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (q->end_job && q->rank != 0) {
+    snprintf(msg, len, "only rank 0 may end the whole job (end_job)");
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (C.shutting_down) return 0; /* the watch gets the last list at once */
+  if (!C.resolved) {
+    snprintf(msg, len, "waiting for a worker (the dataset size is not known yet)");
+    return GRPC_STATUS_UNAVAILABLE;
+  }
+  if (q->job_hash != C.hash) {
+    snprintf(msg, len,
+             "this client is in job %016" PRIx64 ", this coordinator runs job %016" PRIx64
+             " (%s)",
+             q->job_hash, C.hash, C.spec.name);
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  if (!C.joined[q->rank]) C.joined[q->rank] = 1, C.njoined++, *changed = 1;
+  if (q->finished && !C.finished[q->rank]) {
+    C.finished[q->rank] = 1, C.nfinished++, *changed = 1;
+    if (C.nfinished == C.spec.world_size)
+      request_shutdown_locked(EXIT_OK, "every rank finished");
+  }
+  if (q->end_job && !C.shutdown_req) {
+    request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
+    *changed = 1;
+  }
+  return 0;
+}
+
 static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   watcher *wt = stk__rpc_call_data(call);
   const Stoker__V1__WatchRequest *q = (const Stoker__V1__WatchRequest *)m;
+  char msg[400];
+  int changed = 0;
   pthread_mutex_lock(&C.mu);
   if (wt->started || wt->over) {
     pthread_mutex_unlock(&C.mu);
@@ -665,8 +1049,37 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
                          "request is not a stoker.v1.WatchRequest");
     return;
   }
+  touch_locked();
+  int code = reannounce_locked(q, &changed, msg, sizeof(msg));
+  uint32_t nf = C.nfinished;
+  if (code) wt->over = 1;
+  pthread_mutex_unlock(&C.mu);
+  if (code) {
+    LOG_WARN("watch from %s (rank %u) refused: %s", stk__rpc_call_peer(call), q->rank,
+             msg);
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
+    return;
+  }
+  if (changed) {
+    /* On disk before the watch answers. journal_sync writes and fsyncs a
+     * small file inline, on this serving thread (the one blocking step a
+     * callback takes). The watch is not started yet, so the main loop's
+     * pump leaves it alone meanwhile; and its callbacks come one at a
+     * time, so watch_closed waits for this one. */
+    journal_sync();
+    LOG_INFO(
+        "rank %u re-announced itself on its watch (client %s from %s)%s%s (%u/%u "
+        "finished)",
+        q->rank, q->client_id ? q->client_id : "", stk__rpc_call_peer(call),
+        q->finished ? ": finished" : "", q->end_job ? ", ends the job" : "", nf,
+        C.spec.world_size);
+  }
+  LOG_DEBUG("watch from %s (rank %u) opened, lease %lld s", stk__rpc_call_peer(call),
+            q->rank, opt.watch_lease_s);
+  pthread_mutex_lock(&C.mu);
   wt->started = 1;
   wt->known = q->known_version;
+  wt->lease_end = stk__now_ms() + opt.watch_lease_s * 1000;
   C.watchers++;
   touch_locked();
   watch_pump_locked(wt);
@@ -746,10 +1159,20 @@ static void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
                          "only rank 0 may end the whole job (shutdown_job)");
     return;
   }
+  if (q->job_hash && C.resolved && q->job_hash != C.hash) {
+    snprintf(msg, sizeof(msg),
+             "finish for job %016" PRIx64 ", this coordinator runs job %016" PRIx64,
+             q->job_hash, C.hash);
+    pthread_mutex_unlock(&C.mu);
+    LOG_WARN("finish from %s refused: %s", stk__rpc_call_peer(call), msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    return;
+  }
   if (q->abort_job) {
     abort_job_locked(q->rank, q->reason, stk__rpc_call_peer(call));
     uint32_t nf = C.nfinished;
     pthread_mutex_unlock(&C.mu);
+    journal_sync(); /* the end is on disk before anyone hears of it */
     Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
     resp.ranks_finished = nf;
     resp.world_size = W;
@@ -761,6 +1184,9 @@ static void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
   else if (nf == W) request_shutdown_locked(EXIT_OK, "every rank finished");
   pthread_mutex_unlock(&C.mu);
+  /* An answered Finish survives a restart: on disk first (a file write +
+   * fsync, inline on this serving thread). */
+  journal_sync();
   LOG_INFO("rank %u finished%s (%u/%u)", q->rank,
            q->shutdown_job ? " and ends the job" : "", nf, W);
   Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
@@ -945,6 +1371,7 @@ static int load_job(char *err, size_t errlen) {
     return -1;
   }
   if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
+  C.config_hash = C.hash;
   C.joined = calloc(C.spec.world_size, 1);
   C.finished = calloc(C.spec.world_size, 1);
   C.ranks = calloc(C.spec.world_size, sizeof(*C.ranks));
@@ -966,6 +1393,9 @@ static void send_shutdowns(void) {
     Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
     cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
     cmd.shutdown = &sd;
+    /* Sent is not received (the message may still sit in gRPC or the
+     * socket when the coordinator dies): the worker stays in the journal
+     * until its session ends, which it does once it has drained. */
     if (stk__rpc_call_send_msg(w->call, &cmd.base) == 0)
       LOG_INFO("sent shutdown to worker %s", w->id);
   }
@@ -1001,7 +1431,8 @@ static void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
       "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
       "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
       state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished, C.watchers,
-      bps, mbps, C.watchers ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
+      bps, mbps,
+      watch_holds_locked(now) ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
   char st[200];
   snprintf(st, sizeof(st), "%s: %zu workers, %.1f batches/s, ranks %u joined %u finished",
            state_names[state_locked()], nworkers_locked(), bps, C.njoined, C.nfinished);
@@ -1025,14 +1456,18 @@ static int run_job(void) {
       snprintf(why, sizeof(why), "signal %d", sig);
       request_shutdown_locked(EXIT_OK, why);
     }
-    if (!C.watchers && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
+    if (!watch_holds_locked(now) && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
       request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
     int req = C.shutdown_req;
     pthread_mutex_unlock(&C.mu);
-    if (req) return req - 1;
+    if (req) {
+      journal_sync(); /* the end (a signal, the idle timeout) before telling workers */
+      return req - 1;
+    }
     stk__notify_tick(now);
     check_heartbeats();
     watch_pump_all();
+    expect_expire();
     if (now >= next_stats) {
       log_stats(now, &last_stats, &last_bytes);
       next_stats = now + opt.stats_interval_s * 1000;
@@ -1058,8 +1493,12 @@ static void shut_down_workers(void) {
     stk__notify_tick(stk__now_ms());
     send_shutdowns();
     watch_pump_all();
+    expect_expire();
     pthread_mutex_lock(&C.mu);
-    size_t left = nworkers_locked();
+    /* Workers registered before a restart and not back yet (state journal)
+     * still need their Shutdown: wait for them too (--rejoin-wait-s, and
+     * within the grace). */
+    size_t left = nworkers_locked() + C.nexpect;
     pthread_mutex_unlock(&C.mu);
     if (!left) break;
     if (stk__signal_count() >= 2) {
@@ -1067,8 +1506,13 @@ static void shut_down_workers(void) {
       break;
     }
     if (stk__now_ms() >= until) {
-      LOG_WARN("%zu workers still connected after %lld s; exiting anyway", left,
-               opt.shutdown_grace_s);
+      pthread_mutex_lock(&C.mu);
+      size_t nexp = C.nexpect;
+      pthread_mutex_unlock(&C.mu);
+      LOG_WARN(
+          "%zu workers still connected after %lld s (%zu known before a restart "
+          "never came back); exiting anyway",
+          left - nexp, opt.shutdown_grace_s, nexp);
       break;
     }
     stk__sleep_ms(20);
@@ -1263,7 +1707,14 @@ int main(int argc, char **argv) {
   stk__daemon_raise_nofile();
   stk__notify_init();
   C.start_ms = C.last_touch_ms = stk__now_ms();
-  C.version = 1; /* a watcher that knows nothing (0) gets the list at once */
+  /* List versions are never 0 (a watcher that knows nothing gets the list
+   * at once) and start from the wall clock, so a restarted coordinator
+   * does not reuse a version its clients saw with another list. */
+  C.version = ((uint64_t)time(NULL) << 20) | 1;
+  if (*opt.state_dir && (code = journal_open(err, sizeof(err))) != EXIT_OK) {
+    LOG_ERROR("%s", err);
+    goto out;
+  }
   stk__rpc_server *srv = NULL;
   if (start_server(&srv, err, sizeof(err))) {
     LOG_ERROR("%s", err);
@@ -1286,5 +1737,8 @@ out:
   stk__options_free(options, NOPTIONS);
   free(C.canonical), free(C.joined), free(C.finished), free(C.ranks);
   stk__tls_free(C.tls);
+  for (size_t i = 0; i < C.nexpect; i++) free(C.expect[i]);
+  free(C.expect);
+  stk__state_dir_close(J.dir);
   return code;
 }
