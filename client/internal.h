@@ -26,8 +26,7 @@
 #include "stoker/client.h"
 
 #define STK__MAX_WORKERS    256
-#define STK__MAX_PER_WORKER 64 /* the worker's outstanding limit */
-#define STK__MAX_MSG        (64u << 20)
+#define STK__MAX_PER_WORKER 64          /* the worker's outstanding limit */
 #define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
 #define STK__STATE_VERSION  1u
 #define STK__STATE_SIZE     40u

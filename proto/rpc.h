@@ -47,10 +47,28 @@ int stk__rpc_status(int grpc_code, int *final);
  * NULL on allocation failure. */
 grpc_byte_buffer *stk__rpc_pack(const ProtobufCMessage *m);
 /* Unpack a byte buffer (not consumed) of at most max_bytes; NULL when the
- * bytes are not a valid message of that type or too large. Free with
- * protobuf_c_message_free_unpacked(m, NULL). */
+ * bytes are not a valid message of that type or break a limit of
+ * wire_limits.h: over max_bytes, a parse that would allocate more than
+ * STK_UNPACK_MEM_FACTOR * size + STK_UNPACK_MEM_SLACK, too many unknown
+ * fields or repeated sub-messages. Free with
+ * protobuf_c_message_free_unpacked(m, NULL). Thread-safe. */
 ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
                                   grpc_byte_buffer *bb, size_t max_bytes);
+/* stk__rpc_unpack over plain bytes, with the allocation budget mem_budget
+ * (0 = the default above). On failure NULL, and (each may be NULL) *code
+ * gets the gRPC status a peer should get for it (INVALID_ARGUMENT: not a
+ * message of that type, or too many unknown fields; RESOURCE_EXHAUSTED:
+ * over a size or memory limit) and why a one-line reason naming the
+ * message type and the limit. Pure, thread-safe. */
+ProtobufCMessage *stk__rpc_unpack_bytes(const ProtobufCMessageDescriptor *d,
+                                        const uint8_t *data, size_t len, size_t max_bytes,
+                                        size_t mem_budget, int *code, char *why,
+                                        size_t whylen);
+/* As stk__rpc_unpack, with stk__rpc_unpack_bytes's budget and reasons. */
+ProtobufCMessage *stk__rpc_unpack_ex(const ProtobufCMessageDescriptor *d,
+                                     grpc_byte_buffer *bb, size_t max_bytes,
+                                     size_t mem_budget, int *code, char *why,
+                                     size_t whylen);
 
 /* ---- Server ------------------------------------------------------------ */
 
@@ -65,13 +83,19 @@ typedef void (*stk__rpc_handler_fn)(stk__rpc_call *call);
 typedef struct stk__rpc_method {
   const char *path; /* "/stoker.v1.Worker/Stream" */
   stk__rpc_handler_fn fn;
+  /* Largest request message this method accepts (wire_limits.h); 0 = the
+   * server's max_message_bytes. The server's gRPC receive limit is the
+   * largest of its methods', and stk__rpc_call_recv_msg checks each
+   * message against its own method's. */
+  size_t max_bytes;
 } stk__rpc_method;
 
 typedef struct stk__rpc_server_config {
   const char *listen; /* "127.0.0.1:0" binds a free port */
   const stk__rpc_method *methods;
   size_t nmethods;
-  size_t max_message_bytes; /* receive limit; 0 = 16 MiB */
+  size_t max_message_bytes; /* send limit, and receive limit of a method
+                               without max_bytes; 0 = 16 MiB */
   const char *token;        /* bearer token every call must carry; NULL = none */
   size_t max_calls;         /* concurrent calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
 } stk__rpc_server_config;
@@ -91,7 +115,11 @@ size_t stk__rpc_server_active(stk__rpc_server *s);
  * time. */
 int stk__rpc_call_recv(stk__rpc_call *c, grpc_byte_buffer **out);
 /* Unpack-or-fail convenience: 1 with a message, 0 half-close, -1 broken,
- * -2 malformed (the call is still open: abort it with a status). */
+ * -2 when the message is malformed or over one of the method's limits
+ * (size, parse memory, unknown fields: see stk__rpc_unpack). On -2 the
+ * call has already been ended with INVALID_ARGUMENT or RESOURCE_EXHAUSTED
+ * and a message naming the type and the limit; the caller's own status is
+ * then a no-op. */
 int stk__rpc_call_recv_msg(stk__rpc_call *c, const ProtobufCMessageDescriptor *d,
                            ProtobufCMessage **out);
 /* Blocking send (waits for flow control). Takes ownership of msg. 0 or -1
@@ -117,7 +145,10 @@ const char *stk__rpc_call_peer(stk__rpc_call *c);
 typedef struct stk__rpc_channel stk__rpc_channel;
 
 /* A channel to target ("host:port"); connects lazily and reconnects with a
- * short backoff. 0, or -1 on allocation failure. */
+ * short backoff. max_message_bytes (0 = 16 MiB) is the largest message the
+ * channel sends or receives: the largest response its calls may
+ * legitimately get (wire_limits.h); stk__rpc_unary unpacks a response
+ * with that limit. 0, or -1 on allocation failure. */
 int stk__rpc_channel_open(const char *target, size_t max_message_bytes, const char *token,
                           stk__rpc_channel **out);
 void stk__rpc_channel_close(stk__rpc_channel *ch); /* accepts NULL */

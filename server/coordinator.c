@@ -91,7 +91,9 @@ static stk__option options[] = {
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
      &opt.port_file, 0, 0},
-    {"max-message-mb", OPT_INT, "4", NULL, "largest gRPC message received",
+    {"max-message-mb", OPT_INT, "4", NULL,
+     "largest gRPC message sent (requests are received with their own small "
+     "limits: docs/operations.md)",
      &opt.max_message_mb, 1, 1024},
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
@@ -869,11 +871,12 @@ static void shut_down_workers(void) {
  * 0, or -1 with err. */
 static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
   static const stk__rpc_method methods[] = {
-      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session},
-      {"/stoker.v1.Coordinator/Join", handle_join},
-      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch},
-      {"/stoker.v1.Coordinator/Finish", handle_finish},
-      {"/stoker.v1.Coordinator/Status", handle_status},
+      {"/stoker.v1.Coordinator/WorkerSession", handle_worker_session,
+       STK_MAX_CONTROL_MSG},
+      {"/stoker.v1.Coordinator/Join", handle_join, STK_MAX_CONTROL_MSG},
+      {"/stoker.v1.Coordinator/WatchWorkers", handle_watch, STK_MAX_CONTROL_MSG},
+      {"/stoker.v1.Coordinator/Finish", handle_finish, STK_MAX_CONTROL_MSG},
+      {"/stoker.v1.Coordinator/Status", handle_status, STK_MAX_CONTROL_MSG},
   };
   int port = 0;
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),

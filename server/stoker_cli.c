@@ -15,6 +15,7 @@
 #include "log.h"
 #include "options.h"
 #include "rpc.h"
+#include "wire_limits.h"
 #include "stoker.pb-c.h"
 #include "stoker/core.h"
 
@@ -121,7 +122,7 @@ static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage
                      ProtobufCMessage **resp) {
   stk__rpc_channel *ch = NULL;
   *resp = NULL;
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, STK_MAX_STATUS_MSG, opt.token, &ch)) {
     fprintf(stderr, "%s: cannot create a channel\n", cmd);
     return -1;
   }
@@ -278,7 +279,7 @@ static int wait_watch(stk__rpc_channel *ch, int *connected) {
     }
     if (r != 1) break;
     Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
-        &stoker__v1__worker_list__descriptor, bb, 1 << 22);
+        &stoker__v1__worker_list__descriptor, bb, STK_MAX_LIST_MSG);
     grpc_byte_buffer_destroy(bb);
     if (!wl) break;
     *connected = 1;
@@ -311,7 +312,7 @@ static int cmd_wait(int argc, char **argv) {
   }
   int rc = WAIT_UNREACHABLE;
   stk__rpc_channel *ch = NULL;
-  if (stk__rpc_channel_open(opt.coordinator, 0, opt.token, &ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, STK_MAX_LIST_MSG, opt.token, &ch)) {
     fprintf(stderr, "stoker wait: cannot create a channel\n");
     goto out;
   }

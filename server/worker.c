@@ -82,7 +82,7 @@ static stk__option options[] = {
      "unanswered requests allowed per stream (past it: RESOURCE_EXHAUSTED)",
      &opt.max_outstanding, 1, 1 << 20},
     {"chunk-bytes", OPT_INT, "4194304", NULL, "payload bytes per chunk message",
-     &opt.chunk_bytes, 4096, 8 << 20},
+     &opt.chunk_bytes, 4096, STK_MAX_CHUNK_BYTES},
     {"drain-timeout-s", OPT_INT, "10", NULL,
      "on shutdown, time to finish sending what was requested (a second "
      "SIGTERM/SIGINT cuts it short)",
@@ -100,8 +100,9 @@ static stk__option options[] = {
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
     {"max-message-mb", OPT_INT, "16", NULL,
-     "largest gRPC message sent or received (chunks must fit)", &opt.max_message_mb, 1,
-     1024},
+     "largest gRPC message sent (chunks must fit); requests are received with their own "
+     "small limits (docs/operations.md)",
+     &opt.max_message_mb, 1, 1024},
     {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1,
      1 << 20},
     {"max-pixels", OPT_INT, "100000000", NULL, "largest decoded image (width*height)",
@@ -610,7 +611,8 @@ int main(int argc, char **argv) {
                soft, W.threads, want);
   }
 
-  static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream", handle_stream}};
+  static const stk__rpc_method methods[] = {
+      {"/stoker.v1.Worker/Stream", handle_stream, STK_MAX_REQUEST_MSG}};
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
