@@ -25,6 +25,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
+#include "msgcheck.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
@@ -260,7 +261,7 @@ static Stoker__V1__Register *recv_hello(stk__rpc_call *call,
 static cworker *worker_from_hello(stk__rpc_call *call) {
   Stoker__V1__WorkerMessage *m = NULL;
   char msg[200];
-  int r;
+  int r, code;
   cworker *w = NULL;
   Stoker__V1__Register *h = recv_hello(call, &m, &r);
   if (!h) {
@@ -268,18 +269,8 @@ static cworker *worker_from_hello(stk__rpc_call *call) {
       stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                            "the first message of a worker session must be hello");
     else stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
-  } else if (h->protocol_version != STK_PROTOCOL_VERSION) {
-    snprintf(msg, sizeof(msg), "worker speaks protocol %u, this coordinator %u",
-             h->protocol_version, STK_PROTOCOL_VERSION);
-    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-  } else if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
-             !h->worker->address || !*h->worker->address ||
-             strlen(h->worker->worker_id) >= MAX_STR ||
-             strlen(h->worker->address) >= MAX_STR) {
-    snprintf(msg, sizeof(msg),
-             "hello needs worker.worker_id and worker.address, each at most %d bytes",
-             MAX_STR - 1);
-    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+  } else if ((code = stk__check_hello(h, msg, sizeof(msg)))) {
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
   } else if (!(w = calloc(1, sizeof(*w)))) {
     stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   } else {

@@ -23,6 +23,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
+#include "msgcheck.h"
 #include "rpc.h"
 #include "sched.h"
 #include "session.h"
@@ -364,32 +365,10 @@ static void *sender_main(void *arg) {
   return NULL;
 }
 
-/* Validate one request: 0, or a gRPC status code with msg. */
+/* Validate one request (msgcheck.c): 0, or a gRPC status code with msg. */
 static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t len) {
-  if (q->job_hash != W.job_hash) {
-    snprintf(msg, len,
-             "job hash %016" PRIx64
-             " does not match this worker's job "
-             "%016" PRIx64 " (%s)",
-             q->job_hash, W.job_hash, W.spec.name);
-    return GRPC_STATUS_FAILED_PRECONDITION;
-  }
-  if (q->rank >= W.spec.world_size) {
-    snprintf(msg, len, "rank %u is outside the job's world_size %u", q->rank,
-             W.spec.world_size);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  if (q->epoch >= W.spec.epochs) {
-    snprintf(msg, len, "epoch %" PRIu64 " is past the job's %u epochs", q->epoch,
-             W.spec.epochs);
-    return GRPC_STATUS_OUT_OF_RANGE;
-  }
-  if (q->step >= W.steps) {
-    snprintf(msg, len, "step %" PRIu64 " is past the epoch's %" PRIu64 " steps", q->step,
-             W.steps);
-    return GRPC_STATUS_OUT_OF_RANGE;
-  }
-  return 0;
+  stk__job_view j = {W.job_hash, W.spec.world_size, W.spec.epochs, W.steps, W.spec.name};
+  return stk__check_batch_request(&j, q, msg, len);
 }
 
 static void handle_stream(stk__rpc_call *call) {

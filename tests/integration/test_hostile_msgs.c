@@ -182,15 +182,16 @@ static void attack_worker(stk__rpc_channel *big, stk__rpc_channel *w, pid_t pid)
     stk__rpc_stream_destroy(s);
     printf("  %-44s -> batch received\n", "BatchRequest + unknown fields, 1 KiB");
   }
-  int code = send_raw(big, STREAM, flood(req, rl, STK_MAX_REQUEST_MSG + 1, FILL_VARINT), 0,
-                      det, sizeof(det));
+  int code = send_raw(big, STREAM, flood(req, rl, STK_MAX_REQUEST_MSG + 1, FILL_VARINT),
+                      0, det, sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL, "BatchRequest, 1 KiB + 1 byte");
   worker_serves(w, "1 KiB + 1");
-  code = send_raw(big, STREAM, flood(NULL, 0, 4u << 20, FILL_VARINT), 0, det, sizeof(det));
+  code =
+      send_raw(big, STREAM, flood(NULL, 0, 4u << 20, FILL_VARINT), 0, det, sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL,
          "BatchRequest, 4 MiB of unknown varints");
-  code =
-      send_raw(big, STREAM, flood(NULL, 0, 16u << 20, FILL_EMPTY_LEN), 0, det, sizeof(det));
+  code = send_raw(big, STREAM, flood(NULL, 0, 16u << 20, FILL_EMPTY_LEN), 0, det,
+                  sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL,
          "BatchRequest, 16 MiB of empty sub-messages");
   worker_serves(w, "16 MiB");
@@ -210,16 +211,19 @@ static void attack_coordinator(stk__rpc_channel *big, stk__rpc_channel *c, pid_t
   uint8_t jb[64];
   size_t jl = protobuf_c_message_pack(&jq.base, jb);
 
-  int code = send_raw(big, "/stoker.v1.Coordinator/Join",
-                      flood(jb, jl, STK_MAX_CONTROL_MSG, FILL_VARINT), 1, det, sizeof(det));
+  int code =
+      send_raw(big, "/stoker.v1.Coordinator/Join",
+               flood(jb, jl, STK_MAX_CONTROL_MSG, FILL_VARINT), 1, det, sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, "to parse",
          "Join + 2000 unknown fields, 4 KiB");
-  code = send_raw(big, "/stoker.v1.Coordinator/Join",
-                  flood(jb, jl, STK_MAX_CONTROL_MSG + 1, FILL_VARINT), 1, det, sizeof(det));
+  code =
+      send_raw(big, "/stoker.v1.Coordinator/Join",
+               flood(jb, jl, STK_MAX_CONTROL_MSG + 1, FILL_VARINT), 1, det, sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL, "Join, 4 KiB + 1 byte");
-  code = send_raw(big, "/stoker.v1.Coordinator/Join", flood(NULL, 0, 4u << 20, FILL_VARINT),
-                  1, det, sizeof(det));
-  expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL, "Join, 4 MiB of unknown varints");
+  code = send_raw(big, "/stoker.v1.Coordinator/Join",
+                  flood(NULL, 0, 4u << 20, FILL_VARINT), 1, det, sizeof(det));
+  expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL,
+         "Join, 4 MiB of unknown varints");
   code = send_raw(big, "/stoker.v1.Coordinator/WorkerSession",
                   flood(NULL, 0, 16u << 20, FILL_EMPTY_LEN), 0, det, sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL,
@@ -267,7 +271,8 @@ static void rogue_list(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp) {
 
 static void rogue_join(stk__rpc_call *call) {
   ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__join_request__descriptor, &q) != 1) return;
+  if (stk__rpc_call_recv_msg(call, &stoker__v1__join_request__descriptor, &q) != 1)
+    return;
   protobuf_c_message_free_unpacked(q, NULL);
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = rogue_job, job.hash = rogue_hash;
@@ -281,7 +286,8 @@ static void rogue_join(stk__rpc_call *call) {
 
 static void rogue_watch(stk__rpc_call *call) {
   ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__watch_request__descriptor, &q) != 1) return;
+  if (stk__rpc_call_recv_msg(call, &stoker__v1__watch_request__descriptor, &q) != 1)
+    return;
   protobuf_c_message_free_unpacked(q, NULL);
   Stoker__V1__WorkerInfo w, *wp[1];
   rogue_list(&w, wp);
@@ -307,7 +313,8 @@ static void rogue_finish(stk__rpc_call *call) {
  * stream then gets a plainly wrong header, which the client reports. */
 static void rogue_stream(stk__rpc_call *call) {
   ProtobufCMessage *q = NULL;
-  if (stk__rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor, &q) != 1) return;
+  if (stk__rpc_call_recv_msg(call, &stoker__v1__batch_request__descriptor, &q) != 1)
+    return;
   protobuf_c_message_free_unpacked(q, NULL);
   int n = atomic_fetch_add(&rogue_streams, 1);
   grpc_byte_buffer *bb = NULL;
@@ -417,10 +424,21 @@ int main(int argc, char **argv) {
 
   /* Part 1: a real coordinator and worker. */
   stk_proc coord, worker;
-  const char *cargs[] = {"--set",          "num_samples=64", "--set",      "batch_size=4",
-                         "--set",          "height=16",      "--set",      "width=16",
-                         "--set",          "world_size=2",   "--set",      "name=hostile",
-                         "--idle-timeout-s", "60",           NULL};
+  const char *cargs[] = {"--set",
+                         "num_samples=64",
+                         "--set",
+                         "batch_size=4",
+                         "--set",
+                         "height=16",
+                         "--set",
+                         "width=16",
+                         "--set",
+                         "world_size=2",
+                         "--set",
+                         "name=hostile",
+                         "--idle-timeout-s",
+                         "60",
+                         NULL};
   int cport = du_start_coordinator(&coord, "coordinator", cargs);
   CHECK(cport > 0);
   if (cport <= 0) CHECK_DONE();

@@ -64,11 +64,13 @@ int main(void) {
   Stoker__V1__BatchRequest q = STOKER__V1__BATCH_REQUEST__INIT;
   q.job_hash = 0x1234, q.step = 7;
   size_t len = protobuf_c_message_pack(&q.base, buf);
-  m = unpack(&stoker__v1__batch_request__descriptor, len, STK_MAX_REQUEST_MSG, &code, why);
+  m = unpack(&stoker__v1__batch_request__descriptor, len, STK_MAX_REQUEST_MSG, &code,
+             why);
   CHECK(m && ((Stoker__V1__BatchRequest *)m)->step == 7);
   protobuf_c_message_free_unpacked(m, NULL);
   len += put_unknown(buf + len, 100);
-  m = unpack(&stoker__v1__batch_request__descriptor, len, STK_MAX_REQUEST_MSG, &code, why);
+  m = unpack(&stoker__v1__batch_request__descriptor, len, STK_MAX_REQUEST_MSG, &code,
+             why);
   CHECK(m && m->n_unknown_fields == 1);
   protobuf_c_message_free_unpacked(m, NULL);
 
@@ -85,7 +87,8 @@ int main(void) {
 
   /* 1 MiB of 2-byte unknown varints: over the parse budget (8x + 64 KiB). */
   for (size_t i = 0; i < (1u << 20); i += 2) buf[i] = 0x78, buf[i + 1] = 0x01;
-  m = unpack(&stoker__v1__worker_list__descriptor, 1u << 20, STK_MAX_LIST_MSG, &code, why);
+  m = unpack(&stoker__v1__worker_list__descriptor, 1u << 20, STK_MAX_LIST_MSG, &code,
+             why);
   CHECK(!m && code == GRPC_STATUS_RESOURCE_EXHAUSTED && strstr(why, "to parse"));
   printf("budget:   %s\n", why);
 
@@ -134,7 +137,8 @@ int main(void) {
     r.header = &h;
     len = protobuf_c_message_pack(&r.base, buf);
     CHECK(len <= STK_MAX_HEADER_MSG);
-    m = unpack(&stoker__v1__batch_response__descriptor, len, STK_MAX_HEADER_MSG, &code, why);
+    m = unpack(&stoker__v1__batch_response__descriptor, len, STK_MAX_HEADER_MSG, &code,
+               why);
     CHECK(m && ((Stoker__V1__BatchResponse *)m)->header->n_sample_indices == 65536);
     protobuf_c_message_free_unpacked(m, NULL);
     free(idx);
