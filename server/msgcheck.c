@@ -16,7 +16,8 @@ int stk__check_batch_request(const stk__job_view *j, const Stoker__V1__BatchRequ
                              char *msg, size_t len) {
   if (q->job_hash != j->job_hash) {
     snprintf(msg, len,
-             "job hash %016" PRIx64 " does not match this worker's job %016" PRIx64 " (%s)",
+             "job hash %016" PRIx64 " does not match this worker's job %016" PRIx64
+             " (%s)",
              q->job_hash, j->job_hash, j->name ? j->name : "");
     return GRPC_STATUS_FAILED_PRECONDITION;
   }
@@ -42,8 +43,8 @@ int stk__parse_batch_request(const stk__job_view *j, const uint8_t *data, size_t
                              Stoker__V1__BatchRequest **out, char *msg, size_t mlen) {
   int code = GRPC_STATUS_INVALID_ARGUMENT;
   *out = (Stoker__V1__BatchRequest *)stk__rpc_unpack_bytes(
-      &stoker__v1__batch_request__descriptor, data, len, STK_MAX_REQUEST_MSG, 0, &code, msg,
-      mlen);
+      &stoker__v1__batch_request__descriptor, data, len, STK_MAX_REQUEST_MSG, 0, &code,
+      msg, mlen);
   if (!*out) return code;
   code = stk__check_batch_request(j, *out, msg, mlen);
   if (code) {
@@ -61,7 +62,8 @@ int stk__check_hello(const Stoker__V1__Register *h, char *msg, size_t len) {
   }
   const Stoker__V1__WorkerInfo *w = h->worker;
   if (!w || !w->worker_id || !*w->worker_id || !w->address || !*w->address ||
-      strlen(w->worker_id) >= STK_MAX_ID_BYTES || strlen(w->address) >= STK_MAX_ID_BYTES) {
+      strlen(w->worker_id) >= STK_MAX_ID_BYTES ||
+      strlen(w->address) >= STK_MAX_ID_BYTES) {
     snprintf(msg, len,
              "hello needs worker.worker_id and worker.address, each at most %d bytes",
              STK_MAX_ID_BYTES - 1);
