@@ -15,7 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "msgcheck.h"
+#include "server/msgcheck.h"
 #include "rpc.h"
 #include "wire_limits.h"
 

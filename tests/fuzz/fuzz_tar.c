@@ -123,9 +123,9 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   struct stat st;
   if (stat(shard, &st)) return 0;
   char head[256];
-  int h = snprintf(head, sizeof(head), "stoker-tar-index 1\nshards 1\n%lld %lld %lld a.tar\n",
-                   (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-                   (long long)st.st_mtim.tv_nsec);
+  int h = snprintf(
+      head, sizeof(head), "stoker-tar-index 1\nshards 1\n%lld %lld %lld a.tar\n",
+      (long long)st.st_size, (long long)st.st_mtim.tv_sec, (long long)st.st_mtim.tv_nsec);
   char *body = malloc((size_t)h + size);
   if (!body) return 0;
   memcpy(body, head, (size_t)h);

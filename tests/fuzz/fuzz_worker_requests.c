@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "msgcheck.h"
+#include "server/msgcheck.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -35,7 +35,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     data += n, size -= n;
     if (code) {
       if (q || !msg[0]) abort(); /* a refusal always says why */
-      if (code != GRPC_STATUS_INVALID_ARGUMENT && code != GRPC_STATUS_RESOURCE_EXHAUSTED &&
+      if (code != GRPC_STATUS_INVALID_ARGUMENT &&
+          code != GRPC_STATUS_RESOURCE_EXHAUSTED &&
           code != GRPC_STATUS_FAILED_PRECONDITION && code != GRPC_STATUS_OUT_OF_RANGE)
         abort();
       break; /* the worker ends the stream at the first bad request */
