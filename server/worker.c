@@ -406,7 +406,9 @@ static void handle_stream(stk__rpc_call *call) {
     int code = 0;
     if (r == -2) {
       code = GRPC_STATUS_INVALID_ARGUMENT;
-      snprintf(msg, sizeof(msg), "message is not a stoker.v1.BatchRequest");
+      snprintf(
+          msg, sizeof(msg),
+          "malformed BatchRequest, or over a receive limit (the peer was told which)");
     } else {
       code = check_request(q, msg, sizeof(msg));
       if (!code && __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE)) {
