@@ -120,19 +120,25 @@ static size_t request_bytes(uint8_t *buf, uint64_t hash, uint64_t epoch, uint32_
   return protobuf_c_message_pack(&q.base, buf);
 }
 
-/* Send bb on a new stream of method (half-closing after it when
- * half_close); the final status and its details. */
+/* Send bb (consumed) on a new stream of method, half-closing after it
+ * when half_close; the final status and its details. UNAVAILABLE means
+ * the stream never reached the daemon (on a loaded machine a connection
+ * can time out before gRPC's handshake), not a verdict on the message:
+ * tried again, at most 5 times. */
 static int send_raw(stk__rpc_channel *ch, const char *method, grpc_byte_buffer *bb,
                     int half_close, char *det, size_t dlen) {
-  stk__rpc_stream *s = NULL;
-  if (!bb || stk__rpc_stream_open(ch, method, 20000, &s)) {
-    if (bb) grpc_byte_buffer_destroy(bb);
-    return -1;
+  int code = -1;
+  for (int attempt = 0; bb && attempt < 5; attempt++) {
+    stk__rpc_stream *s = NULL;
+    if (stk__rpc_stream_open(ch, method, 20000, &s)) break;
+    stk__rpc_stream_send(s, grpc_byte_buffer_copy(bb));
+    if (half_close) stk__rpc_stream_close_send(s);
+    code = du_stream_end(s, det, dlen);
+    stk__rpc_stream_destroy(s);
+    if (code != GRPC_STATUS_UNAVAILABLE) break;
+    fprintf(stderr, "  (attempt %d: %s; again)\n", attempt + 1, det);
   }
-  stk__rpc_stream_send(s, bb);
-  if (half_close) stk__rpc_stream_close_send(s);
-  int code = du_stream_end(s, det, dlen);
-  stk__rpc_stream_destroy(s);
+  if (bb) grpc_byte_buffer_destroy(bb);
   return code;
 }
 
