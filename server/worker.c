@@ -23,6 +23,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
+#include "msgcheck.h"
 #include "rpc.h"
 #include "sched.h"
 #include "session.h"
@@ -84,7 +85,7 @@ static stk__option options[] = {
      "unanswered requests allowed per stream (past it: RESOURCE_EXHAUSTED)",
      &opt.max_outstanding, 1, 1 << 20},
     {"chunk-bytes", OPT_INT, "4194304", NULL, "payload bytes per chunk message",
-     &opt.chunk_bytes, 4096, 8 << 20},
+     &opt.chunk_bytes, 4096, STK_MAX_CHUNK_BYTES},
     {"drain-timeout-s", OPT_INT, "10", NULL,
      "on shutdown, time to finish sending what was requested (a second "
      "SIGTERM/SIGINT cuts it short)",
@@ -103,8 +104,9 @@ static stk__option options[] = {
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
     {"max-message-mb", OPT_INT, "16", NULL,
-     "largest gRPC message sent or received (chunks must fit)", &opt.max_message_mb, 1,
-     1024},
+     "largest gRPC message sent (chunks must fit); requests are received with their own "
+     "small limits (docs/operations.md)",
+     &opt.max_message_mb, 1, 1024},
     {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1,
      1 << 20},
     {"max-pixels", OPT_INT, "100000000", NULL, "largest decoded image (width*height)",
@@ -453,44 +455,10 @@ static int stream_open(stk__rpc_call *call) {
   return 0;
 }
 
-/* Validate one request: 0, or a gRPC status code with msg. */
+/* Validate one request (msgcheck.c): 0, or a gRPC status code with msg. */
 static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t len) {
-  if (q->job_hash != W.job_hash) {
-    snprintf(msg, len,
-             "job hash %016" PRIx64
-             " does not match this worker's job "
-             "%016" PRIx64 " (%s)",
-             q->job_hash, W.job_hash, W.spec.name);
-    return GRPC_STATUS_FAILED_PRECONDITION;
-  }
-  if (q->rank >= W.spec.world_size) {
-    snprintf(msg, len, "rank %u is outside the job's world_size %u", q->rank,
-             W.spec.world_size);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  if (q->epoch >= W.spec.epochs) {
-    snprintf(msg, len, "epoch %" PRIu64 " is past the job's %u epochs", q->epoch,
-             W.spec.epochs);
-    return GRPC_STATUS_OUT_OF_RANGE;
-  }
-  uint64_t per = (uint64_t)W.spec.world_size * W.spec.batch_size;
-  if (q->sample_offset >= per) {
-    snprintf(msg, len,
-             "sample_offset %" PRIu64 " is not below world_size*batch_size %" PRIu64,
-             q->sample_offset, per);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  uint64_t steps = q->sample_offset
-                       ? stk_epoch_steps(&W.spec, W.spec.num_samples, q->sample_offset)
-                       : W.steps;
-  if (q->step >= steps) {
-    snprintf(msg, len,
-             "step %" PRIu64 " is past the epoch's %" PRIu64
-             " steps (sample offset %" PRIu64 ")",
-             q->step, steps, q->sample_offset);
-    return GRPC_STATUS_OUT_OF_RANGE;
-  }
-  return 0;
+  stk__job_view j = {W.job_hash, &W.spec};
+  return stk__check_batch_request(&j, q, msg, len);
 }
 
 static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
@@ -499,16 +467,19 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   char msg[512];
   int code = 0;
   if (!q) {
+    /* refused by the rpc layer, which told the peer which limit */
     code = GRPC_STATUS_INVALID_ARGUMENT;
-    snprintf(msg, sizeof(msg), "message is not a stoker.v1.BatchRequest");
+    snprintf(msg, sizeof(msg),
+             "malformed BatchRequest, or over a receive limit (the peer was told which)");
   } else {
     code = check_request(q, msg, sizeof(msg));
     if (!code && __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE)) {
       /* Not queued: the stream ends UNAVAILABLE once what was asked
        * before the drain is sent, and the client asks elsewhere. */
       __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
-    } else if (!code && sched_stream_push(x->st, q->epoch, q->rank, q->step,
-                                          q->sample_offset, (uint32_t)opt.max_outstanding)) {
+    } else if (!code &&
+               sched_stream_push(x->st, q->epoch, q->rank, q->step, q->sample_offset,
+                                 (uint32_t)opt.max_outstanding)) {
       code = GRPC_STATUS_RESOURCE_EXHAUSTED;
       snprintf(msg, sizeof(msg),
                "more than %lld unanswered requests on this "
@@ -741,16 +712,15 @@ int main(int argc, char **argv) {
                soft, W.threads, want);
   }
 
-  /* {path, request type, receive limit (0 = --max-message-mb), unary, stream} */
+  /* {path, request type, receive limit, unary, stream} */
   static const stk__rpc_method methods[] = {{"/stoker.v1.Worker/Stream",
-                                             &stoker__v1__batch_request__descriptor, 0,
-                                             NULL, &stream_ops}};
+                                             &stoker__v1__batch_request__descriptor,
+                                             STK_MAX_REQUEST_MSG, NULL, &stream_ops}};
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
   if (stk__daemon_serve(opt.listen, methods, 1, opt.max_message_mb, opt.token, W.tls,
-                        &opt.serve,
-                        opt.port_file, &srv, &port, err, sizeof(err))) {
+                        &opt.serve, opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
     goto out;
