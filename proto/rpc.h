@@ -206,7 +206,9 @@ int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *de
 /* Send m, then status OK. 0 or -1. */
 int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m);
 /* End the call now with a status, dropping queued messages and failing
- * what is pending. A no-op when the status already left. Thread-safe. */
+ * what is pending. A no-op when the status already left or the call was
+ * already aborted (the first abort's status is the one the peer gets: a
+ * message refused by the rpc layer keeps its reason). Thread-safe. */
 void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
 const char *stk__rpc_call_peer(stk__rpc_call *c);

@@ -64,6 +64,7 @@ struct stk__rpc_call {
   grpc_status_code status_code;
   grpc_slice status_details;
   int close_seen, got_message, broken, opened, done, counted;
+  int aborted; /* cancelled with a status by us: a later abort is a no-op */
   int64_t start_ms, send_since_ms;
   struct stk__rpc_call *prev, *next; /* the server's live list */
 };
@@ -194,6 +195,7 @@ static int pump_send_locked(stk__rpc_call *c) {
 /* Cancel with a status now (under c->mu, the call not done). */
 static void cancel_locked(stk__rpc_call *c, grpc_status_code code, const char *why) {
   c->finished = 1;
+  c->aborted = 1;
   c->status_queued = 0;
   drop_queue_locked(c);
   grpc_call_cancel_with_status(c->call, code, why, NULL);
@@ -291,7 +293,7 @@ int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m) {
 
 void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details) {
   pthread_mutex_lock(&c->mu);
-  if (!c->done && !c->close_seen && !c->status_started && !c->broken)
+  if (!c->done && !c->close_seen && !c->status_started && !c->broken && !c->aborted)
     cancel_locked(c, code, details ? details : "");
   else c->finished = 1;
   pthread_mutex_unlock(&c->mu);

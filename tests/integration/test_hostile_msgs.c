@@ -192,6 +192,14 @@ static void attack_worker(stk__rpc_channel *big, stk__rpc_channel *w, pid_t pid)
                       0, det, sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL, "BatchRequest, 1 KiB + 1 byte");
   worker_serves(w, "1 KiB + 1");
+  /* Under the size limit but not a BatchRequest (wire type 7): refused by
+   * the rpc layer with its own reason, which the worker's handler must not
+   * replace with its own. */
+  static const uint8_t junk[] = {0x0f, 0xff, 0xff, 0xff, 0x13, 0x00, 0x42};
+  grpc_slice js = grpc_slice_from_static_buffer(junk, sizeof(junk));
+  code = send_raw(big, STREAM, grpc_raw_byte_buffer_create(&js, 1), 0, det, sizeof(det));
+  expect(code, GRPC_STATUS_INVALID_ARGUMENT, det, "not a valid stoker.v1.BatchRequest",
+         "BatchRequest, 7 bytes of garbage");
   code =
       send_raw(big, STREAM, flood(NULL, 0, 4u << 20, FILL_VARINT), 0, det, sizeof(det));
   expect(code, GRPC_STATUS_RESOURCE_EXHAUSTED, det, NULL,
