@@ -42,13 +42,12 @@
 #include "stoker/client.h"
 
 #define STK__MAX_WORKERS    256
-#define STK__KEEP_DEPARTED  32  /* departed workers kept in the table (stats) */
-#define STK__MAX_BANNED     64  /* ids of dropped workers remembered */
-#define STK__LAT_SAMPLES    16  /* per-worker latencies for the hedge median */
-#define STK__HEDGE_FLOOR_MS 100 /* never hedge a request younger than this */
-#define STK__CRC_STREAK_MAX 3   /* consecutive bad crc32c before a drop */
-#define STK__MAX_PER_WORKER 64  /* the worker's outstanding limit */
-#define STK__MAX_MSG        (64u << 20)
+#define STK__KEEP_DEPARTED  32          /* departed workers kept in the table (stats) */
+#define STK__MAX_BANNED     64          /* ids of dropped workers remembered */
+#define STK__LAT_SAMPLES    16          /* per-worker latencies for the hedge median */
+#define STK__HEDGE_FLOOR_MS 100         /* never hedge a request younger than this */
+#define STK__CRC_STREAK_MAX 3           /* consecutive bad crc32c before a drop */
+#define STK__MAX_PER_WORKER 64          /* the worker's outstanding limit */
 #define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
 #define STK__STATE_VERSION  2u          /* written; 1 and 2 are read (state.c) */
 #define STK__STATE_SIZE     48u         /* version 2 */

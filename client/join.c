@@ -150,7 +150,8 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
 }
 
 int stk__join(stk_client *c, char *err, size_t errlen) {
-  if (stk__rpc_channel_open(c->coordinator, STK__MAX_MSG, c->token, c->tls, &c->coord))
+  if (stk__rpc_channel_open(c->coordinator, STK_MAX_LIST_MSG, c->token, c->tls,
+                            &c->coord))
     return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   Stoker__V1__JoinResponse *resp = NULL;
   int st = join_ask(c, &resp, err, errlen);
@@ -258,7 +259,7 @@ static void *watch_main(void *arg) {
       }
       if (rc != 1) break;
       Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
-          &stoker__v1__worker_list__descriptor, bb, STK__MAX_MSG);
+          &stoker__v1__worker_list__descriptor, bb, STK_MAX_LIST_MSG);
       grpc_byte_buffer_destroy(bb);
       if (!wl) break;
       backoff = 100;

@@ -509,10 +509,8 @@ static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
 static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
                       char *why, size_t n) {
   stk__wire_msg m;
-  if (stk__wire_decode(bb, STK__MAX_MSG, &m)) {
-    snprintf(why, n, "malformed BatchResponse");
-    return -1;
-  }
+  snprintf(why, n, "malformed BatchResponse");
+  if (stk__wire_decode_ex(bb, STK_MAX_CHUNK_MSG, &m, why, n)) return -1;
   int rc = 0;
   pthread_mutex_lock(&c->mu);
   w->last_msg_ns = stk__now_ns();
@@ -664,7 +662,7 @@ static void *remote_main(void *arg) {
     pthread_mutex_unlock(&c->mu);
     stk__rpc_stream *s = NULL;
     if (!w->ch &&
-        stk__rpc_channel_open(w->address, STK__MAX_MSG, c->token, c->tls, &w->ch))
+        stk__rpc_channel_open(w->address, STK_MAX_CHUNK_MSG, c->token, c->tls, &w->ch))
       w->ch = NULL;
     if (w->ch) stk__rpc_stream_open(w->ch, "/stoker.v1.Worker/Stream", 0, &s);
     int got_any = 0;

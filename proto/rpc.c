@@ -9,11 +9,13 @@
 #include "rpc.h"
 
 #include <errno.h>
+#include <limits.h>
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
 #include <malloc.h>
 #include <pthread.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,6 +24,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "stoker/status.h"
+#include "wire_limits.h"
 
 #define DEFAULT_MAX_MSG (16u << 20)
 
@@ -132,17 +135,158 @@ grpc_byte_buffer *stk__rpc_pack(const ProtobufCMessage *m) {
   return bb;
 }
 
-ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
-                                  grpc_byte_buffer *bb, size_t max_bytes) {
-  if (!bb || grpc_byte_buffer_length(bb) > max_bytes) return NULL;
+/* ---- Bounded unpack --------------------------------------------------- */
+
+/* A protobuf-c allocator that fails past a byte budget, so a parse of
+ * hostile bytes ends with NULL instead of allocating a hundred times their
+ * size. It hands out plain malloc blocks, so the message is freed with
+ * protobuf_c_message_free_unpacked(m, NULL) like any other. Frees are not
+ * credited back: the budget bounds everything the parse ever asked for,
+ * which bounds its peak. */
+typedef struct unpack_budget {
+  ProtobufCAllocator a;
+  size_t used, budget;
+  int exceeded;
+} unpack_budget;
+
+#define MALLOC_OVERHEAD 16 /* glibc: a chunk header, 16-byte granules */
+
+static void *budget_alloc(void *ud, size_t n) {
+  unpack_budget *b = ud;
+  size_t cost = n + MALLOC_OVERHEAD;
+  if (cost < n || cost > b->budget - b->used) {
+    b->exceeded = 1;
+    return NULL;
+  }
+  b->used += cost;
+  return malloc(n);
+}
+
+static void budget_free(void *ud, void *p) {
+  (void)ud;
+  free(p);
+}
+
+typedef struct unknown_count {
+  size_t fields, bytes, repeated;
+} unknown_count;
+
+/* Add up m's unknown fields and repeated sub-messages, recursively. 0, or
+ * -1 as soon as a budget of wire_limits.h is passed. */
+static int count_unknown(const ProtobufCMessage *m, unknown_count *n, int depth) {
+  if (depth > 32) return -1; /* stoker.proto nests 4 deep */
+  n->fields += m->n_unknown_fields;
+  for (unsigned i = 0; i < m->n_unknown_fields; i++) n->bytes += m->unknown_fields[i].len;
+  if (n->fields > STK_MAX_UNKNOWN_FIELDS || n->bytes > STK_MAX_UNKNOWN_BYTES) return -1;
+  const ProtobufCMessageDescriptor *d = m->descriptor;
+  const char *base = (const char *)m;
+  for (unsigned i = 0; i < d->n_fields; i++) {
+    const ProtobufCFieldDescriptor *f = &d->fields[i];
+    if (f->type != PROTOBUF_C_TYPE_MESSAGE) continue;
+    if (f->label == PROTOBUF_C_LABEL_REPEATED) {
+      size_t k = *(const size_t *)(base + f->quantifier_offset);
+      ProtobufCMessage *const *v = *(ProtobufCMessage *const *const *)(base + f->offset);
+      n->repeated += k;
+      if (n->repeated > STK_MAX_REPEATED_MSGS) return -1;
+      for (size_t j = 0; j < k; j++)
+        if (v[j] && count_unknown(v[j], n, depth + 1)) return -1;
+      continue;
+    }
+    if ((f->flags & PROTOBUF_C_FIELD_FLAG_ONEOF) &&
+        *(const uint32_t *)(base + f->quantifier_offset) != f->id)
+      continue; /* another member of the oneof owns the storage */
+    const ProtobufCMessage *sub = *(ProtobufCMessage *const *)(base + f->offset);
+    if (sub && count_unknown(sub, n, depth + 1)) return -1;
+  }
+  return 0;
+}
+
+static void set_why(int *code, char *why, size_t whylen, int c, const char *fmt, ...)
+    __attribute__((format(printf, 5, 6)));
+
+static void set_why(int *code, char *why, size_t whylen, int c, const char *fmt, ...) {
+  if (code) *code = c;
+  if (!why || !whylen) return;
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, whylen, fmt, ap);
+  va_end(ap);
+}
+
+ProtobufCMessage *stk__rpc_unpack_bytes(const ProtobufCMessageDescriptor *d,
+                                        const uint8_t *data, size_t len, size_t max_bytes,
+                                        size_t mem_budget, int *code, char *why,
+                                        size_t whylen) {
+  if (len > max_bytes) {
+    set_why(code, why, whylen, GRPC_STATUS_RESOURCE_EXHAUSTED,
+            "%s of %zu bytes is over its limit of %zu bytes", d->name, len, max_bytes);
+    return NULL;
+  }
+  unpack_budget b;
+  memset(&b, 0, sizeof(b));
+  b.a.alloc = budget_alloc;
+  b.a.free = budget_free;
+  b.a.allocator_data = &b;
+  b.budget = mem_budget ? mem_budget
+                        : (len > SIZE_MAX / 16
+                               ? SIZE_MAX / 2
+                               : STK_UNPACK_MEM_FACTOR * len + STK_UNPACK_MEM_SLACK);
+  ProtobufCMessage *m = protobuf_c_message_unpack(d, &b.a, len, data);
+  if (!m) {
+    if (b.exceeded)
+      set_why(code, why, whylen, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "%s of %zu bytes would need more than %zu bytes to parse (too many "
+              "fields)",
+              d->name, len, b.budget);
+    else
+      set_why(code, why, whylen, GRPC_STATUS_INVALID_ARGUMENT,
+              "%zu bytes are not a valid %s", len, d->name);
+    return NULL;
+  }
+  unknown_count n = {0, 0, 0};
+  if (count_unknown(m, &n, 0)) {
+    if (n.repeated > STK_MAX_REPEATED_MSGS)
+      set_why(code, why, whylen, GRPC_STATUS_RESOURCE_EXHAUSTED,
+              "%s holds more than %u repeated sub-messages", d->name,
+              STK_MAX_REPEATED_MSGS);
+    else
+      set_why(code, why, whylen, GRPC_STATUS_INVALID_ARGUMENT,
+              "%s holds more unknown fields than allowed (%u fields, %u bytes at most)",
+              d->name, STK_MAX_UNKNOWN_FIELDS, STK_MAX_UNKNOWN_BYTES);
+    protobuf_c_message_free_unpacked(m, NULL);
+    return NULL;
+  }
+  return m;
+}
+
+ProtobufCMessage *stk__rpc_unpack_ex(const ProtobufCMessageDescriptor *d,
+                                     grpc_byte_buffer *bb, size_t max_bytes,
+                                     size_t mem_budget, int *code, char *why,
+                                     size_t whylen) {
+  if (!bb) {
+    set_why(code, why, whylen, GRPC_STATUS_INVALID_ARGUMENT, "no %s", d->name);
+    return NULL;
+  }
+  size_t len = grpc_byte_buffer_length(bb);
+  if (len > max_bytes) /* before copying it into one slice */
+    return stk__rpc_unpack_bytes(d, NULL, len, max_bytes, 0, code, why, whylen);
   grpc_byte_buffer_reader r;
-  if (!grpc_byte_buffer_reader_init(&r, bb)) return NULL;
+  if (!grpc_byte_buffer_reader_init(&r, bb)) {
+    set_why(code, why, whylen, GRPC_STATUS_INVALID_ARGUMENT, "unreadable %s", d->name);
+    return NULL;
+  }
   grpc_slice s = grpc_byte_buffer_reader_readall(&r);
   grpc_byte_buffer_reader_destroy(&r);
   ProtobufCMessage *m =
-      protobuf_c_message_unpack(d, NULL, GRPC_SLICE_LENGTH(s), GRPC_SLICE_START_PTR(s));
+      stk__rpc_unpack_bytes(d, GRPC_SLICE_START_PTR(s), GRPC_SLICE_LENGTH(s), max_bytes,
+                            mem_budget, code, why, whylen);
   grpc_slice_unref(s);
   return m;
+}
+
+ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
+                                  grpc_byte_buffer *bb, size_t max_bytes) {
+  return stk__rpc_unpack_ex(d, bb, max_bytes, 0, NULL, NULL, 0);
 }
 
 typedef struct int_arg {
@@ -175,9 +319,9 @@ static void make_args(grpc_arg *a, size_t *n, size_t max_msg) {
   size_t nset = sizeof(client_args) / sizeof(client_args[0]);
   size_t i = 0;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
-  a[i++].value.integer = (int)max_msg;
+  a[i++].value.integer = max_msg > INT_MAX ? INT_MAX : (int)max_msg;
   a[i].type = GRPC_ARG_INTEGER, a[i].key = GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
-  a[i++].value.integer = (int)max_msg;
+  a[i++].value.integer = max_msg > INT_MAX ? INT_MAX : (int)max_msg;
   for (size_t k = 0; k < nset && i < MAX_ARGS; k++, i++) {
     a[i].type = GRPC_ARG_INTEGER;
     a[i].key = (char *)set[k].key;

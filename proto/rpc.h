@@ -51,10 +51,28 @@ int stk__rpc_status(int grpc_code, int *final);
  * NULL on allocation failure. */
 grpc_byte_buffer *stk__rpc_pack(const ProtobufCMessage *m);
 /* Unpack a byte buffer (not consumed) of at most max_bytes; NULL when the
- * bytes are not a valid message of that type or too large. Free with
- * protobuf_c_message_free_unpacked(m, NULL). */
+ * bytes are not a valid message of that type or break a limit of
+ * wire_limits.h: over max_bytes, a parse that would allocate more than
+ * STK_UNPACK_MEM_FACTOR * size + STK_UNPACK_MEM_SLACK, too many unknown
+ * fields or repeated sub-messages. Free with
+ * protobuf_c_message_free_unpacked(m, NULL). Thread-safe. */
 ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
                                   grpc_byte_buffer *bb, size_t max_bytes);
+/* stk__rpc_unpack over plain bytes, with the allocation budget mem_budget
+ * (0 = the default above). On failure NULL, and (each may be NULL) *code
+ * gets the gRPC status a peer should get for it (INVALID_ARGUMENT: not a
+ * message of that type, or too many unknown fields; RESOURCE_EXHAUSTED:
+ * over a size or memory limit) and why a one-line reason naming the
+ * message type and the limit. Pure, thread-safe. */
+ProtobufCMessage *stk__rpc_unpack_bytes(const ProtobufCMessageDescriptor *d,
+                                        const uint8_t *data, size_t len, size_t max_bytes,
+                                        size_t mem_budget, int *code, char *why,
+                                        size_t whylen);
+/* As stk__rpc_unpack, with stk__rpc_unpack_bytes's budget and reasons. */
+ProtobufCMessage *stk__rpc_unpack_ex(const ProtobufCMessageDescriptor *d,
+                                     grpc_byte_buffer *bb, size_t max_bytes,
+                                     size_t mem_budget, int *code, char *why,
+                                     size_t whylen);
 
 /* ---- Server (rpc_server.c) ---------------------------------------------
  *
@@ -82,7 +100,9 @@ ProtobufCMessage *stk__rpc_unpack(const ProtobufCMessageDescriptor *d,
  * client wait past the second), a deadline for the first message of every
  * call, a bound on how long one send may wait for a peer that stopped
  * reading (then the call is cancelled and its queued messages freed), and
- * server keepalive pings, so dead peers are found.
+ * server keepalive pings, so dead peers are found. Per method
+ * (stk__rpc_method.max_recv_bytes): a receive limit for one message, and
+ * every message is unpacked under stk__rpc_unpack's parse budgets.
  */
 
 typedef struct stk__rpc_server stk__rpc_server;
@@ -90,7 +110,8 @@ typedef struct stk__rpc_call stk__rpc_call;
 
 /* A unary method's handler: req is the parsed request (owned by the rpc
  * layer, freed when the handler returns). It must end the call (reply or
- * finish) before it returns; else the call ends INTERNAL. */
+ * finish) before it returns; else the call ends INTERNAL. A request that
+ * is refused (as for a stream's message below) never reaches it. */
 typedef void (*stk__rpc_unary_fn)(stk__rpc_call *call, const ProtobufCMessage *req);
 
 typedef struct stk__rpc_stream_ops {
@@ -99,9 +120,13 @@ typedef struct stk__rpc_stream_ops {
    * callback comes. */
   int (*open)(stk__rpc_call *call);
   /* One message, parsed (owned by the rpc layer, freed on return). m is
-   * NULL when the bytes are not a message of the method's type or are over
-   * its receive limit: the handler ends the call (INVALID_ARGUMENT). No
-   * further message comes once the call is finished. */
+   * NULL when the message was refused: not a message of the method's type,
+   * or over one of its limits (size, parse memory, unknown fields or
+   * repeated sub-messages: see stk__rpc_unpack). The rpc layer has then
+   * already ended the call with INVALID_ARGUMENT or RESOURCE_EXHAUSTED and
+   * a reason naming the type and the limit; the handler only cleans up (its
+   * own status is a no-op). No further message comes once the call is
+   * finished. */
   void (*message)(stk__rpc_call *call, const ProtobufCMessage *m);
   /* The client half-closed (no more messages). May be NULL. */
   void (*half_close)(stk__rpc_call *call);
@@ -115,8 +140,12 @@ typedef struct stk__rpc_stream_ops {
 typedef struct stk__rpc_method {
   const char *path;                          /* "/stoker.v1.Worker/Stream" */
   const ProtobufCMessageDescriptor *request; /* what the client sends */
-  size_t max_recv_bytes;             /* receive limit for one message of this method;
-                                        0 = the server's max_message_bytes */
+  /* Largest request message this method accepts (wire_limits.h); 0 = the
+   * server's max_message_bytes. The server's gRPC receive limit is the
+   * largest of its methods', and each message is checked again against its
+   * own method's limit (and the parse budgets of stk__rpc_unpack) when it
+   * is unpacked. */
+  size_t max_recv_bytes;
   stk__rpc_unary_fn unary;           /* a unary method, or */
   const stk__rpc_stream_ops *stream; /* a streaming one (either direction) */
   int no_token; /* 1 = callable without the bearer token (the health service:
@@ -127,7 +156,8 @@ typedef struct stk__rpc_server_config {
   const char *listen; /* "127.0.0.1:0" binds a free port */
   const stk__rpc_method *methods;
   size_t nmethods;
-  size_t max_message_bytes; /* receive limit; 0 = 16 MiB */
+  size_t max_message_bytes; /* send limit, and receive limit of a method
+                               without max_recv_bytes; 0 = 16 MiB */
   const char *token;        /* bearer token every call must carry; NULL = none */
   size_t max_calls;         /* open calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
   int max_streams_per_conn; /* HTTP/2 concurrent streams per connection; 0 = 100 */
@@ -178,7 +208,9 @@ int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *de
 /* Send m, then status OK. 0 or -1. */
 int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m);
 /* End the call now with a status, dropping queued messages and failing
- * what is pending. A no-op when the status already left. Thread-safe. */
+ * what is pending. A no-op when the status already left or the call was
+ * already aborted (the first abort's status is the one the peer gets: a
+ * message refused by the rpc layer keeps its reason). Thread-safe. */
 void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
 const char *stk__rpc_call_peer(stk__rpc_call *c);
@@ -191,7 +223,10 @@ void *stk__rpc_call_data(stk__rpc_call *c);
 typedef struct stk__rpc_channel stk__rpc_channel;
 
 /* A channel to target ("host:port"); connects lazily and reconnects with a
- * short backoff. tls: NULL = plaintext, else TLS with that material (the
+ * short backoff. max_message_bytes (0 = 16 MiB) is the largest message the
+ * channel sends or receives: the largest response its calls may
+ * legitimately get (wire_limits.h); stk__rpc_unary unpacks a response
+ * with that limit. tls: NULL = plaintext, else TLS with that material (the
  * caller keeps it alive while the channel lives). 0, or -1 on allocation
  * failure. */
 int stk__rpc_channel_open(const char *target, size_t max_message_bytes, const char *token,

@@ -12,6 +12,7 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -63,6 +64,7 @@ struct stk__rpc_call {
   grpc_status_code status_code;
   grpc_slice status_details;
   int close_seen, got_message, broken, opened, done, counted;
+  int aborted; /* cancelled with a status by us: a later abort is a no-op */
   int64_t start_ms, send_since_ms;
   struct stk__rpc_call *prev, *next; /* the server's live list */
 };
@@ -193,6 +195,7 @@ static int pump_send_locked(stk__rpc_call *c) {
 /* Cancel with a status now (under c->mu, the call not done). */
 static void cancel_locked(stk__rpc_call *c, grpc_status_code code, const char *why) {
   c->finished = 1;
+  c->aborted = 1;
   c->status_queued = 0;
   drop_queue_locked(c);
   grpc_call_cancel_with_status(c->call, code, why, NULL);
@@ -290,7 +293,7 @@ int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m) {
 
 void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details) {
   pthread_mutex_lock(&c->mu);
-  if (!c->done && !c->close_seen && !c->status_started && !c->broken)
+  if (!c->done && !c->close_seen && !c->status_started && !c->broken && !c->aborted)
     cancel_locked(c, code, details ? details : "");
   else c->finished = 1;
   pthread_mutex_unlock(&c->mu);
@@ -413,18 +416,23 @@ static void on_recv(stk__rpc_call *c, int success) {
   pthread_mutex_unlock(&c->mu);
   ProtobufCMessage *msg = NULL;
   int had = bb != NULL;
+  char why[300];
   if (bb) {
-    msg = stk__rpc_unpack(m->request, bb,
-                          m->max_recv_bytes ? m->max_recv_bytes : s->max_msg);
+    /* The method's own limit and the parse budgets; a refusal ends the
+     * call here, once for every handler, saying which type and which
+     * limit (INVALID_ARGUMENT or RESOURCE_EXHAUSTED). */
+    int code = GRPC_STATUS_INVALID_ARGUMENT;
+    msg = stk__rpc_unpack_ex(m->request, bb,
+                             m->max_recv_bytes ? m->max_recv_bytes : s->max_msg, 0, &code,
+                             why, sizeof(why));
     grpc_byte_buffer_destroy(bb);
+    if (!msg) stk__rpc_call_abort(c, (grpc_status_code)code, why);
   }
   if (m->unary) {
-    char why[200];
-    if (!success) {
-      /* broken: the close event ends it */
-    } else if (!msg) {
-      snprintf(why, sizeof(why), had ? "request is not a %s" : "no request",
-               m->request->name);
+    if (!success || (had && !msg)) {
+      /* broken (the close event ends it), or refused above */
+    } else if (!had) {
+      snprintf(why, sizeof(why), "no request: a %s was expected", m->request->name);
       stk__rpc_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, why);
     } else {
       m->unary(c, msg);
@@ -599,10 +607,20 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
       stk__errf(err, errlen, 0, "method %s: bad table entry", s->methods[i].path);
       goto fail;
     }
+  /* gRPC's receive limit is per server: the largest any method takes.
+   * Each message is checked against its own method's in on_recv. */
+  size_t max_recv = 0;
+  for (size_t i = 0; i < s->nmethods; i++) {
+    size_t m = s->methods[i].max_recv_bytes ? s->methods[i].max_recv_bytes : s->max_msg;
+    if (m > max_recv) max_recv = m;
+  }
+  if (!max_recv) max_recv = s->max_msg;
   grpc_arg a[16];
   size_t na = 0;
-  add_int(a, &na, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH, (int)s->max_msg);
-  add_int(a, &na, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH, (int)s->max_msg);
+  add_int(a, &na, GRPC_ARG_MAX_RECEIVE_MESSAGE_LENGTH,
+          max_recv > INT_MAX ? INT_MAX : (int)max_recv);
+  add_int(a, &na, GRPC_ARG_MAX_SEND_MESSAGE_LENGTH,
+          s->max_msg > INT_MAX ? INT_MAX : (int)s->max_msg);
   add_int(a, &na, GRPC_ARG_MAX_CONCURRENT_STREAMS,
           cfg->max_streams_per_conn > 0 ? cfg->max_streams_per_conn : 100);
   /* Clients ping every 10 s; let them, with or without calls. */

@@ -2,10 +2,12 @@
 #include "wire.h"
 
 #include <grpc/slice.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "rpc.h"
 #include "common/crc32c.h"
+#include "wire_limits.h"
 
 static size_t put_varint(unsigned char *p, uint64_t v) {
   size_t n = 0;
@@ -67,9 +69,19 @@ static int br_varint(byte_reader *b, uint64_t *v) {
 }
 
 int stk__wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk__wire_msg *m) {
+  return stk__wire_decode_ex(bb, max_bytes, m, NULL, 0);
+}
+
+int stk__wire_decode_ex(grpc_byte_buffer *bb, size_t max_bytes, stk__wire_msg *m,
+                        char *why, size_t whylen) {
   memset(m, 0, sizeof(*m));
   size_t total = grpc_byte_buffer_length(bb);
-  if (total > max_bytes) return -1;
+  if (total > max_bytes) {
+    if (why && whylen)
+      snprintf(why, whylen, "BatchResponse of %zu bytes is over its limit of %zu bytes",
+               total, max_bytes);
+    return -1;
+  }
   byte_reader b;
   memset(&b, 0, sizeof(b));
   if (!grpc_byte_buffer_reader_init(&b.r, bb)) return -1;
@@ -94,9 +106,20 @@ int stk__wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk__wire_msg *m) {
     m->data_start = start;
     return 0;
   }
-  m->msg = (Stoker__V1__BatchResponse *)stk__rpc_unpack(
-      &stoker__v1__batch_response__descriptor, bb, max_bytes);
+  /* Another encoder's message: through protobuf-c, with the parse memory
+   * bounded. Past a header's size it can only be a chunk, whose one bytes
+   * field needs its size once; headers get the usual budget. */
+  size_t mem = total > STK_MAX_HEADER_MSG ? 2 * total + STK_UNPACK_MEM_SLACK : 0;
+  m->msg = (Stoker__V1__BatchResponse *)stk__rpc_unpack_ex(
+      &stoker__v1__batch_response__descriptor, bb, max_bytes, mem, NULL, why, whylen);
   if (!m->msg) return -1;
+  if (m->msg->header && total > STK_MAX_HEADER_MSG) {
+    if (why && whylen)
+      snprintf(why, whylen, "batch header of %zu bytes is over its limit of %u bytes",
+               total, STK_MAX_HEADER_MSG);
+    stk__wire_msg_free(m);
+    return -1;
+  }
   if (!m->msg->header) {
     m->is_chunk = 1;
     m->offset = m->msg->chunk_offset;

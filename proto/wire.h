@@ -31,8 +31,13 @@ typedef struct stk__wire_msg {
 } stk__wire_msg;
 
 /* Decode a BatchResponse of at most max_bytes. Returns 0 and fills *m, or
- * -1 for a malformed message. Release with stk__wire_msg_free. */
+ * -1 for a malformed message or one over a limit (a header over
+ * STK_MAX_HEADER_MSG, a parse over its memory budget: wire_limits.h).
+ * Release with stk__wire_msg_free. */
 int stk__wire_decode(grpc_byte_buffer *bb, size_t max_bytes, stk__wire_msg *m);
+/* As stk__wire_decode; on -1, why (may be NULL) gets a one-line reason. */
+int stk__wire_decode_ex(grpc_byte_buffer *bb, size_t max_bytes, stk__wire_msg *m,
+                        char *why, size_t whylen);
 /* Copy a chunk's m->len bytes to dest (the caller has bounds-checked
  * offset + len against its buffer). */
 void stk__wire_copy_chunk(grpc_byte_buffer *bb, const stk__wire_msg *m, void *dest);

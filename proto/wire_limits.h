@@ -1,7 +1,9 @@
-/* wire_limits.h - sizes of strings that every peer of the wire (the
- * coordinator, the worker, libstoker) agrees on, so that no side accepts
- * what another truncates. A string over its limit is refused with a clear
- * error, never truncated. Plain macros, no code.
+/* wire_limits.h - sizes every peer of the wire (the coordinator, the
+ * worker, libstoker, the stoker CLI) agrees on, so that no side accepts
+ * what another truncates, and no peer can make another allocate more than
+ * a small multiple of what it sent. A string over its limit is refused
+ * with a clear error, never truncated; a message over its limit is refused
+ * with RESOURCE_EXHAUSTED. Plain macros, no code.
  */
 #ifndef STOKER_WIRE_LIMITS_H
 #define STOKER_WIRE_LIMITS_H
@@ -11,5 +13,52 @@
  * The coordinator refuses a longer one at registration (INVALID_ARGUMENT)
  * and at Join; libstoker skips a longer one in a worker list. */
 #define STK_MAX_ID_BYTES 256
+
+/* ---- Receive limits, per message (docs/operations.md, "Receive limits").
+ * Each is the largest encoding of its message today with room for fields a
+ * newer peer may add. A server's gRPC receive limit is the largest of its
+ * methods' (stk__rpc_method.max_recv_bytes); each method's own limit is checked
+ * again when its message is unpacked. A client channel's limit is the
+ * largest message that channel may carry. */
+
+/* BatchRequest: four scalars, 30 bytes. */
+#define STK_MAX_REQUEST_MSG (1u << 10)
+/* The coordinator's requests: WorkerMessage (hello: two ids of at most
+ * 255 bytes; heartbeat: stats), JoinRequest (a client id), WatchRequest,
+ * FinishRequest (a reason of at most 256 bytes), StatusRequest. */
+#define STK_MAX_CONTROL_MSG (4u << 10)
+/* CoordinatorCommand, to a worker: the job spec's canonical text (a few
+ * KiB at most) or a shutdown reason. */
+#define STK_MAX_COMMAND_MSG (64u << 10)
+/* JoinResponse, WorkerList, FinishResponse, to a client: the job spec and
+ * the worker list (about 60 bytes per worker with usual ids, 530 at the id
+ * limit: about 2000 workers at the worst). */
+#define STK_MAX_LIST_MSG (1u << 20)
+/* StatusResponse, to the stoker CLI: the list, every worker's stats and
+ * the joined and finished ranks (world_size is at most 65536). */
+#define STK_MAX_STATUS_MSG (4u << 20)
+/* A BatchResponse with a header: tensor descriptors and batch_size
+ * (at most 65536) sample indices of at most 10 bytes each. */
+#define STK_MAX_HEADER_MSG (1u << 20)
+/* A payload chunk: the worker's --chunk-bytes is at most STK_MAX_CHUNK_BYTES;
+ * the message adds its field prefixes. libstoker's channels to workers
+ * receive at most STK_MAX_CHUNK_MSG. */
+#define STK_MAX_CHUNK_BYTES (8u << 20)
+#define STK_MAX_CHUNK_MSG   (STK_MAX_CHUNK_BYTES + (64u << 10))
+
+/* ---- What one unpack may allocate (proto/rpc.c, stk__rpc_unpack).
+ * protobuf-c makes an allocation per unknown field and per repeated
+ * sub-message, so a few MiB of tiny fields could cost a hundred times
+ * their size. Every unpack gets an allocator that fails past
+ * STK_UNPACK_MEM_FACTOR times the message size plus STK_UNPACK_MEM_SLACK
+ * (each allocation counted with malloc's overhead), and a message that
+ * parses is still refused when it holds more unknown fields or repeated
+ * sub-messages than below: a newer peer's extra field on each worker of a
+ * list fits; a flood does not. */
+#define STK_UNPACK_MEM_FACTOR  8u
+#define STK_UNPACK_MEM_SLACK   (64u << 10)
+#define STK_MAX_UNKNOWN_FIELDS 1024u
+#define STK_MAX_UNKNOWN_BYTES  (16u << 10)
+#define STK_MAX_REPEATED_MSGS  4096u
 
 #endif

@@ -50,18 +50,25 @@ run_suite asan+ubsan build/ci-asan -DCMAKE_BUILD_TYPE=Debug -DSTOKER_SANITIZE=ad
 unset ASAN_OPTIONS UBSAN_OPTIONS LSAN_OPTIONS
 
 if command -v clang >/dev/null; then
-  echo "=== libFuzzer: build the decode target with clang, fuzz it for 20 s"
+  echo "=== libFuzzer: build the targets with clang, fuzz them for 30 s in all"
   if CC=clang cmake -S . -B build/ci-fuzz -DSTOKER_FUZZ=ON -DBUILD_TESTING=ON \
         -DCMAKE_BUILD_TYPE=RelWithDebInfo >build/ci-fuzz.configure.log 2>&1 &&
      cmake --build build/ci-fuzz -j"$JOBS" --target stoker_fuzz_targets 2>&1 | tail -n 5 &&
      [ "${PIPESTATUS[0]}" -eq 0 ]; then
     fuzz_new=$(mktemp -d /tmp/stoker-fuzz-XXXXXX) # new inputs land here, not in the tree
-    if build/ci-fuzz/tests/fuzz/fuzz_decode -max_total_time=20 -rss_limit_mb=2048 \
-         -timeout=10 "$fuzz_new" tests/fuzz/corpus/decode >build/ci-fuzz.run.log 2>&1; then
-      passed=$((passed + 1)); echo "fuzz_decode: $(grep -c . <(ls "$fuzz_new")) new inputs, no crash"
-    else
-      failed=$((failed + 1)); echo "FUZZ RUN FOUND A CRASH:"; tail -n 40 build/ci-fuzz.run.log
-    fi
+    # target:seconds:corpus; the decode path is the widest, the others are small
+    for ts in decode:10:decode job:4:job worker_requests:4:worker_requests \
+              coordinator_msgs:4:coordinator_msgs tar:4:tar megatron_idx:4:idx; do
+      t=${ts%%:*} corpus=${ts##*:} secs=${ts#*:}
+      secs=${secs%%:*}
+      mkdir -p "$fuzz_new/$t"
+      if build/ci-fuzz/tests/fuzz/fuzz_$t -max_total_time="$secs" -rss_limit_mb=2048 \
+           -timeout=10 "$fuzz_new/$t" "tests/fuzz/corpus/$corpus" >build/ci-fuzz.$t.log 2>&1; then
+        passed=$((passed + 1)); echo "fuzz_$t: $(grep -c . <(ls "$fuzz_new/$t")) new inputs, no crash"
+      else
+        failed=$((failed + 1)); echo "FUZZ RUN OF fuzz_$t FOUND A CRASH:"; tail -n 40 build/ci-fuzz.$t.log
+      fi
+    done
     rm -rf "$fuzz_new"
   else
     failed=$((failed + 1)); echo "FUZZ BUILD FAILED"; tail -n 20 build/ci-fuzz.configure.log

@@ -44,6 +44,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "options.h"
+#include "msgcheck.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
@@ -148,7 +149,9 @@ static stk__option options[] = {
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
      &opt.port_file, 0, 0},
-    {"max-message-mb", OPT_INT, "4", NULL, "largest gRPC message received",
+    {"max-message-mb", OPT_INT, "4", NULL,
+     "largest gRPC message sent (requests are received with their own small "
+     "limits: docs/operations.md)",
      &opt.max_message_mb, 1, 1024},
     {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
      &opt.log_level, 0, 0},
@@ -576,24 +579,14 @@ static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) 
 static int worker_hello(stk__rpc_call *call, cworker *w,
                         const Stoker__V1__WorkerMessage *m) {
   char msg[200];
+  int code;
   const Stoker__V1__Register *h = hello_of(m);
   if (!h) {
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                          "the first message of a worker session must be hello");
     return -1;
-  } else if (h->protocol_version != STK_PROTOCOL_VERSION) {
-    snprintf(msg, sizeof(msg), "worker speaks protocol %u, this coordinator %u",
-             h->protocol_version, STK_PROTOCOL_VERSION);
-    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-    return -1;
-  } else if (!h->worker || !h->worker->worker_id || !*h->worker->worker_id ||
-             !h->worker->address || !*h->worker->address ||
-             strlen(h->worker->worker_id) >= MAX_STR ||
-             strlen(h->worker->address) >= MAX_STR) {
-    snprintf(msg, sizeof(msg),
-             "hello needs worker.worker_id and worker.address, each at most %d bytes",
-             MAX_STR - 1);
-    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+  } else if ((code = stk__check_hello(h, msg, sizeof(msg)))) {
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
     return -1;
   }
   snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
@@ -791,9 +784,7 @@ static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
       w->phase = worker_admit(call, w, m) ? WS_OVER : WS_SERVING;
       break;
     case WS_SERVING:
-      if (!m) {
-        stk__rpc_call_abort(call, GRPC_STATUS_INVALID_ARGUMENT,
-                            "message is not a stoker.v1.WorkerMessage");
+      if (!m) { /* refused by the rpc layer, which ended the call saying why */
         w->phase = WS_OVER;
       } else {
         worker_heartbeat(w, m);
@@ -1641,22 +1632,22 @@ static int start_metrics(metrics_server **ms) {
 /* Serve the Coordinator service on opt.listen and write the port file.
  * 0, or -1 with err. */
 static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
-  /* {path, request type, receive limit (0 = --max-message-mb), unary, stream}.
+  /* {path, request type, receive limit (wire_limits.h), unary, stream}.
    * The unary handlers only take C.mu briefly: they run inline on the rpc
    * layer's threads. */
   static const stk__rpc_method methods[] = {
-      {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor, 0,
-       NULL, &session_ops},
-      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor, 0,
-       handle_join, NULL},
-      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor, 0,
-       NULL, &watch_ops},
-      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor, 0,
-       handle_finish, NULL},
-      {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor, 0,
-       handle_status, NULL},
-      {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor, 0,
-       handle_report_stats, NULL},
+      {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor,
+       STK_MAX_CONTROL_MSG, NULL, &session_ops},
+      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor,
+       STK_MAX_CONTROL_MSG, handle_join, NULL},
+      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor,
+       STK_MAX_CONTROL_MSG, NULL, &watch_ops},
+      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor,
+       STK_MAX_CONTROL_MSG, handle_finish, NULL},
+      {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor,
+       STK_MAX_CONTROL_MSG, handle_status, NULL},
+      {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor,
+       STK_MAX_CONTROL_MSG, handle_report_stats, NULL},
       STK__HEALTH_METHODS,
   };
   int port = 0;

@@ -18,6 +18,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "rpc.h"
+#include "wire_limits.h"
 #include "stoker/version.h"
 
 struct session {
@@ -86,7 +87,7 @@ static int recv_cmd(session *s, stk__rpc_stream *st, int64_t until_ms,
     if (r == -2) continue;
     if (r <= 0) return r;
     *out = (Stoker__V1__CoordinatorCommand *)stk__rpc_unpack(
-        &stoker__v1__coordinator_command__descriptor, bb, 1u << 20);
+        &stoker__v1__coordinator_command__descriptor, bb, STK_MAX_COMMAND_MSG);
     grpc_byte_buffer_destroy(bb);
     if (!*out) return -1; /* garbage from the coordinator: reconnect */
     return 1;
@@ -223,7 +224,8 @@ static void run_once(session *s, stk__rpc_channel *ch) {
 static void *session_main(void *arg) {
   session *s = arg;
   stk__rpc_channel *ch = NULL;
-  if (stk__rpc_channel_open(s->coordinator, 0, s->token, s->cfg.tls, &ch)) {
+  if (stk__rpc_channel_open(s->coordinator, STK_MAX_COMMAND_MSG, s->token, s->cfg.tls,
+                            &ch)) {
     mark_failed(s, "cannot create a channel to the coordinator");
     return NULL;
   }

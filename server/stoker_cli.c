@@ -18,6 +18,7 @@
 #include "log.h"
 #include "options.h"
 #include "rpc.h"
+#include "wire_limits.h"
 #include "stoker.pb-c.h"
 #include "stoker/core.h"
 
@@ -149,15 +150,17 @@ static void print_ranks(const char *label, const uint32_t *r, size_t n, uint32_t
 }
 
 /* A channel to the coordinator with --token and the --tls-* files (read
- * once per process). 0, or -1 after saying why on stderr. */
-static int open_channel(const char *cmd, stk__rpc_channel **ch) {
+ * once per process), receiving messages of at most max_msg (the largest
+ * response the command expects: wire_limits.h). 0, or -1 after saying why
+ * on stderr. */
+static int open_channel(const char *cmd, size_t max_msg, stk__rpc_channel **ch) {
   char err[512];
   stk__tls_files tf = {opt.tls.ca, opt.tls.cert, opt.tls.key, 0};
   if (!opt.tls_loaded && stk__tls_load(&tf, &opt.tls_loaded, err, sizeof(err))) {
     fprintf(stderr, "%s: %s\n", cmd, err);
     return -1;
   }
-  if (stk__rpc_channel_open(opt.coordinator, 0, token, opt.tls_loaded, ch)) {
+  if (stk__rpc_channel_open(opt.coordinator, max_msg, token, opt.tls_loaded, ch)) {
     fprintf(stderr, "%s: cannot create a channel\n", cmd);
     return -1;
   }
@@ -172,7 +175,7 @@ static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage
                      ProtobufCMessage **resp) {
   stk__rpc_channel *ch = NULL;
   *resp = NULL;
-  if (open_channel(cmd, &ch)) return -1;
+  if (open_channel(cmd, STK_MAX_STATUS_MSG, &ch)) return -1;
   char det[512], edet[600];
   int code = stk__rpc_unary(ch, method, req, resp_desc, resp, (int)opt.timeout_ms, det,
                             sizeof(det));
@@ -564,7 +567,7 @@ static int wait_watch(stk__rpc_channel *ch, int *connected) {
     }
     if (r != 1) break;
     Stoker__V1__WorkerList *wl = (Stoker__V1__WorkerList *)stk__rpc_unpack(
-        &stoker__v1__worker_list__descriptor, bb, 1 << 22);
+        &stoker__v1__worker_list__descriptor, bb, STK_MAX_LIST_MSG);
     grpc_byte_buffer_destroy(bb);
     if (!wl) break;
     *connected = 1;
@@ -601,7 +604,7 @@ static int cmd_wait(int argc, char **argv) {
   }
   int rc = WAIT_UNREACHABLE;
   stk__rpc_channel *ch = NULL;
-  if (open_channel("stoker wait", &ch)) {
+  if (open_channel("stoker wait", STK_MAX_LIST_MSG, &ch)) {
     goto out;
   }
   /* Watch the worker list: its last message says whether the job failed.

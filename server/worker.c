@@ -27,6 +27,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "options.h"
+#include "msgcheck.h"
 #include "rpc.h"
 #include "sched.h"
 #include "session.h"
@@ -89,7 +90,7 @@ static stk__option options[] = {
      "unanswered requests allowed per stream (past it: RESOURCE_EXHAUSTED)",
      &opt.max_outstanding, 1, 1 << 20},
     {"chunk-bytes", OPT_INT, "4194304", NULL, "payload bytes per chunk message",
-     &opt.chunk_bytes, 4096, 8 << 20},
+     &opt.chunk_bytes, 4096, STK_MAX_CHUNK_BYTES},
     {"drain-timeout-s", OPT_INT, "10", NULL,
      "on shutdown, time to finish sending what was requested (a second "
      "SIGTERM/SIGINT cuts it short)",
@@ -113,8 +114,9 @@ static stk__option options[] = {
     {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
      &opt.stats_interval_s, 1, 86400},
     {"max-message-mb", OPT_INT, "16", NULL,
-     "largest gRPC message sent or received (chunks must fit)", &opt.max_message_mb, 1,
-     1024},
+     "largest gRPC message sent (chunks must fit); requests are received with their own "
+     "small limits (docs/operations.md)",
+     &opt.max_message_mb, 1, 1024},
     {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1,
      1 << 20},
     {"max-pixels", OPT_INT, "100000000", NULL, "largest decoded image (width*height)",
@@ -601,44 +603,10 @@ static int stream_open(stk__rpc_call *call) {
   return 0;
 }
 
-/* Validate one request: 0, or a gRPC status code with msg. */
+/* Validate one request (msgcheck.c): 0, or a gRPC status code with msg. */
 static int check_request(const Stoker__V1__BatchRequest *q, char *msg, size_t len) {
-  if (q->job_hash != W.job_hash) {
-    snprintf(msg, len,
-             "job hash %016" PRIx64
-             " does not match this worker's job "
-             "%016" PRIx64 " (%s)",
-             q->job_hash, W.job_hash, W.spec.name);
-    return GRPC_STATUS_FAILED_PRECONDITION;
-  }
-  if (q->rank >= W.spec.world_size) {
-    snprintf(msg, len, "rank %u is outside the job's world_size %u", q->rank,
-             W.spec.world_size);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  if (q->epoch >= W.spec.epochs) {
-    snprintf(msg, len, "epoch %" PRIu64 " is past the job's %u epochs", q->epoch,
-             W.spec.epochs);
-    return GRPC_STATUS_OUT_OF_RANGE;
-  }
-  uint64_t per = (uint64_t)W.spec.world_size * W.spec.batch_size;
-  if (q->sample_offset >= per) {
-    snprintf(msg, len,
-             "sample_offset %" PRIu64 " is not below world_size*batch_size %" PRIu64,
-             q->sample_offset, per);
-    return GRPC_STATUS_INVALID_ARGUMENT;
-  }
-  uint64_t steps = q->sample_offset
-                       ? stk_epoch_steps(&W.spec, W.spec.num_samples, q->sample_offset)
-                       : W.steps;
-  if (q->step >= steps) {
-    snprintf(msg, len,
-             "step %" PRIu64 " is past the epoch's %" PRIu64
-             " steps (sample offset %" PRIu64 ")",
-             q->step, steps, q->sample_offset);
-    return GRPC_STATUS_OUT_OF_RANGE;
-  }
-  return 0;
+  stk__job_view j = {W.job_hash, &W.spec};
+  return stk__check_batch_request(&j, q, msg, len);
 }
 
 static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
@@ -647,8 +615,10 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   char msg[512];
   int code = 0;
   if (!q) {
+    /* refused by the rpc layer, which told the peer which limit */
     code = GRPC_STATUS_INVALID_ARGUMENT;
-    snprintf(msg, sizeof(msg), "message is not a stoker.v1.BatchRequest");
+    snprintf(msg, sizeof(msg),
+             "malformed BatchRequest, or over a receive limit (the peer was told which)");
   } else {
     code = check_request(q, msg, sizeof(msg));
     if (!code && __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE)) {
@@ -1023,10 +993,10 @@ int main(int argc, char **argv) {
                soft, W.threads, want);
   }
 
-  /* {path, request type, receive limit (0 = --max-message-mb), unary, stream} */
+  /* {path, request type, receive limit, unary, stream} */
   static const stk__rpc_method methods[] = {
-      {"/stoker.v1.Worker/Stream", &stoker__v1__batch_request__descriptor, 0, NULL,
-       &stream_ops},
+      {"/stoker.v1.Worker/Stream", &stoker__v1__batch_request__descriptor,
+       STK_MAX_REQUEST_MSG, NULL, &stream_ops},
       STK__HEALTH_METHODS,
   };
   stk__health_init("stoker.v1.Worker");
