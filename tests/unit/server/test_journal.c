@@ -109,8 +109,9 @@ static void round_trip(void) {
   }
   printf("damaged copies refused: %d of %d\n", refused, total);
   CHECK(refused == total);
-  /* Two examples of the messages. */
+  /* Two examples of the messages (copy NUL-terminated for strstr). */
   memcpy(copy, text, len);
+  copy[len] = 0;
   CHECK(stk__journal_parse(copy, len - 5, &k, err, sizeof(err)) == -1);
   printf("truncated: %s\n", err);
   CHECK(strstr(err, "line") && strstr(err, "truncated"));
