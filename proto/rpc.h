@@ -212,6 +212,9 @@ int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m);
  * already aborted (the first abort's status is the one the peer gets: a
  * message refused by the rpc layer keeps its reason). Thread-safe. */
 void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details);
+/* How long the message being sent now has waited for the peer, in ms at
+ * now_ms (stk__now_ms); 0 when no send is waiting. Thread-safe. */
+int64_t stk__rpc_call_send_wait_ms(stk__rpc_call *c, int64_t now_ms);
 /* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
 const char *stk__rpc_call_peer(stk__rpc_call *c);
 /* The handler's own pointer (NULL until set). */

@@ -299,6 +299,13 @@ void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *de
   pthread_mutex_unlock(&c->mu);
 }
 
+int64_t stk__rpc_call_send_wait_ms(stk__rpc_call *c, int64_t now_ms) {
+  pthread_mutex_lock(&c->mu);
+  int64_t w = c->send_since_ms && now_ms > c->send_since_ms ? now_ms - c->send_since_ms : 0;
+  pthread_mutex_unlock(&c->mu);
+  return w;
+}
+
 const char *stk__rpc_call_peer(stk__rpc_call *c) { return c->peer ? c->peer : "?"; }
 void stk__rpc_call_set_data(stk__rpc_call *c, void *data) { c->data = data; }
 void *stk__rpc_call_data(stk__rpc_call *c) { return c->data; }
@@ -483,7 +490,7 @@ static void sweep(stk__rpc_server *s, int64_t now) {
   pthread_mutex_lock(&s->mu);
   for (stk__rpc_call *c = s->live; c; c = c->next) {
     pthread_mutex_lock(&c->mu);
-    if (!c->done && !c->close_seen && !c->broken && c->inflight) {
+    if (!c->done && !c->close_seen && !c->broken && !c->aborted && c->inflight) {
       if (s->stall_ms > 0 && c->send_since_ms && now - c->send_since_ms > s->stall_ms) {
         snprintf(why, sizeof(why),
                  "the client stopped reading: a send waited over %d ms; stream "

@@ -39,6 +39,9 @@ struct sched_buf {
   uint8_t *data;
   int refs; /* atomic */
   struct sched_buf *next_free;
+  /* Under owner->mu: the stream the buffer was taken for, until it is
+   * free again (NULL once that stream closed). */
+  struct sched_stream *stream;
 };
 
 typedef struct req {
@@ -57,8 +60,11 @@ struct sched_stream {
                            its next credit at once without racing the send's
                            completion */
   uint32_t building;
-  uint32_t held; /* buffers this stream holds: building + built-not-sent */
-  int proven;    /* one of its batches went out whole: its client reads */
+  uint32_t owned;  /* buffers taken for it and not free again: building,
+                      built, being sent, or still referenced by gRPC */
+  uint64_t sent_bytes; /* of its batches that went out whole */
+  int proven; /* sent_bytes >= SCHED_PROVEN_BYTES: more than the socket and
+                 HTTP/2 windows hold, so its client reads */
   sched_done *done, *done_tail;
   int dead, half_closed;
   int closed; /* sched_stream_close ran: unlinked, freed when unpinned */
@@ -111,6 +117,8 @@ void sched_buf_unref(void *p) {
   if (__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
   sched *s = b->owner;
   pthread_mutex_lock(&s->mu);
+  if (b->stream) b->stream->owned--;
+  b->stream = NULL;
   b->next_free = s->free_bufs;
   s->free_bufs = b;
   s->nfree++;
@@ -120,30 +128,39 @@ void sched_buf_unref(void *p) {
 }
 
 /* The stream to serve next, round-robin by id; NULL if none has work.
- * A stream may hold at most its share of the buffers (at least 2), so a
- * client that stops reading cannot starve the others of buffers. A stream
- * on probation (none of its batches went out whole yet: its client may
- * never read) holds at most one, and all of them together at most half
- * the pool, so streams that ask and never read pin at most half of the
- * buffers until --send-stall-s cancels them, and proven readers keep the
- * other half. */
+ * Counting every buffer a stream owns (building, built, being sent, or
+ * still referenced by gRPC): a proven reader may own at most its share of
+ * the pool (the pool over the readers that have work; at least 2), so a
+ * client that stops reading cannot starve the others. A stream on
+ * probation (less than SCHED_PROVEN_BYTES went out whole: its client may
+ * never read) owns at most one, and all of them together at most half the
+ * pool, so streams that ask and never read pin at most half of the
+ * buffers, until sched_reap (while others wait) or --send-stall-s ends
+ * them, and proven readers keep the other half. */
 static sched_stream *pick(sched *s) {
   sched_stream *after = NULL, *first = NULL;
-  uint32_t nstreams = 0, probation_held = 0;
+  uint32_t nreaders = 0, probation_held = 0;
   for (sched_stream *st = s->streams; st; st = st->next) {
-    nstreams++;
-    if (!st->proven) probation_held += st->held;
+    if (!st->proven) probation_held += st->owned;
+    else if (st->len || st->owned) nreaders++;
   }
-  uint32_t cap = nstreams ? ((uint32_t)s->nbufs + nstreams - 1) / nstreams : 1;
+  uint32_t cap = nreaders ? ((uint32_t)s->nbufs + nreaders - 1) / nreaders : 1;
   if (cap < 2) cap = 2;
   uint32_t probation_cap = s->nbufs / 2 ? (uint32_t)s->nbufs / 2 : 1;
+  sched_stream *ahead = NULL; /* on probation, the most sent */
   for (sched_stream *st = s->streams; st; st = st->next) {
-    if (!st->len || st->dead || st->held >= cap) continue;
-    if (!st->proven && (st->held >= 1 || probation_held >= probation_cap)) continue;
+    if (!st->len || st->dead || st->owned >= cap) continue;
+    if (!st->proven && (st->owned >= 1 || probation_held >= probation_cap)) continue;
     if (st->id > s->last_served && (!after || st->id < after->id)) after = st;
     if (!first || st->id < first->id) first = st;
+    if (!st->proven && (!ahead || st->sent_bytes > ahead->sent_bytes)) ahead = st;
   }
-  return after ? after : first;
+  sched_stream *next = after ? after : first;
+  /* A turn of probation goes to the stream nearest its end: a client that
+   * reads leaves probation at once instead of queueing behind streams
+   * that take a batch and stop. */
+  if (next && !next->proven && ahead->sent_bytes > next->sent_bytes) next = ahead;
+  return next;
 }
 
 /* A closed stream nobody holds any more: the caller frees it. */
@@ -190,11 +207,12 @@ static void *builder_main(void *arg) {
     st->len--;
     s->queued--;
     st->building++;
-    st->held++;
     s->last_served = st->id;
     sched_buf *buf = s->free_bufs;
     s->free_bufs = buf->next_free;
     s->nfree--;
+    buf->stream = st;
+    st->owned++;
     __atomic_store_n(&buf->refs, 1, __ATOMIC_RELAXED); /* atomic, as every access */
     int inject = s->fault_every && ++s->fault_count % s->fault_every == 0;
     pthread_mutex_unlock(&s->mu);
@@ -254,7 +272,6 @@ static void *builder_main(void *arg) {
       st->done_tail = d;
     } else {
       drop = 1;
-      st->held--;
       if (!d) st->dead = 1; /* out of memory: end the stream, never lose a batch */
     }
     int notify = !st->closed;
@@ -482,9 +499,9 @@ sched_done *sched_stream_poll(sched_stream *st, int *why) {
 void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
   sched *s = st->s;
   pthread_mutex_lock(&s->mu);
-  st->held--;
   s->bytes_sent += bytes;
-  if (bytes) st->proven = 1;
+  st->sent_bytes += bytes;
+  if (st->sent_bytes >= SCHED_PROVEN_BYTES) st->proven = 1;
   pthread_cond_broadcast(&s->work_cv); /* the stream may be under its cap again */
   pthread_mutex_unlock(&s->mu);
   sched_buf_unref(d->buf);
@@ -520,10 +537,14 @@ void sched_stream_close(sched_stream *st) {
       break;
     }
   st->closed = 1;
+  /* Buffers still referenced (by a builder, or by gRPC) stop counting
+   * for it: st may be freed before they come back. */
+  for (int i = 0; i < s->nbufs; i++)
+    if (s->bufs[i].stream == st) s->bufs[i].stream = NULL;
+  st->owned = 0;
   /* Batches built but never taken give their buffers back now. */
   sched_done *d = st->done;
   st->done = st->done_tail = NULL;
-  for (sched_done *e = d; e; e = e->next) st->held--;
   int gone = unpinned_locked(st);
   pthread_cond_broadcast(&s->work_cv); /* fewer streams: larger buffer shares */
   pthread_mutex_unlock(&s->mu);
@@ -534,4 +555,30 @@ void sched_stream_close(sched_stream *st) {
     d = next;
   }
   if (gone) stream_free(st);
+}
+
+int sched_reap(sched *s, int64_t now_ms, int stall_ms) {
+  int wait_ms = stall_ms / 8 > SCHED_SUSPECT_MS ? stall_ms / 8 : SCHED_SUSPECT_MS;
+  pthread_mutex_lock(&s->mu);
+  /* Someone waits: a stream with requests and no buffer at all. */
+  int waiting = 0;
+  for (sched_stream *st = s->streams; st && !waiting; st = st->next)
+    waiting = st->len && !st->owned && !st->dead;
+  sched_stream *v[64];
+  size_t n = 0;
+  for (sched_stream *st = s->streams; waiting && st && n < sizeof(v) / sizeof(v[0]);
+       st = st->next)
+    if (!st->proven && st->owned && !st->dead && !st->closed) st->pins++, v[n++] = st;
+  pthread_mutex_unlock(&s->mu);
+  int ended = 0;
+  for (size_t i = 0; i < n; i++) {
+    int e = v[i]->hooks->stalled && v[i]->hooks->stalled(v[i]->arg, now_ms, wait_ms);
+    pthread_mutex_lock(&s->mu);
+    if (e) kill_locked(v[i]), s->st.send_stalled++, ended++;
+    v[i]->pins--;
+    int gone = unpinned_locked(v[i]);
+    pthread_mutex_unlock(&s->mu);
+    if (gone) stream_free(v[i]);
+  }
+  return ended;
 }

@@ -57,6 +57,7 @@ typedef struct sched_stats {
    * times in (LE[i-1], LE[i]]), and their total time. */
   uint64_t build_hist[SCHED_HIST_BOUNDS + 1];
   uint64_t build_ns_sum;
+  uint64_t send_stalled; /* streams ended by sched_reap */
 } sched_stats;
 
 /* Start `threads` builders over ds (spec resolved: num_samples = N) and
@@ -86,6 +87,11 @@ void sched_buf_unref(void *b);
 typedef struct sched_stream_hooks {
   void (*ready)(void *arg);
   void (*released)(void *arg);
+  /* stalled(arg, now_ms, wait_ms) (sched_reap): when the stream's current
+   * send has waited at least wait_ms, cancel the call (so gRPC lets go of
+   * the buffers; the client asks again) and return 1, else 0. Same rules
+   * as ready. */
+  int (*stalled)(void *arg, int64_t now_ms, int wait_ms);
 } sched_stream_hooks;
 
 /* A new stream; NULL when draining (or out of memory). hooks must outlive
@@ -112,9 +118,9 @@ enum {
 sched_done *sched_stream_poll(sched_stream *st, int *why);
 /* The owner is done with d (sent or not): frees d and drops its buffer
  * reference (the request stopped counting as outstanding when
- * sched_stream_poll handed it out). bytes > 0 (sent whole) ends the
- * stream's probation: until then it holds at most one buffer (sched.c,
- * pick). */
+ * sched_stream_poll handed it out). bytes: sent whole (0: not sent); the
+ * stream's probation ends after SCHED_PROVEN_BYTES of them: until then
+ * it owns at most one buffer (sched.c, pick). */
 void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes);
 /* The client half-closed: end once everything asked for is sent. */
 void sched_stream_half_close(sched_stream *st);
@@ -124,6 +130,24 @@ void sched_stream_kill(sched_stream *st);
  * called) once no builder holds it, maybe before this returns. No other
  * sched_stream_* call on st afterwards. */
 void sched_stream_close(sched_stream *st);
+
+/* A stream is on probation until this many bytes of its batches went out
+ * whole: more than the socket buffers and HTTP/2 windows can hold, so its
+ * client reads (a stream that asks and never reads can have a few batches
+ * "sent" into the windows). */
+#define SCHED_PROVEN_BYTES (64ull << 20)
+/* The least time a send of a stream on probation may wait while another
+ * stream waits for a buffer (sched_reap). */
+#define SCHED_SUSPECT_MS 250
+
+/* While a stream with requests owns no buffer at all, end every stream on
+ * probation that owns one and whose current send has waited (the stalled
+ * hook tells) at least max(stall_ms / 8, SCHED_SUSPECT_MS): a client that
+ * never reads pins a buffer for a fraction of --send-stall-s, not all of
+ * it, while a client that reads keeps the send moving (at 16 MB/s, a 4 MiB
+ * chunk takes 250 ms). Calls the hooks with no lock held; returns how many
+ * streams it ended. Any thread; call it every 50-100 ms. */
+int sched_reap(sched *s, int64_t now_ms, int stall_ms);
 
 /* Bytes sent by all streams, cumulative. */
 uint64_t sched_bytes_sent(sched *s);

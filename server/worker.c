@@ -574,7 +574,26 @@ static void stream_released(void *arg) {
   free(x);
 }
 
-static const sched_stream_hooks stream_hooks = {stream_ready, stream_released};
+/* sched_reap: end the stream if its send has waited wait_ms (a client that
+ * stopped reading holds a buffer another stream waits for). The client,
+ * if it reads after all, asks again. */
+static int stream_stalled(void *arg, int64_t now_ms, int wait_ms) {
+  wstream *x = arg;
+  int ended = 0;
+  pthread_mutex_lock(&x->mu);
+  if (!x->ended && !x->over && stk__rpc_call_send_wait_ms(x->call, now_ms) >= wait_ms) {
+    end_locked(x, GRPC_STATUS_UNAVAILABLE,
+               "the client stopped reading while other streams waited for a batch "
+               "buffer; stream cancelled, ask again",
+               1);
+    ended = 1;
+  }
+  pthread_mutex_unlock(&x->mu);
+  return ended;
+}
+
+static const sched_stream_hooks stream_hooks = {stream_ready, stream_released,
+                                                stream_stalled};
 
 static int stream_open(stk__rpc_call *call) {
   sched *s = current_sched();
@@ -751,7 +770,7 @@ static void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *l
       (double)(bytes - last->bytes) / dt / 1e6, st.samples_substituted, st.build_errors,
       st.transient_errors, st.transient_retries, st.samples_reread,
       __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), rs.open_calls, rs.refused_full,
-      rs.first_msg_late, rs.send_stalled, lost ? "lost" : "ok");
+      rs.first_msg_late, rs.send_stalled + st.send_stalled, lost ? "lost" : "ok");
   last->bytes = bytes, last->built = st.batches_built, last->ms = now;
 }
 
@@ -905,6 +924,8 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
     stk__health_set(current_sched() != NULL && lost == 0 &&
                     !__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE));
     int64_t now = stk__now_ms();
+    sched *s = current_sched();
+    if (s) sched_reap(s, now, (int)(opt.serve.send_stall_s * 1000));
     int stats_due = now >= next_stats;
     notify_progress(sess, stats_due);
     stk__notify_tick(now);

@@ -15,6 +15,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rpc.h"
@@ -25,7 +26,9 @@ enum { T_STATUS, T_SEND };
 typedef struct fcall {
   struct flood *f;
   grpc_call *call;
-  int stalled, sent, status_done, send_pending;
+  grpc_channel *ch;
+  int64_t start_ms; /* a stalled call's start (reopen_stalled_ms) */
+  int stalled, sent, status_done, send_pending, cancelled;
   grpc_status_code status;
   grpc_slice details;
   grpc_metadata_array trail, init;
@@ -51,6 +54,12 @@ struct flood {
   pthread_mutex_t mu;
   flood_stats st;
 };
+
+static int64_t now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
+}
 
 static int connect_idle(const char *target) {
   char host[64];
@@ -95,6 +104,8 @@ static void send_next(fcall *c) {
 
 static void start_call(flood *f, fcall *c, grpc_channel *ch, int stalled) {
   c->f = f;
+  c->ch = ch;
+  c->start_ms = now_ms();
   c->stalled = stalled;
   c->t_status.kind = T_STATUS, c->t_status.c = c;
   c->t_send.kind = T_SEND, c->t_send.c = c;
@@ -132,6 +143,34 @@ static void start_call(flood *f, fcall *c, grpc_channel *ch, int stalled) {
   if (stalled) send_next(c);
 }
 
+static void call_free(fcall *c) {
+  grpc_call_unref(c->call);
+  grpc_slice_unref(c->details);
+  grpc_metadata_array_destroy(&c->trail);
+  grpc_metadata_array_destroy(&c->init);
+  if (c->recv) grpc_byte_buffer_destroy(c->recv);
+  c->call = NULL;
+}
+
+/* cfg.reopen_stalled_ms: a stalled call that ended and has no operation
+ * left is replaced by a new one on its connection. Flood thread only. */
+static void maybe_reopen(flood *f, fcall *c) {
+  if (!f->cfg.reopen_stalled_ms || !c->stalled ||
+      __atomic_load_n(&f->stop, __ATOMIC_ACQUIRE))
+    return;
+  pthread_mutex_lock(&f->mu);
+  int over = c->status_done && !c->send_pending;
+  if (over) f->st.stalled_reopened++;
+  pthread_mutex_unlock(&f->mu);
+  if (!over) return;
+  grpc_channel *ch = c->ch;
+  call_free(c);
+  pthread_mutex_lock(&f->mu);
+  memset(c, 0, sizeof(*c));
+  pthread_mutex_unlock(&f->mu);
+  start_call(f, c, ch, 1);
+}
+
 static void on_event(flood *f, int kind, fcall *c, int success) {
   pthread_mutex_lock(&f->mu);
   if (kind == T_SEND) {
@@ -139,6 +178,7 @@ static void on_event(flood *f, int kind, fcall *c, int success) {
     if (success) f->st.requests_sent++;
     pthread_mutex_unlock(&f->mu);
     if (success && !__atomic_load_n(&f->stop, __ATOMIC_ACQUIRE)) send_next(c);
+    maybe_reopen(f, c);
     return;
   }
   c->status_done = 1;
@@ -148,6 +188,7 @@ static void on_event(flood *f, int kind, fcall *c, int success) {
   else if (c->status == GRPC_STATUS_RESOURCE_EXHAUSTED) f->st.ended_exhausted++;
   else f->st.ended_other++;
   pthread_mutex_unlock(&f->mu);
+  maybe_reopen(f, c);
 }
 
 static int pending_ops(flood *f) {
@@ -159,15 +200,40 @@ static int pending_ops(flood *f) {
   return n;
 }
 
+/* Cancel every call. On the flood thread (or with none running), so no
+ * stalled call is replaced behind the loop's back. */
+static void cancel_all(flood *f) {
+  for (int i = 0; i < f->ncalls; i++)
+    if (f->calls[i].call) grpc_call_cancel(f->calls[i].call, NULL);
+}
+
+/* A stalled call never reads, so gRPC never shows it the worker's cancel;
+ * with reopen_stalled_ms the flood cancels it itself that long after its
+ * start (then maybe_reopen replaces it). */
+static void expire_stalled(flood *f) {
+  int64_t now = now_ms();
+  for (int i = 0; i < f->ncalls; i++) {
+    fcall *c = &f->calls[i];
+    if (c->stalled && c->call && !c->cancelled &&
+        now - c->start_ms >= f->cfg.reopen_stalled_ms) {
+      c->cancelled = 1;
+      grpc_call_cancel(c->call, NULL);
+    }
+  }
+}
+
 static void *flood_main(void *arg) {
   flood *f = arg;
+  int cancelled = 0;
   for (;;) {
     int stop = __atomic_load_n(&f->stop, __ATOMIC_ACQUIRE);
+    if (stop && !cancelled) cancel_all(f), cancelled = 1;
     if (stop && pending_ops(f) == 0) break;
+    if (!stop && f->cfg.reopen_stalled_ms) expire_stalled(f);
     grpc_event ev =
         grpc_completion_queue_next(f->cq,
                                    gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
-                                                gpr_time_from_millis(100, GPR_TIMESPAN)),
+                                                gpr_time_from_millis(20, GPR_TIMESPAN)),
                                    NULL);
     if (ev.type != GRPC_OP_COMPLETE) continue;
     struct {
@@ -233,8 +299,6 @@ int flood_start(const flood_config *cfg, flood **out, char *err, size_t errlen) 
     start_call(f, &f->calls[cfg->silent_streams + i], f->chans[nsilent_ch + i], 1);
   if (pthread_create(&f->thread, NULL, flood_main, f)) {
     snprintf(err, errlen, "cannot start a thread");
-    for (int i = 0; i < f->ncalls; i++)
-      if (f->calls[i].call) grpc_call_cancel(f->calls[i].call, NULL);
     __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
     flood_main(f); /* drain here, then free */
     f->no_thread = 1;
@@ -253,18 +317,10 @@ void flood_stats_get(flood *f, flood_stats *out) {
 
 void flood_stop(flood *f) {
   if (!f) return;
-  for (int i = 0; i < f->ncalls; i++)
-    if (f->calls[i].call) grpc_call_cancel(f->calls[i].call, NULL);
-  __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);
+  __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE); /* the thread cancels the calls */
   if (!f->no_thread) pthread_join(f->thread, NULL);
   for (int i = 0; i < f->ncalls; i++) {
-    fcall *c = &f->calls[i];
-    if (!c->call) continue;
-    grpc_call_unref(c->call);
-    grpc_slice_unref(c->details);
-    grpc_metadata_array_destroy(&c->trail);
-    grpc_metadata_array_destroy(&c->init);
-    if (c->recv) grpc_byte_buffer_destroy(c->recv);
+    if (f->calls[i].call) call_free(&f->calls[i]);
   }
   for (int i = 0; i < f->nchans; i++) grpc_channel_destroy(f->chans[i]);
   grpc_completion_queue_shutdown(f->cq);

@@ -21,6 +21,11 @@ typedef struct flood_config {
   int streams_per_channel; /* silent streams per connection; 0 = 50 */
   int stalled_streams;     /* streams that ask and never read */
   int stalled_requests;    /* requests each stalled stream sends; 0 = 8 */
+  int reopen_stalled_ms;   /* 0, or: each stalled stream is cancelled this
+                              long after its start and replaced by a new
+                              one, so stalled_streams of them are there for
+                              the whole run (a stalled call never sees the
+                              worker end it: it never reads) */
   uint64_t job_hash;       /* for the stalled streams' requests */
   uint32_t world_size;
   uint64_t steps; /* per epoch: requests are for steps 0.. of epoch 0 */
@@ -35,6 +40,7 @@ typedef struct flood_stats {
   int stalled_ended;   /* stalled streams whose status came: only once
                           they are cancelled (they never read) */
   int requests_sent;   /* stalled streams' requests that went out */
+  int stalled_reopened; /* stalled streams replaced (reopen_stalled) */
   int ended_other;     /* any other status */
 } flood_stats;
 

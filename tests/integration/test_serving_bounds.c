@@ -13,10 +13,11 @@
  * thread count does not grow with the number of calls.
  *
  * --full (scripts/serving_bench.sh; not in CI's default run): the issue's
- * scale, 5000 idle connections + 2000 silent streams + 10 stalled streams,
- * and the client's throughput with and without the load, alternating,
- * medians printed (and the 10% bound checked), with the worker's RSS and
- * threads.
+ * scale, 5000 idle connections + 2000 silent streams + 10 stalled streams
+ * (each replaced by a new one 2 s after its start, the worker's
+ * --send-stall-s, so ten are always there), and the client's throughput with and without the load,
+ * alternating, medians printed (and the 10% bound checked), with the
+ * worker's RSS and threads.
  *
  * usage: test_serving_bounds <stoker-coordinator> <stoker-worker> [--full]
  */
@@ -323,8 +324,9 @@ static void full_run(void) {
   uint64_t n = env_n ? strtoull(env_n, NULL, 10) : 300;
   client_run(cport, 20); /* warm up */
   enum { RUNS = 3 };
-  double normal[RUNS], loaded[RUNS], steady[RUNS];
+  double normal[RUNS], arrival[RUNS], loaded[RUNS];
   long th0, rss0, th = 0, rss = 0, th_max = 0, rss_max = 0;
+  int reopened = 0;
   CHECK(proc_usage(worker.pid, &th0, &rss0) == 0);
   for (int i = 0; i < RUNS; i++) {
     normal[i] = client_run(cport, n);
@@ -336,6 +338,7 @@ static void full_run(void) {
     fc.silent_streams = 2000;
     fc.stalled_streams = 10;
     fc.stalled_requests = 8;
+    fc.reopen_stalled_ms = 2000; /* = --send-stall-s: 10 of them for the whole run */
     fc.job_hash = hash;
     fc.world_size = 1;
     fc.steps = 1000;
@@ -343,36 +346,43 @@ static void full_run(void) {
     CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
     int ten = 10;
     if (f) CHECK(wait_flood(f, stalled_asked, &ten, 30000) == 0);
+    /* while the worker still accepts the 7000 connections and calls */
+    arrival[i] = client_run(cport, n);
+    /* everything in place, each stalled stream replaced by a new one
+     * every 2 s */
     loaded[i] = client_run(cport, n);
-    /* again, the stalled streams now cancelled (--send-stall-s), the idle
-     * connections and silent streams still open */
-    steady[i] = client_run(cport, n);
     CHECK(proc_usage(worker.pid, &th, &rss) == 0);
     if (th > th_max) th_max = th;
     if (rss > rss_max) rss_max = rss;
-    if (f) print_flood("flood", f);
+    if (f) {
+      flood_stats fs;
+      flood_stats_get(f, &fs);
+      reopened += fs.stalled_reopened;
+      print_flood("flood", f);
+    }
     fprintf(stderr,
-            "run %d: normal %.1f batches/s, loaded %.1f batches/s (with the stalled "
-            "streams), %.1f batches/s (after they were cancelled); worker threads %ld "
-            "rss %ld KiB\n",
-            i, normal[i], loaded[i], steady[i], th, rss);
+            "run %d: normal %.1f batches/s, loaded %.1f batches/s (%.1f while the flood "
+            "connected); worker threads %ld rss %ld KiB\n",
+            i, normal[i], loaded[i], arrival[i], th, rss);
     flood_stop(f);
   }
   qsort(normal, RUNS, sizeof(double), cmp_double);
+  qsort(arrival, RUNS, sizeof(double), cmp_double);
   qsort(loaded, RUNS, sizeof(double), cmp_double);
-  qsort(steady, RUNS, sizeof(double), cmp_double);
+  long stalled = log_counter(&worker, "send_stalled=");
   printf(
       "serving bench: %llu batches of 32x128x128x3 per run, %d runs each, medians: "
-      "normal %.1f batches/s; under 5000 idle connections + 2000 silent streams: "
-      "%.1f batches/s (%.1f%%) in the run that began with 10 stalled streams, "
-      "%.1f batches/s (%.1f%%) once they were cancelled; worker threads %ld "
-      "(idle %ld), rss max %ld KiB (idle %ld KiB)\n",
+      "normal %.1f batches/s; under 5000 idle connections + 2000 silent streams + 10 "
+      "streams that ask and never read: %.1f batches/s (%.1f%%; %.1f batches/s, %.1f%%, "
+      "in the run while the flood connected); stalled streams ended by the worker %ld "
+      "(%d replaced); worker threads %ld (idle %ld), rss max %ld KiB (idle %ld KiB)\n",
       (unsigned long long)n, RUNS, normal[RUNS / 2], loaded[RUNS / 2],
-      100.0 * loaded[RUNS / 2] / normal[RUNS / 2], steady[RUNS / 2],
-      100.0 * steady[RUNS / 2] / normal[RUNS / 2], th_max, th0, rss_max, rss0);
-  /* The issue's bound holds for the steady state; the stalled streams cost
-   * up to --send-stall-s per wave of them (printed, not asserted). */
-  CHECK(steady[RUNS / 2] >= 0.9 * normal[RUNS / 2]);
+      100.0 * loaded[RUNS / 2] / normal[RUNS / 2], arrival[RUNS / 2],
+      100.0 * arrival[RUNS / 2] / normal[RUNS / 2], stalled, reopened, th_max, th0,
+      rss_max, rss0);
+  /* The issue's bound, with the load in place; the arrival of 7000
+   * connections within a second costs more (printed, not asserted). */
+  CHECK(loaded[RUNS / 2] >= 0.9 * normal[RUNS / 2]);
   CHECK(th_max <= th0 + 6);
   stk__rpc_channel_close(ch);
   proc_signal(&worker, SIGTERM);
