@@ -137,6 +137,21 @@ typedef struct stk__rpc_stream_ops {
   void (*closed)(stk__rpc_call *call);
 } stk__rpc_stream_ops;
 
+/* Roles a credential grants (bit set). A method names the roles that may
+ * call it; the admin role may call everything. */
+enum {
+  STK__ROLE_WORKER = 1u, /* a data worker: its coordinator session */
+  STK__ROLE_CLIENT = 2u, /* a training process: join, watch, finish, stream */
+  STK__ROLE_ADMIN = 4u,  /* an operator: everything */
+  STK__ROLE_ANY = 7u
+};
+
+/* A bearer token and the roles it grants. */
+typedef struct stk__rpc_cred {
+  const char *token;
+  unsigned roles;
+} stk__rpc_cred;
+
 typedef struct stk__rpc_method {
   const char *path;                          /* "/stoker.v1.Worker/Stream" */
   const ProtobufCMessageDescriptor *request; /* what the client sends */
@@ -150,6 +165,9 @@ typedef struct stk__rpc_method {
   const stk__rpc_stream_ops *stream; /* a streaming one (either direction) */
   int no_token; /* 1 = callable without the bearer token (the health service:
                    probes carry none, and it tells nothing secret) */
+  unsigned roles; /* roles allowed to call it besides admin (STK__ROLE_*);
+                     0 = any role. A call whose credential grants none of
+                     them ends PERMISSION_DENIED. */
 } stk__rpc_method;
 
 typedef struct stk__rpc_server_config {
@@ -158,7 +176,9 @@ typedef struct stk__rpc_server_config {
   size_t nmethods;
   size_t max_message_bytes; /* send limit, and receive limit of a method
                                without max_recv_bytes; 0 = 16 MiB */
-  const char *token;        /* bearer token every call must carry; NULL = none */
+  const char *token;        /* bearer token granting every role; NULL = none */
+  const stk__rpc_cred *creds; /* more tokens, each with its roles (copied) */
+  size_t ncreds;              /* with neither token nor creds, calls carry none */
   size_t max_calls;         /* open calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
   int max_streams_per_conn; /* HTTP/2 concurrent streams per connection; 0 = 100 */
   int threads;              /* completion-queue threads; 0 = 2 */

@@ -73,6 +73,7 @@ static const char exit_codes_text[] =
     "     workers were told the job failed and exit with their own abort code\n";
 
 static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
+static stk__role_tokens roles;        /* --*-token-file, read in main */
 
 #define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 
@@ -80,7 +81,8 @@ static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
 
 static struct {
   char *listen, *job, *token, *token_file, *port_file, *log_level, *metrics_listen,
-      *state_dir;
+      *state_dir, *worker_token_file, *client_token_file, *admin_token_file;
+  int trust_worker_addresses;
   stk__tls_opts tls;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
@@ -145,6 +147,21 @@ static stk__option options[] = {
      "the bearer token itself: visible to every local user in ps, prefer "
      "--token-file or $STOKER_TOKEN",
      &opt.token, 0, 0},
+    {"worker-token-file", OPT_STR, "", NULL,
+     "role separation: a token (first line of FILE) that may only open worker "
+     "sessions and read Status",
+     &opt.worker_token_file, 0, 0},
+    {"client-token-file", OPT_STR, "", NULL,
+     "role separation: a token that may only join, watch, finish, report and read "
+     "Status (give the workers the same file)",
+     &opt.client_token_file, 0, 0},
+    {"admin-token-file", OPT_STR, "", NULL,
+     "role separation: a token that may call everything (stoker abort, status)",
+     &opt.admin_token_file, 0, 0},
+    {"trust-worker-addresses", OPT_BOOL, "false", NULL,
+     "accept a worker whose advertised host does not resolve to the address its "
+     "session comes from (behind NAT or a proxy)",
+     &opt.trust_worker_addresses, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
@@ -574,6 +591,29 @@ static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) 
   return m->hello;
 }
 
+/* Clients dial the address a worker advertises, so a worker (or anyone
+ * with a worker token) must not send them elsewhere: its host must
+ * resolve to the address the session comes from. 0, or -1 when the call
+ * was refused (FAILED_PRECONDITION: final for the worker). A DNS lookup
+ * on this serving thread, once per session. */
+static int advertised_check(stk__rpc_call *call, const cworker *w) {
+  char res[200], msg[3200], id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], peer[300];
+  const char *p = stk__rpc_call_peer(call);
+  int m = stk__host_is_peer(w->address, p, res, sizeof(res));
+  if (m == 1) return 0;
+  stk__escape(id, sizeof(id), w->id);
+  stk__escape(addr, sizeof(addr), w->address);
+  stk__escape(peer, sizeof(peer), p);
+  snprintf(msg, sizeof(msg),
+           "advertised address %s is not the host the session comes from (%s; %s%s): "
+           "fix the worker's --advertise, or run the coordinator with "
+           "--trust-worker-addresses (NAT, proxies); worker %s",
+           addr, peer, m == 0 ? "it resolves to " : "", res, id);
+  LOG_WARN("refusing: %s", msg);
+  stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+  return -1;
+}
+
 /* The first hello: check it, fill the worker's entry (not linked yet) and
  * send the job. 0, or -1 when the call was refused (its status sent). */
 static int worker_hello(stk__rpc_call *call, cworker *w,
@@ -592,6 +632,7 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
   snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
   w->cores = h->worker->cores;
+  if (!opt.trust_worker_addresses && advertised_check(call, w)) return -1;
   pthread_mutex_lock(&C.mu);
   w->ack_hash = C.hash;
   int rc = send_ack(call, C.canonical, C.hash);
@@ -618,8 +659,12 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
     C.spec = t;
     C.resolved = 1;
     job_publish_locked();
-    LOG_INFO("dataset size %" PRIu64 " learnt from worker %s: job hash now %016" PRIx64,
-             h->dataset_size, w->id, C.hash);
+    /* First registrant decides: say so, and how to take the decision back
+     * (a worker with another dataset is then refused, both sizes logged). */
+    LOG_WARN("dataset size %" PRIu64 " taken from the first worker to register, %s "
+             "(job hash now %016" PRIx64 "); to decide it yourself, pin num_samples = %" PRIu64
+             " in the job",
+             h->dataset_size, w->id, C.hash, h->dataset_size);
   } else if (h->dataset_size != C.spec.num_samples) {
     snprintf(msg, len,
              "worker %s has %" PRIu64 " samples, the job has %" PRIu64
@@ -1632,29 +1677,31 @@ static int start_metrics(metrics_server **ms) {
 /* Serve the Coordinator service on opt.listen and write the port file.
  * 0, or -1 with err. */
 static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
-  /* {path, request type, receive limit (wire_limits.h), unary, stream}.
-   * The unary handlers only take C.mu briefly: they run inline on the rpc
-   * layer's threads. */
+  /* {path, request type, receive limit (wire_limits.h), unary, stream,
+   * no_token, roles}. The unary handlers only take C.mu briefly: they run
+   * inline on the rpc layer's threads. Roles (with role tokens): workers
+   * open sessions, clients join/watch/finish/report, anyone reads Status,
+   * admin does everything. */
   static const stk__rpc_method methods[] = {
       {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor,
-       STK_MAX_CONTROL_MSG, NULL, &session_ops},
+       STK_MAX_CONTROL_MSG, NULL, &session_ops, 0, STK__ROLE_WORKER},
       {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor,
-       STK_MAX_CONTROL_MSG, handle_join, NULL},
+       STK_MAX_CONTROL_MSG, handle_join, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor,
-       STK_MAX_CONTROL_MSG, NULL, &watch_ops},
+       STK_MAX_CONTROL_MSG, NULL, &watch_ops, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor,
-       STK_MAX_CONTROL_MSG, handle_finish, NULL},
+       STK_MAX_CONTROL_MSG, handle_finish, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor,
-       STK_MAX_CONTROL_MSG, handle_status, NULL},
+       STK_MAX_CONTROL_MSG, handle_status, NULL, 0, 0},
       {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor,
-       STK_MAX_CONTROL_MSG, handle_report_stats, NULL},
+       STK_MAX_CONTROL_MSG, handle_report_stats, NULL, 0, STK__ROLE_CLIENT},
       STK__HEALTH_METHODS,
   };
   int port = 0;
   stk__health_init("stoker.v1.Coordinator");
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
-                        opt.max_message_mb, token, C.tls, &opt.serve, opt.port_file, srv,
-                        &port, err, errlen))
+                        opt.max_message_mb, token, &roles, C.tls, &opt.serve,
+                        opt.port_file, srv, &port, err, errlen))
     return -1;
   LOG_INFO("job %s (hash %016" PRIx64
            ", world_size %u, batch_size %u, %s samples) "
@@ -1690,10 +1737,15 @@ int main(int argc, char **argv) {
     code = EXIT_OK;
     goto out;
   }
-  if (stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token))) {
+  if (stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token)) ||
+      stk__daemon_role_tokens(opt.worker_token_file, opt.client_token_file,
+                              opt.admin_token_file, &roles)) {
     code = EXIT_USAGE;
     goto out;
   }
+  if (roles.n && *token)
+    LOG_WARN("role tokens are set and so is the shared token (--token-file, $STOKER_TOKEN): "
+             "the shared one still grants every role");
   stk__signals_install();
   stk__daemon_raise_nofile();
   stk__notify_init();

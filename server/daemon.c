@@ -3,13 +3,18 @@
  * signal flag. Must not log from a signal handler. */
 #include "daemon.h"
 
+#include <arpa/inet.h>
 #include <errno.h>
 #include <inttypes.h>
+#include <netdb.h>
+#include <netinet/in.h>
 #include <fcntl.h>
+#include <ifaddrs.h>
 #include <signal.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -81,7 +86,8 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
 }
 
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
-                      long long max_message_mb, const char *token, const stk__tls *tls,
+                      long long max_message_mb, const char *token,
+                      const stk__role_tokens *roles, const stk__tls *tls,
                       const stk__serve_opts *so, const char *port_file,
                       stk__rpc_server **srv, int *port, char *err, size_t errlen) {
   stk__rpc_server_config sc;
@@ -91,6 +97,7 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   sc.nmethods = nmethods;
   sc.max_message_bytes = (size_t)max_message_mb << 20;
   sc.token = token && *token ? token : NULL;
+  if (roles) sc.creds = roles->creds, sc.ncreds = roles->n;
   sc.tls = tls;
   if (so) {
     sc.threads = (int)so->threads;
@@ -131,6 +138,127 @@ void stk__daemon_raise_nofile(void) {
     LOG_INFO("open-file limit (RLIMIT_NOFILE) soft %" PRIu64 " hard %" PRIu64
              " (soft raised to hard)",
              soft, hard);
+}
+
+int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
+                            const char *admin_file, stk__role_tokens *out) {
+  const char *files[3] = {worker_file, client_file, admin_file};
+  static const unsigned role[3] = {STK__ROLE_WORKER, STK__ROLE_CLIENT, STK__ROLE_ADMIN};
+  static const char *const name[3] = {"worker", "client", "admin"};
+  char err[600];
+  memset(out, 0, sizeof(*out));
+  for (int i = 0; i < 3; i++) {
+    if (!files[i] || !*files[i]) continue;
+    if (stk__token_read_file(files[i], out->tok[i], sizeof(out->tok[i]), err, sizeof(err))) {
+      LOG_ERROR("--%s-token-file: %s", name[i], err);
+      return -1;
+    }
+    out->creds[out->n++] = (stk__rpc_cred){out->tok[i], role[i]};
+    LOG_INFO("%s token from %s", name[i], files[i]);
+  }
+  return 0;
+}
+
+/* An address as 16 bytes, IPv4 as IPv4-mapped IPv6. */
+static void ip16(const struct sockaddr *sa, unsigned char out[16]) {
+  if (sa->sa_family == AF_INET) {
+    memset(out, 0, 10);
+    out[10] = out[11] = 0xff;
+    memcpy(out + 12, &((const struct sockaddr_in *)sa)->sin_addr, 4);
+  } else {
+    memcpy(out, &((const struct sockaddr_in6 *)sa)->sin6_addr, 16);
+  }
+}
+
+/* The host part of "host:port" / "[v6]:port" (or of a bare host) into
+ * out. 0, or -1 when malformed or too long. */
+static int host_part(const char *a, char *out, size_t len) {
+  size_t n;
+  if (*a == '[') {
+    const char *e = strchr(a, ']');
+    if (!e) return -1;
+    a++, n = (size_t)(e - a);
+  } else {
+    const char *c = strrchr(a, ':');
+    n = c ? (size_t)(c - a) : strlen(a);
+  }
+  if (!n || n >= len) return -1;
+  memcpy(out, a, n);
+  out[n] = 0;
+  return 0;
+}
+
+static int is_loopback16(const unsigned char a[16]) {
+  static const unsigned char v6lo[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return !memcmp(a, v6lo, 16) || (!memcmp(a, mapped, 12) && a[12] == 127);
+}
+
+/* An address of one of this host's interfaces. */
+static int is_local16(const unsigned char a[16]) {
+  struct ifaddrs *ifs = NULL;
+  if (getifaddrs(&ifs)) return 0;
+  int found = 0;
+  unsigned char b[16];
+  for (struct ifaddrs *i = ifs; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr ||
+        (i->ifa_addr->sa_family != AF_INET && i->ifa_addr->sa_family != AF_INET6))
+      continue;
+    ip16(i->ifa_addr, b);
+    found = !memcmp(a, b, 16);
+  }
+  freeifaddrs(ifs);
+  return found;
+}
+
+int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len) {
+  char host[256], pip[128];
+  struct addrinfo hints, *res = NULL, *pres = NULL;
+  *resolved = 0;
+  int v4 = !strncmp(peer, "ipv4:", 5), v6 = !strncmp(peer, "ipv6:", 5);
+  if (!v4 && !v6) return 1; /* unix socket, in-process: nothing to compare */
+  if (host_part(peer + 5, pip, sizeof(pip)) || host_part(addr, host, sizeof(host))) {
+    snprintf(resolved, len, "malformed address");
+    return -1;
+  }
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICHOST;
+  if (getaddrinfo(pip, NULL, &hints, &pres) || !pres) {
+    snprintf(resolved, len, "malformed peer address");
+    return -1;
+  }
+  unsigned char want[16], got[16];
+  ip16(pres->ai_addr, want);
+  freeaddrinfo(pres);
+  hints.ai_flags = 0;
+  int rc = getaddrinfo(host, NULL, &hints, &res);
+  if (rc || !res) {
+    snprintf(resolved, len, "does not resolve: %s", gai_strerror(rc));
+    return -1;
+  }
+  /* A session over loopback comes from this host: any address of this
+   * host is the worker's own (hosts simulated with 127.x aliases, a
+   * worker that reaches its coordinator through 127.0.0.1). */
+  int here = is_loopback16(want), match = 0, shown = 0;
+  size_t o = 0;
+  for (struct addrinfo *r = res; r; r = r->ai_next) {
+    if (r->ai_family != AF_INET && r->ai_family != AF_INET6) continue;
+    ip16(r->ai_addr, got);
+    if (!memcmp(got, want, 16) || (here && (is_loopback16(got) || is_local16(got))))
+      match = 1;
+    char t[INET6_ADDRSTRLEN];
+    const void *ap = r->ai_family == AF_INET
+                         ? (const void *)&((struct sockaddr_in *)r->ai_addr)->sin_addr
+                         : (const void *)&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr;
+    if (shown < 4 && inet_ntop(r->ai_family, ap, t, sizeof(t)) && o < len &&
+        !strstr(resolved, t)) {
+      o += (size_t)snprintf(resolved + o, len - o, "%s%s", shown ? ", " : "", t);
+      shown++;
+    }
+  }
+  freeaddrinfo(res);
+  return match;
 }
 
 /* Overwrite the value of every --token in argv (both "--token V" and

@@ -6,6 +6,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "common/secret.h"
+
 #include "options.h"
 #include "rpc.h"
 
@@ -81,15 +83,42 @@ typedef struct stk__tls_opts {
    &(x).require, 0, 0}
 /* clang-format on */
 
+/* Role tokens (rpc.h, STK__ROLE_*): read from the files a daemon was
+ * given (--worker-token-file, --client-token-file, --admin-token-file),
+ * each granting its one role. */
+typedef struct stk__role_tokens {
+  char tok[3][STK_TOKEN_MAX + 1];
+  stk__rpc_cred creds[3];
+  size_t n;
+} stk__role_tokens;
+/* Read the files that are non-empty (NULL or "" = that role has no token
+ * of its own) into out. 0, or -1 after logging why (the file is named,
+ * never its content). */
+int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
+                            const char *admin_file, stk__role_tokens *out);
+
 /* Serve methods on listen with a receive limit of max_message_mb MiB, the
- * bearer token (none when empty), TLS material (NULL = plaintext) and the
+ * bearer token granting every role (none when empty), the role tokens
+ * (NULL = none; with neither, calls need no token), TLS material (NULL = plaintext) and the
  * bounds in so, then write the bound port to port_file unless it is empty.
  * 0 with *srv (stop it with stk__rpc_server_stop) and *port, or -1 with
  * err and nothing running. */
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
-                      long long max_message_mb, const char *token, const stk__tls *tls,
+                      long long max_message_mb, const char *token,
+                      const stk__role_tokens *roles, const stk__tls *tls,
                       const stk__serve_opts *so, const char *port_file,
                       stk__rpc_server **srv, int *port, char *err, size_t errlen);
+
+/* Whether the host of addr ("host:port", "[v6]:port") resolves to the IP
+ * address of peer (gRPC's "ipv4:A:P" / "ipv6:[A]:P"; an IPv4-mapped IPv6
+ * peer counts as its IPv4 address; a loopback peer is this host, so a
+ * loopback address or one of this host's interfaces matches it): 1 yes,
+ * 0 no (resolved to the text of
+ * up to four addresses in resolved, for the message), -1 when the host
+ * does not resolve or either text is malformed (reason in resolved). A
+ * peer that is no IP (a unix socket) matches any host. May block on DNS
+ * (getaddrinfo); thread-safe. */
+int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len);
 
 /* The bearer token of a daemon or CLI command, per stk__token_resolve
  * (common/secret.h): token (--token), else token_file (--token-file),

@@ -30,7 +30,7 @@ struct session {
   int stop;
   int64_t lost_since; /* 0 = healthy */
   int64_t warned_ms;  /* last "cannot reach" warning (session thread only) */
-  char failed[512];
+  char failed[1200];
   int has_failed;
 };
 
@@ -99,7 +99,7 @@ static int recv_cmd(session *s, stk__rpc_stream *st, int64_t until_ms,
  * for good, since retrying cannot help; anything else is logged and the
  * session reconnects. */
 static void session_ended(session *s, stk__rpc_stream *st) {
-  char det[256], why[400];
+  char det[1024], why[1100];
   int final, code = stk__rpc_stream_status(st, 1000, det, sizeof(det));
   stk__rpc_status(code, &final);
   if (final) {

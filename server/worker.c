@@ -62,7 +62,7 @@ static const char exit_codes_text[] =
 
 static struct {
   char *coordinator, *listen, *advertise, *data_root, *token, *token_file, *port_file,
-      *log_level, *metrics_listen;
+      *log_level, *metrics_listen, *client_token_file;
   stk__tls_opts tls;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
@@ -107,6 +107,10 @@ static stk__option options[] = {
      "the bearer token itself: visible to every local user in ps, prefer "
      "--token-file or $STOKER_TOKEN",
      &opt.token, 0, 0},
+    {"client-token-file", OPT_STR, "", NULL,
+     "role separation: streams need this token (the coordinator's "
+     "--client-token-file); the worker's own token then only opens its session",
+     &opt.client_token_file, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
     {"port-file", OPT_STR, "", NULL,
      "after binding, write the bound port here (decimal, newline; atomic rename)",
@@ -1014,19 +1018,26 @@ int main(int argc, char **argv) {
                soft, W.threads, want);
   }
 
-  /* {path, request type, receive limit, unary, stream} */
+  /* {path, request type, receive limit, unary, stream, no_token, roles} */
   static const stk__rpc_method methods[] = {
       {"/stoker.v1.Worker/Stream", &stoker__v1__batch_request__descriptor,
-       STK_MAX_REQUEST_MSG, NULL, &stream_ops},
+       STK_MAX_REQUEST_MSG, NULL, &stream_ops, 0, STK__ROLE_CLIENT},
       STK__HEALTH_METHODS,
   };
   stk__health_init("stoker.v1.Worker");
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
+  /* With --client-token-file, streams need the clients' token: the
+   * worker's own (its coordinator credential) no longer opens them. */
+  stk__role_tokens roles;
+  if (stk__daemon_role_tokens(NULL, opt.client_token_file, NULL, &roles)) {
+    code = EXIT_USAGE;
+    goto out;
+  }
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
-                        opt.max_message_mb, token, W.tls, &opt.serve, opt.port_file, &srv,
-                        &port, err, sizeof(err))) {
+                        opt.max_message_mb, roles.n ? NULL : token, &roles, W.tls,
+                        &opt.serve, opt.port_file, &srv, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     code = EXIT_FAIL;
     goto out;
