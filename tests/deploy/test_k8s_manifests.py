@@ -109,9 +109,10 @@ MUTATIONS = [
     ("workers.yaml", "- --threads", "- --thread-count"),
     ("coordinator.yaml", "containerPort: 7070", "containerPort: 7071"),
     ("coordinator.yaml", "- --timeout-ms", "- --timeout"),
-    ("workers.yaml", "tcpSocket: {port: worker}", "tcpSocket: {port: 7072}"),
-    ("workers.yaml", "readinessProbe:\n            tcpSocket: {port: worker}\n", "x-probe:\n"
-     "            tcpSocket: {port: worker}\n"),
+    ("workers.yaml", "grpc: {port: 7071, service", "grpc: {port: 7072, service"),
+    ("workers.yaml", "service: stoker.v1.Worker}", "service: stoker.v1.Coordinator}"),
+    ("coordinator.yaml", "service: stoker.v1.Coordinator}", "service: stoker.Coordinator}"),
+    ("workers.yaml", "readinessProbe:\n            grpc:", "x-probe:\n            grpc:"),
     ("workers.yaml", 'cpu: "16", memory: 16Gi', "memory: 16Gi"),
     ("workers.yaml", '- "16"', '- "8"'),
     ("train.yaml", 'value: "2"', 'value: "3"'),
@@ -123,6 +124,35 @@ MUTATIONS = [
     ("workers.yaml", "- stoker-worker", "- stoker-wrker"),
 ]
 
+
+# grpc.health.v1 service name each daemon answers for (besides "")
+HEALTH_SERVICE = {"stoker-coordinator": "stoker.v1.Coordinator",
+                  "stoker-worker": "stoker.v1.Worker"}
+
+
+def check_probe(cw, prog, probe, progs, ports):
+    """An exec probe runs a stoker binary with flags its --help lists; a
+    tcpSocket probe names a containerPort; a grpc probe a numeric
+    containerPort (Kubernetes takes no name there) and the daemon's own
+    grpc.health.v1 service."""
+    if not probe:
+        return
+    if "exec" in probe:
+        pargv = probe["exec"]["command"]
+        pprog = os.path.basename(pargv[0])
+        if check(pprog in progs, cw + ": probe program %s is a stoker binary" % pprog):
+            known = help_flags(progs, pargv)
+            for f in flags_of(pargv[1:]):
+                check(f in known, cw + ": probe: %s has no --%s" % (pprog, f))
+    if "tcpSocket" in probe:
+        p = probe["tcpSocket"]["port"]
+        check(p in ports or p in ports.values(), cw + ": probe port %s is a containerPort" % p)
+    if "grpc" in probe:
+        p, svc = probe["grpc"].get("port"), probe["grpc"].get("service", "")
+        check(isinstance(p, int) and p in ports.values(),
+              cw + ": grpc probe port %s is a numeric containerPort" % p)
+        check(svc in ("", HEALTH_SERVICE.get(prog)),
+              cw + ": grpc probe service %r is what %s answers for" % (svc, prog))
 
 def self_test(k8s_dir, binaries):
     import shutil
@@ -219,18 +249,9 @@ def check_docs(k8s_dir, binaries):
             probe = c.get("readinessProbe")
             if prog in ("stoker-coordinator", "stoker-worker"):
                 check(probe, cw + ": readinessProbe")
-            if probe and "exec" in probe:
-                pargv = probe["exec"]["command"]
-                pprog = os.path.basename(pargv[0])
-                if check(pprog in progs, cw + ": probe program %s is a stoker binary" % pprog):
-                    known = help_flags(progs, pargv)
-                    for f in flags_of(pargv[1:]):
-                        check(f in known, cw + ": probe: %s has no --%s" % (pprog, f))
-            if probe and "tcpSocket" in probe:
-                p = probe["tcpSocket"]["port"]
-                ports = {cp.get("name"): cp["containerPort"] for cp in c.get("ports", [])}
-                check(p in ports or p in ports.values(),
-                      cw + ": probe port %s is a containerPort" % p)
+            ports = {cp.get("name"): cp["containerPort"] for cp in c.get("ports", [])}
+            for kind in ("readinessProbe", "livenessProbe"):
+                check_probe(cw, prog, c.get(kind), progs, ports)
             mounts = {m["mountPath"]: m["name"] for m in c.get("volumeMounts", [])}
             for path, name in mounts.items():
                 check(name in volumes, cw + ": volume %s is defined" % name)
