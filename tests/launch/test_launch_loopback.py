@@ -29,6 +29,9 @@ Scenarios:
              coordinator, worker and training reaped; it aborts the job, so
              the other dnn host exits non-zero too), SIGINT to a data host
              waiting for its coordinator (exit 130)
+  tls        --tls-dir with a client certificate (mutual TLS), --token-file
+             and --state-dir: 1 data + 1 dnn host with 2 ranks, all exit 0,
+             every batch verified, the journal kept, no token in a log
 Exit 0 passed, 1 failed (each failure printed, logs dumped), 77 skipped.
 """
 import os
@@ -207,6 +210,36 @@ def scenario_hosts(R):
     check(all("2 of 2 workers registered" in R.log_of(p) for p in procs[2:]),
           "training starts once both data hosts' workers registered")
     check(all("--token" not in R.log_of(p) for p in procs), "no token in any log")
+
+
+def scenario_tls(R):
+    """--tls-dir with a client certificate (mutual TLS), --token-file and
+    --state-dir: one data host, one dnn host with two ranks."""
+    R.write_job(800)
+    certs = os.path.join(os.path.dirname(R.launch), "stoker-certs")
+    d = os.path.join(R.tmp, "tls")
+    sans = ",".join("IP:" + R.host(i) for i in range(2)) + ",IP:127.0.0.1"
+    for args in (["ca", d], ["issue", d, "server", sans], ["issue", d, "client",
+                                                               "DNS:client"]):
+        subprocess.run([certs, *args], check=True, stdout=subprocess.DEVNULL, timeout=60)
+    tok = os.path.join(R.tmp, "token")
+    with open(tok, "w") as f:
+        f.write("launch-tls-secret\n")
+    state = os.path.join(R.tmp, "state")
+    common = ["--tls-dir", d, "--token-file", tok, "--state-dir", state]
+    data, dnn = [R.host(0)], [R.host(1)]
+    procs = [R.start("data0", data[0], R.hosts_args(data, dnn, data[0]) + common),
+             R.start("dnn0", dnn[0], R.hosts_args(data, dnn, dnn[0]) + common +
+                     ["--procs-per-host", "2"])]
+    codes = R.wait(procs, 90)
+    check(codes == [0, 0], "both launchers exit 0 over mutual TLS: %s" % codes)
+    log = R.log_of(procs[1])
+    check("mutual: client certificates required" in log and "mTLS" in log,
+          "the launcher and the coordinator say mutual TLS")
+    check(log.count("verify_failures 0") == 2, "both ranks verified every batch over TLS")
+    check(os.path.isdir(state) and os.listdir(state),
+          "the coordinator kept its state journal in --state-dir")
+    check(all("launch-tls-secret" not in R.log_of(p) for p in procs), "no token in any log")
 
 
 def write_rc(R, name, current, groups):
