@@ -370,19 +370,26 @@ static const char *role_names(unsigned roles) {
   }
 }
 
-/* Open one slot for a new call. 0, or -1 (retried by the sweep). */
+/* Open one slot for a new call. 0, or -1 (retried by the sweep; none once
+ * the server is stopping). Under s->mu with the stopping check, so no
+ * request can reach gRPC during or after stk__rpc_server_stop's shutdown
+ * and destroy (found by TSan: a SEGV in grpc_server_request_call from a
+ * sweep racing the stop). gRPC calls nothing of ours synchronously from
+ * it, so holding the lock cannot deadlock. */
 static int request_one(stk__rpc_server *s) {
   stk__rpc_call *c = call_new(s);
   if (!c) return -1;
   pthread_mutex_lock(&s->mu);
-  s->pending++;
+  grpc_call_error e = GRPC_CALL_ERROR;
+  if (!s->stopping) {
+    s->pending++;
+    TAG_HANDOVER(&c->t_new);
+    e = grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq,
+                                 &c->t_new);
+    if (e != GRPC_CALL_OK) s->pending--;
+  }
   pthread_mutex_unlock(&s->mu);
-  TAG_HANDOVER(&c->t_new);
-  if (grpc_server_request_call(s->server, &c->call, &c->details, &c->md, s->cq, s->cq,
-                               &c->t_new) != GRPC_CALL_OK) {
-    pthread_mutex_lock(&s->mu);
-    s->pending--;
-    pthread_mutex_unlock(&s->mu);
+  if (e != GRPC_CALL_OK) {
     c->call = NULL;
     call_free(c);
     return -1;

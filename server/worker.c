@@ -613,8 +613,13 @@ static int stream_open(stk__rpc_call *call) {
   }
   x->call = call;
   pthread_mutex_init(&x->mu, NULL);
-  if (__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) ||
-      !(x->st = sched_stream_open(s, &stream_hooks, x))) {
+  /* Once open, the scheduler may call our hooks (a drain: ready -> pump)
+   * on another thread before x->st is set here: they take x->mu first. */
+  pthread_mutex_lock(&x->mu);
+  int refused = __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) ||
+                !(x->st = sched_stream_open(s, &stream_hooks, x));
+  pthread_mutex_unlock(&x->mu);
+  if (refused) {
     pthread_mutex_destroy(&x->mu);
     free(x);
     stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE,
