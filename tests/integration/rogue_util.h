@@ -38,6 +38,7 @@ static struct {
   int bad_sent[ROGUE_MAX_RANKS]; /* batches sent with a wrong crc32c */
   int sent[ROGUE_MAX_RANKS];     /* batches sent with the right one */
   int opened, closed;            /* Worker.Stream calls started / ended */
+  int job_ready;                 /* rogue_set_job published the job */
 } R;
 
 static inline int rogue_get(const int *p) { return __atomic_load_n(p, __ATOMIC_ACQUIRE); }
@@ -49,6 +50,10 @@ static inline int rogue_set_job(const char *canonical, uint64_t hash) {
   if (stk_job_spec_parse(&R.spec, canonical, NULL, 0) != STK_OK) return -1;
   if (stk_batch_layout_of(&R.spec, &R.layout) != STK_OK) return -1;
   R.hash = hash;
+  /* published: the serving threads read the job only after this (clients
+   * learn the rogue's address only once it registered, through the
+   * coordinator's process: an order TSan cannot see) */
+  __atomic_store_n(&R.job_ready, 1, __ATOMIC_RELEASE);
   return 0;
 }
 
@@ -102,6 +107,11 @@ typedef struct rogue_call {
  * (stream callbacks: open, message, half_close, closed). */
 static inline int rogue_stream_open(stk__rpc_call *call) {
   rogue_inc(&R.opened);
+  if (!rogue_get(&R.job_ready)) {
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "rogue: no job yet");
+    rogue_inc(&R.closed); /* no closed callback comes */
+    return -1;
+  }
   rogue_call *x = calloc(1, sizeof(*x));
   if (!x) {
     stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "send failed");

@@ -23,6 +23,11 @@
   "width = 8\ndrop_last = false\nworld_size = %d\n"
 
 static char job_text[4096], worker_addr[64];
+/* set (release) once job_text and worker_addr are written; the handlers
+ * read them after an acquire: the client reaches the handlers through
+ * gRPC and the kernel, an order TSan cannot see */
+static int published;
+static int ready(void) { return __atomic_load_n(&published, __ATOMIC_ACQUIRE); }
 static uint64_t job_hash;
 static stk_batch_layout layout;
 
@@ -34,6 +39,10 @@ static void one_worker(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp) {
 
 static void on_join(stk__rpc_call *call, const ProtobufCMessage *q) {
   (void)q;
+  if (!ready()) {
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "not ready");
+    return;
+  }
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = job_text;
   job.hash = job_hash;
@@ -50,11 +59,13 @@ static void on_join(stk__rpc_call *call, const ProtobufCMessage *q) {
 /* The watch sends one list and stays open until the client goes (the
  * server's stop ends it otherwise). */
 static int watch_open(stk__rpc_call *call) {
+  (void)ready(); /* the acquire: job and address are published */
   (void)call;
   return 0;
 }
 
 static void watch_message(stk__rpc_call *call, const ProtobufCMessage *q) {
+  (void)ready(); /* the acquire: job and address are published */
   if (!q) {
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad watch");
     return;
@@ -84,11 +95,13 @@ static void on_finish(stk__rpc_call *call, const ProtobufCMessage *q) {
  * CANCELLED when a request does not parse, a send fails or the client
  * half-closes. */
 static int stream_open(stk__rpc_call *call) {
+  (void)ready(); /* the acquire: job and address are published */
   (void)call;
   return 0;
 }
 
 static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
+  (void)ready(); /* the acquire: job and address are published */
   if (!m) {
     stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
     return;
@@ -173,6 +186,7 @@ int main(void) {
     return 1;
   }
   snprintf(worker_addr, sizeof worker_addr, "127.0.0.1:%d", port);
+  __atomic_store_n(&published, 1, __ATOMIC_RELEASE);
   stk_client_config_defaults(&cfg);
   cfg.coordinator = worker_addr;
   cfg.rank = 0, cfg.world_size = 3;

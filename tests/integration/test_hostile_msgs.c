@@ -34,11 +34,12 @@
  * VM (RelWithDebInfo): worker +17 MiB, coordinator +25 MiB (gRPC holds a
  * refused message before refusing it), libstoker +52 MiB over all five
  * rogues; without the limits the same payloads took 180 to 720 MiB.
- * Sanitizer builds keep freed memory in quarantine: bounds x4 there. */
-#if defined(__SANITIZE_ADDRESS__)
-#define RSS_SCALE 4
+ * Sanitizer builds keep freed memory in quarantine (ASan) or shadow it
+ * (TSan): bounds x4 there. */
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define RSS_SCALE 4 /* TSan: shadow memory and its own allocator */
 #elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer)
 #define RSS_SCALE 4
 #endif
 #endif

@@ -91,7 +91,7 @@ static void idle_timeout(void) {
    * out before a slow worker start; from the last touch it must. */
   stk__rpc_channel *c = du_channel(cport);
   int registered = 0;
-  for (int i = 0; i < 400 && !registered; i++) { /* bounded: 20 s */
+  for (int i = 0; i < 1200 && !registered; i++) { /* bounded: 60 s (TSan is slow) */
     Stoker__V1__JoinResponse *jr = NULL;
     char det[256];
     du_join(c, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof(det));
