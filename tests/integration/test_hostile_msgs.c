@@ -267,6 +267,10 @@ static void attack_coordinator(stk__rpc_channel *big, stk__rpc_channel *c, pid_t
 static const char *rogue_kind;
 static atomic_int rogue_streams;
 static char rogue_addr[64], rogue_job[4096];
+/* set (release) once rogue_addr is written; read (acquire) by the handler
+ * that sends it: the client reaches it through gRPC, an order TSan cannot
+ * see */
+static int rogue_published;
 static uint64_t rogue_hash;
 
 static void rogue_job_spec(stk_job_spec *s) {
@@ -280,6 +284,7 @@ static void rogue_job_spec(stk_job_spec *s) {
 
 static void rogue_list(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp) {
   stoker__v1__worker_info__init(w);
+  (void)__atomic_load_n(&rogue_published, __ATOMIC_ACQUIRE);
   w->worker_id = "rogue", w->address = rogue_addr, w->cores = 1;
   wp[0] = w;
 }
@@ -384,6 +389,7 @@ static int rogue_main(const char *kind, const char *port_file) {
     return 1;
   }
   snprintf(rogue_addr, sizeof(rogue_addr), "127.0.0.1:%d", port);
+  __atomic_store_n(&rogue_published, 1, __ATOMIC_RELEASE);
   snprintf(tmp, sizeof(tmp), "%s.tmp", port_file);
   FILE *f = fopen(tmp, "w");
   if (!f) return 1;
