@@ -113,8 +113,9 @@ int main(int argc, char **argv) {
   int64_t base[2];
   uint64_t reissued = 0;
   for (int i = 0; i < 2; i++) base[i] = victim_sent(&r[i], vport, &reissued);
-  fprintf(stderr, "victim stopped at rank0=%d rank1=%d batches\n", r[0].progress,
-          r[1].progress);
+  fprintf(stderr, "victim stopped at rank0=%d rank1=%d batches\n",
+          __atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE),
+          __atomic_load_n(&r[1].progress, __ATOMIC_ACQUIRE));
 
   /* 3. Until each rank has a request the stopped victim can never answer
    *    (sent after the stop), or has already moved some elsewhere. */
