@@ -71,26 +71,35 @@ static int64_t sent_to(rank_run *r, int port) {
   return -1;
 }
 
-/* Stop one worker, then the other, until a stopped one is sent a request
- * of r: sent after the stop took effect, it cannot be answered, and the
- * rank needs it (every request is within its prefetch window), so it must
- * be hedged. Which worker the scheduler uses is its business, hence the
- * alternation (each try bounded: 1 s). The index of the worker left
- * stopped, or -1 (the rank finished first). */
+/* Stop both workers, then wait until one of them is sent a request of r:
+ * sent after the stop took effect, it cannot be answered, and the rank
+ * needs it (every request is within its prefetch window), so it must be
+ * hedged; the other worker is then resumed to take the hedge. With both
+ * stopped, every request the rank sends (one per batch it consumes from
+ * its prefetched ring) goes to a stopped worker, so which worker the
+ * scheduler prefers does not matter (stopping only one let the rank send
+ * everything to the other and finish first: a flake seen under
+ * scripts/stress.sh). Each try is bounded (1 s; both resumed if nothing
+ * was sent, e.g. no batch was left in the ring). The index of the worker
+ * left stopped, or -1 (the rank finished first). */
 static int stop_holding(rank_run *r, stk_proc *w, const int *ports) {
-  /* first the worker the scheduler has used most so far */
-  int first = sent_to(r, ports[1]) > sent_to(r, ports[0]) ? 1 : 0;
   for (int attempt = 0; attempt < 30 && !finished(r); attempt++) {
-    int v = (first + attempt) % 2;
-    stop(&w[v]);
-    int64_t base = sent_to(r, ports[v]);
+    stop(&w[0]);
+    stop(&w[1]);
+    int64_t base[2] = {sent_to(r, ports[0]), sent_to(r, ports[1])};
     for (int64_t t0 = stk__now_ms(); !finished(r) && stk__now_ms() - t0 < 1000;) {
-      int64_t sent = sent_to(r, ports[v]);
-      if (base < 0) base = sent;
-      else if (sent > base) return v;
+      for (int v = 0; v < 2; v++) {
+        int64_t sent = sent_to(r, ports[v]);
+        if (base[v] < 0) base[v] = sent;
+        else if (sent > base[v]) {
+          proc_signal(&w[1 - v], SIGCONT);
+          return v;
+        }
+      }
       du_sleep_ms(2);
     }
-    proc_signal(&w[v], SIGCONT);
+    proc_signal(&w[0], SIGCONT);
+    proc_signal(&w[1], SIGCONT);
   }
   return -1;
 }
