@@ -163,8 +163,8 @@ typedef struct stk__rpc_method {
   size_t max_recv_bytes;
   stk__rpc_unary_fn unary;           /* a unary method, or */
   const stk__rpc_stream_ops *stream; /* a streaming one (either direction) */
-  int no_token; /* 1 = callable without the bearer token (the health service:
-                   probes carry none, and it tells nothing secret) */
+  int no_token;   /* 1 = callable without the bearer token (the health service:
+                     probes carry none, and it tells nothing secret) */
   unsigned roles; /* roles allowed to call it besides admin (STK__ROLE_*);
                      0 = any role. A call whose credential grants none of
                      them ends PERMISSION_DENIED. */
@@ -174,24 +174,24 @@ typedef struct stk__rpc_server_config {
   const char *listen; /* "127.0.0.1:0" binds a free port */
   const stk__rpc_method *methods;
   size_t nmethods;
-  size_t max_message_bytes; /* send limit, and receive limit of a method
-                               without max_recv_bytes; 0 = 16 MiB */
-  const char *token;        /* bearer token granting every role; NULL = none */
+  size_t max_message_bytes;   /* send limit, and receive limit of a method
+                                 without max_recv_bytes; 0 = 16 MiB */
+  const char *token;          /* bearer token granting every role; NULL = none */
   const stk__rpc_cred *creds; /* more tokens, each with its roles (copied) */
   size_t ncreds;              /* with neither token nor creds, calls carry none */
-  size_t max_calls;         /* open calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
-  int max_streams_per_conn; /* HTTP/2 concurrent streams per connection; 0 = 100 */
-  int threads;              /* completion-queue threads; 0 = 2 */
-  int first_message_ms;     /* a call whose first message has not come after
-                               this long ends DEADLINE_EXCEEDED; 0 = 30 s */
-  int send_stall_ms;        /* a send that has not completed after this long
-                               (the peer stopped reading) cancels the call
-                               UNAVAILABLE; 0 = 10 s */
-  int keepalive_ms;         /* server pings an idle connection this often;
-                               0 = 30 s */
-  int keepalive_timeout_ms; /* and drops it when the ping is not answered in
-                               this long; 0 = 10 s */
-  const stk__tls *tls;      /* NULL = plaintext; else it must have a cert (tls.h) */
+  size_t max_calls;           /* open calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
+  int max_streams_per_conn;   /* HTTP/2 concurrent streams per connection; 0 = 100 */
+  int threads;                /* completion-queue threads; 0 = 2 */
+  int first_message_ms;       /* a call whose first message has not come after
+                                 this long ends DEADLINE_EXCEEDED; 0 = 30 s */
+  int send_stall_ms;          /* a send that has not completed after this long
+                                 (the peer stopped reading) cancels the call
+                                 UNAVAILABLE; 0 = 10 s */
+  int keepalive_ms;           /* server pings an idle connection this often;
+                                 0 = 30 s */
+  int keepalive_timeout_ms;   /* and drops it when the ping is not answered in
+                                 this long; 0 = 10 s */
+  const stk__tls *tls;        /* NULL = plaintext; else it must have a cert (tls.h) */
 } stk__rpc_server_config;
 
 /* Counters of a server (all cumulative except open_calls). */

@@ -320,7 +320,8 @@ void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *de
 
 int64_t stk__rpc_call_send_wait_ms(stk__rpc_call *c, int64_t now_ms) {
   pthread_mutex_lock(&c->mu);
-  int64_t w = c->send_since_ms && now_ms > c->send_since_ms ? now_ms - c->send_since_ms : 0;
+  int64_t w =
+      c->send_since_ms && now_ms > c->send_since_ms ? now_ms - c->send_since_ms : 0;
   pthread_mutex_unlock(&c->mu);
   return w;
 }
@@ -364,9 +365,12 @@ static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md) {
 
 static const char *role_names(unsigned roles) {
   switch (roles & ~STK__ROLE_ADMIN) {
-  case STK__ROLE_WORKER: return "a worker or admin";
-  case STK__ROLE_CLIENT: return "a client or admin";
-  default: return "another";
+    case STK__ROLE_WORKER:
+      return "a worker or admin";
+    case STK__ROLE_CLIENT:
+      return "a client or admin";
+    default:
+      return "another";
   }
 }
 

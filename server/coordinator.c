@@ -661,9 +661,10 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
     job_publish_locked();
     /* First registrant decides: say so, and how to take the decision back
      * (a worker with another dataset is then refused, both sizes logged). */
-    LOG_WARN("dataset size %" PRIu64 " taken from the first worker to register, %s "
-             "(job hash now %016" PRIx64 "); to decide it yourself, pin num_samples = %" PRIu64
-             " in the job",
+    LOG_WARN("dataset size %" PRIu64
+             " taken from the first worker to register, %s "
+             "(job hash now %016" PRIx64
+             "); to decide it yourself, pin num_samples = %" PRIu64 " in the job",
              h->dataset_size, w->id, C.hash, h->dataset_size);
   } else if (h->dataset_size != C.spec.num_samples) {
     snprintf(msg, len,
@@ -1744,8 +1745,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   if (roles.n && *token)
-    LOG_WARN("role tokens are set and so is the shared token (--token-file, $STOKER_TOKEN): "
-             "the shared one still grants every role");
+    LOG_WARN(
+        "role tokens are set and so is the shared token (--token-file, $STOKER_TOKEN): "
+        "the shared one still grants every role");
   stk__signals_install();
   stk__daemon_raise_nofile();
   stk__notify_init();

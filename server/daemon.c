@@ -149,7 +149,8 @@ int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
   memset(out, 0, sizeof(*out));
   for (int i = 0; i < 3; i++) {
     if (!files[i] || !*files[i]) continue;
-    if (stk__token_read_file(files[i], out->tok[i], sizeof(out->tok[i]), err, sizeof(err))) {
+    if (stk__token_read_file(files[i], out->tok[i], sizeof(out->tok[i]), err,
+                             sizeof(err))) {
       LOG_ERROR("--%s-token-file: %s", name[i], err);
       return -1;
     }

@@ -99,10 +99,10 @@ int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
 
 /* Serve methods on listen with a receive limit of max_message_mb MiB, the
  * bearer token granting every role (none when empty), the role tokens
- * (NULL = none; with neither, calls need no token), TLS material (NULL = plaintext) and the
- * bounds in so, then write the bound port to port_file unless it is empty.
- * 0 with *srv (stop it with stk__rpc_server_stop) and *port, or -1 with
- * err and nothing running. */
+ * (NULL = none; with neither, calls need no token), TLS material (NULL = plaintext) and
+ * the bounds in so, then write the bound port to port_file unless it is empty. 0 with
+ * *srv (stop it with stk__rpc_server_stop) and *port, or -1 with err and nothing running.
+ */
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
                       long long max_message_mb, const char *token,
                       const stk__role_tokens *roles, const stk__tls *tls,

@@ -60,11 +60,11 @@ struct sched_stream {
                            its next credit at once without racing the send's
                            completion */
   uint32_t building;
-  uint32_t owned;  /* buffers taken for it and not free again: building,
-                      built, being sent, or still referenced by gRPC */
+  uint32_t owned;      /* buffers taken for it and not free again: building,
+                          built, being sent, or still referenced by gRPC */
   uint64_t sent_bytes; /* of its batches that went out whole */
-  int proven; /* sent_bytes >= SCHED_PROVEN_BYTES: more than the socket and
-                 HTTP/2 windows hold, so its client reads */
+  int proven;          /* sent_bytes >= SCHED_PROVEN_BYTES: more than the socket and
+                          HTTP/2 windows hold, so its client reads */
   sched_done *done, *done_tail;
   int dead, half_closed;
   int closed; /* sched_stream_close ran: unlinked, freed when unpinned */

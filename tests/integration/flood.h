@@ -32,16 +32,16 @@ typedef struct flood_config {
 } flood_config;
 
 typedef struct flood_stats {
-  int conns_open;      /* idle TCP connections established */
-  int calls_started;   /* silent + stalled calls started */
-  int calls_ended;     /* of those, ended (status received) */
-  int ended_deadline;  /* DEADLINE_EXCEEDED (first-message deadline) */
-  int ended_exhausted; /* RESOURCE_EXHAUSTED (too many calls) */
-  int stalled_ended;   /* stalled streams whose status came: only once
-                          they are cancelled (they never read) */
-  int requests_sent;   /* stalled streams' requests that went out */
+  int conns_open;       /* idle TCP connections established */
+  int calls_started;    /* silent + stalled calls started */
+  int calls_ended;      /* of those, ended (status received) */
+  int ended_deadline;   /* DEADLINE_EXCEEDED (first-message deadline) */
+  int ended_exhausted;  /* RESOURCE_EXHAUSTED (too many calls) */
+  int stalled_ended;    /* stalled streams whose status came: only once
+                           they are cancelled (they never read) */
+  int requests_sent;    /* stalled streams' requests that went out */
   int stalled_reopened; /* stalled streams replaced (reopen_stalled) */
-  int ended_other;     /* any other status */
+  int ended_other;      /* any other status */
 } flood_stats;
 
 typedef struct flood flood;

@@ -15,9 +15,9 @@
  * --full (scripts/serving_bench.sh; not in CI's default run): the issue's
  * scale, 5000 idle connections + 2000 silent streams + 10 stalled streams
  * (each replaced by a new one 2 s after its start, the worker's
- * --send-stall-s, so ten are always there), and the client's throughput with and without the load,
- * alternating, medians printed (and the 10% bound checked), with the
- * worker's RSS and threads.
+ * --send-stall-s, so ten are always there), and the client's throughput with and without
+ * the load, alternating, medians printed (and the 10% bound checked), with the worker's
+ * RSS and threads.
  *
  * usage: test_serving_bounds <stoker-coordinator> <stoker-worker> [--full]
  */
