@@ -171,9 +171,7 @@ static void ip16(const struct sockaddr *sa, unsigned char out[16]) {
   }
 }
 
-/* The host part of "host:port" / "[v6]:port" (or of a bare host) into
- * out. 0, or -1 when malformed or too long. */
-static int host_part(const char *a, char *out, size_t len) {
+int stk__host_of(const char *a, char *out, size_t len) {
   size_t n;
   if (*a == '[') {
     const char *e = strchr(a, ']');
@@ -218,7 +216,8 @@ int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t
   *resolved = 0;
   int v4 = !strncmp(peer, "ipv4:", 5), v6 = !strncmp(peer, "ipv6:", 5);
   if (!v4 && !v6) return 1; /* unix socket, in-process: nothing to compare */
-  if (host_part(peer + 5, pip, sizeof(pip)) || host_part(addr, host, sizeof(host))) {
+  if (stk__host_of(peer + 5, pip, sizeof(pip)) ||
+      stk__host_of(addr, host, sizeof(host))) {
     snprintf(resolved, len, "malformed address");
     return -1;
   }

@@ -109,6 +109,10 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
                       const stk__serve_opts *so, const char *port_file,
                       stk__rpc_server **srv, int *port, char *err, size_t errlen);
 
+/* The host part of "host:port", "[v6]:port" (brackets dropped) or of a
+ * bare host, into out. 0, or -1 when empty, malformed or too long. */
+int stk__host_of(const char *hostport, char *out, size_t len);
+
 /* Whether the host of addr ("host:port", "[v6]:port") resolves to the IP
  * address of peer (gRPC's "ipv4:A:P" / "ipv6:[A]:P"; an IPv4-mapped IPv6
  * peer counts as its IPv4 address; a loopback peer is this host, so a

@@ -15,6 +15,7 @@
 #include <sys/socket.h>
 
 #include "common/error.h"
+#include "daemon.h"
 #include "log.h"
 
 struct metrics_server {
@@ -125,15 +126,9 @@ static int resolve(const char *listen, struct sockaddr_storage *sa, char *err,
   if (!colon || colon == listen)
     return stk__errf(err, errlen, -1, "--metrics-listen '%s' is not host:port", listen);
   char host[256];
-  size_t hl = (size_t)(colon - listen);
-  if (hl >= sizeof(host))
-    return stk__errf(err, errlen, -1, "--metrics-listen: host too long");
-  memcpy(host, listen, hl);
-  host[hl] = 0;
-  if (host[0] == '[' && hl > 2 && host[hl - 1] == ']') {
-    memmove(host, host + 1, hl - 2);
-    host[hl - 2] = 0;
-  }
+  if (stk__host_of(listen, host, sizeof(host)))
+    return stk__errf(err, errlen, -1, "--metrics-listen '%s': bad or too long host",
+                     listen);
   struct addrinfo hints, *ai = NULL;
   memset(&hints, 0, sizeof(hints));
   hints.ai_socktype = SOCK_STREAM;
