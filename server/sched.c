@@ -139,14 +139,21 @@ void sched_buf_unref(void *p) {
  * them, and proven readers keep the other half. */
 static sched_stream *pick(sched *s) {
   sched_stream *after = NULL, *first = NULL;
-  uint32_t nreaders = 0, probation_held = 0;
+  uint32_t nreaders = 0, probation_held = 0, least_owned = UINT32_MAX;
   for (sched_stream *st = s->streams; st; st = st->next) {
     if (!st->proven) probation_held += st->owned;
     else if (st->len || st->owned) nreaders++;
+    if (st->proven && st->len && !st->dead && st->owned < least_owned)
+      least_owned = st->owned;
   }
   uint32_t cap = nreaders ? ((uint32_t)s->nbufs + nreaders - 1) / nreaders : 1;
   if (cap < 2) cap = 2;
-  uint32_t probation_cap = s->nbufs / 2 ? (uint32_t)s->nbufs / 2 : 1;
+  /* While a proven reader with requests is below its share, probation
+   * gets one buffer in all instead of half the pool: streams that ask and
+   * never read then cost proven clients one buffer, not half of them. */
+  uint32_t probation_cap = least_owned < cap ? 1
+                           : s->nbufs / 2    ? (uint32_t)s->nbufs / 2
+                                             : 1;
   sched_stream *ahead = NULL; /* on probation, the most sent */
   for (sched_stream *st = s->streams; st; st = st->next) {
     if (!st->len || st->dead || st->owned >= cap) continue;
