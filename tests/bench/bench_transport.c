@@ -19,56 +19,17 @@
 #include <netinet/tcp.h>
 #include <pthread.h>
 #include <signal.h>
-#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "stoker/client.h"
-
-extern char **environ;
-
-static double now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double thread_cpu_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
-
-static double self_cpu_s(void) {
-  struct rusage ru;
-  getrusage(RUSAGE_SELF, &ru);
-  return ru.ru_utime.tv_sec + ru.ru_utime.tv_usec / 1e6 + ru.ru_stime.tv_sec +
-         ru.ru_stime.tv_usec / 1e6;
-}
-
-static double proc_cpu_s(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
-  FILE *f = fopen(path, "r");
-  if (!f) return -1;
-  size_t n = fread(buf, 1, sizeof buf - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  char *p = strrchr(buf, ')');
-  if (!p) return -1;
-  unsigned long ut = 0, st = 0;
-  /* fields after ")": state(3) ... utime(14) stime(15) */
-  if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
-    return -1;
-  return (double)(ut + st) / sysconf(_SC_CLK_TCK);
-}
 
 /* ---- raw TCP ------------------------------------------------------------ */
 
@@ -82,7 +43,7 @@ static void *tcp_sender(void *p) {
   tcp_side *s = p;
   char *buf = malloc(s->chunk);
   memset(buf, 0x5a, s->chunk);
-  double c0 = thread_cpu_s();
+  double c0 = bu_thread_cpu_s();
   size_t left = s->total;
   while (left) {
     size_t n = left < s->chunk ? left : s->chunk;
@@ -93,7 +54,7 @@ static void *tcp_sender(void *p) {
     }
     left -= (size_t)w;
   }
-  s->cpu = thread_cpu_s() - c0;
+  s->cpu = bu_thread_cpu_s() - c0;
   shutdown(s->fd, SHUT_WR);
   free(buf);
   return NULL;
@@ -114,7 +75,7 @@ static int raw_tcp(size_t total, size_t batch_bytes, double *gbps,
   close(ls);
   tcp_side snd = {ss, total, 4u << 20, 0};
   char *dst = malloc(batch_bytes);
-  double t0 = now_s(), c0 = thread_cpu_s();
+  double t0 = bu_now_s(), c0 = bu_thread_cpu_s();
   pthread_t th;
   pthread_create(&th, NULL, tcp_sender, &snd);
   size_t got = 0, off = 0;
@@ -126,7 +87,7 @@ static int raw_tcp(size_t total, size_t batch_bytes, double *gbps,
     got += (size_t)r;
     off = (off + (size_t)r) % batch_bytes;
   }
-  double recv_cpu = thread_cpu_s() - c0, dt = now_s() - t0;
+  double recv_cpu = bu_thread_cpu_s() - c0, dt = bu_now_s() - t0;
   pthread_join(th, NULL);
   close(cs);
   close(ss);
@@ -140,72 +101,6 @@ static int raw_tcp(size_t total, size_t batch_bytes, double *gbps,
 }
 
 /* ---- stoker ------------------------------------------------------------- */
-
-static int find_binary(const char *name, char *out, size_t len) {
-  char self[PATH_MAX];
-  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
-  if (n > 0) {
-    self[n] = 0;
-    char *slash = strrchr(self, '/');
-    if (slash) *slash = 0;
-    const char *rel[] = {"", "/../../server", "/../server"};
-    for (int i = 0; i < 3; i++) {
-      if (snprintf(out, len, "%s%s/%s", self, rel[i], name) >= (int)len) continue;
-      if (access(out, X_OK) == 0) return 0;
-    }
-  }
-  snprintf(out, len, "%s", name); /* from PATH */
-  return 0;
-}
-
-static pid_t spawn(char *const argv[], const char *log) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 2, log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  pid_t pid;
-  int rc = posix_spawnp(&pid, argv[0], &fa, NULL, argv, environ);
-  posix_spawn_file_actions_destroy(&fa);
-  return rc ? -1 : pid;
-}
-
-static int read_port(const char *file, double timeout_s) {
-  double until = now_s() + timeout_s;
-  while (now_s() < until) {
-    FILE *f = fopen(file, "r");
-    int port = 0;
-    if (f) {
-      if (fscanf(f, "%d", &port) != 1) port = 0;
-      fclose(f);
-      if (port > 0) return port;
-    }
-    usleep(20000);
-  }
-  return -1;
-}
-
-static int wait_exit(pid_t pid, double timeout_s) {
-  double until = now_s() + timeout_s;
-  int st;
-  while (now_s() < until) {
-    pid_t r = waitpid(pid, &st, WNOHANG);
-    if (r == pid) return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
-    usleep(20000);
-  }
-  kill(pid, SIGKILL);
-  waitpid(pid, &st, 0);
-  return -1;
-}
-
-static double median(double *v, int n) {
-  double t[16];
-  memcpy(t, v, sizeof(double) * (size_t)n);
-  for (int i = 1; i < n; i++)
-    for (int j = i; j > 0 && t[j - 1] > t[j]; j--) {
-      double x = t[j];
-      t[j] = t[j - 1], t[j - 1] = x;
-    }
-  return n % 2 ? t[n / 2] : (t[n / 2 - 1] + t[n / 2]) / 2;
-}
 
 static void usage(FILE *f) {
   fprintf(f,
@@ -311,11 +206,11 @@ int bench_transport_main(int argc, char **argv) {
     uint32_t crc = 0;
     double c0 = 0;
     for (int i = 0; i < 11; i++) { /* the first is a warm-up */
-      if (i == 1) c0 = thread_cpu_s();
+      if (i == 1) c0 = bu_thread_cpu_s();
       stk_builder_build(b, 0, 0, (uint64_t)i, buf, L.total_bytes, NULL);
       crc ^= stk_crc32c(0, buf, L.total_bytes);
     }
-    double per_gb = (thread_cpu_s() - c0) / (10 * L.total_bytes / 1e9);
+    double per_gb = (bu_thread_cpu_s() - c0) / (10 * L.total_bytes / 1e9);
     printf(
         "  worker build+crc  : %.3f CPU s/GB (measured in-process; part of the worker "
         "figure)%s\n",
@@ -325,64 +220,23 @@ int bench_transport_main(int argc, char **argv) {
     free(buf);
   }
 
-  char tmp[] = "/tmp/stoker-bench-XXXXXX";
-  if (!mkdtemp(tmp)) return 1;
-  char job[PATH_MAX], cport[PATH_MAX], wport[PATH_MAX], clog[PATH_MAX], wlog[PATH_MAX];
-  snprintf(job, sizeof job, "%s/job.conf", tmp);
-  snprintf(cport, sizeof cport, "%s/coordinator.port", tmp);
-  snprintf(wport, sizeof wport, "%s/worker.port", tmp);
-  snprintf(clog, sizeof clog, "%s/coordinator.log", tmp);
-  snprintf(wlog, sizeof wlog, "%s/worker.log", tmp);
-  FILE *jf = fopen(job, "w");
-  char text[8192];
-  stk_job_spec_format(&spec, text, sizeof text);
-  fputs(text, jf);
-  fclose(jf);
-  char coord_bin[PATH_MAX], worker_bin[PATH_MAX];
-  if (bindir) {
-    snprintf(coord_bin, sizeof coord_bin, "%s/stoker-coordinator", bindir);
-    snprintf(worker_bin, sizeof worker_bin, "%s/stoker-worker", bindir);
-  } else {
-    find_binary("stoker-coordinator", coord_bin, sizeof coord_bin);
-    find_binary("stoker-worker", worker_bin, sizeof worker_bin);
-  }
-  char *cargv[] = {
-      coord_bin,          "--listen", "127.0.0.1:0", "--port-file", cport, "--job", job,
-      "--idle-timeout-s", "120",      NULL,          NULL,          NULL,  NULL,    NULL};
-  if (tls)
-    cargv[9] = "--tls-cert", cargv[10] = cert, cargv[11] = "--tls-key", cargv[12] = key;
-  pid_t cpid = spawn(cargv, clog);
-  int port = cpid > 0 ? read_port(cport, 10) : -1;
-  if (port < 0) {
-    fprintf(stderr, "coordinator did not start (%s); log: %s\n", coord_bin, clog);
-    if (cpid > 0) wait_exit(cpid, 0);
-    return 1;
-  }
-  char caddr[64], tbuf[16];
-  snprintf(caddr, sizeof caddr, "127.0.0.1:%d", port);
+  char tbuf[16];
   snprintf(tbuf, sizeof tbuf, "%d", threads);
-  char *wargv[] = {worker_bin,    "--coordinator",
-                   caddr,         "--listen",
-                   "127.0.0.1:0", "--port-file",
-                   wport,         "--threads",
-                   tbuf,          NULL,
-                   NULL,          NULL,
-                   NULL,          NULL,
-                   NULL,          NULL};
+  char *cextra[] = {NULL, NULL, NULL, NULL, NULL};
+  char *wextra[] = {"--threads", tbuf, NULL, NULL, NULL, NULL, NULL, NULL, NULL};
   if (tls) {
-    wargv[9] = "--tls-cert", wargv[10] = cert, wargv[11] = "--tls-key", wargv[12] = key;
-    wargv[13] = "--tls-ca", wargv[14] = ca;
+    cextra[0] = "--tls-cert", cextra[1] = cert, cextra[2] = "--tls-key", cextra[3] = key;
+    wextra[2] = "--tls-cert", wextra[3] = cert, wextra[4] = "--tls-key", wextra[5] = key;
+    wextra[6] = "--tls-ca", wextra[7] = ca;
   }
-  pid_t wpid = spawn(wargv, wlog);
+  bu_job job;
+  if (bu_job_start(&job, &spec, bindir, cextra, wextra)) return 1;
+  pid_t wpid = job.wpid;
   int rc = 1;
   stk_client *cl = NULL;
-  if (wpid < 0 || read_port(wport, 10) < 0) {
-    fprintf(stderr, "worker did not start; log: %s\n", wlog);
-    goto out;
-  }
   stk_client_config cfg;
   stk_client_config_defaults(&cfg);
-  cfg.coordinator = caddr;
+  cfg.coordinator = job.addr;
   cfg.rank = 0;
   cfg.world_size = 1;
   cfg.prefetch = (uint32_t)prefetch;
@@ -395,7 +249,8 @@ int bench_transport_main(int argc, char **argv) {
   /* Warm up (connections, page faults of the buffers), then alternate:
    * a raw TCP round, a stoker round. Medians of the rounds are reported,
    * so a noisy neighbour hurts both sides alike. */
-  double raw_g[16], raw_s[16], raw_r[16], stk_g[16], stk_w[16], stk_c[16];
+  double raw_g[16], raw_s[16], raw_r[16], stk_g[16], stk_w[16], stk_c[16], rate_x[16],
+      cpu_x[16];
   for (int i = 0; i < 3; i++) {
     stk_batch *b;
     if (stk_client_next(cl, &b) != STK_OK) {
@@ -409,7 +264,7 @@ int bench_transport_main(int argc, char **argv) {
       fprintf(stderr, "raw TCP measurement failed\n");
       goto out;
     }
-    double t0 = now_s(), cpu_c0 = self_cpu_s(), cpu_w0 = proc_cpu_s(wpid);
+    double t0 = bu_now_s(), cpu_c0 = bu_self_cpu_s(), cpu_w0 = bu_proc_cpu_s(wpid);
     uint64_t got = 0;
     for (int i = 0; i < batches; i++) {
       stk_batch *b;
@@ -423,37 +278,40 @@ int bench_transport_main(int argc, char **argv) {
       got += len;
       stk_batch_release(b);
     }
-    double dt = now_s() - t0, gb = got / 1e9;
+    double dt = bu_now_s() - t0, gb = got / 1e9;
     stk_g[round] = gb / dt;
-    stk_w[round] = (proc_cpu_s(wpid) - cpu_w0) / gb;
-    stk_c[round] = (self_cpu_s() - cpu_c0) / gb;
+    stk_w[round] = (bu_proc_cpu_s(wpid) - cpu_w0) / gb;
+    stk_c[round] = (bu_self_cpu_s() - cpu_c0) / gb;
+    rate_x[round] = stk_g[round] / raw_g[round];
+    cpu_x[round] = stk_c[round] / raw_r[round];
     printf(
         "  round %d: raw TCP %5.2f GB/s | stoker %5.2f GB/s (worker %.3f, client %.3f "
-        "CPU s/GB)\n",
-        round + 1, raw_g[round], stk_g[round], stk_w[round], stk_c[round]);
+        "CPU s/GB) | ratios: rate %.2f, client CPU / raw receiver %.2f\n",
+        round + 1, raw_g[round], stk_g[round], stk_w[round], stk_c[round], rate_x[round],
+        cpu_x[round]);
   }
-  double rg = median(raw_g, rounds), sg = median(stk_g, rounds);
+  double rg = bu_median(raw_g, rounds), sg = bu_median(stk_g, rounds);
   printf("median of %d rounds:\n", rounds);
   printf(
       "  raw TCP, 1 stream : %6.2f GB/s   sender %.3f CPU s/GB, receiver %.3f CPU s/GB\n",
-      rg, median(raw_s, rounds), median(raw_r, rounds));
+      rg, bu_median(raw_s, rounds), bu_median(raw_r, rounds));
   printf(
       "  stoker, 1 worker  : %6.2f GB/s   worker %.3f CPU s/GB, client %.3f CPU s/GB"
       " (%.1f batches/s)%s\n",
-      sg, median(stk_w, rounds), median(stk_c, rounds), sg * 1e9 / L.total_bytes,
+      sg, bu_median(stk_w, rounds), bu_median(stk_c, rounds), sg * 1e9 / L.total_bytes,
       tls ? ", TLS" : "");
-  printf("  ratio stoker / raw TCP: %.2f (target >= 0.50)\n", sg / rg);
+  printf(
+      "  ratio stoker / raw TCP: %.2f (median of the per-round ratios %.2f; target "
+      ">= 0.90)\n",
+      sg / rg, bu_median(rate_x, rounds));
+  printf(
+      "  client CPU per GB / raw receiver's: %.2f (median of the per-round ratios "
+      "%.2f; target <= 1.50)\n",
+      bu_median(stk_c, rounds) / bu_median(raw_r, rounds), bu_median(cpu_x, rounds));
   stk_client_finish(cl, 1);
   rc = 0;
 out:
   stk_client_close(cl);
-  if (wpid > 0 && wait_exit(wpid, 10) != 0 && rc == 0)
-    fprintf(stderr, "worker did not exit 0; log: %s\n", wlog);
-  if (cpid > 0 && wait_exit(cpid, 10) != 0 && rc == 0)
-    fprintf(stderr, "coordinator did not exit 0; log: %s\n", clog);
-  if (rc == 0) {
-    unlink(job), unlink(cport), unlink(wport), unlink(clog), unlink(wlog);
-    rmdir(tmp);
-  }
+  if (bu_job_stop(&job, rc == 0)) rc = 1;
   return rc;
 }
