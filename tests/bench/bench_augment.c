@@ -1,12 +1,17 @@
 /* bench_augment.c - `stoker-bench augment DIR`: single-thread images/s of
  * the train pipeline (RandomResizedCrop(224) + horizontal flip + Normalize
  * to float32 NCHW) over the ImageFolder dataset DIR, and in the same run
- * two baselines over the same files: (a) libjpeg-turbo full-size decode
- * (TurboJPEG, the physical reference: what any pipeline that decodes the
- * whole image pays), and (b) torchvision's RandomResizedCrop(224),
- * RandomHorizontalFlip, ToTensor, Normalize on PIL images, single thread,
- * run by tests/bench/torchvision_baseline.py with /usr/bin/python3 when
- * torchvision is installed. Prints both ratios.
+ * two baselines over the same files (the samples of the batches the
+ * pipeline builds): (a) libjpeg-turbo full-size decode (TurboJPEG, the
+ * physical reference: what any pipeline that decodes the whole image
+ * pays), and (b) torchvision's RandomResizedCrop(224), RandomHorizontalFlip,
+ * ToTensor, Normalize on PIL images, one thread (OMP_NUM_THREADS=1), after
+ * a warm-up pass, run by tests/bench/torchvision_baseline.py with
+ * /usr/bin/python3 when torchvision is installed. The three alternate for
+ * --rounds rounds (a noisy neighbour then hurts each alike); per-round
+ * ratios and medians are printed. --worker adds a real stoker-worker with
+ * 1 and 2 builder threads (alternating) serving the same pipeline to
+ * libstoker in this process: images/s and the scaling from 1 to 2.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -20,40 +25,46 @@
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "stoker/augment.h"
+#include "stoker/client.h"
 
 #ifndef STOKER_BENCH_DIR
 #define STOKER_BENCH_DIR "tests/bench"
 #endif
 
-/* Rates are per CPU second of this thread (the machine is shared, so
- * wall time would measure the neighbours); wall-clock rates are printed
+enum { MAX_ROUNDS = 15 };
+
+/* Rates are per CPU second of the working thread (the machine is shared,
+ * so wall time would measure the neighbours); wall-clock rates are printed
  * alongside. */
-static double now(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 static double last_wall_rate;
 
 static const char *help =
-    "usage: stoker-bench augment DIR [--images N] [--batch B] [--no-torch]\n"
+    "usage: stoker-bench augment DIR [options]\n"
     "DIR is an ImageFolder dataset (e.g. from `stoker-dataset gen`, its\n"
-    "imagefolder/ directory). Runs single-threaded: stoker's train pipeline,\n"
-    "a libjpeg-turbo full decode, and torchvision (if installed) over the\n"
-    "first N images (default 1000), and prints images/s and the ratios.\n";
+    "imagefolder/ directory). One thread each, over the same files (the samples\n"
+    "of the batches the pipeline builds), alternating: stoker's train pipeline\n"
+    "(RandomResizedCrop(224)+flip+Normalize, float32 NCHW), a libjpeg-turbo full\n"
+    "decode, and torchvision (if installed). Prints images/s per CPU second and\n"
+    "the ratios of each round, then medians.\n"
+    "  --images N    about N images per round (whole batches; default 1000)\n"
+    "  --batch B     samples per batch (default 32)\n"
+    "  --rounds R    alternating rounds (default 3, at most 15)\n"
+    "  --no-torch    skip torchvision\n"
+    "  --worker      also a real stoker-worker with --threads 1 and 2,\n"
+    "                alternating R rounds each, serving the pipeline with uint8\n"
+    "                output to libstoker here: images/s (wall) and 2 / 1 threads\n"
+    "  --bindir DIR  where stoker-coordinator and stoker-worker are (default:\n"
+    "                next to this binary, ../../server, PATH)\n";
 
-/* Full-size decode of every sample file with TurboJPEG. */
-static double full_decode(const char *dir, char **paths, size_t n) {
+/* Full-size decode of files paths[0..n) under dir with TurboJPEG: images
+ * per CPU second (last_wall_rate: per wall second). */
+static double full_decode(const char *dir, char *const *paths, size_t n) {
   tjhandle tj = tjInitDecompress();
   unsigned char *file = NULL, *rgb = NULL;
   size_t fcap = 0, rcap = 0;
-  double t0 = now(), w0 = wall();
+  double t0 = bu_thread_cpu_s(), w0 = bu_now_s();
   size_t done = 0;
   for (size_t i = 0; i < n; i++) {
     char p[PATH_MAX * 2];
@@ -75,8 +86,8 @@ static double full_decode(const char *dir, char **paths, size_t n) {
     if (tjDecompress2(tj, file, (unsigned long)got, rgb, w, 0, h, TJPF_RGB, 0) == 0)
       done++;
   }
-  double dt = now() - t0;
-  last_wall_rate = done / (wall() - w0);
+  double dt = bu_thread_cpu_s() - t0;
+  last_wall_rate = done / (bu_now_s() - w0);
   tjDestroy(tj);
   free(file), free(rgb);
   return done / dt;
@@ -109,11 +120,91 @@ static size_t list_files(const char *dir, char ***out, size_t max) {
   return n;
 }
 
+/* One round of the pipeline: steps batches of epoch 0 (images per CPU
+ * second; *wall_rate per wall second), or -1 on a build error. */
+static double pipeline_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
+                             size_t bytes, double *wall_rate, uint64_t *subst) {
+  stk_build_info info;
+  double t0 = bu_thread_cpu_s(), w0 = bu_now_s();
+  for (uint64_t st = 0; st < steps; st++) {
+    if (stk_builder_build(b, 0, 0, st, buf, bytes, &info)) {
+      fprintf(stderr, "build: %s\n", stk_builder_error(b));
+      return -1;
+    }
+    *subst += info.substituted;
+  }
+  double imgs = (double)steps * B;
+  *wall_rate = imgs / (bu_now_s() - w0);
+  return imgs / (bu_thread_cpu_s() - t0);
+}
+
+/* One torchvision round over the files listed in `list`: images per CPU
+ * second (*wall_rate per wall second), 0 when unavailable. */
+static double torch_round(const char *list, double *wall_rate) {
+  char cmd[PATH_MAX * 2];
+  snprintf(cmd, sizeof(cmd),
+           "OMP_NUM_THREADS=1 /usr/bin/python3 %s/torchvision_baseline.py --list '%s' "
+           "2>&1",
+           STOKER_BENCH_DIR, list);
+  FILE *f = popen(cmd, "r");
+  char line[1024];
+  double tv = 0, tw = 0;
+  while (f && fgets(line, sizeof(line), f)) {
+    if (sscanf(line, "images_per_s=%lf wall=%lf", &tv, &tw) >= 1) continue;
+    fputs("  torchvision: ", stdout);
+    fputs(line, stdout);
+  }
+  int rc = f ? pclose(f) : -1;
+  if (rc != 0 || tv <= 0) return 0;
+  *wall_rate = tw;
+  return tv;
+}
+
+/* One real-worker round: a coordinator and a stoker-worker with `threads`
+ * builder threads serving spec (uint8 output) to a client here; images per
+ * wall second over `batches` batches after 2 of warm-up, or -1. */
+static double worker_round(const stk_job_spec *spec, const char *root, const char *bindir,
+                           int threads, int batches) {
+  char tbuf[16];
+  snprintf(tbuf, sizeof tbuf, "%d", threads);
+  char *wextra[] = {"--threads", tbuf, "--data-root", (char *)root, NULL};
+  bu_job job;
+  if (bu_job_start(&job, spec, bindir, NULL, wextra)) return -1;
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.coordinator = job.addr;
+  cfg.rank = 0;
+  cfg.world_size = 1;
+  stk_client *cl = NULL;
+  char err[512];
+  double rate = -1, t0 = 0;
+  if (stk_client_open(&cfg, &cl, err, sizeof err)) {
+    fprintf(stderr, "client: %s\n", err);
+    goto out;
+  }
+  for (int i = 0; i < batches + 2; i++) {
+    if (i == 2) t0 = bu_now_s();
+    stk_batch *b;
+    int s = stk_client_next(cl, &b);
+    if (s != STK_OK) {
+      fprintf(stderr, "next: %s: %s\n", stk_strerror(s), stk_client_error(cl));
+      goto out;
+    }
+    stk_batch_release(b);
+  }
+  rate = (double)batches * spec->batch_size / (bu_now_s() - t0);
+  stk_client_finish(cl, 1);
+out:
+  stk_client_close(cl);
+  if (bu_job_stop(&job, rate > 0)) rate = -1;
+  return rate;
+}
+
 int bench_augment_main(int argc, char **argv) {
-  const char *dir = NULL;
+  const char *dir = NULL, *bindir = NULL;
   size_t nimg = 1000;
   uint32_t B = 32;
-  int torch = 1;
+  int torch = 1, rounds = 3, worker = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(help, stdout);
@@ -122,14 +213,17 @@ int bench_augment_main(int argc, char **argv) {
       nimg = strtoull(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--batch") && i + 1 < argc)
       B = (uint32_t)strtoul(argv[++i], NULL, 10);
+    else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
+    else if (!strcmp(argv[i], "--bindir") && i + 1 < argc) bindir = argv[++i];
     else if (!strcmp(argv[i], "--no-torch")) torch = 0;
-    else if (!dir) dir = argv[i];
+    else if (!strcmp(argv[i], "--worker")) worker = 1;
+    else if (!dir && argv[i][0] != '-') dir = argv[i];
     else {
       fputs(help, stderr);
       return 2;
     }
   }
-  if (!dir || !nimg || !B) {
+  if (!dir || !nimg || !B || rounds < 1 || rounds > MAX_ROUNDS) {
     fputs(help, stderr);
     return 2;
   }
@@ -163,72 +257,130 @@ int bench_augment_main(int argc, char **argv) {
     return 1;
   }
   uint64_t n = stk_dataset_size(ds);
-  if (nimg > n) nimg = n;
   uint64_t steps = nimg / B ? nimg / B : 1;
+  if (steps > stk_steps_per_epoch(&s, n)) steps = stk_steps_per_epoch(&s, n);
+  char **paths;
+  size_t nf = list_files(real, &paths, n);
+  if (nf != n || steps == 0) {
+    fprintf(stderr,
+            "stoker-bench augment: %s: %zu .jpg/.jpeg files one level down, the dataset "
+            "has %llu samples (and %u per batch)\n",
+            real, nf, (unsigned long long)n, B);
+    return 1;
+  }
+  /* The files the pipeline reads: the samples of epoch 0's first steps
+   * (ImageFolder order is sorted classes, sorted files, as list_files). */
+  size_t nsel = (size_t)(steps * B);
+  char **sel = calloc(nsel, sizeof(*sel));
+  uint64_t *idx = calloc(B, sizeof(*idx));
+  uint8_t *mask = calloc(B, 1);
+  char list[] = "/tmp/stoker-bench-files-XXXXXX";
+  int lfd = mkstemp(list);
+  FILE *lf = lfd >= 0 ? fdopen(lfd, "w") : NULL;
+  if (!sel || !idx || !mask || !lf) {
+    fprintf(stderr, "stoker-bench augment: out of memory or no temp file\n");
+    return 1;
+  }
+  for (uint64_t st = 0; st < steps; st++) {
+    stk_batch_samples(&s, n, 0, 0, st, idx, mask);
+    for (uint32_t j = 0; j < B; j++) {
+      sel[st * B + j] = paths[idx[j]];
+      fprintf(lf, "%s/%s\n", real, paths[idx[j]]);
+    }
+  }
+  fclose(lf);
   stk_batch_layout L;
   stk_batch_layout_of(&s, &L);
   void *buf = malloc(L.total_bytes);
-  /* the epoch permutation visits the files in random order; step through
-   * the batches that cover ~nimg samples. Warm the page cache first. */
-  char **paths;
-  size_t nf = list_files(real, &paths, n);
-  double full0 = full_decode(real, paths, nf < nimg ? nf : nimg);
-  (void)full0;
+  memset(buf, 0, L.total_bytes); /* fault the pages in */
+  /* Warm-up: the page cache (a decode pass) and the builder. */
+  full_decode(real, sel, nsel);
   stk_build_info info;
-  stk_builder_build(b, 0, 0, 0, buf, L.total_bytes, &info); /* warm-up */
-  uint64_t subst = 0, imgs = 0;
-  double t0 = now(), w0 = wall();
-  for (uint64_t st = 0; st < steps && st < stk_steps_per_epoch(&s, n); st++) {
-    if (stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info)) {
-      fprintf(stderr, "build: %s\n", stk_builder_error(b));
-      return 1;
-    }
-    subst += info.substituted;
-    imgs += B;
+  stk_builder_build(b, 0, 0, 0, buf, L.total_bytes, &info);
+
+  printf(
+      "stoker-bench augment: %s, %llu samples; %zu images per round (%llu batches of "
+      "%u), %d rounds, one thread each\n",
+      real, (unsigned long long)n, nsel, (unsigned long long)steps, B, rounds);
+  printf("images/s per CPU second of one thread (wall-clock rate in brackets):\n");
+  double ours[MAX_ROUNDS], full[MAX_ROUNDS], tv[MAX_ROUNDS], rf[MAX_ROUNDS],
+      rt[MAX_ROUNDS];
+  uint64_t subst = 0;
+  int have_tv = torch;
+  for (int r = 0; r < rounds; r++) {
+    double ow = 0, fw = 0, tw = 0;
+    ours[r] = pipeline_round(b, steps, B, buf, L.total_bytes, &ow, &subst);
+    if (ours[r] < 0) return 1;
+    full[r] = full_decode(real, sel, nsel);
+    fw = last_wall_rate;
+    tv[r] = have_tv ? torch_round(list, &tw) : 0;
+    if (tv[r] <= 0) have_tv = 0;
+    rf[r] = ours[r] / full[r];
+    rt[r] = have_tv ? ours[r] / tv[r] : 0;
+    printf("  round %d: stoker %7.1f (%.1f) | full decode %7.1f (%.1f)", r + 1, ours[r],
+           ow, full[r], fw);
+    if (have_tv) printf(" | torchvision %6.1f (%.1f)", tv[r], tw);
+    printf(" | stoker/full %.2fx", rf[r]);
+    if (have_tv) printf(", stoker/torchvision %.2fx", rt[r]);
+    printf("\n");
   }
-  double ours = imgs / (now() - t0), ours_wall = imgs / (wall() - w0);
   int io = stk_builder_io_mode(b);
   stk_builder_destroy(b);
   stk_dataset_close(ds);
   free(buf);
-
-  /* the decode baseline over the files the pipeline read (about nimg) */
-  double full = full_decode(real, paths, nf < imgs ? nf : imgs);
-  double full_wall = last_wall_rate;
-  for (size_t i = 0; i < nf; i++) free(paths[i]);
-  free(paths);
-
-  printf("stoker-bench augment: %s, %llu samples, single thread, batch %u\n", real,
-         (unsigned long long)n, B);
-  printf("images/s per CPU second of one thread (wall-clock rate in brackets)\n");
+  printf("median of %d rounds [%llu substituted, %s]:\n", rounds,
+         (unsigned long long)subst, io == 2 ? "io_uring" : "pread");
+  printf("  stoker RandomResizedCrop(224)+flip+Normalize f32 NCHW: %8.1f\n",
+         bu_median(ours, rounds));
+  printf("  libjpeg-turbo full-size decode (TurboJPEG, RGB):       %8.1f\n",
+         bu_median(full, rounds));
+  if (have_tv)
+    printf("  torchvision RandomResizedCrop+Flip+ToTensor+Normalize: %8.1f\n",
+           bu_median(tv, rounds));
+  else if (torch)
+    printf("  torchvision: not available (python3-torchvision not installed)\n");
   printf(
-      "  stoker RandomResizedCrop(224)+flip+Normalize f32 NCHW: %8.1f (%.1f)"
-      " [%llu images, %llu substituted, %s]\n",
-      ours, ours_wall, (unsigned long long)imgs, (unsigned long long)subst,
-      io == 2 ? "io_uring" : "pread");
-  printf("  libjpeg-turbo full-size decode (TurboJPEG, RGB):       %8.1f (%.1f)\n", full,
-         full_wall);
-  double tv = 0, tv_wall = 0;
-  if (torch) {
-    char cmd[PATH_MAX * 2];
-    snprintf(cmd, sizeof(cmd),
-             "/usr/bin/python3 %s/torchvision_baseline.py '%s' --images %llu 2>&1",
-             STOKER_BENCH_DIR, real, (unsigned long long)imgs);
-    FILE *f = popen(cmd, "r");
-    char line[1024];
-    while (f && fgets(line, sizeof(line), f)) {
-      if (sscanf(line, "images_per_s=%lf wall=%lf", &tv, &tv_wall) >= 1) continue;
-      fputs("  torchvision: ", stdout);
-      fputs(line, stdout);
+      "ratio stoker / full decode:  %.2fx (median of the per-round ratios %.2fx; "
+      "target >= 1.3x)\n",
+      bu_median(ours, rounds) / bu_median(full, rounds), bu_median(rf, rounds));
+  if (have_tv)
+    printf(
+        "ratio stoker / torchvision:  %.2fx (median of the per-round ratios %.2fx; "
+        "target >= 4x)\n",
+        bu_median(ours, rounds) / bu_median(tv, rounds), bu_median(rt, rounds));
+  unlink(list);
+  for (size_t i = 0; i < nf; i++) free(paths[i]);
+  free(paths), free(sel), free(idx), free(mask);
+
+  if (worker) {
+    /* The same pipeline with uint8 output (4x fewer bytes for the client
+     * here to take in: it shares the cores with the builders), enough
+     * epochs for every round. */
+    stk_job_spec ws = s;
+    ws.dtype = STK_DTYPE_UINT8;
+    snprintf(ws.name, sizeof ws.name, "bench-augment");
+    int wb = (int)steps; /* batches per round */
+    uint64_t per_epoch = stk_steps_per_epoch(&ws, n);
+    ws.epochs = (uint32_t)((uint64_t)(wb + 2) / per_epoch + 1);
+    double w1[MAX_ROUNDS], w2[MAX_ROUNDS], wx[MAX_ROUNDS];
+    printf(
+        "real worker, train pipeline to uint8 NCHW, %d batches of %u per round "
+        "(images/s, wall clock, received by the client):\n",
+        wb, B);
+    for (int r = 0; r < rounds; r++) {
+      w1[r] = worker_round(&ws, root, bindir, 1, wb);
+      w2[r] = worker_round(&ws, root, bindir, 2, wb);
+      if (w1[r] <= 0 || w2[r] <= 0) return 1;
+      wx[r] = w2[r] / w1[r];
+      printf("  round %d: 1 thread %7.1f | 2 threads %7.1f | 2/1 %.2fx\n", r + 1, w1[r],
+             w2[r], wx[r]);
     }
-    int rc = f ? pclose(f) : -1;
-    if (rc != 0 || tv <= 0) tv = 0;
+    printf(
+        "median of %d rounds: 1 thread %.1f, 2 threads %.1f images/s; 2/1 %.2fx "
+        "(median of the per-round ratios %.2fx; target >= 1.8x on %ld cores)\n",
+        rounds, bu_median(w1, rounds), bu_median(w2, rounds),
+        bu_median(w2, rounds) / bu_median(w1, rounds), bu_median(wx, rounds),
+        sysconf(_SC_NPROCESSORS_ONLN));
   }
-  if (tv > 0)
-    printf("  torchvision RandomResizedCrop+Flip+ToTensor+Normalize: %8.1f (%.1f)\n", tv,
-           tv_wall);
-  else printf("  torchvision: not available (python3-torchvision not installed)\n");
-  printf("ratio stoker / full decode:  %.2fx\n", ours / full);
-  if (tv > 0) printf("ratio stoker / torchvision:  %.2fx\n", ours / tv);
   return 0;
 }
