@@ -171,6 +171,7 @@ typedef struct jpipe {
   uint64_t lru_tick[SHARD_FDS], tick;
   uint64_t window_tick;        /* shards used since this tick serve queued reads */
   unsigned open_fds, peak_fds; /* descriptors this builder holds (not the ring) */
+  float norm[3][256];          /* stk_normalize_table of the job */
   char why[200];
 } jpipe;
 
@@ -217,6 +218,7 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
   }
   for (uint32_t i = 0; i < B; i++) jp->fds[i] = -1;
   jp->window_tick = UINT64_MAX;
+  stk_normalize_table(&b->spec, jp->norm);
   int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, FD_WINDOW, err, errlen);
   if (rc) {
     stk__jpeg_builder_free(b);
@@ -405,8 +407,7 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *
   memset(&post, 0, sizeof(post));
   post.bright = post.contrast = post.satur = 1;
   post.dtype = s->dtype, post.layout = s->layout;
-  memcpy(post.mean, s->mean, sizeof(post.mean));
-  memcpy(post.std, s->std, sizeof(post.std));
+  post.norm = (const float(*)[256])jp->norm;
   double bx0, by0, bx1, by1;
   int margin;
   if (s->pipeline == STK_PIPELINE_TRAIN) {

@@ -107,7 +107,7 @@ typedef struct stk__post {
   int flip;                      /* mirror horizontally */
   float bright, contrast, satur; /* factors, 1 = unchanged */
   int dtype, layout;
-  float mean[3], std[3];
+  const float (*norm)[256]; /* stk_normalize_table of the job (float dtypes) */
 } stk__post;
 /* Quantize s->img to 8 bits, apply flip and jitter, write one sample
  * (oh x ow x 3) in p's dtype/layout at out (normalized unless uint8). */

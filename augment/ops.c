@@ -2,8 +2,10 @@
  * RandomResizedCrop box sampling, antialiased resampling (PIL's separable
  * triangle filter whose support widens with the downscale factor), and the
  * final store: 8-bit quantization (as a PIL image would be), horizontal
- * flip, brightness/contrast/saturation, Normalize, and the output
- * dtype/layout written straight into the batch buffer.
+ * flip, brightness/contrast/saturation, Normalize (through
+ * stk_normalize_table, so a client can rebuild the floats from the 8-bit
+ * values exactly), and the output dtype/layout written straight into the
+ * batch buffer.
  *
  * Owns nothing but the scratch buffers it is handed; pure functions of
  * their arguments, so thread-safe with one scratch per thread.
@@ -178,13 +180,14 @@ static inline float q8(float v) {
   return v > 255 ? 255 : v;
 }
 
-/* Store one channel row: n values from q (stride 3, reversed if flip). */
+/* Store one channel row: n values from q (stride 3, reversed if flip),
+ * each 8-bit level through the channel's normalize table t. */
 static void store_row_f32(float *restrict o, const float *restrict q, uint32_t n,
-                          int flip, float a, float b) {
+                          int flip, const float *restrict t) {
   if (flip)
-    for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)(n - 1 - x)]) * a + b;
+    for (uint32_t x = 0; x < n; x++) o[x] = t[(int)q8(q[3 * (size_t)(n - 1 - x)])];
   else
-    for (uint32_t x = 0; x < n; x++) o[x] = q8(q[3 * (size_t)x]) * a + b;
+    for (uint32_t x = 0; x < n; x++) o[x] = t[(int)q8(q[3 * (size_t)x])];
 }
 
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post *p,
@@ -217,11 +220,7 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post 
       }
     for (size_t i = 0; i < npix * 3; i++) img[i] = (float)(int)(img[i] * 255.f + 0.5f);
   }
-  float a[3], b[3];
-  for (int c = 0; c < 3; c++) {
-    a[c] = 1.f / (255.f * p->std[c]);
-    b[c] = -p->mean[c] / p->std[c];
-  }
+  const float(*t)[256] = p->norm;
   int flip = p->flip;
   for (uint32_t y = 0; y < oh; y++) {
     const float *row = img + (size_t)y * ow * 3;
@@ -230,7 +229,7 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post 
         size_t at = ((size_t)c * oh + y) * ow;
         const float *q = row + c;
         if (p->dtype == STK_DTYPE_FLOAT32) {
-          store_row_f32((float *)out + at, q, ow, flip, a[c], b[c]);
+          store_row_f32((float *)out + at, q, ow, flip, t[c]);
         } else if (p->dtype == STK_DTYPE_UINT8) {
           uint8_t *o = (uint8_t *)out + at;
           for (uint32_t x = 0; x < ow; x++)
@@ -238,7 +237,7 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post 
         } else {
           uint16_t *o = (uint16_t *)out + at;
           for (uint32_t x = 0; x < ow; x++)
-            o[x] = stk__bf16(q8(q[3 * (size_t)(flip ? ow - 1 - x : x)]) * a[c] + b[c]);
+            o[x] = stk__bf16(t[c][(int)q8(q[3 * (size_t)(flip ? ow - 1 - x : x)])]);
         }
       }
     } else {
@@ -248,9 +247,8 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post 
         for (int c = 0; c < 3; c++) {
           float v = q8(q[c]);
           if (p->dtype == STK_DTYPE_UINT8) ((uint8_t *)out)[at + c] = (uint8_t)v;
-          else if (p->dtype == STK_DTYPE_FLOAT32)
-            ((float *)out)[at + c] = v * a[c] + b[c];
-          else ((uint16_t *)out)[at + c] = stk__bf16(v * a[c] + b[c]);
+          else if (p->dtype == STK_DTYPE_FLOAT32) ((float *)out)[at + c] = t[c][(int)v];
+          else ((uint16_t *)out)[at + c] = stk__bf16(t[c][(int)v]);
         }
       }
     }

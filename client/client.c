@@ -226,6 +226,15 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
     stk__errf(err, errlen, st, "cfg.convert needs a job whose image tensor is uint8");
     goto fail;
   }
+  /* A float image job: workers may send 8-bit images, rebuilt here
+   * (STOKER_WIRE_UINT8=0 asks for the job's dtype on the wire instead). */
+  const char *wu8 = getenv("STOKER_WIRE_UINT8");
+  if (!local && cfg->convert == STK_CONVERT_NONE && stk_image_wire_uint8(&c->spec) &&
+      !(wu8 && !strcmp(wu8, "0"))) {
+    stk_job_spec s8 = c->spec;
+    s8.dtype = STK_DTYPE_UINT8;
+    c->wire_u8 = stk_batch_layout_of(&s8, &c->wire) == STK_OK;
+  }
   st = stk__ring_init(c, err, errlen);
   if (st) goto fail;
   pthread_mutex_lock(&c->mu);
@@ -388,7 +397,7 @@ int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out) {
 const void *stk_batch_payload(const stk_batch *b, size_t *len) {
   if (!b) return NULL;
   if (len) *len = (size_t)b->c->layout.total_bytes;
-  return b->payload;
+  return b->u8 ? b->conv : b->payload; /* conv: the float image rebuilt */
 }
 
 /* ---- job, state, stats ----------------------------------------------- */

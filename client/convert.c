@@ -1,7 +1,10 @@
 /* convert.c - uint8 image -> float32 / bfloat16 NCHW, normalized with the
- * job's mean/std ((x/255 - mean[c]) / std[c]), on the CPU in the copy
- * thread for both backends. A 256-entry table per channel turns it into a
- * lookup per pixel. label/mask/index tensors are copied unchanged.
+ * job's mean/std (stk_normalize_table: (x/255 - mean[c]) / std[c], the
+ * pipeline's own numbers), on the CPU in the copy thread for both
+ * backends: for cfg.convert (a uint8 job), and to rebuild a float job's
+ * image that came as 8-bit values (wire_u8; the input layout is then the
+ * wire one, the output the job's). A 256-entry table per channel turns it
+ * into a lookup per pixel. label/mask/index tensors are copied unchanged.
  *
  * Pure functions: no state, thread-safe.
  */
@@ -42,35 +45,59 @@ static uint16_t to_bf16(float f) {
 
 void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
                         const unsigned char *src, const stk_batch_layout *out,
-                        unsigned char *dst) {
+                        unsigned char *dst, int out_nhwc) {
   uint32_t B = spec->batch_size, C = spec->channels, H = spec->height, W = spec->width;
+  /* the pipeline's own table: a uint8 job converted here equals the same
+   * job with a float dtype, and a float job's 8-bit wire form is rebuilt
+   * exactly (stk_normalize_table) */
   float lut[4][256];
-  for (uint32_t c = 0; c < C && c < 4; c++) {
-    float m = c < 3 ? spec->mean[c] : 0.f, sd = c < 3 ? spec->std[c] : 1.f;
-    if (sd == 0.f) sd = 1.f;
-    for (int v = 0; v < 256; v++) lut[c][v] = ((float)v / 255.f - m) / sd;
-  }
+  stk_normalize_table(spec, lut);
+  for (int v = 0; v < 256; v++) lut[3][v] = (float)v / 255.f;
   const unsigned char *img = src + in->tensors[STK_TENSOR_IMAGE].offset;
   unsigned char *o = dst + out->tensors[STK_TENSOR_IMAGE].offset;
   int nhwc = spec->layout == STK_LAYOUT_NHWC;
   size_t plane = (size_t)H * W, per = plane * C;
-  for (uint32_t b = 0; b < B; b++) {
-    const unsigned char *si = img + per * b;
-    for (uint32_t c = 0; c < C && c < 4; c++) {
-      size_t obase = per * b + plane * c;
-      for (size_t p = 0; p < plane; p++) {
-        unsigned char v = nhwc ? si[p * C + c] : si[plane * c + p];
-        float f = lut[c][v];
-        if (convert == STK_CONVERT_FLOAT32) {
-          memcpy(o + 4 * (obase + p), &f, 4);
-        } else {
-          uint16_t h = to_bf16(f);
-          memcpy(o + 2 * (obase + p), &h, 2);
+  if (convert == STK_CONVERT_FLOAT32 && !nhwc && !out_nhwc && C == 3) {
+    /* The common case, NCHW to NCHW float32: v * a + b per element, which
+     * vectorizes (a table lookup does not). This file is built with
+     * -ffp-contract=off, so the product is rounded before the sum, exactly
+     * as stk_normalize_table does: the same floats to the bit. */
+    float a[3], bias[3];
+    for (int c = 0; c < 3; c++) {
+      a[c] = 1.f / (255.f * spec->std[c]);
+      bias[c] = -spec->mean[c] / spec->std[c];
+    }
+    for (size_t pl = 0; pl < (size_t)B * C; pl++) {
+      const unsigned char *restrict si = img + plane * pl;
+      float *restrict fo = (float *)(void *)(o + 4 * plane * pl); /* 64-byte aligned */
+      float ac = a[pl % C], bc = bias[pl % C];
+      for (size_t p = 0; p < plane; p++) fo[p] = (float)si[p] * ac + bc;
+    }
+  } else
+    for (uint32_t b = 0; b < B; b++) {
+      const unsigned char *si = img + per * b;
+      for (uint32_t c = 0; c < C && c < 4; c++) {
+        for (size_t p = 0; p < plane; p++) {
+          unsigned char v = nhwc ? si[p * C + c] : si[plane * c + p];
+          size_t at = per * b + (out_nhwc ? p * C + c : plane * c + p);
+          float f = lut[c][v];
+          if (convert == STK_CONVERT_FLOAT32) {
+            memcpy(o + 4 * at, &f, 4);
+          } else {
+            uint16_t h = to_bf16(f);
+            memcpy(o + 2 * at, &h, 2);
+          }
         }
       }
     }
-  }
   for (uint32_t t = 1; t < in->ntensors && t < out->ntensors; t++)
     memcpy(dst + out->tensors[t].offset, src + in->tensors[t].offset,
            (size_t)in->tensors[t].nbytes);
+  /* the padding between tensors is zero, as in every built payload (a
+   * rebuilt one must equal stk_build_reference's to the byte) */
+  for (uint32_t t = 0; t < out->ntensors; t++) {
+    uint64_t end = out->tensors[t].offset + out->tensors[t].nbytes;
+    uint64_t next = t + 1 < out->ntensors ? out->tensors[t + 1].offset : out->total_bytes;
+    if (next > end) memset(dst + end, 0, (size_t)(next - end));
+  }
 }

@@ -63,6 +63,7 @@ typedef struct stk__req {
   int worker;         /* assigned worker, -1 */
   int avoid;          /* worker that sent a bad copy, -1 */
   unsigned char *buf; /* layout.total_bytes, owned by the pool */
+  int u8;             /* buf holds the wire_u8 form (layout `wire`) */
   int64_t issued_ns;
   int hedge;  /* hedge slot holding this request's second copy, -1 */
   int hedged; /* a hedge was asked for (at most one per batch) */
@@ -74,6 +75,7 @@ typedef struct stk__hedge {
   uint64_t seq;       /* the batch */
   int worker;         /* the worker asked (or, ORPHAN, the one writing) */
   unsigned char *buf; /* layout.total_bytes, owned by the pool */
+  int u8;             /* buf holds the wire_u8 form */
   int64_t issued_ns;
 } stk__hedge;
 
@@ -117,7 +119,9 @@ struct stk_batch {
   int state;
   uint64_t seq;
   unsigned char *payload; /* host payload as sent (pool buffer, swapped in) */
-  unsigned char *conv;    /* converted host tensors (convert only) */
+  unsigned char *conv;    /* converted host tensors (convert, or wire_u8) */
+  int use_conv;           /* this fill went through conv */
+  int u8;                 /* it came as 8-bit images: conv holds the job's payload */
   void *dev;              /* device buffer (cuda) */
   void *ev_ready;         /* cuda: copy into dev done */
   void *ev_released;      /* cuda: caller's work on the slot done */
@@ -141,8 +145,13 @@ struct stk_client {
    * offset seg_offset (resumed with another world size), every other
    * epoch spe steps at offset 0. Fixed at open: read without mu. */
   uint64_t seg_epoch, seg_offset, seg_steps;
-  stk_batch_layout layout; /* as sent by workers */
+  stk_batch_layout layout; /* as the job builds it (what workers send) */
   stk_batch_layout out;    /* as handed out (after convert) */
+  /* wire_u8: a float image job (stk_image_wire_uint8) whose workers may
+   * send the image as 8-bit values (BatchRequest.image_uint8), in layout
+   * `wire`; the copy thread rebuilds the floats exactly. Fixed at open. */
+  int wire_u8;
+  stk_batch_layout wire;
 
   pthread_mutex_t mu;
   pthread_cond_t cv_sched, cv_copy, cv_next, cv_local;
@@ -271,9 +280,11 @@ const char *stk__cuda_error(stk_client *c);
 /* convert.c */
 /* Layout of the converted batch (image dtype/NCHW changed, others same). */
 int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out);
-/* src: payload in `in` layout; dst: buffer in `out` layout. */
+/* src: payload in `in` layout (its image uint8 in spec's layout); dst:
+ * buffer in `out` layout, its image in convert's dtype, NHWC if out_nhwc
+ * (the wire_u8 rebuild of an NHWC job) else NCHW (cfg.convert). */
 void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
                         const unsigned char *src, const stk_batch_layout *out,
-                        unsigned char *dst);
+                        unsigned char *dst, int out_nhwc);
 
 #endif

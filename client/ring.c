@@ -4,7 +4,8 @@
  * The copy thread waits until the request holding the next step in order
  * (c->next_copy) is DONE and a slot is FREE, then moves the batch into the
  * slot: the payload buffer is swapped with the slot's (no copy for the CPU
- * backend without conversion), converted on the CPU if cfg.convert asks,
+ * backend without conversion), converted on the CPU if cfg.convert asks
+ * or the batch came with 8-bit images for a float job (wire_u8),
  * and for CUDA copied to device memory on the backend's stream. Steps thus
  * reach slots strictly in order while the caller holds earlier slots; a
  * held slot is never touched (its state is HELD until release).
@@ -79,7 +80,7 @@ int stk__ring_init(stk_client *c, char *err, size_t errlen) {
   c->nhedges = hedges ? nh : 0;
   pthread_mutex_unlock(&c->mu);
   if (!ok) goto nomem;
-  int conv = c->cfg.convert != STK_CONVERT_NONE;
+  int conv = c->cfg.convert != STK_CONVERT_NONE || c->wire_u8;
   for (uint32_t i = 0; i < c->nslots; i++) {
     stk_batch *s = &c->slots[i];
     s->c = c;
@@ -124,7 +125,7 @@ void stk__ring_free(stk_client *c) {
 
 static void set_tensors(stk_client *c, stk_batch *s) {
   unsigned char *base =
-      c->cuda ? (unsigned char *)s->dev : (s->conv ? s->conv : s->payload);
+      c->cuda ? (unsigned char *)s->dev : (s->use_conv ? s->conv : s->payload);
   for (uint32_t i = 0; i < c->out.ntensors; i++) {
     const stk_tensor_desc *d = &c->out.tensors[i];
     stk_tensor *t = &s->tensors[i];
@@ -165,11 +166,23 @@ static void *copy_main(void *arg) {
     unsigned char *tmp = s->payload; /* swap: the batch moves, no copy */
     s->payload = r->buf;
     r->buf = tmp;
-    if (!st && s->conv)
-      stk__convert_batch(&c->spec, c->cfg.convert, &c->layout, s->payload, &c->out,
-                         s->conv);
+    /* cfg.convert: the uint8 job's image to float; r->u8: the float job's
+     * image came as 8-bit values, rebuilt to the job's dtype */
+    s->use_conv = c->cfg.convert != STK_CONVERT_NONE || r->u8;
+    s->u8 = r->u8;
+    if (!st && s->use_conv) {
+      if (r->u8)
+        stk__convert_batch(&c->spec,
+                           c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32
+                                                              : STK_CONVERT_BFLOAT16,
+                           &c->wire, s->payload, &c->layout, s->conv,
+                           c->spec.layout == STK_LAYOUT_NHWC);
+      else
+        stk__convert_batch(&c->spec, c->cfg.convert, &c->layout, s->payload, &c->out,
+                           s->conv, 0);
+    }
     if (!st && c->cuda)
-      st = stk__cuda_fill(c, s, s->conv ? s->conv : s->payload,
+      st = stk__cuda_fill(c, s, s->use_conv ? s->conv : s->payload,
                           (size_t)c->out.total_bytes);
     set_tensors(c, s);
 

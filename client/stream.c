@@ -313,7 +313,7 @@ static int64_t hedge_after_ns(const stk_client *c, const stk__worker *w) {
 /* A copy of seq from w is complete (x's buffer holds it): make the batch
  * DONE if this copy wins, else drop it. */
 static void finish_copy(stk_client *c, stk__worker *w, uint64_t seq, int crc_ok,
-                        uint32_t substituted) {
+                        uint32_t substituted, int u8) {
   int64_t now = stk__now_ns();
   if (w->outstanding) w->outstanding--;
   stk__req *r = NULL;
@@ -391,6 +391,7 @@ static void finish_copy(stk_client *c, stk__worker *w, uint64_t seq, int crc_ok,
       hedge_free(o);
     }
   }
+  r->u8 = u8; /* the winning copy's form, now in r->buf */
   r->state = REQ_DONE;
   r->worker = -1;
   r->hedge = -1;
@@ -415,6 +416,7 @@ static void finish_copy(stk_client *c, stk__worker *w, uint64_t seq, int crc_ok,
 
 typedef struct rx {
   int active;
+  int u8;             /* the batch came in the wire_u8 form */
   unsigned char *dst; /* the copy's buffer, NULL = dropping a duplicate */
   uint64_t seq;
   uint32_t substituted;
@@ -423,20 +425,20 @@ typedef struct rx {
   uint32_t crc_acc; /* of the chunks so far, in offset order */
 } rx;
 
-static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h, char *why,
-                        size_t n) {
-  if (h->total_bytes != c->layout.total_bytes) {
+/* 0 when h describes exactly layout L, else -1 with why. */
+static int header_is(const Stoker__V1__BatchHeader *h, const stk_batch_layout *L,
+                     char *why, size_t n) {
+  if (h->total_bytes != L->total_bytes) {
     snprintf(why, n, "batch of %llu bytes, the job's layout has %llu",
-             (unsigned long long)h->total_bytes,
-             (unsigned long long)c->layout.total_bytes);
+             (unsigned long long)h->total_bytes, (unsigned long long)L->total_bytes);
     return -1;
   }
-  if (h->n_tensors != c->layout.ntensors) {
-    snprintf(why, n, "batch with %zu tensors, want %u", h->n_tensors, c->layout.ntensors);
+  if (h->n_tensors != L->ntensors) {
+    snprintf(why, n, "batch with %zu tensors, want %u", h->n_tensors, L->ntensors);
     return -1;
   }
   for (size_t i = 0; i < h->n_tensors; i++) {
-    const stk_tensor_desc *d = &c->layout.tensors[i];
+    const stk_tensor_desc *d = &L->tensors[i];
     if (!h->tensors[i] || h->tensors[i]->offset != d->offset ||
         h->tensors[i]->nbytes != d->nbytes) {
       snprintf(why, n, "tensor %zu at a different offset/size than the layout", i);
@@ -444,6 +446,15 @@ static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h, char *w
     }
   }
   return 0;
+}
+
+/* The form of a batch from its header: 0 the job's layout, 1 the wire_u8
+ * one (only when this client asked for it), -1 neither (why says). */
+static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h, char *why,
+                        size_t n) {
+  if (c->wire_u8 && h->total_bytes == c->wire.total_bytes)
+    return header_is(h, &c->wire, why, n) ? -1 : 1;
+  return header_is(h, &c->layout, why, n) ? -1 : 0;
 }
 
 /* Under mu: which buffer w's batch seq goes to (NULL: nobody wants it). */
@@ -499,7 +510,7 @@ static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
        * checksum is the payload's: no second pass over the batch. */
       int ok = !c->cfg.verify_crc || x->crc_acc == x->crc;
       w->bytes += x->total;
-      finish_copy(c, w, x->seq, ok, x->substituted);
+      finish_copy(c, w, x->seq, ok, x->substituted, x->u8);
     }
     pthread_mutex_unlock(&c->mu);
   }
@@ -511,7 +522,7 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
   stk__wire_msg m;
   snprintf(why, n, "malformed BatchResponse");
   if (stk__wire_decode_ex(bb, STK_MAX_CHUNK_MSG, &m, why, n)) return -1;
-  int rc = 0;
+  int rc = 0, form = 0;
   pthread_mutex_lock(&c->mu);
   w->last_msg_ns = stk__now_ns();
   w->probing = 0;
@@ -521,7 +532,7 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
     if (x->active) {
       snprintf(why, n, "a batch header before the previous batch was complete");
       rc = -1;
-    } else if (check_header(c, h, why, n)) {
+    } else if ((form = check_header(c, h, why, n)) < 0) {
       rc = -1;
     } else if (h->rank == c->cfg.rank && h->epoch < c->spec.epochs &&
                h->sample_offset != stk__epoch_offset(c, h->epoch)) {
@@ -547,6 +558,7 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
       }
       pthread_mutex_unlock(&c->mu);
       x->substituted = h->substituted;
+      x->u8 = form;
       x->active = 1;
       x->got = 0;
       x->total = h->total_bytes;
@@ -788,7 +800,7 @@ static void *local_main(void *arg) {
      * dropped for it: it is the only one). */
     int crc_ok = 1;
     if (c->fault_crc_every && ++c->fault_count % c->fault_crc_every == 0) crc_ok = 0;
-    finish_copy(c, w, seq, crc_ok, info.substituted);
+    finish_copy(c, w, seq, crc_ok, info.substituted, 0);
   }
   w->thread_exited = 1;
   pthread_mutex_unlock(&c->mu);
@@ -918,6 +930,7 @@ static void send_request(stk_client *c, stk__worker *w, uint64_t seq, stk__req *
     req.rank = c->cfg.rank;
     req.step = a.step;
     req.sample_offset = a.offset;
+    req.image_uint8 = c->wire_u8;
     if (stk__rpc_stream_send_msg(s, &req.base)) stk__rpc_stream_cancel(s);
   }
   pthread_mutex_unlock(&w->send_mu);

@@ -72,3 +72,20 @@ int stk_batch_layout_find(const stk_batch_layout *L, const char *name) {
     if (!strncmp(L->tensors[t].name, name, sizeof(L->tensors[t].name))) return (int)t;
   return -1;
 }
+
+int stk_image_wire_uint8(const stk_job_spec *s) {
+  return (s->source == STK_SOURCE_IMAGEFOLDER || s->source == STK_SOURCE_TAR) &&
+         (s->dtype == STK_DTYPE_FLOAT32 || s->dtype == STK_DTYPE_BFLOAT16);
+}
+
+void stk_normalize_table(const stk_job_spec *s, float table[3][256]) {
+  for (int c = 0; c < 3; c++) {
+    float a = 1.f / (255.f * s->std[c]), b = -s->mean[c] / s->std[c];
+    for (int v = 0; v < 256; v++) {
+      /* volatile: the product is rounded to float before the sum on every
+       * compiler and flag set, so worker and client agree to the bit */
+      volatile float p = (float)v * a;
+      table[c][v] = p + b;
+    }
+  }
+}

@@ -47,6 +47,7 @@ struct sched_buf {
 typedef struct req {
   uint64_t epoch, step, offset;
   uint32_t rank;
+  int u8; /* the image as 8-bit values (sched_stream_push) */
 } req;
 
 struct sched_stream {
@@ -76,7 +77,8 @@ struct sched_stream {
 
 typedef struct builder {
   sched *s;
-  stk_builder *b;
+  stk_builder *b;  /* the job's spec */
+  stk_builder *b8; /* its uint8-image twin (s->spec8), made on first use */
   pthread_t thread;
 } builder;
 
@@ -86,6 +88,10 @@ struct sched {
   pthread_cond_t buf_cv;  /* a buffer came back (for destroy) */
   stk_job_spec spec;
   stk_batch_layout layout;
+  int wire_u8;        /* stk_image_wire_uint8(spec): u8 requests honoured */
+  stk_job_spec spec8; /* spec with a uint8 image */
+  stk_batch_layout layout8;
+  stk_dataset *ds;
   builder *builders;
   int nbuilders;
   sched_buf *bufs, *free_bufs;
@@ -224,25 +230,37 @@ static void *builder_main(void *arg) {
     int inject = s->fault_every && ++s->fault_count % s->fault_every == 0;
     pthread_mutex_unlock(&s->mu);
 
+    /* The 8-bit form: its own builder, made on first use; without one
+     * (out of memory) the job's form is built, which clients accept too. */
+    if (r.u8 && !bd->b8) {
+      char berr[256];
+      if (stk_builder_create(s->ds, &s->spec8, &bd->b8, berr, sizeof berr))
+        LOG_WARN("cannot make the uint8-image builder (%s): sending the job's dtype",
+                 berr);
+    }
+    int u8 = r.u8 && bd->b8;
+    stk_builder *bb = u8 ? bd->b8 : bd->b;
+    uint64_t nbytes = u8 ? s->layout8.total_bytes : s->layout.total_bytes;
+
     sched_done *d = calloc(1, sizeof(*d));
     stk_build_info info;
     memset(&info, 0, sizeof(info));
     uint64_t t0 = (uint64_t)stk__now_ns();
     static const char injected[] = "injected transient error (--fault-transient-every)";
     int rc = inject ? STK_UNAVAILABLE
-                    : stk_builder_build_at(bd->b, r.epoch, r.offset, r.rank, r.step,
-                                           buf->data, s->layout.total_bytes, &info);
+                    : stk_builder_build_at(bb, r.epoch, r.offset, r.rank, r.step,
+                                           buf->data, nbytes, &info);
     /* A transient error (out of descriptors, EIO, out of memory: never a
      * bad sample) gets a bounded retry here; after that the stream ends
      * UNAVAILABLE and the client asks again (worker.c). */
     int retries = 0;
     for (; rc == STK_UNAVAILABLE && retries < SCHED_TRANSIENT_RETRIES; retries++) {
-      LOG_WARN("%s (retry %d of %d)", inject ? injected : stk_builder_error(bd->b),
+      LOG_WARN("%s (retry %d of %d)", inject ? injected : stk_builder_error(bb),
                retries + 1, SCHED_TRANSIENT_RETRIES);
       stk__sleep_ms(10 << (3 * retries)); /* 10 ms, 80 ms */
       rc = inject ? STK_UNAVAILABLE
-                  : stk_builder_build_at(bd->b, r.epoch, r.offset, r.rank, r.step,
-                                         buf->data, s->layout.total_bytes, &info);
+                  : stk_builder_build_at(bb, r.epoch, r.offset, r.rank, r.step, buf->data,
+                                         nbytes, &info);
     }
     uint64_t dt = (uint64_t)stk__now_ns() - t0;
     if (d) {
@@ -250,17 +268,19 @@ static void *builder_main(void *arg) {
       d->data = buf->data;
       d->epoch = r.epoch, d->step = r.step, d->rank = r.rank, d->offset = r.offset;
       d->substituted = info.substituted;
-      if (!rc) d->crc32c = stk_crc32c(0, buf->data, s->layout.total_bytes);
+      d->u8 = u8;
+      d->total_bytes = nbytes;
+      if (!rc) d->crc32c = stk_crc32c(0, buf->data, nbytes);
       d->status = rc;
       if (rc)
         snprintf(d->err, sizeof(d->err),
                  "building batch (epoch %llu, rank %u, "
                  "step %llu) failed: %s",
                  (unsigned long long)r.epoch, r.rank, (unsigned long long)r.step,
-                 inject ? injected : stk_builder_error(bd->b));
+                 inject ? injected : stk_builder_error(bb));
     }
-    if (rc == STK_UNAVAILABLE) LOG_WARN("%s", d ? d->err : stk_builder_error(bd->b));
-    else if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bd->b));
+    if (rc == STK_UNAVAILABLE) LOG_WARN("%s", d ? d->err : stk_builder_error(bb));
+    else if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bb));
 
     int drop = 0;
     pthread_mutex_lock(&s->mu);
@@ -309,10 +329,15 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
   pthread_cond_init(&s->work_cv, NULL);
   pthread_cond_init(&s->buf_cv, NULL);
   s->spec = *spec;
+  s->ds = ds;
   if (stk_batch_layout_of(spec, &s->layout)) {
     snprintf(err, errlen, "invalid job spec (no batch layout)");
     goto fail;
   }
+  s->wire_u8 = stk_image_wire_uint8(spec);
+  s->spec8 = *spec;
+  s->spec8.dtype = STK_DTYPE_UINT8;
+  if (s->wire_u8 && stk_batch_layout_of(&s->spec8, &s->layout8)) s->wire_u8 = 0;
   if (threads < 1) threads = 1;
   if (nbuffers < threads) nbuffers = threads;
   s->bufs = calloc((size_t)nbuffers, sizeof(sched_buf));
@@ -365,6 +390,7 @@ void sched_destroy(sched *s, int wait_ms) {
     for (int i = 0; i < s->nbuilders; i++) {
       pthread_join(s->builders[i].thread, NULL);
       stk_builder_destroy(s->builders[i].b);
+      stk_builder_destroy(s->builders[i].b8);
     }
   }
   /* gRPC may still hold chunk slices for a moment after the calls end. */
@@ -450,7 +476,7 @@ sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void 
 }
 
 int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
-                      uint64_t offset, uint32_t max_outstanding) {
+                      uint64_t offset, int image_u8, uint32_t max_outstanding) {
   sched *s = st->s;
   int rc = 0;
   pthread_mutex_lock(&s->mu);
@@ -470,7 +496,8 @@ int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t 
       st->cap = ncap;
       st->head = 0;
     }
-    st->q[(st->head + st->len) % st->cap] = (req){epoch, step, offset, rank};
+    st->q[(st->head + st->len) % st->cap] =
+        (req){epoch, step, offset, rank, image_u8 && s->wire_u8};
     st->len++;
     st->outstanding++;
     s->queued++;

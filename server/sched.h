@@ -30,9 +30,11 @@ typedef struct sched_buf sched_buf;
 typedef struct sched_done {
   sched_buf *buf;               /* one reference, owned by this item */
   const uint8_t *data;          /* payload, total_bytes long */
+  uint64_t total_bytes;         /* the layout of the job, or of its uint8 twin (u8) */
   uint64_t epoch, step, offset; /* offset: the request's sample_offset */
   uint32_t rank;
   uint32_t substituted;
+  int u8; /* the image went as 8-bit values (an image_u8 request of a float job) */
   uint32_t crc32c; /* stk_crc32c(0, data, total_bytes) */
   int status;      /* STK_OK, else err says why the build failed;
                       STK_UNAVAILABLE: transient (retried, then ask again) */
@@ -99,10 +101,13 @@ typedef struct sched_stream_hooks {
 sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void *arg);
 /* Queue a request for batch (epoch, rank, step) of an epoch starting at
  * sample offset `offset` (0 but in an epoch resumed with another world
- * size; stk_builder_build_at). 0, or -1 when the stream would then have
- * more than max_outstanding requests whose batch is not yet being sent. */
+ * size; stk_builder_build_at). image_u8: the client rebuilds float images,
+ * so a job whose image is float (stk_image_wire_uint8) builds it as 8-bit
+ * values (sched_done.u8 says which form was built). 0, or -1 when the
+ * stream would then have more than max_outstanding requests whose batch
+ * is not yet being sent. */
 int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
-                      uint64_t offset, uint32_t max_outstanding);
+                      uint64_t offset, int image_u8, uint32_t max_outstanding);
 
 /* Why sched_stream_poll returned NULL. */
 enum {

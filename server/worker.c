@@ -147,6 +147,13 @@ static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
 
 /* ---- State ------------------------------------------------------------- */
 
+/* A layout's tensors as BatchHeader descriptors (pointing into it). */
+typedef struct stk__tdescs {
+  Stoker__V1__TensorDesc d[STK_MAX_TENSORS];
+  Stoker__V1__TensorDesc *ptr[STK_MAX_TENSORS];
+  uint64_t shapes[STK_MAX_TENSORS][STK_MAX_DIMS];
+} stk__tdescs;
+
 static struct {
   pthread_mutex_t mu;
   stk__tls *tls; /* --tls-*: serving and the coordinator session; NULL = plaintext */
@@ -155,9 +162,9 @@ static struct {
   uint64_t job_hash; /* hash of the resolved spec: what streams carry */
   uint64_t steps;    /* per epoch per rank */
   stk_batch_layout layout;
-  Stoker__V1__TensorDesc tdesc[STK_MAX_TENSORS];
-  Stoker__V1__TensorDesc *tdesc_ptr[STK_MAX_TENSORS];
-  uint64_t shapes[STK_MAX_TENSORS][STK_MAX_DIMS];
+  stk__tdescs td;
+  stk_batch_layout layout8; /* the uint8-image twin (image_uint8 requests) */
+  stk__tdescs td8;
   stk_dataset *ds;
   sched *sch;
   int draining;              /* atomic */
@@ -314,6 +321,24 @@ static const char *dtype_name(int dt) {
   return "unknown";
 }
 
+/* Fill td from layout L (the descriptors point into L, which must outlive
+ * them: both live in W). */
+static void fill_tdescs(const stk_batch_layout *L, stk__tdescs *td) {
+  for (uint32_t i = 0; i < L->ntensors; i++) {
+    const stk_tensor_desc *t = &L->tensors[i];
+    Stoker__V1__TensorDesc *d = &td->d[i];
+    stoker__v1__tensor_desc__init(d);
+    d->name = (char *)t->name;
+    d->dtype = (char *)dtype_name(t->dtype);
+    for (uint32_t k = 0; k < t->ndim; k++) td->shapes[i][k] = t->shape[k];
+    d->n_shape = t->ndim;
+    d->shape = td->shapes[i];
+    d->offset = t->offset;
+    d->nbytes = t->nbytes;
+    td->ptr[i] = d;
+  }
+}
+
 /* session hook: the coordinator's job. */
 static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
                   uint64_t *dataset_size, uint64_t *fp, char *err, size_t errlen) {
@@ -364,19 +389,11 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
       stk_dataset_close(ds);
       return -1;
     }
-    for (uint32_t i = 0; i < W.layout.ntensors; i++) {
-      const stk_tensor_desc *t = &W.layout.tensors[i];
-      Stoker__V1__TensorDesc *d = &W.tdesc[i];
-      stoker__v1__tensor_desc__init(d);
-      d->name = (char *)t->name;
-      d->dtype = (char *)dtype_name(t->dtype);
-      for (uint32_t k = 0; k < t->ndim; k++) W.shapes[i][k] = t->shape[k];
-      d->n_shape = t->ndim;
-      d->shape = W.shapes[i];
-      d->offset = t->offset;
-      d->nbytes = t->nbytes;
-      W.tdesc_ptr[i] = d;
-    }
+    fill_tdescs(&W.layout, &W.td);
+    stk_job_spec spec8 = resolved;
+    spec8.dtype = STK_DTYPE_UINT8;
+    if (stk_image_wire_uint8(&resolved) && !stk_batch_layout_of(&spec8, &W.layout8))
+      fill_tdescs(&W.layout8, &W.td8);
     pthread_mutex_lock(&W.mu);
     W.ds = ds;
     W.spec = resolved;
@@ -469,18 +486,19 @@ typedef struct wstream {
  * -1 (everything made so far destroyed). */
 static int batch_messages(sched_done *d, grpc_byte_buffer **v, size_t max, size_t *n) {
   uint32_t B = W.spec.batch_size;
+  const stk_batch_layout *L = d->u8 ? &W.layout8 : &W.layout;
   *n = 0;
   uint64_t *idx = malloc(B * sizeof(uint64_t));
   if (!idx) return -1;
   /* The sample ids: the index tensor, or (a token job without one) the
    * addressing itself, which the index tensor always equals. */
-  int ti = stk_batch_layout_find(&W.layout, "index");
+  int ti = stk_batch_layout_find(L, "index");
   if (ti < 0) {
     stk_batch_samples(&W.spec, W.spec.num_samples, d->epoch, d->rank, d->step, idx, NULL);
   } else {
     for (uint32_t j = 0; j < B; j++) {
       int64_t v;
-      memcpy(&v, d->data + W.layout.tensors[ti].offset + 8ull * j, 8);
+      memcpy(&v, d->data + L->tensors[ti].offset + 8ull * j, 8);
       idx[j] = (uint64_t)v;
     }
   }
@@ -489,19 +507,19 @@ static int batch_messages(sched_done *d, grpc_byte_buffer **v, size_t max, size_
   h.rank = d->rank;
   h.step = d->step;
   h.sample_offset = d->offset;
-  h.n_tensors = W.layout.ntensors;
-  h.tensors = W.tdesc_ptr;
+  h.n_tensors = L->ntensors;
+  h.tensors = d->u8 ? W.td8.ptr : W.td.ptr;
   h.n_sample_indices = B;
   h.sample_indices = idx;
   h.crc32c = d->crc32c;
-  h.total_bytes = W.layout.total_bytes;
+  h.total_bytes = L->total_bytes;
   h.substituted = d->substituted;
   Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
   r.header = &h;
   v[(*n)++] = stk__rpc_pack(&r.base);
   free(idx);
   if (!v[0]) goto fail;
-  uint64_t total = W.layout.total_bytes, chunk = (uint64_t)opt.chunk_bytes;
+  uint64_t total = L->total_bytes, chunk = (uint64_t)opt.chunk_bytes;
   for (uint64_t off = 0; off < total; off += chunk) {
     size_t len = (size_t)(total - off < chunk ? total - off : chunk);
     if (*n >= max) goto fail;
@@ -655,7 +673,7 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
       __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
     } else if (!code &&
                sched_stream_push(x->st, q->epoch, q->rank, q->step, q->sample_offset,
-                                 (uint32_t)opt.max_outstanding)) {
+                                 q->image_uint8, (uint32_t)opt.max_outstanding)) {
       code = GRPC_STATUS_RESOURCE_EXHAUSTED;
       snprintf(msg, sizeof(msg),
                "more than %lld unanswered requests on this "
@@ -687,9 +705,9 @@ static void stream_drained(stk__rpc_call *call) {
   sched_done *d = x->cur;
   x->cur = NULL;
   if (d) {
-    sched_stream_sent(x->st, d, W.layout.total_bytes);
+    sched_stream_sent(x->st, d, d->total_bytes);
     x->batches++;
-    x->bytes += W.layout.total_bytes;
+    x->bytes += d->total_bytes;
   }
   pthread_mutex_unlock(&x->mu);
   pump(x);

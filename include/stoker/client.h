@@ -191,9 +191,10 @@ STK_EXPORT uint32_t stk_batch_num_tensors(const stk_batch *b);
 /* Fill *out for tensor i (STK_TENSOR_IMAGE, ...). STK_INVALID_ARGUMENT if
  * i is out of range. */
 STK_EXPORT int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out);
-/* Host copy of the batch payload exactly as the workers sent it (before
- * any conversion): for verification against stk_build_reference. Valid
- * until release. */
+/* Host copy of the batch payload in the job's layout, as the workers built
+ * it, before any cfg.convert (a float image that travelled as its 8-bit
+ * values is the float one rebuilt, byte for byte): for verification
+ * against stk_build_reference. Valid until release. */
 STK_EXPORT const void *stk_batch_payload(const stk_batch *b, size_t *len);
 
 /* The job as the coordinator defines it (num_samples resolved). */

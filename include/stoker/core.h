@@ -266,6 +266,24 @@ STK_EXPORT int stk_batch_layout_of(const stk_job_spec *spec, stk_batch_layout *l
  * Thread-safe. */
 STK_EXPORT int stk_batch_layout_find(const stk_batch_layout *layout, const char *name);
 
+/* ---- uint8 on the wire for float image jobs --------------------------
+ *
+ * An image job's float32/bfloat16 image holds, at every element, a
+ * function of one 8-bit value v (the pixel after resampling, jitter and
+ * flip) and its channel c: table[c][v] below (bfloat16: that float rounded
+ * to nearest even). So a worker may send the 8-bit image and the client
+ * rebuild the float one exactly, moving 4x (2x) fewer bytes. */
+
+/* 1 when spec's image tensor can travel as uint8 and be rebuilt exactly: an
+ * image source (imagefolder, tar) whose dtype is float32 or bfloat16. */
+STK_EXPORT int stk_image_wire_uint8(const stk_job_spec *spec);
+
+/* table[c][v]: the float value of 8-bit value v in channel c (c < 3),
+ * normalized with spec's mean/std: v * (1 / (255 std[c])) - mean[c] /
+ * std[c], each step rounded to float (never fused), the same numbers the
+ * pipeline writes. Thread-safe. */
+STK_EXPORT void stk_normalize_table(const stk_job_spec *spec, float table[3][256]);
+
 #ifdef __cplusplus
 }
 #endif

@@ -27,11 +27,11 @@ double bu_median(const double *v, int n);
 
 /* A coordinator and one worker serving `spec` on 127.0.0.1. */
 typedef struct bu_job {
-  char tmp[64];         /* their files: job.conf, *.port, *.log */
-  char addr[64];        /* the coordinator, for stk_client_config.coordinator */
-  pid_t cpid, wpid;     /* 0 when not running */
-  char clog[PATH_MAX];  /* the coordinator's log */
-  char wlog[PATH_MAX];  /* the worker's log */
+  char tmp[64];        /* their files: job.conf, *.port, *.log */
+  char addr[64];       /* the coordinator, for stk_client_config.coordinator */
+  pid_t cpid, wpid;    /* 0 when not running */
+  char clog[PATH_MAX]; /* the coordinator's log */
+  char wlog[PATH_MAX]; /* the worker's log */
 } bu_job;
 
 /* Start the job: bindir holds stoker-coordinator and stoker-worker (NULL:

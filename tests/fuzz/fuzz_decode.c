@@ -39,14 +39,20 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     if (stk__resample(&sc, roi.px, roi.w, roi.h, b.x * roi.sx - roi.x0,
                       b.y * roi.sy - roi.y0, (b.x + b.w) * roi.sx - roi.x0,
                       (b.y + b.h) * roi.sy - roi.y0, ow, oh) == 0) {
-      stk__post p = {data[3] & 1,
-                     1.2f,
-                     0.8f,
-                     1.1f,
-                     STK_DTYPE_FLOAT32,
-                     STK_LAYOUT_NCHW,
-                     {0.5f, 0.5f, 0.5f},
-                     {0.25f, 0.25f, 0.25f}};
+      static float norm[3][256];
+      if (norm[0][1] == 0) { /* mean 0.5, std 0.25 */
+        stk_job_spec js;
+        stk_job_spec_defaults(&js);
+        for (int c = 0; c < 3; c++) js.mean[c] = 0.5f, js.std[c] = 0.25f;
+        stk_normalize_table(&js, norm);
+      }
+      stk__post p = {.flip = data[3] & 1,
+                     .bright = 1.2f,
+                     .contrast = 0.8f,
+                     .satur = 1.1f,
+                     .dtype = STK_DTYPE_FLOAT32,
+                     .layout = STK_LAYOUT_NCHW,
+                     .norm = (const float(*)[256])norm};
       stk__post_store(&sc, ow, oh, &p, out);
     }
   }

@@ -7,7 +7,10 @@
  * Then the same with a bearer token on every call (and a client without
  * it refused at once), then with real JPEGs: a generated ImageFolder dataset, the train
  * pipeline, num_samples learnt from the workers' index, and both ranks
- * comparing every batch with the reference built from the same files.
+ * comparing every batch with the reference built from the same files: a
+ * float32 NCHW job whose images travel as 8-bit values (the bytes
+ * received say so), the same with floats on the wire
+ * (STOKER_WIRE_UINT8=0), and a bfloat16 NHWC job.
  *
  * usage: test_e2e <stoker-coordinator> <stoker-worker> [<stoker-dataset>]
  */
@@ -15,9 +18,11 @@
 #include "e2e_util.h"
 
 /* Run one job: coordinator with `job` args, two workers with `wargs`, two
- * rank threads; checks as described above. */
+ * rank threads; checks as described above. wire_bytes (0: not checked):
+ * what every batch weighs on the wire. */
 static void run_job(const char *tag, const char *const *job, const char *const *wargs,
-                    const char *data_root, const char *token, uint64_t want_batches) {
+                    const char *data_root, const char *token, uint64_t want_batches,
+                    uint64_t wire_bytes) {
   int before = check_failures;
   stk_proc p[3];
   char name[64];
@@ -66,9 +71,15 @@ static void run_job(const char *tag, const char *const *job, const char *const *
     CHECK_EQ_U64(r[i].order_errors, 0);
     CHECK_EQ_U64(r[i].epochs_seen, 2);
     CHECK(r[i].stats.crc_errors == 0);
-    fprintf(stderr, "%s rank %d: %llu batches, stall %.1f%%, %u workers used\n", tag, i,
-            (unsigned long long)r[i].delivered, 100 * r[i].stats.stall_fraction,
-            r[i].stats.nworkers);
+    if (wire_bytes) { /* every batch received (duplicates too) weighed that */
+      CHECK(r[i].stats.bytes % wire_bytes == 0);
+      CHECK(r[i].stats.bytes / wire_bytes >= r[i].delivered);
+    }
+    fprintf(
+        stderr,
+        "%s rank %d: %llu batches, %llu bytes received, stall %.1f%%, %u workers used\n",
+        tag, i, (unsigned long long)r[i].delivered, (unsigned long long)r[i].stats.bytes,
+        100 * r[i].stats.stall_fraction, r[i].stats.nworkers);
   }
   struct timespec last = ts_diff_s(r[0].finished_at, r[1].finished_at) > 0
                              ? r[0].finished_at
@@ -94,10 +105,10 @@ int main(int argc, char **argv) {
                        "--set", "world_size=2",    "--set", "epochs=2",
                        "--set", "seed=11",         NULL};
   const char *w1[] = {"--threads", "1", NULL};
-  run_job("synthetic", syn, w1, NULL, NULL, 2 * 37); /* floor(600 / 16) x 2 epochs */
+  run_job("synthetic", syn, w1, NULL, NULL, 2 * 37, 0); /* floor(600 / 16) x 2 epochs */
   /* The same with a bearer token on every call: Join, watch, streams. */
   const char *w1t[] = {"--threads", "1", "--token", "s3cret-t0ken", NULL};
-  run_job("token", syn, w1t, NULL, "s3cret-t0ken", 2 * 37);
+  run_job("token", syn, w1t, NULL, "s3cret-t0ken", 2 * 37, 0);
 
   if (argc < 4) {
     fprintf(stderr, "no stoker-dataset given: JPEG phase skipped\n");
@@ -124,6 +135,30 @@ int main(int argc, char **argv) {
                        "--set", "seed=3",
                        NULL};
   const char *w2[] = {"--threads", "1", "--data-root", root, NULL};
-  run_job("jpeg", jpg, w2, root, NULL, 2 * 10); /* ceil(120 / 12) steps x 2 epochs */
+  /* A float job's images travel as their 8-bit values and come out as the
+   * reference's floats, byte for byte (BatchRequest.image_uint8); with
+   * STOKER_WIRE_UINT8=0 the floats travel. */
+  stk_job_spec js;
+  stk_job_spec_defaults(&js);
+  js.source = STK_SOURCE_IMAGEFOLDER, js.height = js.width = 64, js.batch_size = 6;
+  js.drop_last = 0, js.pipeline = STK_PIPELINE_TRAIN;
+  snprintf(js.dataset, sizeof js.dataset, "imagefolder");
+  js.dtype = STK_DTYPE_UINT8;
+  stk_batch_layout l8, l32;
+  CHECK(stk_batch_layout_of(&js, &l8) == STK_OK);
+  js.dtype = STK_DTYPE_FLOAT32;
+  CHECK(stk_batch_layout_of(&js, &l32) == STK_OK);
+  run_job("jpeg", jpg, w2, root, NULL, 2 * 10, l8.total_bytes); /* ceil(120 / 12) x 2 */
+  setenv("STOKER_WIRE_UINT8", "0", 1);
+  run_job("jpeg-f32-wire", jpg, w2, root, NULL, 2 * 10, l32.total_bytes);
+  unsetenv("STOKER_WIRE_UINT8");
+  const char *jpg16[] = {"--set", "source=imagefolder", "--set", "dataset=imagefolder",
+                         "--set", "pipeline=train",     "--set", "height=64",
+                         "--set", "width=64",           "--set", "dtype=bfloat16",
+                         "--set", "layout=nhwc",        "--set", "batch_size=6",
+                         "--set", "world_size=2",       "--set", "epochs=2",
+                         "--set", "drop_last=false",    "--set", "seed=3",
+                         NULL};
+  run_job("jpeg-bf16-nhwc", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
   CHECK_DONE();
 }

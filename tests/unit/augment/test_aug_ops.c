@@ -102,7 +102,12 @@ static void test_resample(void) {
   /* identity resampling returns the source exactly after quantization */
   CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
   uint8_t *out = malloc(SW * SH * 3);
-  stk__post p = {0, 1, 1, 1, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, {0}, {1, 1, 1}};
+  stk__post p = {.flip = 0,
+                 .bright = 1,
+                 .contrast = 1,
+                 .satur = 1,
+                 .dtype = STK_DTYPE_UINT8,
+                 .layout = STK_LAYOUT_NHWC};
   stk__post_store(&sc, SW, SH, &p, out);
   CHECK(memcmp(out, src, SW * SH * 3) == 0);
   /* flip is an exact mirror */
@@ -118,27 +123,35 @@ static void test_resample(void) {
   CHECK(bad == 0);
   /* normalize: float32 NCHW = (v/255 - mean)/std within float rounding */
   float *f = malloc(sizeof(float) * SW * SH * 3);
-  stk__post q = {0,
-                 1,
-                 1,
-                 1,
-                 STK_DTYPE_FLOAT32,
-                 STK_LAYOUT_NCHW,
-                 {0.485f, 0.456f, 0.406f},
-                 {0.229f, 0.224f, 0.225f}};
+  stk_job_spec js; /* ImageNet mean/std */
+  stk_job_spec_defaults(&js);
+  float norm[3][256];
+  stk_normalize_table(&js, norm);
+  stk__post q = {.flip = 0,
+                 .bright = 1,
+                 .contrast = 1,
+                 .satur = 1,
+                 .dtype = STK_DTYPE_FLOAT32,
+                 .layout = STK_LAYOUT_NCHW,
+                 .norm = (const float(*)[256])norm};
   CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
   stk__post_store(&sc, SW, SH, &q, f);
   double maxe = 0;
   for (int c = 0; c < 3; c++)
     for (int i = 0; i < SW * SH; i++) {
-      double want = (src[i * 3 + c] / 255.0 - q.mean[c]) / q.std[c];
+      double want = (src[i * 3 + c] / 255.0 - js.mean[c]) / js.std[c];
       double e = fabs(f[c * SW * SH + i] - want);
       if (e > maxe) maxe = e;
     }
   CHECK(maxe < 1e-5);
   /* jitter with factors 1 is the identity; brightness 0.5 halves */
   CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
-  stk__post jb = {0, 0.5f, 1, 1, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, {0}, {1, 1, 1}};
+  stk__post jb = {.flip = 0,
+                  .bright = 0.5f,
+                  .contrast = 1,
+                  .satur = 1,
+                  .dtype = STK_DTYPE_UINT8,
+                  .layout = STK_LAYOUT_NHWC};
   stk__post_store(&sc, SW, SH, &jb, out);
   bad = 0;
   for (int i = 0; i < SW * SH * 3; i++)
