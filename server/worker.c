@@ -705,9 +705,10 @@ static void stream_drained(stk__rpc_call *call) {
   sched_done *d = x->cur;
   x->cur = NULL;
   if (d) {
-    sched_stream_sent(x->st, d, d->total_bytes);
+    uint64_t sent = d->total_bytes; /* d is freed by sched_stream_sent */
+    sched_stream_sent(x->st, d, sent);
     x->batches++;
-    x->bytes += d->total_bytes;
+    x->bytes += sent;
   }
   pthread_mutex_unlock(&x->mu);
   pump(x);
