@@ -32,6 +32,10 @@ Scenarios:
   tls        --tls-dir with a client certificate (mutual TLS), --token-file
              and --state-dir: 1 data + 1 dnn host with 2 ranks, all exit 0,
              every batch verified, the journal kept, no token in a log
+  roles      --role-tokens (worker, client, admin tokens): 1 data + 1 dnn
+             host with 2 ranks, all exit 0, every batch verified, no token in
+             a log; --role-tokens with --token-file, or without its files:
+             exit 2
 Exit 0 passed, 1 failed (each failure printed, logs dumped), 77 skipped.
 """
 import os
@@ -240,6 +244,40 @@ def scenario_tls(R):
     check(os.path.isdir(state) and os.listdir(state),
           "the coordinator kept its state journal in --state-dir")
     check(all("launch-tls-secret" not in R.log_of(p) for p in procs), "no token in any log")
+
+
+def scenario_roles(R):
+    """--role-tokens: worker, client and admin tokens, each party given only
+    its own; one data host, one dnn host with two ranks."""
+    R.write_job(800)
+    d = os.path.join(R.tmp, "roles")
+    os.mkdir(d)
+    secrets = {n: "launch-%s-secret" % n for n in ("worker", "client", "admin")}
+    for n, v in secrets.items():
+        with open(os.path.join(d, n + ".token"), "w") as f:
+            f.write(v + "\n")
+    common = ["--role-tokens", d]
+    data, dnn = [R.host(0)], [R.host(1)]
+    procs = [R.start("data0", data[0], R.hosts_args(data, dnn, data[0]) + common),
+             R.start("dnn0", dnn[0], R.hosts_args(data, dnn, dnn[0]) + common +
+                     ["--procs-per-host", "2"])]
+    codes = R.wait(procs, 90)
+    check(codes == [0, 0], "both launchers exit 0 with role tokens: %s" % codes)
+    log = R.log_of(procs[1])
+    check(log.count("verify_failures 0") == 2, "both ranks verified every batch")
+    check("--worker-token-file" in log and "--client-token-file" in log,
+          "the coordinator was started with the role token files")
+    check("role tokens are set and so is the shared token" not in log,
+          "no shared token next to the role tokens")
+    check(all(v not in R.log_of(p) for p in procs for v in secrets.values()),
+          "no token in any log")
+    # --role-tokens next to --token-file, or without client.token: usage
+    # errors (exit 2) before anything starts
+    tok = os.path.join(d, "client.token")
+    for bad in (common + ["--token-file", tok], ["--role-tokens", R.tmp]):
+        p = R.start("usage", data[0], R.hosts_args(data, dnn, data[0]) + bad)
+        code = R.wait([p], 30)[0]
+        check(code == 2, "a bad --role-tokens is a usage error (exit %s)" % code)
 
 
 def write_rc(R, name, current, groups):
