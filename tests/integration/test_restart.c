@@ -401,6 +401,9 @@ static void during_shutdown_told(void) {
   CHECK(du_finish(ch, 1, 0, &nf, det, sizeof det) == GRPC_STATUS_OK);
   stk__rpc_channel_close(ch);
   CHECK(proc_wait(&p[2], 15000) == 0); /* w1 took its Shutdown */
+  /* ... and the coordinator saw its session end: out of the journal
+   * before that log line (a kill before it would keep w1 "to tell") */
+  CHECK(wait_log(&p[0], ") left; ", 1, 15000) == 0);
   /* Both told (journaled before the log line); still waiting for w2. */
   CHECK(wait_log(&p[0], "sent shutdown to worker", 2, 15000) == 0);
   CHECK(proc_wait(&p[0], 0) == -1);
@@ -451,6 +454,10 @@ static void during_shutdown_untold(void) {
   stk__rpc_channel_close(ch);
   CHECK(proc_wait(&p[3], 15000) == 0); /* w1 took its Shutdown */
   CHECK(wait_log(&p[1], "sent shutdown to worker", 1, 15000) == 0);
+  /* The coordinator saw w1's session end (journaled before this line):
+   * killed before that, the restart would still count w1 "to tell" (a
+   * flake found by scripts/stress.sh) */
+  CHECK(wait_log(&p[1], ") left; ", 1, 15000) == 0);
   want draining = {0, 0, 2, 3, "draining"};
   CHECK(wait_status(port, &draining, 15000) == 0);
   CHECK(proc_wait(&p[1], 0) == -1); /* waiting for w2 */
