@@ -139,16 +139,19 @@ void sched_buf_unref(void *p) {
  * the pool (the pool over the readers that have work; at least 2), so a
  * client that stops reading cannot starve the others. A stream on
  * probation (less than SCHED_PROVEN_BYTES went out whole: its client may
- * never read) owns at most one, and all of them together at most half the
- * pool, so streams that ask and never read pin at most half of the
+ * never read) owns at most its share of what probation may hold: all of
+ * them together at most half the pool (one buffer while a proven reader
+ * waits), so streams that ask and never read pin at most half of the
  * buffers, until sched_reap (while others wait) or --send-stall-s ends
  * them, and proven readers keep the other half. */
 static sched_stream *pick(sched *s) {
   sched_stream *after = NULL, *first = NULL;
-  uint32_t nreaders = 0, probation_held = 0, least_owned = UINT32_MAX;
+  uint32_t nreaders = 0, probation_held = 0, least_owned = UINT32_MAX, nprobation = 0;
   for (sched_stream *st = s->streams; st; st = st->next) {
-    if (!st->proven) probation_held += st->owned;
-    else if (st->len || st->owned) nreaders++;
+    if (!st->proven) {
+      probation_held += st->owned;
+      if ((st->len || st->owned) && !st->dead) nprobation++;
+    } else if (st->len || st->owned) nreaders++;
     if (st->proven && st->len && !st->dead && st->owned < least_owned)
       least_owned = st->owned;
   }
@@ -160,10 +163,15 @@ static sched_stream *pick(sched *s) {
   uint32_t probation_cap = least_owned < cap ? 1
                            : s->nbufs / 2    ? (uint32_t)s->nbufs / 2
                                              : 1;
+  /* A stream on probation: its share of that (at least one), so a new
+   * client alone on a worker keeps several builders busy from its first
+   * batch, and many streams on probation get one each. */
+  uint32_t pshare = nprobation ? probation_cap / nprobation : 1;
+  if (pshare < 1) pshare = 1;
   sched_stream *ahead = NULL; /* on probation, the most sent */
   for (sched_stream *st = s->streams; st; st = st->next) {
     if (!st->len || st->dead || st->owned >= cap) continue;
-    if (!st->proven && (st->owned >= 1 || probation_held >= probation_cap)) continue;
+    if (!st->proven && (st->owned >= pshare || probation_held >= probation_cap)) continue;
     if (st->id > s->last_served && (!after || st->id < after->id)) after = st;
     if (!first || st->id < first->id) first = st;
     if (!st->proven && (!ahead || st->sent_bytes > ahead->sent_bytes)) ahead = st;

@@ -186,6 +186,10 @@ static double worker_round(const stk_job_spec *spec, const char *root, const cha
     if (i == 2) t0 = bu_now_s();
     stk_batch *b;
     int s = stk_client_next(cl, &b);
+    if (s == STK_END_OF_EPOCH) { /* the rounds span epochs */
+      i--;
+      continue;
+    }
     if (s != STK_OK) {
       fprintf(stderr, "next: %s: %s\n", stk_strerror(s), stk_client_error(cl));
       goto out;
@@ -359,7 +363,8 @@ int bench_augment_main(int argc, char **argv) {
     stk_job_spec ws = s;
     ws.dtype = STK_DTYPE_UINT8;
     snprintf(ws.name, sizeof ws.name, "bench-augment");
-    int wb = (int)steps; /* batches per round */
+    int wb = 3 * (int)steps; /* batches per round: long enough that the
+                                 start of each job's stream does not count */
     uint64_t per_epoch = stk_steps_per_epoch(&ws, n);
     ws.epochs = (uint32_t)((uint64_t)(wb + 2) / per_epoch + 1);
     double w1[MAX_ROUNDS], w2[MAX_ROUNDS], wx[MAX_ROUNDS];

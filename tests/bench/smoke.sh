@@ -9,7 +9,7 @@ tmp=$(mktemp -d /tmp/stoker-bench-smoke-XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 "$dataset" gen --out "$tmp/data" --count 48 --classes 3 --layout imagefolder \
   --min-side 64 --max-side 160 >/dev/null
-out=$("$bench" augment "$tmp/data/imagefolder" --images 16 --batch 8 --rounds 2 \
+out=$("$bench" augment "$tmp/data/imagefolder" --images 48 --batch 8 --rounds 2 \
   --no-torch --worker 2>&1) || { echo "$out"; echo "augment failed"; exit 1; }
 echo "$out"
 for want in "round 2: stoker" "ratio stoker / full decode" "2 threads" "2/1"; do
