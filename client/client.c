@@ -229,12 +229,10 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   /* A float image job: workers may send 8-bit images, rebuilt here
    * (STOKER_WIRE_UINT8=0 asks for the job's dtype on the wire instead). */
   const char *wu8 = getenv("STOKER_WIRE_UINT8");
-  if (!local && cfg->convert == STK_CONVERT_NONE && stk_image_wire_uint8(&c->spec) &&
-      !(wu8 && !strcmp(wu8, "0"))) {
-    stk_job_spec s8 = c->spec;
-    s8.dtype = STK_DTYPE_UINT8;
+  stk_job_spec s8;
+  if (!local && cfg->convert == STK_CONVERT_NONE && !(wu8 && !strcmp(wu8, "0")) &&
+      stk_image_wire_spec(&c->spec, &s8))
     c->wire_u8 = stk_batch_layout_of(&s8, &c->wire) == STK_OK;
-  }
   st = stk__ring_init(c, err, errlen);
   if (st) goto fail;
   pthread_mutex_lock(&c->mu);

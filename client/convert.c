@@ -63,10 +63,7 @@ void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_l
      * -ffp-contract=off, so the product is rounded before the sum, exactly
      * as stk_normalize_table does: the same floats to the bit. */
     float a[3], bias[3];
-    for (int c = 0; c < 3; c++) {
-      a[c] = 1.f / (255.f * spec->std[c]);
-      bias[c] = -spec->mean[c] / spec->std[c];
-    }
+    stk_normalize_coeffs(spec, a, bias);
     for (size_t pl = 0; pl < (size_t)B * C; pl++) {
       const unsigned char *restrict si = img + plane * pl;
       float *restrict fo = (float *)(void *)(o + 4 * plane * pl); /* 64-byte aligned */

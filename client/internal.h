@@ -120,7 +120,6 @@ struct stk_batch {
   uint64_t seq;
   unsigned char *payload; /* host payload as sent (pool buffer, swapped in) */
   unsigned char *conv;    /* converted host tensors (convert, or wire_u8) */
-  int use_conv;           /* this fill went through conv */
   int u8;                 /* it came as 8-bit images: conv holds the job's payload */
   void *dev;              /* device buffer (cuda) */
   void *ev_ready;         /* cuda: copy into dev done */
@@ -147,7 +146,7 @@ struct stk_client {
   uint64_t seg_epoch, seg_offset, seg_steps;
   stk_batch_layout layout; /* as the job builds it (what workers send) */
   stk_batch_layout out;    /* as handed out (after convert) */
-  /* wire_u8: a float image job (stk_image_wire_uint8) whose workers may
+  /* wire_u8: a float image job (stk_image_wire_spec) whose workers may
    * send the image as 8-bit values (BatchRequest.image_uint8), in layout
    * `wire`; the copy thread rebuilds the floats exactly. Fixed at open. */
   int wire_u8;

@@ -123,9 +123,14 @@ void stk__ring_free(stk_client *c) {
   }
 }
 
+/* The host tensors of slot s: converted (cfg.convert, or a float image
+ * that came as 8-bit values) or as received. */
+static unsigned char *host_data(const stk_client *c, const stk_batch *s) {
+  return c->cfg.convert != STK_CONVERT_NONE || s->u8 ? s->conv : s->payload;
+}
+
 static void set_tensors(stk_client *c, stk_batch *s) {
-  unsigned char *base =
-      c->cuda ? (unsigned char *)s->dev : (s->use_conv ? s->conv : s->payload);
+  unsigned char *base = c->cuda ? (unsigned char *)s->dev : host_data(c, s);
   for (uint32_t i = 0; i < c->out.ntensors; i++) {
     const stk_tensor_desc *d = &c->out.tensors[i];
     stk_tensor *t = &s->tensors[i];
@@ -168,22 +173,17 @@ static void *copy_main(void *arg) {
     r->buf = tmp;
     /* cfg.convert: the uint8 job's image to float; r->u8: the float job's
      * image came as 8-bit values, rebuilt to the job's dtype */
-    s->use_conv = c->cfg.convert != STK_CONVERT_NONE || r->u8;
     s->u8 = r->u8;
-    if (!st && s->use_conv) {
-      if (r->u8)
-        stk__convert_batch(&c->spec,
-                           c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32
-                                                              : STK_CONVERT_BFLOAT16,
-                           &c->wire, s->payload, &c->layout, s->conv,
-                           c->spec.layout == STK_LAYOUT_NHWC);
-      else
-        stk__convert_batch(&c->spec, c->cfg.convert, &c->layout, s->payload, &c->out,
-                           s->conv, 0);
-    }
+    if (!st && r->u8)
+      stk__convert_batch(
+          &c->spec,
+          c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16,
+          &c->wire, s->payload, &c->layout, s->conv, c->spec.layout == STK_LAYOUT_NHWC);
+    else if (!st && c->cfg.convert != STK_CONVERT_NONE)
+      stk__convert_batch(&c->spec, c->cfg.convert, &c->layout, s->payload, &c->out,
+                         s->conv, 0);
     if (!st && c->cuda)
-      st = stk__cuda_fill(c, s, s->use_conv ? s->conv : s->payload,
-                          (size_t)c->out.total_bytes);
+      st = stk__cuda_fill(c, s, host_data(c, s), (size_t)c->out.total_bytes);
     set_tensors(c, s);
 
     pthread_mutex_lock(&c->mu);

@@ -73,19 +73,32 @@ int stk_batch_layout_find(const stk_batch_layout *L, const char *name) {
   return -1;
 }
 
-int stk_image_wire_uint8(const stk_job_spec *s) {
-  return (s->source == STK_SOURCE_IMAGEFOLDER || s->source == STK_SOURCE_TAR) &&
-         (s->dtype == STK_DTYPE_FLOAT32 || s->dtype == STK_DTYPE_BFLOAT16);
+int stk_image_wire_spec(const stk_job_spec *s, stk_job_spec *wire) {
+  if (!((s->source == STK_SOURCE_IMAGEFOLDER || s->source == STK_SOURCE_TAR) &&
+        (s->dtype == STK_DTYPE_FLOAT32 || s->dtype == STK_DTYPE_BFLOAT16)))
+    return 0;
+  if (wire) {
+    *wire = *s;
+    wire->dtype = STK_DTYPE_UINT8;
+  }
+  return 1;
+}
+
+void stk_normalize_coeffs(const stk_job_spec *s, float a[3], float b[3]) {
+  for (int c = 0; c < 3; c++) {
+    a[c] = 1.f / (255.f * s->std[c]);
+    b[c] = -s->mean[c] / s->std[c];
+  }
 }
 
 void stk_normalize_table(const stk_job_spec *s, float table[3][256]) {
-  for (int c = 0; c < 3; c++) {
-    float a = 1.f / (255.f * s->std[c]), b = -s->mean[c] / s->std[c];
+  float a[3], b[3];
+  stk_normalize_coeffs(s, a, b);
+  for (int c = 0; c < 3; c++)
     for (int v = 0; v < 256; v++) {
       /* volatile: the product is rounded to float before the sum on every
        * compiler and flag set, so worker and client agree to the bit */
-      volatile float p = (float)v * a;
-      table[c][v] = p + b;
+      volatile float p = (float)v * a[c];
+      table[c][v] = p + b[c];
     }
-  }
 }

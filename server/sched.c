@@ -88,7 +88,7 @@ struct sched {
   pthread_cond_t buf_cv;  /* a buffer came back (for destroy) */
   stk_job_spec spec;
   stk_batch_layout layout;
-  int wire_u8;        /* stk_image_wire_uint8(spec): u8 requests honoured */
+  int wire_u8;        /* stk_image_wire_spec(spec): u8 requests honoured */
   stk_job_spec spec8; /* spec with a uint8 image */
   stk_batch_layout layout8;
   stk_dataset *ds;
@@ -342,10 +342,8 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
     snprintf(err, errlen, "invalid job spec (no batch layout)");
     goto fail;
   }
-  s->wire_u8 = stk_image_wire_uint8(spec);
-  s->spec8 = *spec;
-  s->spec8.dtype = STK_DTYPE_UINT8;
-  if (s->wire_u8 && stk_batch_layout_of(&s->spec8, &s->layout8)) s->wire_u8 = 0;
+  s->wire_u8 = stk_image_wire_spec(spec, &s->spec8) &&
+               stk_batch_layout_of(&s->spec8, &s->layout8) == STK_OK;
   if (threads < 1) threads = 1;
   if (nbuffers < threads) nbuffers = threads;
   s->bufs = calloc((size_t)nbuffers, sizeof(sched_buf));

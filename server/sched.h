@@ -102,7 +102,7 @@ sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void 
 /* Queue a request for batch (epoch, rank, step) of an epoch starting at
  * sample offset `offset` (0 but in an epoch resumed with another world
  * size; stk_builder_build_at). image_u8: the client rebuilds float images,
- * so a job whose image is float (stk_image_wire_uint8) builds it as 8-bit
+ * so a job whose image is float (stk_image_wire_spec) builds it as 8-bit
  * values (sched_done.u8 says which form was built). 0, or -1 when the
  * stream would then have more than max_outstanding requests whose batch
  * is not yet being sent. */

@@ -390,9 +390,9 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
       return -1;
     }
     fill_tdescs(&W.layout, &W.td);
-    stk_job_spec spec8 = resolved;
-    spec8.dtype = STK_DTYPE_UINT8;
-    if (stk_image_wire_uint8(&resolved) && !stk_batch_layout_of(&spec8, &W.layout8))
+    stk_job_spec spec8;
+    if (stk_image_wire_spec(&resolved, &spec8) &&
+        !stk_batch_layout_of(&spec8, &W.layout8))
       fill_tdescs(&W.layout8, &W.td8);
     pthread_mutex_lock(&W.mu);
     W.ds = ds;

@@ -274,13 +274,18 @@ STK_EXPORT int stk_batch_layout_find(const stk_batch_layout *layout, const char 
  * to nearest even). So a worker may send the 8-bit image and the client
  * rebuild the float one exactly, moving 4x (2x) fewer bytes. */
 
-/* 1 when spec's image tensor can travel as uint8 and be rebuilt exactly: an
- * image source (imagefolder, tar) whose dtype is float32 or bfloat16. */
-STK_EXPORT int stk_image_wire_uint8(const stk_job_spec *spec);
+/* 1 when spec's image tensor can travel as uint8 and be rebuilt exactly
+ * (an image source, imagefolder or tar, whose dtype is float32 or
+ * bfloat16): then *wire (may be NULL) is spec with a uint8 image, the job
+ * workers build for that form. 0 otherwise. Thread-safe. */
+STK_EXPORT int stk_image_wire_spec(const stk_job_spec *spec, stk_job_spec *wire);
 
-/* table[c][v]: the float value of 8-bit value v in channel c (c < 3),
- * normalized with spec's mean/std: v * (1 / (255 std[c])) - mean[c] /
- * std[c], each step rounded to float (never fused), the same numbers the
+/* The normalize map of channel c (c < 3): float(v) = v * a[c] + b[c] with
+ * a[c] = 1 / (255 std[c]) and b[c] = -mean[c] / std[c], the product
+ * rounded to float before the sum (never fused). Thread-safe. */
+STK_EXPORT void stk_normalize_coeffs(const stk_job_spec *spec, float a[3], float b[3]);
+
+/* table[c][v]: that map at every 8-bit value v, the same numbers the
  * pipeline writes. Thread-safe. */
 STK_EXPORT void stk_normalize_table(const stk_job_spec *spec, float table[3][256]);
 

@@ -108,6 +108,15 @@ class Run:
         return ["--backend", "hosts", "--data-hosts", ",".join(data), "--dnn-hosts",
                 ",".join(dnn), "--current-host", cur]
 
+    def one_data_one_dnn(self, common, timeout=90):
+        """Launchers for one data host and one dnn host running two ranks,
+        both with the extra options `common`; (procs, exit codes)."""
+        data, dnn = [self.host(0)], [self.host(1)]
+        procs = [self.start("data0", data[0], self.hosts_args(data, dnn, data[0]) + common),
+                 self.start("dnn0", dnn[0], self.hosts_args(data, dnn, dnn[0]) + common +
+                            ["--procs-per-host", "2"])]
+        return procs, self.wait(procs, timeout)
+
     def wait(self, procs, timeout):
         """Wait for every p (bounded); record exit times; None code = still running."""
         until = time.monotonic() + timeout
@@ -231,11 +240,7 @@ def scenario_tls(R):
         f.write("launch-tls-secret\n")
     state = os.path.join(R.tmp, "state")
     common = ["--tls-dir", d, "--token-file", tok, "--state-dir", state]
-    data, dnn = [R.host(0)], [R.host(1)]
-    procs = [R.start("data0", data[0], R.hosts_args(data, dnn, data[0]) + common),
-             R.start("dnn0", dnn[0], R.hosts_args(data, dnn, dnn[0]) + common +
-                     ["--procs-per-host", "2"])]
-    codes = R.wait(procs, 90)
+    procs, codes = R.one_data_one_dnn(common)
     check(codes == [0, 0], "both launchers exit 0 over mutual TLS: %s" % codes)
     log = R.log_of(procs[1])
     check("mutual: client certificates required" in log and "mTLS" in log,
@@ -257,11 +262,8 @@ def scenario_roles(R):
         with open(os.path.join(d, n + ".token"), "w") as f:
             f.write(v + "\n")
     common = ["--role-tokens", d]
+    procs, codes = R.one_data_one_dnn(common)
     data, dnn = [R.host(0)], [R.host(1)]
-    procs = [R.start("data0", data[0], R.hosts_args(data, dnn, data[0]) + common),
-             R.start("dnn0", dnn[0], R.hosts_args(data, dnn, dnn[0]) + common +
-                     ["--procs-per-host", "2"])]
-    codes = R.wait(procs, 90)
     check(codes == [0, 0], "both launchers exit 0 with role tokens: %s" % codes)
     log = R.log_of(procs[1])
     check(log.count("verify_failures 0") == 2, "both ranks verified every batch")
