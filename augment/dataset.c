@@ -47,8 +47,14 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
   limits_defaults(&ds->limits);
   if (data_root) snprintf(ds->root, sizeof(ds->root), "%s", data_root);
   ds->ops = ops;
+  rc = stk__plugins_load(ds, err, errlen);
+  if (rc) {
+    free(ds);
+    return rc;
+  }
   rc = ops->open(ds, err, errlen);
   if (rc) {
+    stk__plugins_unload(ds);
     free(ds);
     return rc;
   }
@@ -57,6 +63,7 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
     stk__errf(err, errlen, 0, "job says num_samples = %llu but the dataset has %llu",
               (unsigned long long)spec->num_samples, (unsigned long long)ds->n);
     ops->close(ds);
+    stk__plugins_unload(ds);
     free(ds);
     return STK_MISMATCH;
   }
@@ -67,6 +74,7 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
               (unsigned long long)ds->n,
               (unsigned long long)spec->world_size * spec->batch_size);
     ops->close(ds);
+    stk__plugins_unload(ds);
     free(ds);
     return STK_INVALID_ARGUMENT;
   }
@@ -93,6 +101,7 @@ uint64_t stk_dataset_bad_samples(const stk_dataset *ds) {
 void stk_dataset_close(stk_dataset *ds) {
   if (!ds) return;
   ds->ops->close(ds);
+  stk__plugins_unload(ds);
   free(ds);
 }
 

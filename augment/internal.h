@@ -12,6 +12,15 @@
 #include "core_internal.h" /* stk__mix64 */
 #include "stoker/augment.h"
 
+struct stk_op_info;
+
+/* A plugin library the job names (plugin.c), loaded at open. */
+typedef struct stk__plugin {
+  char name[32];
+  void *handle; /* dlopen's */
+  const struct stk_op_info *info;
+} stk__plugin;
+
 struct stk_dataset {
   stk_job_spec spec; /* as opened; num_samples resolved to n */
   stk_limits limits; /* defaults filled in */
@@ -22,6 +31,8 @@ struct stk_dataset {
   void *impl;               /* the source's own index */
   stk_bad_sample_fn log_fn; /* stk_dataset_set_log; NULL = silent */
   void *log_ud;
+  stk__plugin *plugins; /* the job's plugin libraries, loaded at open */
+  uint32_t nplugins;
 };
 
 struct stk_builder {
@@ -56,6 +67,16 @@ extern const stk__source_ops stk__synthetic_source;   /* synthetic.c */
 extern const stk__source_ops stk__imagefolder_source; /* source_folder.c */
 extern const stk__source_ops stk__tar_source;         /* source_tar.c */
 extern const stk__source_ops stk__megatron_source;    /* source_megatron.c */
+
+/* plugin.c: load every library of ds->spec.plugin from the plugin
+ * directory (limits.plugin_dir, else $STOKER_PLUGIN_DIR), check its ABI
+ * version and name, and check each chain op's arguments once. STK_OK, or
+ * STK_INVALID_ARGUMENT / STK_NOT_FOUND with a message. */
+int stk__plugins_load(stk_dataset *ds, char *err, size_t errlen);
+void stk__plugins_unload(stk_dataset *ds);
+/* The loaded op called name, or NULL (also for ds NULL). Thread-safe
+ * after open. */
+const struct stk_op_info *stk__plugin_find(const stk_dataset *ds, const char *name);
 
 /* For tools and tests of the megatron source: the blend range [start,
  * start + count) of prefix d, its sequence count, and (order non-NULL,

@@ -35,6 +35,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "chain.h"
 #include "jpegsrc.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
@@ -172,6 +173,7 @@ typedef struct jpipe {
   uint64_t window_tick;        /* shards used since this tick serve queued reads */
   unsigned open_fds, peak_fds; /* descriptors this builder holds (not the ring) */
   float norm[3][256];          /* stk_normalize_table of the job */
+  stk__chain_run *chain;       /* pipeline = chain, else NULL */
   char why[200];
 } jpipe;
 
@@ -225,6 +227,11 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
     return rc;
   }
   b->io_mode = jp->io.mode;
+  if (b->spec.pipeline == STK_PIPELINE_CHAIN &&
+      (rc = stk__chain_run_create(&jp->chain, b->ds, &b->spec, err, errlen))) {
+    stk__jpeg_builder_free(b);
+    return rc;
+  }
   rc = stk__decoder_create(&jp->dec, &b->ds->limits);
   if (rc) {
     snprintf(err, errlen, "out of memory");
@@ -240,6 +247,7 @@ void stk__jpeg_builder_free(stk_builder *b) {
   stk__io_free(&jp->io);
   stk__decoder_destroy(jp->dec);
   stk__scratch_free(&jp->sc);
+  stk__chain_run_free(jp->chain);
   for (uint32_t i = 0; jp->slot && i < jp->nslots; i++) free(jp->slot[i]);
   for (uint32_t i = 0; jp->fds && i < jp->nslots; i++)
     if (jp->fds[i] >= 0) close(jp->fds[i]);
@@ -403,6 +411,13 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *
   uint32_t W, H, ow = s->width, oh = s->height;
   int rc = stk__decoder_header(jp->dec, data, len, &W, &H, jp->why, sizeof(jp->why));
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
+  if (jp->chain) {
+    stk_rng r;
+    stk_rng_init(&r, s->seed, epoch, idx);
+    rc = stk__chain_run_sample(jp->chain, jp->dec, W, H, &r, out, jp->why,
+                               sizeof(jp->why));
+    return rc == STK_OK ? RES_OK : rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
+  }
   stk__post post;
   memset(&post, 0, sizeof(post));
   post.bright = post.contrast = post.satur = 1;
@@ -427,9 +442,8 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *
 #undef JIT
   } else {
     /* torchvision Resize(resize) (shorter side) then CenterCrop(h, w) */
-    uint32_t sh = W <= H ? W : H, lg = W <= H ? H : W;
-    uint32_t nshort = s->resize, nlong = (uint32_t)((double)s->resize * lg / sh);
-    uint32_t nw = W <= H ? nshort : nlong, nh = W <= H ? nlong : nshort;
+    uint32_t nw, nh;
+    stk__resize_short(W, H, s->resize, &nw, &nh);
     double top = nearbyint(((double)nh - oh) / 2.0);
     double left = nearbyint(((double)nw - ow) / 2.0);
     double fx = (double)W / nw, fy = (double)H / nh;

@@ -103,6 +103,13 @@ int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
                   double bx0, double by0, double bx1, double by1, uint32_t ow,
                   uint32_t oh);
 
+/* Round a resampled value (>= 0) to the nearest 8-bit level, as the PIL
+ * image torchvision resizes would hold it. */
+static inline float stk__q8(float v) {
+  v = (float)(int)(v + 0.5f);
+  return v > 255 ? 255 : v;
+}
+
 typedef struct stk__post {
   int flip;                      /* mirror horizontally */
   float bright, contrast, satur; /* factors, 1 = unchanged */
@@ -114,6 +121,22 @@ typedef struct stk__post {
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post *p,
                      void *out);
 uint16_t stk__bf16(float f);
+
+/* ---- ops_chain.c: op chains (pipeline = chain) ------------------------ */
+
+typedef struct stk__chain_run stk__chain_run;
+/* The per-builder runner of spec's chain: buffers, and a state of each
+ * plugin op (created from ds's loaded plugins). STK_OK, STK_NO_MEMORY or
+ * STK_INVALID_ARGUMENT (a plugin refused its arguments) with err. */
+int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
+                          const stk_job_spec *spec, char *err, size_t errlen);
+void stk__chain_run_free(stk__chain_run *r);
+/* Run the chain on the image whose header dec has read (W x H), drawing
+ * from rng, and write the sample at out in the job's dtype and layout.
+ * STK_OK; STK_NO_MEMORY (transient); STK_CORRUPT, STK_LIMIT (the decoder's)
+ * or STK_CORRUPT from a plugin op (the sample is bad); why says what. */
+int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint32_t H,
+                          stk_rng *rng, void *out, char *why, size_t whylen);
 
 /* ---- jpegsrc.c: the file index shared by ImageFolder and tar ----------- */
 

@@ -174,11 +174,7 @@ uint16_t stk__bf16(float f) {
 
 static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 
-/* Round to the nearest 8-bit level (v >= 0). */
-static inline float q8(float v) {
-  v = (float)(int)(v + 0.5f);
-  return v > 255 ? 255 : v;
-}
+#define q8 stk__q8
 
 /* Store one channel row: n values from q (stride 3, reversed if flip),
  * each 8-bit level through the channel's normalize table t. */

@@ -15,10 +15,25 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "chain.h"
 #include "common/error.h"
 #include "core_internal.h"
 
-typedef enum { T_STR, T_U32, T_U64, T_F32, T_F32X3, T_BOOL, T_ENUM, T_TOKEN } opt_type;
+/* T_PIPE: a pipeline name or an op chain (chain.c); T_OPTSTR: a string
+ * left out of the canonical text while empty (keys added later, so that
+ * the hash of a job that does not use them stays what it was). */
+typedef enum {
+  T_STR,
+  T_OPTSTR,
+  T_U32,
+  T_U64,
+  T_F32,
+  T_F32X3,
+  T_BOOL,
+  T_ENUM,
+  T_TOKEN,
+  T_PIPE
+} opt_type;
 
 typedef struct {
   const char *name;
@@ -61,8 +76,10 @@ static const job_opt job_opts[] = {
      "dataset path, relative to the worker's --data-root"},
     {"num_samples", T_U64, OFF(num_samples), 0, NULL,
      "synthetic: sample count; files: 0 = from the index"},
-    {"pipeline", T_ENUM, OFF(pipeline), 0, pipeline_names,
-     "raw (synthetic) | train | eval"},
+    {"pipeline", T_PIPE, OFF(pipeline), 0, pipeline_names,
+     "raw (synthetic) | train | eval | an op chain: decode | op(args) | ..."},
+    {"plugin", T_OPTSTR, OFF(plugin), SZ(plugin), NULL,
+     "plugin libraries whose ops the chain names: name[,name]"},
     {"height", T_U32, OFF(height), 0, NULL, "output image height"},
     {"width", T_U32, OFF(width), 0, NULL, "output image width"},
     {"channels", T_U32, OFF(channels), 0, NULL, "output channels (3)"},
@@ -133,11 +150,11 @@ void stk_job_spec_defaults(stk_job_spec *s) {
   s->eod_token = -1;
 }
 
-_Static_assert(sizeof(stk_job_spec) == 968,
+_Static_assert(sizeof(stk_job_spec) == 1992,
                "stk_job_spec changed size: take new "
                "fields out of reserved[]");
 _Static_assert(offsetof(stk_job_spec, eod_token) % 8 == 0 &&
-                   offsetof(stk_job_spec, reserved) ==
+                   offsetof(stk_job_spec, plugin) ==
                        offsetof(stk_job_spec, position_ids) + 4,
                "stk_job_spec has padding among the token fields");
 
@@ -164,6 +181,36 @@ static int parse_f32(const char *v, float *out) {
   return 0;
 }
 
+/* pipeline = train | eval | raw, or a chain: its canonical text goes to
+ * s->chain, its closing normalize/to set mean, std, dtype and layout, and
+ * its output size (when fixed) sets height and width. */
+static int set_pipeline(stk_job_spec *s, const char *value, char *err, size_t errlen) {
+  for (const enum_name *e = pipeline_names; e->name; e++)
+    if (!strcmp(e->name, value)) {
+      s->pipeline = e->value;
+      s->chain[0] = 0;
+      return STK_OK;
+    }
+  static _Thread_local stk__chain c; /* 10 KiB: off the caller's stack */
+  stk__chain_fields f;
+  int rc = stk__chain_parse(value, &c, &f, err, errlen);
+  if (rc) return rc;
+  size_t n = stk__chain_format(&c, s->chain, sizeof(s->chain));
+  if (n >= sizeof(s->chain)) {
+    s->chain[0] = 0;
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "pipeline: the chain's canonical text is over %zu bytes",
+                     sizeof(s->chain) - 1);
+  }
+  s->pipeline = STK_PIPELINE_CHAIN;
+  if (f.has_norm)
+    memcpy(s->mean, f.mean, sizeof(s->mean)), memcpy(s->std, f.std, sizeof(s->std));
+  if (f.has_to) s->dtype = f.dtype, s->layout = f.layout;
+  uint32_t h, w;
+  if (stk__chain_size(&c, &h, &w, NULL, 0) == STK_OK) s->height = h, s->width = w;
+  return STK_OK;
+}
+
 int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *err,
                      size_t errlen) {
   const job_opt *o = NULL;
@@ -174,7 +221,10 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
   char *field = (char *)s + o->offset;
   uint64_t u;
   switch (o->type) {
+    case T_PIPE:
+      return set_pipeline(s, value, err, errlen);
     case T_STR:
+    case T_OPTSTR:
       if (strlen(value) >= o->size)
         return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "value of '%s' is too long",
                          key);
@@ -375,13 +425,26 @@ static const char *enum_str(const enum_name *e, int v) {
 
 size_t stk_job_spec_format(const stk_job_spec *s, char *buf, size_t len) {
   size_t n = 0;
-  char tmp[STK_PATH_MAX + 64];
+  char tmp[sizeof(s->chain) + 64];
   for (size_t i = 0; i < NOPTS; i++) {
     const job_opt *o = &job_opts[i];
     const char *field = (const char *)s + o->offset;
     switch (o->type) {
       case T_STR:
         snprintf(tmp, sizeof(tmp), "%s = %.*s\n", o->name, (int)o->size, field);
+        break;
+      case T_OPTSTR:
+        if (field[0])
+          snprintf(tmp, sizeof(tmp), "%s = %.*s\n", o->name, (int)o->size, field);
+        else tmp[0] = 0;
+        break;
+      case T_PIPE:
+        if (*(const int32_t *)field == STK_PIPELINE_CHAIN)
+          snprintf(tmp, sizeof(tmp), "%s = %.*s\n", o->name, (int)sizeof(s->chain),
+                   s->chain);
+        else
+          snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
+                   enum_str(o->enums, *(const int32_t *)field));
         break;
       case T_U32:
         snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
@@ -477,6 +540,61 @@ static int validate_tokens(const stk_job_spec *s, char *err, size_t errlen) {
   return STK_OK;
 }
 
+/* pipeline = chain: an image source, the chain in canonical form, its
+ * output size equal to height x width, every plugin op's library named,
+ * and the named pipelines' own keys left at their defaults (a value there
+ * would silently do nothing). Other pipelines leave chain and plugin
+ * empty. */
+static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
+  if (!memchr(s->chain, 0, sizeof(s->chain)) || !memchr(s->plugin, 0, sizeof(s->plugin)))
+    VFAIL("job spec strings are not terminated");
+  if (s->pipeline != STK_PIPELINE_CHAIN) {
+    if (s->chain[0] || s->plugin[0])
+      VFAIL("chain and plugin belong to a pipeline given as an op chain");
+    return STK_OK;
+  }
+  if (s->source != STK_SOURCE_IMAGEFOLDER && s->source != STK_SOURCE_TAR)
+    VFAIL("an op chain needs an image source (imagefolder or tar)");
+  static _Thread_local stk__chain c; /* 10 KiB: off the caller's stack */
+  static _Thread_local char canon[sizeof(s->chain) + 1];
+  stk__chain_fields f;
+  int rc = stk__chain_parse(s->chain, &c, &f, err, errlen);
+  if (rc) return rc;
+  if (f.has_norm || f.has_to)
+    VFAIL(
+        "the stored chain may not hold normalize or to (they set mean/std and "
+        "dtype/layout)");
+  stk__chain_format(&c, canon, sizeof(canon));
+  if (strcmp(canon, s->chain))
+    VFAIL(
+        "chain is not in canonical form (set it with stk_job_spec_set(spec, "
+        "\"pipeline\", ...))");
+  uint32_t h, w;
+  if ((rc = stk__chain_size(&c, &h, &w, err, errlen))) return rc;
+  if (h != s->height || w != s->width)
+    VFAIL("the pipeline makes %ux%u images, but height x width is %ux%u", h, w, s->height,
+          s->width);
+  for (const char *p = s->plugin; *p;) {
+    const char *e = strchr(p, ',');
+    size_t l = e ? (size_t)(e - p) : strlen(p);
+    if (!stk__plugin_name_ok(p, l) || (e && !e[1]))
+      VFAIL("plugin wants name[,name...], each [a-z][a-z0-9_]*, no spaces");
+    p += l + (e ? 1 : 0);
+  }
+  if ((rc = stk__chain_check_plugins(&c, s->plugin, err, errlen))) return rc;
+  stk_job_spec d;
+  stk_job_spec_defaults(&d);
+  if (s->resize != d.resize || s->scale_min != d.scale_min ||
+      s->scale_max != d.scale_max || s->ratio_min != d.ratio_min ||
+      s->ratio_max != d.ratio_max || s->flip_p != d.flip_p ||
+      s->brightness != d.brightness || s->contrast != d.contrast ||
+      s->saturation != d.saturation)
+    VFAIL(
+        "resize, scale_*, ratio_*, flip_p, brightness, contrast and saturation are for "
+        "pipeline = train/eval; a chain gives them as op arguments");
+  return STK_OK;
+}
+
 int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (!memchr(s->name, 0, sizeof(s->name)) || !memchr(s->dataset, 0, sizeof(s->dataset)))
     VFAIL("job spec strings are not terminated");
@@ -488,8 +606,9 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     VFAIL("unknown source %d", (int)s->source);
   int rc = validate_tokens(s, err, errlen);
   if (rc) return rc;
-  if (s->pipeline < STK_PIPELINE_RAW || s->pipeline > STK_PIPELINE_EVAL)
+  if (s->pipeline < STK_PIPELINE_RAW || s->pipeline > STK_PIPELINE_CHAIN)
     VFAIL("unknown pipeline %d", (int)s->pipeline);
+  if ((rc = validate_chain(s, err, errlen))) return rc;
   if (!stk__dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
     VFAIL("image dtype must be uint8, float32 or bfloat16");
   if (s->layout != STK_LAYOUT_NHWC && s->layout != STK_LAYOUT_NCHW)

@@ -62,7 +62,7 @@ static const char exit_codes_text[] =
 
 static struct {
   char *coordinator, *listen, *advertise, *data_root, *token, *token_file, *port_file,
-      *log_level, *metrics_listen, *client_token_file;
+      *log_level, *metrics_listen, *client_token_file, *plugin_dir;
   stk__tls_opts tls;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
@@ -81,6 +81,10 @@ static stk__option options[] = {
      &opt.advertise, 0, 0},
     {"data-root", OPT_STR, "", NULL,
      "directory file datasets are read under (never outside it)", &opt.data_root, 0, 0},
+    {"plugin-dir", OPT_STR, "", NULL,
+     "directory of plugin ops (a job's plugin = NAME loads DIR/NAME.so; default "
+     "$STOKER_PLUGIN_DIR; none: jobs naming a plugin are refused)",
+     &opt.plugin_dir, 0, 0},
     {"threads", OPT_INT, "0", NULL, "batch builder threads (0 = number of cores)",
      &opt.threads, 0, 1024},
     {"batch-buffers", OPT_INT, "0", NULL,
@@ -372,6 +376,7 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     memset(&lim, 0, sizeof(lim));
     lim.max_file_bytes = (uint64_t)opt.max_file_mb << 20;
     lim.max_pixels = (uint64_t)opt.max_pixels;
+    lim.plugin_dir = *opt.plugin_dir ? opt.plugin_dir : NULL;
     stk_dataset *ds = NULL;
     if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds, msg,
                          sizeof(msg))) {

@@ -39,7 +39,12 @@ typedef struct stk_limits {
   uint32_t max_scans;         /* progressive scans, default 500 */
   uint64_t max_decoder_bytes; /* libjpeg memory cap, default 512 MiB */
   int32_t io_mode;            /* 0 auto (io_uring, else pread), 1 pread, 2 io_uring */
-  uint8_t reserved[64];
+  int32_t reserved0;
+  /* Where plugin ops live (a job's `plugin = name` loads DIR/name.so,
+   * stoker/op.h); NULL: $STOKER_PLUGIN_DIR; neither: jobs that name a
+   * plugin are refused. Only read during stk_dataset_open. */
+  const char *plugin_dir;
+  uint8_t reserved[56];
 } stk_limits;
 
 typedef struct stk_dataset stk_dataset;

@@ -34,7 +34,8 @@ typedef enum stk_source_kind {
 typedef enum stk_pipeline_kind {
   STK_PIPELINE_RAW = 1,   /* synthetic only: the sample image as generated */
   STK_PIPELINE_TRAIN = 2, /* RandomResizedCrop + flip + jitter + normalize */
-  STK_PIPELINE_EVAL = 3   /* Resize(shorter side) + CenterCrop + normalize */
+  STK_PIPELINE_EVAL = 3,  /* Resize(shorter side) + CenterCrop + normalize */
+  STK_PIPELINE_CHAIN = 4  /* the op chain in stk_job_spec.chain (docs/pipelines.md) */
 } stk_pipeline_kind;
 
 typedef enum stk_dtype {
@@ -85,6 +86,11 @@ typedef struct stk_job_spec {
   int32_t reset_position_ids; /* 1: position_ids restart after each eod token */
   int32_t loss_mask;          /* 1: the batch carries a loss_mask tensor */
   int32_t position_ids;       /* 1: the batch carries a position_ids tensor */
+  /* pipeline = chain: the chain's canonical text ("decode | resize(256) |
+   * ..."), without its closing normalize/to (they set mean, std, dtype and
+   * layout); "" for the named pipelines. Set through stk_job_spec_set. */
+  char plugin[64]; /* plugin libraries the chain uses: "name[,name...]" */
+  char chain[960];
   uint8_t reserved[228];
 } stk_job_spec;
 

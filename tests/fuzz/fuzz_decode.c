@@ -1,7 +1,9 @@
 /* fuzz_decode.c - libFuzzer target for the decode path: header checks,
  * RandomResizedCrop box, ROI decode at a DCT scale, antialiased resample
- * and the float32 store, plus a full-size decode. Any input must come back
- * with a status, never a crash, leak or undefined behaviour.
+ * and the float32 store, plus a full-size decode, then one of a few op
+ * chains (pipeline = decode | ..., every built-in op) on the same input.
+ * Any input must come back with a status, never a crash, leak or
+ * undefined behaviour.
  *
  * Built as a libFuzzer binary with clang and STOKER_FUZZ=ON; always built
  * as a replay program (replay_main.c) that ctest runs over the corpus.
@@ -10,6 +12,15 @@
 #include <string.h>
 
 #include "jpegsrc.h"
+
+static const char *const chains[] = {
+    "decode | resize(40) | random_crop(32, 24, padding=4) | rotate(0, 90, 180, 270)"
+    " | hflip(0.5) | vflip(0.5) | center_crop(24)",
+    "decode | random_resized_crop(24, 32, scale=0.05:1) | color_jitter(0.8, 0.8, 0.8, "
+    "0.5)"
+    " | grayscale(0.5) | gaussian_blur(5, sigma=0.1:3)",
+    "decode | center_crop(48) | resize(16, 20) | color_jitter(hue=0.5) | rotate(90)",
+};
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 
@@ -60,5 +71,19 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     stk__roi full;
     stk__decoder_full(d, &full, NULL, 0);
   }
+  static stk__chain_run *runs[sizeof(chains) / sizeof(chains[0])];
+  static float chain_out[48 * 48 * 3];
+  size_t k = data[size - 1] % (sizeof(chains) / sizeof(chains[0]));
+  if (!runs[k]) {
+    stk_job_spec js;
+    stk_job_spec_defaults(&js);
+    js.source = STK_SOURCE_IMAGEFOLDER;
+    if (stk_job_spec_set(&js, "pipeline", chains[k], NULL, 0) ||
+        stk_job_spec_set(&js, "dtype", "float32", NULL, 0) ||
+        stk__chain_run_create(&runs[k], NULL, &js, NULL, 0))
+      return 0;
+  }
+  if (stk__decoder_header(d, data, size, &w, &h, NULL, 0) == STK_OK)
+    stk__chain_run_sample(runs[k], d, w, h, &r, chain_out, (char[64]){0}, 64);
   return 0;
 }

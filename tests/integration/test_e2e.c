@@ -10,7 +10,8 @@
  * comparing every batch with the reference built from the same files: a
  * float32 NCHW job whose images travel as 8-bit values (the bytes
  * received say so), the same with floats on the wire
- * (STOKER_WIRE_UINT8=0), and a bfloat16 NHWC job.
+ * (STOKER_WIRE_UINT8=0), a bfloat16 NHWC job, and a job whose pipeline
+ * is a user's op chain with a plugin op (examples/plugin_cutout.c).
  *
  * usage: test_e2e <stoker-coordinator> <stoker-worker> [<stoker-dataset>]
  */
@@ -160,5 +161,36 @@ int main(int argc, char **argv) {
                          "--set", "drop_last=false",    "--set", "seed=3",
                          NULL};
   run_job("jpeg-bf16-nhwc", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
+  /* A user's op chain with a plugin op (examples/plugin_cutout.c): the
+   * workers load it from --plugin-dir, the ranks' references from
+   * $STOKER_PLUGIN_DIR; every batch equals the reference. */
+  const char *chain[] = {
+      "--set",
+      "source=imagefolder",
+      "--set",
+      "dataset=imagefolder",
+      "--set",
+      "plugin=cutout",
+      "--set",
+      "pipeline=random_resized_crop(64, scale=0.2:1) | hflip(0.5) | "
+      "color_jitter(0.4, 0.4, 0.4, 0.1) | rotate(0, 90, 180, 270) | "
+      "gaussian_blur(3, sigma=0.1:1) | cutout(size=16, n=2) | normalize(imagenet) | "
+      "to(float32, nchw)",
+      "--set",
+      "batch_size=6",
+      "--set",
+      "world_size=2",
+      "--set",
+      "epochs=2",
+      "--set",
+      "drop_last=false",
+      "--set",
+      "seed=5",
+      NULL};
+  const char *w3[] = {"--threads",    "1",        "--data-root", root,
+                      "--plugin-dir", PLUGIN_DIR, NULL};
+  setenv("STOKER_PLUGIN_DIR", PLUGIN_DIR, 1);
+  run_job("jpeg-chain-plugin", chain, w3, root, NULL, 2 * 10, l8.total_bytes);
+  unsetenv("STOKER_PLUGIN_DIR");
   CHECK_DONE();
 }

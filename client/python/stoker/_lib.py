@@ -121,6 +121,8 @@ class JobSpec(ctypes.Structure):
         ("eod_mask_loss", ctypes.c_int32), ("eod_token", ctypes.c_int64),
         ("reset_position_ids", ctypes.c_int32), ("loss_mask", ctypes.c_int32),
         ("position_ids", ctypes.c_int32),
+        # pipeline = chain (docs/pipelines.md)
+        ("plugin", ctypes.c_char * 64), ("chain", ctypes.c_char * 960),
         ("reserved", ctypes.c_uint8 * 228),
     ]
 

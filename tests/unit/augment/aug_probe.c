@@ -7,6 +7,10 @@
  *                                float32 NCHW, every sample of an
  *                                ImageFolder dataset: OUT holds per sample
  *                                int64 index + 3*224*224 float32
+ *   aug_probe chain ROOT DATASET CHAIN OUT
+ *                                the op chain CHAIN (to uint8 NHWC), every
+ *                                sample: OUT holds per sample int64 index +
+ *                                h*w*3 bytes (h, w printed on stdout)
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,6 +65,48 @@ int main(int argc, char **argv) {
     stk_dataset_close(ds);
     return 0;
   }
-  fprintf(stderr, "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT\n");
+  if (argc == 6 && !strcmp(argv[1], "chain")) {
+    stk_job_spec s;
+    tu_spec(&s, STK_SOURCE_IMAGEFOLDER, argv[3], STK_PIPELINE_EVAL, STK_DTYPE_UINT8,
+            STK_LAYOUT_NHWC, 1, 224);
+    char err[512];
+    if (stk_job_spec_set(&s, "pipeline", argv[4], err, sizeof(err)) ||
+        stk_job_spec_set(&s, "dtype", "uint8", err, sizeof(err)) ||
+        stk_job_spec_set(&s, "layout", "nhwc", err, sizeof(err))) {
+      fprintf(stderr, "%s\n", err);
+      return 1;
+    }
+    stk_dataset *ds;
+    stk_builder *b;
+    if (stk_dataset_open(&s, argv[2], NULL, &ds, err, sizeof(err)) ||
+        stk_builder_create(ds, &s, &b, err, sizeof(err))) {
+      fprintf(stderr, "%s\n", err);
+      return 1;
+    }
+    printf("%u %u\n", s.height, s.width);
+    stk_batch_layout L;
+    stk_batch_layout_of(&s, &L);
+    uint8_t *buf = malloc(L.total_bytes);
+    FILE *f = fopen(argv[5], "wb");
+    for (uint64_t st = 0; st < stk_dataset_size(ds); st++) {
+      stk_build_info info;
+      if (stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info) || info.substituted) {
+        fprintf(stderr, "build %llu failed: %s\n", (unsigned long long)st,
+                stk_builder_error(b));
+        return 1;
+      }
+      fwrite(buf + L.tensors[STK_TENSOR_INDEX].offset, 8, 1, f);
+      fwrite(buf + L.tensors[STK_TENSOR_IMAGE].offset, 1, L.tensors[0].nbytes, f);
+    }
+    fclose(f);
+    free(buf);
+    stk_builder_destroy(b);
+    stk_dataset_close(ds);
+    return 0;
+  }
+  fprintf(
+      stderr,
+      "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT | chain ROOT DATASET "
+      "CHAIN OUT\n");
   return 2;
 }

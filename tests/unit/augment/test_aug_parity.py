@@ -8,6 +8,14 @@
 2. RandomResizedCrop's crop boxes: the distributions of area fraction,
    log aspect ratio and position (and the fallback rate) match
    torchvision's get_params (two-sample Kolmogorov-Smirnov at alpha 1e-3).
+3. Every op of an op chain (pipeline = decode | ...) with its random
+   parameters pinned (p = 1, a range a:a) against torchvision's transform
+   on the same PIL image: center_crop(48) first (decoded as PIL decodes,
+   so both sides start from the same pixels), then the op. Exact for the
+   flips, rotations, grayscale, crops with padding and ColorJitter's four
+   adjustments (PIL's own integer and float recipes); within 1 level for
+   resize (PIL resamples in fixed point) and gaussian_blur (torch sums a 2-D
+   kernel in another order).
 
 usage: test_aug_parity.py AUG_PROBE STOKER_DATASET. Exit 77 (skip) without
 torch/torchvision/numpy.
@@ -23,6 +31,7 @@ try:
     import torch
     from PIL import Image
     from torchvision import transforms as T
+    from torchvision.transforms import functional as TF
 except ImportError as e:  # the Debian packages are not installed
     print(f"skip: {e}")
     sys.exit(77)
@@ -101,6 +110,70 @@ def parity_boxes(probe):
     return ok
 
 
+OPS = [
+    # (chain after center_crop(48), torchvision transform of the 48x48 crop, max diff)
+    ("hflip(1)", T.RandomHorizontalFlip(1.0), 0),
+    ("vflip(1)", T.RandomVerticalFlip(1.0), 0),
+    ("rotate(90)", lambda im: TF.rotate(im, 90, expand=True), 0),
+    ("rotate(180)", lambda im: TF.rotate(im, 180), 0),
+    ("rotate(270)", lambda im: TF.rotate(im, 270, expand=True), 0),
+    ("grayscale(1)", T.Grayscale(3), 0),
+    ("color_jitter(brightness=1.3:1.3)", lambda im: TF.adjust_brightness(im, 1.3), 0),
+    ("color_jitter(brightness=0.6:0.6)", lambda im: TF.adjust_brightness(im, 0.6), 0),
+    ("color_jitter(contrast=1.4:1.4)", lambda im: TF.adjust_contrast(im, 1.4), 0),
+    ("color_jitter(contrast=0.5:0.5)", lambda im: TF.adjust_contrast(im, 0.5), 0),
+    ("color_jitter(saturation=1.6:1.6)", lambda im: TF.adjust_saturation(im, 1.6), 0),
+    ("color_jitter(saturation=0.3:0.3)", lambda im: TF.adjust_saturation(im, 0.3), 0),
+    ("color_jitter(hue=0.1:0.1)", lambda im: TF.adjust_hue(im, 0.1), 0),
+    ("color_jitter(hue=-0.25:-0.25)", lambda im: TF.adjust_hue(im, -0.25), 0),
+    ("center_crop(60, 52)", T.CenterCrop((60, 52)), 0),
+    ("random_crop(52, padding=2)", T.RandomCrop(52, padding=2), 0),
+    ("center_crop(40) | resize(32)", T.Compose([T.CenterCrop(40), T.Resize(32)]), 1),
+    ("resize(30, 20)", T.Resize((30, 20)), 1),
+    ("gaussian_blur(5, sigma=1.5)", T.GaussianBlur(5, (1.5, 1.5)), 1),
+    ("gaussian_blur(3, 7, sigma=0.8)", T.GaussianBlur((7, 3), (0.8, 0.8)), 1),
+]
+
+
+def parity_ops(probe, tmp):
+    root = os.path.join(tmp, "d")
+    folder = os.path.join(root, "imagefolder")
+    files = []
+    for c in sorted(e.name for e in os.scandir(folder) if e.is_dir()):
+        files += [os.path.join(folder, c, f)
+                  for f in sorted(os.listdir(os.path.join(folder, c)))]
+    base = {}
+    ok = True
+    for chain, tv, tol in OPS:
+        out = os.path.join(tmp, "chain.bin")
+        res = subprocess.run([probe, "chain", root, "imagefolder", f"center_crop(48) | {chain}",
+                              out], check=True, capture_output=True, text=True)
+        h, w = (int(v) for v in res.stdout.split())
+        raw = open(out, "rb").read()
+        rec = 8 + h * w * 3
+        worst, total, over = 0, 0.0, 0
+        for k in range(len(files)):
+            idx = int(np.frombuffer(raw, np.int64, 1, k * rec)[0])
+            ours = np.frombuffer(raw, np.uint8, h * w * 3, k * rec + 8).reshape(h, w, 3)
+            if idx not in base:
+                with Image.open(files[idx]) as im:
+                    base[idx] = T.CenterCrop(48)(im.convert("RGB"))
+            ref = np.asarray(tv(base[idx].copy()).convert("RGB"))
+            if ref.shape != ours.shape:
+                print(f"  {chain}: shape {ours.shape} vs torchvision {ref.shape}")
+                ok = False
+                break
+            d = np.abs(ours.astype(np.int32) - ref.astype(np.int32))
+            worst = max(worst, int(d.max()))
+            total += float(d.mean())
+            over += int((d > tol).sum())
+        good = worst <= tol
+        print(f"op {chain}: {len(files)} images, max diff {worst} (limit {tol}), "
+              f"mean {total / len(files):.4f}" + ("" if good else f"  MISMATCH ({over} values)"))
+        ok = ok and good
+    return ok
+
+
 def main():
     probe, gen = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
@@ -108,6 +181,7 @@ def main():
     try:
         ok = parity_eval(probe, gen, tmp)
         ok = parity_boxes(probe) and ok
+        ok = parity_ops(probe, tmp) and ok
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if ok else 1

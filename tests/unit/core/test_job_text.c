@@ -25,7 +25,7 @@ static void roundtrip(const stk_job_spec *a) {
   stk_job_spec b;
   memset(&b, 0x5a, sizeof b); /* every named field must be overwritten */
   memcpy(b.reserved, a->reserved, sizeof b.reserved);
-  b.name[0] = b.dataset[0] = 0;
+  b.name[0] = b.dataset[0] = b.plugin[0] = b.chain[0] = 0;
   int rc = stk_job_spec_parse(&b, t1, err, sizeof err);
   CHECK(rc == STK_OK);
   if (rc != STK_OK) fprintf(stderr, "parse: %s\n--- text:\n%s", err, t1);
@@ -36,8 +36,9 @@ static void roundtrip(const stk_job_spec *a) {
   /* field by field (the strings only up to their NUL) */
   CHECK(strcmp(a->name, b.name) == 0 && strcmp(a->dataset, b.dataset) == 0);
   CHECK(memcmp(&a->num_samples, &b.num_samples,
-               offsetof(stk_job_spec, reserved) - offsetof(stk_job_spec, num_samples)) ==
+               offsetof(stk_job_spec, plugin) - offsetof(stk_job_spec, num_samples)) ==
         0);
+  CHECK(strcmp(a->plugin, b.plugin) == 0 && strcmp(a->chain, b.chain) == 0);
   CHECK(a->source == b.source);
 }
 

@@ -1,0 +1,577 @@
+/* ops_chain.c - running an op chain (pipeline = decode | ... , parsed by
+ * core/chain.c) on one sample.
+ *
+ * Geometry before the first pixel op stays virtual: crops only move a box
+ * in the source's coordinates and a resize only sets the size the box will
+ * be resampled to, so `resize(256) | center_crop(224)` decodes (with DCT
+ * scaling and region of interest) and resamples only what the crop keeps,
+ * as the eval pipeline does, and `random_resized_crop` decodes as train
+ * does. The image is made real (decoded, resampled, rounded to 8 bits, as
+ * a PIL image would be after each torchvision transform) before every
+ * pixel op, before a second resize, before a crop that reaches outside the
+ * image (zero fill) and at the end. Pixel ops follow torchvision on PIL
+ * images: ImageEnhance blends for brightness/contrast/saturation, PIL's
+ * HSV round trip for hue, PIL's luma for grayscale, torchvision's
+ * reflect-padded Gaussian kernel for blur.
+ *
+ * Random draws come from the sample's own stream (stk_rng keyed by seed,
+ * epoch, sample index) in chain order; docs/pipelines.md lists each op's.
+ *
+ * Owns its buffers and the plugin ops' per-builder states; one run per
+ * builder, so not thread-safe and needing no locks.
+ */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "chain.h"
+#include "common/error.h"
+#include "jpegsrc.h"
+#include "stoker/op.h"
+
+struct stk__chain_run {
+  stk__chain c;
+  int dtype, layout;
+  uint32_t oh, ow;
+  float norm[3][256];
+  uint8_t *buf[2];
+  size_t cap[2];
+  int cur; /* buf[cur] holds the real image */
+  float *fb;
+  size_t fcap;
+  uint8_t *cb; /* the box a resize of a crop reads */
+  size_t ccap;
+  stk__scratch sc;
+  const stk_op_info *pinfo[STK__CHAIN_MAX_OPS];
+  void *pstate[STK__CHAIN_MAX_OPS];
+};
+
+/* The image between ops: virtual (a box of the JPEG or of buf[cur] to be
+ * resampled to w x h) or real (buf[cur], w x h, box = all of it). */
+typedef struct {
+  int real;        /* 0: the source is the JPEG, 1: buf[cur] */
+  uint32_t sw, sh; /* the source's size */
+  double x0, y0, x1, y1;
+  uint32_t w, h;
+  int fast; /* the pending resize comes from random_resized_crop: decode
+               as the train pipeline does */
+  int clip; /* a crop came before the pending resize: the resize reads
+               only the box (torchvision resizes the cropped image), else
+               all of the source (a crop of a resized image) */
+} view;
+
+static int grow(void **p, size_t *cap, size_t need) {
+  if (need <= *cap) return 0;
+  size_t c = *cap ? *cap : 1 << 16;
+  while (c < need) c *= 2;
+  void *q = realloc(*p, c);
+  if (!q) return -1;
+  *p = q, *cap = c;
+  return 0;
+}
+
+static uint8_t *next_buf(stk__chain_run *r, size_t bytes) {
+  int n = !r->cur;
+  if (grow((void **)&r->buf[n], &r->cap[n], bytes ? bytes : 1)) return NULL;
+  return r->buf[n];
+}
+
+static int scaled(const view *v) {
+  return v->x1 - v->x0 != v->w || v->y1 - v->y0 != v->h;
+}
+
+/* Make v real in buf[cur]. STK_OK, STK_NO_MEMORY or the decoder's error. */
+static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
+                       size_t whylen) {
+  int sub = v->x0 != 0 || v->y0 != 0 || v->x1 != v->sw || v->y1 != v->sh;
+  if (v->real && !scaled(v) && !sub) return STK_OK;
+  size_t bytes = (size_t)v->w * v->h * 3;
+  uint8_t *o = next_buf(r, bytes);
+  if (!o) return snprintf(why, whylen, "out of memory (chain)"), STK_NO_MEMORY;
+  const uint8_t *src;
+  uint32_t srcw, srch;
+  double bx0 = v->x0, by0 = v->y0, bx1 = v->x1, by1 = v->y1; /* in src pixels */
+  if (!v->real) {
+    /* as the named pipelines: the fast decode (k = 1, no margin) for a
+     * random_resized_crop, else the exact one keeping twice the output
+     * size, with a margin so that the box's edge pixels (chroma
+     * upsampling, filter taps) come out as in a full decode */
+    double sup = fmax((v->x1 - v->x0) / v->w, (v->y1 - v->y0) / v->h);
+    int margin = v->fast ? 0 : (int)ceil(sup < 1 ? 1 : sup) + 1;
+    uint32_t k = v->fast ? 1 : 2;
+    stk__roi roi;
+    int rc = stk__decoder_roi(dec, v->x0, v->y0, v->x1, v->y1, v->w * k, v->h * k, margin,
+                              8, v->fast, &roi, why, whylen);
+    if (rc) return rc;
+    src = roi.px, srcw = roi.w, srch = roi.h;
+    bx0 = v->x0 * roi.sx - roi.x0, bx1 = v->x1 * roi.sx - roi.x0;
+    by0 = v->y0 * roi.sy - roi.y0, by1 = v->y1 * roi.sy - roi.y0;
+  } else {
+    src = r->buf[r->cur], srcw = v->sw, srch = v->sh;
+  }
+  if (v->clip && !v->fast) {
+    /* a resize of a crop reads the crop alone: copy the box (whole
+     * pixels; rounded where DCT scaling made its edges fractional) out */
+    uint32_t cx0 = (uint32_t)fmax(0, nearbyint(bx0)),
+             cy0 = (uint32_t)fmax(0, nearbyint(by0));
+    uint32_t cx1 = (uint32_t)fmin(srcw, nearbyint(bx1)),
+             cy1 = (uint32_t)fmin(srch, nearbyint(by1));
+    if (cx1 <= cx0) cx1 = cx0 + 1 <= srcw ? cx0 + 1 : srcw, cx0 = cx1 - 1;
+    if (cy1 <= cy0) cy1 = cy0 + 1 <= srch ? cy0 + 1 : srch, cy0 = cy1 - 1;
+    uint32_t cw = cx1 - cx0, ch = cy1 - cy0;
+    if (grow((void **)&r->cb, &r->ccap, (size_t)cw * ch * 3))
+      return snprintf(why, whylen, "out of memory (chain)"), STK_NO_MEMORY;
+    for (uint32_t y = 0; y < ch; y++)
+      memcpy(r->cb + (size_t)y * cw * 3, src + ((size_t)(cy0 + y) * srcw + cx0) * 3,
+             (size_t)cw * 3);
+    src = r->cb, srcw = cw, srch = ch;
+    bx0 -= cx0, bx1 -= cx0, by0 -= cy0, by1 -= cy0;
+  }
+  if (v->real && !scaled(v)) {
+    /* a crop of a real image: copy the rows */
+    for (uint32_t y = 0; y < v->h; y++)
+      memcpy(o + (size_t)y * v->w * 3, src + (((size_t)by0 + y) * srcw + (size_t)bx0) * 3,
+             (size_t)v->w * 3);
+  } else {
+    if (stk__resample(&r->sc, src, srcw, srch, bx0, by0, bx1, by1, v->w, v->h))
+      return snprintf(why, whylen, "out of memory (resampling)"), STK_NO_MEMORY;
+    const float *f = r->sc.img;
+    for (size_t i = 0; i < bytes; i++) o[i] = (uint8_t)stk__q8(f[i]);
+  }
+  r->cur = !r->cur;
+  v->real = 1, v->sw = v->w, v->sh = v->h, v->fast = v->clip = 0;
+  v->x0 = v->y0 = 0, v->x1 = v->w, v->y1 = v->h;
+  return STK_OK;
+}
+
+/* Crop (x, y, cw, ch) of the current w x h image; parts outside it are
+ * zero (torchvision pads with 0 first). */
+static int crop(stk__chain_run *r, view *v, stk__decoder *dec, int64_t x, int64_t y,
+                uint32_t cw, uint32_t ch, char *why, size_t whylen) {
+  int inside = x >= 0 && y >= 0 && x + cw <= v->w && y + ch <= v->h;
+  if (inside && !scaled(v)) {
+    /* no resize pending: the box shrinks, and a resize after it will
+     * read this box only */
+    v->x0 += (double)x, v->x1 = v->x0 + cw;
+    v->y0 += (double)y, v->y1 = v->y0 + ch;
+    v->w = cw, v->h = ch;
+    v->clip = v->x0 != 0 || v->y0 != 0 || v->x1 != v->sw || v->y1 != v->sh;
+    return STK_OK;
+  }
+  if (inside && !v->clip) {
+    /* a crop of the resized source: resample only what it keeps (taps
+     * still reach outside it, as in the resized whole) */
+    double fx = (v->x1 - v->x0) / v->w, fy = (v->y1 - v->y0) / v->h;
+    double x0 = v->x0, y0 = v->y0;
+    v->x0 = x0 + (double)x * fx, v->x1 = x0 + (double)(x + cw) * fx;
+    v->y0 = y0 + (double)y * fy, v->y1 = y0 + (double)(y + ch) * fy;
+    v->w = cw, v->h = ch;
+    return STK_OK;
+  }
+  int rc = materialize(r, v, dec, why, whylen);
+  if (rc) return rc;
+  uint8_t *o = next_buf(r, (size_t)cw * ch * 3);
+  if (!o) return snprintf(why, whylen, "out of memory (chain)"), STK_NO_MEMORY;
+  const uint8_t *s = r->buf[r->cur];
+  memset(o, 0, (size_t)cw * ch * 3);
+  for (uint32_t j = 0; j < ch; j++) {
+    int64_t sy = y + j;
+    if (sy < 0 || sy >= v->h) continue;
+    int64_t a = x < 0 ? -x : 0, b = x + cw > v->w ? (int64_t)v->w - x : cw;
+    if (b > a)
+      memcpy(o + ((size_t)j * cw + (size_t)a) * 3,
+             s + ((size_t)sy * v->w + (size_t)(x + a)) * 3, (size_t)(b - a) * 3);
+  }
+  r->cur = !r->cur;
+  v->w = v->sw = cw, v->h = v->sh = ch;
+  v->x0 = v->y0 = 0, v->x1 = cw, v->y1 = ch;
+  return STK_OK;
+}
+
+static int resize_to(stk__chain_run *r, view *v, stk__decoder *dec, uint32_t nw,
+                     uint32_t nh, int fast, char *why, size_t whylen) {
+  if (scaled(v)) {
+    int rc = materialize(r, v, dec, why, whylen);
+    if (rc) return rc;
+  }
+  v->w = nw, v->h = nh;
+  v->fast = fast && !v->real;
+  return STK_OK;
+}
+
+/* ---- pixel ops on the real image (PIL's integer and float recipes) ---- */
+
+static inline uint8_t luma(const uint8_t *p) {
+  return (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
+}
+
+/* Image.blend(a, b, alpha) for one value: a + alpha (b - a) in float,
+ * truncated, clipped when alpha leaves [0, 1]. */
+static inline uint8_t blend(int a, int b, float alpha) {
+  float t = (float)((float)a + alpha * (float)(b - a));
+  if (alpha >= 0 && alpha <= 1) return (uint8_t)t;
+  return t <= 0 ? 0 : t >= 255 ? 255 : (uint8_t)t;
+}
+
+static void brightness(uint8_t *px, size_t n, float f) {
+  for (size_t i = 0; i < n * 3; i++) px[i] = blend(0, px[i], f);
+}
+
+static void contrast(uint8_t *px, size_t n, float f) {
+  double sum = 0;
+  for (size_t i = 0; i < n; i++) sum += luma(px + 3 * i);
+  int mean = (int)(sum / (double)n + 0.5);
+  for (size_t i = 0; i < n * 3; i++) px[i] = blend(mean, px[i], f);
+}
+
+static void saturation(uint8_t *px, size_t n, float f) {
+  for (size_t i = 0; i < n; i++) {
+    uint8_t *p = px + 3 * i, g = luma(p);
+    for (int c = 0; c < 3; c++) p[c] = blend(g, p[c], f);
+  }
+}
+
+static inline uint8_t clip8(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
+
+/* PIL's RGB -> HSV -> RGB with h shifted by `shift` (mod 256). */
+static void hue(uint8_t *px, size_t n, uint8_t shift) {
+  for (size_t i = 0; i < n; i++) {
+    uint8_t *p = px + 3 * i, r = p[0], g = p[1], b = p[2];
+    uint8_t mx = r > g ? (r > b ? r : b) : (g > b ? g : b);
+    uint8_t mn = r < g ? (r < b ? r : b) : (g < b ? g : b);
+    uint8_t uh = 0, us = 0, uv = mx;
+    if (mx != mn) {
+      float cr = (float)(mx - mn), s = cr / (float)mx;
+      float rc = (float)(mx - r) / cr, gc = (float)(mx - g) / cr,
+            bc = (float)(mx - b) / cr;
+      float h;
+      if (r == mx) h = bc - gc;
+      else if (g == mx) h = (float)(2.0 + rc - bc);
+      else h = (float)(4.0 + gc - rc);
+      h = (float)fmod(h / 6.0 + 1.0, 1.0);
+      uh = clip8((int)(h * 255.0));
+      us = clip8((int)(s * 255.0));
+    }
+    uh = (uint8_t)(uh + shift);
+    if (us == 0) {
+      p[0] = p[1] = p[2] = uv;
+      continue;
+    }
+    int k = (int)floor((float)uh * 6.0 / 255.0);
+    float f = (float)((float)uh * 6.0 / 255.0 - (float)k);
+    float fs = (float)((float)us / 255.0);
+    uint8_t up = clip8((int)round((float)uv * (1.0 - fs)));
+    uint8_t uq = clip8((int)round((float)uv * (1.0 - fs * f)));
+    uint8_t ut = clip8((int)round((float)uv * (1.0 - fs * (1.0 - f))));
+    uint8_t o[3];
+    switch (k % 6) {
+      case 0:
+        o[0] = uv, o[1] = ut, o[2] = up;
+        break;
+      case 1:
+        o[0] = uq, o[1] = uv, o[2] = up;
+        break;
+      case 2:
+        o[0] = up, o[1] = uv, o[2] = ut;
+        break;
+      case 3:
+        o[0] = up, o[1] = uq, o[2] = uv;
+        break;
+      case 4:
+        o[0] = ut, o[1] = up, o[2] = uv;
+        break;
+      default:
+        o[0] = uv, o[1] = up, o[2] = uq;
+        break;
+    }
+    memcpy(p, o, 3);
+  }
+}
+
+static inline uint32_t reflect(int64_t i, uint32_t n) {
+  if (n == 1) return 0;
+  while (i < 0 || i >= n) i = i < 0 ? -i : 2 * ((int64_t)n - 1) - i;
+  return (uint32_t)i;
+}
+
+/* torchvision's kernel: exp(-x^2 / (2 sigma^2)) at x = -(k-1)/2 .. (k-1)/2,
+ * in float, divided by its sum. */
+static void gauss_kernel(float *k, uint32_t n, float sigma) {
+  float sum = 0, half = (float)(n - 1) * 0.5f;
+  for (uint32_t i = 0; i < n; i++) {
+    float x = ((float)i - half) / sigma;
+    k[i] = expf(-0.5f * x * x);
+    sum += k[i];
+  }
+  for (uint32_t i = 0; i < n; i++) k[i] /= sum;
+}
+
+static int blur(stk__chain_run *r, uint8_t *px, uint32_t w, uint32_t h, uint32_t kh,
+                uint32_t kw, float sigma) {
+  float kx[256], ky[256];
+  gauss_kernel(kx, kw, sigma);
+  gauss_kernel(ky, kh, sigma);
+  size_t n = (size_t)w * h * 3;
+  if (grow((void **)&r->fb, &r->fcap, n * sizeof(float))) return -1;
+  float *t = r->fb;
+  int hx = (int)kw / 2, hy = (int)kh / 2;
+  for (uint32_t y = 0; y < h; y++)
+    for (uint32_t x = 0; x < w; x++)
+      for (int c = 0; c < 3; c++) {
+        float acc = 0;
+        for (int k = 0; k < (int)kw; k++)
+          acc += kx[k] * px[((size_t)y * w + reflect((int64_t)x + k - hx, w)) * 3 + c];
+        t[((size_t)y * w + x) * 3 + c] = acc;
+      }
+  for (uint32_t y = 0; y < h; y++)
+    for (uint32_t x = 0; x < w; x++)
+      for (int c = 0; c < 3; c++) {
+        float acc = 0;
+        for (int k = 0; k < (int)kh; k++)
+          acc += ky[k] * t[((size_t)reflect((int64_t)y + k - hy, h) * w + x) * 3 + c];
+        float v = nearbyintf(acc); /* torch.round: half to even */
+        px[((size_t)y * w + x) * 3 + c] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+      }
+  return 0;
+}
+
+static void flip_h(uint8_t *px, uint32_t w, uint32_t h) {
+  for (uint32_t y = 0; y < h; y++) {
+    uint8_t *row = px + (size_t)y * w * 3;
+    for (uint32_t a = 0, b = w - 1; a < b; a++, b--) {
+      uint8_t t[3];
+      memcpy(t, row + 3 * a, 3), memcpy(row + 3 * a, row + 3 * b, 3),
+          memcpy(row + 3 * b, t, 3);
+    }
+  }
+}
+
+static void flip_v(uint8_t *px, uint32_t w, uint32_t h) {
+  size_t rl = (size_t)w * 3;
+  for (uint32_t a = 0, b = h - 1; h && a < b; a++, b--) {
+    uint8_t *ra = px + a * rl, *rb = px + b * rl;
+    for (size_t i = 0; i < rl; i++) {
+      uint8_t t = ra[i];
+      ra[i] = rb[i], rb[i] = t;
+    }
+  }
+}
+
+/* Rotate counter-clockwise by 90k degrees (PIL's transpose) into o. */
+static void rotate(const uint8_t *s, uint32_t w, uint32_t h, int k, uint8_t *o) {
+  uint32_t ow = k & 1 ? h : w, oh = k & 1 ? w : h;
+  for (uint32_t y = 0; y < oh; y++)
+    for (uint32_t x = 0; x < ow; x++) {
+      uint32_t sx, sy;
+      if (k == 1) sx = w - 1 - y, sy = x;
+      else if (k == 2) sx = w - 1 - x, sy = h - 1 - y;
+      else if (k == 3) sx = y, sy = h - 1 - x;
+      else sx = x, sy = y;
+      memcpy(o + ((size_t)y * ow + x) * 3, s + ((size_t)sy * w + sx) * 3, 3);
+    }
+}
+
+/* ---- the run ---------------------------------------------------------- */
+
+int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
+                          const stk_job_spec *spec, char *err, size_t errlen) {
+  *out = NULL;
+  stk__chain_run *r = calloc(1, sizeof(*r));
+  if (!r) return STK_NO_MEMORY;
+  int rc = stk__chain_parse(spec->chain, &r->c, NULL, err, errlen);
+  if (rc) {
+    free(r);
+    return rc;
+  }
+  r->dtype = spec->dtype, r->layout = spec->layout;
+  r->oh = spec->height, r->ow = spec->width;
+  stk_normalize_table(spec, r->norm);
+  for (uint32_t i = 0; i < r->c.n; i++) {
+    const stk__op *op = &r->c.ops[i];
+    if (op->kind != STK__OP_PLUGIN) continue;
+    const stk_op_info *info = stk__plugin_find(ds, op->name);
+    if (!info) {
+      stk__chain_run_free(r);
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin op '%s' is not loaded",
+                       op->name);
+    }
+    char why[200] = "";
+    if (info->create(op->args, &r->pstate[i], why, sizeof(why))) {
+      why[sizeof(why) - 1] = 0;
+      stk__chain_run_free(r);
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin op %s(%s): %s",
+                       op->name, op->args, why[0] ? why : "refused its arguments");
+    }
+    r->pinfo[i] = info;
+  }
+  *out = r;
+  return STK_OK;
+}
+
+void stk__chain_run_free(stk__chain_run *r) {
+  if (!r) return;
+  for (uint32_t i = 0; i < r->c.n; i++)
+    if (r->pinfo[i] && r->pinfo[i]->destroy) r->pinfo[i]->destroy(r->pstate[i]);
+  free(r->buf[0]), free(r->buf[1]), free(r->fb), free(r->cb);
+  stk__scratch_free(&r->sc);
+  free(r);
+}
+
+/* Write the real w x h image into the sample's place in the batch. */
+static void store(const stk__chain_run *r, const uint8_t *px, void *out) {
+  uint32_t w = r->ow, h = r->oh;
+  size_t npix = (size_t)w * h;
+  for (size_t i = 0; i < npix; i++) {
+    const uint8_t *p = px + 3 * i;
+    for (int c = 0; c < 3; c++) {
+      size_t at = r->layout == STK_LAYOUT_NCHW ? (size_t)c * npix + i : 3 * i + (size_t)c;
+      if (r->dtype == STK_DTYPE_UINT8) ((uint8_t *)out)[at] = p[c];
+      else if (r->dtype == STK_DTYPE_FLOAT32) ((float *)out)[at] = r->norm[c][p[c]];
+      else ((uint16_t *)out)[at] = stk__bf16(r->norm[c][p[c]]);
+    }
+  }
+}
+
+int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint32_t H,
+                          stk_rng *rng, void *out, char *why, size_t whylen) {
+  view v = {0, W, H, 0, 0, W, H, W, H, 0};
+  int rc = STK_OK;
+  for (uint32_t i = 1; i < r->c.n && !rc; i++) {
+    const stk__op *op = &r->c.ops[i];
+    switch (op->kind) {
+      case STK__OP_RRC: {
+        if (scaled(&v) && (rc = materialize(r, &v, dec, why, whylen))) break;
+        stk__box b =
+            stk__rrc_box(v.w, v.h, op->lo[0], op->hi[0], op->lo[1], op->hi[1], rng);
+        if (!(rc = crop(r, &v, dec, b.x, b.y, (uint32_t)b.w, (uint32_t)b.h, why, whylen)))
+          rc = resize_to(r, &v, dec, op->w, op->h, 1, why, whylen);
+        break;
+      }
+      case STK__OP_RESIZE: {
+        uint32_t nw = op->w, nh = op->h;
+        if (!op->w) stk__resize_short(v.w, v.h, op->h, &nw, &nh);
+        rc = resize_to(r, &v, dec, nw, nh, 0, why, whylen);
+        break;
+      }
+      case STK__OP_CENTER_CROP: {
+        /* torchvision: pad to the crop's size if smaller, then
+         * round((n - t) / 2) */
+        int64_t y = op->h > v.h ? -(int64_t)((op->h - v.h) / 2)
+                                : (int64_t)nearbyint(((double)v.h - op->h) / 2.0);
+        int64_t x = op->w > v.w ? -(int64_t)((op->w - v.w) / 2)
+                                : (int64_t)nearbyint(((double)v.w - op->w) / 2.0);
+        rc = crop(r, &v, dec, x, y, op->w, op->h, why, whylen);
+        break;
+      }
+      case STK__OP_RANDOM_CROP: {
+        /* torchvision RandomCrop: pad, then top = randint(0, H' - h + 1),
+         * left likewise (0 when the crop is larger: the rest is zero) */
+        uint64_t ph = (uint64_t)v.h + 2 * op->pad, pw = (uint64_t)v.w + 2 * op->pad;
+        double u1 = stk_rng_uniform(rng), u2 = stk_rng_uniform(rng);
+        int64_t y = ph > op->h ? (int64_t)(u1 * (double)(ph - op->h + 1)) : 0;
+        int64_t x = pw > op->w ? (int64_t)(u2 * (double)(pw - op->w + 1)) : 0;
+        rc = crop(r, &v, dec, x - op->pad, y - op->pad, op->w, op->h, why, whylen);
+        break;
+      }
+      case STK__OP_HFLIP:
+      case STK__OP_VFLIP:
+      case STK__OP_GRAYSCALE: {
+        double u = stk_rng_uniform(rng);
+        if ((rc = materialize(r, &v, dec, why, whylen))) break;
+        if (u >= op->p) break;
+        uint8_t *px = r->buf[r->cur];
+        if (op->kind == STK__OP_HFLIP) flip_h(px, v.w, v.h);
+        else if (op->kind == STK__OP_VFLIP) flip_v(px, v.w, v.h);
+        else
+          for (size_t k = 0; k < (size_t)v.w * v.h; k++) {
+            uint8_t *p = px + 3 * k;
+            p[0] = p[1] = p[2] = luma(p);
+          }
+        break;
+      }
+      case STK__OP_ROTATE: {
+        int ks[4], nk = 0;
+        for (int k = 0; k < 4; k++)
+          if (op->angles & (1u << k)) ks[nk++] = k;
+        int k = ks[(int)(stk_rng_uniform(rng) * nk)];
+        if ((rc = materialize(r, &v, dec, why, whylen)) || !k) break;
+        uint8_t *o = next_buf(r, (size_t)v.w * v.h * 3);
+        if (!o) {
+          rc = STK_NO_MEMORY;
+          snprintf(why, whylen, "out of memory (chain)");
+          break;
+        }
+        rotate(r->buf[r->cur], v.w, v.h, k, o);
+        r->cur = !r->cur;
+        if (k & 1) {
+          uint32_t t = v.w;
+          v.w = v.sw = v.h, v.h = v.sh = t;
+          v.x1 = v.w, v.y1 = v.h;
+        }
+        break;
+      }
+      case STK__OP_COLOR_JITTER: {
+        /* torchvision ColorJitter: a random order of the four, then the
+         * factors */
+        int order[4] = {0, 1, 2, 3};
+        for (int k = 3; k > 0; k--) {
+          int j = (int)(stk_rng_uniform(rng) * (k + 1));
+          int t = order[k];
+          order[k] = order[j], order[j] = t;
+        }
+        float f[4];
+        for (int k = 0; k < 4; k++)
+          f[k] =
+              (float)(op->lo[k] + stk_rng_uniform(rng) * ((double)op->hi[k] - op->lo[k]));
+        if ((rc = materialize(r, &v, dec, why, whylen))) break;
+        uint8_t *px = r->buf[r->cur];
+        size_t n = (size_t)v.w * v.h;
+        for (int k = 0; k < 4; k++) {
+          int which = order[k];
+          if (op->lo[which] == op->hi[which] && op->lo[which] == (which == 3 ? 0.f : 1.f))
+            continue; /* off */
+          if (which == 0) brightness(px, n, f[0]);
+          else if (which == 1) contrast(px, n, f[1]);
+          else if (which == 2) saturation(px, n, f[2]);
+          else hue(px, n, (uint8_t)(int32_t)((double)f[3] * 255));
+        }
+        break;
+      }
+      case STK__OP_GAUSSIAN_BLUR: {
+        float sigma =
+            (float)(op->lo[0] + stk_rng_uniform(rng) * ((double)op->hi[0] - op->lo[0]));
+        if ((rc = materialize(r, &v, dec, why, whylen))) break;
+        if (blur(r, r->buf[r->cur], v.w, v.h, op->kh, op->kw, sigma)) {
+          rc = STK_NO_MEMORY;
+          snprintf(why, whylen, "out of memory (blur)");
+        }
+        break;
+      }
+      case STK__OP_PLUGIN: {
+        uint64_t seed = (uint64_t)stk_rng_u32(rng) << 32;
+        seed |= stk_rng_u32(rng);
+        if ((rc = materialize(r, &v, dec, why, whylen))) break;
+        stk_op_image img = {r->buf[r->cur], v.w, v.h, 3, (size_t)v.w * 3};
+        char msg[160] = "";
+        if (r->pinfo[i]->apply(r->pstate[i], &img, seed, msg, sizeof(msg))) {
+          msg[sizeof(msg) - 1] = 0;
+          snprintf(why, whylen, "plugin op %s: %s", op->name, msg[0] ? msg : "failed");
+          rc = STK_CORRUPT;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (rc) return rc;
+  if ((rc = materialize(r, &v, dec, why, whylen))) return rc;
+  if (v.w != r->ow || v.h != r->oh) {
+    snprintf(why, whylen, "chain made %ux%u, the job wants %ux%u", v.h, v.w, r->oh,
+             r->ow);
+    return STK_INTERNAL;
+  }
+  store(r, r->buf[r->cur], out);
+  return STK_OK;
+}

@@ -1,0 +1,570 @@
+/* chain.c - the op chain grammar: parsing `decode | op(args) | ...` into a
+ * stk__chain with every default resolved, the canonical text the job hash
+ * covers, the output size a chain makes, and the plugin-name checks.
+ *
+ * Grammar: chain := op ('|' op)*; op := name ['(' [arg (',' arg)*] ')'];
+ * arg := [key '='] value; a range value is `a:b`. Spaces anywhere between
+ * tokens. The closing `normalize(...)` and `to(...)` set job fields and are
+ * returned apart (stk__chain_fields).
+ *
+ * Pure functions; no allocation (the text is copied into a stack buffer of
+ * the job line's size); thread-safe.
+ */
+#include "chain.h"
+
+#include <ctype.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/error.h"
+#include "core_internal.h"
+
+#define MAX_ARGS 12
+#define TEXT_MAX 1024
+
+typedef struct {
+  int n;
+  char *key[MAX_ARGS]; /* NULL: positional */
+  char *val[MAX_ARGS];
+  int used[MAX_ARGS];
+} args_t;
+
+static char *trim(char *p) {
+  while (isspace((unsigned char)*p)) p++;
+  char *e = p + strlen(p);
+  while (e > p && isspace((unsigned char)e[-1])) *--e = 0;
+  return p;
+}
+
+/* The op being parsed, for messages. */
+typedef struct {
+  unsigned index;
+  const char *name;
+  char *err;
+  size_t errlen;
+} ctx_t;
+
+#define OPFAIL(cx, ...) op_fail(cx, __VA_ARGS__)
+__attribute__((format(printf, 2, 3))) static int op_fail(const ctx_t *cx, const char *fmt,
+                                                         ...) {
+  char why[256];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(why, sizeof(why), fmt, ap);
+  va_end(ap);
+  return stk__errf(cx->err, cx->errlen, STK_INVALID_ARGUMENT, "pipeline op %u '%s': %s",
+                   cx->index, cx->name, why);
+}
+
+/* The i-th positional argument, or the one called key; NULL if absent. */
+static const char *arg(args_t *a, int pos, const char *key) {
+  int seen = 0;
+  for (int i = 0; i < a->n; i++) {
+    if (a->key[i] ? (key && !strcmp(a->key[i], key)) : seen++ == pos) {
+      a->used[i] = 1;
+      return a->val[i];
+    }
+  }
+  return NULL;
+}
+
+/* STK_OK when every argument was taken by arg(). */
+static int all_used(const args_t *a, const ctx_t *cx) {
+  for (int i = 0; i < a->n; i++)
+    if (!a->used[i]) {
+      if (a->key[i]) return OPFAIL(cx, "unknown parameter '%s'", a->key[i]);
+      return OPFAIL(cx, "too many arguments ('%s' is one too many)", a->val[i]);
+    }
+  return STK_OK;
+}
+
+static int num(const char *v, double *out) {
+  if (!v || !*v) return -1;
+  char *end;
+  double x = strtod(v, &end);
+  if (*end || !isfinite(x) || fabs(x) > 1e30) return -1;
+  *out = x;
+  return 0;
+}
+
+static int whole(const char *v, uint32_t lo, uint32_t hi, uint32_t *out) {
+  double x;
+  if (num(v, &x) || x != floor(x) || x < lo || x > hi) return -1;
+  *out = (uint32_t)x;
+  return 0;
+}
+
+/* "a:b" into [lo, hi] (lo <= hi), or a single number v through single(). */
+static int range(const char *v, float *lo, float *hi) {
+  const char *colon = v ? strchr(v, ':') : NULL;
+  if (!colon) return -1;
+  char a[64];
+  size_t n = (size_t)(colon - v);
+  if (n >= sizeof(a)) return -1;
+  memcpy(a, v, n), a[n] = 0;
+  double x, y;
+  if (num(trim(a), &x) || num(colon + 1, &y) || x > y) return -1;
+  *lo = (float)x, *hi = (float)y;
+  return 0;
+}
+
+/* A size: (h) or (h, w) from positional arguments 0 and 1. */
+static int size_args(args_t *a, const ctx_t *cx, stk__op *op, int w_optional) {
+  const char *h = arg(a, 0, "size"), *w = arg(a, 1, NULL);
+  if (!h) return OPFAIL(cx, "needs a size: (s) or (height, width)");
+  if (whole(h, 1, STK__CHAIN_MAX_DIM, &op->h) ||
+      (w && whole(w, 1, STK__CHAIN_MAX_DIM, &op->w)))
+    return OPFAIL(cx, "sizes are whole numbers in 1..%d", STK__CHAIN_MAX_DIM);
+  if (!w) op->w = w_optional ? 0 : op->h;
+  return STK_OK;
+}
+
+static int prob(args_t *a, const ctx_t *cx, stk__op *op, float dflt) {
+  const char *v = arg(a, 0, "p");
+  double x = dflt;
+  if (v && (num(v, &x) || x < 0 || x > 1))
+    return OPFAIL(cx, "p is a probability in [0, 1], got '%s'", v);
+  op->p = (float)x;
+  return STK_OK;
+}
+
+/* color_jitter's factor i: v -> [max(0, 1 - v), 1 + v] (hue: [-v, v]), or
+ * an explicit a:b. */
+static int jitter_arg(args_t *a, const ctx_t *cx, stk__op *op, int i, const char *key) {
+  const char *v = arg(a, i, key);
+  int hue = i == 3;
+  if (!v) {
+    op->lo[i] = op->hi[i] = hue ? 0.f : 1.f;
+    return STK_OK;
+  }
+  if (strchr(v, ':')) {
+    if (range(v, &op->lo[i], &op->hi[i]))
+      return OPFAIL(cx, "%s wants v or a:b with a <= b, got '%s'", key, v);
+  } else {
+    double x;
+    if (num(v, &x) || x < 0)
+      return OPFAIL(cx, "%s must be a number >= 0, got '%s'", key, v);
+    op->lo[i] = hue ? (float)-x : (float)fmax(0, 1 - x);
+    op->hi[i] = hue ? (float)x : (float)(1 + x);
+  }
+  if (hue ? (op->lo[i] < -0.5f || op->hi[i] > 0.5f) : (op->lo[i] < 0 || op->hi[i] > 100))
+    return OPFAIL(
+        cx,
+        hue ? "hue must stay within [-0.5, 0.5]" : "%s factors must stay within [0, 100]",
+        key);
+  return STK_OK;
+}
+
+static const char *const op_names[] = {[STK__OP_DECODE] = "decode",
+                                       [STK__OP_RRC] = "random_resized_crop",
+                                       [STK__OP_RESIZE] = "resize",
+                                       [STK__OP_CENTER_CROP] = "center_crop",
+                                       [STK__OP_RANDOM_CROP] = "random_crop",
+                                       [STK__OP_HFLIP] = "hflip",
+                                       [STK__OP_VFLIP] = "vflip",
+                                       [STK__OP_ROTATE] = "rotate",
+                                       [STK__OP_COLOR_JITTER] = "color_jitter",
+                                       [STK__OP_GRAYSCALE] = "grayscale",
+                                       [STK__OP_GAUSSIAN_BLUR] = "gaussian_blur"};
+#define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
+
+int stk__plugin_name_ok(const char *name, size_t len) {
+  if (len < 1 || len >= STK__OP_NAME_MAX || !islower((unsigned char)name[0])) return 0;
+  for (size_t i = 0; i < len; i++)
+    if (!islower((unsigned char)name[i]) && !isdigit((unsigned char)name[i]) &&
+        name[i] != '_')
+      return 0;
+  return 1;
+}
+
+/* The argument list of one op: inner is the text between the parentheses
+ * (modified in place). */
+static int split_args(char *inner, args_t *a, const ctx_t *cx) {
+  memset(a, 0, sizeof(*a));
+  if (!*trim(inner)) return STK_OK;
+  char *p = inner;
+  for (;;) {
+    char *comma = strchr(p, ',');
+    if (comma) *comma = 0;
+    if (a->n == MAX_ARGS) return OPFAIL(cx, "more than %d arguments", MAX_ARGS);
+    char *eq = strchr(p, '=');
+    if (eq) {
+      *eq = 0;
+      a->key[a->n] = trim(p);
+      p = eq + 1;
+      if (!*a->key[a->n]) return OPFAIL(cx, "a parameter name is missing before '='");
+    }
+    a->val[a->n] = trim(p);
+    if (!*a->val[a->n]) return OPFAIL(cx, "an argument is empty");
+    a->n++;
+    if (!comma) break;
+    p = comma + 1;
+  }
+  return STK_OK;
+}
+
+static int parse_normalize(args_t *a, const ctx_t *cx, stk__chain_fields *f) {
+  const char *v = arg(a, 0, NULL);
+  if (v && a->n == 1 && !a->key[0] && (!strcmp(v, "imagenet") || !strcmp(v, "none"))) {
+    int in = !strcmp(v, "imagenet");
+    static const float m[3] = {0.485f, 0.456f, 0.406f}, s[3] = {0.229f, 0.224f, 0.225f};
+    for (int c = 0; c < 3; c++) f->mean[c] = in ? m[c] : 0, f->std[c] = in ? s[c] : 1;
+  } else {
+    /* normalize(m0, m1, m2, s0, s1, s2) */
+    for (int i = 0; i < 6; i++) {
+      const char *x = i ? arg(a, i, NULL) : v;
+      double d;
+      if (num(x, &d) || (i >= 3 && !(d > 1e-6 && d < 1e6)))
+        return OPFAIL(cx,
+                      "wants imagenet, none, or six numbers mean_r, mean_g, mean_b, "
+                      "std_r, std_g, std_b (std > 0)");
+      (i < 3 ? f->mean : f->std)[i % 3] = (float)d;
+    }
+  }
+  f->has_norm = 1;
+  return all_used(a, cx);
+}
+
+static int parse_to(args_t *a, const ctx_t *cx, stk__chain_fields *f) {
+  const char *d = arg(a, 0, "dtype"), *l = arg(a, 1, "layout");
+  if (!d) return OPFAIL(cx, "wants a dtype: to(float32[, nchw])");
+  if (!strcmp(d, "uint8")) f->dtype = STK_DTYPE_UINT8;
+  else if (!strcmp(d, "float32")) f->dtype = STK_DTYPE_FLOAT32;
+  else if (!strcmp(d, "bfloat16")) f->dtype = STK_DTYPE_BFLOAT16;
+  else return OPFAIL(cx, "dtype must be uint8, float32 or bfloat16, got '%s'", d);
+  f->layout = STK_LAYOUT_NCHW;
+  if (l && !strcmp(l, "nhwc")) f->layout = STK_LAYOUT_NHWC;
+  else if (l && strcmp(l, "nchw")) return OPFAIL(cx, "layout must be nchw or nhwc");
+  f->has_to = 1;
+  return all_used(a, cx);
+}
+
+/* One built-in or plugin op from name and its argument text. */
+static int parse_op(char *name, char *inner, int has_parens, stk__op *op, ctx_t *cx) {
+  args_t a;
+  int rc = split_args(inner, &a, cx);
+  if (rc) return rc;
+  memset(op, 0, sizeof(*op));
+  int kind = 0;
+  for (int k = 1; k < NKINDS; k++)
+    if (op_names[k] && !strcmp(op_names[k], name)) kind = k;
+  op->kind = kind ? kind : STK__OP_PLUGIN;
+  switch (op->kind) {
+    case STK__OP_DECODE:
+      break;
+    case STK__OP_RRC: {
+      if ((rc = size_args(&a, cx, op, 0))) return rc;
+      const char *sc = arg(&a, 2, "scale"), *ra = arg(&a, 3, "ratio");
+      op->lo[0] = 0.08f, op->hi[0] = 1.f;
+      op->lo[1] = 3.f / 4.f, op->hi[1] = 4.f / 3.f;
+      if (sc && (range(sc, &op->lo[0], &op->hi[0]) || !(op->lo[0] > 0) || op->hi[0] > 1))
+        return OPFAIL(cx, "scale wants a:b with 0 < a <= b <= 1, got '%s'", sc);
+      if (ra &&
+          (range(ra, &op->lo[1], &op->hi[1]) || !(op->lo[1] > 0) || op->hi[1] >= 100))
+        return OPFAIL(cx, "ratio wants a:b with 0 < a <= b < 100, got '%s'", ra);
+      break;
+    }
+    case STK__OP_RESIZE:
+      if ((rc = size_args(&a, cx, op, 1))) return rc;
+      break;
+    case STK__OP_CENTER_CROP:
+      if ((rc = size_args(&a, cx, op, 0))) return rc;
+      break;
+    case STK__OP_RANDOM_CROP: {
+      if ((rc = size_args(&a, cx, op, 0))) return rc;
+      const char *pd = arg(&a, 2, "padding");
+      if (pd && whole(pd, 0, 4096, &op->pad))
+        return OPFAIL(cx, "padding is a whole number in 0..4096, got '%s'", pd);
+      break;
+    }
+    case STK__OP_HFLIP:
+    case STK__OP_VFLIP:
+      if ((rc = prob(&a, cx, op, 0.5f))) return rc;
+      break;
+    case STK__OP_GRAYSCALE:
+      if ((rc = prob(&a, cx, op, 1.f))) return rc;
+      break;
+    case STK__OP_ROTATE:
+      for (int i = 0;; i++) {
+        const char *v = arg(&a, i, NULL);
+        if (!v) {
+          if (!i)
+            return OPFAIL(
+                cx, "wants one or more angles: rotate(90) or rotate(0, 90, 180, 270)");
+          break;
+        }
+        double d;
+        if (num(v, &d) || d != floor(d) || fmod(d, 90) != 0 || d < 0 || d >= 360)
+          return OPFAIL(cx, "angles are 0, 90, 180 or 270 (counter-clockwise), got '%s'",
+                        v);
+        op->angles |= 1u << (int)(d / 90);
+      }
+      break;
+    case STK__OP_COLOR_JITTER: {
+      static const char *const keys[4] = {"brightness", "contrast", "saturation", "hue"};
+      for (int i = 0; i < 4; i++)
+        if ((rc = jitter_arg(&a, cx, op, i, keys[i]))) return rc;
+      break;
+    }
+    case STK__OP_GAUSSIAN_BLUR: {
+      const char *k = arg(&a, 0, "kernel"), *kw = arg(&a, 1, NULL),
+                 *sg = arg(&a, 2, "sigma");
+      if (!k || whole(k, 1, 255, &op->kh) || !(op->kh & 1) ||
+          (kw && (whole(kw, 1, 255, &op->kw) || !(op->kw & 1))))
+        return OPFAIL(cx, "kernel sizes are odd whole numbers in 1..255");
+      if (!kw) op->kw = op->kh;
+      op->lo[0] = 0.1f, op->hi[0] = 2.f;
+      if (sg) {
+        double x = 0;
+        if (strchr(sg, ':') ? range(sg, &op->lo[0], &op->hi[0]) : num(sg, &x))
+          return OPFAIL(cx, "sigma wants s or a:b, got '%s'", sg);
+        if (!strchr(sg, ':')) op->lo[0] = op->hi[0] = (float)x;
+        if (!(op->lo[0] > 0) || op->hi[0] > 1000)
+          return OPFAIL(cx, "sigma must be in (0, 1000]");
+      }
+      break;
+    }
+    case STK__OP_PLUGIN: {
+      if (!stk__plugin_name_ok(name, strlen(name)))
+        return OPFAIL(
+            cx, "unknown op (a plugin op's name is [a-z][a-z0-9_]*, at most %d bytes)",
+            STK__OP_NAME_MAX - 1);
+      memcpy(op->name, name, strlen(name) + 1); /* checked: < STK__OP_NAME_MAX */
+      /* its arguments, canonical: each trimmed, joined by ", " */
+      size_t n = 0;
+      for (int i = 0; i < a.n; i++) {
+        int w = snprintf(op->args + n, sizeof(op->args) - n, "%s%s%s%s", i ? ", " : "",
+                         a.key[i] ? a.key[i] : "", a.key[i] ? "=" : "", a.val[i]);
+        if (w < 0 || (size_t)w >= sizeof(op->args) - n)
+          return OPFAIL(cx, "arguments longer than %d bytes", STK__OP_ARGS_MAX - 1);
+        n += (size_t)w;
+        a.used[i] = 1;
+      }
+      for (const char *p = op->args; *p; p++)
+        if (strchr("|()#", *p) || iscntrl((unsigned char)*p))
+          return OPFAIL(
+              cx, "arguments may not hold '|', '(', ')', '#' or control characters");
+      break;
+    }
+  }
+  (void)has_parens;
+  return all_used(&a, cx);
+}
+
+int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char *err,
+                     size_t errlen) {
+  char buf[TEXT_MAX];
+  stk__chain_fields dummy;
+  if (!f) f = &dummy;
+  memset(c, 0, sizeof(*c));
+  memset(f, 0, sizeof(*f));
+  if (!text || strlen(text) >= sizeof(buf))
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "pipeline chain longer than %d bytes", TEXT_MAX - 1);
+  strcpy(buf, text);
+  char *p = buf;
+  unsigned index = 0;
+  int closing = 0; /* 1 after normalize, 2 after to */
+  for (;;) {
+    char *bar = strchr(p, '|');
+    if (bar) *bar = 0;
+    char *optext = trim(p);
+    index++;
+    ctx_t cx = {index, optext, err, errlen};
+    if (!*optext)
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "pipeline op %u is empty (two '|' in a row, or one at an end)",
+                       index);
+    /* name, then optional "( ... )" and nothing after it */
+    char *q = optext;
+    while (isalnum((unsigned char)*q) || *q == '_') q++;
+    char name[STK__OP_NAME_MAX + 1];
+    size_t nl = (size_t)(q - optext);
+    if (!nl || nl >= sizeof(name))
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "pipeline op %u: expected an op name, got '%.40s'", index, optext);
+    memcpy(name, optext, nl), name[nl] = 0;
+    cx.name = name;
+    while (isspace((unsigned char)*q)) q++;
+    char *inner = q;
+    int parens = 0;
+    if (*q == '(') {
+      char *close = strchr(q, ')');
+      if (!close || *trim(close + 1) || strchr(q + 1, '('))
+        return OPFAIL(&cx, "expected name(arguments) with one closing ')' at the end");
+      *close = 0;
+      inner = q + 1, parens = 1;
+    } else if (*q) {
+      return OPFAIL(&cx, "unexpected '%.20s' after the name", q);
+    }
+    int rc;
+    if (!strcmp(name, "normalize") || !strcmp(name, "to")) {
+      int to = name[0] == 't';
+      if (closing >= (to ? 2 : 1))
+        return OPFAIL(&cx, to ? "to(...) may appear once"
+                              : "normalize must come before to(...), once");
+      args_t a;
+      if ((rc = split_args(inner, &a, &cx))) return rc;
+      if ((rc = to ? parse_to(&a, &cx, f) : parse_normalize(&a, &cx, f))) return rc;
+      closing = to ? 2 : 1;
+    } else {
+      if (closing)
+        return OPFAIL(
+            &cx, "normalize(...) and to(...) end the chain: image ops go before them");
+      stk__op op;
+      if ((rc = parse_op(name, inner, parens, &op, &cx))) return rc;
+      if (op.kind == STK__OP_DECODE && c->n)
+        return OPFAIL(&cx, "decode comes first (it may also be left out)");
+      if (op.kind != STK__OP_DECODE && !c->n) {
+        memset(&c->ops[0], 0, sizeof(c->ops[0]));
+        c->ops[0].kind = STK__OP_DECODE;
+        c->n = 1;
+      }
+      if (c->n == STK__CHAIN_MAX_OPS)
+        return OPFAIL(&cx, "a chain holds at most %d ops", STK__CHAIN_MAX_OPS);
+      c->ops[c->n++] = op;
+    }
+    if (!bar) break;
+    p = bar + 1;
+  }
+  if (!c->n) c->ops[0].kind = STK__OP_DECODE, c->n = 1;
+  return STK_OK;
+}
+
+/* Append to buf like snprintf at offset *n. */
+__attribute__((format(printf, 4, 5))) static void put(char *buf, size_t len, size_t *n,
+                                                      const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(buf && *n < len ? buf + *n : NULL, buf && *n < len ? len - *n : 0,
+                    fmt, ap);
+  va_end(ap);
+  if (w > 0) *n += (size_t)w;
+}
+
+size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
+  size_t n = 0;
+  if (buf && len) buf[0] = 0;
+  for (uint32_t i = 0; i < c->n; i++) {
+    const stk__op *o = &c->ops[i];
+    if (i) put(buf, len, &n, " | ");
+    if (o->kind == STK__OP_PLUGIN) {
+      put(buf, len, &n, "%s(%s)", o->name, o->args);
+      continue;
+    }
+    put(buf, len, &n, "%s", o->kind > 0 && o->kind < NKINDS ? op_names[o->kind] : "?");
+    switch (o->kind) {
+      case STK__OP_RRC:
+        put(buf, len, &n, "(%u, %u, scale=%.9g:%.9g, ratio=%.9g:%.9g)", o->h, o->w,
+            (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1]);
+        break;
+      case STK__OP_RESIZE:
+        if (o->w) put(buf, len, &n, "(%u, %u)", o->h, o->w);
+        else put(buf, len, &n, "(%u)", o->h);
+        break;
+      case STK__OP_CENTER_CROP:
+        put(buf, len, &n, "(%u, %u)", o->h, o->w);
+        break;
+      case STK__OP_RANDOM_CROP:
+        put(buf, len, &n, "(%u, %u, padding=%u)", o->h, o->w, o->pad);
+        break;
+      case STK__OP_HFLIP:
+      case STK__OP_VFLIP:
+      case STK__OP_GRAYSCALE:
+        put(buf, len, &n, "(%.9g)", (double)o->p);
+        break;
+      case STK__OP_ROTATE: {
+        const char *sep = "(";
+        for (int k = 0; k < 4; k++)
+          if (o->angles & (1u << k)) put(buf, len, &n, "%s%d", sep, 90 * k), sep = ", ";
+        put(buf, len, &n, ")");
+        break;
+      }
+      case STK__OP_COLOR_JITTER:
+        put(buf, len, &n,
+            "(brightness=%.9g:%.9g, contrast=%.9g:%.9g, saturation=%.9g:%.9g, "
+            "hue=%.9g:%.9g)",
+            (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1],
+            (double)o->lo[2], (double)o->hi[2], (double)o->lo[3], (double)o->hi[3]);
+        break;
+      case STK__OP_GAUSSIAN_BLUR:
+        put(buf, len, &n, "(%u, %u, sigma=%.9g:%.9g)", o->kh, o->kw, (double)o->lo[0],
+            (double)o->hi[0]);
+        break;
+    }
+  }
+  return n;
+}
+
+int stk__chain_size(const stk__chain *c, uint32_t *h, uint32_t *w, char *err,
+                    size_t errlen) {
+  int fixed = 0; /* 0: the decoded image's own size, unknown here */
+  uint32_t ch = 0, cw = 0;
+  for (uint32_t i = 0; i < c->n; i++) {
+    const stk__op *o = &c->ops[i];
+    switch (o->kind) {
+      case STK__OP_RRC:
+      case STK__OP_CENTER_CROP:
+      case STK__OP_RANDOM_CROP:
+        fixed = 1, ch = o->h, cw = o->w;
+        break;
+      case STK__OP_RESIZE:
+        if (o->w) {
+          fixed = 1, ch = o->h, cw = o->w;
+        } else if (fixed) { /* the shorter side of a known size */
+          stk__resize_short(cw, ch, o->h, &cw, &ch);
+        }
+        break;
+      case STK__OP_ROTATE: {
+        int odd = (o->angles & 0xa) != 0, even = (o->angles & 0x5) != 0;
+        if (fixed && ch != cw && odd && even)
+          return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                           "pipeline op %u 'rotate': on a %ux%u image, mixing 0/180 with "
+                           "90/270 makes two output sizes",
+                           i + 1, ch, cw);
+        if (odd && !even) {
+          uint32_t t = ch;
+          ch = cw, cw = t;
+        }
+        break;
+      }
+      default:
+        break;
+    }
+  }
+  if (!fixed)
+    return stk__errf(
+        err, errlen, STK_INVALID_ARGUMENT,
+        "pipeline: the output size depends on the image; end the geometry with "
+        "a crop, random_resized_crop or resize(height, width)");
+  *h = ch, *w = cw;
+  return STK_OK;
+}
+
+int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err,
+                             size_t errlen) {
+  for (uint32_t i = 0; i < c->n; i++) {
+    const stk__op *o = &c->ops[i];
+    if (o->kind != STK__OP_PLUGIN) continue;
+    size_t nl = strlen(o->name);
+    int found = 0;
+    for (const char *p = plugins; p && *p;) {
+      const char *e = strchr(p, ',');
+      size_t l = e ? (size_t)(e - p) : strlen(p);
+      if (l == nl && !memcmp(p, o->name, nl)) found = 1;
+      p = e ? e + 1 : p + l;
+    }
+    if (!found)
+      return stk__errf(
+          err, errlen, STK_INVALID_ARGUMENT,
+          "pipeline op %u: unknown op '%s' (built in: random_resized_crop, "
+          "resize, center_crop, random_crop, hflip, vflip, rotate, "
+          "color_jitter, grayscale, gaussian_blur, normalize, to; an op from a "
+          "plugin needs plugin = %s)",
+          i + 1, o->name, o->name);
+  }
+  return STK_OK;
+}

@@ -1,0 +1,100 @@
+/* chain.h - op chains (`pipeline = decode | resize(256) | center_crop(224)
+ * | ...`): the compiled form the JPEG builders run, its parser, its
+ * canonical text (what the job hash covers) and the output size it makes.
+ * Not public API: core/job.c stores a chain in stk_job_spec.chain as
+ * canonical text, augment/chain.c runs it. docs/pipelines.md is the user's
+ * reference (every op, its parameters, its random draws).
+ *
+ * Pure functions of their arguments; no allocation; thread-safe.
+ */
+#ifndef STOKER_CORE_CHAIN_H
+#define STOKER_CORE_CHAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STK__CHAIN_MAX_OPS 32
+#define STK__OP_NAME_MAX   32  /* a plugin op's name, with its NUL */
+#define STK__OP_ARGS_MAX   200 /* a plugin op's argument text, with its NUL */
+#define STK__CHAIN_MAX_DIM 16384
+
+typedef enum stk__op_kind {
+  STK__OP_DECODE = 1,    /* always first (implied when not written) */
+  STK__OP_RRC,           /* random_resized_crop(h[, w], scale=a:b, ratio=a:b) */
+  STK__OP_RESIZE,        /* resize(s) (shorter side) or resize(h, w) */
+  STK__OP_CENTER_CROP,   /* center_crop(h[, w]), zero padding when larger */
+  STK__OP_RANDOM_CROP,   /* random_crop(h[, w], padding=p) */
+  STK__OP_HFLIP,         /* hflip(p) */
+  STK__OP_VFLIP,         /* vflip(p) */
+  STK__OP_ROTATE,        /* rotate(a[, a...]): one of multiples of 90, ccw */
+  STK__OP_COLOR_JITTER,  /* color_jitter(b, c, s, h), torchvision's order */
+  STK__OP_GRAYSCALE,     /* grayscale(p) */
+  STK__OP_GAUSSIAN_BLUR, /* gaussian_blur(k[, kw], sigma=a:b) */
+  STK__OP_PLUGIN         /* any other name: an op a `plugin =` library defines */
+} stk__op_kind;
+
+/* One op, its parameters resolved (defaults filled in). */
+typedef struct stk__op {
+  int kind;                    /* stk__op_kind */
+  uint32_t h, w;               /* size; resize(s): h = s, w = 0 (shorter side) */
+  uint32_t pad;                /* random_crop padding, each side */
+  uint32_t kh, kw;             /* gaussian_blur kernel (odd) */
+  uint32_t angles;             /* rotate: bit k set = 90k degrees may be drawn */
+  float p;                     /* hflip, vflip, grayscale probability */
+  float lo[4], hi[4];          /* rrc: [0] scale, [1] ratio; jitter: b, c, s, h;
+                                  blur: [0] sigma */
+  char name[STK__OP_NAME_MAX]; /* plugin: the op's name */
+  char args[STK__OP_ARGS_MAX]; /* plugin: its arguments as written, "" if none */
+} stk__op;
+
+typedef struct stk__chain {
+  uint32_t n; /* ops, ops[0] is the decode */
+  stk__op ops[STK__CHAIN_MAX_OPS];
+} stk__chain;
+
+/* What a chain's closing `normalize(...)` and `to(...)` set: they are job
+ * fields (mean, std, dtype, layout), so they are not kept in the chain. */
+typedef struct stk__chain_fields {
+  int has_norm, has_to;
+  float mean[3], std[3];
+  int dtype, layout; /* stk_dtype, stk_layout */
+} stk__chain_fields;
+
+/* torchvision Resize(s) of a w x h image: the shorter side becomes s, the
+ * longer int(s * longer / shorter). */
+static inline void stk__resize_short(uint32_t w, uint32_t h, uint32_t s, uint32_t *nw,
+                                     uint32_t *nh) {
+  uint32_t sh = w <= h ? w : h, lg = w <= h ? h : w;
+  uint32_t nl = (uint32_t)((double)s * lg / sh); /* >= s, as lg >= sh */
+  *nw = w <= h ? s : nl;
+  *nh = w <= h ? nl : s;
+}
+
+/* Parse chain text into *c (and the closing normalize/to into *f, which
+ * may be NULL when text holds neither). Names that are not built-in ops
+ * become STK__OP_PLUGIN ops: stk__chain_check_plugins says whether a
+ * plugin provides them. STK_OK, or STK_INVALID_ARGUMENT with "pipeline op
+ * N 'name': why" in err. */
+int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char *err,
+                     size_t errlen);
+
+/* The canonical text of c (every parameter written, numbers as %.9g, ops
+ * joined by " | "), snprintf-like: returns the length it needs. */
+size_t stk__chain_format(const stk__chain *c, char *buf, size_t len);
+
+/* The output size of c: STK_OK with *h, *w, or STK_INVALID_ARGUMENT when
+ * it depends on the image (no crop or fixed resize after the last
+ * shorter-side resize, or a rotate that may or may not swap sides). */
+int stk__chain_size(const stk__chain *c, uint32_t *h, uint32_t *w, char *err,
+                    size_t errlen);
+
+/* STK_OK when every plugin op of c is named in `plugins` (a job's plugin
+ * field: names separated by commas), else STK_INVALID_ARGUMENT naming it. */
+int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err,
+                             size_t errlen);
+
+/* 1 when name is a valid plugin name: [a-z0-9_], 1..31 bytes, starting
+ * with a letter. */
+int stk__plugin_name_ok(const char *name, size_t len);
+
+#endif

@@ -1,0 +1,321 @@
+/* test_aug_chain.c - op chains (pipeline = decode | ...) through the JPEG
+ * sources on a generated dataset:
+ *  - the chains that spell the named pipelines build their bytes exactly:
+ *    `resize(256) | center_crop(224)` = eval, `random_resized_crop(224) |
+ *    hflip(0.5)` = train without jitter (both sources, float32 NCHW);
+ *  - a long chain with every op: same bytes from two builders and from
+ *    stk_build_reference, other bytes for another seed, uint8 / float32 /
+ *    bfloat16 and NHWC / NCHW agreeing through the normalize table;
+ *  - the example plugin (build/plugins/cutout.so): loaded from the plugin
+ *    directory, deterministic, changing the image; refused with a clear
+ *    message when no directory is set, the library is missing, it was
+ *    built for another ABI version (test_plugin_badabi.so) or it refuses
+ *    its arguments;
+ *  - the hostile decode corpus (tests/fuzz/corpus/decode) through the long
+ *    chain: every bad file substituted and reported, nothing crashes.
+ * PLUGIN_DIR and CORPUS_DIR come from the build.
+ */
+#include <dirent.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gen.h"
+#include "stoker/augment.h"
+#include "util.h"
+
+static char root[4096];
+
+static const char *LONG_CHAIN =
+    "decode | resize(80) | random_crop(72, 64, padding=3) | rotate(0, 180) | "
+    "random_resized_crop(48, 40, scale=0.3:1, ratio=0.8:1.25) | hflip(0.5) | "
+    "vflip(0.3) | color_jitter(0.4, 0.4, 0.4, 0.1) | grayscale(0.2) | "
+    "gaussian_blur(3, sigma=0.1:1.5) | center_crop(40) | rotate(90)";
+
+/* A job over ds/<dataset> with chain (or a named pipeline when chain is
+ * NULL), then dtype/layout set. */
+static void spec_of(stk_job_spec *s, int source, const char *chain, int named, int dtype,
+                    int layout, uint32_t B) {
+  tu_spec(s, source, source == STK_SOURCE_TAR ? "ds/shards" : "ds/imagefolder", named,
+          STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW, B, 224);
+  if (chain) {
+    char err[512];
+    s->resize = 256;
+    int rc = stk_job_spec_set(s, "pipeline", chain, err, sizeof(err));
+    CHECK(rc == STK_OK);
+    if (rc) fprintf(stderr, "%s\n", err);
+  }
+  s->dtype = dtype, s->layout = layout;
+}
+
+/* Build (epoch, step 0..steps-1) of s with a fresh dataset and builder;
+ * returns the concatenated image tensors (caller frees), NULL on error
+ * with err filled. */
+static uint8_t *images(const stk_job_spec *s, const char *plugin_dir, uint64_t epoch,
+                       uint64_t steps, size_t *len, char *err, size_t errlen) {
+  stk_limits lim;
+  memset(&lim, 0, sizeof(lim));
+  lim.plugin_dir = plugin_dir;
+  stk_dataset *ds;
+  stk_builder *b;
+  if (stk_dataset_open(s, root, &lim, &ds, err, errlen)) return NULL;
+  if (stk_builder_create(ds, s, &b, err, errlen)) {
+    stk_dataset_close(ds);
+    return NULL;
+  }
+  stk_batch_layout L;
+  stk_batch_layout_of(s, &L);
+  uint8_t *buf = malloc(L.total_bytes);
+  size_t img = L.tensors[STK_TENSOR_IMAGE].nbytes;
+  uint8_t *out = malloc(img * steps);
+  for (uint64_t st = 0; st < steps; st++) {
+    stk_build_info info;
+    int rc = stk_builder_build(b, epoch, 0, st, buf, L.total_bytes, &info);
+    CHECK(rc == STK_OK);
+    if (rc) fprintf(stderr, "build: %s\n", stk_builder_error(b));
+    memcpy(out + img * st, buf + L.tensors[STK_TENSOR_IMAGE].offset, img);
+  }
+  *len = img * steps;
+  free(buf);
+  stk_builder_destroy(b);
+  stk_dataset_close(ds);
+  return out;
+}
+
+static int same(const stk_job_spec *a, const stk_job_spec *b, uint64_t epoch) {
+  char err[512];
+  size_t la, lb;
+  uint8_t *x = images(a, NULL, epoch, 3, &la, err, sizeof(err));
+  uint8_t *y = images(b, NULL, epoch, 3, &lb, err, sizeof(err));
+  int eq = x && y && la == lb && memcmp(x, y, la) == 0;
+  free(x), free(y);
+  return eq;
+}
+
+static void test_named_equivalents(void) {
+  for (int src = 0; src < 2; src++) {
+    int source = src ? STK_SOURCE_TAR : STK_SOURCE_IMAGEFOLDER;
+    stk_job_spec named, chain;
+    spec_of(&named, source, NULL, STK_PIPELINE_EVAL, STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW,
+            4);
+    named.resize = 256;
+    spec_of(&chain, source, "resize(256) | center_crop(224)", 0, STK_DTYPE_FLOAT32,
+            STK_LAYOUT_NCHW, 4);
+    CHECK(same(&named, &chain, 0));
+    /* train without jitter: the jitter factors are drawn after the flip,
+     * so the two draw the same crop boxes and flips */
+    spec_of(&named, source, NULL, STK_PIPELINE_TRAIN, STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW,
+            4);
+    named.brightness = named.contrast = named.saturation = 0;
+    spec_of(&chain, source,
+            "random_resized_crop(224, scale=0.08:1, ratio=0.75:1.33333333) | hflip(0.5)",
+            0, STK_DTYPE_FLOAT32, STK_LAYOUT_NCHW, 4);
+    CHECK(same(&named, &chain, 1));
+  }
+}
+
+static void test_long_chain(void) {
+  stk_job_spec a, b;
+  spec_of(&a, STK_SOURCE_IMAGEFOLDER, LONG_CHAIN, 0, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, 5);
+  CHECK(a.height == 40 && a.width == 40);
+  char err[512];
+  CHECK(stk_job_spec_validate(&a, err, sizeof(err)) == STK_OK);
+  /* two builders, two epochs */
+  CHECK(same(&a, &a, 0) && same(&a, &a, 2));
+  /* another seed: other bytes */
+  b = a;
+  b.seed = 43;
+  CHECK(!same(&a, &b, 0));
+  /* stk_build_reference equals a builder's batch */
+  stk_batch_layout L;
+  stk_batch_layout_of(&a, &L);
+  uint8_t *ref = malloc(L.total_bytes);
+  CHECK(stk_build_reference(&a, root, 0, 0, 1, ref, L.total_bytes, err, sizeof(err)) ==
+        STK_OK);
+  size_t len;
+  uint8_t *bl = images(&a, NULL, 0, 2, &len, err, sizeof(err));
+  size_t img = L.tensors[STK_TENSOR_IMAGE].nbytes;
+  CHECK(bl && memcmp(bl + img, ref + L.tensors[STK_TENSOR_IMAGE].offset, img) == 0);
+  free(bl);
+  /* every dtype and layout: the same 8-bit image through the table */
+  uint8_t *u8 = images(&a, NULL, 0, 1, &len, err, sizeof(err));
+  float table[3][256];
+  stk_normalize_table(&a, table);
+  size_t hw = (size_t)a.height * a.width;
+  for (int dt = 0; dt < 2; dt++)
+    for (int lay = 0; lay < 2; lay++) {
+      stk_job_spec f = a;
+      f.dtype = dt ? STK_DTYPE_BFLOAT16 : STK_DTYPE_FLOAT32;
+      f.layout = lay ? STK_LAYOUT_NCHW : STK_LAYOUT_NHWC;
+      size_t flen;
+      uint8_t *fl = images(&f, NULL, 0, 1, &flen, err, sizeof(err));
+      int ok = fl != NULL;
+      for (size_t s = 0; ok && s < a.batch_size; s++)
+        for (size_t i = 0; ok && i < hw; i++)
+          for (int c = 0; c < 3; c++) {
+            uint8_t v = u8[(s * hw + i) * 3 + c];
+            size_t at = s * hw * 3 + (lay ? (size_t)c * hw + i : i * 3 + (size_t)c);
+            float want = table[c][v], got;
+            if (dt) {
+              uint16_t h;
+              memcpy(&h, fl + at * 2, 2);
+              uint32_t u = (uint32_t)h << 16;
+              memcpy(&got, &u, 4);
+              ok = fabsf(got - want) <= fabsf(want) / 128 + 1e-6f;
+            } else {
+              memcpy(&got, fl + at * 4, 4);
+              ok = got == want;
+            }
+          }
+      CHECK(ok);
+      free(fl);
+    }
+  free(u8);
+  free(ref);
+}
+
+static void test_plugin(void) {
+  const char *with =
+      "random_resized_crop(48) | hflip(0.5) | cutout(size=12, n=2, fill=7)";
+  stk_job_spec a, plain;
+  spec_of(&a, STK_SOURCE_IMAGEFOLDER, with, 0, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, 6);
+  snprintf(a.plugin, sizeof(a.plugin), "cutout");
+  spec_of(&plain, STK_SOURCE_IMAGEFOLDER, "random_resized_crop(48) | hflip(0.5)", 0,
+          STK_DTYPE_UINT8, STK_LAYOUT_NHWC, 6);
+  char err[512] = "";
+  size_t l1, l2, l3;
+  uint8_t *x = images(&a, PLUGIN_DIR, 0, 2, &l1, err, sizeof(err));
+  if (!x) fprintf(stderr, "plugin: %s\n", err);
+  uint8_t *y = images(&a, PLUGIN_DIR, 0, 2, &l2, err, sizeof(err));
+  uint8_t *z = images(&plain, NULL, 0, 2, &l3, err, sizeof(err));
+  CHECK(x && y && z && l1 == l2 && l1 == l3);
+  if (x && y && z) {
+    CHECK(memcmp(x, y, l1) == 0); /* deterministic */
+    /* cutout only writes fill = 7: every byte equals the plain chain's or 7,
+     * and some squares landed */
+    size_t filled = 0, wrong = 0;
+    for (size_t i = 0; i < l1; i++)
+      if (x[i] != z[i]) x[i] == 7 ? filled++ : wrong++;
+    CHECK(wrong == 0 && filled > 100);
+  }
+  free(x), free(y), free(z);
+
+  /* refusals, each with its reason */
+  struct {
+    const char *dir, *plugin, *chain, *want;
+  } bad[] = {
+      {NULL, "cutout", with, "no plugin directory"},
+      {"/nonexistent-dir", "cutout", with, "not found"},
+      {PLUGIN_DIR, "test_plugin_badabi", "random_resized_crop(48) | test_plugin_badabi()",
+       "ABI version 99"},
+      {PLUGIN_DIR, "cutout", "random_resized_crop(48) | cutout(size=0)",
+       "size is 1..4096"},
+      {PLUGIN_DIR, "cutout", "random_resized_crop(48) | cutout(n=2)", "needs size"},
+  };
+  unsetenv("STOKER_PLUGIN_DIR");
+  for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
+    stk_job_spec s;
+    spec_of(&s, STK_SOURCE_IMAGEFOLDER, bad[i].chain, 0, STK_DTYPE_UINT8, STK_LAYOUT_NHWC,
+            2);
+    snprintf(s.plugin, sizeof(s.plugin), "%s", bad[i].plugin);
+    size_t l;
+    err[0] = 0;
+    uint8_t *p = images(&s, bad[i].dir, 0, 1, &l, err, sizeof(err));
+    CHECK(p == NULL && strstr(err, bad[i].want) != NULL);
+    if (p || !strstr(err, bad[i].want))
+      fprintf(stderr, "case %zu: '%s' (wanted '%s')\n", i, err, bad[i].want);
+    free(p);
+  }
+  /* $STOKER_PLUGIN_DIR stands in for the directory */
+  setenv("STOKER_PLUGIN_DIR", PLUGIN_DIR, 1);
+  size_t l;
+  uint8_t *p = images(&a, NULL, 0, 1, &l, err, sizeof(err));
+  CHECK(p != NULL);
+  free(p);
+  unsetenv("STOKER_PLUGIN_DIR");
+}
+
+static void on_bad(void *ud, const char *path, const char *why) {
+  (void)path, (void)why;
+  ++*(unsigned *)ud;
+}
+
+/* The hostile decode corpus as one ImageFolder class, through the long
+ * chain with float output: bad files are substituted and reported. */
+static void test_hostile_corpus(void) {
+  char dir[4200], p[4400];
+  snprintf(dir, sizeof(dir), "%s/hostile", root);
+  mkdir(dir, 0755);
+  snprintf(dir, sizeof(dir), "%s/hostile/c0", root);
+  mkdir(dir, 0755);
+  DIR *d = opendir(CORPUS_DIR);
+  CHECK(d != NULL);
+  if (!d) return;
+  unsigned n = 0;
+  struct dirent *e;
+  static uint8_t data[1 << 20];
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(p, sizeof(p), "%s/%s", CORPUS_DIR, e->d_name);
+    FILE *f = fopen(p, "rb");
+    if (!f) continue;
+    size_t len = fread(data, 1, sizeof(data), f);
+    fclose(f);
+    snprintf(p, sizeof(p), "%s/%04u.jpg", dir, n++);
+    tu_write(p, data, len);
+  }
+  closedir(d);
+  stk_job_spec s;
+  tu_spec(&s, STK_SOURCE_IMAGEFOLDER, "hostile", STK_PIPELINE_EVAL, STK_DTYPE_FLOAT32,
+          STK_LAYOUT_NCHW, 4, 224);
+  s.resize = 256;
+  char err[512];
+  CHECK(stk_job_spec_set(&s, "pipeline", LONG_CHAIN, err, sizeof(err)) == STK_OK);
+  s.dtype = STK_DTYPE_FLOAT32;
+  stk_dataset *ds;
+  stk_builder *b;
+  CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
+  unsigned reported = 0;
+  stk_dataset_set_log(ds, on_bad, &reported);
+  CHECK(stk_builder_create(ds, &s, &b, err, sizeof(err)) == STK_OK);
+  stk_batch_layout L;
+  stk_batch_layout_of(&s, &L);
+  uint8_t *buf = malloc(L.total_bytes);
+  uint64_t steps = stk_steps_per_epoch(&s, stk_dataset_size(ds)), subst = 0, ok = 0;
+  for (uint64_t st = 0; st < steps; st++) {
+    stk_build_info info;
+    int rc = stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info);
+    /* all bad: a batch may find no substitute at all (STK_CORRUPT) */
+    CHECK(rc == STK_OK || rc == STK_CORRUPT);
+    if (rc == STK_OK) ok++, subst += info.substituted;
+  }
+  printf(
+      "hostile corpus through the long chain: %u files, %llu steps built, %llu "
+      "substituted, %u reported bad\n",
+      n, (unsigned long long)ok, (unsigned long long)subst, reported);
+  CHECK(reported > 0 && stk_dataset_bad_samples(ds) == reported);
+  free(buf);
+  stk_builder_destroy(b);
+  stk_dataset_close(ds);
+}
+
+int main(void) {
+  if (tu_tmpdir(root, sizeof(root), "chain")) return 77;
+  char ds[4200], err[256];
+  snprintf(ds, sizeof(ds), "%s/ds", root);
+  stk__gen_opts o = {ds, 40, 7, 4, 1, 1, 16, 120, 260};
+  if (stk__gen_dataset(&o, err, sizeof(err))) {
+    fprintf(stderr, "gen: %s\n", err);
+    return 1;
+  }
+  test_named_equivalents();
+  test_long_chain();
+  test_plugin();
+  test_hostile_corpus();
+  tu_rmtree(root);
+  CHECK_DONE();
+}

@@ -1,0 +1,287 @@
+/* test_chain.c - op chains in the job spec (core/chain.c, job.c's
+ * pipeline key): the issue's example chain parses and sets dtype, layout,
+ * mean/std and the output size; the canonical text round-trips and its
+ * hash separates chains that build different bytes; the named pipelines
+ * keep the hash they had; every refusal says which op and why (unknown op,
+ * bad or extra argument, decode not first, an op after to, a size that
+ * depends on the image, a size that disagrees with height/width, a plugin
+ * op whose library is not named, the train keys set beside a chain); and
+ * thousands of mangled chains never crash the parser.
+ */
+#include <stdio.h>
+#include <string.h>
+
+#include "check.h"
+#include "stoker/core.h"
+
+static int set(stk_job_spec *s, const char *key, const char *value, char *err,
+               size_t errlen) {
+  return stk_job_spec_set(s, key, value, err, errlen);
+}
+
+static void image_job(stk_job_spec *s) {
+  stk_job_spec_defaults(s);
+  s->source = STK_SOURCE_IMAGEFOLDER;
+  snprintf(s->dataset, sizeof s->dataset, "ds");
+}
+
+static void test_issue_example(void) {
+  stk_job_spec s;
+  image_job(&s);
+  char err[512] = "";
+  int rc = set(&s, "pipeline",
+               "decode | random_resized_crop(224, scale=0.08:1, ratio=0.75:1.333) | "
+               "hflip(0.5) | color_jitter(0.4, 0.4, 0.4) | normalize(imagenet) | "
+               "to(float32, nchw)",
+               err, sizeof err);
+  CHECK(rc == STK_OK);
+  if (rc) fprintf(stderr, "%s\n", err);
+  CHECK(s.pipeline == STK_PIPELINE_CHAIN);
+  CHECK(s.dtype == STK_DTYPE_FLOAT32 && s.layout == STK_LAYOUT_NCHW);
+  CHECK(s.height == 224 && s.width == 224);
+  CHECK(s.mean[0] == 0.485f && s.std[2] == 0.225f);
+  CHECK(strcmp(s.chain,
+               "decode | random_resized_crop(224, 224, scale=0.0799999982:1, "
+               "ratio=0.75:1.33299994) | hflip(0.5) | "
+               "color_jitter(brightness=0.600000024:1.39999998, "
+               "contrast=0.600000024:1.39999998, saturation=0.600000024:1.39999998, "
+               "hue=0:0)") == 0);
+  if (strncmp(s.chain, "decode", 6)) fprintf(stderr, "chain: %s\n", s.chain);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+
+  /* canonical text -> parse -> same spec, same hash */
+  static char t1[8192], t2[8192];
+  stk_job_spec_format(&s, t1, sizeof t1);
+  CHECK(strstr(t1, "\npipeline = decode | random_resized_crop(224, 224,") != NULL);
+  CHECK(strstr(t1, "plugin =") == NULL); /* left out while empty */
+  stk_job_spec b;
+  stk_job_spec_defaults(&b);
+  CHECK(stk_job_spec_parse(&b, t1, err, sizeof err) == STK_OK);
+  stk_job_spec_format(&b, t2, sizeof t2);
+  CHECK(strcmp(t1, t2) == 0);
+  CHECK(stk_job_spec_hash(&s) == stk_job_spec_hash(&b));
+  CHECK(stk_job_spec_validate(&b, err, sizeof err) == STK_OK);
+
+  /* the same chain written differently: same canonical text */
+  stk_job_spec c;
+  image_job(&c);
+  CHECK(
+      set(&c, "pipeline",
+          "random_resized_crop( 224 ,224,scale = 0.08:1 , ratio=0.75:1.333)|hflip(p=0.5)|"
+          "color_jitter(brightness=0.4, contrast=0.6:1.4, saturation=0.4)|"
+          "normalize(0.485, 0.456, 0.406, 0.229, 0.224, 0.225)|to(float32)",
+          err, sizeof err) == STK_OK);
+  CHECK(strcmp(c.chain, s.chain) == 0);
+  CHECK(stk_job_spec_hash(&c) == stk_job_spec_hash(&s));
+  /* a different parameter: a different hash */
+  CHECK(set(&c, "pipeline",
+            "random_resized_crop(224, scale=0.08:1, ratio=0.75:1.333) | hflip(0.4) | "
+            "color_jitter(0.4, 0.4, 0.4) | to(float32)",
+            err, sizeof err) == STK_OK);
+  CHECK(stk_job_spec_hash(&c) != stk_job_spec_hash(&s));
+  /* back to a named pipeline: the chain is gone */
+  CHECK(set(&c, "pipeline", "train", err, sizeof err) == STK_OK);
+  CHECK(c.pipeline == STK_PIPELINE_TRAIN && c.chain[0] == 0);
+}
+
+/* Every op and its canonical form. */
+static void test_every_op(void) {
+  stk_job_spec s;
+  image_job(&s);
+  char err[512] = "";
+  const char *in =
+      "decode | resize(256) | center_crop(240) | random_crop(224, 200, padding=4) | "
+      "vflip(0.25) | rotate(0, 180) | grayscale(0.1) | "
+      "gaussian_blur(5, sigma=0.5:1.5) | gaussian_blur(3, 7, sigma=2) | rotate(90) | "
+      "color_jitter(hue=0.1) | to(uint8, nhwc)";
+  int rc = set(&s, "pipeline", in, err, sizeof err);
+  CHECK(rc == STK_OK);
+  if (rc) fprintf(stderr, "%s\n", err);
+  CHECK(strcmp(s.chain,
+               "decode | resize(256) | center_crop(240, 240) | random_crop(224, 200, "
+               "padding=4) | vflip(0.25) | rotate(0, 180) | grayscale(0.100000001) | "
+               "gaussian_blur(5, 5, sigma=0.5:1.5) | gaussian_blur(3, 7, sigma=2:2) | "
+               "rotate(90) | color_jitter(brightness=1:1, contrast=1:1, saturation=1:1, "
+               "hue=-0.100000001:0.100000001)") == 0);
+  if (strncmp(s.chain, "decode | resize", 15)) fprintf(stderr, "chain: %s\n", s.chain);
+  /* rotate(90) swaps 224x200 into 200x224 */
+  CHECK(s.height == 200 && s.width == 224);
+  CHECK(s.dtype == STK_DTYPE_UINT8 && s.layout == STK_LAYOUT_NHWC);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  /* resize(h, w) fixes the size by itself */
+  CHECK(set(&s, "pipeline", "resize(100, 120)", err, sizeof err) == STK_OK);
+  CHECK(s.height == 100 && s.width == 120);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+}
+
+/* rc must be INVALID_ARGUMENT at set (or, when at_set is 0, at validate)
+ * and the message must hold `want`. */
+static void refused(const char *chain, int at_set, const char *want) {
+  stk_job_spec s;
+  image_job(&s);
+  char err[512] = "";
+  int rc = set(&s, "pipeline", chain, err, sizeof err);
+  if (!at_set) {
+    CHECK(rc == STK_OK);
+    if (rc) fprintf(stderr, "set refused '%s': %s\n", chain, err);
+    rc = stk_job_spec_validate(&s, err, sizeof err);
+  }
+  CHECK(rc == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, want) != NULL);
+  if (!strstr(err, want))
+    fprintf(stderr, "'%s' -> '%s' (wanted '%s')\n", chain, err, want);
+}
+
+static void test_refusals(void) {
+  refused("random_resized_crop(224) | cutout(8)", 0, "unknown op 'cutout'");
+  refused("random_resized_crop(224) | CutOut(8)", 1, "op 2 'CutOut': unknown op");
+  refused("random_resized_crop(224, scale=0:1)", 1, "scale wants a:b");
+  refused("random_resized_crop()", 1, "needs a size");
+  refused("random_resized_crop(224) | hflip(2)", 1, "op 2 'hflip': p is a probability");
+  refused("random_resized_crop(224) | hflip(0.5, 0.2)", 1, "too many arguments");
+  refused("random_resized_crop(224) | hflip(q=0.5)", 1, "unknown parameter 'q'");
+  refused("random_resized_crop(224) | decode", 1, "decode comes first");
+  refused("random_resized_crop(224) | to(float32) | hflip", 1, "end the chain");
+  refused("random_resized_crop(224) | to(float32) | normalize(imagenet)", 1,
+          "normalize must come before to");
+  refused("random_resized_crop(224) | to(float64)", 1, "dtype must be uint8");
+  refused("random_resized_crop(224) | normalize(1, 2, 3)", 1, "six numbers");
+  refused("random_resized_crop(224) | normalize(0, 0, 0, 1, 0, 1)", 1, "std > 0");
+  refused("resize(256)", 0, "output size depends on the image");
+  refused("resize(256) | hflip(0.5)", 0, "output size depends on the image");
+  refused("center_crop(224, 200) | rotate(0, 90)", 0, "makes two output sizes");
+  refused("center_crop(224) | rotate(45)", 1, "angles are 0, 90, 180 or 270");
+  refused("center_crop(224) | gaussian_blur(4)", 1, "odd whole numbers");
+  refused("center_crop(224) | color_jitter(hue=0.7)", 1, "hue must stay within");
+  refused("center_crop(224) || hflip", 1, "op 2 is empty");
+  refused("center_crop(224) | hflip(0.5", 1, "closing ')'");
+  refused("center_crop(224) | hflip(0.5))", 1, "closing ')'");
+  refused("center_crop(224) | hflip 0.5", 1, "unexpected");
+  refused("center_crop(224) | hflip(, 0.5)", 1, "an argument is empty");
+  refused("center_crop(0)", 1, "sizes are whole numbers");
+  refused("center_crop(224.5)", 1, "sizes are whole numbers");
+
+  /* height/width named after the chain must agree with it */
+  stk_job_spec s;
+  image_job(&s);
+  char err[512] = "";
+  CHECK(set(&s, "pipeline", "resize(256) | center_crop(224)", err, sizeof err) == STK_OK);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  s.height = 256;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "makes 224x224 images, but height x width is 256x224") != NULL);
+  s.height = 224;
+  /* the named pipelines' keys beside a chain would do nothing */
+  s.flip_p = 0.25f;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "flip_p") != NULL);
+  s.flip_p = 0.5f;
+  /* a chain needs an image source */
+  s.source = STK_SOURCE_SYNTHETIC, s.num_samples = 10;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  s.source = STK_SOURCE_IMAGEFOLDER;
+  /* a stored chain that is not canonical (set behind the API's back) */
+  snprintf(s.chain, sizeof s.chain, "decode|resize(256)|center_crop(224)");
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "canonical") != NULL);
+  /* chain or plugin on a named pipeline */
+  CHECK(set(&s, "pipeline", "eval", err, sizeof err) == STK_OK);
+  snprintf(s.plugin, sizeof s.plugin, "x");
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+}
+
+static void test_plugins(void) {
+  stk_job_spec s;
+  image_job(&s);
+  char err[512] = "";
+  CHECK(
+      stk_job_spec_parse(&s,
+                         "plugin = cutout,noise\n"
+                         "pipeline = center_crop(64) | cutout(size=8, n = 2) | noise()\n",
+                         err, sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain, "decode | center_crop(64, 64) | cutout(size=8, n=2) | noise()") ==
+        0);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  static char t[8192];
+  stk_job_spec_format(&s, t, sizeof t);
+  CHECK(strstr(t, "\nplugin = cutout,noise\n") != NULL);
+  /* the plugin name is part of the hash */
+  uint64_t h = stk_job_spec_hash(&s);
+  snprintf(s.plugin, sizeof s.plugin, "noise,cutout");
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  CHECK(stk_job_spec_hash(&s) != h);
+  const char *bad[] = {"cutout, noise", "cutout,", "Cutout,noise", "cut-out,noise",
+                       ",noise"};
+  for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+    snprintf(s.plugin, sizeof s.plugin, "%s", bad[i]);
+    CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  }
+  snprintf(s.plugin, sizeof s.plugin, "cutout");
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "unknown op 'noise'") && strstr(err, "plugin = noise"));
+  /* arguments that would break the job text */
+  CHECK(set(&s, "pipeline", "center_crop(64) | noise(a#b)", err, sizeof err) ==
+        STK_INVALID_ARGUMENT);
+}
+
+/* Named pipelines: the canonical text has no plugin line, so their hash is
+ * what it was before chains (a saved client state still resumes). */
+static void test_named_hash_unchanged(void) {
+  stk_job_spec s;
+  image_job(&s);
+  s.pipeline = STK_PIPELINE_TRAIN;
+  static char t[8192];
+  stk_job_spec_format(&s, t, sizeof t);
+  CHECK(strstr(t, "plugin") == NULL && strstr(t, "chain") == NULL);
+  CHECK(strstr(t, "\npipeline = train\n") != NULL);
+}
+
+/* Mangled chains: every byte position cut, flipped or doubled; the parser
+ * answers OK or INVALID_ARGUMENT with a message, and an accepted chain's
+ * canonical text parses back to itself. */
+static void test_mangled(void) {
+  const char *base =
+      "decode | random_resized_crop(224, 200, scale=0.08:1, ratio=0.75:1.3) | hflip(0.5) "
+      "| "
+      "rotate(0, 180) | color_jitter(0.4, 0.4, 0.4, 0.1) | gaussian_blur(5, sigma=0.1:2) "
+      "| "
+      "random_crop(200, 180, padding=4) | grayscale(0.2) | p1(a=1, b) | "
+      "normalize(imagenet) | "
+      "to(bfloat16, nhwc)";
+  size_t n = strlen(base);
+  static const char subs[] = "|(),=:# 0a.-\t9";
+  unsigned accepted = 0;
+  for (size_t i = 0; i < n; i++) {
+    for (size_t k = 0; k < sizeof subs; k++) {
+      char m[512];
+      memcpy(m, base, n + 1);
+      if (k == sizeof subs - 1) memmove(m + i, m + i + 1, n - i); /* cut */
+      else m[i] = subs[k];
+      stk_job_spec s;
+      image_job(&s);
+      char err[512] = "x";
+      int rc = set(&s, "pipeline", m, err, sizeof err);
+      CHECK(rc == STK_OK || (rc == STK_INVALID_ARGUMENT && err[0]));
+      if (rc != STK_OK) continue;
+      accepted++;
+      char chain1[sizeof s.chain];
+      memcpy(chain1, s.chain, sizeof chain1);
+      stk_job_spec b;
+      image_job(&b);
+      CHECK(set(&b, "pipeline", chain1, err, sizeof err) == STK_OK);
+      CHECK(strcmp(b.chain, chain1) == 0);
+      (void)stk_job_spec_validate(&s, err, sizeof err);
+    }
+  }
+  CHECK(accepted > 0);
+}
+
+int main(void) {
+  test_issue_example();
+  test_every_op();
+  test_refusals();
+  test_plugins();
+  test_named_hash_unchanged();
+  test_mangled();
+  CHECK_DONE();
+}
