@@ -402,18 +402,19 @@ static int read_result(jpipe *jp, ssize_t res, size_t len) {
   return res < 0 ? errno_result((int)-res) : RES_BAD;
 }
 
-/* Decode sample idx from data and write it at out: RES_OK, RES_BAD (the data
- * is bad) or RES_AGAIN (out of memory). */
-static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
-                   size_t len, void *out) {
+/* Decode view `view` of sample idx from data and write it at out: RES_OK,
+ * RES_BAD (the data is bad) or RES_AGAIN (out of memory). */
+static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
+                        size_t len, void *out, uint32_t view) {
   jpipe *jp = b->impl;
   const stk_job_spec *s = &b->spec;
+  uint64_t seed = stk__view_seed(s->seed, view);
   uint32_t W, H, ow = s->width, oh = s->height;
   int rc = stk__decoder_header(jp->dec, data, len, &W, &H, jp->why, sizeof(jp->why));
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   if (jp->chain) {
     stk_rng r;
-    stk_rng_init(&r, s->seed, epoch, idx);
+    stk_rng_init(&r, seed, epoch, idx);
     rc = stk__chain_run_sample(jp->chain, jp->dec, W, H, &r, out, jp->why,
                                sizeof(jp->why));
     return rc == STK_OK ? RES_OK : rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
@@ -427,7 +428,7 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *
   int margin;
   if (s->pipeline == STK_PIPELINE_TRAIN) {
     stk_rng r;
-    stk_rng_init(&r, s->seed, epoch, idx);
+    stk_rng_init(&r, seed, epoch, idx);
     stk__box box =
         stk__rrc_box(W, H, s->scale_min, s->scale_max, s->ratio_min, s->ratio_max, &r);
     bx0 = box.x, by0 = box.y, bx1 = box.x + box.w, by1 = box.y + box.h;
@@ -468,6 +469,21 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *
     return RES_AGAIN;
   }
   stk__post_store(&jp->sc, ow, oh, &post, out);
+  return RES_OK;
+}
+
+/* Every view of sample idx (out: its place in the first image tensor; the
+ * others follow the layout). RES_OK, or the first view's failure: a
+ * sample is bad or not as a whole. */
+static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
+                   size_t len, void *out) {
+  uint32_t views = b->spec.views > 1 ? b->spec.views : 1;
+  const stk_tensor_desc *t = b->layout.tensors;
+  for (uint32_t v = 0; v < views; v++) {
+    int r = process_view(b, epoch, idx, data, len,
+                         (unsigned char *)out + (t[v].offset - t[0].offset), v);
+    if (r != RES_OK) return r;
+  }
   return RES_OK;
 }
 
@@ -557,7 +573,8 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
   uint64_t n = b->ds->n;
   uint32_t B = s->batch_size;
   const stk_tensor_desc *ti = &b->layout.tensors[STK_TENSOR_IMAGE];
-  const stk_tensor_desc *tl = &b->layout.tensors[STK_TENSOR_LABEL];
+  const stk_tensor_desc *tl =
+      &b->layout.tensors[stk_batch_layout_find(&b->layout, "label")];
   size_t per = ti->nbytes / B;
   stk_perm perm;
   stk_perm_init(&perm, n, s->seed, epoch);

@@ -4,7 +4,8 @@
  * backends: for cfg.convert (a uint8 job), and to rebuild a float job's
  * image that came as 8-bit values (wire_u8; the input layout is then the
  * wire one, the output the job's). A 256-entry table per channel turns it
- * into a lookup per pixel. label/mask/index tensors are copied unchanged.
+ * into a lookup per pixel. Every image tensor (image, or image0.. with
+ * views) is converted; label/mask/index tensors are copied unchanged.
  *
  * Pure functions: no state, thread-safe.
  */
@@ -12,20 +13,27 @@
 
 #include "internal.h"
 
+/* The image tensors of an image job are the first views (1..4) ones. */
+static uint32_t image_tensors(const stk_job_spec *spec) {
+  return spec->views > 1 ? spec->views : 1;
+}
+
 int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out) {
   int st = stk_batch_layout_of(spec, out);
   if (st || convert == STK_CONVERT_NONE) return st;
   /* an image conversion: a token job has no image to convert */
   if (spec->dtype != STK_DTYPE_UINT8 || spec->source == STK_SOURCE_MEGATRON)
     return STK_INVALID_ARGUMENT;
-  stk_tensor_desc *img = &out->tensors[STK_TENSOR_IMAGE];
   uint64_t esz = convert == STK_CONVERT_FLOAT32 ? 4 : 2;
-  img->dtype = convert == STK_CONVERT_FLOAT32 ? STK_DTYPE_FLOAT32 : STK_DTYPE_BFLOAT16;
-  img->shape[1] = spec->channels;
-  img->shape[2] = spec->height;
-  img->shape[3] = spec->width;
-  img->nbytes =
-      (uint64_t)spec->batch_size * spec->channels * spec->height * spec->width * esz;
+  for (uint32_t v = 0; v < image_tensors(spec); v++) {
+    stk_tensor_desc *img = &out->tensors[v];
+    img->dtype = convert == STK_CONVERT_FLOAT32 ? STK_DTYPE_FLOAT32 : STK_DTYPE_BFLOAT16;
+    img->shape[1] = spec->channels;
+    img->shape[2] = spec->height;
+    img->shape[3] = spec->width;
+    img->nbytes =
+        (uint64_t)spec->batch_size * spec->channels * spec->height * spec->width * esz;
+  }
   uint64_t off = 0;
   for (uint32_t t = 0; t < out->ntensors; t++) {
     out->tensors[t].offset = off;
@@ -43,18 +51,10 @@ static uint16_t to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
-                        const unsigned char *src, const stk_batch_layout *out,
-                        unsigned char *dst, int out_nhwc) {
+/* One image tensor, img (the wire or uint8 form) into o. */
+static void convert_image(const stk_job_spec *spec, int convert, const float lut[4][256],
+                          const unsigned char *img, unsigned char *o, int out_nhwc) {
   uint32_t B = spec->batch_size, C = spec->channels, H = spec->height, W = spec->width;
-  /* the pipeline's own table: a uint8 job converted here equals the same
-   * job with a float dtype, and a float job's 8-bit wire form is rebuilt
-   * exactly (stk_normalize_table) */
-  float lut[4][256];
-  stk_normalize_table(spec, lut);
-  for (int v = 0; v < 256; v++) lut[3][v] = (float)v / 255.f;
-  const unsigned char *img = src + in->tensors[STK_TENSOR_IMAGE].offset;
-  unsigned char *o = dst + out->tensors[STK_TENSOR_IMAGE].offset;
   int nhwc = spec->layout == STK_LAYOUT_NHWC;
   size_t plane = (size_t)H * W, per = plane * C;
   if (convert == STK_CONVERT_FLOAT32 && !nhwc && !out_nhwc && C == 3) {
@@ -87,7 +87,22 @@ void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_l
         }
       }
     }
-  for (uint32_t t = 1; t < in->ntensors && t < out->ntensors; t++)
+}
+
+void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
+                        const unsigned char *src, const stk_batch_layout *out,
+                        unsigned char *dst, int out_nhwc) {
+  /* the pipeline's own table: a uint8 job converted here equals the same
+   * job with a float dtype, and a float job's 8-bit wire form is rebuilt
+   * exactly (stk_normalize_table) */
+  float lut[4][256];
+  stk_normalize_table(spec, lut);
+  for (int v = 0; v < 256; v++) lut[3][v] = (float)v / 255.f;
+  uint32_t nimg = image_tensors(spec);
+  for (uint32_t t = 0; t < nimg; t++)
+    convert_image(spec, convert, lut, src + in->tensors[t].offset,
+                  dst + out->tensors[t].offset, out_nhwc);
+  for (uint32_t t = nimg; t < in->ntensors && t < out->ntensors; t++)
     memcpy(dst + out->tensors[t].offset, src + in->tensors[t].offset,
            (size_t)in->tensors[t].nbytes);
   /* the padding between tensors is zero, as in every built payload (a

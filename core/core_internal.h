@@ -22,6 +22,13 @@ static inline uint64_t stk__mix64(uint64_t x) {
   return x;
 }
 
+/* The seed of view v of an image job (views > 1): view 0 keeps the job's
+ * seed, so it equals the one-view job; the others get independent
+ * streams. */
+static inline uint64_t stk__view_seed(uint64_t seed, uint32_t v) {
+  return v ? stk__mix64(seed + 0x9e3779b97f4a7c15ull * v) : seed;
+}
+
 /* Bytes per element of an stk_dtype; 0 for an unknown one. */
 static inline size_t stk__dtype_size(int dtype) {
   switch (dtype) {

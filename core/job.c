@@ -32,7 +32,8 @@ typedef enum {
   T_BOOL,
   T_ENUM,
   T_TOKEN,
-  T_PIPE
+  T_PIPE,
+  T_VIEWS /* a uint32 left out of the canonical text while 1 */
 } opt_type;
 
 typedef struct {
@@ -80,6 +81,8 @@ static const job_opt job_opts[] = {
      "raw (synthetic) | train | eval | an op chain: decode | op(args) | ..."},
     {"plugin", T_OPTSTR, OFF(plugin), SZ(plugin), NULL,
      "plugin libraries whose ops the chain names: name[,name]"},
+    {"views", T_VIEWS, OFF(views), 0, NULL,
+     "views per sample (1..4): tensors image0.. from independent random draws"},
     {"height", T_U32, OFF(height), 0, NULL, "output image height"},
     {"width", T_U32, OFF(width), 0, NULL, "output image width"},
     {"channels", T_U32, OFF(channels), 0, NULL, "output channels (3)"},
@@ -148,6 +151,7 @@ void stk_job_spec_defaults(stk_job_spec *s) {
   s->seq_len = 2048;
   s->token_dtype = STK_DTYPE_INT64;
   s->eod_token = -1;
+  s->views = 1;
 }
 
 _Static_assert(sizeof(stk_job_spec) == 1992,
@@ -231,6 +235,7 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
       memcpy(field, value, strlen(value) + 1);
       return STK_OK;
     case T_U32:
+    case T_VIEWS:
       if (parse_u64(value, UINT32_MAX, &u))
         return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                          "'%s' wants an unsigned 32-bit integer, got '%s'", key, value);
@@ -450,6 +455,12 @@ size_t stk_job_spec_format(const stk_job_spec *s, char *buf, size_t len) {
         snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
                  *(const uint32_t *)field);
         break;
+      case T_VIEWS:
+        if (*(const uint32_t *)field != 1)
+          snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
+                   *(const uint32_t *)field);
+        else tmp[0] = 0;
+        break;
       case T_U64:
         snprintf(tmp, sizeof(tmp), "%s = %" PRIu64 "\n", o->name,
                  *(const uint64_t *)field);
@@ -609,6 +620,11 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (s->pipeline < STK_PIPELINE_RAW || s->pipeline > STK_PIPELINE_CHAIN)
     VFAIL("unknown pipeline %d", (int)s->pipeline);
   if ((rc = validate_chain(s, err, errlen))) return rc;
+  if (s->views < 1 || s->views > 4) VFAIL("views must be in 1..4");
+  if (s->views > 1 &&
+      !((s->source == STK_SOURCE_IMAGEFOLDER || s->source == STK_SOURCE_TAR) &&
+        (s->pipeline == STK_PIPELINE_TRAIN || s->pipeline == STK_PIPELINE_CHAIN)))
+    VFAIL("views > 1 needs an image source and a random pipeline (train or an op chain)");
   if (!stk__dtype_size(s->dtype) || s->dtype == STK_DTYPE_INT64)
     VFAIL("image dtype must be uint8, float32 or bfloat16");
   if (s->layout != STK_LAYOUT_NHWC && s->layout != STK_LAYOUT_NCHW)
@@ -647,7 +663,7 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (s->world_size < 1 || s->world_size > 65536) VFAIL("world_size must be in 1..65536");
   if (s->epochs < 1 || s->epochs > 1000000) VFAIL("epochs must be in 1..1000000");
   uint64_t img = (uint64_t)s->height * s->width * s->channels *
-                 stk__dtype_size(s->dtype) * s->batch_size;
+                 stk__dtype_size(s->dtype) * s->batch_size * (s->views ? s->views : 1);
   if (img > (2ull << 30) && s->source != STK_SOURCE_MEGATRON)
     VFAIL("a batch may hold at most 2 GiB of image data");
   if (s->pipeline == STK_PIPELINE_EVAL && (s->resize < 1 || s->resize > 16384))

@@ -1,5 +1,6 @@
 /* layout.c - the batch layout: where each tensor sits in a batch payload
- * (image jobs: image, label, mask, index; token jobs: tokens, labels and
+ * (image jobs: image (or image0..image{V-1}), label, mask, index; token
+ * jobs: tokens, labels and
  * the optional loss_mask, position_ids, index), derived from a valid job
  * spec alone, so every batch of a job has the same shapes and offsets.
  *
@@ -30,7 +31,7 @@ static void token_layout(const stk_job_spec *s, stk_batch_layout *L) {
   add_tensor(L, "labels", s->token_dtype, 2, B, S);
   if (s->loss_mask) add_tensor(L, "loss_mask", STK_DTYPE_FLOAT32, 2, B, S);
   if (s->position_ids) add_tensor(L, "position_ids", s->token_dtype, 2, B, S);
-  if (L->ntensors < STK_MAX_TENSORS) add_tensor(L, "index", STK_DTYPE_INT64, 1, B, 0);
+  if (L->ntensors < 4) add_tensor(L, "index", STK_DTYPE_INT64, 1, B, 0);
 }
 
 int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
@@ -40,29 +41,22 @@ int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
     token_layout(s, L);
     return STK_OK;
   }
-  uint64_t B = s->batch_size, off = 0;
-  static const char *names[] = {"image", "label", "mask", "index"};
-  for (int t = 0; t < STK_MAX_TENSORS; t++) {
-    stk_tensor_desc *d = &L->tensors[t];
-    snprintf(d->name, sizeof(d->name), "%s", names[t]);
-    d->shape[0] = B;
-    if (t == STK_TENSOR_IMAGE) {
-      d->dtype = s->dtype;
-      d->ndim = 4;
-      if (s->layout == STK_LAYOUT_NHWC)
-        d->shape[1] = s->height, d->shape[2] = s->width, d->shape[3] = s->channels;
-      else d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
-      d->nbytes = B * s->height * s->width * s->channels * stk__dtype_size(s->dtype);
-    } else {
-      d->dtype = t == STK_TENSOR_MASK ? STK_DTYPE_UINT8 : STK_DTYPE_INT64;
-      d->ndim = 1;
-      d->nbytes = B * stk__dtype_size(d->dtype);
-    }
-    d->offset = off;
-    off += (d->nbytes + 63) & ~(uint64_t)63;
+  uint64_t B = s->batch_size;
+  uint32_t V = s->views > 1 ? s->views : 1;
+  for (uint32_t v = 0; v < V; v++) {
+    char name[16];
+    if (V > 1) snprintf(name, sizeof(name), "image%u", v);
+    else snprintf(name, sizeof(name), "image");
+    /* B x (one sample's elements), then the shape proper */
+    add_tensor(L, name, s->dtype, 4, B, (uint64_t)s->height * s->width * s->channels);
+    stk_tensor_desc *d = &L->tensors[L->ntensors - 1];
+    if (s->layout == STK_LAYOUT_NHWC)
+      d->shape[1] = s->height, d->shape[2] = s->width, d->shape[3] = s->channels;
+    else d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
   }
-  L->ntensors = STK_MAX_TENSORS;
-  L->total_bytes = off;
+  add_tensor(L, "label", STK_DTYPE_INT64, 1, B, 0);
+  add_tensor(L, "mask", STK_DTYPE_UINT8, 1, B, 0);
+  add_tensor(L, "index", STK_DTYPE_INT64, 1, B, 0);
   return STK_OK;
 }
 

@@ -167,7 +167,8 @@ STK_EXPORT int stk_client_next(stk_client *c, stk_batch **out);
 STK_EXPORT void stk_batch_release(stk_batch *b);
 
 typedef struct stk_tensor {
-  const char *name; /* image jobs: "image", "label", "mask", "index"; token
+  const char *name; /* image jobs: "image" (views > 1: "image0", "image1",
+                       ...), "label", "mask", "index"; token
                        jobs: "tokens", "labels", then "loss_mask",
                        "position_ids", "index" as the job asks (look tensors
                        up by name: stk_batch_layout_find) */

@@ -91,7 +91,8 @@ typedef struct stk_job_spec {
    * layout); "" for the named pipelines. Set through stk_job_spec_set. */
   char plugin[64]; /* plugin libraries the chain uses: "name[,name...]" */
   char chain[960];
-  uint8_t reserved[228];
+  uint32_t views; /* image jobs: views per sample, 1..4 (image0.. when > 1) */
+  uint8_t reserved[224];
 } stk_job_spec;
 
 /* Fill *spec with the defaults (synthetic with num_samples 0, which the
@@ -227,10 +228,12 @@ STK_EXPORT double stk_rng_uniform(stk_rng *r);
 
 /* ---- Batch layout ------------------------------------------------------ */
 
-#define STK_MAX_TENSORS 4
+#define STK_MAX_TENSORS 8
 #define STK_MAX_DIMS    4
 
-/* Tensor ids in a batch, in payload order. */
+/* Tensor ids of an image job with one view, in payload order (with
+ * views > 1 the images are image0..image{V-1} and the rest shift: find
+ * tensors by name, stk_batch_layout_find). */
 enum {
   STK_TENSOR_IMAGE = 0,
   STK_TENSOR_LABEL = 1,
@@ -257,12 +260,15 @@ typedef struct stk_batch_layout {
 
 /* Image jobs, always these four in this order: image: [B,H,W,C] or
  * [B,C,H,W] of the spec's dtype; label: int64 [B]; mask: uint8 [B] (1 =
- * real sample, 0 = padding); index: int64 [B] (ids STK_TENSOR_*).
+ * real sample, 0 = padding); index: int64 [B] (ids STK_TENSOR_*). With
+ * views = V > 1 the image is V tensors image0 .. image{V-1} (the same
+ * sample under independent random draws; image0 is the one-view job's
+ * image), then label, mask, index.
  *
  * Token jobs (source = megatron), in this order: tokens [B, seq_len] and
  * labels [B, seq_len] of token_dtype; then loss_mask float32 [B, seq_len]
  * if the job asks for it; then position_ids [B, seq_len] of token_dtype if
- * asked; then index int64 [B] if fewer than STK_MAX_TENSORS are taken.
+ * asked; then index int64 [B] if fewer than four tensors are taken.
  * Look tensors up by name (stk_batch_layout_find), not by STK_TENSOR_*.
  *
  * Returns STK_INVALID_ARGUMENT for an invalid spec. */

@@ -11,7 +11,8 @@
  * float32 NCHW job whose images travel as 8-bit values (the bytes
  * received say so), the same with floats on the wire
  * (STOKER_WIRE_UINT8=0), a bfloat16 NHWC job, and a job whose pipeline
- * is a user's op chain with a plugin op (examples/plugin_cutout.c).
+ * is a user's op chain with a plugin op (examples/plugin_cutout.c) and
+ * two views per sample.
  *
  * usage: test_e2e <stoker-coordinator> <stoker-worker> [<stoker-dataset>]
  */
@@ -161,7 +162,8 @@ int main(int argc, char **argv) {
                          "--set", "drop_last=false",    "--set", "seed=3",
                          NULL};
   run_job("jpeg-bf16-nhwc", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
-  /* A user's op chain with a plugin op (examples/plugin_cutout.c): the
+  /* A user's op chain with a plugin op (examples/plugin_cutout.c), two
+   * views per sample (image0, image1): the
    * workers load it from --plugin-dir, the ranks' references from
    * $STOKER_PLUGIN_DIR; every batch equals the reference. */
   const char *chain[] = {
@@ -186,11 +188,16 @@ int main(int argc, char **argv) {
       "drop_last=false",
       "--set",
       "seed=5",
+      "--set",
+      "views=2",
       NULL};
   const char *w3[] = {"--threads",    "1",        "--data-root", root,
                       "--plugin-dir", PLUGIN_DIR, NULL};
   setenv("STOKER_PLUGIN_DIR", PLUGIN_DIR, 1);
-  run_job("jpeg-chain-plugin", chain, w3, root, NULL, 2 * 10, l8.total_bytes);
+  js.views = 2, js.dtype = STK_DTYPE_UINT8;
+  stk_batch_layout l8v;
+  CHECK(stk_batch_layout_of(&js, &l8v) == STK_OK);
+  run_job("jpeg-chain-plugin", chain, w3, root, NULL, 2 * 10, l8v.total_bytes);
   unsetenv("STOKER_PLUGIN_DIR");
   CHECK_DONE();
 }

@@ -107,5 +107,33 @@ try:
     check(False, "world_size mismatch raises")
 except stoker.StokerError as e:
     check(e.name == "INVALID_ARGUMENT", "error name %s" % e.name)
+
+# An op chain with two views over a few JPEGs written here: images is a
+# list of the two view tensors, the payload is the reference's.
+try:
+    from PIL import Image
+except ImportError:
+    Image = None
+if Image is not None:
+    import tempfile
+    with tempfile.TemporaryDirectory(prefix="stoker-views-") as root:
+        os.makedirs(os.path.join(root, "ds", "c0"))
+        for i in range(8):
+            im = Image.new("RGB", (40 + 3 * i, 30 + 2 * i), (20 * i, 255 - 20 * i, 90))
+            im.putpixel((1, 1), (255, 255, 255))
+            im.save(os.path.join(root, "ds", "c0", "%d.jpg" % i))
+        JOBV = ("source = imagefolder\ndataset = ds\nbatch_size = 4\nviews = 2\n"
+                "pipeline = random_resized_crop(16, scale=0.3:1) | hflip(0.5) | "
+                "color_jitter(0.4, 0.4) | to(float32)\n")
+        V = stoker.Loader(job=JOBV, data_root=root, rank=0, world_size=1, with_meta=True)
+        views, labels, b = next(iter(V))
+        check(isinstance(views, list) and len(views) == 2, "two views")
+        check(all(tuple(v.shape) == (4, 3, 16, 16) and v.dtype == torch.float32
+                  for v in views), "view shapes")
+        check(not torch.equal(views[0], views[1]), "views differ")
+        check(tuple(labels.shape) == (4,) and b.index is not None, "label and index")
+        check(L.payload is not None and V.payload() == V.reference(b.epoch, b.step),
+              "views payload == reference")
+        V.close()
 print("%d passed, %d failed" % (0 if fails else 1, 1 if fails else 0))
 sys.exit(1 if fails else 0)

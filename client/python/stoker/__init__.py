@@ -23,7 +23,9 @@ What a step yields: (images, labels) by default, (images, labels, batch)
 with with_meta=True, or a dict of every tensor by the names the batch header
 carries with as_dict=True ({"image", "label", "mask", "index"} for image
 jobs; the token tensors for token jobs). For a token job the first two
-tensors are tokens and labels, so the tuple form works there too.
+tensors are tokens and labels, so the tuple form works there too. A job
+with views = V > 1 yields images as a list of V tensors (image0 ..
+image{V-1}: the same samples under independent random draws).
 
 Epochs: one `for` = one epoch. set_epoch(e) before the loop behaves as
 with DistributedSampler: e equal to the epoch the loader is at continues it
@@ -409,12 +411,21 @@ class Loader:
             tensors = [self._own(x) for x in tensors]
         names = [(t.name or b"tensor%d" % i).decode(errors="replace")
                  for i, t in enumerate(ts)]
+        # views = V: image0 .. image{V-1}, then label, mask, index by name
+        views = [x for nm, x in zip(names, tensors)
+                 if nm.startswith("image") and nm[5:].isdigit()]
+        if views:
+            by = dict(zip(names, tensors))
+            images, labels = views, by.get("label")
+            mask, index = by.get("mask"), by.get("index")
+        else:
+            images, labels = tensors[0], tensors[1]
+            mask = tensors[2] if len(tensors) > 2 else None
+            index = tensors[3] if len(tensors) > 3 else None
         return types.SimpleNamespace(
             epoch=int(lib.stk_batch_epoch(b)), step=int(lib.stk_batch_step(b)),
             sample_offset=int(lib.stk_batch_sample_offset(b)),
-            images=tensors[0], labels=tensors[1],
-            mask=tensors[2] if len(tensors) > 2 else None,
-            index=tensors[3] if len(tensors) > 3 else None,
+            images=images, labels=labels, mask=mask, index=index,
             tensors=list(zip(names, tensors)),
             pointers=[t.data for t in ts], payload_ptr=payload,
             payload_len=n.value)

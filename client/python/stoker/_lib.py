@@ -27,7 +27,7 @@ RANK_FROM_ENV, WORLD_SIZE_FROM_ENV, CUDA_DEVICE_FROM_ENV = 0xFFFFFFFF, 0, -1
 CONVERT = {None: 0, "none": 0, "float32": 1, "bfloat16": 2}
 DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_BFLOAT16, DTYPE_INT64 = 1, 2, 3, 4
 DTYPE_INT32 = 5  # token jobs (include/stoker/core.h: STK_DTYPE_INT32)
-MAX_DIMS, MAX_TENSORS, MAX_WORKER_STATS = 4, 4, 32
+MAX_DIMS, MAX_TENSORS, MAX_WORKER_STATS = 4, 8, 32
 
 
 class Config(ctypes.Structure):
@@ -123,7 +123,8 @@ class JobSpec(ctypes.Structure):
         ("position_ids", ctypes.c_int32),
         # pipeline = chain (docs/pipelines.md)
         ("plugin", ctypes.c_char * 64), ("chain", ctypes.c_char * 960),
-        ("reserved", ctypes.c_uint8 * 228),
+        ("views", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 224),
     ]
 
 

@@ -11,6 +11,8 @@
  *    message when no directory is set, the library is missing, it was
  *    built for another ABI version (test_plugin_badabi.so) or it refuses
  *    its arguments;
+ *  - views = 2, for a chain and for train: image0 equals the one-view
+ *    job's image, image1 differs, the rest is the same;
  *  - the hostile decode corpus (tests/fuzz/corpus/decode) through the long
  *    chain: every bad file substituted and reported, nothing crashes.
  * PLUGIN_DIR and CORPUS_DIR come from the build.
@@ -239,6 +241,52 @@ static void test_plugin(void) {
   unsetenv("STOKER_PLUGIN_DIR");
 }
 
+/* views = 2: image0 is the one-view job's image, image1 the same samples
+ * under other draws; label/mask/index as in the one-view job; for a chain
+ * and for train. */
+static void test_views(void) {
+  for (int named = 0; named < 2; named++) {
+    stk_job_spec one, two;
+    if (named) {
+      spec_of(&one, STK_SOURCE_TAR, NULL, STK_PIPELINE_TRAIN, STK_DTYPE_FLOAT32,
+              STK_LAYOUT_NCHW, 4);
+      one.brightness = 0.4f;
+    } else {
+      spec_of(&one, STK_SOURCE_IMAGEFOLDER, LONG_CHAIN, 0, STK_DTYPE_UINT8,
+              STK_LAYOUT_NHWC, 4);
+    }
+    two = one;
+    two.views = 2;
+    char err[512];
+    CHECK(stk_job_spec_validate(&two, err, sizeof(err)) == STK_OK);
+    stk_batch_layout L1, L2;
+    stk_batch_layout_of(&one, &L1);
+    stk_batch_layout_of(&two, &L2);
+    uint8_t *a = malloc(L1.total_bytes), *b = malloc(L2.total_bytes);
+    CHECK(stk_build_reference(&one, root, 1, 0, 2, a, L1.total_bytes, err, sizeof(err)) ==
+          STK_OK);
+    CHECK(stk_build_reference(&two, root, 1, 0, 2, b, L2.total_bytes, err, sizeof(err)) ==
+          STK_OK);
+    size_t img = L1.tensors[0].nbytes;
+    CHECK(memcmp(a + L1.tensors[0].offset, b + L2.tensors[0].offset, img) == 0);
+    CHECK(memcmp(b + L2.tensors[0].offset, b + L2.tensors[1].offset, img) != 0);
+    for (int t = 1; t < 4; t++) /* label, mask, index */
+      CHECK(memcmp(a + L1.tensors[t].offset, b + L2.tensors[t + 1].offset,
+                   L1.tensors[t].nbytes) == 0);
+    /* a builder gives the reference's bytes */
+    stk_dataset *ds;
+    stk_builder *bl;
+    CHECK(stk_dataset_open(&two, root, NULL, &ds, err, sizeof(err)) == STK_OK);
+    CHECK(stk_builder_create(ds, &two, &bl, err, sizeof(err)) == STK_OK);
+    uint8_t *c = malloc(L2.total_bytes);
+    CHECK(stk_builder_build(bl, 1, 0, 2, c, L2.total_bytes, NULL) == STK_OK);
+    CHECK(memcmp(b, c, L2.total_bytes) == 0);
+    stk_builder_destroy(bl);
+    stk_dataset_close(ds);
+    free(a), free(b), free(c);
+  }
+}
+
 static void on_bad(void *ud, const char *path, const char *why) {
   (void)path, (void)why;
   ++*(unsigned *)ud;
@@ -315,6 +363,7 @@ int main(void) {
   test_named_equivalents();
   test_long_chain();
   test_plugin();
+  test_views();
   test_hostile_corpus();
   tu_rmtree(root);
   CHECK_DONE();

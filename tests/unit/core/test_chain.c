@@ -5,7 +5,8 @@
  * keep the hash they had; every refusal says which op and why (unknown op,
  * bad or extra argument, decode not first, an op after to, a size that
  * depends on the image, a size that disagrees with height/width, a plugin
- * op whose library is not named, the train keys set beside a chain); and
+ * op whose library is not named, the train keys set beside a chain); views
+ * (image0.. tensors, only for random image pipelines); and
  * thousands of mangled chains never crash the parser.
  */
 #include <stdio.h>
@@ -236,6 +237,48 @@ static void test_named_hash_unchanged(void) {
   CHECK(strstr(t, "\npipeline = train\n") != NULL);
 }
 
+/* views = V: V image tensors image0.. then label, mask, index; left out of
+ * the canonical text while 1; only for a random image pipeline. */
+static void test_views(void) {
+  stk_job_spec s;
+  image_job(&s);
+  char err[512] = "";
+  CHECK(stk_job_spec_parse(&s,
+                           "views = 2\npipeline = random_resized_crop(32) | hflip(0.5) | "
+                           "to(float32)\nbatch_size = 3\n",
+                           err, sizeof err) == STK_OK);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  static char t[8192];
+  stk_job_spec_format(&s, t, sizeof t);
+  CHECK(strstr(t, "\nviews = 2\n") != NULL);
+  stk_batch_layout L;
+  CHECK(stk_batch_layout_of(&s, &L) == STK_OK);
+  CHECK_EQ_U64(L.ntensors, 5);
+  const char *names[] = {"image0", "image1", "label", "mask", "index"};
+  for (int i = 0; i < 5; i++) CHECK(strcmp(L.tensors[i].name, names[i]) == 0);
+  CHECK_EQ_U64(L.tensors[1].nbytes, 3ull * 3 * 32 * 32 * 4);
+  CHECK(L.tensors[1].shape[1] == 3 && L.tensors[1].shape[2] == 32);
+  CHECK_EQ_U64(L.tensors[1].offset, L.tensors[0].offset + 3ull * 3 * 32 * 32 * 4);
+  CHECK(stk_batch_layout_find(&L, "label") == 2);
+  s.views = 4;
+  CHECK(stk_batch_layout_of(&s, &L) == STK_OK && L.ntensors == 7);
+  s.views = 5;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  s.views = 0;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  /* a pipeline without randomness, or no image source: refused */
+  s.views = 2;
+  CHECK(set(&s, "pipeline", "eval", err, sizeof err) == STK_OK);
+  s.height = s.width = 224;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "views > 1") != NULL);
+  s.pipeline = STK_PIPELINE_TRAIN;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  s.views = 1;
+  stk_job_spec_format(&s, t, sizeof t);
+  CHECK(strstr(t, "views") == NULL);
+}
+
 /* Mangled chains: every byte position cut, flipped or doubled; the parser
  * answers OK or INVALID_ARGUMENT with a message, and an accepted chain's
  * canonical text parses back to itself. */
@@ -282,6 +325,7 @@ int main(void) {
   test_refusals();
   test_plugins();
   test_named_hash_unchanged();
+  test_views();
   test_mangled();
   CHECK_DONE();
 }

@@ -25,7 +25,9 @@ static void roundtrip(const stk_job_spec *a) {
   stk_job_spec b;
   memset(&b, 0x5a, sizeof b); /* every named field must be overwritten */
   memcpy(b.reserved, a->reserved, sizeof b.reserved);
+  /* and the keys the canonical text leaves out at their default */
   b.name[0] = b.dataset[0] = b.plugin[0] = b.chain[0] = 0;
+  b.views = 1;
   int rc = stk_job_spec_parse(&b, t1, err, sizeof err);
   CHECK(rc == STK_OK);
   if (rc != STK_OK) fprintf(stderr, "parse: %s\n--- text:\n%s", err, t1);
