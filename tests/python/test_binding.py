@@ -11,6 +11,7 @@ Binaries come from $STOKER_COORDINATOR_BIN / $STOKER_WORKER_BIN (ctest sets
 them); exit 77 when they, or torch, are missing, or under sanitizers.
 """
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -209,6 +210,7 @@ def main():
         if fails:
             with open(os.path.join(tmp, "daemons.log")) as f:
                 print("---- daemon log tail ----\n" + f.read()[-3000:])
+        shutil.rmtree(tmp, ignore_errors=True)
     print("%d passed, %d failed" % (0 if fails else 1, 1 if fails else 0))
     return 1 if fails else 0
 

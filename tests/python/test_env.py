@@ -11,6 +11,7 @@ given nothing but environment variables (RANK/WORLD_SIZE for one,
 SLURM_PROCID/SLURM_NTASKS for the other), which must verify every batch
 and exit 0, the daemons after them."""
 import os
+import shutil
 import struct
 import sys
 
@@ -205,6 +206,10 @@ def launched_job():
                 p.kill()
                 p.wait()
         log.close()
+        if fails:  # keep the daemons' log for a look
+            print("daemon log kept in", tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 launched_job()

@@ -5,6 +5,7 @@ serve it, and the example trains its tiny GPT for 200 steps over the
 network; it exits non-zero unless the loss went down. Every process is
 reaped; skipped (77) without torch or in sanitizer builds."""
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -80,6 +81,8 @@ def main():
                 if os.path.exists(f"{d}/{f}"):
                     print("----", f)
                     print("".join(open(f"{d}/{f}").readlines()[-20:]))
+        else:
+            shutil.rmtree(d, ignore_errors=True)
     print("test_lm_train:", "passed" if rc == 0 else "FAILED")
     return rc
 

@@ -9,6 +9,7 @@ sample's tokens/labels rows equal those of an uninterrupted W=1 run.
 The job has 240 samples (a one-prefix blend takes a subset), batch 2, so
 every world's steps divide what is left and drop_last drops nothing."""
 import os
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -95,8 +96,9 @@ def main():
     chain(d, ref, [(4, 6), (2, None)], "W=4 -> W=2")
     chain(d, ref, [(4, 6), (3, 8), (4, None)], "W=4 -> W=3 -> W=4")
     if fails:
-        print("%d failure(s)" % len(fails))
+        print("%d failure(s); data kept in %s" % (len(fails), d))
         return 1
+    shutil.rmtree(d, ignore_errors=True)
     print("test_tokens_elastic: passed")
     return 0
 
