@@ -177,16 +177,6 @@ typedef struct jpipe {
   char why[200];
 } jpipe;
 
-static int grow_buf(uint8_t **p, size_t *cap, size_t need) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 1 << 16;
-  while (c < need) c *= 2;
-  uint8_t *q = realloc(*p, c);
-  if (!q) return -1;
-  *p = q, *cap = c;
-  return 0;
-}
-
 static void fd_opened(jpipe *jp) {
   if (++jp->open_fds > jp->peak_fds) jp->peak_fds = jp->open_fds;
 }
@@ -495,7 +485,7 @@ static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t
   uint64_t off, size;
   int rc = locate(b, idx, &fd, &off, &size, &owned);
   if (rc) return rc;
-  if (grow_buf(&jp->big, &jp->bigcap, size)) {
+  if (stk__grow((void **)&jp->big, &jp->bigcap, size)) {
     if (owned) fd_close(jp, fd);
     snprintf(jp->why, sizeof(jp->why), "out of memory for a %llu-byte file",
              (unsigned long long)size);
@@ -534,7 +524,8 @@ static void read_window(stk_builder *b, uint32_t k0, uint32_t k1) {
       report_bad(b->ds, idx, jp->why);
       continue;
     }
-    if (size > SLOT_MAX_BYTES || grow_buf(&jp->slot[k], &jp->slotcap[k], size)) {
+    if (size > SLOT_MAX_BYTES ||
+        stk__grow((void **)&jp->slot[k], &jp->slotcap[k], size)) {
       if (owned) fd_close(jp, fd);
       jp->state[k] = 1;
       continue;

@@ -84,6 +84,12 @@ typedef struct stk__box {
 stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min, double scale_max,
                       double ratio_min, double ratio_max, stk_rng *r);
 
+/* Grow the malloc'ed buffer *p of *cap bytes to at least need (doubling,
+ * contents kept): 0, or -1 out of memory (*p untouched). The one buffer
+ * rule of augment/: buffers only grow, so a steady state allocates
+ * nothing. */
+int stk__grow(void **p, size_t *cap, size_t need);
+
 /* Scratch that resampling keeps between samples (no allocation per sample
  * in steady state: buffers only grow). */
 typedef struct stk__scratch {

@@ -59,7 +59,7 @@ void stk__scratch_free(stk__scratch *s) {
   memset(s, 0, sizeof(*s));
 }
 
-static int ensure(void **p, size_t *cap, size_t need) {
+int stk__grow(void **p, size_t *cap, size_t need) {
   if (need <= *cap) return 0;
   size_t c = *cap ? *cap : 1024;
   while (c < need) c *= 2;
@@ -79,7 +79,7 @@ static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0, double i
   int ksize = (int)ceil(support) * 2 + 1;
   size_t need =
       (size_t)out * (size_t)ksize * sizeof(float) + (size_t)out * 2 * sizeof(int32_t);
-  if (ensure((void **)w, cap, need)) return -1;
+  if (stk__grow((void **)w, cap, need)) return -1;
   *bounds = (int32_t *)(void *)((char *)*w + (size_t)out * ksize * sizeof(float));
   for (uint32_t i = 0; i < out; i++) {
     double center = in0 + (i + 0.5) * scale;
@@ -123,8 +123,8 @@ int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
   if (c1 <= c0) c0 = c1 = 0;
   size_t cols = (size_t)(c1 - c0) * 3;
   /* +4 floats of slack: the horizontal pass loads and stores 4 lanes */
-  if (ensure((void **)&s->tmp, &s->tcap, (cols + 4) * sizeof(float)) ||
-      ensure((void **)&s->img, &s->icap, ((size_t)oh * ow * 3 + 4) * sizeof(float)))
+  if (stk__grow((void **)&s->tmp, &s->tcap, (cols + 4) * sizeof(float)) ||
+      stk__grow((void **)&s->img, &s->icap, ((size_t)oh * ow * 3 + 4) * sizeof(float)))
     return -1;
   float *restrict t = s->tmp;
   memset(t + cols, 0, 4 * sizeof(float));

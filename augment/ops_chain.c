@@ -61,19 +61,9 @@ typedef struct {
                all of the source (a crop of a resized image) */
 } view;
 
-static int grow(void **p, size_t *cap, size_t need) {
-  if (need <= *cap) return 0;
-  size_t c = *cap ? *cap : 1 << 16;
-  while (c < need) c *= 2;
-  void *q = realloc(*p, c);
-  if (!q) return -1;
-  *p = q, *cap = c;
-  return 0;
-}
-
 static uint8_t *next_buf(stk__chain_run *r, size_t bytes) {
   int n = !r->cur;
-  if (grow((void **)&r->buf[n], &r->cap[n], bytes ? bytes : 1)) return NULL;
+  if (stk__grow((void **)&r->buf[n], &r->cap[n], bytes ? bytes : 1)) return NULL;
   return r->buf[n];
 }
 
@@ -120,7 +110,7 @@ static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
     if (cx1 <= cx0) cx1 = cx0 + 1 <= srcw ? cx0 + 1 : srcw, cx0 = cx1 - 1;
     if (cy1 <= cy0) cy1 = cy0 + 1 <= srch ? cy0 + 1 : srch, cy0 = cy1 - 1;
     uint32_t cw = cx1 - cx0, ch = cy1 - cy0;
-    if (grow((void **)&r->cb, &r->ccap, (size_t)cw * ch * 3))
+    if (stk__grow((void **)&r->cb, &r->ccap, (size_t)cw * ch * 3))
       return snprintf(why, whylen, "out of memory (chain)"), STK_NO_MEMORY;
     for (uint32_t y = 0; y < ch; y++)
       memcpy(r->cb + (size_t)y * cw * 3, src + ((size_t)(cy0 + y) * srcw + cx0) * 3,
@@ -313,7 +303,7 @@ static int blur(stk__chain_run *r, uint8_t *px, uint32_t w, uint32_t h, uint32_t
   gauss_kernel(kx, kw, sigma);
   gauss_kernel(ky, kh, sigma);
   size_t n = (size_t)w * h * 3;
-  if (grow((void **)&r->fb, &r->fcap, n * sizeof(float))) return -1;
+  if (stk__grow((void **)&r->fb, &r->fcap, n * sizeof(float))) return -1;
   float *t = r->fb;
   int hx = (int)kw / 2, hy = (int)kh / 2;
   for (uint32_t y = 0; y < h; y++)

@@ -32,13 +32,6 @@ typedef struct {
   int used[MAX_ARGS];
 } args_t;
 
-static char *trim(char *p) {
-  while (isspace((unsigned char)*p)) p++;
-  char *e = p + strlen(p);
-  while (e > p && isspace((unsigned char)e[-1])) *--e = 0;
-  return p;
-}
-
 /* The op being parsed, for messages. */
 typedef struct {
   unsigned index;
@@ -106,7 +99,7 @@ static int range(const char *v, float *lo, float *hi) {
   if (n >= sizeof(a)) return -1;
   memcpy(a, v, n), a[n] = 0;
   double x, y;
-  if (num(trim(a), &x) || num(colon + 1, &y) || x > y) return -1;
+  if (num(stk__trim(a), &x) || num(colon + 1, &y) || x > y) return -1;
   *lo = (float)x, *hi = (float)y;
   return 0;
 }
@@ -184,7 +177,7 @@ int stk__plugin_name_ok(const char *name, size_t len) {
  * (modified in place). */
 static int split_args(char *inner, args_t *a, const ctx_t *cx) {
   memset(a, 0, sizeof(*a));
-  if (!*trim(inner)) return STK_OK;
+  if (!*stk__trim(inner)) return STK_OK;
   char *p = inner;
   for (;;) {
     char *comma = strchr(p, ',');
@@ -193,11 +186,11 @@ static int split_args(char *inner, args_t *a, const ctx_t *cx) {
     char *eq = strchr(p, '=');
     if (eq) {
       *eq = 0;
-      a->key[a->n] = trim(p);
+      a->key[a->n] = stk__trim(p);
       p = eq + 1;
       if (!*a->key[a->n]) return OPFAIL(cx, "a parameter name is missing before '='");
     }
-    a->val[a->n] = trim(p);
+    a->val[a->n] = stk__trim(p);
     if (!*a->val[a->n]) return OPFAIL(cx, "an argument is empty");
     a->n++;
     if (!comma) break;
@@ -243,7 +236,7 @@ static int parse_to(args_t *a, const ctx_t *cx, stk__chain_fields *f) {
 }
 
 /* One built-in or plugin op from name and its argument text. */
-static int parse_op(char *name, char *inner, int has_parens, stk__op *op, ctx_t *cx) {
+static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
   args_t a;
   int rc = split_args(inner, &a, cx);
   if (rc) return rc;
@@ -350,7 +343,6 @@ static int parse_op(char *name, char *inner, int has_parens, stk__op *op, ctx_t 
       break;
     }
   }
-  (void)has_parens;
   return all_used(&a, cx);
 }
 
@@ -371,7 +363,7 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
   for (;;) {
     char *bar = strchr(p, '|');
     if (bar) *bar = 0;
-    char *optext = trim(p);
+    char *optext = stk__trim(p);
     index++;
     ctx_t cx = {index, optext, err, errlen};
     if (!*optext)
@@ -390,13 +382,12 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
     cx.name = name;
     while (isspace((unsigned char)*q)) q++;
     char *inner = q;
-    int parens = 0;
     if (*q == '(') {
       char *close = strchr(q, ')');
-      if (!close || *trim(close + 1) || strchr(q + 1, '('))
+      if (!close || *stk__trim(close + 1) || strchr(q + 1, '('))
         return OPFAIL(&cx, "expected name(arguments) with one closing ')' at the end");
       *close = 0;
-      inner = q + 1, parens = 1;
+      inner = q + 1;
     } else if (*q) {
       return OPFAIL(&cx, "unexpected '%.20s' after the name", q);
     }
@@ -415,7 +406,7 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
         return OPFAIL(
             &cx, "normalize(...) and to(...) end the chain: image ops go before them");
       stk__op op;
-      if ((rc = parse_op(name, inner, parens, &op, &cx))) return rc;
+      if ((rc = parse_op(name, inner, &op, &cx))) return rc;
       if (op.kind == STK__OP_DECODE && c->n)
         return OPFAIL(&cx, "decode comes first (it may also be left out)");
       if (op.kind != STK__OP_DECODE && !c->n) {

@@ -7,8 +7,10 @@
 #ifndef STOKER_CORE_INTERNAL_H
 #define STOKER_CORE_INTERNAL_H
 
+#include <ctype.h>
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #include "stoker/core.h"
 
@@ -27,6 +29,16 @@ static inline uint64_t stk__mix64(uint64_t x) {
  * streams. */
 static inline uint64_t stk__view_seed(uint64_t seed, uint32_t v) {
   return v ? stk__mix64(seed + 0x9e3779b97f4a7c15ull * v) : seed;
+}
+
+/* Strip leading and trailing white space of the string p in place; returns
+ * its first non-space byte. The job text and the op chain grammar share
+ * it. */
+static inline char *stk__trim(char *p) {
+  while (isspace((unsigned char)*p)) p++;
+  char *e = p + strlen(p);
+  while (e > p && isspace((unsigned char)e[-1])) *--e = 0;
+  return p;
 }
 
 /* Bytes per element of an stk_dtype; 0 for an unknown one. */

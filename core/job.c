@@ -310,13 +310,6 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
 #define JOB_LINE_MAX 1024      /* bytes per line, with its NUL */
 #define JOB_FILE_MAX (1 << 20) /* a job file is a few hundred bytes */
 
-static char *trim(char *p) {
-  while (isspace((unsigned char)*p)) p++;
-  char *e = p + strlen(p);
-  while (e > p && isspace((unsigned char)e[-1])) *--e = 0;
-  return p;
-}
-
 /* Walk the lines of text. Each call copies the next line (without its
  * '\n') into line, drops a '#' comment, and splits "key = value" in place:
  * returns 1 with *key and *value trimmed, 0 for a blank or comment-only
@@ -343,7 +336,7 @@ static int next_line(job_lines *it, char **key, char **value, char *msg, size_t 
   it->line[n] = 0;
   char *hash = strchr(it->line, '#');
   if (hash) *hash = 0;
-  char *k = trim(it->line);
+  char *k = stk__trim(it->line);
   if (!*k) return 0;
   char *eq = strchr(k, '=');
   if (!eq) {
@@ -351,8 +344,8 @@ static int next_line(job_lines *it, char **key, char **value, char *msg, size_t 
     return -1;
   }
   *eq = 0;
-  *key = trim(k);
-  *value = trim(eq + 1);
+  *key = stk__trim(k);
+  *value = stk__trim(eq + 1);
   return 1;
 }
 

@@ -19,6 +19,40 @@
 #include "jpegsrc.h"
 #include "util.h"
 
+/* Build every sample of s (batch_size 1, epoch 0) from root into out:
+ * per sample int64 index + the image tensor. 0, or 1 with a message. */
+static int dump(const stk_job_spec *s, const char *root, const char *out) {
+  stk_dataset *ds;
+  stk_builder *b;
+  char err[512];
+  if (stk_dataset_open(s, root, NULL, &ds, err, sizeof(err)) ||
+      stk_builder_create(ds, s, &b, err, sizeof(err))) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  stk_batch_layout L;
+  stk_batch_layout_of(s, &L);
+  uint8_t *buf = malloc(L.total_bytes);
+  FILE *f = fopen(out, "wb");
+  int rc = !buf || !f;
+  for (uint64_t st = 0; !rc && st < stk_dataset_size(ds); st++) {
+    stk_build_info info;
+    if (stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info) || info.substituted) {
+      fprintf(stderr, "build %llu failed: %s\n", (unsigned long long)st,
+              stk_builder_error(b));
+      rc = 1;
+      break;
+    }
+    fwrite(buf + L.tensors[STK_TENSOR_INDEX].offset, 8, 1, f);
+    fwrite(buf + L.tensors[STK_TENSOR_IMAGE].offset, 1, L.tensors[0].nbytes, f);
+  }
+  if (f) fclose(f);
+  free(buf);
+  stk_builder_destroy(b);
+  stk_dataset_close(ds);
+  return rc;
+}
+
 int main(int argc, char **argv) {
   if (argc == 6 && !strcmp(argv[1], "boxes")) {
     uint32_t W = (uint32_t)atoi(argv[2]), H = (uint32_t)atoi(argv[3]);
@@ -38,32 +72,7 @@ int main(int argc, char **argv) {
             STK_LAYOUT_NCHW, 1, 224);
     s.resize = 256;
     s.epochs = 1;
-    stk_dataset *ds;
-    stk_builder *b;
-    char err[256];
-    if (stk_dataset_open(&s, argv[2], NULL, &ds, err, sizeof(err)) ||
-        stk_builder_create(ds, &s, &b, err, sizeof(err))) {
-      fprintf(stderr, "%s\n", err);
-      return 1;
-    }
-    stk_batch_layout L;
-    stk_batch_layout_of(&s, &L);
-    uint8_t *buf = malloc(L.total_bytes);
-    FILE *f = fopen(argv[4], "wb");
-    for (uint64_t st = 0; st < stk_dataset_size(ds); st++) {
-      stk_build_info info;
-      if (stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info) || info.substituted) {
-        fprintf(stderr, "build %llu failed\n", (unsigned long long)st);
-        return 1;
-      }
-      fwrite(buf + L.tensors[STK_TENSOR_INDEX].offset, 8, 1, f);
-      fwrite(buf + L.tensors[STK_TENSOR_IMAGE].offset, 1, L.tensors[0].nbytes, f);
-    }
-    fclose(f);
-    free(buf);
-    stk_builder_destroy(b);
-    stk_dataset_close(ds);
-    return 0;
+    return dump(&s, argv[2], argv[4]);
   }
   if (argc == 6 && !strcmp(argv[1], "chain")) {
     stk_job_spec s;
@@ -76,33 +85,9 @@ int main(int argc, char **argv) {
       fprintf(stderr, "%s\n", err);
       return 1;
     }
-    stk_dataset *ds;
-    stk_builder *b;
-    if (stk_dataset_open(&s, argv[2], NULL, &ds, err, sizeof(err)) ||
-        stk_builder_create(ds, &s, &b, err, sizeof(err))) {
-      fprintf(stderr, "%s\n", err);
-      return 1;
-    }
     printf("%u %u\n", s.height, s.width);
-    stk_batch_layout L;
-    stk_batch_layout_of(&s, &L);
-    uint8_t *buf = malloc(L.total_bytes);
-    FILE *f = fopen(argv[5], "wb");
-    for (uint64_t st = 0; st < stk_dataset_size(ds); st++) {
-      stk_build_info info;
-      if (stk_builder_build(b, 0, 0, st, buf, L.total_bytes, &info) || info.substituted) {
-        fprintf(stderr, "build %llu failed: %s\n", (unsigned long long)st,
-                stk_builder_error(b));
-        return 1;
-      }
-      fwrite(buf + L.tensors[STK_TENSOR_INDEX].offset, 8, 1, f);
-      fwrite(buf + L.tensors[STK_TENSOR_IMAGE].offset, 1, L.tensors[0].nbytes, f);
-    }
-    fclose(f);
-    free(buf);
-    stk_builder_destroy(b);
-    stk_dataset_close(ds);
-    return 0;
+    fflush(stdout);
+    return dump(&s, argv[2], argv[5]);
   }
   fprintf(
       stderr,

@@ -48,16 +48,21 @@ def ks(a, b):
     return float(np.max(np.abs(cdf_a - cdf_b)))
 
 
+def listing(folder):
+    """The ImageFolder's files in stoker's (and torchvision's) sample order."""
+    files = []
+    for c in sorted(e.name for e in os.scandir(folder) if e.is_dir()):
+        files += [os.path.join(folder, c, f)
+                  for f in sorted(os.listdir(os.path.join(folder, c)))]
+    return files
+
+
 def parity_eval(probe, gen, tmp):
     subprocess.run([gen, "gen", "--out", os.path.join(tmp, "d"), "--count", "48",
                     "--classes", "3", "--layout", "imagefolder", "--seed", "11"],
                    check=True, stdout=subprocess.DEVNULL)
     root = os.path.join(tmp, "d")
-    folder = os.path.join(root, "imagefolder")
-    files = []
-    for c in sorted(e.name for e in os.scandir(folder) if e.is_dir()):
-        files += [os.path.join(folder, c, f)
-                  for f in sorted(os.listdir(os.path.join(folder, c)))]
+    files = listing(os.path.join(root, "imagefolder"))
     out = os.path.join(tmp, "eval.bin")
     subprocess.run([probe, "eval", root, "imagefolder", out], check=True)
     raw = open(out, "rb").read()
@@ -137,11 +142,7 @@ OPS = [
 
 def parity_ops(probe, tmp):
     root = os.path.join(tmp, "d")
-    folder = os.path.join(root, "imagefolder")
-    files = []
-    for c in sorted(e.name for e in os.scandir(folder) if e.is_dir()):
-        files += [os.path.join(folder, c, f)
-                  for f in sorted(os.listdir(os.path.join(folder, c)))]
+    files = listing(os.path.join(root, "imagefolder"))
     base = {}
     ok = True
     for chain, tv, tol in OPS:
