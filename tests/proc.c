@@ -203,3 +203,30 @@ void proc_dump_log(const stk_proc *p) {
   fprintf(stderr, "---- end of %s ----\n", p->name);
   fclose(f);
 }
+
+char *proc_read_log(const stk_proc *p) {
+  FILE *f = fopen(p->log, "rb");
+  if (!f) return NULL;
+  size_t len = 0, cap = 1 << 16;
+  char *buf = malloc(cap);
+  for (size_t n; buf && (n = fread(buf + len, 1, cap - 1 - len, f)) > 0;) {
+    len += n;
+    if (cap - 1 - len == 0) {
+      char *nb = realloc(buf, cap * 2);
+      if (!nb) free(buf);
+      buf = nb;
+      cap *= 2;
+    }
+  }
+  fclose(f);
+  if (buf) buf[len] = 0;
+  return buf;
+}
+
+int proc_log_count(const stk_proc *p, const char *needle) {
+  char *log = proc_read_log(p);
+  int n = 0;
+  for (const char *q = log; q && *needle && (q = strstr(q, needle)); q++) n++;
+  free(log);
+  return n;
+}

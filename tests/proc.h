@@ -40,6 +40,10 @@ int proc_wait(stk_proc *p, int timeout_ms);
 void proc_signal(stk_proc *p, int sig);
 /* Print the last bytes of p's log to stderr (for failures). */
 void proc_dump_log(const stk_proc *p);
+/* p's whole log so far, NUL-terminated (the caller frees), or NULL. */
+char *proc_read_log(const stk_proc *p);
+/* How many times needle occurs in p's log so far (0 when unreadable). */
+int proc_log_count(const stk_proc *p, const char *needle);
 /* Kill -9 and reap every process still running (also runs at exit). */
 void proc_reap_all(void);
 

@@ -171,6 +171,9 @@ static inline int du_finish(stk__rpc_channel *ch, uint32_t rank, int shutdown_jo
 static inline int du_recv_batch_any(stk__rpc_stream *s, const stk_job_spec *spec,
                                     uint64_t epoch, uint32_t rank, uint64_t step,
                                     uint64_t *any_step);
+static inline int du_recv_batch_impl(stk__rpc_stream *s, const stk_job_spec *spec,
+                                     uint64_t epoch, uint32_t rank, uint64_t step,
+                                     uint64_t *any_step, int end_ok);
 static inline int du_recv_batch_checked(stk__rpc_stream *s, const stk_job_spec *spec,
                                         uint64_t epoch, uint32_t rank, uint64_t step) {
   return du_recv_batch_any(s, spec, epoch, rank, step, NULL);
@@ -182,15 +185,42 @@ static inline int du_recv_batch_checked(stk__rpc_stream *s, const stk_job_spec *
 static inline int du_recv_batch_any(stk__rpc_stream *s, const stk_job_spec *spec,
                                     uint64_t epoch, uint32_t rank, uint64_t step,
                                     uint64_t *any_step) {
+  return du_recv_batch_impl(s, spec, epoch, rank, step, any_step, 0);
+}
+
+/* As du_recv_batch_any(..., any_step), but the stream may end (or fail)
+ * before the batch is whole: then 1, and no check fails. 0 for a whole
+ * batch that checks out, -1 for anything else (a check failed). */
+static inline int du_recv_batch_or_end(stk__rpc_stream *s, const stk_job_spec *spec,
+                                       uint64_t epoch, uint32_t rank,
+                                       uint64_t *any_step) {
+  return du_recv_batch_impl(s, spec, epoch, rank, 0, any_step, 1);
+}
+
+/* A stream message for du_recv_batch_impl: 1 with *bb, 0 when the stream
+ * ended and end_ok (*ended set), -1 otherwise (a check failed). */
+static inline int du_recv_msg(stk__rpc_stream *s, grpc_byte_buffer **bb, int end_ok,
+                              int *ended) {
+  int r = stk__rpc_stream_recv(s, bb, 10000);
+  if (r == 1) return 1;
+  if (end_ok && r != -2) { /* ended or failed; a timeout is a hang */
+    *ended = 1;
+    return 0;
+  }
+  CHECK(r == 1);
+  return -1;
+}
+
+static inline int du_recv_batch_impl(stk__rpc_stream *s, const stk_job_spec *spec,
+                                     uint64_t epoch, uint32_t rank, uint64_t step,
+                                     uint64_t *any_step, int end_ok) {
   stk_batch_layout L;
   if (stk_batch_layout_of(spec, &L)) return -1;
   uint8_t *got = calloc(1, L.total_bytes), *ref = calloc(1, L.total_bytes);
-  int ok = got && ref;
+  int ok = got && ref, ended = 0;
   grpc_byte_buffer *bb = NULL;
   stk__wire_msg m;
-  int r = stk__rpc_stream_recv(s, &bb, 10000);
-  CHECK(r == 1);
-  if (r != 1) ok = 0;
+  if (ok && du_recv_msg(s, &bb, end_ok, &ended) != 1) ok = 0;
   if (ok) {
     CHECK(stk__wire_decode(bb, 32u << 20, &m) == 0);
     const Stoker__V1__BatchHeader *h = m.msg ? m.msg->header : NULL;
@@ -226,9 +256,7 @@ static inline int du_recv_batch_any(stk__rpc_stream *s, const stk_job_spec *spec
       grpc_byte_buffer_destroy(bb);
       bb = NULL;
       while (ok && have < L.total_bytes) {
-        r = stk__rpc_stream_recv(s, &bb, 10000);
-        CHECK(r == 1);
-        if (r != 1) {
+        if (du_recv_msg(s, &bb, end_ok, &ended) != 1) {
           ok = 0;
           break;
         }
@@ -268,7 +296,7 @@ static inline int du_recv_batch_any(stk__rpc_stream *s, const stk_job_spec *spec
   if (bb) grpc_byte_buffer_destroy(bb);
   free(got);
   free(ref);
-  return ok ? 0 : -1;
+  return ok ? 0 : ended ? 1 : -1;
 }
 
 static inline int du_send_request(stk__rpc_stream *s, uint64_t hash, uint64_t epoch,

@@ -24,16 +24,6 @@ static double now_s(void) {
   return (double)t.tv_sec + t.tv_nsec / 1e9;
 }
 
-/* The whole log of p, NUL-terminated (caller frees), or NULL. */
-static char *read_log(const stk_proc *p) {
-  FILE *f = fopen(p->log, "rb");
-  if (!f) return NULL;
-  char *buf = calloc(1, 1 << 20);
-  if (buf) buf[fread(buf, 1, (1 << 20) - 1, f)] = 0;
-  fclose(f);
-  return buf;
-}
-
 static int run_cli(const char *name, char **argv, int timeout_ms, stk_proc *p) {
   if (proc_spawn(p, name, argv)) return -1;
   return proc_wait(p, timeout_ms);
@@ -64,7 +54,7 @@ int main(int argc, char **argv) {
   char *bad_rank[] = {
       (char *)cli_bin, "abort", "--coordinator", target, "--rank", "7", NULL};
   CHECK(run_cli("abort-bad-rank", bad_rank, 10000, &ab) == 1);
-  char *log = read_log(&ab);
+  char *log = proc_read_log(&ab);
   CHECK(log && strstr(log, "outside the job's world_size"));
   free(log);
   char longr[400];
@@ -133,7 +123,7 @@ int main(int argc, char **argv) {
   int wc = proc_wait(&waiter, 10000);
   fprintf(stderr, "stoker wait: exit %d\n", wc);
   CHECK(wc == 4);
-  log = read_log(&waiter);
+  log = proc_read_log(&waiter);
   CHECK(log && strstr(log, "failed: rank 0 aborted the job: train.py exited 3"));
   free(log);
   int cc = proc_wait(&co, 20000);
@@ -144,11 +134,11 @@ int main(int argc, char **argv) {
   CHECK(cc == 4);
   CHECK(wkc == 5);
   CHECK(te < 20.0);
-  log = read_log(&co);
+  log = proc_read_log(&co);
   CHECK(log && strstr(log, "rank 0 aborted the job: train.py exited 3\\x0a\\x1b[31mred"));
   CHECK(log && !strchr(log, '\x1b'));
   free(log);
-  log = read_log(&wk);
+  log = proc_read_log(&wk);
   CHECK(log && strstr(log, "the job failed"));
   free(log);
 
@@ -174,7 +164,7 @@ int main(int argc, char **argv) {
     tw = now_s();
     CHECK(run_cli("wait-refused", refused, 20000, &waiter) == 1);
     CHECK(now_s() - tw < 10.0);
-    log = read_log(&waiter);
+    log = proc_read_log(&waiter);
     CHECK(log && strstr(log, "gRPC status 16"));
     free(log);
     proc_signal(&co2, SIGTERM);

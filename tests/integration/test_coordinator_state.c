@@ -36,30 +36,6 @@ static int64_t now_ms(void) {
   return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
 }
 
-static char *read_log(const stk_proc *p) {
-  FILE *f = fopen(p->log, "rb");
-  if (!f) return NULL;
-  char *buf = calloc(1, 1 << 20);
-  if (buf) buf[fread(buf, 1, (1 << 20) - 1, f)] = 0;
-  fclose(f);
-  return buf;
-}
-
-static int log_has(const stk_proc *p, const char *needle) {
-  char *l = read_log(p);
-  int has = l && strstr(l, needle);
-  free(l);
-  return has;
-}
-
-static int log_count(const stk_proc *p, const char *needle) {
-  char *l = read_log(p);
-  int n = 0;
-  for (const char *q = l; q && (q = strstr(q, needle)); q++) n++;
-  free(l);
-  return n;
-}
-
 /* Run a coordinator that is expected to exit at once (a refusal, or an
  * ended job); its exit code (-1 if it kept running 15 s). */
 static int run_refused(stk_proc *p, const char *name, const char *sd,
@@ -101,7 +77,7 @@ static void refusals(void) {
   CHECK(up);
   /* 4. meanwhile a second coordinator on the same state dir is refused */
   CHECK(run_refused(&p[1], "a-second", sd, job_a, NULL) == 1);
-  CHECK(log_has(&p[1], "in use by another running stoker-coordinator"));
+  CHECK(proc_log_count(&p[1], "in use by another running stoker-coordinator"));
   /* A coordinator on a port in use fails (no SO_REUSEPORT sharing: the
    * kernel would split the connections between the two). */
   char listen[64];
@@ -111,7 +87,7 @@ static void refusals(void) {
                        "world_size=1",    NULL};
   stk_proc sp;
   CHECK(proc_spawn(&sp, "same-port", same_port) == 0 && proc_wait(&sp, 15000) == 1);
-  CHECK(log_has(&sp, "cannot listen"));
+  CHECK(proc_log_count(&sp, "cannot listen"));
   Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
   q.rank = 0;
   q.abort_job = 1;
@@ -127,20 +103,20 @@ static void refusals(void) {
   stk__rpc_channel_close(ch);
   CHECK(proc_wait(&p[0], 15000) == 4);
   CHECK(run_refused(&p[2], "a2", sd, job_a, NULL) == 4);
-  CHECK(log_has(&p[2], "had already ended (rank 0 aborted the job: test abort"));
+  CHECK(proc_log_count(&p[2], "had already ended (rank 0 aborted the job: test abort"));
 
   /* 2. another job on A's state dir */
   const char *job_b[] = {"--set",        "num_samples=64", "--set",
                          "batch_size=4", "--set",          "world_size=1",
                          "--set",        "name=job-b",     NULL};
   CHECK(run_refused(&p[3], "b-refused", sd, job_b, NULL) == 2);
-  CHECK(log_has(&p[3], "holds the state of another job (job-a"));
-  CHECK(log_has(&p[3], "this coordinator runs job job-b"));
+  CHECK(proc_log_count(&p[3], "holds the state of another job (job-a"));
+  CHECK(proc_log_count(&p[3], "this coordinator runs job job-b"));
   /* with --discard-state it runs (and ends on SIGTERM with 0) */
   const char *discard[] = {"--state-dir", sd, "--discard-state", NULL};
   port = du_start_coordinator2(&p[4], "b-discard", job_b, discard);
   CHECK(port > 0);
-  CHECK(log_has(&p[4], "--discard-state: the state of job job-a"));
+  CHECK(proc_log_count(&p[4], "--discard-state: the state of job job-a"));
   proc_signal(&p[4], SIGTERM);
   CHECK(proc_wait(&p[4], 15000) == 0);
 
@@ -156,8 +132,8 @@ static void refusals(void) {
     CHECK(truncate(state, len - 4) == 0);
   }
   CHECK(run_refused(&p[5], "b-truncated", sd, job_b, NULL) == 1);
-  CHECK(log_has(&p[5], "is damaged or not a state file"));
-  CHECK(log_has(&p[5], "truncated"));
+  CHECK(proc_log_count(&p[5], "is damaged or not a state file"));
+  CHECK(proc_log_count(&p[5], "truncated"));
   f = fopen(state, "w");
   if (f)
     fputs(
@@ -166,10 +142,10 @@ static void refusals(void) {
         f),
         fclose(f);
   CHECK(run_refused(&p[6], "b-garbage", sd, job_b, NULL) == 1);
-  CHECK(log_has(&p[6], "line 1: not a stoker-coordinator state file"));
+  CHECK(proc_log_count(&p[6], "line 1: not a stoker-coordinator state file"));
   port = du_start_coordinator2(&p[7], "b-garbage-discard", job_b, discard);
   CHECK(port > 0);
-  CHECK(log_has(&p[7], "--discard-state: damaged state file"));
+  CHECK(proc_log_count(&p[7], "--discard-state: damaged state file"));
   proc_signal(&p[7], SIGTERM);
   CHECK(proc_wait(&p[7], 15000) == 0);
   if (check_failures != before) {
@@ -295,7 +271,7 @@ static void live_watcher(void) {
    * timeout, with nothing but the renewed watch touching the job. */
   int n = 0;
   for (int64_t until = now_ms() + 60000; now_ms() < until && proc_wait(&p, 0) == -1;) {
-    n = log_count(&p, "opened, lease 1 s");
+    n = proc_log_count(&p, "opened, lease 1 s");
     if (n >= 8) break;
     du_sleep_ms(100);
   }

@@ -261,16 +261,6 @@ static void all_exit_0(stk_proc *ps, int n, int64_t deadline_ms) {
          (double)(deadline_ms - now_ms()) / 1000.0);
 }
 
-static int log_has(const stk_proc *p, const char *needle) {
-  FILE *f = fopen(p->log, "rb");
-  if (!f) return 0;
-  static char buf[1 << 20];
-  size_t n = fread(buf, 1, sizeof(buf) - 1, f);
-  fclose(f);
-  buf[n] = 0;
-  return strstr(buf, needle) != NULL;
-}
-
 static char *state_dir_for(const char *name) {
   static char dir[600];
   snprintf(dir, sizeof dir, "%s/%s.state", proc_tmpdir(), name);
@@ -308,7 +298,7 @@ static void restart_case(int which) {
   pthread_t t[2];
   if (which == BEFORE_JOINS) {
     coord_restart(&p[0], &p[1], name, port, sd, NULL);
-    CHECK(log_has(&p[1], "resuming job"));
+    CHECK(proc_log_count(&p[1], "resuming job"));
     rank_start(&r[0], &t[0], port, 0, 0, 0);
     rank_start(&r[1], &t[1], port, 1, 0, 0);
   } else if (which == MID_EPOCH) {
@@ -337,8 +327,8 @@ static void restart_case(int which) {
     want known = {2, 0, 1, 1, "running"};
     CHECK(wait_status(port, &known, 15000) == 0);
     CHECK(proc_wait(&p[1], 0) == -1); /* still running: rank 1 is not done */
-    if (which == FRESH_DISK) CHECK(log_has(&p[1], "re-announced itself"));
-    else CHECK(log_has(&p[1], "1/2 ranks finished"));
+    if (which == FRESH_DISK) CHECK(proc_log_count(&p[1], "re-announced itself"));
+    else CHECK(proc_log_count(&p[1], "1/2 ranks finished"));
     rank_set(&r[1], &r[1].go);
   }
   CHECK(rank_wait(&r[0], &r[0].finished, 60000) == 0);
@@ -410,8 +400,8 @@ static void during_shutdown_told(void) {
   int64_t t0 = now_ms();
   const char *rejoin[] = {"--rejoin-wait-s", "5", NULL};
   CHECK(coord_restart(&p[0], &p[1], "c4a-restarted", port, sd, rejoin) == port);
-  CHECK(log_has(&p[1], "had already ended"));
-  CHECK(log_has(&p[1], "workers still to tell: 1")); /* sent is not received */
+  CHECK(proc_log_count(&p[1], "had already ended"));
+  CHECK(proc_log_count(&p[1], "workers still to tell: 1")); /* sent is not received */
   proc_signal(&p[3], SIGCONT);
   all_exit_0(p, 4, t0 + 15000);
   if (check_failures != before) {
@@ -443,7 +433,7 @@ static void during_shutdown_untold(void) {
   proc_signal(&p[4], SIGSTOP); /* w2 misses the restart */
   const char *long_rejoin[] = {"--rejoin-wait-s", "120", NULL};
   CHECK(coord_restart(&p[0], &p[1], "c4b-restarted", port, sd, long_rejoin) == port);
-  CHECK(log_has(&p[1], "workers expected back: 2"));
+  CHECK(proc_log_count(&p[1], "workers expected back: 2"));
   want w1_back = {1, 0, 0, 0, NULL};
   CHECK(wait_status(port, &w1_back, 15000) == 0);
   stk__rpc_channel *ch = du_channel(port);
@@ -463,8 +453,8 @@ static void during_shutdown_untold(void) {
   CHECK(proc_wait(&p[1], 0) == -1); /* waiting for w2 */
   int64_t t0 = now_ms();
   CHECK(coord_restart(&p[1], &p[2], "c4b-restarted2", port, sd, NULL) == port);
-  CHECK(log_has(&p[2], "had already ended"));
-  CHECK(log_has(&p[2], "workers still to tell: 1"));
+  CHECK(proc_log_count(&p[2], "had already ended"));
+  CHECK(proc_log_count(&p[2], "workers still to tell: 1"));
   CHECK(proc_wait(&p[2], 0) == -1); /* waits for w2 */
   ch = du_channel(port);
   Stoker__V1__JoinResponse *jr = NULL;
@@ -474,7 +464,7 @@ static void during_shutdown_untold(void) {
   stk__rpc_channel_close(ch);
   proc_signal(&p[4], SIGCONT); /* w2 comes back, is told, exits 0 */
   all_exit_0(p, 5, t0 + 15000);
-  CHECK(log_has(&p[2], "sent shutdown to worker"));
+  CHECK(proc_log_count(&p[2], "sent shutdown to worker"));
   if (check_failures != before) {
     for (int i = 0; i < 5; i++) proc_dump_log(&p[i]);
     proc_keep_tmp();

@@ -6,8 +6,14 @@
  *  4. the coordinator is killed -9 -> the worker (--orphan-timeout-s 2)
  *     exits 3 (orphan);
  *  5. SIGTERM to a worker with requests in flight: it sends every batch
- *     already asked for, byte-exact, then ends the stream UNAVAILABLE
- *     (ask elsewhere), leaves the coordinator's list and exits 0.
+ *     already asked for (its exit line counts them), then ends the stream
+ *     UNAVAILABLE (ask elsewhere), leaves the coordinator's list and exits
+ *     0. Every batch that reaches the client is byte-exact and asked for.
+ *     Not asserted: that all of them reach this client. The worker may
+ *     exit while the client still reads; a client that writes (a window
+ *     update, a ping) to the closed socket gets a reset, and gRPC then
+ *     drops what it had not handed over yet. A real client asks again
+ *     elsewhere (test_worker_kill covers that).
  *
  * usage: test_shutdown <stoker-coordinator> <stoker-worker>
  */
@@ -152,17 +158,33 @@ static void worker_drain(void) {
   CHECK(du_recv_batch_checked(s, &spec, 0, 1, 0) == 0);
   proc_signal(&p[1], SIGTERM);
   uint32_t seen = 1;
-  for (int k = 1; k < 8; k++) {
+  int k = 1;
+  for (; k < 8; k++) {
     uint64_t got = 0;
-    CHECK(du_recv_batch_any(s, &spec, 0, 1, 0, &got) == 0);
-    if (got < 32) seen |= 1u << got;
+    int r = du_recv_batch_or_end(s, &spec, 0, 1, &got);
+    CHECK(r >= 0);
+    if (r) break; /* the stream ended early (see the top comment) */
+    CHECK(got < 8 && !(seen & (1u << got))); /* asked, and only once */
+    if (got < 8) seen |= 1u << got;
   }
-  CHECK_EQ_U64(seen, 0xff);
-  /* Asked after the drain began: not served, the stream ends UNAVAILABLE. */
-  du_send_request(s, hash, 0, 1, 0);
+  if (k == 8) {
+    CHECK_EQ_U64(seen, 0xff);
+    /* Asked after the drain began: not served, the stream ends
+     * UNAVAILABLE. */
+    du_send_request(s, hash, 0, 1, 0);
+  } else {
+    printf("  the worker exited before the client read %d of the 7 batches\n", 8 - k);
+  }
   CHECK(du_stream_end(s, det, sizeof(det)) == GRPC_STATUS_UNAVAILABLE);
   stk__rpc_stream_destroy(s);
   CHECK(proc_wait(&p[1], 10000) == 0);
+  /* Built and sent, every one: what the worker guarantees. */
+  stk_batch_layout L;
+  CHECK(stk_batch_layout_of(&spec, &L) == 0);
+  char line[128];
+  snprintf(line, sizeof(line), "8 batches built, %llu bytes sent",
+           (unsigned long long)(8 * L.total_bytes));
+  CHECK(proc_log_count(&p[1], line) == 1);
   for (int i = 0; i < 400; i++) { /* bounded: 20 s */
     Stoker__V1__StatusResponse *st = du_status(c);
     size_t nw = st ? st->n_workers : 99;
