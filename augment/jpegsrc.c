@@ -453,12 +453,19 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
                        s->pipeline == STK_PIPELINE_TRAIN, &roi, jp->why, sizeof(jp->why));
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   double ox = roi.x0, oy = roi.y0;
+  /* Without jitter each resampled row is rounded to 8 bits while in cache
+   * (jitter works on the float image, as torchvision's tensor ops do). */
+  int jitter = post.bright != 1 || post.contrast != 1 || post.satur != 1;
+  uint8_t *img8 = NULL;
+  if (!jitter &&
+      stk__grow((void **)&jp->sc.img8, &jp->sc.i8cap, (size_t)ow * oh * 3) == 0)
+    img8 = jp->sc.img8;
   if (stk__resample(&jp->sc, roi.px, roi.w, roi.h, bx0 * roi.sx - ox, by0 * roi.sy - oy,
-                    bx1 * roi.sx - ox, by1 * roi.sy - oy, ow, oh)) {
+                    bx1 * roi.sx - ox, by1 * roi.sy - oy, ow, oh, img8)) {
     snprintf(jp->why, sizeof(jp->why), "out of memory (resampling)");
     return RES_AGAIN;
   }
-  stk__post_store(&jp->sc, ow, oh, &post, out);
+  stk__post_store(&jp->sc, ow, oh, &post, img8, out);
   return RES_OK;
 }
 

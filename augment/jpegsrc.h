@@ -97,17 +97,20 @@ typedef struct stk__scratch {
   float *xw, *yw;   /* weights, ksize per output */
   float *tmp;       /* horizontal pass */
   float *img;       /* oh*ow*3 resampled image, 0..255 */
-  size_t xcap, ycap, tcap, icap;
+  uint8_t *img8;    /* the same in 8-bit levels (stk__resample's out8) */
+  size_t xcap, ycap, tcap, icap, i8cap;
 } stk__scratch;
 void stk__scratch_free(stk__scratch *s);
 
 /* Antialiased bilinear (triangle) resampling in PIL's manner of the box
  * [bx0,bx1)x[by0,by1) of src (sw x sh RGB, coordinates in src pixels)
- * into s->img (oh x ow x 3 floats, 0..255). Taps outside src are
- * dropped; an output pixel with no tap is 0. */
+ * into s->img (oh x ow x 3 floats, 0..255), or, with out8, each row
+ * rounded to 8-bit levels (stk__q8) into out8 (oh x ow x 3 bytes) while it
+ * is in cache, s->img then holding one row. Taps outside src are dropped;
+ * an output pixel with no tap is 0. 0, or -1 out of memory. */
 int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
                   double bx0, double by0, double bx1, double by1, uint32_t ow,
-                  uint32_t oh);
+                  uint32_t oh, uint8_t *out8);
 
 /* Round a resampled value (>= 0) to the nearest 8-bit level, as the PIL
  * image torchvision resizes would hold it. */
@@ -116,16 +119,20 @@ static inline float stk__q8(float v) {
   return v > 255 ? 255 : v;
 }
 
+/* stk__q8 of n values (each >= 0) into u. */
+void stk__quant8(uint8_t *restrict u, const float *restrict q, size_t n);
+
 typedef struct stk__post {
   int flip;                      /* mirror horizontally */
   float bright, contrast, satur; /* factors, 1 = unchanged */
   int dtype, layout;
   const float (*norm)[256]; /* stk_normalize_table of the job (float dtypes) */
 } stk__post;
-/* Quantize s->img to 8 bits, apply flip and jitter, write one sample
+/* Quantize s->img to 8 bits (or take img8, the 8-bit levels stk__resample
+ * made: only without jitter), apply flip and jitter, write one sample
  * (oh x ow x 3) in p's dtype/layout at out (normalized unless uint8). */
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post *p,
-                     void *out);
+                     const uint8_t *img8, void *out);
 uint16_t stk__bf16(float f);
 
 /* ---- ops_chain.c: op chains (pipeline = chain) ------------------------ */

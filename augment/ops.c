@@ -55,7 +55,7 @@ stk__box stk__rrc_box(uint32_t W, uint32_t H, double scale_min, double scale_max
 
 void stk__scratch_free(stk__scratch *s) {
   /* xb and yb live inside the xw and yw blocks */
-  free(s->xw), free(s->yw), free(s->tmp), free(s->img);
+  free(s->xw), free(s->yw), free(s->tmp), free(s->img), free(s->img8);
   memset(s, 0, sizeof(*s));
 }
 
@@ -106,9 +106,16 @@ static int coeffs(int32_t **bounds, float **w, size_t *cap, double in0, double i
 
 typedef float v4f __attribute__((vector_size(16)));
 
+void stk__quant8(uint8_t *restrict u, const float *restrict q, size_t n) {
+  for (size_t i = 0; i < n; i++) { /* stk__q8, in a loop the compiler vectorizes */
+    int v = (int)(q[i] + 0.5f);
+    u[i] = (uint8_t)(v > 255 ? 255 : v);
+  }
+}
+
 int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
                   double bx0, double by0, double bx1, double by1, uint32_t ow,
-                  uint32_t oh) {
+                  uint32_t oh, uint8_t *out8) {
   int kx, ky;
   if (coeffs(&s->xb, &s->xw, &s->xcap, bx0, bx1, sw, ow, &kx)) return -1;
   if (coeffs(&s->yb, &s->yw, &s->ycap, by0, by1, sh, oh, &ky)) return -1;
@@ -123,8 +130,9 @@ int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
   if (c1 <= c0) c0 = c1 = 0;
   size_t cols = (size_t)(c1 - c0) * 3;
   /* +4 floats of slack: the horizontal pass loads and stores 4 lanes */
+  size_t rows_kept = out8 ? 1 : oh;
   if (stk__grow((void **)&s->tmp, &s->tcap, (cols + 4) * sizeof(float)) ||
-      stk__grow((void **)&s->img, &s->icap, ((size_t)oh * ow * 3 + 4) * sizeof(float)))
+      stk__grow((void **)&s->img, &s->icap, (rows_kept * ow * 3 + 4) * sizeof(float)))
     return -1;
   float *restrict t = s->tmp;
   memset(t + cols, 0, 4 * sizeof(float));
@@ -135,9 +143,10 @@ int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
   for (uint32_t j = 0; j < oh; j++) {
     int32_t a = s->yb[2 * j], n = s->yb[2 * j + 1];
     const float *w = s->yw + (size_t)j * ky;
-    float *o = s->img + j * rowlen;
+    float *o = out8 ? s->img : s->img + j * rowlen;
     if (!n) {
-      memset(o, 0, rowlen * sizeof(float));
+      if (out8) memset(out8 + j * rowlen, 0, rowlen);
+      else memset(o, 0, rowlen * sizeof(float));
       continue;
     }
     const uint8_t *restrict r = src + (size_t)a * sw * 3 + (size_t)c0 * 3;
@@ -160,6 +169,7 @@ int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
       }
       memcpy(o + 3 * (size_t)i, &acc, sizeof(acc)); /* lane 4 is rewritten next */
     }
+    if (out8) stk__quant8(out8 + j * rowlen, o, rowlen);
   }
   return 0;
 }
@@ -176,24 +186,47 @@ static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 
 #define q8 stk__q8
 
-/* Store one channel row: n values from q (stride 3, reversed if flip),
- * each 8-bit level through the channel's normalize table t. */
-static void store_row_f32(float *restrict o, const float *restrict q, uint32_t n,
-                          int flip, const float *restrict t) {
-  if (flip)
-    for (uint32_t x = 0; x < n; x++) o[x] = t[(int)q8(q[3 * (size_t)(n - 1 - x)])];
-  else
-    for (uint32_t x = 0; x < n; x++) o[x] = t[(int)q8(q[3 * (size_t)x])];
+enum { QCHUNK = 256 }; /* pixels quantized at a time, on the stack */
+
+/* Store output pixels [x0, x0+n) of one row from u, the 8-bit RGB levels
+ * of the source pixels they come from (in source order, so read backwards
+ * when flip), in the output's dtype and layout. orow is the row's first
+ * value (NCHW: of channel 0, the planes `plane` values apart); tb holds
+ * the bfloat16 tables. */
+static void store_px(const stk__post *p, const uint8_t *restrict u, uint32_t n, int flip,
+                     void *orow, size_t x0, size_t plane,
+                     const uint16_t (*restrict tb)[256]) {
+  const float(*t)[256] = p->norm;
+  int nchw = p->layout == STK_LAYOUT_NCHW;
+  for (int c = 0; c < 3; c++) {
+    /* value k of channel c goes to o[k * step] */
+    size_t base = nchw ? (size_t)c * plane + x0 : 3 * x0 + (size_t)c, step = nchw ? 1 : 3;
+    const uint8_t *src = u + c + (flip ? 3 * (size_t)(n - 1) : 0);
+    ptrdiff_t d = flip ? -3 : 3;
+    if (p->dtype == STK_DTYPE_UINT8) {
+      uint8_t *o = (uint8_t *)orow + base;
+      for (uint32_t k = 0; k < n; k++) o[k * step] = src[(ptrdiff_t)k * d];
+    } else if (p->dtype == STK_DTYPE_FLOAT32) {
+      float *o = (float *)orow + base;
+      const float *tc = t[c];
+      for (uint32_t k = 0; k < n; k++) o[k * step] = tc[src[(ptrdiff_t)k * d]];
+    } else {
+      uint16_t *o = (uint16_t *)orow + base;
+      const uint16_t *tc = tb[c];
+      for (uint32_t k = 0; k < n; k++) o[k * step] = tc[src[(ptrdiff_t)k * d]];
+    }
+  }
 }
 
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post *p,
-                     void *out) {
+                     const uint8_t *img8, void *out) {
   size_t npix = (size_t)ow * oh;
   float *img = s->img;
   int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
   /* 8-bit quantization, as the PIL image torchvision resizes would be
    * (the triangle filter's weights are >= 0, so values are too); without
-   * jitter it happens in the store loops (q8) */
+   * jitter it happened in stk__resample (img8) or happens in the store
+   * loop */
   if (jitter) {
     for (size_t i = 0; i < npix * 3; i++) img[i] = q8(img[i]);
     /* Fixed order brightness, contrast, saturation, on the 0..1 scale
@@ -216,37 +249,27 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post 
       }
     for (size_t i = 0; i < npix * 3; i++) img[i] = (float)(int)(img[i] * 255.f + 0.5f);
   }
-  const float(*t)[256] = p->norm;
-  int flip = p->flip;
+  /* bfloat16: the channel tables once, not a conversion per value */
+  uint16_t tb[3][256];
+  if (p->dtype != STK_DTYPE_UINT8 && p->dtype != STK_DTYPE_FLOAT32)
+    for (int c = 0; c < 3; c++)
+      for (int v = 0; v < 256; v++) tb[c][v] = stk__bf16(p->norm[c][v]);
+  size_t esz = p->dtype == STK_DTYPE_UINT8 ? 1 : p->dtype == STK_DTYPE_FLOAT32 ? 4 : 2;
+  size_t plane = (size_t)oh * ow;
+  uint8_t u[3 * QCHUNK];
   for (uint32_t y = 0; y < oh; y++) {
-    const float *row = img + (size_t)y * ow * 3;
-    if (p->layout == STK_LAYOUT_NCHW) {
-      for (int c = 0; c < 3; c++) {
-        size_t at = ((size_t)c * oh + y) * ow;
-        const float *q = row + c;
-        if (p->dtype == STK_DTYPE_FLOAT32) {
-          store_row_f32((float *)out + at, q, ow, flip, t[c]);
-        } else if (p->dtype == STK_DTYPE_UINT8) {
-          uint8_t *o = (uint8_t *)out + at;
-          for (uint32_t x = 0; x < ow; x++)
-            o[x] = (uint8_t)q8(q[3 * (size_t)(flip ? ow - 1 - x : x)]);
-        } else {
-          uint16_t *o = (uint16_t *)out + at;
-          for (uint32_t x = 0; x < ow; x++)
-            o[x] = stk__bf16(t[c][(int)q8(q[3 * (size_t)(flip ? ow - 1 - x : x)])]);
-        }
-      }
-    } else {
-      for (uint32_t x = 0; x < ow; x++) {
-        const float *q = row + 3 * (size_t)(flip ? ow - 1 - x : x);
-        size_t at = ((size_t)y * ow + x) * 3;
-        for (int c = 0; c < 3; c++) {
-          float v = q8(q[c]);
-          if (p->dtype == STK_DTYPE_UINT8) ((uint8_t *)out)[at + c] = (uint8_t)v;
-          else if (p->dtype == STK_DTYPE_FLOAT32) ((float *)out)[at + c] = t[c][(int)v];
-          else ((uint16_t *)out)[at + c] = stk__bf16(t[c][(int)v]);
-        }
-      }
+    const float *row = img8 ? NULL : img + (size_t)y * ow * 3;
+    char *orow = (char *)out + esz * (p->layout == STK_LAYOUT_NCHW ? (size_t)y * ow
+                                                                   : (size_t)y * ow * 3);
+    for (uint32_t x0 = 0; x0 < ow; x0 += QCHUNK) {
+      uint32_t n = ow - x0 < QCHUNK ? ow - x0 : QCHUNK;
+      /* output pixels x0.. come from source pixels src0.. (reversed when
+       * flipped) */
+      uint32_t src0 = p->flip ? ow - x0 - n : x0;
+      const uint8_t *lv = u;
+      if (img8) lv = img8 + ((size_t)y * ow + src0) * 3;
+      else stk__quant8(u, row + 3 * (size_t)src0, 3 * (size_t)n);
+      store_px(p, lv, n, p->flip, orow, x0, plane, tb);
     }
   }
 }

@@ -124,10 +124,8 @@ static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
       memcpy(o + (size_t)y * v->w * 3, src + (((size_t)by0 + y) * srcw + (size_t)bx0) * 3,
              (size_t)v->w * 3);
   } else {
-    if (stk__resample(&r->sc, src, srcw, srch, bx0, by0, bx1, by1, v->w, v->h))
+    if (stk__resample(&r->sc, src, srcw, srch, bx0, by0, bx1, by1, v->w, v->h, o))
       return snprintf(why, whylen, "out of memory (resampling)"), STK_NO_MEMORY;
-    const float *f = r->sc.img;
-    for (size_t i = 0; i < bytes; i++) o[i] = (uint8_t)stk__q8(f[i]);
   }
   r->cur = !r->cur;
   v->real = 1, v->sw = v->w, v->sh = v->h, v->fast = v->clip = 0;

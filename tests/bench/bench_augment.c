@@ -45,7 +45,8 @@ static const char *help =
     "DIR is an ImageFolder dataset (e.g. from `stoker-dataset gen`, its\n"
     "imagefolder/ directory). One thread each, over the same files (the samples\n"
     "of the batches the pipeline builds), alternating: stoker's train pipeline\n"
-    "(RandomResizedCrop(224)+flip+Normalize, float32 NCHW), a libjpeg-turbo full\n"
+    "(RandomResizedCrop(224)+flip+Normalize, float32 NCHW, and the same with\n"
+    "uint8 output, what a worker builds on the 8-bit wire), a libjpeg-turbo full\n"
     "decode, and torchvision (if installed). Prints images/s per CPU second and\n"
     "the ratios of each round, then medians.\n"
     "  --images N    about N images per round (whole batches; default 1000)\n"
@@ -252,11 +253,16 @@ int bench_augment_main(int argc, char **argv) {
   s.batch_size = B;
   s.flip_p = 0.5f;
   s.seed = 1;
+  /* The same pipeline with 8-bit output: what a worker builds for a float
+   * job whose client takes the 8-bit wire (libstoker's default). */
+  stk_job_spec s8 = s;
+  s8.dtype = STK_DTYPE_UINT8;
   stk_dataset *ds;
-  stk_builder *b;
+  stk_builder *b, *b8;
   char err[512];
   if (stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) ||
-      stk_builder_create(ds, &s, &b, err, sizeof(err))) {
+      stk_builder_create(ds, &s, &b, err, sizeof(err)) ||
+      stk_builder_create(ds, &s8, &b8, err, sizeof(err))) {
     fprintf(stderr, "stoker-bench augment: %s\n", err);
     return 1;
   }
@@ -297,10 +303,11 @@ int bench_augment_main(int argc, char **argv) {
   stk_batch_layout_of(&s, &L);
   void *buf = malloc(L.total_bytes);
   memset(buf, 0, L.total_bytes); /* fault the pages in */
-  /* Warm-up: the page cache (a decode pass) and the builder. */
+  /* Warm-up: the page cache (a decode pass) and the builders. */
   full_decode(real, sel, nsel);
   stk_build_info info;
   stk_builder_build(b, 0, 0, 0, buf, L.total_bytes, &info);
+  stk_builder_build(b8, 0, 0, 0, buf, L.total_bytes, &info);
 
   printf(
       "stoker-bench augment: %s, %llu samples; %zu images per round (%llu batches of "
@@ -308,34 +315,41 @@ int bench_augment_main(int argc, char **argv) {
       real, (unsigned long long)n, nsel, (unsigned long long)steps, B, rounds);
   printf("images/s per CPU second of one thread (wall-clock rate in brackets):\n");
   double ours[MAX_ROUNDS], full[MAX_ROUNDS], tv[MAX_ROUNDS], rf[MAX_ROUNDS],
-      rt[MAX_ROUNDS];
+      rt[MAX_ROUNDS], ours8[MAX_ROUNDS], rf8[MAX_ROUNDS], rt8[MAX_ROUNDS];
   uint64_t subst = 0;
   int have_tv = torch;
   for (int r = 0; r < rounds; r++) {
     double ow = 0, fw = 0, tw = 0;
+    double ow8 = 0;
     ours[r] = pipeline_round(b, steps, B, buf, L.total_bytes, &ow, &subst);
-    if (ours[r] < 0) return 1;
+    ours8[r] = pipeline_round(b8, steps, B, buf, L.total_bytes, &ow8, &subst);
+    if (ours[r] < 0 || ours8[r] < 0) return 1;
     full[r] = full_decode(real, sel, nsel);
     fw = last_wall_rate;
     tv[r] = have_tv ? torch_round(list, &tw) : 0;
     if (tv[r] <= 0) have_tv = 0;
     rf[r] = ours[r] / full[r];
     rt[r] = have_tv ? ours[r] / tv[r] : 0;
-    printf("  round %d: stoker %7.1f (%.1f) | full decode %7.1f (%.1f)", r + 1, ours[r],
-           ow, full[r], fw);
+    rf8[r] = ours8[r] / full[r];
+    rt8[r] = have_tv ? ours8[r] / tv[r] : 0;
+    printf("  round %d: stoker %7.1f (%.1f) | u8 %7.1f (%.1f) | full decode %7.1f (%.1f)",
+           r + 1, ours[r], ow, ours8[r], ow8, full[r], fw);
     if (have_tv) printf(" | torchvision %6.1f (%.1f)", tv[r], tw);
-    printf(" | stoker/full %.2fx", rf[r]);
-    if (have_tv) printf(", stoker/torchvision %.2fx", rt[r]);
+    printf(" | stoker/full %.2fx (u8 %.2fx)", rf[r], rf8[r]);
+    if (have_tv) printf(", stoker/torchvision %.2fx (u8 %.2fx)", rt[r], rt8[r]);
     printf("\n");
   }
   int io = stk_builder_io_mode(b);
   stk_builder_destroy(b);
+  stk_builder_destroy(b8);
   stk_dataset_close(ds);
   free(buf);
   printf("median of %d rounds [%llu substituted, %s]:\n", rounds,
          (unsigned long long)subst, io == 2 ? "io_uring" : "pread");
   printf("  stoker RandomResizedCrop(224)+flip+Normalize f32 NCHW: %8.1f\n",
          bu_median(ours, rounds));
+  printf("  the same, uint8 NCHW (a worker's work on the 8-bit wire): %7.1f\n",
+         bu_median(ours8, rounds));
   printf("  libjpeg-turbo full-size decode (TurboJPEG, RGB):       %8.1f\n",
          bu_median(full, rounds));
   if (have_tv)
@@ -347,11 +361,16 @@ int bench_augment_main(int argc, char **argv) {
       "ratio stoker / full decode:  %.2fx (median of the per-round ratios %.2fx; "
       "target >= 1.3x)\n",
       bu_median(ours, rounds) / bu_median(full, rounds), bu_median(rf, rounds));
-  if (have_tv)
+  printf("  uint8 output:               %.2fx (per-round %.2fx)\n",
+         bu_median(ours8, rounds) / bu_median(full, rounds), bu_median(rf8, rounds));
+  if (have_tv) {
     printf(
         "ratio stoker / torchvision:  %.2fx (median of the per-round ratios %.2fx; "
         "target >= 4x)\n",
         bu_median(ours, rounds) / bu_median(tv, rounds), bu_median(rt, rounds));
+    printf("  uint8 output:               %.2fx (per-round %.2fx)\n",
+           bu_median(ours8, rounds) / bu_median(tv, rounds), bu_median(rt8, rounds));
+  }
   unlink(list);
   for (size_t i = 0; i < nf; i++) free(paths[i]);
   free(paths), free(sel), free(idx), free(mask);

@@ -78,7 +78,7 @@ static void test_resample(void) {
   for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
     uint32_t ow = cases[t].ow, oh = cases[t].oh;
     CHECK(stk__resample(&sc, src, SW, SH, cases[t].x0, cases[t].y0, cases[t].x1,
-                        cases[t].y1, ow, oh) == 0);
+                        cases[t].y1, ow, oh, NULL) == 0);
     double maxd = 0;
     for (uint32_t y = 0; y < oh; y++) {
       int ya, yn;
@@ -100,7 +100,7 @@ static void test_resample(void) {
     CHECK(maxd <= 0.01);
   }
   /* identity resampling returns the source exactly after quantization */
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
   uint8_t *out = malloc(SW * SH * 3);
   stk__post p = {.flip = 0,
                  .bright = 1,
@@ -108,13 +108,13 @@ static void test_resample(void) {
                  .satur = 1,
                  .dtype = STK_DTYPE_UINT8,
                  .layout = STK_LAYOUT_NHWC};
-  stk__post_store(&sc, SW, SH, &p, out);
+  stk__post_store(&sc, SW, SH, &p, NULL, out);
   CHECK(memcmp(out, src, SW * SH * 3) == 0);
   /* flip is an exact mirror */
   uint8_t *fl = malloc(SW * SH * 3);
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
   p.flip = 1;
-  stk__post_store(&sc, SW, SH, &p, fl);
+  stk__post_store(&sc, SW, SH, &p, NULL, fl);
   int bad = 0;
   for (int y = 0; y < SH; y++)
     for (int x = 0; x < SW; x++)
@@ -134,8 +134,8 @@ static void test_resample(void) {
                  .dtype = STK_DTYPE_FLOAT32,
                  .layout = STK_LAYOUT_NCHW,
                  .norm = (const float(*)[256])norm};
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
-  stk__post_store(&sc, SW, SH, &q, f);
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
+  stk__post_store(&sc, SW, SH, &q, NULL, f);
   double maxe = 0;
   for (int c = 0; c < 3; c++)
     for (int i = 0; i < SW * SH; i++) {
@@ -145,20 +145,66 @@ static void test_resample(void) {
     }
   CHECK(maxe < 1e-5);
   /* jitter with factors 1 is the identity; brightness 0.5 halves */
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH) == 0);
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
   stk__post jb = {.flip = 0,
                   .bright = 0.5f,
                   .contrast = 1,
                   .satur = 1,
                   .dtype = STK_DTYPE_UINT8,
                   .layout = STK_LAYOUT_NHWC};
-  stk__post_store(&sc, SW, SH, &jb, out);
+  stk__post_store(&sc, SW, SH, &jb, NULL, out);
   bad = 0;
   for (int i = 0; i < SW * SH * 3; i++)
     bad += abs(out[i] - (int)floor(src[i] * 0.5 + 0.5)) > 1;
   CHECK(bad == 0);
   free(f), free(fl), free(out), free(src);
   stk__scratch_free(&sc);
+}
+
+/* The 8-bit path (stk__resample rounding each row into out8, the store
+ * reading it) writes the same bytes as the float image path, for every
+ * dtype, layout and flip, over scales down, up and mixed. */
+static void test_resample8(void) {
+  enum { SW = 301, SH = 203 };
+  uint8_t *src = malloc(SW * SH * 3);
+  stk__gen_image(src, SW, SH, 3, 7);
+  stk_job_spec js;
+  stk_job_spec_defaults(&js);
+  float norm[3][256];
+  stk_normalize_table(&js, norm);
+  const uint32_t sizes[][2] = {{224, 224}, {300, 17}, {33, 410}, {600, 250}};
+  const int dtypes[] = {STK_DTYPE_UINT8, STK_DTYPE_FLOAT32, STK_DTYPE_BFLOAT16};
+  stk__scratch a, b;
+  memset(&a, 0, sizeof(a)), memset(&b, 0, sizeof(b));
+  int bad = 0, n = 0;
+  for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
+    uint32_t ow = sizes[z][0], oh = sizes[z][1];
+    size_t vals = (size_t)ow * oh * 3;
+    uint8_t *img8 = malloc(vals), *o1 = malloc(vals * 4), *o2 = malloc(vals * 4);
+    for (size_t d = 0; d < 3; d++)
+      for (int lay = 0; lay < 2; lay++)
+        for (int flip = 0; flip < 2; flip++, n++) {
+          stk__post p = {.flip = flip,
+                         .bright = 1,
+                         .contrast = 1,
+                         .satur = 1,
+                         .dtype = dtypes[d],
+                         .layout = lay ? STK_LAYOUT_NHWC : STK_LAYOUT_NCHW,
+                         .norm = (const float(*)[256])norm};
+          CHECK(stk__resample(&a, src, SW, SH, 5.5, 3, 290, 200.5, ow, oh, NULL) == 0);
+          stk__post_store(&a, ow, oh, &p, NULL, o1);
+          CHECK(stk__resample(&b, src, SW, SH, 5.5, 3, 290, 200.5, ow, oh, img8) == 0);
+          stk__post_store(&b, ow, oh, &p, img8, o2);
+          size_t bytes = vals * (dtypes[d] == STK_DTYPE_UINT8     ? 1
+                                 : dtypes[d] == STK_DTYPE_FLOAT32 ? 4
+                                                                  : 2);
+          bad += memcmp(o1, o2, bytes) != 0;
+        }
+    free(img8), free(o1), free(o2);
+  }
+  printf("resample8: %d of %d dtype/layout/flip/size cases differ\n", bad, n);
+  CHECK(bad == 0);
+  stk__scratch_free(&a), stk__scratch_free(&b), free(src);
 }
 
 static void test_bf16(void) {
@@ -250,6 +296,7 @@ static void test_roi(void) {
 int main(void) {
   test_rrc();
   test_resample();
+  test_resample8();
   test_bf16();
   test_roi();
   CHECK_DONE();
