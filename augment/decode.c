@@ -229,9 +229,14 @@ static int decode_rows(stk__decoder *d, int x0, int x1, int y0, int y1, stk__roi
       want -= got;
     }
   }
+  /* Several rows a call: with merged upsampling libjpeg makes two rows at
+   * once, and asked for one it makes both and copies one out. */
   while (c->output_scanline < (JDIMENSION)y1) {
-    JSAMPROW row = d->buf + (size_t)(c->output_scanline - (JDIMENSION)y0) * stride;
-    if (jpeg_read_scanlines(c, &row, 1) != 1) {
+    JSAMPROW rows[16];
+    JDIMENSION left = (JDIMENSION)y1 - c->output_scanline, n = left < 16 ? left : 16;
+    for (JDIMENSION i = 0; i < n; i++)
+      rows[i] = d->buf + (size_t)(c->output_scanline + i - (JDIMENSION)y0) * stride;
+    if (jpeg_read_scanlines(c, rows, n) == 0) {
       snprintf(d->msg, sizeof(d->msg), "read_scanlines made no progress");
       return fail(d, STK_CORRUPT, why, whylen);
     }
