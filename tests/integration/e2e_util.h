@@ -23,6 +23,8 @@ typedef struct rank_run {
   int finish;            /* call stk_client_finish at the end */
   const char *data_root; /* for the reference of file datasets */
   const char *token;     /* bearer token, NULL = none */
+  int hold_at;           /* after this many batches, wait for `release` (0: never) */
+  volatile int release;  /* set by the main thread (bounded wait: 60 s) */
   /* out */
   uint64_t delivered, mismatches, order_errors, epochs_seen;
   int final_status; /* STK_END_OF_DATA when all went well */
@@ -130,6 +132,12 @@ static inline void *rank_main(void *arg) {
     r->delivered++;
     step++;
     __atomic_store_n(&r->progress, (int)r->delivered, __ATOMIC_RELEASE);
+    for (int i = 0; r->hold_at && (int)r->delivered == r->hold_at && i < 60000 &&
+                    !__atomic_load_n(&r->release, __ATOMIC_ACQUIRE);
+         i++) {
+      struct timespec ts = {0, 1000000};
+      nanosleep(&ts, NULL);
+    }
     if (r->step_ms) {
       struct timespec ts = {0, (long)r->step_ms * 1000000};
       nanosleep(&ts, NULL);

@@ -7,14 +7,18 @@
  * replacement; the coordinator and the replacement exit 0 after the
  * finish, the victim by SIGKILL.
  *
- * Why this cannot depend on timing: the victim is the only worker while it
- * is stopped, so each rank's client keeps sending it requests (it has no
- * other worker to pick). A request sent after the stop took effect can
- * never be answered, so the test waits - on the client's own counters, not
- * on a clock - until each rank has sent the stopped victim at least one
- * request (or already re-issued some), and only then kills it. From then
- * on "reissued > 0" and "the replacement served batches" are guaranteed by
- * the failure rules, not by a schedule.
+ * Why this cannot depend on timing: each rank stops consuming after 10
+ * batches (hold_at) until the victim is stopped, so neither can have asked
+ * for its whole epoch by then (prefetch 6 of 40). The victim is the only
+ * worker while it is stopped, so each rank's client, consuming again,
+ * sends it requests (it has no other worker to pick). A request sent after
+ * the stop took effect can never be answered, so the test waits - on each
+ * client's own counters, not on a clock - until each rank has sent the
+ * stopped victim at least one request (or already re-issued some), and
+ * only then kills it. From then on "reissued > 0" and "the replacement
+ * served batches" are guaranteed by the failure rules, not by a schedule.
+ * (Before hold_at, a rank could race through its epoch while waiting for
+ * the other to reach 10, and hold nothing at the victim: CI saw it.)
  *
  * usage: test_worker_kill <stoker-coordinator> <stoker-worker>
  */
@@ -56,10 +60,11 @@ int main(int argc, char **argv) {
     r[i].port = port, r[i].rank = i, r[i].world = 2, r[i].finish = 1;
     r[i].prefetch = 6;
     r[i].step_ms = 2;
+    r[i].hold_at = 10;
     pthread_create(&t[i], NULL, rank_main, &r[i]);
   }
 
-  /* 1. Both ranks well into the epoch (bounded: 60 s). */
+  /* 1. Both ranks well into the epoch, and held there (bounded: 60 s). */
   int ready = 0;
   for (int i = 0; i < 12000 && !ready; i++) {
     ready = __atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE) >= 10 &&
@@ -73,20 +78,21 @@ int main(int argc, char **argv) {
   int wst = 0;
   CHECK(waitpid(p[1].pid, &wst, WUNTRACED) == p[1].pid && WIFSTOPPED(wst));
   int64_t base[2];
-  uint64_t reissued = 0;
-  for (int i = 0; i < 2; i++) base[i] = victim_sent(&r[i], vport, &reissued);
+  uint64_t reissued[2] = {0, 0};
+  for (int i = 0; i < 2; i++) base[i] = victim_sent(&r[i], vport, &reissued[i]);
   fprintf(stderr, "victim stopped at rank0=%d rank1=%d batches\n",
           __atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE),
           __atomic_load_n(&r[1].progress, __ATOMIC_ACQUIRE));
+  for (int i = 0; i < 2; i++) __atomic_store_n(&r[i].release, 1, __ATOMIC_RELEASE);
 
   /* 3. Until each rank has a request the stopped victim can never answer
    *    (sent after the stop), or has already moved some elsewhere. */
   int stuck[2] = {0, 0};
   for (int i = 0; i < 6000 && !(stuck[0] && stuck[1]); i++) {
     for (int k = 0; k < 2; k++) {
-      int64_t now = victim_sent(&r[k], vport, &reissued);
+      int64_t now = victim_sent(&r[k], vport, &reissued[k]);
       if (base[k] < 0) base[k] = now;
-      if ((base[k] >= 0 && now > base[k]) || reissued > 0) stuck[k] = 1;
+      if ((base[k] >= 0 && now > base[k]) || reissued[k] > 0) stuck[k] = 1;
     }
     if (!(stuck[0] && stuck[1])) du_sleep_ms(5);
   }
