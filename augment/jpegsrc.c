@@ -455,9 +455,8 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
   double ox = roi.x0, oy = roi.y0;
   /* Without jitter each resampled row is rounded to 8 bits while in cache
    * (jitter works on the float image, as torchvision's tensor ops do). */
-  int jitter = post.bright != 1 || post.contrast != 1 || post.satur != 1;
   uint8_t *img8 = NULL;
-  if (!jitter &&
+  if (!stk__post_jitter(&post) &&
       stk__grow((void **)&jp->sc.img8, &jp->sc.i8cap, (size_t)ow * oh * 3) == 0)
     img8 = jp->sc.img8;
   if (stk__resample(&jp->sc, roi.px, roi.w, roi.h, bx0 * roi.sx - ox, by0 * roi.sy - oy,

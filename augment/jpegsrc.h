@@ -128,6 +128,11 @@ typedef struct stk__post {
   int dtype, layout;
   const float (*norm)[256]; /* stk_normalize_table of the job (float dtypes) */
 } stk__post;
+/* Whether p changes brightness, contrast or saturation (then the store
+ * works on the float image; else it may take stk__resample's 8 bits). */
+static inline int stk__post_jitter(const stk__post *p) {
+  return p->bright != 1 || p->contrast != 1 || p->satur != 1;
+}
 /* Quantize s->img to 8 bits (or take img8, the 8-bit levels stk__resample
  * made: only without jitter), apply flip and jitter, write one sample
  * (oh x ow x 3) in p's dtype/layout at out (normalized unless uint8). */

@@ -222,7 +222,7 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post 
                      const uint8_t *img8, void *out) {
   size_t npix = (size_t)ow * oh;
   float *img = s->img;
-  int jitter = p->bright != 1 || p->contrast != 1 || p->satur != 1;
+  int jitter = stk__post_jitter(p);
   /* 8-bit quantization, as the PIL image torchvision resizes would be
    * (the triangle filter's weights are >= 0, so values are too); without
    * jitter it happened in stk__resample (img8) or happens in the store

@@ -319,8 +319,7 @@ int bench_augment_main(int argc, char **argv) {
   uint64_t subst = 0;
   int have_tv = torch;
   for (int r = 0; r < rounds; r++) {
-    double ow = 0, fw = 0, tw = 0;
-    double ow8 = 0;
+    double ow = 0, ow8 = 0, fw = 0, tw = 0;
     ours[r] = pipeline_round(b, steps, B, buf, L.total_bytes, &ow, &subst);
     ours8[r] = pipeline_round(b8, steps, B, buf, L.total_bytes, &ow8, &subst);
     if (ours[r] < 0 || ours8[r] < 0) return 1;
