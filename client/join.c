@@ -18,6 +18,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/thread.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "internal.h"
@@ -209,6 +210,7 @@ static void report_stats(stk_client *c, report_state *rs) {
 
 static void *watch_main(void *arg) {
   stk_client *c = arg;
+  stk__thread_name("stk-watch");
   int backoff = 100;
   report_state rs = {0};
   while (!stopping(c)) {

@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/thread.h"
 #include "common/error.h"
 #include "internal.h"
 
@@ -148,6 +149,7 @@ static void set_tensors(stk_client *c, stk_batch *s) {
 
 static void *copy_main(void *arg) {
   stk_client *c = arg;
+  stk__thread_name("stk-copy");
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->fatal) {
     stk__req *r = NULL;

@@ -55,6 +55,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "common/thread.h"
 #include "common/clock.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
@@ -668,6 +669,7 @@ static void stream_ended(stk_client *c, stk__worker *w, int code, const char *de
 
 static void *remote_main(void *arg) {
   stk__worker *w = arg;
+  stk__thread_name("stk-stream");
   stk_client *c = w->c;
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->fatal && w->listed && !w->dropped) {
@@ -734,6 +736,7 @@ static void *remote_main(void *arg) {
 
 static void *local_main(void *arg) {
   stk__worker *w = arg;
+  stk__thread_name("stk-local");
   stk_client *c = w->c;
   stk_builder *b = NULL;
   char err[256] = "";
@@ -939,6 +942,7 @@ static void send_request(stk_client *c, stk__worker *w, uint64_t seq, stk__req *
 
 static void *sched_main(void *arg) {
   stk_client *c = arg;
+  stk__thread_name("stk-sched");
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->fatal) {
     reclaim(c, STK__KEEP_DEPARTED);

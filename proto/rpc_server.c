@@ -18,6 +18,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/thread.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "rpc.h"
@@ -587,6 +588,7 @@ static void maybe_sweep(stk__rpc_server *s) {
 
 static void *cq_main(void *arg) {
   stk__rpc_server *s = arg;
+  stk__thread_name("stk-rpc");
   for (;;) {
     gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                    gpr_time_from_millis(SWEEP_MS, GPR_TIMESPAN));

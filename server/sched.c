@@ -9,6 +9,7 @@
  * drain) holds it. Owns the builders, their threads and the buffers. Must
  * not call into gRPC (worker.c does that, outside this lock).
  */
+#include "common/thread.h"
 #include "sched.h"
 
 #include <pthread.h>
@@ -216,6 +217,7 @@ static void sched_hist_add(sched_stats *st, uint64_t dt) {
 
 static void *builder_main(void *arg) {
   builder *bd = arg;
+  stk__thread_name("stk-build");
   sched *s = bd->s;
   pthread_mutex_lock(&s->mu);
   for (;;) {

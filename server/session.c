@@ -7,6 +7,7 @@
  * registers again. Owns the channel and the stream. Must not decide to
  * exit: main reads session_lost_ms/session_failed and decides.
  */
+#include "common/thread.h"
 #include "session.h"
 
 #include <pthread.h>
@@ -223,6 +224,7 @@ static void run_once(session *s, stk__rpc_channel *ch) {
 
 static void *session_main(void *arg) {
   session *s = arg;
+  stk__thread_name("stk-session");
   stk__rpc_channel *ch = NULL;
   if (stk__rpc_channel_open(s->coordinator, STK_MAX_COMMAND_MSG, s->token, s->cfg.tls,
                             &ch)) {
