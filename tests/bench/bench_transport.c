@@ -6,8 +6,15 @@
  * stoker-worker serving 256x3x224x224 uint8 synthetic batches to libstoker
  * in this process. It prints GB/s and CPU seconds per GB on both sides and
  * the ratio stoker / raw TCP. The worker's CPU includes building the
- * synthetic batches and their crc32c; the bench measures that cost
- * in-process and prints it, so the wire's own share can be read off.
+ * synthetic batches and their crc32c; the bench prints the CPU of its
+ * builder threads (named stk-build) apart, so the wire's own share can be
+ * read off.
+ *
+ * Both sides are measured warm: the raw connection carries as many
+ * batches untimed as stoker's warm-up before its timed bytes (a fresh
+ * connection's socket buffers start small) and its receive buffer is
+ * faulted in first; stoker's warm-up writes every receive buffer and slot
+ * of the client once.
  */
 #define _GNU_SOURCE
 #include <arpa/inet.h>
@@ -35,18 +42,24 @@
 
 typedef struct {
   int fd;
-  size_t total, chunk;
-  double cpu;
+  size_t warm, total, chunk; /* warm: bytes sent before the timed ones */
+  double cpu;                /* thread CPU over the timed bytes */
 } tcp_side;
 
 static void *tcp_sender(void *p) {
   tcp_side *s = p;
   char *buf = malloc(s->chunk);
+  if (!buf) {
+    shutdown(s->fd, SHUT_WR);
+    return NULL;
+  }
   memset(buf, 0x5a, s->chunk);
   double c0 = bu_thread_cpu_s();
-  size_t left = s->total;
+  size_t left = s->warm + s->total;
   while (left) {
+    if (left == s->total) c0 = bu_thread_cpu_s();
     size_t n = left < s->chunk ? left : s->chunk;
+    if (left > s->total && n > left - s->total) n = left - s->total;
     ssize_t w = send(s->fd, buf, n, 0);
     if (w <= 0) {
       if (w < 0 && errno == EINTR) continue;
@@ -60,7 +73,10 @@ static void *tcp_sender(void *p) {
   return NULL;
 }
 
-static int raw_tcp(size_t total, size_t batch_bytes, double *gbps,
+/* One plain TCP connection over loopback: `warm` bytes to let the kernel
+ * size its socket buffers (stoker's connection is as old as the client),
+ * then `total` bytes timed, received into one batch-sized buffer. */
+static int raw_tcp(size_t warm, size_t total, size_t batch_bytes, double *gbps,
                    double *send_cpu_per_gb, double *recv_cpu_per_gb) {
   int ls = socket(AF_INET, SOCK_STREAM, 0);
   struct sockaddr_in a = {.sin_family = AF_INET,
@@ -73,17 +89,21 @@ static int raw_tcp(size_t total, size_t batch_bytes, double *gbps,
   if (connect(cs, (struct sockaddr *)&a, sizeof a)) return -1;
   int ss = accept(ls, NULL, NULL);
   close(ls);
-  tcp_side snd = {ss, total, 4u << 20, 0};
+  tcp_side snd = {ss, warm, total, 4u << 20, 0};
   char *dst = malloc(batch_bytes);
-  double t0 = bu_now_s(), c0 = bu_thread_cpu_s();
+  if (!dst) return -1;
+  memset(dst, 0, batch_bytes); /* fault it in: the client's buffers are, by the warm-up */
   pthread_t th;
   pthread_create(&th, NULL, tcp_sender, &snd);
   size_t got = 0, off = 0;
+  double t0 = bu_now_s(), c0 = bu_thread_cpu_s();
   for (;;) {
     size_t room = batch_bytes - off;
+    if (got < warm && room > warm - got) room = warm - got;
     ssize_t r = recv(cs, dst + off, room, 0);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) break;
+    if (got < warm && got + (size_t)r == warm) t0 = bu_now_s(), c0 = bu_thread_cpu_s();
     got += (size_t)r;
     off = (off + (size_t)r) % batch_bytes;
   }
@@ -92,7 +112,7 @@ static int raw_tcp(size_t total, size_t batch_bytes, double *gbps,
   close(cs);
   close(ss);
   free(dst);
-  if (got != total) return -1;
+  if (got != warm + total) return -1;
   double gb = total / 1e9;
   *gbps = gb / dt;
   *send_cpu_per_gb = snd.cpu / gb;
@@ -108,7 +128,8 @@ static void usage(FILE *f) {
           "  One stoker-worker streams 256x3x224x224 uint8 synthetic batches to\n"
           "  libstoker over loopback; one plain TCP stream moving the same bytes is\n"
           "  measured in the same run as the limit. Prints GB/s, CPU s/GB, ratio.\n"
-          "  --batches N     batches per round (default 40, after 3 warm-up)\n"
+          "  --batches N     batches per round (default 40, after a warm-up of\n"
+          "                  prefetch + slots + 3 batches on both sides)\n"
           "  --rounds R      alternating raw-TCP / stoker rounds, medians\n"
           "                  reported (default 3, at most 15)\n"
           "  --batch-size B  samples per batch (default 256)\n"
@@ -169,7 +190,13 @@ int bench_transport_main(int argc, char **argv) {
   stk_job_spec spec;
   stk_job_spec_defaults(&spec);
   spec.batch_size = (uint32_t)bs;
-  spec.num_samples = (uint64_t)(rounds * batches + 3) * bs;
+  /* The warm-up writes every receive buffer and slot once (their page
+   * faults are a one-time cost of opening the client), plus 3. */
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.prefetch = (uint32_t)prefetch;
+  uint32_t warm = cfg.prefetch + cfg.slots + 3;
+  spec.num_samples = (uint64_t)(rounds * batches + warm) * bs;
   snprintf(spec.name, sizeof spec.name, "bench-transport");
   stk_batch_layout L;
   stk_batch_layout_of(&spec, &L);
@@ -234,12 +261,9 @@ int bench_transport_main(int argc, char **argv) {
   pid_t wpid = job.wpid;
   int rc = 1;
   stk_client *cl = NULL;
-  stk_client_config cfg;
-  stk_client_config_defaults(&cfg);
   cfg.coordinator = job.addr;
   cfg.rank = 0;
   cfg.world_size = 1;
-  cfg.prefetch = (uint32_t)prefetch;
   if (tls) cfg.tls_ca = ca;
   char err[512];
   if (stk_client_open(&cfg, &cl, err, sizeof err)) {
@@ -250,8 +274,8 @@ int bench_transport_main(int argc, char **argv) {
    * a raw TCP round, a stoker round. Medians of the rounds are reported,
    * so a noisy neighbour hurts both sides alike. */
   double raw_g[16], raw_s[16], raw_r[16], stk_g[16], stk_w[16], stk_c[16], rate_x[16],
-      cpu_x[16];
-  for (int i = 0; i < 3; i++) {
+      cpu_x[16], stk_f[16], stk_b[16];
+  for (uint32_t i = 0; i < warm; i++) {
     stk_batch *b;
     if (stk_client_next(cl, &b) != STK_OK) {
       fprintf(stderr, "next: %s\n", stk_client_error(cl));
@@ -260,11 +284,13 @@ int bench_transport_main(int argc, char **argv) {
     stk_batch_release(b);
   }
   for (int round = 0; round < rounds; round++) {
-    if (raw_tcp(total, L.total_bytes, &raw_g[round], &raw_s[round], &raw_r[round])) {
+    if (raw_tcp((size_t)warm * L.total_bytes, total, L.total_bytes, &raw_g[round],
+                &raw_s[round], &raw_r[round])) {
       fprintf(stderr, "raw TCP measurement failed\n");
       goto out;
     }
-    double t0 = bu_now_s(), cpu_c0 = bu_self_cpu_s(), cpu_w0 = bu_proc_cpu_s(wpid);
+    double t0 = bu_now_s(), cpu_c0 = bu_self_cpu_s(), cpu_w0 = bu_proc_cpu_s(wpid),
+           cpu_b0 = bu_proc_threads_cpu_s(wpid, "stk-build"), flt0 = bu_self_faults();
     uint64_t got = 0;
     for (int i = 0; i < batches; i++) {
       stk_batch *b;
@@ -281,7 +307,9 @@ int bench_transport_main(int argc, char **argv) {
     double dt = bu_now_s() - t0, gb = got / 1e9;
     stk_g[round] = gb / dt;
     stk_w[round] = (bu_proc_cpu_s(wpid) - cpu_w0) / gb;
+    stk_b[round] = (bu_proc_threads_cpu_s(wpid, "stk-build") - cpu_b0) / gb;
     stk_c[round] = (bu_self_cpu_s() - cpu_c0) / gb;
+    stk_f[round] = (bu_self_faults() - flt0) / gb;
     rate_x[round] = stk_g[round] / raw_g[round];
     cpu_x[round] = stk_c[round] / raw_r[round];
     printf(
@@ -300,6 +328,12 @@ int bench_transport_main(int argc, char **argv) {
       " (%.1f batches/s)%s\n",
       sg, bu_median(stk_w, rounds), bu_median(stk_c, rounds), sg * 1e9 / L.total_bytes,
       tls ? ", TLS" : "");
+  printf(
+      "  worker split      : %.3f CPU s/GB in its builder threads (synthetic batches and "
+      "their crc32c), %.3f in the rest (gRPC, the socket)\n",
+      bu_median(stk_b, rounds), bu_median(stk_w, rounds) - bu_median(stk_b, rounds));
+  printf("  client page faults: %.0f per GB (its heap growing or handed back)\n",
+         bu_median(stk_f, rounds));
   printf(
       "  ratio stoker / raw TCP: %.2f (median of the per-round ratios %.2f; target "
       ">= 0.90)\n",

@@ -3,6 +3,7 @@
 #define _GNU_SOURCE
 #include "bench_util.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -35,9 +36,15 @@ double bu_self_cpu_s(void) {
          ru.ru_stime.tv_usec / 1e6;
 }
 
-double bu_proc_cpu_s(pid_t pid) {
-  char path[64], buf[1024];
-  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+double bu_self_faults(void) {
+  struct rusage ru;
+  getrusage(RUSAGE_SELF, &ru);
+  return (double)ru.ru_minflt + (double)ru.ru_majflt;
+}
+
+/* utime + stime of a /proc stat file, seconds; -1 if it cannot be read. */
+static double stat_cpu_s(const char *path) {
+  char buf[1024];
   FILE *f = fopen(path, "r");
   if (!f) return -1;
   size_t n = fread(buf, 1, sizeof buf - 1, f);
@@ -50,6 +57,35 @@ double bu_proc_cpu_s(pid_t pid) {
   if (sscanf(p + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
     return -1;
   return (double)(ut + st) / sysconf(_SC_CLK_TCK);
+}
+
+double bu_proc_cpu_s(pid_t pid) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  return stat_cpu_s(path);
+}
+
+double bu_proc_threads_cpu_s(pid_t pid, const char *prefix) {
+  char path[96], comm[32];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  double sum = 0;
+  struct dirent *e;
+  while ((e = readdir(d))) {
+    if (e->d_name[0] == '.') continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%.16s/comm", (int)pid, e->d_name);
+    FILE *f = fopen(path, "r");
+    if (!f) continue; /* the thread just exited */
+    int ok = fgets(comm, sizeof comm, f) != NULL;
+    fclose(f);
+    if (!ok || strncmp(comm, prefix, strlen(prefix))) continue;
+    snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, e->d_name);
+    double c = stat_cpu_s(path);
+    if (c > 0) sum += c;
+  }
+  closedir(d);
+  return sum;
 }
 
 double bu_median(const double *v, int n) {

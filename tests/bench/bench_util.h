@@ -20,8 +20,14 @@ double bu_now_s(void);
 double bu_thread_cpu_s(void);
 /* CPU time of this process (all threads, user + system), seconds. */
 double bu_self_cpu_s(void);
+/* Page faults this process has taken so far (minor + major). */
+double bu_self_faults(void);
 /* CPU time of process pid from /proc, seconds; -1 if it cannot be read. */
 double bu_proc_cpu_s(pid_t pid);
+/* CPU time, seconds, of those threads of process pid whose name (comm)
+ * starts with prefix (stoker names its threads: common/thread.h); threads
+ * that have exited are not counted. -1 if /proc cannot be read. */
+double bu_proc_threads_cpu_s(pid_t pid, const char *prefix);
 /* The median of v[0..n) (n in 1..64; v is not modified). */
 double bu_median(const double *v, int n);
 

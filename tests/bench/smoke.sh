@@ -18,7 +18,8 @@ done
 out=$("$bench" transport --batches 3 --rounds 2 --batch-size 4 2>&1) ||
   { echo "$out"; echo "transport failed"; exit 1; }
 echo "$out"
-for want in "round 2: raw TCP" "ratio stoker / raw TCP" "client CPU per GB"; do
+for want in "round 2: raw TCP" "ratio stoker / raw TCP" "client CPU per GB" \
+  "worker split" "client page faults"; do
   grep -q "$want" <<<"$out" || { echo "transport: no line with '$want'"; exit 1; }
 done
 echo "bench smoke: ok"
