@@ -181,6 +181,10 @@ class Plan(unittest.TestCase):
         self.assertEqual(env["STOKER_COORDINATOR"], "g1:7070")
         self.assertEqual(env["PATH"], "/bin")
         self.assertEqual(L.train_env({"MASTER_PORT": "1234"}, p, 0, 4)["MASTER_PORT"], "1234")
+        self.assertEqual(env["GRPC_POLL_STRATEGY"], "poll")
+        self.assertEqual(
+            L.train_env({"GRPC_POLL_STRATEGY": "epoll1"}, p, 0, 4)["GRPC_POLL_STRATEGY"],
+            "epoll1")
 
 
 class Args:
