@@ -233,6 +233,10 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   if (!local && cfg->convert == STK_CONVERT_NONE && !(wu8 && !strcmp(wu8, "0")) &&
       stk_image_wire_spec(&c->spec, &s8))
     c->wire_u8 = stk_batch_layout_of(&s8, &c->wire) == STK_OK;
+  if (c->cuda) {
+    st = stk__cuda_kernel_init(c, err, errlen);
+    if (st) goto fail;
+  }
   st = stk__ring_init(c, err, errlen);
   if (st) goto fail;
   pthread_mutex_lock(&c->mu);
@@ -395,7 +399,8 @@ int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out) {
 const void *stk_batch_payload(const stk_batch *b, size_t *len) {
   if (!b) return NULL;
   if (len) *len = (size_t)b->c->layout.total_bytes;
-  return b->u8 ? b->conv : b->payload; /* conv: the float image rebuilt */
+  /* the float image rebuilt on the host when it came as 8-bit values */
+  return stk__batch_host_payload((stk_batch *)b);
 }
 
 /* ---- job, state, stats ----------------------------------------------- */
@@ -444,6 +449,7 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   o->hedges_sent = c->hedges_sent;
   o->hedges_won = c->hedges_won;
   o->hedge_dropped = c->hedge_dropped;
+  o->device_convert = (uint32_t)stk__cuda_kernel(c);
   uint32_t alive = 0;
   for (uint32_t i = 0; i < c->nworkers; i++) {
     stk__worker *w = &c->workers[i];

@@ -13,8 +13,7 @@
 
 #include "internal.h"
 
-/* The image tensors of an image job are the first views (1..4) ones. */
-static uint32_t image_tensors(const stk_job_spec *spec) {
+uint32_t stk__image_tensors(const stk_job_spec *spec) {
   return spec->views > 1 ? spec->views : 1;
 }
 
@@ -25,7 +24,7 @@ int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout 
   if (spec->dtype != STK_DTYPE_UINT8 || spec->source == STK_SOURCE_MEGATRON)
     return STK_INVALID_ARGUMENT;
   uint64_t esz = convert == STK_CONVERT_FLOAT32 ? 4 : 2;
-  for (uint32_t v = 0; v < image_tensors(spec); v++) {
+  for (uint32_t v = 0; v < stk__image_tensors(spec); v++) {
     stk_tensor_desc *img = &out->tensors[v];
     img->dtype = convert == STK_CONVERT_FLOAT32 ? STK_DTYPE_FLOAT32 : STK_DTYPE_BFLOAT16;
     img->shape[1] = spec->channels;
@@ -89,6 +88,25 @@ static void convert_image(const stk_job_spec *spec, int convert, const float lut
     }
 }
 
+/* The per-channel lookup table stk__convert_batch uses: the pipeline's
+ * stk_normalize_table for channels 0-2, v / 255 for a fourth. */
+static void float_table(const stk_job_spec *spec, float lut[4][256]) {
+  stk_normalize_table(spec, lut);
+  for (int v = 0; v < 256; v++) lut[3][v] = (float)v / 255.f;
+}
+
+void stk__convert_table(const stk_job_spec *spec, int convert, void *table) {
+  float lut[4][256];
+  float_table(spec, lut);
+  if (convert == STK_CONVERT_FLOAT32) {
+    memcpy(table, lut, sizeof(lut));
+    return;
+  }
+  uint16_t *h = table;
+  for (int c = 0; c < 4; c++)
+    for (int v = 0; v < 256; v++) h[c * 256 + v] = to_bf16(lut[c][v]);
+}
+
 void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
                         const unsigned char *src, const stk_batch_layout *out,
                         unsigned char *dst, int out_nhwc) {
@@ -96,9 +114,8 @@ void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_l
    * job with a float dtype, and a float job's 8-bit wire form is rebuilt
    * exactly (stk_normalize_table) */
   float lut[4][256];
-  stk_normalize_table(spec, lut);
-  for (int v = 0; v < 256; v++) lut[3][v] = (float)v / 255.f;
-  uint32_t nimg = image_tensors(spec);
+  float_table(spec, lut);
+  uint32_t nimg = stk__image_tensors(spec);
   for (uint32_t t = 0; t < nimg; t++)
     convert_image(spec, convert, lut, src + in->tensors[t].offset,
                   dst + out->tensors[t].offset, out_nhwc);

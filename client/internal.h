@@ -121,7 +121,9 @@ struct stk_batch {
   unsigned char *payload; /* host payload as sent (pool buffer, swapped in) */
   unsigned char *conv;    /* converted host tensors (convert, or wire_u8) */
   int u8;                 /* it came as 8-bit images: conv holds the job's payload */
+  int conv_stale;         /* conv not rebuilt: the kernel converted on the device */
   void *dev;              /* device buffer (cuda) */
+  void *dev_in;           /* cuda kernel: the 8-bit form on the device */
   void *ev_ready;         /* cuda: copy into dev done */
   void *ev_released;      /* cuda: caller's work on the slot done */
   int released_recorded, ready_recorded;
@@ -256,6 +258,10 @@ void stk__streams_stop(stk_client *c); /* joins sched + worker threads */
 int stk__ring_init(stk_client *c, char *err, size_t errlen);
 int stk__copy_start(stk_client *c);
 void stk__ring_free(stk_client *c);
+/* stk_batch_payload's bytes: as received, or the float job rebuilt on the
+ * host (at the first call, for a batch the kernel converted on the device;
+ * NULL if that buffer cannot be allocated). Caller holds b. */
+const unsigned char *stk__batch_host_payload(stk_batch *b);
 
 /* backend_cpu.c: host buffers for payloads */
 void *stk__host_alloc(stk_client *c, size_t n);
@@ -270,9 +276,26 @@ void stk__cuda_host_free(stk_client *c, void *p);
 int stk__cuda_before_fill(stk_client *c, stk_batch *s);
 /* Queue host -> device copy of src (n bytes) into s->dev, record ready. */
 int stk__cuda_fill(stk_client *c, stk_batch *s, const void *src, size_t n);
+/* The conversion kernel (convert_kernel.h), for a client whose images
+ * arrive as 8-bit values to be converted (cfg.convert, or wire_u8): load
+ * it and upload its table, after the layouts are set and before the ring.
+ * $STOKER_CUDA_CONVERT: "cpu" never, "gpu" always (failing to load it is
+ * STK_UNSUPPORTED, with why in err), else (auto) when it loads, otherwise
+ * the CPU converter. */
+int stk__cuda_kernel_init(stk_client *c, char *err, size_t errlen);
+/* 1 when this client converts on the device. */
+int stk__cuda_kernel(const stk_client *c);
+/* Queue the 8-bit payload src (layout in, images in the job's layout) to
+ * the device and convert it there into s->dev (layout out, images NHWC if
+ * out_nhwc else NCHW), then record ready. */
+int stk__cuda_fill_convert(stk_client *c, stk_batch *s, const stk_batch_layout *in,
+                           const unsigned char *src, const stk_batch_layout *out,
+                           int out_nhwc);
 int stk__cuda_on_next(stk_client *c, stk_batch *s);
 void stk__cuda_on_release(stk_client *c, stk_batch *s);
 void stk__cuda_slot_free(stk_client *c, stk_batch *s);
+/* Wait for everything queued on the backend's stream. */
+void stk__cuda_sync(stk_client *c);
 void stk__cuda_close(stk_client *c);
 const char *stk__cuda_error(stk_client *c);
 
@@ -282,6 +305,12 @@ int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout 
 /* src: payload in `in` layout (its image uint8 in spec's layout); dst:
  * buffer in `out` layout, its image in convert's dtype, NHWC if out_nhwc
  * (the wire_u8 rebuild of an NHWC job) else NCHW (cfg.convert). */
+/* The image tensors of a job: the first views (1..4) ones. */
+uint32_t stk__image_tensors(const stk_job_spec *spec);
+/* The output value of every (channel, byte) that stk__convert_batch makes,
+ * as a [4][256] table of float32 (convert STK_CONVERT_FLOAT32, 4 KiB) or
+ * bfloat16 bits (STK_CONVERT_BFLOAT16, 2 KiB): the CUDA kernel's table. */
+void stk__convert_table(const stk_job_spec *spec, int convert, void *table);
 void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
                         const unsigned char *src, const stk_batch_layout *out,
                         unsigned char *dst, int out_nhwc);

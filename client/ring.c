@@ -4,9 +4,10 @@
  * The copy thread waits until the request holding the next step in order
  * (c->next_copy) is DONE and a slot is FREE, then moves the batch into the
  * slot: the payload buffer is swapped with the slot's (no copy for the CPU
- * backend without conversion), converted on the CPU if cfg.convert asks
- * or the batch came with 8-bit images for a float job (wire_u8),
- * and for CUDA copied to device memory on the backend's stream. Steps thus
+ * backend without conversion), converted if cfg.convert asks or the batch
+ * came with 8-bit images for a float job (wire_u8), and for CUDA copied to
+ * device memory on the backend's stream. The conversion runs on the CPU,
+ * or for CUDA on the device when its kernel loaded (backend_cuda.c). Steps thus
  * reach slots strictly in order while the caller holds earlier slots; a
  * held slot is never touched (its state is HELD until release).
  *
@@ -81,7 +82,9 @@ int stk__ring_init(stk_client *c, char *err, size_t errlen) {
   c->nhedges = hedges ? nh : 0;
   pthread_mutex_unlock(&c->mu);
   if (!ok) goto nomem;
-  int conv = c->cfg.convert != STK_CONVERT_NONE || c->wire_u8;
+  /* host buffers for converted batches, unless the device converts (then
+   * stk__batch_host_payload makes one when asked) */
+  int conv = (c->cfg.convert != STK_CONVERT_NONE || c->wire_u8) && !stk__cuda_kernel(c);
   for (uint32_t i = 0; i < c->nslots; i++) {
     stk_batch *s = &c->slots[i];
     s->c = c;
@@ -102,6 +105,9 @@ nomem:
 }
 
 void stk__ring_free(stk_client *c) {
+  /* copies still queued on the device read the pinned buffers: let them
+   * finish before any buffer goes */
+  if (c->cuda) stk__cuda_sync(c);
   if (c->reqs) {
     for (uint32_t i = 0; i < c->nreqs; i++) free_host(c, c->reqs[i].buf);
     free(c->reqs);
@@ -128,6 +134,20 @@ void stk__ring_free(stk_client *c) {
  * that came as 8-bit values) or as received. */
 static unsigned char *host_data(const stk_client *c, const stk_batch *s) {
   return c->cfg.convert != STK_CONVERT_NONE || s->u8 ? s->conv : s->payload;
+}
+
+const unsigned char *stk__batch_host_payload(stk_batch *b) {
+  stk_client *c = b->c;
+  if (!b->u8) return b->payload;
+  if (b->conv_stale) { /* converted on the device only: rebuild it here */
+    if (!b->conv && !(b->conv = alloc_host(c, (size_t)c->out.total_bytes))) return NULL;
+    stk__convert_batch(
+        &c->spec,
+        c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16,
+        &c->wire, b->payload, &c->layout, b->conv, c->spec.layout == STK_LAYOUT_NHWC);
+    b->conv_stale = 0;
+  }
+  return b->conv;
 }
 
 static void set_tensors(stk_client *c, stk_batch *s) {
@@ -176,7 +196,15 @@ static void *copy_main(void *arg) {
     /* cfg.convert: the uint8 job's image to float; r->u8: the float job's
      * image came as 8-bit values, rebuilt to the job's dtype */
     s->u8 = r->u8;
-    if (!st && r->u8)
+    s->conv_stale = 0;
+    if (!st && stk__cuda_kernel(c) && (r->u8 || c->cfg.convert != STK_CONVERT_NONE)) {
+      /* on the device: the 8-bit images cross PCIe */
+      if (r->u8)
+        st = stk__cuda_fill_convert(c, s, &c->wire, s->payload, &c->layout,
+                                    c->spec.layout == STK_LAYOUT_NHWC);
+      else st = stk__cuda_fill_convert(c, s, &c->layout, s->payload, &c->out, 0);
+      s->conv_stale = 1;
+    } else if (!st && r->u8)
       stk__convert_batch(
           &c->spec,
           c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16,
@@ -184,7 +212,7 @@ static void *copy_main(void *arg) {
     else if (!st && c->cfg.convert != STK_CONVERT_NONE)
       stk__convert_batch(&c->spec, c->cfg.convert, &c->layout, s->payload, &c->out,
                          s->conv, 0);
-    if (!st && c->cuda)
+    if (!st && c->cuda && !s->conv_stale)
       st = stk__cuda_fill(c, s, host_data(c, s), (size_t)c->out.total_bytes);
     set_tensors(c, s);
 

@@ -10,6 +10,12 @@
  *    stream after the copy). If copies overlap compute, (3) takes about as
  *    long as (2); fully serial it takes (2) + K x copy time.
  * Also checks every batch's device bytes against its host payload.
+ * 4. Conversion on the device: a uint8 job with cfg.convert (float32, then
+ *    bfloat16) into CUDA slots, where the 8-bit images cross PCIe and the
+ *    conversion kernel makes the floats, against the same job converted on
+ *    the CPU (a CPU client): every checked batch must be equal to the byte.
+ *    Prints whether the kernel loaded (stk_stats.device_convert) and the
+ *    batch rates with the kernel and with STOKER_CUDA_CONVERT=cpu.
  *
  * Batches come from the in-process local source by default (a synthetic
  * job, no daemons), or from a running job with --coordinator.
@@ -37,6 +43,10 @@ static struct {
   cuerr (*EventSynchronize)(void *);
   cuerr (*EventElapsedTime)(float *, void *, void *);
   const char *(*GetErrorString)(cuerr);
+  cuerr (*Free)(void *);
+  cuerr (*FreeHost)(void *);
+  cuerr (*EventDestroy)(void *);
+  cuerr (*StreamDestroy)(void *);
 } cu;
 static struct {
   int (*Create)(void **);
@@ -61,10 +71,12 @@ static double now_s(void) {
 }
 
 static int load(void) {
-  const char *names[] = {"libcudart.so", "libcudart.so.13", "libcudart.so.12",
-                         "libcudart.so.11.0"};
+  /* $STOKER_CUDART first, as libstoker does (test_cuda_overlap_emulated) */
+  const char *names[] = {getenv("STOKER_CUDART"), "libcudart.so", "libcudart.so.13",
+                         "libcudart.so.12", "libcudart.so.11.0"};
   void *h = NULL;
-  for (int i = 0; i < 4 && !h; i++) h = dlopen(names[i], RTLD_NOW);
+  for (int i = 0; i < 5 && !h; i++)
+    if (names[i] && *names[i]) h = dlopen(names[i], RTLD_NOW);
   if (!h) return -1;
 #define SYM(f, n) *(void **)&cu.f = dlsym(h, n)
   SYM(SetDevice, "cudaSetDevice");
@@ -79,6 +91,10 @@ static int load(void) {
   SYM(EventSynchronize, "cudaEventSynchronize");
   SYM(EventElapsedTime, "cudaEventElapsedTime");
   SYM(GetErrorString, "cudaGetErrorString");
+  SYM(Free, "cudaFree");
+  SYM(FreeHost, "cudaFreeHost");
+  SYM(EventDestroy, "cudaEventDestroy");
+  SYM(StreamDestroy, "cudaStreamDestroy");
   const char *bn[] = {"libcublas.so", "libcublas.so.13", "libcublas.so.12",
                       "libcublas.so.11"};
   void *b = NULL;
@@ -106,6 +122,96 @@ static void step(void *stream, void *scratch, size_t scratch_len, int reps) {
       CK(cu.MemcpyAsync(scratch, (char *)scratch + scratch_len / 2, scratch_len / 2, 3,
                         stream));
   }
+}
+
+/* One local client of the 8-bit job, converted to `convert`: on the CPU
+ * backend (dev 0), or CUDA slots with conversion on the device (dev 1) or
+ * on the CPU before the copy (dev 2). */
+static stk_client *open_convert(int dev, int convert, void *stream) {
+  if (dev == 2) setenv("STOKER_CUDA_CONVERT", "cpu", 1);
+  else unsetenv("STOKER_CUDA_CONVERT");
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.world_size = 1;
+  cfg.device = dev ? STK_DEVICE_CUDA : STK_DEVICE_CPU;
+  cfg.cuda_stream = stream;
+  cfg.convert = convert;
+  cfg.slots = 3;
+  cfg.prefetch = 8;
+  const char *job =
+      "source = synthetic\nnum_samples = 100000\nheight = 224\nwidth = 224\n"
+      "batch_size = 32\nworld_size = 1\nepochs = 1\ndtype = uint8\n";
+  stk_client *c = NULL;
+  char err[512];
+  int st = stk_client_open_local(&cfg, job, NULL, &c, err, sizeof(err));
+  unsetenv("STOKER_CUDA_CONVERT");
+  if (st) fprintf(stderr, "open (convert): %s: %s\n", stk_strerror(st), err);
+  return st ? NULL : c;
+}
+
+/* Phase 4: returns the number of mismatching batches (-1: could not run). */
+static int check_convert(void *stream, int steps) {
+  int bad = 0;
+  for (int convert = STK_CONVERT_FLOAT32; convert <= STK_CONVERT_BFLOAT16; convert++) {
+    const char *name = convert == STK_CONVERT_FLOAT32 ? "float32" : "bfloat16";
+    stk_client *cpu = open_convert(0, convert, NULL);
+    stk_client *gpu = open_convert(1, convert, stream);
+    if (!cpu || !gpu) {
+      stk_client_close(cpu);
+      stk_client_close(gpu);
+      return -1;
+    }
+    stk_stats s;
+    stk_client_stats(gpu, &s);
+    printf("convert %s: conversion kernel %s\n", name,
+           s.device_convert ? "loaded (8-bit images cross PCIe)"
+                            : "NOT loaded: converting on the CPU (run with "
+                              "STOKER_CUDA_CONVERT=gpu to see why)");
+    size_t len = 0;
+    unsigned char *host = NULL;
+    int n = 0, wrong = 0;
+    for (int i = 0; i < steps; i++) {
+      stk_batch *a = NULL, *b = NULL;
+      if (stk_client_next(cpu, &a) || stk_client_next(gpu, &b)) break;
+      stk_tensor ta, tb;
+      stk_batch_tensor(a, STK_TENSOR_IMAGE, &ta);
+      stk_batch_tensor(b, STK_TENSOR_IMAGE, &tb);
+      if (!host) host = malloc(len = (size_t)tb.nbytes);
+      if (i % 10 == 0) { /* ordered after the slot's copy and kernel on stream */
+        CK(cu.MemcpyAsync(host, tb.data, len, 2, stream));
+        CK(cu.StreamSynchronize(stream));
+        if (ta.nbytes != tb.nbytes || memcmp(host, ta.data, len)) wrong++;
+        n++;
+      }
+      stk_batch_release(a);
+      stk_batch_release(b);
+    }
+    printf("convert %s: %d batches checked against the CPU converter: %s\n", name, n,
+           wrong ? "MISMATCH" : "identical");
+    bad += wrong + (n == 0);
+    stk_client_close(cpu);
+    stk_client_close(gpu);
+    free(host);
+    /* rates: the kernel against CPU conversion before the copy */
+    for (int dev = 1; dev <= 2; dev++) {
+      stk_client *c = open_convert(dev, convert, stream);
+      if (!c) return -1;
+      double t0 = now_s();
+      int got = 0;
+      for (; got < steps; got++) {
+        stk_batch *b = NULL;
+        if (stk_client_next(c, &b)) break;
+        stk_batch_release(b);
+      }
+      CK(cu.StreamSynchronize(stream));
+      double dt = now_s() - t0;
+      printf("convert %s, %s: %d batches in %.2f s, %.1f batches/s\n", name,
+             dev == 1 ? "on the device" : "on the CPU (STOKER_CUDA_CONVERT=cpu)", got, dt,
+             got / dt);
+      stk_client_close(c);
+    }
+  }
+  return bad;
 }
 
 int main(int argc, char **argv) {
@@ -240,5 +346,11 @@ int main(int argc, char **argv) {
   printf("device bytes checked: %s\n", bad ? "MISMATCH" : "ok");
   stk_client_close(c);
   free(check);
-  return bad || got != steps ? 1 : 0;
+  /* 4. conversion on the device against the CPU converter */
+  int conv_bad = check_convert(stream, steps < 100 ? steps : 100);
+  cu.FreeHost(pinned);
+  cu.Free(dev), cu.Free(scratch), cu.Free(A), cu.Free(B), cu.Free(C);
+  cu.EventDestroy(e0), cu.EventDestroy(e1);
+  cu.StreamDestroy(stream);
+  return bad || got != steps || conv_bad ? 1 : 0;
 }

@@ -294,7 +294,11 @@ typedef struct stk_stats {
   uint64_t hedge_dropped;        /* copies of hedged batches that came after the
                                     other copy had won and were dropped (also
                                     counted in duplicates) */
-  uint8_t reserved[32];
+  uint32_t device_convert;       /* 1: 8-bit images are converted to the job's
+                                    floats on the GPU (CUDA backend, its kernel
+                                    loaded); 0: on the CPU, or nothing to convert
+                                    (docs/gpu.md, STOKER_CUDA_CONVERT) */
+  uint8_t reserved[28];
 } stk_stats;
 
 /* Snapshot of the counters. Thread-safe. */

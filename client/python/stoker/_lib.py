@@ -96,7 +96,8 @@ class Stats(ctypes.Structure):
         ("hedges_sent", ctypes.c_uint64),
         ("hedges_won", ctypes.c_uint64),
         ("hedge_dropped", ctypes.c_uint64),
-        ("reserved", ctypes.c_uint8 * 32),
+        ("device_convert", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 28),
     ]
 
 
