@@ -23,6 +23,9 @@ typedef struct rank_run {
   int finish;            /* call stk_client_finish at the end */
   const char *data_root; /* for the reference of file datasets */
   const char *token;     /* bearer token, NULL = none */
+  int cuda;              /* CUDA slots on a host-memory stand-in (fake_cudart,
+                            through $STOKER_CUDART and $STOKER_CUDA_DRIVER):
+                            every tensor's "device" bytes are checked too */
   int hold_at;           /* after this many batches, wait for `release` (0: never) */
   volatile int release;  /* set by the main thread (bounded wait: 60 s) */
   /* out */
@@ -89,6 +92,7 @@ static inline void *rank_main(void *arg) {
   if (r->prefetch) cfg.prefetch = r->prefetch;
   cfg.join_timeout_ms = 20000;
   cfg.token = r->token;
+  if (r->cuda) cfg.device = STK_DEVICE_CUDA;
   stk_client *c = NULL;
   r->final_status = stk_client_open(&cfg, &c, r->error, sizeof r->error);
   if (r->final_status != STK_OK) return NULL;
@@ -128,6 +132,15 @@ static inline void *rank_main(void *arg) {
                             sizeof err) != STK_OK ||
         memcmp(p, ref, L.total_bytes) != 0)
       r->mismatches++;
+    for (uint32_t i = 0; r->cuda && i < L.ntensors; i++) {
+      stk_tensor t; /* the stand-in's device memory is host memory */
+      if (stk_batch_tensor(b, i, &t) || t.device != STK_DEVICE_CUDA ||
+          t.nbytes != L.tensors[i].nbytes ||
+          memcmp(t.data, ref + L.tensors[i].offset, (size_t)t.nbytes) != 0) {
+        r->mismatches++;
+        break;
+      }
+    }
     stk_batch_release(b);
     r->delivered++;
     step++;

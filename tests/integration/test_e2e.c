@@ -12,7 +12,11 @@
  * received say so), the same with floats on the wire
  * (STOKER_WIRE_UINT8=0), a bfloat16 NHWC job, and a job whose pipeline
  * is a user's op chain with a plugin op (examples/plugin_cutout.c) and
- * two views per sample.
+ * two views per sample. The float32 NCHW and bfloat16 NHWC jobs run again
+ * with CUDA slots on fake_cudart (a host-memory stand-in for the runtime
+ * and driver): the 8-bit images go to the "device" and the conversion
+ * kernel's body rebuilds the floats there; every tensor's device bytes
+ * must equal the reference's.
  *
  * usage: test_e2e <stoker-coordinator> <stoker-worker> [<stoker-dataset>]
  */
@@ -22,6 +26,8 @@
 /* Run one job: coordinator with `job` args, two workers with `wargs`, two
  * rank threads; checks as described above. wire_bytes (0: not checked):
  * what every batch weighs on the wire. */
+static int cuda_slots; /* the ranks use CUDA slots on fake_cudart */
+
 static void run_job(const char *tag, const char *const *job, const char *const *wargs,
                     const char *data_root, const char *token, uint64_t want_batches,
                     uint64_t wire_bytes) {
@@ -62,6 +68,7 @@ static void run_job(const char *tag, const char *const *job, const char *const *
     r[i].port = port, r[i].rank = i, r[i].world = 2, r[i].finish = 1;
     r[i].data_root = data_root;
     r[i].token = token;
+    r[i].cuda = cuda_slots;
     pthread_create(&t[i], NULL, rank_main, &r[i]);
   }
   for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
@@ -73,6 +80,7 @@ static void run_job(const char *tag, const char *const *job, const char *const *
     CHECK_EQ_U64(r[i].order_errors, 0);
     CHECK_EQ_U64(r[i].epochs_seen, 2);
     CHECK(r[i].stats.crc_errors == 0);
+    if (cuda_slots) CHECK_EQ_U64(r[i].stats.device_convert, 1);
     if (wire_bytes) { /* every batch received (duplicates too) weighed that */
       CHECK(r[i].stats.bytes % wire_bytes == 0);
       CHECK(r[i].stats.bytes / wire_bytes >= r[i].delivered);
@@ -162,6 +170,17 @@ int main(int argc, char **argv) {
                          "--set", "drop_last=false",    "--set", "seed=3",
                          NULL};
   run_job("jpeg-bf16-nhwc", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
+  /* the same two jobs into CUDA slots, converted by the kernel's body */
+  setenv("STOKER_CUDART", FAKE_CUDART, 1);
+  setenv("STOKER_CUDA_DRIVER", FAKE_CUDART, 1);
+  setenv("STOKER_CUDA_CONVERT", "gpu", 1);
+  cuda_slots = 1;
+  run_job("jpeg-cuda", jpg, w2, root, NULL, 2 * 10, l8.total_bytes);
+  run_job("jpeg-bf16-nhwc-cuda", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
+  cuda_slots = 0;
+  unsetenv("STOKER_CUDA_CONVERT");
+  unsetenv("STOKER_CUDA_DRIVER");
+  unsetenv("STOKER_CUDART");
   /* A user's op chain with a plugin op (examples/plugin_cutout.c), two
    * views per sample (image0, image1): the
    * workers load it from --plugin-dir, the ranks' references from
