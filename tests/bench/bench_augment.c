@@ -94,33 +94,6 @@ static double full_decode(const char *dir, char *const *paths, size_t n) {
   return done / dt;
 }
 
-static int cmp(const void *a, const void *b) {
-  return strcmp(*(char *const *)a, *(char *const *)b);
-}
-
-/* ImageFolder order: sorted classes, sorted files (as the dataset). */
-static size_t list_files(const char *dir, char ***out, size_t max) {
-  char cmd[PATH_MAX + 64];
-  snprintf(cmd, sizeof(cmd), "cd '%s' && ls -1 */*.jpg */*.jpeg 2>/dev/null", dir);
-  FILE *f = popen(cmd, "r");
-  char **v = NULL;
-  size_t n = 0, cap = 0;
-  char line[PATH_MAX];
-  while (f && fgets(line, sizeof(line), f)) {
-    line[strcspn(line, "\n")] = 0;
-    if (n == cap) v = realloc(v, (cap = cap ? cap * 2 : 1024) * sizeof(*v));
-    v[n++] = strdup(line);
-  }
-  if (f) pclose(f);
-  if (n) qsort(v, n, sizeof(*v), cmp);
-  if (n > max) {
-    for (size_t i = max; i < n; i++) free(v[i]);
-    n = max;
-  }
-  *out = v;
-  return n;
-}
-
 /* One round of the pipeline: steps batches of epoch 0 (images per CPU
  * second; *wall_rate per wall second), or -1 on a build error. */
 static double pipeline_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
@@ -270,7 +243,7 @@ int bench_augment_main(int argc, char **argv) {
   uint64_t steps = nimg / B ? nimg / B : 1;
   if (steps > stk_steps_per_epoch(&s, n)) steps = stk_steps_per_epoch(&s, n);
   char **paths;
-  size_t nf = list_files(real, &paths, n);
+  size_t nf = bu_list_jpegs(real, &paths, n);
   if (nf != n || steps == 0) {
     fprintf(stderr,
             "stoker-bench augment: %s: %zu .jpg/.jpeg files one level down, the dataset "
@@ -279,7 +252,7 @@ int bench_augment_main(int argc, char **argv) {
     return 1;
   }
   /* The files the pipeline reads: the samples of epoch 0's first steps
-   * (ImageFolder order is sorted classes, sorted files, as list_files). */
+   * (ImageFolder order is sorted classes, sorted files, as bu_list_jpegs). */
   size_t nsel = (size_t)(steps * B);
   char **sel = calloc(nsel, sizeof(*sel));
   uint64_t *idx = calloc(B, sizeof(*idx));

@@ -1,5 +1,5 @@
-/* bench_util.c - clocks, medians and the one-host job of the stoker-bench
- * subcommands (bench_util.h). */
+/* bench_util.c - clocks, medians, ImageFolder listing and the one-host job
+ * of the stoker-bench subcommands (bench_util.h). */
 #define _GNU_SOURCE
 #include "bench_util.h"
 
@@ -245,4 +245,30 @@ int bu_job_stop(bu_job *j, int ok) {
     rmdir(j->tmp);
   }
   return ok ? rc : -1;
+}
+
+static int cmp(const void *a, const void *b) {
+  return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+size_t bu_list_jpegs(const char *dir, char ***out, size_t max) {
+  char cmd[PATH_MAX + 64];
+  snprintf(cmd, sizeof(cmd), "cd '%s' && ls -1 */*.jpg */*.jpeg 2>/dev/null", dir);
+  FILE *f = popen(cmd, "r");
+  char **v = NULL;
+  size_t n = 0, cap = 0;
+  char line[PATH_MAX];
+  while (f && fgets(line, sizeof(line), f)) {
+    line[strcspn(line, "\n")] = 0;
+    if (n == cap) v = realloc(v, (cap = cap ? cap * 2 : 1024) * sizeof(*v));
+    v[n++] = strdup(line);
+  }
+  if (f) pclose(f);
+  if (n) qsort(v, n, sizeof(*v), cmp);
+  if (n > max) {
+    for (size_t i = max; i < n; i++) free(v[i]);
+    n = max;
+  }
+  *out = v;
+  return n;
 }

@@ -1,8 +1,8 @@
 /* bench_util.h - what the stoker-bench subcommands share: clocks (wall,
- * this thread's and a process's CPU time), the median of a few rounds, and
- * a one-host job (a real stoker-coordinator and one stoker-worker on
- * loopback, spawned from the build tree or PATH) for a libstoker client in
- * the bench process.
+ * this thread's and a process's CPU time), the median of a few rounds, the
+ * JPEG files of an ImageFolder, and a one-host job (a real
+ * stoker-coordinator and one stoker-worker on loopback, spawned from the
+ * build tree or PATH) for a libstoker client in the bench process.
  *
  * Single-threaded use: call from the bench's main thread.
  */
@@ -28,6 +28,11 @@ double bu_proc_cpu_s(pid_t pid);
  * starts with prefix (stoker names its threads: common/thread.h); threads
  * that have exited are not counted. -1 if /proc cannot be read. */
 double bu_proc_threads_cpu_s(pid_t pid, const char *prefix);
+/* The JPEG files of an ImageFolder directory (CLASS/NAME.jpg, .jpeg),
+ * relative to dir, in the dataset's order (sorted classes, sorted files),
+ * at most max: *out is a malloc'ed array of malloc'ed strings (the caller
+ * frees both); returns how many (0: none, or dir unreadable). */
+size_t bu_list_jpegs(const char *dir, char ***out, size_t max);
 /* The median of v[0..n) (n in 1..64; v is not modified). */
 double bu_median(const double *v, int n);
 

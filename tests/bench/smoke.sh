@@ -22,4 +22,10 @@ for want in "round 2: raw TCP" "ratio stoker / raw TCP" "client CPU per GB" \
   "worker split" "client page faults"; do
   grep -q "$want" <<<"$out" || { echo "transport: no line with '$want'"; exit 1; }
 done
+out=$("$bench" decode-modes "$tmp/data/imagefolder" --rounds 2 2>&1) ||
+  { echo "$out"; echo "decode-modes failed"; exit 1; }
+echo "$out"
+for want in "round 2: rgb" "ycc / rgb time"; do
+  grep -q "$want" <<<"$out" || { echo "decode-modes: no line with '$want'"; exit 1; }
+done
 echo "bench smoke: ok"

@@ -7,6 +7,7 @@
 int bench_augment_main(int argc, char **argv);
 int bench_transport_main(int argc, char **argv);
 int bench_tokens_main(int argc, char **argv);
+int bench_decode_main(int argc, char **argv);
 
 static const struct {
   const char *name;
@@ -19,12 +20,14 @@ static const struct {
      "worker -> client batch stream GB/s and CPU s/GB vs one raw TCP stream"},
     {"tokens", bench_tokens_main,
      "source = megatron token batches/s and GB/s (seq_len 2048, batch 8) vs memcpy"},
+    {"decode-modes", bench_decode_main,
+     "JPEG decode to RGB vs to planar YCbCr: the cost of upsampling + colour"},
 };
 
 static int usage(FILE *f) {
   fprintf(f, "usage: stoker-bench COMMAND [ARGS] (COMMAND --help for its options)\n");
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
-    fprintf(f, "  %-10s %s\n", commands[i].name, commands[i].help);
+    fprintf(f, "  %-13s %s\n", commands[i].name, commands[i].help);
   return f == stdout ? 0 : 2;
 }
 
