@@ -233,37 +233,37 @@ void stk__cuda_host_free(stk_client *c, void *p) {
   if (p) rt.cudaFreeHost(p);
 }
 
-/* The layouts of a kernel conversion: the 8-bit form that arrives (in)
- * and what the slot holds (out). */
+/* The layout a kernel conversion reads: the 8-bit form that arrives. */
 static const stk_batch_layout *kernel_in(const stk_client *c) {
   return c->wire_u8 ? &c->wire : &c->layout;
 }
 
-static int kernel_fail(stk_client *c, const char *why, char *err, size_t errlen) {
-  const char *mode = getenv("STOKER_CUDA_CONVERT");
-  if (mode && !strcmp(mode, "gpu"))
+/* The kernel cannot be used (why): an error when it is needed
+ * (STOKER_CUDA_CONVERT=gpu), else the CPU converts and stk__cuda_error
+ * says why. */
+static int kernel_fail(stk_client *c, int need, const char *why, char *err,
+                       size_t errlen) {
+  if (need)
     return stk__errf(err, errlen, STK_UNSUPPORTED,
                      "STOKER_CUDA_CONVERT=gpu, but the conversion kernel cannot be "
                      "used: %s",
                      why);
-  snprintf(c->cuda->msg, sizeof(c->cuda->msg), "conversion on the CPU: %s", why);
+  snprintf(c->cuda->msg, sizeof(c->cuda->msg), "conversion on the CPU: %.200s", why);
   return STK_OK;
 }
 
 int stk__cuda_kernel_init(stk_client *c, char *err, size_t errlen) {
   struct stk__cuda *k = c->cuda;
-  int convert = c->cfg.convert;
-  if (c->wire_u8)
-    convert =
-        c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16;
+  int convert = c->wire_u8 ? stk__wire_convert(&c->spec) : c->cfg.convert;
   if (convert == STK_CONVERT_NONE) return STK_OK; /* nothing to convert */
   const char *mode = getenv("STOKER_CUDA_CONVERT");
   if (mode && !strcmp(mode, "cpu")) return STK_OK;
+  int need = mode && !strcmp(mode, "gpu");
   if (!stk__convert_ptx[0])
-    return kernel_fail(c, "libstoker was built without the kernel's PTX (no clang)", err,
-                       errlen);
+    return kernel_fail(c, need, "libstoker was built without the kernel's PTX (no clang)",
+                       err, errlen);
   pthread_once(&drv_once, drv_load);
-  if (drv_status) return kernel_fail(c, drv_msg, err, errlen);
+  if (drv_status) return kernel_fail(c, need, drv_msg, err, errlen);
   char why[200];
   const char *es = NULL;
   /* the runtime's primary context, current on this thread */
@@ -271,7 +271,7 @@ int stk__cuda_kernel_init(stk_client *c, char *err, size_t errlen) {
   if (!e) e = rt.cudaFree(NULL);
   if (e) {
     snprintf(why, sizeof(why), "cudaSetDevice: %s", rt.cudaGetErrorString(e));
-    return kernel_fail(c, why, err, errlen);
+    return kernel_fail(c, need, why, err, errlen);
   }
   e = drv.cuModuleLoadData(&k->module, stk__convert_ptx);
   if (!e) e = drv.cuModuleGetFunction(&k->fn, k->module, STK__GATHER_ENTRY);
@@ -280,7 +280,7 @@ int stk__cuda_kernel_init(stk_client *c, char *err, size_t errlen) {
     snprintf(why, sizeof(why), "loading its PTX: %s", es ? es : "unknown error");
     if (k->module) drv.cuModuleUnload(k->module);
     k->module = k->fn = NULL;
-    return kernel_fail(c, why, err, errlen);
+    return kernel_fail(c, need, why, err, errlen);
   }
   unsigned char table[4 * 256 * 4];
   k->esz = convert == STK_CONVERT_FLOAT32 ? 4 : 2;
@@ -290,7 +290,7 @@ int stk__cuda_kernel_init(stk_client *c, char *err, size_t errlen) {
   if (!e) e = rt.cudaStreamSynchronize(k->stream); /* table is on this stack */
   if (e) {
     snprintf(why, sizeof(why), "its table: %s", rt.cudaGetErrorString(e));
-    return kernel_fail(c, why, err, errlen);
+    return kernel_fail(c, need, why, err, errlen);
   }
   k->kernel = 1;
   return STK_OK;

@@ -17,6 +17,10 @@ uint32_t stk__image_tensors(const stk_job_spec *spec) {
   return spec->views > 1 ? spec->views : 1;
 }
 
+int stk__wire_convert(const stk_job_spec *spec) {
+  return spec->dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16;
+}
+
 int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out) {
   int st = stk_batch_layout_of(spec, out);
   if (st || convert == STK_CONVERT_NONE) return st;

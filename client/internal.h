@@ -307,6 +307,9 @@ int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout 
  * (the wire_u8 rebuild of an NHWC job) else NCHW (cfg.convert). */
 /* The image tensors of a job: the first views (1..4) ones. */
 uint32_t stk__image_tensors(const stk_job_spec *spec);
+/* The conversion that rebuilds a float job's images from their 8-bit wire
+ * form: STK_CONVERT_FLOAT32 or STK_CONVERT_BFLOAT16, the job's dtype. */
+int stk__wire_convert(const stk_job_spec *spec);
 /* The output value of every (channel, byte) that stk__convert_batch makes,
  * as a [4][256] table of float32 (convert STK_CONVERT_FLOAT32, 4 KiB) or
  * bfloat16 bits (STK_CONVERT_BFLOAT16, 2 KiB): the CUDA kernel's table. */

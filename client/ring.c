@@ -136,15 +136,20 @@ static unsigned char *host_data(const stk_client *c, const stk_batch *s) {
   return c->cfg.convert != STK_CONVERT_NONE || s->u8 ? s->conv : s->payload;
 }
 
+/* A float job's batch that came with 8-bit images (src, wire layout)
+ * rebuilt on the host into dst (the job's layout). */
+static void rebuild_u8(const stk_client *c, const unsigned char *src,
+                       unsigned char *dst) {
+  stk__convert_batch(&c->spec, stk__wire_convert(&c->spec), &c->wire, src, &c->layout,
+                     dst, c->spec.layout == STK_LAYOUT_NHWC);
+}
+
 const unsigned char *stk__batch_host_payload(stk_batch *b) {
   stk_client *c = b->c;
   if (!b->u8) return b->payload;
   if (b->conv_stale) { /* converted on the device only: rebuild it here */
     if (!b->conv && !(b->conv = alloc_host(c, (size_t)c->out.total_bytes))) return NULL;
-    stk__convert_batch(
-        &c->spec,
-        c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16,
-        &c->wire, b->payload, &c->layout, b->conv, c->spec.layout == STK_LAYOUT_NHWC);
+    rebuild_u8(c, b->payload, b->conv);
     b->conv_stale = 0;
   }
   return b->conv;
@@ -204,11 +209,7 @@ static void *copy_main(void *arg) {
                                     c->spec.layout == STK_LAYOUT_NHWC);
       else st = stk__cuda_fill_convert(c, s, &c->layout, s->payload, &c->out, 0);
       s->conv_stale = 1;
-    } else if (!st && r->u8)
-      stk__convert_batch(
-          &c->spec,
-          c->spec.dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16,
-          &c->wire, s->payload, &c->layout, s->conv, c->spec.layout == STK_LAYOUT_NHWC);
+    } else if (!st && r->u8) rebuild_u8(c, s->payload, s->conv);
     else if (!st && c->cfg.convert != STK_CONVERT_NONE)
       stk__convert_batch(&c->spec, c->cfg.convert, &c->layout, s->payload, &c->out,
                          s->conv, 0);

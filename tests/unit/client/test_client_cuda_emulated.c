@@ -18,10 +18,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include "check.h"
+#include "proc.h"
 #include "stoker/client.h"
 
 static const char *JOB =
@@ -224,27 +223,22 @@ int main(int argc, char **argv) {
       kernel_vs_cpu(job, NULL, cv);
     }
   /* real JPEGs, the train pipeline with two views (image0, image1) */
-  char root[] = "/tmp/stoker-cudaemu-XXXXXX";
-  if (argc > 2 && mkdtemp(root)) {
+  if (argc > 2) {
+    const char *root = proc_tmpdir(); /* removed at exit */
     char out[600];
     snprintf(out, sizeof(out), "%s/gen", root);
-    pid_t g = fork();
-    if (g == 0) {
-      execl(argv[2], argv[2], "gen", "--out", out, "--count", "24", "--layout",
-            "imagefolder", "--min-side", "24", "--max-side", "48", (char *)NULL);
-      _exit(127);
-    }
-    int ws = 0;
-    CHECK(g > 0 && waitpid(g, &ws, 0) == g && WIFEXITED(ws) && WEXITSTATUS(ws) == 0);
+    char *gen[] = {argv[2],      "gen",      "--out",       out,          "--count",
+                   "24",         "--layout", "imagefolder", "--min-side", "24",
+                   "--max-side", "48",       NULL};
+    stk_proc g;
+    CHECK(proc_spawn(&g, "gen", gen) == 0);
+    CHECK(proc_wait(&g, 60000) == 0);
     snprintf(job, sizeof(job),
              "source = imagefolder\ndataset = gen/imagefolder\nnum_samples = 0\n"
              "pipeline = train\nviews = 2\nheight = 16\nwidth = 16\nbatch_size = 4\n"
              "world_size = 1\nepochs = 1\nseed = 3\ndtype = uint8\n");
     kernel_vs_cpu(job, root, STK_CONVERT_FLOAT32);
     kernel_vs_cpu(job, root, STK_CONVERT_BFLOAT16);
-    char cmd[700];
-    snprintf(cmd, sizeof(cmd), "rm -rf '%s'", root);
-    CHECK(system(cmd) == 0);
   }
   {
     long (*live)(void) = (long (*)(void))dlsym(h, "fake_cudart_live");
