@@ -1,7 +1,8 @@
 /* test_client_transient.c - a transient build error re-asks, never fails
  * the job and never changes data (client/stream.c, local builder):
  * a local client over a real ImageFolder dataset runs out of file
- * descriptors mid-epoch (the test's child dups /dev/null until EMFILE);
+ * descriptors mid-epoch (the test's child dups /dev/null until EMFILE,
+ * once the client's buffers are full and its builder holds no file);
  * builds fail STK_UNAVAILABLE and go back to the queue; once the
  * descriptors are freed (a helper thread, as soon as the client has
  * re-queued a request) every batch of the epoch arrives, in order, equal to
@@ -61,6 +62,20 @@ static int child(const char *root) {
   size_t bytes = stk_client_payload_bytes(client);
   unsigned char *got = malloc(STEPS * bytes), *ref = malloc(bytes);
   CHECK(got && ref);
+  /* Wait (bounded, 60 s) until the client has built all it can hold
+   * before we consume (prefetch receive buffers + slots): its builder then
+   * waits for a free buffer and holds no descriptor. Taken mid-build, the
+   * builder's open files would be free again when it closes them, enough
+   * for every later build, and no build would ever fail. */
+  uint64_t full = ((uint64_t)cfg.prefetch + cfg.slots) * bytes;
+  for (int i = 0; i < 60000; i++) {
+    stk_stats s0;
+    memset(&s0, 0, sizeof(s0));
+    stk_client_stats(client, &s0);
+    if (s0.bytes >= full) break;
+    struct timespec ts = {0, 1000000};
+    nanosleep(&ts, NULL);
+  }
   /* out of descriptors from here on */
   int nul = open("/dev/null", O_RDONLY);
   CHECK(nul >= 0);
