@@ -180,8 +180,12 @@ static sched_stream *pick(sched *s) {
   sched_stream *next = after ? after : first;
   /* A turn of probation goes to the stream nearest its end: a client that
    * reads leaves probation at once instead of queueing behind streams
-   * that take a batch and stop. */
-  if (next && !next->proven && ahead->sent_bytes > next->sent_bytes) next = ahead;
+   * that take a batch and stop. A stream that has sent nothing yet keeps
+   * its round-robin turn, so a new client's first batch waits for at most
+   * one batch of each other stream, never for a leader's whole queue. */
+  if (next && !next->proven && next->sent_bytes > 0 &&
+      ahead->sent_bytes > next->sent_bytes)
+    next = ahead;
   return next;
 }
 
@@ -231,6 +235,10 @@ static void *builder_main(void *arg) {
     s->queued--;
     st->building++;
     s->last_served = st->id;
+    /* Under the lock, as the "queued" line: the log shows the build order. */
+    LOG_DEBUG("stream %llu: building epoch %llu rank %u step %llu",
+              (unsigned long long)st->id, (unsigned long long)r.epoch, r.rank,
+              (unsigned long long)r.step);
     sched_buf *buf = s->free_bufs;
     s->free_bufs = buf->next_free;
     s->nfree--;
@@ -509,6 +517,9 @@ int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t 
     st->len++;
     st->outstanding++;
     s->queued++;
+    LOG_DEBUG("stream %llu: queued epoch %llu rank %u step %llu",
+              (unsigned long long)st->id, (unsigned long long)epoch, rank,
+              (unsigned long long)step);
     pthread_cond_broadcast(&s->work_cv);
   }
 out:

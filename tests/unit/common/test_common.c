@@ -42,7 +42,7 @@ int main(void) {
   stk__sleep_ms(0);
   stk__sleep_ms(-5);
   int64_t t1 = stk__now_ms();
-  CHECK(t1 - t0 >= 30 && t1 - t0 < 5000);
+  CHECK(t1 - t0 >= 30); /* at least the time asked; no upper bound: a loaded machine */
   CHECK(stk__now_ns() - n0 >= 30 * 1000000LL);
 
   /* Nobody signals: the wait times out after about 50 ms. */
@@ -52,7 +52,7 @@ int main(void) {
   while (rc == 0) rc = stk__cond_wait_until(&cv, &mu, t0 + 50);
   t1 = stk__now_ms();
   CHECK(rc == ETIMEDOUT);
-  CHECK(t1 - t0 >= 50 && t1 - t0 < 5000);
+  CHECK(t1 - t0 >= 50);
   /* A deadline already past (or negative) returns at once. */
   CHECK(stk__cond_wait_until(&cv, &mu, t0 - 1000) == ETIMEDOUT);
   CHECK(stk__cond_wait_until(&cv, &mu, -1) == ETIMEDOUT);
