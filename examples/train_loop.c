@@ -50,7 +50,12 @@ static void usage(FILE *f) {
       "  --tls-cert FILE          PEM client certificate for mTLS ($STOKER_TLS_CERT)\n"
       "  --tls-key FILE           its PEM key ($STOKER_TLS_KEY)\n"
       "  --join-timeout-ms MS     (default 60000)\n"
+      "  --steps N                stop after N batches in all: an early stop\n"
+      "                           (default: every step of --epochs)\n"
       "  --shutdown               finish with shutdown_job (rank 0)\n"
+      "  --no-finish              exit without stk_client_finish (stoker-launch\n"
+      "                           finishes the ranks of a host whose training\n"
+      "                           exited 0; `stoker finish` does it by hand)\n"
       "  --progress               a progress line every second\n"
       "  --help\n"
       "An option given always wins over the environment; the first launcher's\n"
@@ -95,18 +100,33 @@ static int read_token(const char *path, char *buf, size_t len) {
 int main(int argc, char **argv) {
   stk_client_config cfg;
   stk_client_config_defaults(&cfg);
-  long epochs = -1, step_ms = 0;
-  int verify = 0, progress = 0, shutdown = 0;
+  long epochs = -1, step_ms = 0, max_steps = -1;
+  int verify = 0, progress = 0, shutdown = 0, no_finish = 0, stopped = 0;
   const char *data_root = NULL, *device = "cpu";
   static char token_buf[1024];
-  static const struct option opts[] = {
-      {"coordinator", 1, 0, 'c'},     {"rank", 1, 0, 'r'},     {"world-size", 1, 0, 'w'},
-      {"epochs", 1, 0, 'e'},          {"step-ms", 1, 0, 's'},  {"prefetch", 1, 0, 'p'},
-      {"slots", 1, 0, 'S'},           {"device", 1, 0, 'd'},   {"verify", 0, 0, 'v'},
-      {"data-root", 1, 0, 'D'},       {"token", 1, 0, 't'},    {"token-file", 1, 0, 'T'},
-      {"join-timeout-ms", 1, 0, 'j'}, {"shutdown", 0, 0, 'x'}, {"progress", 0, 0, 'P'},
-      {"cuda-device", 1, 0, 'C'},     {"help", 0, 0, 'h'},     {"tls-ca", 1, 0, 'A'},
-      {"tls-cert", 1, 0, 'E'},        {"tls-key", 1, 0, 'K'},  {0, 0, 0, 0}};
+  static const struct option opts[] = {{"coordinator", 1, 0, 'c'},
+                                       {"rank", 1, 0, 'r'},
+                                       {"world-size", 1, 0, 'w'},
+                                       {"epochs", 1, 0, 'e'},
+                                       {"step-ms", 1, 0, 's'},
+                                       {"prefetch", 1, 0, 'p'},
+                                       {"slots", 1, 0, 'S'},
+                                       {"device", 1, 0, 'd'},
+                                       {"verify", 0, 0, 'v'},
+                                       {"data-root", 1, 0, 'D'},
+                                       {"token", 1, 0, 't'},
+                                       {"token-file", 1, 0, 'T'},
+                                       {"join-timeout-ms", 1, 0, 'j'},
+                                       {"shutdown", 0, 0, 'x'},
+                                       {"progress", 0, 0, 'P'},
+                                       {"cuda-device", 1, 0, 'C'},
+                                       {"help", 0, 0, 'h'},
+                                       {"tls-ca", 1, 0, 'A'},
+                                       {"tls-cert", 1, 0, 'E'},
+                                       {"tls-key", 1, 0, 'K'},
+                                       {"steps", 1, 0, 'n'},
+                                       {"no-finish", 0, 0, 'F'},
+                                       {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
     switch (o) {
@@ -168,6 +188,15 @@ int main(int argc, char **argv) {
       case 'x':
         shutdown = 1;
         break;
+      case 'n': {
+        uint32_t n;
+        if (parse_u32(optarg, "--steps", 1, UINT32_MAX, &n)) return 2;
+        max_steps = n;
+        break;
+      }
+      case 'F':
+        no_finish = 1;
+        break;
       case 'P':
         progress = 1;
         break;
@@ -217,7 +246,7 @@ int main(int argc, char **argv) {
   int ok = 1;
   printf("rank %u/%u: job %s, %llu steps/epoch, %ld epoch(s), %zu bytes/batch\n",
          cfg.rank, cfg.world_size, spec.name, (unsigned long long)spe, epochs, plen);
-  for (long e = 0; e < epochs && ok; e++) {
+  for (long e = 0; e < epochs && ok && !stopped; e++) {
     uint64_t expect = 0;
     for (;;) {
       stk_batch *b = NULL;
@@ -266,8 +295,12 @@ int main(int argc, char **argv) {
         fflush(stdout);
         last = now, last_b = batches, last_bytes = bytes;
       }
+      if (max_steps >= 0 && batches >= (uint64_t)max_steps) {
+        stopped = 1; /* an early stop: the rest of the data is never asked for */
+        break;
+      }
     }
-    if (ok && expect != spe) {
+    if (ok && !stopped && expect != spe) {
       fprintf(stderr, "epoch %ld ended after %llu of %llu steps\n", e,
               (unsigned long long)expect, (unsigned long long)spe);
       ok = 0;
@@ -289,9 +322,13 @@ int main(int argc, char **argv) {
   if (s.workers_needed > 0)
     printf("input-bound: about %.1f workers would remove the stall (now %u)\n",
            s.workers_needed, s.workers_alive);
-  st = stk_client_finish(c, shutdown);
-  if (st) fprintf(stderr, "finish: %s: %s\n", stk_strerror(st), stk_client_error(c));
+  /* What ends a rank: its finish (client.h). Skipped with --no-finish. */
+  if (!no_finish) {
+    st = stk_client_finish(c, shutdown);
+    if (st) fprintf(stderr, "finish: %s: %s\n", stk_strerror(st), stk_client_error(c));
+  }
   stk_client_close(c);
   free(ref);
-  return ok && !verify_fail && !order_fail && batches == (uint64_t)epochs * spe ? 0 : 1;
+  uint64_t want = stopped ? (uint64_t)max_steps : (uint64_t)epochs * spe;
+  return ok && !verify_fail && !order_fail && batches == want ? 0 : 1;
 }

@@ -23,7 +23,7 @@
 #include "stoker/core.h"
 
 static struct {
-  char *coordinator, *token, *token_file, *log_level, *reason;
+  char *coordinator, *token, *token_file, *log_level, *reason, *ranks;
   long long timeout_ms, rank, timeout_s;
   stk__tls_opts tls;
   stk__tls *tls_loaded; /* from opt.tls, loaded by open_channel */
@@ -98,6 +98,25 @@ static stk__option abort_options[] = {
 static const char abort_exit_codes[] =
     "  0  the coordinator took the abort (or the job was already ending: it logs that)\n"
     "  1  the coordinator could not be reached or answered an error\n"
+    "  2  usage error\n";
+
+static stk__option finish_options[] = {
+    OPT_COORDINATOR,
+    {"ranks", OPT_STR, "", NULL,
+     "the ranks that are done: a list of ranks and ranges, e.g. 0,1,4-7 (required)",
+     &opt.ranks, 0, 0},
+    OPT_TOKEN,
+    STK__TLS_CLIENT_OPTIONS(opt.tls),
+    OPT_TIMEOUT_MS,
+    OPT_LOG_LEVEL,
+};
+#define NFINISH (sizeof(finish_options) / sizeof(finish_options[0]))
+
+static const char finish_exit_codes[] =
+    "  0  the coordinator counted every listed rank as finished (a rank that had\n"
+    "     finished already counts once)\n"
+    "  1  the coordinator could not be reached or refused a rank (outside the\n"
+    "     job's world_size, a wrong token)\n"
     "  2  usage error\n";
 
 static stk__option wait_options[] = {
@@ -539,6 +558,72 @@ out:
   return rc;
 }
 
+/* The next rank range of a list "0,1,4-7" at *p: [*lo, *hi], *p moved past
+ * it. 0, or -1 when the text is not such a list. */
+static int finish_next_range(const char **p, unsigned long *lo, unsigned long *hi) {
+  char *end;
+  if (**p < '0' || **p > '9') return -1;
+  *lo = *hi = strtoul(*p, &end, 10);
+  if (*end == '-') {
+    if (end[1] < '0' || end[1] > '9') return -1;
+    *hi = strtoul(end + 1, &end, 10);
+  }
+  if (*lo > 0xfffffffeUL || *hi > 0xfffffffeUL || *hi < *lo || *hi - *lo > 1000000 ||
+      (*end && *end != ','))
+    return -1;
+  *p = *end ? end + 1 : end;
+  return 0;
+}
+
+/* stoker finish: what a rank's own stk_client_finish does, for ranks whose
+ * process ended without it (stoker-launch runs it for the ranks of a host
+ * whose training command exited 0, e.g. a script that stopped early). */
+static int cmd_finish(int argc, char **argv) {
+  int pr = stk__options_parse(finish_options, NFINISH, argc, argv, "stoker finish",
+                              "Tells the coordinator that these ranks are done, as each "
+                              "rank's own finish would; once every rank of the job has "
+                              "finished, the job ends and every worker exits 0.",
+                              finish_exit_codes);
+  if (pr != OPTS_RUN) {
+    stk__options_free(finish_options, NFINISH);
+    return pr == OPTS_EXIT_OK ? 0 : 2;
+  }
+  int rc = 2;
+  unsigned long lo, hi;
+  const char *p = opt.ranks;
+  if (!*p) {
+    fprintf(stderr, "stoker finish: --ranks is required (e.g. --ranks 0,1,4-7)\n");
+    goto out;
+  }
+  while (*p)
+    if (finish_next_range(&p, &lo, &hi)) {
+      fprintf(stderr, "stoker finish: --ranks '%s' is not a list of ranks like 0,1,4-7\n",
+              opt.ranks);
+      goto out;
+    }
+  if (cli_token(argc, argv)) goto out;
+  rc = 0;
+  for (p = opt.ranks; *p && rc == 0;) {
+    finish_next_range(&p, &lo, &hi);
+    for (unsigned long r = lo; r <= hi; r++) {
+      Stoker__V1__FinishRequest q = STOKER__V1__FINISH_REQUEST__INIT;
+      q.rank = (uint32_t)r;
+      Stoker__V1__FinishResponse *resp = NULL;
+      if (cli_unary("stoker finish", "/stoker.v1.Coordinator/Finish", &q.base,
+                    &stoker__v1__finish_response__descriptor,
+                    (ProtobufCMessage **)&resp)) {
+        rc = 1;
+        break;
+      }
+      printf("rank %lu finished (%u/%u)\n", r, resp->ranks_finished, resp->world_size);
+      protobuf_c_message_free_unpacked(&resp->base, NULL);
+    }
+  }
+out:
+  stk__options_free(finish_options, NFINISH);
+  return rc;
+}
+
 /* One WatchWorkers stream until its last list: WAIT_DONE or WAIT_FAILED
  * (the reason printed), WAIT_UNREACHABLE when the coordinator refused the
  * call for good (stk__rpc_status: wrong token, not a coordinator; retrying
@@ -642,6 +727,8 @@ static void usage(FILE *f) {
           "           (stoker status --coordinator host:port [--json]; --help for more)\n"
           "  abort    end the job as failed (stoker abort --coordinator host:port\n"
           "           [--rank R] [--reason TEXT])\n"
+          "  finish   count ranks as done, as their own finish would (stoker finish\n"
+          "           --coordinator host:port --ranks 0,1,4-7)\n"
           "  wait     block until the job ends: 0 done, 4 failed, 1 unreachable\n"
           "           (stoker wait --coordinator host:port [--timeout-s S])\n\n"
           "every command takes --token-file FILE (the bearer token, first line;\n"
@@ -661,7 +748,10 @@ int main(int argc, char **argv) {
   static const struct {
     const char *name;
     int (*fn)(int, char **);
-  } commands[] = {{"status", cmd_status}, {"abort", cmd_abort}, {"wait", cmd_wait}};
+  } commands[] = {{"status", cmd_status},
+                  {"abort", cmd_abort},
+                  {"finish", cmd_finish},
+                  {"wait", cmd_wait}};
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
     if (!strcmp(argv[1], commands[i].name)) {
       int rc = commands[i].fn(argc - 1, argv + 1);

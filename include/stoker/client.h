@@ -241,9 +241,18 @@ STK_EXPORT int stk_client_state_at(const stk_client *c, uint64_t epoch, void *bu
                                    size_t *len);
 
 /* Tell the coordinator this rank has finished. When all ranks have, the
- * coordinator shuts every worker down. With shutdown_job non-zero (rank 0
- * only), end the whole job now. STK_UNAVAILABLE if the coordinator cannot
- * be reached within a few seconds (the job's idle timeout still ends it). */
+ * coordinator shuts every worker down and the job ends (every daemon exits
+ * 0). With shutdown_job non-zero (rank 0 only), end the whole job now.
+ * STK_UNAVAILABLE if the coordinator cannot be reached within a few seconds
+ * (the job's idle timeout still ends it).
+ * What ends a rank: this call, and nothing else in the C API -- not
+ * STK_END_OF_DATA, not stk_client_close. Call it once the rank is done,
+ * whether it consumed every epoch or stopped early (max steps, early
+ * stopping); calling it again is harmless. The Python Loader calls it at
+ * the end of the data by itself, and stoker-launch calls it (`stoker
+ * finish`) for every rank of a host whose training command exited 0. A
+ * rank that never finishes keeps the job, and its CPU hosts, up until the
+ * coordinator's idle timeout. Thread-safe. */
 STK_EXPORT int stk_client_finish(stk_client *c, int shutdown_job);
 
 #define STK_MAX_WORKER_STATS 32
@@ -340,7 +349,8 @@ STK_EXPORT uint64_t stk_client_payload_bytes(const stk_client *c);
  * Lets FFI bindings check their struct mirrors. Thread-safe. */
 STK_EXPORT size_t stk_client_struct_size(const char *name);
 
-/* Stop streaming, cancel requests, free everything. Does not call finish.
+/* Stop streaming, cancel requests, free everything. Does not call finish
+ * (stk_client_finish says what ends a rank).
  * Accepts NULL. Outstanding batches must have been released. */
 STK_EXPORT void stk_client_close(stk_client *c);
 

@@ -32,6 +32,10 @@ Scenarios:
   tls        --tls-dir with a client certificate (mutual TLS), --token-file
              and --state-dir: 1 data + 1 dnn host with 2 ranks, all exit 0,
              every batch verified, the journal kept, no token in a log
+  earlystop  the training command stops after half an epoch of a 2-epoch job
+             without finishing its ranks (stoker-train-loop --steps
+             --no-finish) and exits 0: the launcher finishes the host's
+             ranks, so every launcher exits 0 (not at the idle timeout)
   roles      --role-tokens (worker, client, admin tokens): 1 data + 1 dnn
              host with 2 ranks, all exit 0, every batch verified, no token in
              a log; --role-tokens with --token-file, or without its files:
@@ -223,6 +227,22 @@ def scenario_hosts(R):
     check(all("2 of 2 workers registered" in R.log_of(p) for p in procs[2:]),
           "training starts once both data hosts' workers registered")
     check(all("--token" not in R.log_of(p) for p in procs), "no token in any log")
+
+
+def scenario_earlystop(R):
+    R.write_job(1600, epochs=2)  # 100 steps per epoch per rank (2 ranks, batch 8)
+    data, dnn = [R.host(0)], [R.host(1)]
+    cmd = [R.train, "--verify", "--steps", "50", "--no-finish"]
+    procs = [R.start("data0", data[0], R.hosts_args(data, dnn, data[0])),
+             R.start("dnn0", dnn[0], R.hosts_args(data, dnn, dnn[0]) + ["--procs-per-host", "2"],
+                     command=cmd)]
+    codes = R.wait(procs, 60)  # the coordinator's idle timeout is 600 s
+    check(codes == [0, 0], "both launchers exit 0 after an early stop: %s" % codes)
+    log = R.log_of(procs[1])
+    check("summary rank 0: batches 50 " in log and "summary rank 1: batches 50 " in log,
+          "each rank stopped after 50 of its 200 steps")
+    check("ranks 0,1 finished" in log, "the launcher finished ranks 0,1 (stoker finish)")
+    check("every rank finished" in log, "the coordinator ended the job: every rank finished")
 
 
 def scenario_tls(R):

@@ -154,6 +154,10 @@ class Plan(unittest.TestCase):
     def test_world_size_for_torchrun(self):
         p = L.plan([], ["a", "b"], "b", 1, 7070, world_size=16)
         self.assertEqual((p["world_size"], p["ranks"]), (16, [1]))
+        # the ranks it finishes when training exits 0: torchrun's share
+        self.assertEqual(p["host_ranks"], list(range(8, 16)))
+        self.assertEqual(L.plan([], ["a", "b"], "a", 2, 7070)["host_ranks"], [0, 1])
+        self.assertEqual(L.plan([], ["a", "b"], "a", 1, 7070, world_size=3)["host_ranks"], [])
         with self.assertRaises(L.UsageError):
             L.plan([], ["a", "b"], "b", 1, 7070, world_size=1)
 

@@ -8,6 +8,14 @@
             ...                            # images, labels: torch tensors
     loader.close()
 
+Ending the job: a rank is finished (the coordinator counts it; when every
+rank has, the workers exit 0 and so does the coordinator) as soon as the
+`for` of its last epoch runs out, and at close(), context exit, garbage
+collection or interpreter exit if every step was delivered by then. A
+script that stops early on purpose (max steps, early stopping) calls
+loader.finish() itself; stoker-launch does it for every rank of a host
+whose training command exited 0.
+
 By default tensors are NOT copied: on the CPU they are torch.frombuffer
 views of the library's slot memory, on CUDA they wrap the device slot
 through __cuda_array_interface__. The slot is released when the next batch
@@ -39,9 +47,12 @@ optimizer.step(), as torch_xla documents. See docs/xla.md.
 
 The library is found as described in stoker._lib (STOKER_LIB first).
 """
+import atexit
 import ctypes
 import os
+import sys
 import types
+import weakref
 
 from . import _lib
 from ._lib import lib
@@ -197,6 +208,7 @@ class Loader:
         self._xla_device = xla_device
         self._want_epoch = None
         self.batch = None
+        _live.add(self)
 
     # ---- lifecycle --------------------------------------------------------
     def _open(self):
@@ -264,19 +276,47 @@ class Loader:
             self.batch = None
 
     def close(self):
-        """Release the current slot and close the client (no finish)."""
+        """Release the current slot and close the client. A rank that was
+        handed every step of every epoch is finished first (if it was not
+        yet); one that stopped early is not: call finish() for that."""
         self._release()
         if self._c is not None:
+            if self._all_delivered():
+                self._auto_finish()
             lib.stk_client_close(self._c)
             self._c = None
 
     def finish(self, shutdown_job=False):
-        """Tell the coordinator this rank is done (rank 0 may end the job)."""
+        """Tell the coordinator this rank is done (rank 0 may end the job
+        with shutdown_job=True). Needed only when the script stops before
+        the end of its last epoch: the end of the data finishes the rank by
+        itself. Raises StokerError when the coordinator cannot be reached
+        within a few seconds (its idle timeout still ends the job)."""
         c = self._open()
         st = lib.stk_client_finish(c, 1 if shutdown_job else 0)
         if st != 0:
             raise self._error(st)
         self._finished = True
+
+    def _all_delivered(self):
+        """Every step of every epoch was handed out (the client is open)."""
+        e, step = ctypes.c_uint64(), ctypes.c_uint64()
+        if lib.stk_client_position(self._c, ctypes.byref(e), ctypes.byref(step)) != 0:
+            return False
+        j = _lib.JobSpec()
+        lib.stk_client_job(self._c, ctypes.byref(j))
+        return e.value >= j.epochs
+
+    def _auto_finish(self):
+        """finish() at the end of the data: never raises (the training
+        loop succeeded); a failure is said on stderr."""
+        if self._finished:
+            return
+        try:
+            self.finish()
+        except StokerError as e:
+            sys.stderr.write("stoker: rank %s: could not finish at the end of the data: "
+                             "%s\n" % (self.rank, e))
 
     def __enter__(self):
         return self
@@ -367,16 +407,25 @@ class Loader:
         return iter(pl.MpDeviceLoader(_OneEpoch(self), dev))
 
     def _epoch(self):
+        fresh = True  # nothing handed out by this `for` yet
         while not self._done:
             self._release()
             b = ctypes.c_void_p()
             st = lib.stk_client_next(self._c, ctypes.byref(b))
+            if st == _lib.STK_END_OF_EPOCH and fresh:
+                # The end of the previous epoch, left unread by a loop that
+                # took exactly len(loader) steps: this `for` is the next epoch.
+                fresh = False
+                continue
+            fresh = False
             if st == _lib.STK_END_OF_EPOCH:
+                self._release()
+                if self._all_delivered():  # the last epoch: this rank is done
+                    self._auto_finish()
                 return
             if st == _lib.STK_END_OF_DATA:
                 self._done = True
-                if not self._finished:
-                    self.finish()
+                self._auto_finish()
                 return
             if st != 0:
                 raise self._error(st)
@@ -493,6 +542,20 @@ class Loader:
              "outstanding": w.outstanding, "alive": bool(w.alive)}
             for w in s.workers[:s.nworkers]]
         return out
+
+
+# Loaders still open at interpreter exit are closed then (which finishes a
+# rank that was handed all its data), before ctypes and the library go.
+_live = weakref.WeakSet()
+
+
+@atexit.register
+def _close_all():
+    for loader in list(_live):
+        try:
+            loader.close()
+        except Exception:
+            pass
 
 
 class _OneEpoch:

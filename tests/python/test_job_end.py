@@ -1,0 +1,166 @@
+"""test_job_end.py - a rank ends when its data ends, with no finish() in
+the script, against a real coordinator and worker on loopback.
+
+  1. world_size 3, a job of 2 epochs, each rank a Python process of its own
+     and none calls finish():
+       rank 0: the README's loop as written (for epoch in
+               range(loader.epochs): for images, labels in loader), no
+               close(): finished when the last epoch's `for` runs out;
+       rank 1: `with stoker.Loader(...)`, takes exactly len(loader) steps
+               per epoch (the iterator never runs out): finished at
+               context exit;
+       rank 2: the same without close() or with: finished at interpreter
+               exit.
+     The coordinator logs each rank finished and "every rank finished",
+     and it and the worker exit 0 (the idle timeout is 600 s).
+  2. A script that stops early (3 steps) and exits does not finish its
+     rank (the coordinator still runs, no rank finished); `stoker finish
+     --ranks 0` then ends the job and every daemon exits 0.
+Exit 77 without the binaries or torch, or under sanitizers.
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from harness import check, fails, reap, spawn, wait_exit, wait_port
+
+if os.environ.get("STOKER_SANITIZED") == "1":
+    print("SKIP: libstoker is built with sanitizers; preloading them into python is fragile")
+    sys.exit(77)
+COORD = os.environ.get("STOKER_COORDINATOR_BIN", "")
+WORKER = os.environ.get("STOKER_WORKER_BIN", "")
+CLI = os.environ.get("STOKER_CLI_BIN", "")
+if not all(b and os.access(b, os.X_OK) for b in (COORD, WORKER, CLI)):
+    print("SKIP: stoker-coordinator / stoker-worker / stoker not built in this tree")
+    sys.exit(77)
+try:
+    import torch  # noqa: F401  (the ranks import it through stoker)
+except ImportError:
+    print("SKIP: torch is not importable (install python3-torch)")
+    sys.exit(77)
+
+RANK0 = """
+import stoker, sys
+loader = stoker.Loader(sys.argv[1], rank=0, world_size=3)
+n = 0
+for epoch in range(loader.epochs):
+    for images, labels in loader:
+        n += 1
+print("rank 0 took", n)
+"""
+RANK1 = """
+import stoker, sys
+with stoker.Loader(sys.argv[1], rank=1, world_size=3) as loader:
+    n = 0
+    for epoch in range(loader.epochs):
+        it = iter(loader)
+        for _ in range(len(loader)):
+            next(it)
+            n += 1
+print("rank 1 took", n)
+"""
+RANK2 = RANK1.replace("rank=1", "rank=2").replace("rank 1", "rank 2").replace(
+    "with stoker.Loader(sys.argv[1], rank=2, world_size=3) as loader:",
+    "loader = stoker.Loader(sys.argv[1], rank=2, world_size=3)\nif True:")
+EARLY = """
+import stoker, sys
+loader = stoker.Loader(sys.argv[1], rank=0, world_size=1)
+for i, (images, labels) in enumerate(loader):
+    if i == 2:
+        break
+print("stopped early")
+"""
+
+
+def job(tmp, log, world):
+    """A coordinator (idle timeout 600 s) and one worker; (coord, worker, target)."""
+    pf = os.path.join(tmp, "coord%d.port" % world)
+    args = [COORD, "--listen", "127.0.0.1:0", "--port-file", pf, "--idle-timeout-s", "600"]
+    for kv in ("source=synthetic", "num_samples=288", "height=16", "width=16",
+               "batch_size=8", "world_size=%d" % world, "epochs=2", "seed=5"):
+        args += ["--set", kv]
+    c = spawn(args, log)
+    target = "127.0.0.1:%d" % wait_port(pf, c)
+    wpf = os.path.join(tmp, "w%d.port" % world)
+    w = spawn([WORKER, "--coordinator", target, "--listen", "127.0.0.1:0", "--port-file",
+               wpf, "--threads", "1"], log)
+    wait_port(wpf, w)
+    return c, w, target
+
+
+def script(tmp, name, text):
+    path = os.path.join(tmp, name + ".py")
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def read(path):
+    with open(path, errors="replace") as f:
+        return f.read()
+
+
+def main():
+    tmp = tempfile.mkdtemp(prefix="stoker-jobend-")
+    dlog_path = os.path.join(tmp, "daemons.log")
+    dlog = open(dlog_path, "w")
+    try:
+        # 1. three ranks, three ways of ending, no finish() anywhere
+        c, w, target = job(tmp, dlog, 3)
+        ranks = []
+        for r, text in enumerate((RANK0, RANK1, RANK2)):
+            out = open(os.path.join(tmp, "rank%d.log" % r), "w")
+            ranks.append(spawn([sys.executable, script(tmp, "rank%d" % r, text), target], out))
+        for r, p in enumerate(ranks):
+            code = wait_exit(p, 120)
+            out = read(os.path.join(tmp, "rank%d.log" % r))
+            check(code == 0, "rank %d's script exits 0 (%s): %s" % (r, code, out[-800:]))
+            check("rank %d took 24" % r in out, "rank %d took 2 epochs x 12 steps" % r)
+        check(wait_exit(c, 60) == 0, "the coordinator exits 0 once the scripts ended")
+        check(wait_exit(w, 60) == 0, "the worker exits 0")
+        log = read(dlog_path)
+        for r in range(3):
+            check("rank %d finished" % r in log, "the coordinator logged rank %d finished" % r)
+        check("every rank finished" in log, "the job ended because every rank finished")
+
+        # 2. an early stop finishes nothing; `stoker finish` ends the job
+        c, w, target = job(tmp, dlog, 1)
+        out = open(os.path.join(tmp, "early.log"), "w")
+        p = spawn([sys.executable, script(tmp, "early", EARLY), target], out)
+        check(wait_exit(p, 120) == 0, "the early-stop script exits 0")
+        check(c.poll() is None, "the coordinator still runs after an early stop")
+        r = subprocess.run([CLI, "status", "--coordinator", target, "--json"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        try:
+            finished = json.loads(r.stdout).get("ranks_finished")
+        except ValueError:
+            finished = None
+        check(finished == [], "status shows no rank finished: %s" % r.stdout[-500:])
+        r = subprocess.run([CLI, "finish", "--coordinator", target, "--ranks", "0"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=30)
+        check(r.returncode == 0 and "rank 0 finished (1/1)" in r.stdout,
+              "stoker finish --ranks 0: %s" % r.stdout)
+        check(wait_exit(c, 60) == 0, "the coordinator exits 0 after stoker finish")
+        check(wait_exit(w, 60) == 0, "the worker exits 0 after stoker finish")
+        r = subprocess.run([CLI, "finish", "--coordinator", target, "--ranks", "0-"],
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        check(r.returncode == 2, "stoker finish refuses a bad --ranks list (exit 2)")
+    finally:
+        reap()
+        dlog.close()
+    if fails:
+        print("FAILED: %d checks; logs in %s" % (len(fails), tmp))
+        print(read(dlog_path)[-3000:])
+        return 1
+    shutil.rmtree(tmp, ignore_errors=True)
+    print("PASS: every rank ended with its data; an early stop ended with stoker finish")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
