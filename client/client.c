@@ -368,7 +368,9 @@ void stk_batch_release(stk_batch *b) {
     c->held--;
     pthread_cond_broadcast(&c->cv_copy);
   }
+  int last = c->closed && c->held == 0; /* closed before this release */
   pthread_mutex_unlock(&c->mu);
+  if (last) client_free(c);
 }
 
 uint64_t stk_batch_epoch(const stk_batch *b) {
@@ -493,5 +495,22 @@ void stk_client_close(stk_client *c) {
   if (c->watch_started) stk__watch_stop(c);
   stk__streams_stop(c);
   if (c->copy_started) pthread_join(c->copy_thread, NULL);
-  client_free(c);
+  /* Every thread is gone. Batches the caller still holds stay valid: then
+   * only the slots (and this struct) outlive the close, and the last
+   * stk_batch_release frees them. */
+  pthread_mutex_lock(&c->mu);
+  int held = c->held != 0;
+  if (held) c->closed = 1;
+  pthread_mutex_unlock(&c->mu);
+  if (!held) {
+    client_free(c);
+    return;
+  }
+  stk__ring_free_transfer(c);
+  for (uint32_t i = 0; c->workers && i < c->nworkers; i++) {
+    stk__rpc_channel_close(c->workers[i].ch);
+    c->workers[i].ch = NULL;
+  }
+  stk__rpc_channel_close(c->coord);
+  c->coord = NULL;
 }

@@ -157,7 +157,9 @@ struct stk_client {
   pthread_mutex_t mu;
   pthread_cond_t cv_sched, cv_copy, cv_next, cv_local;
   int stopping;
-  int fatal; /* stk_status that ends the client, 0 = none */
+  int closed; /* stk_client_close ran while the caller held batches: the
+                 last stk_batch_release frees the client (under mu) */
+  int fatal;  /* stk_status that ends the client, 0 = none */
   char fatal_msg[256];
   int job_ended;
   int job_failed;           /* ended because it was aborted (abort_job) */
@@ -258,6 +260,9 @@ void stk__streams_stop(stk_client *c); /* joins sched + worker threads */
 int stk__ring_init(stk_client *c, char *err, size_t errlen);
 int stk__copy_start(stk_client *c);
 void stk__ring_free(stk_client *c);
+/* Free the receive and hedge buffers (not the slots): at a close that
+ * leaves held slots behind. Threads stopped. */
+void stk__ring_free_transfer(stk_client *c);
 /* stk_batch_payload's bytes: as received, or the float job rebuilt on the
  * host (at the first call, for a batch the kernel converted on the device;
  * NULL if that buffer cannot be allocated). Caller holds b. */

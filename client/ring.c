@@ -104,7 +104,7 @@ nomem:
                    c->cfg.prefetch, c->cfg.slots, nh, tb);
 }
 
-void stk__ring_free(stk_client *c) {
+void stk__ring_free_transfer(stk_client *c) {
   /* copies still queued on the device read the pinned buffers: let them
    * finish before any buffer goes */
   if (c->cuda) stk__cuda_sync(c);
@@ -118,6 +118,10 @@ void stk__ring_free(stk_client *c) {
     free(c->hedges);
     c->hedges = NULL;
   }
+}
+
+void stk__ring_free(stk_client *c) {
+  stk__ring_free_transfer(c);
   if (c->slots) {
     for (uint32_t i = 0; i < c->nslots; i++) {
       stk_batch *s = &c->slots[i];

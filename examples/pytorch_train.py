@@ -49,7 +49,7 @@ class Net(nn.Module):
 
 def make_loader(a, state=None):
     kw = dict(rank=a.rank, world_size=a.world_size, convert="float32",
-              prefetch=a.prefetch, slots=3, with_meta=True,
+              prefetch=a.prefetch, with_meta=True,
               join_timeout_ms=a.join_timeout_ms)
     if a.local:
         L = stoker.Loader(job=LOCAL_JOB, **kw)

@@ -6,7 +6,7 @@
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build, every test again
 #   4. the libFuzzer target built with clang and run for 20 s (when clang is there)
 # Ends with one line "N passed, N failed, N skipped" (a skipped test says
-# why in the log: the Python tests skip under sanitizers). Exit status 0
+# why in the log, e.g. the cluster tests without root). Exit status 0
 # only if nothing failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."

@@ -163,7 +163,9 @@ STK_EXPORT int stk_client_next(stk_client *c, stk_batch **out);
 
 /* Give the slot back. CUDA: the slot is reused only after the work queued
  * on cfg.cuda_stream before this call has finished (an event is recorded).
- * Accepts NULL. A slot must be released before stk_client_close. */
+ * Accepts NULL. May come after stk_client_close (the batch stayed valid):
+ * the last such release frees what the close left. Thread-safe; once per
+ * batch. */
 STK_EXPORT void stk_batch_release(stk_batch *b);
 
 typedef struct stk_tensor {
@@ -350,8 +352,10 @@ STK_EXPORT uint64_t stk_client_payload_bytes(const stk_client *c);
 STK_EXPORT size_t stk_client_struct_size(const char *name);
 
 /* Stop streaming, cancel requests, free everything. Does not call finish
- * (stk_client_finish says what ends a rank).
- * Accepts NULL. Outstanding batches must have been released. */
+ * (stk_client_finish says what ends a rank). Accepts NULL.
+ * Batches the caller still holds stay valid (their memory and accessors)
+ * until each is released with stk_batch_release; the last release frees
+ * them and the client. No other call on c after this one. */
 STK_EXPORT void stk_client_close(stk_client *c);
 
 #ifdef __cplusplus

@@ -28,7 +28,7 @@ import tempfile
 from harness import check, fails, reap, spawn, wait_exit, wait_port
 
 if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers; preloading them into python is fragile")
+    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
     sys.exit(77)
 COORD = os.environ.get("STOKER_COORDINATOR_BIN", "")
 WORKER = os.environ.get("STOKER_WORKER_BIN", "")

@@ -13,7 +13,7 @@ import tempfile
 import time
 
 if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers; preloading them into python is fragile")
+    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
     sys.exit(77)
 try:
     import torch  # noqa: F401

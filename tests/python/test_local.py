@@ -7,7 +7,7 @@ import os
 import sys
 
 if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers; preloading them into python is fragile")
+    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
     sys.exit(77)
 try:
     import torch
@@ -27,7 +27,7 @@ def check(cond, what):
         print("FAIL:", what)
 
 
-L = stoker.Loader(job=JOB, rank=1, world_size=2, slots=3, with_meta=True)
+L = stoker.Loader(job=JOB, rank=1, world_size=2, slots=4, with_meta=True)
 spe = L.steps_per_epoch
 check(spe == 12, "steps_per_epoch %d" % spe)
 for epoch in range(2):

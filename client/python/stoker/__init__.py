@@ -18,12 +18,16 @@ whose training command exited 0.
 
 By default tensors are NOT copied: on the CPU they are torch.frombuffer
 views of the library's slot memory, on CUDA they wrap the device slot
-through __cuda_array_interface__. The slot is released when the next batch
-is taken (or the epoch/loader ends), so a batch's tensors must not be used
-after the next iteration step: clone() what you keep. Loader(copy=True)
-yields owned tensors instead (one copy per batch, optionally into pinned
-host memory): the mode to use under wrappers that prefetch batches in a
-background thread (torch_xla's MpDeviceLoader, Lightning, accelerate).
+through __cuda_array_interface__. A tensor stays what it is: its slot goes
+back to the ring only when the last tensor viewing it (any view of it,
+any numpy array over it) is gone, also after close(). A loop that keeps
+tensors (a list of batches, outputs.append(x)) therefore never sees them
+change: once the ring's zero-copy slots are all held that way (slots - 2
+batches), later batches come as copies, said once on stderr, until kept
+tensors are freed. Loader(copy=True) always yields owned tensors (one copy
+per batch, optionally into pinned host memory): the mode to use under
+wrappers that prefetch batches in a background thread (torch_xla's
+MpDeviceLoader, Lightning, accelerate).
 Loader.batch describes the current batch (epoch, step, mask, index, the raw
 pointers).
 
@@ -51,6 +55,7 @@ import atexit
 import ctypes
 import os
 import sys
+import threading
 import types
 import weakref
 
@@ -116,15 +121,53 @@ class _CudaArray:
             "data": (ptr, False), "version": 2, "strides": None}
 
 
-def _as_tensor(t):
-    """Zero-copy torch tensor over a stk_tensor."""
+class _Held:
+    """How many batches of one Loader are held (thread-safe: a tensor may
+    die on any thread)."""
+
+    def __init__(self):
+        self.n = 0
+        self._mu = threading.Lock()
+
+    def add(self, d):
+        with self._mu:
+            self.n += d
+
+
+class _Slot:
+    """One library slot, held while anything references this object: the
+    Loader for its current batch, and every tensor viewing the slot (its
+    storage keeps the buffer object that holds this). The last reference
+    gone, the slot goes back to the ring (after close(): the library frees
+    it then)."""
+    __slots__ = ("_b", "_held")
+    _release = lib.stk_batch_release  # kept here: usable at interpreter exit
+
+    def __init__(self, b, held):
+        self._b, self._held = b, held
+        held.add(1)
+
+    def __del__(self):
+        try:
+            self._release(self._b)
+            self._held.add(-1)
+        except Exception:
+            pass
+
+
+def _as_tensor(t, owner):
+    """Zero-copy torch tensor over a stk_tensor; keeps owner (the _Slot)
+    alive for as long as any view of the memory is."""
     torch = _torch()
     shape = [t.shape[i] for i in range(t.ndim)]
     dt = _tdtype(t.dtype)
     if t.device == _lib.DEVICE_CUDA:
-        x = torch.as_tensor(_CudaArray(t.data, shape, t.dtype), device="cuda")
+        arr = _CudaArray(t.data, shape, t.dtype)
+        arr.owner = owner  # torch.as_tensor keeps arr alive with the tensor
+        x = torch.as_tensor(arr, device="cuda")
         return x.view(torch.bfloat16) if t.dtype == _lib.DTYPE_BFLOAT16 else x
     buf = (ctypes.c_uint8 * t.nbytes).from_address(t.data)
+    buf.owner = owner  # torch.frombuffer keeps buf alive with the storage
     count = 1
     for s in shape:
         count *= s
@@ -146,7 +189,9 @@ class Loader:
         (torch_xla's MpDeviceLoader over owned CPU batches; implies copy).
     cuda_device: CUDA ordinal; None = $LOCAL_RANK (else the pair's local
         rank, else 0).
-    prefetch: batch requests kept in flight; slots: device ring slots (>= 2).
+    prefetch: batch requests kept in flight; slots: device ring slots (>= 3;
+        zero-copy batches held at once: slots - 2, one kept by the loop
+        variables while the next is taken plus one more).
     convert: None, "float32" or "bfloat16" (uint8 image -> normalized NCHW).
     state: bytes from state_dict()["stoker_state"] to resume from.
     token: bearer token for the coordinator and workers.
@@ -164,7 +209,7 @@ class Loader:
     """
 
     def __init__(self, coordinator=None, rank=None, world_size=None, device="cpu",
-                 prefetch=8, slots=3, convert=None, state=None, token=None,
+                 prefetch=8, slots=4, convert=None, state=None, token=None,
                  join_timeout_ms=60000, cuda_device=None, cuda_stream=None,
                  job=None, data_root=None, with_meta=False, as_dict=False,
                  copy=False, pin_memory=False, xla_device=None, tls_ca=None,
@@ -195,9 +240,14 @@ class Loader:
                           join_timeout_ms=join_timeout_ms, cuda_device=cuda_device,
                           cuda_stream=cuda_stream, job=job, data_root=data_root,
                           tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+        if isinstance(slots, bool) or not isinstance(slots, int) or slots < 3:
+            raise ValueError("slots must be an int >= 3, not %r" % (slots,))
+        self.slots = slots
         self._state = bytes(state) if state is not None else None
         self._c = None
-        self._cur = None
+        self._slot = None  # the current batch's _Slot
+        self._held = _Held()
+        self._copy_said = False
         self._done = False
         self._finished = False
         self.with_meta = with_meta
@@ -270,15 +320,17 @@ class Loader:
         return StokerError(st, (msg or lib.stk_strerror(st)).decode(errors="replace"))
 
     def _release(self):
-        if self._cur is not None:
-            lib.stk_batch_release(self._cur)
-            self._cur = None
-            self.batch = None
+        """Drop the loader's own hold of the current batch: its slot goes
+        back once no tensor views it."""
+        self._slot = None
+        self.batch = None
 
     def close(self):
         """Release the current slot and close the client. A rank that was
         handed every step of every epoch is finished first (if it was not
-        yet); one that stopped early is not: call finish() for that."""
+        yet); one that stopped early is not: call finish() for that.
+        Tensors still alive keep their memory: the library frees each slot
+        when the last tensor viewing it is gone."""
         self._release()
         if self._c is not None:
             if self._all_delivered():
@@ -429,7 +481,6 @@ class Loader:
                 return
             if st != 0:
                 raise self._error(st)
-            self._cur = b
             self.batch = self._describe(b)
             if self.as_dict:
                 yield dict(self.batch.tensors)
@@ -448,6 +499,9 @@ class Loader:
         return y.copy_(x)
 
     def _describe(self, b):
+        # Held by the loader until the next step (payload(), .batch), and by
+        # every zero-copy tensor for as long as it lives.
+        self._slot = owner = _Slot(b, self._held)
         ts = []
         for i in range(lib.stk_batch_num_tensors(b)):
             t = _lib.Tensor()
@@ -455,8 +509,19 @@ class Loader:
             ts.append(t)
         n = ctypes.c_size_t()
         payload = lib.stk_batch_payload(b, ctypes.byref(n))
-        tensors = [_as_tensor(t) for t in ts]
-        if self.copy:
+        tensors = [_as_tensor(t, owner) for t in ts]
+        # The library hands out a batch only while the caller holds at most
+        # slots - 2: so one slot is always there to copy through when the
+        # caller keeps tensors of that many batches.
+        copy = self.copy or self._held.n > self.slots - 2
+        if copy and not self.copy and not self._copy_said:
+            self._copy_said = True
+            sys.stderr.write(
+                "stoker: rank %s: tensors of %d earlier batches are still alive (kept past "
+                "their step), which holds every zero-copy slot of the ring (slots=%d): "
+                "batches come as copies until some are freed (clone() what you keep, or "
+                "raise slots=)\n" % (self.rank, self._held.n - 1, self.slots))
+        if copy:
             tensors = [self._own(x) for x in tensors]
         names = [(t.name or b"tensor%d" % i).decode(errors="replace")
                  for i, t in enumerate(ts)]

@@ -5,6 +5,9 @@
  *  - a held slot is never overwritten; release order may differ from
  *    acquisition; holding slots-1 batches and asking again is STK_STATE;
  *  - a client whose caller holds a slot forever blocks only itself;
+ *  - batches held at stk_client_close stay valid (bytes and accessors)
+ *    until released, the last release (from another thread too) frees the
+ *    client (ASan and valgrind see neither a leak nor a use after free);
  *  - convert=float32 gives (x/255 - mean)/std in NCHW. */
 #include <pthread.h>
 #include <stdlib.h>
@@ -115,6 +118,38 @@ static void held_slots(void) {
   stk_client_close(c);
 }
 
+static void *release_in_thread(void *b) {
+  stk_batch_release(b);
+  return NULL;
+}
+
+static void held_past_close(void) {
+  stk_client *c = open_local(0, 3, 0);
+  CHECK(c != NULL);
+  if (!c) return;
+  stk_batch *a = NULL, *b = NULL;
+  CHECK(stk_client_next(c, &a) == STK_OK);
+  CHECK(stk_client_next(c, &b) == STK_OK);
+  if (!a || !b) return;
+  size_t len = 0;
+  const unsigned char *pa = stk_batch_payload(a, &len), *pb = stk_batch_payload(b, NULL);
+  unsigned char *ref = malloc(2 * len);
+  CHECK(stk_client_reference(c, 0, 0, NULL, ref, len) == STK_OK);
+  CHECK(stk_client_reference(c, 0, 1, NULL, ref + len, len) == STK_OK);
+  stk_client_close(c); /* a and b are still held */
+  CHECK(memcmp(pa, ref, len) == 0);
+  CHECK(memcmp(pb, ref + len, len) == 0);
+  CHECK_EQ_U64(stk_batch_step(b), 1);
+  stk_tensor t;
+  CHECK(stk_batch_tensor(a, STK_TENSOR_IMAGE, &t) == STK_OK && t.data == pa);
+  ((unsigned char *)t.data)[0] ^= 0xff; /* the caller's memory until released */
+  stk_batch_release(a);
+  pthread_t th; /* the last release, on another thread, frees the client */
+  CHECK(pthread_create(&th, NULL, release_in_thread, b) == 0);
+  pthread_join(th, NULL);
+  free(ref);
+}
+
 typedef struct {
   stk_client *c;
   int done, ok;
@@ -212,6 +247,7 @@ int main(void) {
   full_run();
   crc_reissue();
   held_slots();
+  held_past_close();
   independent_clients();
   convert_f32();
   CHECK_DONE();
