@@ -50,7 +50,8 @@ class Net(nn.Module):
 def make_loader(a, state=None):
     kw = dict(rank=a.rank, world_size=a.world_size, convert="float32",
               prefetch=a.prefetch, with_meta=True,
-              join_timeout_ms=a.join_timeout_ms)
+              join_timeout_ms=a.join_timeout_ms,
+              auto_finish=False)  # finished at the end, after the resume check
     if a.local:
         L = stoker.Loader(job=LOCAL_JOB, **kw)
     else:
@@ -140,6 +141,8 @@ def main():
           "reissued %d, crc errors %d)" % (step, time.time() - t0,
                                            100 * s["stall_fraction"], s["workers_alive"],
                                            s["reissued"], s["crc_errors"]))
+    if (ckpt is None or expect_next is None) and not a.no_finish:
+        L.finish()  # no resume check below: this rank is done now
     L.close()
     ok = True
     if a.verify:

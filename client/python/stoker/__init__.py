@@ -204,6 +204,10 @@ class Loader:
         library's slot, valid after the next step; pin_memory: make the CPU
         copies in pinned memory (needs CUDA; ignored without it).
     xla_device: the torch_xla device for device="xla" (None = xm.xla_device()).
+    auto_finish: finish the rank at the end of its data (the last epoch's
+        `for` running out, or close/exit once every step was handed out);
+        False leaves it to an explicit finish() (a script that reopens the
+        same rank afterwards, e.g. to check a resume).
     The client is opened on first use, so load_state_dict() may come first.
     Not thread-safe: drive one Loader from one thread (stats() excepted).
     """
@@ -213,7 +217,7 @@ class Loader:
                  join_timeout_ms=60000, cuda_device=None, cuda_stream=None,
                  job=None, data_root=None, with_meta=False, as_dict=False,
                  copy=False, pin_memory=False, xla_device=None, tls_ca=None,
-                 tls_cert=None, tls_key=None):
+                 tls_cert=None, tls_key=None, auto_finish=True):
         if device not in DEVICES:
             raise ValueError("device must be 'cpu', 'cuda' or 'xla', not %r" % (device,))
         if with_meta and as_dict:
@@ -248,6 +252,7 @@ class Loader:
         self._slot = None  # the current batch's _Slot
         self._held = _Held()
         self._copy_said = False
+        self.auto_finish = bool(auto_finish)
         self._done = False
         self._finished = False
         self.with_meta = with_meta
@@ -362,7 +367,7 @@ class Loader:
     def _auto_finish(self):
         """finish() at the end of the data: never raises (the training
         loop succeeded); a failure is said on stderr."""
-        if self._finished:
+        if self._finished or not self.auto_finish:
             return
         try:
             self.finish()
