@@ -86,7 +86,7 @@ static struct {
   stk__tls_opts tls;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
-      shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s;
+      shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s, linger_s;
   int print_job, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;
@@ -139,6 +139,11 @@ static stk__option options[] = {
      "for workers registered before a restart (--state-dir, --rejoin-wait-s) to "
      "come back and be told (a second SIGTERM/SIGINT cuts it short)",
      &opt.shutdown_grace_s, 0, 3600},
+    {"linger-s", OPT_INT, "10", NULL,
+     "when a job that began before this coordinator started (it was restarted) "
+     "ends, stay up this long telling every worker that comes back to shut down "
+     "(workers retry every 1-3 s) and every rank that the job ended",
+     &opt.linger_s, 0, 3600},
     {"token-file", OPT_STR, "", NULL,
      "read the bearer token every call must carry from the first line of FILE "
      "(else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names; none: no token)",
@@ -232,6 +237,12 @@ static struct {
   int shutdown_req; /* exit code to use once requested, +1 */
   char shutdown_reason[400];
   int failed; /* the job was aborted; shutdown_reason says why */
+  /* The job began before this coordinator started (a restart): a rank it
+   * never saw join re-announced itself or finished, or the state journal
+   * resumed it. Workers of the earlier coordinator may still be in their
+   * reconnect backoff when the job ends: the end lingers (--linger-s). */
+  int seen_earlier;
+  int by_signal; /* the shutdown was asked by a signal: no linger */
   int64_t start_ms, last_touch_ms;
   int watchers;
   struct watcher *watch_list; /* open WatchWorkers calls */
@@ -468,6 +479,7 @@ static int journal_apply(stk__journal *j, char *err, size_t errlen) {
   }
   C.have_fp = j->have_fp;
   C.fingerprint = j->fingerprint;
+  C.seen_earlier = 1; /* a job resumed from the journal began earlier */
   for (uint32_t r = 0; r < C.spec.world_size; r++) {
     if (j->joined[r] && !C.joined[r]) C.joined[r] = 1, C.njoined++;
     if (j->finished[r] && !C.finished[r]) C.finished[r] = 1, C.nfinished++;
@@ -1056,7 +1068,8 @@ static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, ch
              q->job_hash, C.hash, C.spec.name);
     return GRPC_STATUS_FAILED_PRECONDITION;
   }
-  if (!C.joined[q->rank]) C.joined[q->rank] = 1, C.njoined++, *changed = 1;
+  if (!C.joined[q->rank]) /* it joined an earlier coordinator */
+    C.joined[q->rank] = 1, C.njoined++, *changed = 1, C.seen_earlier = 1;
   if (q->finished && !C.finished[q->rank]) {
     C.finished[q->rank] = 1, C.nfinished++, *changed = 1;
     if (C.nfinished == C.spec.world_size)
@@ -1216,6 +1229,7 @@ static void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
     stk__rpc_call_reply(call, &resp.base);
     return;
   }
+  if (!C.joined[q->rank]) C.seen_earlier = 1; /* it joined an earlier coordinator */
   if (!C.finished[q->rank]) C.finished[q->rank] = 1, C.nfinished++;
   uint32_t nf = C.nfinished;
   if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
@@ -1491,6 +1505,7 @@ static int run_job(void) {
     if (sig) {
       char why[64];
       snprintf(why, sizeof(why), "signal %d", sig);
+      if (!C.shutdown_req) C.by_signal = 1;
       request_shutdown_locked(EXIT_OK, why);
     }
     if (!watch_holds_locked(now) && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
@@ -1525,7 +1540,16 @@ static void shut_down_workers(void) {
   snprintf(st, sizeof(st), "shutting down: %s", C.shutdown_reason);
   pthread_mutex_unlock(&C.mu);
   stk__notify_stopping(st);
-  int64_t until = stk__now_ms() + opt.shutdown_grace_s * 1000;
+  int64_t now = stk__now_ms(), until = now + opt.shutdown_grace_s * 1000;
+  pthread_mutex_lock(&C.mu);
+  int64_t linger_until = C.seen_earlier && !C.by_signal ? now + opt.linger_s * 1000 : 0;
+  pthread_mutex_unlock(&C.mu);
+  if (linger_until > until) until = linger_until;
+  if (linger_until > now)
+    LOG_INFO(
+        "the job began before this coordinator started: staying up %lld s "
+        "(--linger-s) to tell workers that come back to shut down",
+        opt.linger_s);
   for (;;) {
     stk__notify_tick(stk__now_ms());
     send_shutdowns();
@@ -1537,7 +1561,7 @@ static void shut_down_workers(void) {
      * within the grace). */
     size_t left = nworkers_locked() + C.nexpect;
     pthread_mutex_unlock(&C.mu);
-    if (!left) break;
+    if (!left && stk__now_ms() >= linger_until) break;
     if (stk__signal_count() >= 2) {
       LOG_WARN("second signal: not waiting for %zu workers", left);
       break;

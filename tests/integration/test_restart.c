@@ -16,7 +16,13 @@
  *     coordinator refuses joins, tells it when it comes back, exits 0;
  *  5. on a fresh disk (no --state-dir): rank 0 finished but keeps its
  *     client open; its watch re-announces it as finished, so the job ends
- *     when rank 1 finishes.
+ *     when rank 1 finishes;
+ *  6. after the ranks streamed their last batches but before any Finish,
+ *     with both workers stopped (SIGSTOP) so they cannot re-register before
+ *     the ranks finish at the restarted coordinator: it lingers
+ *     (--linger-s), the workers are let go and come back to their
+ *     Shutdown, and exit 0 (not 3, orphaned) -- on a fresh disk and with
+ *     --state-dir.
  * Every case: every process exits 0 (coordinator, workers; ranks deliver
  * every step exactly once, in order, byte-exact, and finish OK) within
  * 15 s of the last finish (case 4: of the restart).
@@ -268,6 +274,8 @@ static char *state_dir_for(const char *name) {
 }
 
 static const char *const wargs[] = {"--threads", "1", NULL};
+/* Cases that need no linger keep it short (the suite's time). */
+static const char *const short_linger[] = {"--linger-s", "2", NULL};
 
 /* Cases 1-3 and 5 share one shape: start, restart at a point, run out. */
 enum { BEFORE_JOINS, MID_EPOCH, AFTER_RANK0, FRESH_DISK };
@@ -282,7 +290,7 @@ static void restart_case(int which) {
   char name[64];
   snprintf(name, sizeof name, "c%d", which);
   const char *sd = which == FRESH_DISK ? NULL : state_dir_for(name);
-  int port = coord_start(&p[0], name, 0, sd, NULL);
+  int port = coord_start(&p[0], name, 0, sd, short_linger);
   CHECK(port > 0);
   if (port <= 0) return;
   char w1[64], w2[64];
@@ -297,7 +305,7 @@ static void restart_case(int which) {
   rank r[2];
   pthread_t t[2];
   if (which == BEFORE_JOINS) {
-    coord_restart(&p[0], &p[1], name, port, sd, NULL);
+    coord_restart(&p[0], &p[1], name, port, sd, short_linger);
     CHECK(proc_log_count(&p[1], "resuming job"));
     rank_start(&r[0], &t[0], port, 0, 0, 0);
     rank_start(&r[1], &t[1], port, 1, 0, 0);
@@ -306,7 +314,7 @@ static void restart_case(int which) {
     rank_start(&r[1], &t[1], port, 1, SPE / 2 + 3, 0);
     CHECK(rank_wait(&r[0], &r[0].held, 30000) == 0);
     CHECK(rank_wait(&r[1], &r[1].held, 30000) == 0);
-    coord_restart(&p[0], &p[1], name, port, sd, NULL);
+    coord_restart(&p[0], &p[1], name, port, sd, short_linger);
     /* Workers back, both ranks known again (journal, re-announcement). */
     want back = {2, 2, 0, 0, "running"};
     CHECK(wait_status(port, &back, 15000) == 0);
@@ -322,7 +330,7 @@ static void restart_case(int which) {
     }
     want one_done = {0, 0, 1, 1, NULL};
     CHECK(wait_status(port, &one_done, 5000) == 0);
-    coord_restart(&p[0], &p[1], name, port, sd, NULL);
+    coord_restart(&p[0], &p[1], name, port, sd, short_linger);
     /* Known at once from the journal; on a fresh disk from rank 0's watch. */
     want known = {2, 0, 1, 1, "running"};
     CHECK(wait_status(port, &known, 15000) == 0);
@@ -398,7 +406,7 @@ static void during_shutdown_told(void) {
   CHECK(wait_log(&p[0], "sent shutdown to worker", 2, 15000) == 0);
   CHECK(proc_wait(&p[0], 0) == -1);
   int64_t t0 = now_ms();
-  const char *rejoin[] = {"--rejoin-wait-s", "5", NULL};
+  const char *rejoin[] = {"--rejoin-wait-s", "5", "--linger-s", "2", NULL};
   CHECK(coord_restart(&p[0], &p[1], "c4a-restarted", port, sd, rejoin) == port);
   CHECK(proc_log_count(&p[1], "had already ended"));
   CHECK(proc_log_count(&p[1], "workers still to tell: 1")); /* sent is not received */
@@ -431,7 +439,7 @@ static void during_shutdown_untold(void) {
   want two_workers = {2, 0, 0, 0, NULL};
   CHECK(wait_status(port, &two_workers, 15000) == 0);
   proc_signal(&p[4], SIGSTOP); /* w2 misses the restart */
-  const char *long_rejoin[] = {"--rejoin-wait-s", "120", NULL};
+  const char *long_rejoin[] = {"--rejoin-wait-s", "120", "--linger-s", "2", NULL};
   CHECK(coord_restart(&p[0], &p[1], "c4b-restarted", port, sd, long_rejoin) == port);
   CHECK(proc_log_count(&p[1], "workers expected back: 2"));
   want w1_back = {1, 0, 0, 0, NULL};
@@ -452,7 +460,7 @@ static void during_shutdown_untold(void) {
   CHECK(wait_status(port, &draining, 15000) == 0);
   CHECK(proc_wait(&p[1], 0) == -1); /* waiting for w2 */
   int64_t t0 = now_ms();
-  CHECK(coord_restart(&p[1], &p[2], "c4b-restarted2", port, sd, NULL) == port);
+  CHECK(coord_restart(&p[1], &p[2], "c4b-restarted2", port, sd, short_linger) == port);
   CHECK(proc_log_count(&p[2], "had already ended"));
   CHECK(proc_log_count(&p[2], "workers still to tell: 1"));
   CHECK(proc_wait(&p[2], 0) == -1); /* waits for w2 */
@@ -472,6 +480,56 @@ static void during_shutdown_untold(void) {
   proc_reap_all();
 }
 
+/* Case 6: every batch streamed, no Finish yet, workers stopped, restart. */
+static void end_before_workers_back(int with_state) {
+  printf("case: restarted after the last batches, workers back only after the end (%s)\n",
+         with_state ? "--state-dir" : "fresh disk");
+  int before = check_failures;
+  stk_proc p[4];
+  memset(p, 0, sizeof(p));
+  const char *name = with_state ? "c6s" : "c6";
+  const char *sd = with_state ? state_dir_for(name) : NULL;
+  int port = coord_start(&p[0], name, 0, sd, NULL);
+  CHECK(port > 0);
+  if (port <= 0) return;
+  char w1[64], w2[64], again[64];
+  snprintf(w1, sizeof w1, "%s-w1", name);
+  snprintf(w2, sizeof w2, "%s-w2", name);
+  snprintf(again, sizeof again, "%s-restarted", name);
+  CHECK(du_start_worker(&p[2], w1, port, wargs) > 0);
+  CHECK(du_start_worker(&p[3], w2, port, wargs) > 0);
+  want two_workers = {2, 0, 0, 0, NULL};
+  CHECK(wait_status(port, &two_workers, 15000) == 0);
+  rank r[2];
+  pthread_t t[2];
+  rank_start(&r[0], &t[0], port, 0, (uint64_t)EPOCHS * SPE, 0);
+  rank_start(&r[1], &t[1], port, 1, (uint64_t)EPOCHS * SPE, 0);
+  CHECK(rank_wait(&r[0], &r[0].held, 60000) == 0);
+  CHECK(rank_wait(&r[1], &r[1].held, 60000) == 0);
+  proc_signal(&p[2], SIGSTOP); /* they cannot re-register until let go */
+  proc_signal(&p[3], SIGSTOP);
+  coord_restart(&p[0], &p[1], again, port, sd, NULL); /* the default --linger-s */
+  rank_set(&r[0], &r[0].go);
+  rank_set(&r[1], &r[1].go);
+  CHECK(rank_wait(&r[0], &r[0].finished, 60000) == 0);
+  CHECK(rank_wait(&r[1], &r[1].finished, 60000) == 0);
+  /* The end is decided (every rank finished) with no worker registered. */
+  CHECK(wait_log(&p[1], "staying up", 1, 15000) == 0);
+  proc_signal(&p[2], SIGCONT);
+  proc_signal(&p[3], SIGCONT);
+  int64_t last = r[0].finish_ms > r[1].finish_ms ? r[0].finish_ms : r[1].finish_ms;
+  all_exit_0(p, 4, last + 15000);
+  CHECK(proc_log_count(&p[2], "coordinator says shut down") == 1);
+  CHECK(proc_log_count(&p[3], "coordinator says shut down") == 1);
+  rank_end(&r[0], t[0]);
+  rank_end(&r[1], t[1]);
+  if (check_failures != before) {
+    for (int i = 0; i < 4; i++) proc_dump_log(&p[i]);
+    proc_keep_tmp();
+  }
+  proc_reap_all();
+}
+
 int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
   restart_case(BEFORE_JOINS);
@@ -480,6 +538,8 @@ int main(int argc, char **argv) {
   during_shutdown_told();
   during_shutdown_untold();
   restart_case(FRESH_DISK);
+  end_before_workers_back(0);
+  end_before_workers_back(1);
   stk__rpc_shutdown();
   CHECK_DONE();
 }
