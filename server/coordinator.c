@@ -1229,7 +1229,9 @@ static void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
     stk__rpc_call_reply(call, &resp.base);
     return;
   }
-  if (!C.joined[q->rank]) C.seen_earlier = 1; /* it joined an earlier coordinator */
+  /* A client's Finish (it carries the job hash) for a rank that never
+   * joined here: it joined an earlier coordinator. */
+  if (!C.joined[q->rank] && q->job_hash) C.seen_earlier = 1;
   if (!C.finished[q->rank]) C.finished[q->rank] = 1, C.nfinished++;
   uint32_t nf = C.nfinished;
   if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
