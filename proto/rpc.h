@@ -192,6 +192,15 @@ typedef struct stk__rpc_server_config {
   int keepalive_timeout_ms;   /* and drops it when the ping is not answered in
                                  this long; 0 = 10 s */
   const stk__tls *tls;        /* NULL = plaintext; else it must have a cert (tls.h) */
+  /* Protected mode: a call from a peer that is not on this host's loopback
+   * (127.0.0.0/8, ::1, or a unix socket) ends PERMISSION_DENIED saying
+   * why, except methods marked no_token (health). For a daemon with
+   * neither token nor TLS. */
+  int loopback_only;
+  /* Told (at most once a minute, with the count since) of calls refused by
+   * protected mode; NULL = nobody. Called on a serving thread: must not
+   * block. */
+  void (*on_refused)(const char *peer, uint64_t count);
 } stk__rpc_server_config;
 
 /* Counters of a server (all cumulative except open_calls). */
@@ -201,6 +210,7 @@ typedef struct stk__rpc_server_stats {
   uint64_t refused_full;   /* RESOURCE_EXHAUSTED: max_calls reached */
   uint64_t first_msg_late; /* ended by the first-message deadline */
   uint64_t send_stalled;   /* cancelled by the send-stall bound */
+  uint64_t refused_remote; /* PERMISSION_DENIED: protected mode, not loopback */
 } stk__rpc_server_stats;
 
 /* Bind and start serving. *port gets the bound port. Returns 0, or -1 with

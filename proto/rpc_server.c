@@ -11,6 +11,7 @@
  */
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
+#include <arpa/inet.h>
 #include <grpc/support/time.h>
 #include <limits.h>
 #include <pthread.h>
@@ -98,6 +99,9 @@ struct stk__rpc_server {
   size_t ncreds;
   size_t max_calls, max_msg;
   int first_ms, stall_ms;
+  int loopback_only;
+  void (*on_refused)(const char *peer, uint64_t count);
+  int64_t refused_told_ms; /* under mu: on_refused last called */
   tag t_shutdown;
   pthread_mutex_t mu;
   pthread_cond_t cv; /* a call was freed, or the shutdown tag came */
@@ -375,6 +379,47 @@ static const char *role_names(unsigned roles) {
   }
 }
 
+/* The peer (grpc_call_get_peer: "ipv4:A:P", "ipv6:[A]:P", "unix:...") is
+ * on this host's loopback: 127.0.0.0/8, ::1, ::ffff:127.x, or a unix
+ * socket. Anything unparsable is not. */
+static int peer_is_loopback(const char *peer) {
+  if (!peer) return 0;
+  if (!strncmp(peer, "unix:", 5) || !strncmp(peer, "unix-abstract:", 14)) return 1;
+  char host[INET6_ADDRSTRLEN + 1];
+  const char *h, *e;
+  int v6 = 0;
+  if (!strncmp(peer, "ipv4:", 5)) {
+    h = peer + 5, e = strrchr(h, ':');
+  } else if (!strncmp(peer, "ipv6:[", 6)) {
+    h = peer + 6, e = strchr(h, ']'), v6 = 1;
+  } else {
+    return 0;
+  }
+  if (!e || e <= h || (size_t)(e - h) >= sizeof(host)) return 0;
+  memcpy(host, h, (size_t)(e - h));
+  host[e - h] = 0;
+  char *pct = strchr(host, '%'); /* a zone id */
+  if (pct) *pct = 0;
+  unsigned char a[16];
+  if (!v6) return inet_pton(AF_INET, host, a) == 1 && a[0] == 127;
+  static const unsigned char lo6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  if (inet_pton(AF_INET6, host, a) != 1) return 0;
+  return !memcmp(a, lo6, 16) || (!memcmp(a, mapped, 12) && a[12] == 127);
+}
+
+/* Protected mode refused a call from peer: count it, and tell the owner
+ * at most once a minute. */
+static void refused_remote(stk__rpc_server *s, const char *peer) {
+  int64_t now = stk__now_ms();
+  pthread_mutex_lock(&s->mu);
+  uint64_t n = ++s->st.refused_remote;
+  int tell = s->on_refused && (!s->refused_told_ms || now - s->refused_told_ms >= 60000);
+  if (tell) s->refused_told_ms = now;
+  pthread_mutex_unlock(&s->mu);
+  if (tell) s->on_refused(peer, n);
+}
+
 /* Open one slot for a new call. 0, or -1 (retried by the sweep; none once
  * the server is stopping). Under s->mu with the stopping check, so no
  * request can reach gRPC during or after stk__rpc_server_stop's shutdown
@@ -442,6 +487,14 @@ static void on_new(stk__rpc_call *c) {
   unsigned roles = c->method && !c->method->no_token ? call_roles(s, &c->md) : 0;
   if (!c->method) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
+  } else if (s->loopback_only && !c->method->no_token && !peer_is_loopback(c->peer)) {
+    refused_remote(s, c->peer);
+    stk__rpc_call_finish(
+        c, GRPC_STATUS_PERMISSION_DENIED,
+        "protected mode: this daemon has no token and no TLS, so it serves only peers on "
+        "its own host's loopback; start it with --token-file (or role tokens) or "
+        "--tls-*, "
+        "or with --insecure on a network only you can reach");
   } else if (!c->method->no_token && !roles) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "missing or wrong bearer token");
   } else if (!c->method->no_token && c->method->roles &&
@@ -661,6 +714,8 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   s->max_calls = cfg->max_calls ? cfg->max_calls : DEFAULT_MAX_CALLS;
   s->first_ms = cfg->first_message_ms ? cfg->first_message_ms : 30000;
   s->stall_ms = cfg->send_stall_ms ? cfg->send_stall_ms : 10000;
+  s->loopback_only = cfg->loopback_only;
+  s->on_refused = cfg->on_refused;
   int nthreads = cfg->threads > 0 ? cfg->threads : DEFAULT_THREADS;
   if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
   s->nmethods = cfg->nmethods;

@@ -85,6 +85,24 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
   return 0;
 }
 
+/* A call refused by protected mode (rpc_server.c tells at most once a
+ * minute). */
+static void refused_log(const char *peer, uint64_t count) {
+  LOG_WARN("protected mode: refused a call from %s (%" PRIu64
+           " refused so far): no token and no TLS, so only loopback peers are served; "
+           "give --token-file (or role tokens) or --tls-*, or --insecure",
+           peer, count);
+}
+
+/* The listen address binds loopback only (127.x, ::1, localhost). */
+static int listen_is_loopback(const char *listen) {
+  char host[256];
+  if (!listen || stk__host_of(listen, host, sizeof(host))) return 0;
+  if (!strcmp(host, "localhost") || !strcmp(host, "::1")) return 1;
+  unsigned char a[4];
+  return inet_pton(AF_INET, host, a) == 1 && a[0] == 127;
+}
+
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
                       long long max_message_mb, const char *token,
                       const stk__role_tokens *roles, const stk__tls *tls,
@@ -99,6 +117,20 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   sc.token = token && *token ? token : NULL;
   if (roles) sc.creds = roles->creds, sc.ncreds = roles->n;
   sc.tls = tls;
+  int secured = sc.token || sc.ncreds || tls;
+  sc.loopback_only = !secured && !(so && so->insecure);
+  sc.on_refused = refused_log;
+  if (sc.loopback_only && !listen_is_loopback(listen))
+    LOG_WARN(
+        "protected mode: no token and no TLS, so only peers on this host's loopback "
+        "are served although %s listens beyond it; give --token-file (or role "
+        "tokens) or --tls-*, or --insecure on a network only you can reach",
+        listen);
+  else if (!secured && !listen_is_loopback(listen))
+    LOG_WARN(
+        "INSECURE: %s serves every peer that can reach it with no token and no TLS "
+        "(--insecure): anyone on this network can read every batch and end the job",
+        listen);
   if (so) {
     sc.threads = (int)so->threads;
     sc.max_calls = (size_t)so->max_calls;

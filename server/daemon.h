@@ -31,6 +31,7 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 typedef struct stk__serve_opts {
   long long threads, max_calls, max_streams_per_conn, first_message_s, send_stall_s,
       keepalive_s;
+  int insecure; /* serve peers beyond loopback with neither token nor TLS */
 } stk__serve_opts;
 
 /* One row per line reads better than the formatter's layout of
@@ -55,7 +56,12 @@ typedef struct stk__serve_opts {
    &(o).send_stall_s, 1, 86400},                                                       \
   {"keepalive-s", OPT_INT, "30", NULL,                                                 \
    "ping every connection this often; one that does not answer within 10 s is closed", \
-   &(o).keepalive_s, 1, 86400}
+   &(o).keepalive_s, 1, 86400},                                                        \
+  {"insecure", OPT_BOOL, "false", NULL,                                                \
+   "serve peers beyond this host's loopback although there is no token and no TLS "    \
+   "(without it, such a daemon refuses them: protected mode); only on a network "      \
+   "nobody else can reach",                                                            \
+   &(o).insecure, 0, 0}
 /* clang-format on */
 
 /* The TLS options every binary that talks gRPC shares (--tls-ca,
@@ -100,7 +106,10 @@ int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
 /* Serve methods on listen with a receive limit of max_message_mb MiB, the
  * bearer token granting every role (none when empty), the role tokens
  * (NULL = none; with neither, calls need no token), TLS material (NULL = plaintext) and
- * the bounds in so, then write the bound port to port_file unless it is empty. 0 with
+ * the bounds in so, then write the bound port to port_file unless it is empty.
+ * Protected mode: with neither token, role tokens nor TLS, and without
+ * so->insecure, calls from peers beyond loopback are refused (logged once a
+ * minute), and a listen address beyond loopback is warned about. 0 with
  * *srv (stop it with stk__rpc_server_stop) and *port, or -1 with err and nothing running.
  */
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,

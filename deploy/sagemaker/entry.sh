@@ -13,7 +13,17 @@ cd "$(dirname "$0")"                    # /opt/ml/code: this folder
 PROCS=${SM_NUM_GPUS:-1}                 # 0 on CPU-only hosts
 [ "$PROCS" -gt 0 ] || PROCS=1
 export MASTER_PORT="${MASTER_PORT:-29500}"  # torch.distributed env:// wants it
+# Credentials. SageMaker runs the hosts of one training job on a network of
+# their own that nothing outside the job reaches, so by default this names
+# --insecure explicitly (no token, no TLS; every host's log says INSECURE).
+# To use a token, ship a one-line file every host reads (e.g. an input
+# channel "secrets": STOKER_TOKEN_FILE=/opt/ml/input/data/secrets/token).
+if [ -n "${STOKER_TOKEN_FILE:-}" ]; then
+  AUTH="--token-file=$STOKER_TOKEN_FILE"
+else
+  AUTH="--insecure"
+fi
 exec stoker-launch --backend sagemaker --job job.conf \
   --data-group data_group --dnn-group dnn_group \
-  --data-root /opt/ml/input/data --procs-per-host "$PROCS" \
+  --data-root /opt/ml/input/data --procs-per-host "$PROCS" "$AUTH" \
   -- python3 "${STOKER_TRAIN_SCRIPT:-train.py}" "$@"

@@ -148,6 +148,13 @@ class Run:
         for n, p in self.bins.items():
             os.symlink(p, os.path.join(self.bin_dir, n))
         self.data = os.path.join(self.work, "data")
+        # The hosts talk over 10.77.x addresses: beyond loopback, so every
+        # process shares a bearer token (protected mode refuses them
+        # otherwise), as a real deployment would.
+        self.token_file = os.path.join(self.work, "token")
+        fd = os.open(self.token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        os.write(fd, (os.urandom(16).hex() + "\n").encode())
+        os.close(fd)
         self.cluster = netcluster.Cluster(self.data_hosts + self.dnn_hosts, subnet,
                                           self.work, rate=rate, rates=rates)
         self.procs = {}  # host -> Popen (the launcher, or the main daemon)
@@ -190,6 +197,7 @@ class Run:
              and k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "NODE_RANK", "NNODES",
                            "MASTER_ADDR", "MASTER_PORT")}
         e["PYTHONUNBUFFERED"] = "1"
+        e["STOKER_TOKEN_FILE"] = self.token_file  # daemons and clients started directly
         e.update(extra or {})
         return e
 
@@ -232,7 +240,7 @@ class Run:
             raise SystemExit(1)
         argv = [netcluster.PYTHON, self.launch] + backend_args + [
             "--job", self.job_file, "--data-root", self.data, "--bin-dir", self.bin_dir,
-            "--wait-coordinator-s", "60", "--"]
+            "--wait-coordinator-s", "60", "--token-file", self.token_file, "--"]
         if host in self.dnn_hosts:
             wrap = [netcluster.PYTHON, os.path.join(HERE, "stamp.py"), self.stamp_path(host)]
             if fail_after is not None:

@@ -84,6 +84,8 @@ def main():
                   "%s %s (SM_NUM_GPUS=%s): %s" % (k, v, gpus, opts))
         check(train == ["python3", "train.py", "--epochs", "3"],
               "training command gets the hyperparameters: %s" % train)
+        check("--insecure" in opts,
+              "no token given: --insecure is named explicitly (protected mode): %s" % opts)
         flags = [o for o in opts if o.startswith("--")]
 
     if launch and os.path.exists(launch):

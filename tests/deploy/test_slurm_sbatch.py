@@ -112,6 +112,9 @@ def main():
         check("--job" in opts and opts[opts.index("--job") + 1] == os.path.join(tmp, "job.conf"),
               "--job defaults to $SLURM_SUBMIT_DIR/job.conf")
         check("--data-root" in opts, "--data-root passed")
+        tok = opts[opts.index("--token-file") + 1] if "--token-file" in opts else ""
+        check(tok.startswith(tmp) and ".stoker-token-" in tok,
+              "a per-job --token-file in the submit dir is passed: %s" % tok)
         flags = [o for o in opts if o.startswith("--")]
 
     if launch and os.path.exists(launch):

@@ -319,9 +319,14 @@ class CommandLine(unittest.TestCase):
                "SLURM_JOB_NODELIST_HET_GROUP_1": "gpu[01-02]", "SLURMD_NODENAME": "gpu02"}
         if os.path.exists(L.DEFAULT_RESOURCE_CONFIG):
             self.skipTest("a real SageMaker resource config is present")
-        r = run("--job", "/dev/null", "--procs-per-host", "8", "--dry-run", *self.bins(), "--",
-                "python3", "train.py", env=env)
+        argv = ["--job", "/dev/null", "--procs-per-host", "8", "--dry-run", *self.bins()]
+        # beyond loopback with no token and no TLS: refused unless --insecure
+        r = run(*argv, "--", "python3", "train.py", env=env)
+        self.assertEqual(r.returncode, 2, r.stderr)
+        self.assertIn("no token and no TLS", r.stderr)
+        r = run(*argv, "--insecure", "--", "python3", "train.py", env=env)
         self.assertEqual(r.returncode, 0, r.stderr)
+        self.assertIn("INSECURE", r.stderr)
         p = json.loads(r.stdout)
         self.assertEqual((p["backend"], p["role"], p["node_rank"], p["world_size"]),
                          ("slurm", "dnn", 1, 16))
