@@ -179,7 +179,11 @@ typedef struct stk__rpc_server_config {
   const char *token;          /* bearer token granting every role; NULL = none */
   const stk__rpc_cred *creds; /* more tokens, each with its roles (copied) */
   size_t ncreds;              /* with neither token nor creds, calls carry none */
-  size_t max_calls;           /* open calls; 0 = 4096; past it RESOURCE_EXHAUSTED */
+  size_t max_calls;           /* open calls; 0 = 4096; when full, a new call evicts
+                                 the oldest that has sent no request yet, else it
+                                 ends RESOURCE_EXHAUSTED */
+  size_t max_free_calls;      /* open calls of no_token methods (health), counted
+                                 apart from max_calls; 0 = 64 */
   int max_streams_per_conn;   /* HTTP/2 concurrent streams per connection; 0 = 100 */
   int threads;                /* completion-queue threads; 0 = 2 */
   int first_message_ms;       /* a call whose first message has not come after
@@ -207,7 +211,9 @@ typedef struct stk__rpc_server_config {
 typedef struct stk__rpc_server_stats {
   uint64_t open_calls;     /* now */
   uint64_t calls;          /* accepted */
-  uint64_t refused_full;   /* RESOURCE_EXHAUSTED: max_calls reached */
+  uint64_t refused_full;   /* RESOURCE_EXHAUSTED: max_calls (or the no-token
+                              cap) reached and nothing to evict */
+  uint64_t evicted;        /* silent calls ended to make room (max_calls) */
   uint64_t first_msg_late; /* ended by the first-message deadline */
   uint64_t send_stalled;   /* cancelled by the send-stall bound */
   uint64_t refused_remote; /* PERMISSION_DENIED: protected mode, not loopback */

@@ -83,7 +83,8 @@ struct stk__rpc_call {
   grpc_status_code status_code;
   grpc_slice status_details;
   int close_seen, got_message, broken, opened, done, counted;
-  int aborted; /* cancelled with a status by us: a later abort is a no-op */
+  int counted_free; /* under the server's mu: counts in open_free */
+  int aborted;      /* cancelled with a status by us: a later abort is a no-op */
   int64_t start_ms, send_since_ms;
   struct stk__rpc_call *prev, *next; /* the server's live list */
 };
@@ -97,7 +98,8 @@ struct stk__rpc_server {
   size_t nmethods;
   stk__rpc_cred *creds; /* tokens owned (strdup), the legacy one first */
   size_t ncreds;
-  size_t max_calls, max_msg;
+  size_t max_calls, max_msg, max_free;
+  size_t open_free; /* under mu: open calls of no_token methods */
   int first_ms, stall_ms;
   int loopback_only;
   void (*on_refused)(const char *peer, uint64_t count);
@@ -243,6 +245,7 @@ static void op_done(stk__rpc_call *c) {
   if (c->next) c->next->prev = c->prev;
   s->ncalls--;
   if (c->counted) s->st.open_calls--;
+  if (c->counted_free) s->open_free--;
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   call_free(c);
@@ -420,6 +423,32 @@ static void refused_remote(stk__rpc_server *s, const char *peer) {
   if (tell) s->on_refused(peer, n);
 }
 
+/* The call table is full and `nc` wants in: end the oldest counted call
+ * that has sent no request yet (it holds a slot doing nothing; a real
+ * client's first request follows its call at once) and give its slot to
+ * nc. 1 if one was evicted. Under s->mu. */
+static int evict_locked(stk__rpc_server *s, stk__rpc_call *nc) {
+  stk__rpc_call *v = NULL;
+  for (stk__rpc_call *c = s->live; c; c = c->next) {
+    if (c == nc || !c->counted) continue;
+    pthread_mutex_lock(&c->mu);
+    int silent = !c->got_message && !c->done && !c->close_seen && !c->broken &&
+                 !c->aborted && !c->status_started && c->inflight;
+    pthread_mutex_unlock(&c->mu);
+    if (silent && (!v || c->start_ms < v->start_ms)) v = c;
+  }
+  if (!v) return 0;
+  pthread_mutex_lock(&v->mu);
+  cancel_locked(v, GRPC_STATUS_RESOURCE_EXHAUSTED,
+                "evicted: the server's call table was full and this call had sent no "
+                "request");
+  pthread_mutex_unlock(&v->mu);
+  v->counted = 0;
+  s->st.open_calls--;
+  s->st.evicted++;
+  return 1;
+}
+
 /* Open one slot for a new call. 0, or -1 (retried by the sweep; none once
  * the server is stopping). Under s->mu with the stopping check, so no
  * request can reach gRPC during or after stk__rpc_server_stop's shutdown
@@ -467,9 +496,14 @@ static void on_new(stk__rpc_call *c) {
   if (s->live) s->live->prev = c;
   s->live = c;
   s->ncalls++;
-  full = c->method && s->st.open_calls >= s->max_calls;
+  if (c->method && c->method->no_token) { /* health: a small table of its own */
+    full = s->open_free >= s->max_free;
+    if (!full) s->open_free++, c->counted_free = 1;
+  } else {
+    full = c->method && s->st.open_calls >= s->max_calls && !evict_locked(s, c);
+    if (!full && c->method) s->st.open_calls++, s->st.calls++, c->counted = 1;
+  }
   if (full) s->st.refused_full++;
-  else if (c->method) s->st.open_calls++, s->st.calls++, c->counted = 1;
   int stopping = s->stopping;
   pthread_mutex_unlock(&s->mu);
   if (!stopping) request_one(s);
@@ -505,8 +539,9 @@ static void on_new(stk__rpc_call *c) {
     stk__rpc_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, msg);
   } else if (full) {
     snprintf(msg, sizeof(msg),
-             "too many open calls on this server (%zu): try again later or elsewhere",
-             s->max_calls);
+             "too many open calls on this server (%zu, or %zu without credentials): try "
+             "again later or elsewhere",
+             s->max_calls, s->max_free);
     stk__rpc_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
   } else {
     /* `closed` cannot come before this event is done (inflight). */
@@ -712,6 +747,7 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   s->t_shutdown = (tag){TAG_SHUTDOWN, NULL};
   s->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MSG;
   s->max_calls = cfg->max_calls ? cfg->max_calls : DEFAULT_MAX_CALLS;
+  s->max_free = cfg->max_free_calls ? cfg->max_free_calls : 64;
   s->first_ms = cfg->first_message_ms ? cfg->first_message_ms : 30000;
   s->stall_ms = cfg->send_stall_ms ? cfg->send_stall_ms : 10000;
   s->loopback_only = cfg->loopback_only;

@@ -42,7 +42,9 @@ typedef struct stk__serve_opts {
    "threads that drive every gRPC call (completion queue; no thread per call)",        \
    &(o).threads, 1, 64},                                                               \
   {"max-calls", OPT_INT, "4096", NULL,                                                 \
-   "open calls (streams) allowed in all; past it RESOURCE_EXHAUSTED",                  \
+   "open calls (streams) allowed in all; when full, a new call ends the oldest one "    \
+   "that sent no request yet, else it is refused RESOURCE_EXHAUSTED (health calls "    \
+   "have a table of their own, 64)",                                                   \
    &(o).max_calls, 1, 1 << 20},                                                        \
   {"max-streams-per-conn", OPT_INT, "100", NULL,                                       \
    "concurrent HTTP/2 streams per client connection (more wait for a slot)",           \

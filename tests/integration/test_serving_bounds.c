@@ -8,7 +8,10 @@
  * stalled streams on a 6-buffer worker; the client's whole epoch must
  * arrive byte-identical to the reference, the silent streams end
  * DEADLINE_EXCEEDED (--first-message-s), the stalled ones are cancelled
- * (--send-stall-s), calls past --max-calls are refused RESOURCE_EXHAUSTED,
+ * (--send-stall-s), calls past --max-calls evict the oldest silent call
+ * (RESOURCE_EXHAUSTED for it), a real stream opened while the call table
+ * is full of silent calls (first-message deadline 600 s) is served at
+ * once by evicting one,
  * and the worker's thread count and RSS (printed) stay within bounds: the
  * thread count does not grow with the number of calls.
  *
@@ -89,6 +92,65 @@ static int wait_flood(flood *f, int (*pred)(const flood_stats *, const void *),
 static int all_ended(const flood_stats *st, const void *arg) {
   (void)arg;
   return st->calls_ended >= st->calls_started;
+}
+
+static int started_n(const flood_stats *st, const void *arg) {
+  return st->calls_started >= *(const int *)arg;
+}
+
+/* 3. A second worker whose call table (--max-calls 300) is full of silent
+ * streams that would stay for 600 s: a real stream opened then is served
+ * at once (its call evicts the oldest silent one), byte-exact. */
+static void full_table(int cport, uint64_t hash) {
+  const char *wargs[] = {"--threads",         "1",   "--max-calls", "300",
+                         "--first-message-s", "600", NULL};
+  stk_proc w;
+  int wport = du_start_worker(&w, "worker-full", cport, wargs);
+  CHECK(wport > 0);
+  if (wport <= 0) return;
+  char target[64], det[256];
+  snprintf(target, sizeof target, "127.0.0.1:%d", wport);
+  flood_config fc;
+  memset(&fc, 0, sizeof fc);
+  fc.target = target;
+  fc.silent_streams = 400;
+  flood *f = NULL;
+  char err[256];
+  CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
+  int n = 400;
+  /* every silent call started; 100 of them were evicted by later ones */
+  if (f) CHECK(wait_flood(f, started_n, &n, 20000) == 0);
+  long evicted = wait_counter(&w, "calls_evicted=", 100, 15000);
+  fprintf(stderr, "full table: %ld silent calls evicted by later ones\n", evicted);
+  CHECK(evicted >= 100);
+  stk__rpc_channel *wc = du_channel(wport);
+  stk__rpc_stream *s = NULL;
+  CHECK(wc && stk__rpc_stream_open(wc, "/stoker.v1.Worker/Stream", 30000, &s) == 0);
+  stk_job_spec spec;
+  stk_job_spec_defaults(&spec);
+  Stoker__V1__JoinResponse *jr = NULL;
+  stk__rpc_channel *cc = du_channel(cport);
+  CHECK(du_join(cc, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof det) == 0);
+  if (jr && jr->job)
+    CHECK(stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
+  if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+  if (s) {
+    CHECK(du_send_request(s, hash, 0, 0, 3) == 0);
+    CHECK(du_recv_batch_checked(s, &spec, 0, 0, 3) == 0);
+    stk__rpc_stream_close_send(s);
+    CHECK(du_stream_end(s, det, sizeof det) == GRPC_STATUS_OK);
+    stk__rpc_stream_destroy(s);
+  }
+  long th, rss;
+  if (proc_usage(w.pid, &th, &rss) == 0)
+    fprintf(stderr, "full table: a real stream served; worker threads=%ld rss=%ld KiB\n",
+            th, rss);
+  flood_stop(f);
+  stk__rpc_channel_close(cc);
+  stk__rpc_channel_close(wc);
+  proc_signal(&w, SIGTERM);
+  CHECK(proc_wait(&w, 20000) == 0);
+  if (check_failures) proc_dump_log(&w);
 }
 
 static int all_ended_silent(const flood_stats *st, const void *arg) {
@@ -206,8 +268,9 @@ static void ci_run(void) {
   CHECK(proc_usage(worker.pid, &th0, &rss0) == 0);
   fprintf(stderr, "worker before: threads=%ld rss=%ld KiB\n", th0, rss0);
 
-  /* 1. More silent calls than --max-calls: the rest are refused at once
-   * (RESOURCE_EXHAUSTED), the others end at the first-message deadline. */
+  /* 1. More silent calls than --max-calls: each call past it evicts the
+   * oldest silent one (RESOURCE_EXHAUSTED), the others end at the
+   * first-message deadline. */
   flood_config fc;
   memset(&fc, 0, sizeof fc);
   fc.target = target;
@@ -282,6 +345,7 @@ static void ci_run(void) {
           "worker under load: threads max %ld (before %ld), rss max %ld KiB (before %ld "
           "KiB); client stall %.1f%%\n",
           th_max, th0, rss_max, rss0, 100 * r.stats.stall_fraction);
+  full_table(cport, hash);
   /* No thread per call: 400 calls and 200 connections add none of their
    * own (gRPC's own pools may add a few). */
   CHECK(th_max <= th0 + 6);
