@@ -249,6 +249,14 @@ static struct {
   int done;
   struct crank {   /* the figures a rank last reported (ReportStats) */
     int64_t at_ms; /* 0 = never */
+    /* The process that holds the rank (one per rank): its client id (NULL
+     * = none known), where it joined from and when, its open watches and
+     * when one was last seen (holder_live). */
+    char *holder;
+    char holder_peer[64];
+    int64_t holder_since_ms, holder_seen_ms;
+    int holder_watches;
+    uint64_t holder_gen; /* changes with the holder (a watch counts for one) */
     double stall_fraction, batches_per_s;
     uint64_t batches;
     uint32_t workers_alive;
@@ -887,10 +895,52 @@ static const stk__rpc_stream_ops session_ops = {session_open, session_message,
 
 /* ---- Coordinator.Join / WatchWorkers / Finish / Status ------------------ */
 
+/* How long a rank's holder counts as alive after its last watch ended (the
+ * client opens the next one at once) or after its join (its first watch
+ * follows it). */
+#define HOLDER_GRACE_MS 5000
+
+/* The holder of rank r is alive: an open watch, or seen within the grace. */
+static int holder_live_locked(uint32_t r, int64_t now) {
+  const struct crank *k = &C.ranks[r];
+  return k->holder &&
+         (k->holder_watches > 0 || now - k->holder_seen_ms < HOLDER_GRACE_MS);
+}
+
+/* Another live process holds rank r (client ids compared; a client without
+ * an id, e.g. a stock one, is never refused). */
+static int holder_busy_locked(uint32_t r, const char *client_id, int64_t now) {
+  const struct crank *k = &C.ranks[r];
+  return client_id && *client_id && k->holder && *k->holder &&
+         strcmp(k->holder, client_id) != 0 && holder_live_locked(r, now);
+}
+
+/* client_id (from peer) holds rank r now; what it replaced, for the log:
+ * 0 nobody, 1 the same client, 2 another one (gone). */
+static int holder_take_locked(uint32_t r, const char *client_id, const char *peer,
+                              int64_t now, char *old, size_t oldlen) {
+  struct crank *k = &C.ranks[r];
+  int was = !k->holder ? 0 : !strcmp(k->holder, client_id ? client_id : "") ? 1 : 2;
+  snprintf(old, oldlen, "%s", k->holder ? k->holder : "");
+  if (was != 1) {
+    char *h = strdup(client_id ? client_id : "");
+    if (!h) return was;
+    free(k->holder);
+    k->holder = h;
+    k->holder_since_ms = now;
+    k->holder_watches = 0;
+    k->holder_gen++;
+  }
+  snprintf(k->holder_peer, sizeof(k->holder_peer), "%s", peer);
+  k->holder_seen_ms = now;
+  return was;
+}
+
 static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   const Stoker__V1__JoinRequest *q = (const Stoker__V1__JoinRequest *)req;
   char msg[400];
   int code = 0;
+  int64_t now = stk__now_ms();
   pthread_mutex_lock(&C.mu);
   touch_locked();
   if (q->protocol_version != STK_PROTOCOL_VERSION) {
@@ -922,6 +972,17 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
              "resume state is from job %016" PRIx64
              ", this coordinator runs job %016" PRIx64 " (%s)",
              q->expect_job_hash, C.hash, C.spec.name);
+  } else if (holder_busy_locked(q->rank, q->client_id, now)) {
+    /* UNAVAILABLE: libstoker keeps trying for its join timeout, so a
+     * process that replaces a dead holder gets in once that one is gone. */
+    const struct crank *r = &C.ranks[q->rank];
+    char esc[300];
+    code = GRPC_STATUS_UNAVAILABLE;
+    snprintf(msg, sizeof(msg),
+             "rank %u is held by client %s (from %s, joined %.0f s ago): one process "
+             "per rank; a holder that died frees it within seconds",
+             q->rank, stk__escape(esc, sizeof(esc), r->holder), r->holder_peer,
+             (double)(now - r->holder_since_ms) / 1000.0);
   }
   if (code) {
     pthread_mutex_unlock(&C.mu);
@@ -931,6 +992,9 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   }
   int newly = !C.joined[q->rank];
   if (newly) C.joined[q->rank] = 1, C.njoined++;
+  char old[MAX_STR], esc_old[300];
+  int was = holder_take_locked(q->rank, q->client_id, stk__rpc_call_peer(call), now, old,
+                               sizeof(old));
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = strdup(C.canonical);
   job.hash = C.hash;
@@ -942,8 +1006,13 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   /* A new rank is on disk before it is answered (a file write + fsync,
    * inline on this serving thread). */
   if (newly) journal_sync();
-  LOG_INFO("rank %u joined (client %s from %s)", q->rank,
-           q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
+  if (was == 2)
+    LOG_INFO("rank %u rejoined by client %s from %s, replacing client %s (gone)", q->rank,
+             q->client_id ? q->client_id : "", stk__rpc_call_peer(call),
+             stk__escape(esc_old, sizeof(esc_old), old));
+  else
+    LOG_INFO("rank %u %s (client %s from %s)", q->rank, was == 1 ? "rejoined" : "joined",
+             q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
   if (!job.canonical || !resp.workers)
     stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
   else stk__rpc_call_reply(call, &resp.base);
@@ -962,6 +1031,9 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
  * hold a job open for longer than lease + idle timeout. */
 typedef struct watcher {
   stk__rpc_call *call;
+  uint32_t rank;
+  int holds;    /* counted in C.ranks[rank].holder_watches ... */
+  uint64_t gen; /* ... while its holder_gen is this */
   uint64_t known;
   int64_t lease_end; /* set when started */
   int started, sending, over;
@@ -1127,6 +1199,19 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   LOG_DEBUG("watch from %s (rank %u) opened, lease %lld s", stk__rpc_call_peer(call),
             q->rank, opt.watch_lease_s);
   pthread_mutex_lock(&C.mu);
+  if (q->rank < C.spec.world_size && q->client_id && *q->client_id) {
+    struct crank *k = &C.ranks[q->rank];
+    char old[MAX_STR];
+    /* A restarted coordinator learns the holder from its watch. */
+    if (!k->holder || !holder_live_locked(q->rank, stk__now_ms()))
+      holder_take_locked(q->rank, q->client_id, stk__rpc_call_peer(call), stk__now_ms(),
+                         old, sizeof(old));
+    if (!strcmp(k->holder ? k->holder : "", q->client_id)) {
+      wt->rank = q->rank, wt->holds = 1, wt->gen = k->holder_gen;
+      k->holder_watches++;
+      k->holder_seen_ms = stk__now_ms();
+    }
+  }
   wt->started = 1;
   wt->known = q->known_version;
   wt->lease_end = stk__now_ms() + opt.watch_lease_s * 1000;
@@ -1164,6 +1249,11 @@ static void watch_closed(stk__rpc_call *call) {
   if (wt->started) {
     C.watchers--;
     touch_locked();
+  }
+  if (wt->holds && C.ranks[wt->rank].holder_gen == wt->gen) {
+    struct crank *k = &C.ranks[wt->rank];
+    if (k->holder_watches > 0) k->holder_watches--;
+    k->holder_seen_ms = stk__now_ms();
   }
   pthread_mutex_unlock(&C.mu);
   free(wt);
@@ -1806,6 +1896,7 @@ int main(int argc, char **argv) {
   LOG_INFO("exiting (code %d)", code);
 out:
   stk__options_free(options, NOPTIONS);
+  for (uint32_t r = 0; C.ranks && r < C.spec.world_size; r++) free(C.ranks[r].holder);
   free(C.canonical), free(C.joined), free(C.finished), free(C.ranks);
   stk__tls_free(C.tls);
   for (size_t i = 0; i < C.nexpect; i++) free(C.expect[i]);

@@ -305,9 +305,12 @@ static void status_print_more(const Stoker__V1__StatusResponse *r) {
       const Stoker__V1__ClientStats *c = k->stats;
       char ago[32];
       snprintf(ago, sizeof(ago), "%.1fs ago", (double)k->last_report_ms_ago / 1000.0);
-      printf("%-6u %7.1f%% %10.1f %10" PRIu64 " %8u %10s\n", k->rank,
+      /* Ranks report every few seconds: one silent for 30 s has stopped
+       * (its rate is what it last said, not what it does now). */
+      printf("%-6u %7.1f%% %10.1f %10" PRIu64 " %8u %10s%s\n", k->rank,
              c ? 100 * c->stall_fraction : 0.0, c ? c->batches_per_s : 0.0,
-             c ? c->batches : 0, c ? c->workers_alive : 0, ago);
+             c ? c->batches : 0, c ? c->workers_alive : 0, ago,
+             k->last_report_ms_ago > 30000 ? "  stopped reporting" : "");
     }
   }
   stk__verdict v;

@@ -16,6 +16,10 @@ the script, against a real coordinator and worker on loopback.
   2. A script that stops early (3 steps) and exits does not finish its
      rank (the coordinator still runs, no rank finished); `stoker finish
      --ranks 0` then ends the job and every daemon exits 0.
+  3. One process per rank: while this process holds rank 0 (its watch
+     open), another process's join for rank 0 is refused, naming the
+     holder; once the holder closes, a new process takes the rank and the
+     coordinator logs that it replaced the old holder.
 Exit 77 without the binaries or torch, or under sanitizers.
 """
 import json
@@ -25,7 +29,7 @@ import subprocess
 import sys
 import tempfile
 
-from harness import check, fails, reap, spawn, wait_exit, wait_port
+from harness import check, fails, reap, spawn, until, wait_exit, wait_port
 
 if os.environ.get("STOKER_SANITIZED") == "1":
     print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
@@ -65,6 +69,17 @@ print("rank 1 took", n)
 RANK2 = RANK1.replace("rank=1", "rank=2").replace("rank 1", "rank 2").replace(
     "with stoker.Loader(sys.argv[1], rank=2, world_size=3) as loader:",
     "loader = stoker.Loader(sys.argv[1], rank=2, world_size=3)\nif True:")
+RIVAL = """
+import stoker, sys
+try:
+    L = stoker.Loader(sys.argv[1], rank=0, world_size=2, join_timeout_ms=int(sys.argv[2]))
+    next(iter(L))
+    print("took a batch of rank 0")
+    L.close()
+except stoker.StokerError as e:
+    print("refused:", e)
+    sys.exit(3)
+"""
 EARLY = """
 import stoker, sys
 loader = stoker.Loader(sys.argv[1], rank=0, world_size=1)
@@ -150,6 +165,26 @@ def main():
         r = subprocess.run([CLI, "finish", "--coordinator", target, "--ranks", "0-"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         check(r.returncode == 2, "stoker finish refuses a bad --ranks list (exit 2)")
+
+        # 3. one process per rank
+        c, w, target = job(tmp, dlog, 2)
+        import stoker
+        A = stoker.Loader(target, rank=0, world_size=2, join_timeout_ms=30000)
+        next(iter(A))
+        until(lambda: A.stats()["coordinator_watching"], 30, "the holder's watch is open")
+        rival = script(tmp, "rival", RIVAL)
+        r = subprocess.run([sys.executable, rival, target, "3000"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=120)
+        check(r.returncode == 3 and "rank 0 is held by client" in r.stdout,
+              "a second process's join for rank 0 is refused, naming the holder: %s"
+              % r.stdout[-600:])
+        A.close()  # the holder goes (without finishing: it stopped early)
+        r = subprocess.run([sys.executable, rival, target, "60000"], stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=120)
+        check(r.returncode == 0 and "took a batch" in r.stdout,
+              "once the holder is gone, a new process takes rank 0: %s" % r.stdout[-600:])
+        check("replacing client" in read(dlog_path),
+              "the coordinator logs that the new process replaced the old holder")
     finally:
         reap()
         dlog.close()
