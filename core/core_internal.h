@@ -7,6 +7,7 @@
 #ifndef STOKER_CORE_INTERNAL_H
 #define STOKER_CORE_INTERNAL_H
 
+#include "common/text.h"
 #include <ctype.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -31,15 +32,7 @@ static inline uint64_t stk__view_seed(uint64_t seed, uint32_t v) {
   return v ? stk__mix64(seed + 0x9e3779b97f4a7c15ull * v) : seed;
 }
 
-/* Strip leading and trailing white space of the string p in place; returns
- * its first non-space byte. The job text and the op chain grammar share
- * it. */
-static inline char *stk__trim(char *p) {
-  while (isspace((unsigned char)*p)) p++;
-  char *e = p + strlen(p);
-  while (e > p && isspace((unsigned char)e[-1])) *--e = 0;
-  return p;
-}
+/* stk__trim: common/text.h (the job text and the op chain grammar use it). */
 
 /* Bytes per element of an stk_dtype; 0 for an unknown one. */
 static inline size_t stk__dtype_size(int dtype) {

@@ -334,19 +334,9 @@ static int next_line(job_lines *it, char **key, char **value, char *msg, size_t 
   }
   memcpy(it->line, start, n);
   it->line[n] = 0;
-  char *hash = strchr(it->line, '#');
-  if (hash) *hash = 0;
-  char *k = stk__trim(it->line);
-  if (!*k) return 0;
-  char *eq = strchr(k, '=');
-  if (!eq) {
-    snprintf(msg, msglen, "expected 'key = value', got '%.64s'", k);
-    return -1;
-  }
-  *eq = 0;
-  *key = stk__trim(k);
-  *value = stk__trim(eq + 1);
-  return 1;
+  int r = stk__kv_split(it->line, key, value);
+  if (r < 0) snprintf(msg, msglen, "expected 'key = value', got '%.64s'", *key);
+  return r;
 }
 
 /* Parse text onto s; a failing line is named "<where>:<n>" (a file) or

@@ -120,17 +120,18 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   int secured = sc.token || sc.ncreds || tls;
   sc.loopback_only = !secured && !(so && so->insecure);
   sc.on_refused = refused_log;
+  const char *shown = listen ? listen : "(no address)";
   if (sc.loopback_only && !listen_is_loopback(listen))
     LOG_WARN(
         "protected mode: no token and no TLS, so only peers on this host's loopback "
         "are served although %s listens beyond it; give --token-file (or role "
         "tokens) or --tls-*, or --insecure on a network only you can reach",
-        listen);
+        shown);
   else if (!secured && !listen_is_loopback(listen))
     LOG_WARN(
         "INSECURE: %s serves every peer that can reach it with no token and no TLS "
         "(--insecure): anyone on this network can read every batch and end the job",
-        listen);
+        shown);
   if (so) {
     sc.threads = (int)so->threads;
     sc.max_calls = (size_t)so->max_calls;

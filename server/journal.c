@@ -154,8 +154,8 @@ static int next_line(cursor *c, const char **line, size_t *n) {
  * allow_empty): *val points at the value (length *vn, may be 0). */
 static int take(cursor *c, const char *key, int allow_empty, const char **val,
                 size_t *vn) {
-  const char *l;
-  size_t n, k = strlen(key);
+  const char *l = NULL;
+  size_t n = 0, k = strlen(key);
   if (next_line(c, &l, &n)) return -1;
   char msg[80];
   snprintf(msg, sizeof(msg), "expected '%s'", key);

@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/text.h"
 #include "log.h"
 
 static const char *type_name(stk__opt_type t) {
@@ -109,14 +110,6 @@ static int set_value(stk__option *o, const char *value, char *err, size_t errlen
   return 0;
 }
 
-static char *trim(char *p) {
-  while (*p == ' ' || *p == '\t') p++;
-  char *e = p + strlen(p);
-  while (e > p && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\n' || e[-1] == '\r'))
-    *--e = 0;
-  return p;
-}
-
 static int load_file(stk__option *opts, size_t n, const char *path, char *err,
                      size_t errlen) {
   FILE *f = fopen(path, "r");
@@ -128,16 +121,14 @@ static int load_file(stk__option *opts, size_t n, const char *path, char *err,
   int lineno = 0, rc = 0;
   while (fgets(line, sizeof(line), f)) {
     lineno++;
-    char *p = trim(line);
-    if (!*p || *p == '#') continue;
-    char *eq = strchr(p, '=');
-    if (!eq) {
+    char *name, *value;
+    int kv = stk__kv_split(line, &name, &value); /* the job text's rules too */
+    if (kv == 0) continue;
+    if (kv < 0) {
       snprintf(err, errlen, "%s:%d: expected 'name = value'", path, lineno);
       rc = -1;
       break;
     }
-    *eq = 0;
-    char *name = trim(p), *value = trim(eq + 1);
     if (!strcmp(name, "config")) continue;
     stk__option *o = find(opts, n, name, strlen(name));
     if (!o) {

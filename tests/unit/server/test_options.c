@@ -52,6 +52,16 @@ int main(void) {
   CHECK(!strcmp(o.addr, "h:1"));
   CHECK(o.set.n == 2 && !strcmp(o.set.v[0], "a=1") && !strcmp(o.set.v[1], "b=2"));
 
+  /* A '#' starts a comment after a value too, as in job files (one reader:
+   * common/text.h). */
+  f = fopen(conf, "w");
+  fprintf(f, "n = 2 # two\nname = /d   # where\n  # indented comment\n");
+  fclose(f);
+  const char *ac[] = {"t", "--config", conf};
+  CHECK(parse(3, ac) == OPTS_RUN);
+  CHECK(o.n == 2);
+  CHECK(!strcmp(o.name, "/d"));
+
   /* A second parse starts from the defaults again. */
   const char *a2[] = {"t", "--flag"};
   CHECK(parse(2, a2) == OPTS_RUN);
