@@ -455,7 +455,7 @@ static int cmd_status(int argc, char **argv) {
     status_print_json(r, canon);
     goto done;
   }
-  char name[128], source[64], dataset[600], bs[32], ws[32], epochs[32], pipeline[32];
+  char name[128], source[64], dataset[600], bs[32], ws[32], epochs[32], pipeline[1024];
   stk_job_text_get(canon, "name", name, sizeof(name));
   stk_job_text_get(canon, "source", source, sizeof(source));
   stk_job_text_get(canon, "dataset", dataset, sizeof(dataset));
@@ -468,7 +468,7 @@ static int cmd_status(int argc, char **argv) {
    * hostile coordinator or worker cannot send terminal control sequences
    * or forge lines of this output. */
   char e_name[200], e_source[100], e_dataset[700], e_bs[64], e_ws[64], e_epochs[64],
-      e_pipeline[64], e_state[100];
+      e_pipeline[1100], e_state[100];
   stk__escape(e_name, sizeof(e_name), name);
   stk__escape(e_source, sizeof(e_source), source);
   stk__escape(e_dataset, sizeof(e_dataset), dataset);
@@ -482,8 +482,9 @@ static int cmd_status(int argc, char **argv) {
          r->job ? r->job->hash : 0);
   printf("dataset          %s %s, %" PRIu64 " samples%s\n", e_source, e_dataset,
          r->dataset_size, r->dataset_size ? "" : " (not known yet)");
-  printf("pipeline         %s, batch_size %s, world_size %s, epochs %s\n", e_pipeline,
-         e_bs, e_ws, e_epochs);
+  /* The whole pipeline (an op chain can be long), on a line of its own. */
+  printf("pipeline         %s\n", e_pipeline);
+  printf("batches          batch_size %s, world_size %s, epochs %s\n", e_bs, e_ws, e_epochs);
   printf("state            %s  (up %.1f s)\n", e_state, (double)r->uptime_ms / 1000.0);
   if (r->end_reason && *r->end_reason) {
     char e_reason[600];
