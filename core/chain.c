@@ -535,6 +535,42 @@ int stk__chain_size(const stk__chain *c, uint32_t *h, uint32_t *w, char *err,
   return STK_OK;
 }
 
+/* Edit distance (insert, delete, substitute) of a and b, both shorter than
+ * STK__OP_NAME_MAX. */
+static unsigned edit_distance(const char *a, const char *b) {
+  unsigned row[STK__OP_NAME_MAX + 1];
+  size_t na = strlen(a), nb = strlen(b);
+  if (na >= STK__OP_NAME_MAX || nb >= STK__OP_NAME_MAX) return 99;
+  for (size_t j = 0; j <= nb; j++) row[j] = (unsigned)j;
+  for (size_t i = 1; i <= na; i++) {
+    unsigned diag = row[0];
+    row[0] = (unsigned)i;
+    for (size_t j = 1; j <= nb; j++) {
+      unsigned up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up, row[j] = best;
+    }
+  }
+  return row[nb];
+}
+
+/* The built-in op (or normalize, to) nearest to name, if near enough to be
+ * a typo of it; NULL otherwise. */
+static const char *closest_op(const char *name) {
+  static const char *const more[] = {"normalize", "to"};
+  const char *best = NULL;
+  unsigned bd = 99;
+  for (int k = 0; k < NKINDS + 2; k++) {
+    const char *n = k < NKINDS ? op_names[k] : more[k - NKINDS];
+    if (!n) continue;
+    unsigned d = edit_distance(name, n);
+    if (d < bd) bd = d, best = n;
+  }
+  size_t len = strlen(name);
+  return bd <= (len > 9 ? 3u : 2u) && bd < len ? best : NULL;
+}
+
 int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err,
                              size_t errlen) {
   for (uint32_t i = 0; i < c->n; i++) {
@@ -548,14 +584,16 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
       if (l == nl && !memcmp(p, o->name, nl)) found = 1;
       p = e ? e + 1 : p + l;
     }
+    const char *near = found ? NULL : closest_op(o->name);
     if (!found)
       return stk__errf(
           err, errlen, STK_INVALID_ARGUMENT,
-          "pipeline op %u: unknown op '%s' (built in: random_resized_crop, "
+          "pipeline op %u: unknown op '%s'%s%s%s (built in: decode, random_resized_crop, "
           "resize, center_crop, random_crop, hflip, vflip, rotate, "
           "color_jitter, grayscale, gaussian_blur, normalize, to; an op from a "
           "plugin needs plugin = %s)",
-          i + 1, o->name, o->name);
+          i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
+          near ? "'?" : "", o->name);
   }
   return STK_OK;
 }

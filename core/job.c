@@ -563,11 +563,7 @@ static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
     VFAIL(
         "chain is not in canonical form (set it with stk_job_spec_set(spec, "
         "\"pipeline\", ...))");
-  uint32_t h, w;
-  if ((rc = stk__chain_size(&c, &h, &w, err, errlen))) return rc;
-  if (h != s->height || w != s->width)
-    VFAIL("the pipeline makes %ux%u images, but height x width is %ux%u", h, w, s->height,
-          s->width);
+  /* Unknown ops first: a typo is named as such, not as a geometry error. */
   for (const char *p = s->plugin; *p;) {
     const char *e = strchr(p, ',');
     size_t l = e ? (size_t)(e - p) : strlen(p);
@@ -576,6 +572,11 @@ static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
     p += l + (e ? 1 : 0);
   }
   if ((rc = stk__chain_check_plugins(&c, s->plugin, err, errlen))) return rc;
+  uint32_t h, w;
+  if ((rc = stk__chain_size(&c, &h, &w, err, errlen))) return rc;
+  if (h != s->height || w != s->width)
+    VFAIL("the pipeline makes %ux%u images, but height x width is %ux%u", h, w, s->height,
+          s->width);
   stk_job_spec d;
   stk_job_spec_defaults(&d);
   if (s->resize != d.resize || s->scale_min != d.scale_min ||

@@ -484,7 +484,8 @@ static int cmd_status(int argc, char **argv) {
          r->dataset_size, r->dataset_size ? "" : " (not known yet)");
   /* The whole pipeline (an op chain can be long), on a line of its own. */
   printf("pipeline         %s\n", e_pipeline);
-  printf("batches          batch_size %s, world_size %s, epochs %s\n", e_bs, e_ws, e_epochs);
+  printf("batches          batch_size %s, world_size %s, epochs %s\n", e_bs, e_ws,
+         e_epochs);
   printf("state            %s  (up %.1f s)\n", e_state, (double)r->uptime_ms / 1000.0);
   if (r->end_reason && *r->end_reason) {
     char e_reason[600];

@@ -136,6 +136,13 @@ static void refused(const char *chain, int at_set, const char *want) {
 static void test_refusals(void) {
   refused("random_resized_crop(224) | cutout(8)", 0, "unknown op 'cutout'");
   refused("random_resized_crop(224) | CutOut(8)", 1, "op 2 'CutOut': unknown op");
+  /* A typo is named as an unknown op, with the nearest name, before any
+   * geometry check (the chain's size is unknown without its crop). */
+  refused("decode | random_resize_crop(64)", 0,
+          "unknown op 'random_resize_crop': did you mean 'random_resized_crop'?");
+  refused("random_resized_crop(224) | hflp(0.5)", 0,
+          "unknown op 'hflp': did you mean 'hflip'?");
+  refused("random_resized_crop(224) | zzzz(1)", 0, "unknown op 'zzzz' (built in:");
   refused("random_resized_crop(224, scale=0:1)", 1, "scale wants a:b");
   refused("random_resized_crop()", 1, "needs a size");
   refused("random_resized_crop(224) | hflip(2)", 1, "op 2 'hflip': p is a probability");
