@@ -75,7 +75,8 @@ static const char exit_codes_text[] =
 static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
 static stk__role_tokens roles;        /* --*-token-file, read in main */
 
-#define MAX_STR STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
+#define MAX_STR      STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
+#define MAX_FAILURES 8                /* worker failures kept for Status */
 
 /* ---- Options ----------------------------------------------------------- */
 
@@ -243,6 +244,13 @@ static struct {
    * reconnect backoff when the job ends: the end lingers (--linger-s). */
   int seen_earlier;
   int by_signal; /* the shutdown was asked by a signal: no linger */
+  /* Workers that could not serve the job and said why (WorkerFailure):
+   * the last MAX_FAILURES, for Status and waiting ranks. */
+  struct wfail {
+    char text[800]; /* "worker ID (ADDRESS): REASON", escaped */
+    int64_t at_ms;
+  } fails[MAX_FAILURES];
+  uint32_t nfails; /* ever recorded; the newest is fails[(nfails - 1) % MAX] */
   int64_t start_ms, last_touch_ms;
   int watchers;
   struct watcher *watch_list; /* open WatchWorkers calls */
@@ -839,9 +847,42 @@ static int session_open(stk__rpc_call *call) {
   return 0;
 }
 
+/* A worker cannot serve the job and is going: keep its reason for Status
+ * and for ranks waiting to join, log it, end the session. */
+static void worker_failure(stk__rpc_call *call, cworker *w,
+                           const Stoker__V1__WorkerFailure *f) {
+  char id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], why[700];
+  stk__escape(id, sizeof(id), w->id[0] ? w->id : "?");
+  stk__escape(addr, sizeof(addr), w->address[0] ? w->address : stk__rpc_call_peer(call));
+  stk__escape(why, sizeof(why), f && f->reason ? f->reason : "(no reason given)");
+  pthread_mutex_lock(&C.mu);
+  struct wfail *e = &C.fails[C.nfails++ % MAX_FAILURES];
+  snprintf(e->text, sizeof(e->text), "worker %.150s (%.150s): %.450s", id, addr, why);
+  e->at_ms = stk__now_ms();
+  pthread_mutex_unlock(&C.mu);
+  LOG_WARN("worker %s (%s) cannot serve the job and exits: %s", id, addr, why);
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+}
+
+/* The newest worker failure as "; a worker could not serve the job: TEXT
+ * (N s ago)" for a waiting rank's message, or "" (none). Under C.mu. */
+static const char *last_failure_locked(char *buf, size_t len) {
+  if (!C.nfails) return "";
+  const struct wfail *e = &C.fails[(C.nfails - 1) % MAX_FAILURES];
+  snprintf(buf, len, "; a worker could not serve the job: %s (%.0f s ago)", e->text,
+           (double)(stk__now_ms() - e->at_ms) / 1000.0);
+  return buf;
+}
+
 static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
   cworker *w = stk__rpc_call_data(call);
   const Stoker__V1__WorkerMessage *m = (const Stoker__V1__WorkerMessage *)msg;
+  if (m && m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_FAILURE &&
+      w->phase != WS_OVER) {
+    w->phase = WS_OVER;
+    worker_failure(call, w, m->failure);
+    return;
+  }
   switch (w->phase) {
     case WS_HELLO:
       w->phase = worker_hello(call, w, m) ? WS_OVER : WS_HELLO2;
@@ -964,8 +1005,10 @@ static void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
     snprintf(msg, sizeof(msg), "the job is over (%.300s)", C.shutdown_reason);
   } else if (!C.resolved) {
     code = GRPC_STATUS_UNAVAILABLE;
+    char lf[900];
     snprintf(msg, sizeof(msg),
-             "waiting for a worker (the dataset size is not known yet)");
+             "waiting for a worker (the dataset size is not known yet)%.330s",
+             last_failure_locked(lf, sizeof(lf)));
   } else if (q->expect_job_hash && q->expect_job_hash != C.hash) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg),
@@ -1130,7 +1173,9 @@ static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, ch
   }
   if (C.shutting_down) return 0; /* the watch gets the last list at once */
   if (!C.resolved) {
-    snprintf(msg, len, "waiting for a worker (the dataset size is not known yet)");
+    char lf[900];
+    snprintf(msg, len, "waiting for a worker (the dataset size is not known yet)%.330s",
+             last_failure_locked(lf, sizeof(lf)));
     return GRPC_STATUS_UNAVAILABLE;
   }
   if (q->job_hash != C.hash) {
@@ -1483,6 +1528,16 @@ static void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
   }
   status_extras ex = {0};
   if (ok && !status_extras_locked(&resp, wt, now, &ex)) ok = 0;
+  char fail_text[MAX_FAILURES][900], *fail_p[MAX_FAILURES];
+  uint32_t nf = C.nfails < MAX_FAILURES ? C.nfails : MAX_FAILURES;
+  for (uint32_t k = 0; k < nf; k++) { /* oldest first */
+    const struct wfail *e = &C.fails[(C.nfails - nf + k) % MAX_FAILURES];
+    snprintf(fail_text[k], sizeof(fail_text[k]), "%s, %.0f s ago", e->text,
+             (double)(now - e->at_ms) / 1000.0);
+    fail_p[k] = fail_text[k];
+  }
+  resp.n_worker_failures = nf;
+  resp.worker_failures = fail_p;
   pthread_mutex_unlock(&C.mu);
   if (ok) stk__rpc_call_reply(call, &resp.base);
   else stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");

@@ -33,6 +33,7 @@ struct session {
   int64_t warned_ms;  /* last "cannot reach" warning (session thread only) */
   char failed[1200];
   int has_failed;
+  int failed_locally; /* on_job said -2 */
 };
 
 static int stopping(session *s) {
@@ -54,6 +55,23 @@ static void mark_failed(session *s, const char *why) {
   snprintf(s->failed, sizeof(s->failed), "%s", why);
   s->has_failed = 1;
   pthread_mutex_unlock(&s->mu);
+}
+
+/* Tell the coordinator why this worker cannot serve its job (best effort:
+ * the worker exits either way). */
+static void send_failure(session *s, stk__rpc_stream *st, const char *why) {
+  Stoker__V1__WorkerFailure f = STOKER__V1__WORKER_FAILURE__INIT;
+  char reason[600];
+  snprintf(reason, sizeof(reason), "%s", why);
+  f.reason = reason;
+  Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
+  m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_FAILURE;
+  m.failure = &f;
+  if (stk__rpc_stream_send_msg(st, &m.base) || stk__rpc_stream_close_send(st)) return;
+  /* The coordinator ends the call once it has read it (bounded wait). */
+  char det[64];
+  stk__rpc_stream_status(st, 3000, det, sizeof(det));
+  (void)s;
 }
 
 static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64_t size,
@@ -152,8 +170,13 @@ static int64_t session_register(session *s, stk__rpc_stream *st) {
   int64_t interval = cmd->ack->heartbeat_interval_ms;
   if (interval < 50) interval = 50;
   if (interval > 60000) interval = 60000;
-  if (s->hooks.on_job(cmd->ack->job->canonical, cmd->ack->job->hash, &job_hash, &size,
-                      &fp, err, sizeof(err))) {
+  int jr = s->hooks.on_job(cmd->ack->job->canonical, cmd->ack->job->hash, &job_hash,
+                           &size, &fp, err, sizeof(err));
+  if (jr) {
+    send_failure(s, st, err);
+    pthread_mutex_lock(&s->mu);
+    s->failed_locally = jr == -2;
+    pthread_mutex_unlock(&s->mu);
     mark_failed(s, err);
     interval = 0;
   }
@@ -275,6 +298,13 @@ int session_start(const session_config *cfg, const session_hooks *hooks, session
 int64_t session_lost_ms(session *s) {
   pthread_mutex_lock(&s->mu);
   int64_t v = s->lost_since ? stk__now_ms() - s->lost_since : 0;
+  pthread_mutex_unlock(&s->mu);
+  return v;
+}
+
+int session_failed_locally(session *s) {
+  pthread_mutex_lock(&s->mu);
+  int v = s->has_failed && s->failed_locally;
   pthread_mutex_unlock(&s->mu);
   return v;
 }

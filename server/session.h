@@ -16,8 +16,10 @@ enum { SESSION_CMD_DRAIN = 1, SESSION_CMD_SHUTDOWN = 2, SESSION_CMD_ABORT = 3 };
 typedef struct session_hooks {
   /* The coordinator's job (canonical text + hash). Load it (first time) or
    * check it is the one already loaded (re-registration). Fill the second
-   * hello's fields. 0, or -1 with err: a fatal mismatch (the session stops
-   * and session_failed() says why). */
+   * hello's fields. 0, or with err: -1 a fatal mismatch with the
+   * coordinator's job, -2 this worker cannot serve it (its dataset cannot
+   * be opened). Either way the coordinator is told why (WorkerFailure), the
+   * session stops and session_failed() says why and which. */
   int (*on_job)(const char *canonical, uint64_t hash, uint64_t *job_hash,
                 uint64_t *dataset_size, uint64_t *fingerprint, char *err, size_t errlen);
   /* Fill the stats of a heartbeat. */
@@ -46,6 +48,9 @@ int64_t session_lost_ms(session *s);
 /* Non-NULL once the coordinator rejected this worker for good (job or
  * dataset mismatch): the reason. Thread-safe. */
 const char *session_failed(session *s);
+/* After session_failed: 1 when on_job said -2 (a local failure), 0 for a
+ * mismatch or a refusal by the coordinator. */
+int session_failed_locally(session *s);
 /* Stop the thread and free. Accepts NULL. */
 void session_stop(session *s);
 

@@ -363,6 +363,12 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
   json_num((double)r->uptime_ms / 1000.0);
   printf(", \"end_reason\": ");
   json_str(r->end_reason);
+  printf(", \"worker_failures\": [");
+  for (size_t k = 0; k < r->n_worker_failures; k++) {
+    if (k) printf(", ");
+    json_str(r->worker_failures[k]);
+  }
+  printf("]");
   printf(", \"dataset_size\": %" PRIu64 ", \"ranks_joined\": ", r->dataset_size);
   json_u32s(r->joined_ranks, r->n_joined_ranks);
   printf(", \"ranks_finished\": ");
@@ -491,6 +497,11 @@ static int cmd_status(int argc, char **argv) {
     char e_reason[600];
     printf("ending           %s\n",
            stk__escape(e_reason, sizeof(e_reason), r->end_reason));
+  }
+  for (size_t k = 0; k < r->n_worker_failures; k++) {
+    char e_fail[1200];
+    printf("worker failed    %s\n",
+           stk__escape(e_fail, sizeof(e_fail), r->worker_failures[k]));
   }
   print_ranks("ranks joined", r->joined_ranks, r->n_joined_ranks, world);
   print_ranks("ranks finished", r->finished_ranks, r->n_finished_ranks, world);

@@ -380,7 +380,8 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     stk_dataset *ds = NULL;
     if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds, msg,
                          sizeof(msg))) {
-      return stk__errf(err, errlen, -1, "cannot open the dataset: %s", msg);
+      /* -2: this worker's own failure (exit 1), not a mismatch (4) */
+      return stk__errf(err, errlen, -2, "cannot open the dataset: %s", msg);
     }
     bad_set_prefix(&spec);
     stk_dataset_set_log(ds, on_bad_sample, NULL);
@@ -392,7 +393,7 @@ static int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
         sched_create(&resolved, ds, (int)W.threads, nbuf, &sch, msg, sizeof(msg))) {
       snprintf(err, errlen, "cannot start the builders: %s", msg);
       stk_dataset_close(ds);
-      return -1;
+      return -2;
     }
     fill_tdescs(&W.layout, &W.td);
     stk_job_spec spec8;
@@ -941,8 +942,9 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
       return __atomic_load_n(&W.aborted, __ATOMIC_ACQUIRE) ? EXIT_ABORTED : EXIT_OK;
     const char *why = session_failed(sess);
     if (why) {
-      LOG_ERROR("%s", why);
-      return EXIT_REJECTED;
+      int local = session_failed_locally(sess);
+      LOG_ERROR("%s (exiting %d)", why, local ? EXIT_FAIL : EXIT_REJECTED);
+      return local ? EXIT_FAIL : EXIT_REJECTED;
     }
     int64_t lost = session_lost_ms(sess);
     if (lost > orphan_ms) {

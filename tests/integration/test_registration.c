@@ -2,6 +2,8 @@
  * driven by fake workers (raw WorkerSession streams) against a real
  * stoker-coordinator running a file-dataset job whose size is unknown:
  *  - Join before any worker registered: UNAVAILABLE "waiting for a worker";
+ *  - a real worker that cannot open its dataset exits 1 and tells the
+ *    coordinator why: a waiting rank's answer and Status name the reason;
  *  - hello, RegisterAck with the job, second hello with the job hash, the
  *    dataset size and fingerprint: the worker is listed and N is learnt
  *    (the job hash changes to the resolved one);
@@ -97,6 +99,25 @@ int main(int argc, char **argv) {
   CHECK(du_join(c, 0, 2, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) ==
         GRPC_STATUS_UNAVAILABLE);
   CHECK(strstr(det, "waiting for a worker") != NULL);
+
+  /* A real worker that cannot open its dataset says why before it exits
+   * (1, a runtime failure): a waiting rank and Status name the reason. */
+  stk_proc bad;
+  const char *bargs[] = {"--threads", "1", "--data-root", "/nonexistent-stoker-root",
+                         NULL};
+  CHECK(du_start_worker(&bad, "reg-bad-worker", cport, bargs) > 0);
+  CHECK(proc_wait(&bad, 30000) == 1);
+  CHECK(du_join(c, 0, 2, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof(det)) ==
+        GRPC_STATUS_UNAVAILABLE);
+  fprintf(stderr, "join while the only worker failed: %s\n", det);
+  CHECK(strstr(det, "waiting for a worker") != NULL);
+  CHECK(strstr(det, "could not serve the job") != NULL);
+  CHECK(strstr(det, "cannot open the dataset") != NULL);
+  Stoker__V1__StatusResponse *fs = du_status(c);
+  CHECK(fs && fs->n_worker_failures == 1 &&
+        strstr(fs->worker_failures[0], "cannot open the dataset") &&
+        strstr(fs->worker_failures[0], "nonexistent-stoker-root"));
+  if (fs) protobuf_c_message_free_unpacked(&fs->base, NULL);
 
   /* A session must start with hello, in our protocol version. */
   stk__rpc_stream *s = NULL;
