@@ -103,6 +103,37 @@ static int listen_is_loopback(const char *listen) {
   return inet_pton(AF_INET, host, a) == 1 && a[0] == 127;
 }
 
+/* Before gRPC tries (it logs a long dump when it cannot bind): is the
+ * listen address's port already taken? 0 when free (or port 0, or not an
+ * address we can try), -1 with a one-line err when in use. */
+static int port_in_use(const char *listen, char *err, size_t errlen) {
+  char host[256];
+  const char *colon = listen ? strrchr(listen, ':') : NULL;
+  if (!colon || stk__host_of(listen, host, sizeof(host)) || !strcmp(colon + 1, "0"))
+    return 0;
+  struct addrinfo hints, *res = NULL;
+  memset(&hints, 0, sizeof(hints));
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE | AI_NUMERICSERV;
+  if (getaddrinfo(host, colon + 1, &hints, &res) || !res) return 0;
+  int busy = 0;
+  for (struct addrinfo *r = res; r && !busy; r = r->ai_next) {
+    int fd = socket(r->ai_family, r->ai_socktype | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int one = 1; /* as gRPC binds: a port in TIME_WAIT is not "in use" */
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (bind(fd, r->ai_addr, r->ai_addrlen) != 0 && errno == EADDRINUSE) busy = 1;
+    close(fd);
+  }
+  freeaddrinfo(res);
+  if (busy)
+    snprintf(err, errlen,
+             "cannot listen on %s: the port is already in use (another stoker daemon or "
+             "program holds it; choose another port)",
+             listen);
+  return busy ? -1 : 0;
+}
+
 int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t nmethods,
                       long long max_message_mb, const char *token,
                       const stk__role_tokens *roles, const stk__tls *tls,
@@ -140,6 +171,7 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
     sc.send_stall_ms = (int)(so->send_stall_s * 1000);
     sc.keepalive_ms = (int)(so->keepalive_s * 1000);
   }
+  if (port_in_use(listen, err, errlen)) return -1;
   if (stk__rpc_server_start(&sc, srv, port, err, errlen)) return -1;
   if (port_file && *port_file && stk__write_port_file(port_file, *port, err, errlen)) {
     stk__rpc_server_stop(*srv, 0);

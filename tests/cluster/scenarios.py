@@ -337,7 +337,7 @@ class Run:
         check(m is not None and int(m.group(1)) == steps and m.group(2) == "0",
               "%s: pytorch_train.py verified %s of %d batches, %s differ" %
               (host, m.group(1) if m else "?", steps, m.group(2) if m else "?"))
-        check(re.search(r"^OK$", text, re.M) is not None,
+        check(re.search(r"^(\[rank \d+\] )?OK$", text, re.M) is not None,
               "%s: pytorch_train.py says OK (loss decreased, resume matched)" % host)
         m = re.search(r"input stall ([\d.]+)%", text)
         return float(m.group(1)) if m else None

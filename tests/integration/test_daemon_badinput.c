@@ -248,6 +248,25 @@ int main(int argc, char **argv) {
     if (check_failures) fputs(out, stderr);
   }
 
+  /* A second worker asked to listen on the first one's port: one clear
+   * line and exit 1 (not gRPC's multi-line dump). */
+  {
+    char taken[64];
+    snprintf(taken, sizeof(taken), "127.0.0.1:%d", wport);
+    const char *targs[] = {"--listen", taken, "--threads", "1", NULL};
+    stk_proc dup;
+    char target[64];
+    snprintf(target, sizeof(target), "127.0.0.1:%d", cport);
+    char *dargv[] = {
+        (char *)worker_bin, "--coordinator",  target,           (char *)targs[0],
+        (char *)targs[1],   (char *)targs[2], (char *)targs[3], NULL};
+    CHECK(proc_spawn(&dup, "worker-port-taken", dargv) == 0);
+    CHECK(proc_wait(&dup, 20000) == 1);
+    CHECK(proc_log_count(&dup, "the port is already in use") == 1);
+    CHECK(proc_log_count(&dup, "UNKNOWN") == 0);
+    if (check_failures) proc_dump_log(&dup);
+  }
+
   /* Orderly end: SIGTERM to the coordinator shuts the worker down too. */
   stk__rpc_channel_close(c);
   stk__rpc_channel_close(w);

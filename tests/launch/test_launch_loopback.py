@@ -239,8 +239,9 @@ def scenario_earlystop(R):
     codes = R.wait(procs, 60)  # the coordinator's idle timeout is 600 s
     check(codes == [0, 0], "both launchers exit 0 after an early stop: %s" % codes)
     log = R.log_of(procs[1])
-    check("summary rank 0: batches 50 " in log and "summary rank 1: batches 50 " in log,
-          "each rank stopped after 50 of its 200 steps")
+    check("[rank 0] summary rank 0: batches 50 " in log and
+          "[rank 1] summary rank 1: batches 50 " in log,
+          "each rank stopped after 50 of its 200 steps (its lines prefixed [rank N])")
     check("ranks 0,1 finished" in log, "the launcher finished ranks 0,1 (stoker finish)")
     check("every rank finished" in log, "the coordinator ended the job: every rank finished")
 
