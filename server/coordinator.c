@@ -1864,7 +1864,9 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
       {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor,
        STK_MAX_CONTROL_MSG, handle_finish, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor,
-       STK_MAX_CONTROL_MSG, handle_status, NULL, 0, 0},
+       /* the job spec, every worker's address, bad-file paths: not for the
+        * worker role (a worker needs nothing of it) */
+       STK_MAX_CONTROL_MSG, handle_status, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor,
        STK_MAX_CONTROL_MSG, handle_report_stats, NULL, 0, STK__ROLE_CLIENT},
       STK__HEALTH_METHODS,

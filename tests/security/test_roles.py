@@ -6,7 +6,9 @@ daemons on loopback.
              and --admin-token-file; the worker presents the worker token
              and wants the client token on its streams. A rank with the
              client token verifies its batches; `stoker status` works with
-             every role's token and fails without one. Refused, each with
+             the client and admin tokens and fails without one and with the
+             worker token (Status shows the job, every worker's address and
+             bad-file paths). Refused, each with
              PERMISSION_DENIED or UNAUTHENTICATED and a message naming the
              method, while the daemons keep serving: a rank with the
              worker token (Join), a stock gRPC client opening a worker
@@ -98,10 +100,15 @@ def case_roles(d):
                                     "0", "--world-size", "8", "--verify"])
     check(rc == 0 and "verify_failures 0" in out,
           "roles: a rank with the client token verifies its batches (rc %d)" % rc)
-    for role in ("admin", "worker", "client"):
+    for role in ("admin", "client"):
         rc, out = as_role(t[role], [CLI, "status", "--coordinator", f"127.0.0.1:{port}"])
         check(rc == 0 and "running" in out,
               "roles: stoker status with the %s token (rc %d)" % (role, rc))
+    # Status tells the job spec, every worker's address and bad-file paths:
+    # a worker-token holder gets none of it
+    rc, out = as_role(t["worker"], [CLI, "status", "--coordinator", f"127.0.0.1:{port}"])
+    check(rc != 0 and "may not call" in out,
+          "roles: stoker status with the worker token is refused: " + out.strip()[-160:])
     rc, out = as_role(None, [CLI, "status", "--coordinator", f"127.0.0.1:{port}",
                              "--timeout-ms", "3000"])
     check(rc != 0 and "token" in out,
