@@ -1905,6 +1905,7 @@ int main(int argc, char **argv) {
     code = EXIT_USAGE;
     goto out;
   }
+  stk__daemon_check_secret_mode("--tls-key", opt.tls.key);
   if (opt.print_job) {
     printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
            C.resolved ? "" : " (num_samples from the dataset: changes once known)");

@@ -12,6 +12,7 @@
 #include <ifaddrs.h>
 #include <signal.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -205,6 +206,15 @@ void stk__daemon_raise_nofile(void) {
              soft, hard);
 }
 
+void stk__daemon_check_secret_mode(const char *what, const char *path) {
+  struct stat st;
+  if (!path || !*path || stat(path, &st) != 0 || !(st.st_mode & 077)) return;
+  LOG_WARN(
+      "%s %s can be read or written by its group or others (mode %04o): anyone "
+      "who reads it holds the credential; chmod 600 it",
+      what, path, (unsigned)(st.st_mode & 07777));
+}
+
 int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
                             const char *admin_file, stk__role_tokens *out) {
   const char *files[3] = {worker_file, client_file, admin_file};
@@ -221,6 +231,7 @@ int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
     }
     out->creds[out->n++] = (stk__rpc_cred){out->tok[i], role[i]};
     LOG_INFO("%s token from %s", name[i], files[i]);
+    stk__daemon_check_secret_mode("token file", files[i]);
   }
   return 0;
 }
@@ -357,5 +368,8 @@ int stk__daemon_token(const char *token, const char *token_file, int argc, char 
         "/proc); use --token-file FILE or $STOKER_TOKEN instead");
   else if (src != STK_TOKEN_NONE)
     LOG_INFO("bearer token from %s", stk__token_source_name(src));
+  if (src == STK_TOKEN_FILE) stk__daemon_check_secret_mode("token file", token_file);
+  if (src == STK_TOKEN_ENV_FILE)
+    stk__daemon_check_secret_mode("token file", getenv("STOKER_TOKEN_FILE"));
   return 0;
 }

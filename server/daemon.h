@@ -99,6 +99,11 @@ typedef struct stk__role_tokens {
   stk__rpc_cred creds[3];
   size_t n;
 } stk__role_tokens;
+/* Warn (the log) when the secret file at path (a token, a TLS key) can be
+ * read or written by its group or others. Never refuses: a Kubernetes
+ * Secret volume is 0644 unless its defaultMode says otherwise. */
+void stk__daemon_check_secret_mode(const char *what, const char *path);
+
 /* Read the files that are non-empty (NULL or "" = that role has no token
  * of its own) into out. 0, or -1 after logging why (the file is named,
  * never its content). */

@@ -1025,6 +1025,7 @@ int main(int argc, char **argv) {
       code = EXIT_USAGE;
       goto out;
     }
+    stk__daemon_check_secret_mode("--tls-key", opt.tls.key);
     if (W.tls && !stk__tls_has_cert(W.tls)) {
       fprintf(stderr, PROGRAM
               ": TLS needs --tls-cert and --tls-key (the worker serves "

@@ -183,11 +183,33 @@ def case_address(d):
         stop(c)
 
 
+def case_file_modes(d):
+    """A token file its group or others can read: the daemon warns (it
+    still starts: a Kubernetes Secret volume is 0644 by default); a 0600
+    one draws no warning (case_roles' files)."""
+    loose = f"{d}/loose.tok"
+    with open(loose, "w") as f:
+        f.write("loose-secret\n")
+    os.chmod(loose, 0o644)
+    pf = f"{d}/loose.port"
+    c = spawn([COORD, "--job", job_file(d), "--listen", "127.0.0.1:0", "--port-file", pf,
+               "--token-file", loose], f"{d}/loose.coord.log")
+    check(wait_file(pf, c) is not None, "modes: a coordinator with a 0644 token file starts")
+    log = open(f"{d}/loose.coord.log", errors="replace").read()
+    check("(mode 0644)" in log and "chmod 600" in log,
+          "modes: it warns that the token file is readable by others")
+    check("can be read or written" not in open(f"{d}/roles.coord.log",
+                                               errors="replace").read(),
+          "modes: no warning for 0600 token files")
+    stop(c)
+
+
 def main():
     d = tempfile.mkdtemp(prefix="stoker-roles-test.")
     try:
         case_roles(d)
         case_address(d)
+        case_file_modes(d)
     finally:
         reap_all(d)
         shutil.rmtree(d, ignore_errors=True)
