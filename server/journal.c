@@ -396,9 +396,31 @@ int stk__state_dir_open(const char *path, stk__state_dir **out, char *err,
     return stk__errf(err, errlen, -1, "out of memory");
   }
   d->lockfd = -1;
-  d->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  /* The directory itself, not a symbolic link to one; then it must be ours
+   * and writable by nobody else (others could plant or swap the journal). */
+  d->dirfd = open(path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (d->dirfd < 0) {
-    stk__errf(err, errlen, -1, "cannot open state dir %s: %s", path, strerror(errno));
+    int e = errno;
+    struct stat ls; /* O_NOFOLLOW on a link says ELOOP, or ENOTDIR with O_DIRECTORY */
+    int link =
+        e == ELOOP || (e == ENOTDIR && lstat(path, &ls) == 0 && S_ISLNK(ls.st_mode));
+    stk__errf(err, errlen, -1, "cannot open state dir %s: %s", path,
+              link ? "it is a symbolic link (give the directory itself)" : strerror(e));
+    goto fail;
+  }
+  struct stat st;
+  if (fstat(d->dirfd, &st) != 0) {
+    stk__errf(err, errlen, -1, "cannot stat state dir %s: %s", path, strerror(errno));
+    goto fail;
+  }
+  if (st.st_uid != geteuid() || (st.st_mode & 022)) {
+    stk__errf(
+        err, errlen, -1,
+        "state dir %s %s (mode %04o, owner uid %u): it must belong to this user "
+        "(uid %u) and be writable by nobody else (chmod 700 it)",
+        path,
+        st.st_uid != geteuid() ? "belongs to another user" : "is writable by others",
+        (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)geteuid());
     goto fail;
   }
   d->lockfd =

@@ -237,6 +237,20 @@ static void state_dir(void) {
   /* Not a directory. */
   CHECK(stk__state_dir_open(target, &d2, err, sizeof(err)) == -1);
   printf("a file as state dir: %s\n", err);
+  /* A symbolic link to a directory: refused (give the directory itself). */
+  char link[400];
+  snprintf(link, sizeof(link), "%s/state-link", tmpdir);
+  CHECK(symlink(dir, link) == 0);
+  CHECK(stk__state_dir_open(link, &d2, err, sizeof(err)) == -1 && !d2);
+  printf("a link as state dir: %s\n", err);
+  CHECK(strstr(err, "symbolic link") != NULL);
+  unlink(link);
+  /* Writable by others: refused, saying how to fix it. */
+  CHECK(chmod(dir, 0777) == 0);
+  CHECK(stk__state_dir_open(dir, &d2, err, sizeof(err)) == -1 && !d2);
+  printf("a state dir others may write: %s\n", err);
+  CHECK(strstr(err, "writable by others") != NULL && strstr(err, "chmod 700") != NULL);
+  CHECK(chmod(dir, 0700) == 0);
   /* clean up */
   unlink(path);
   snprintf(path, sizeof(path), "%s/lock", dir);
