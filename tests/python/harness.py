@@ -5,10 +5,34 @@ folder (the test's own directory is on sys.path when run as a script)."""
 import os
 import signal
 import subprocess
+import sys
 import time
 
 fails = []
 procs = []
+
+
+def require(torch=False, bins=()):
+    """Exit 77 (skipped, saying why) in a sanitizer build whose runtime
+    cannot be preloaded, without torch (torch=True), or when one of the
+    environment variables in bins does not name an executable. Returns
+    the binaries' paths, in the order asked."""
+    if os.environ.get("STOKER_SANITIZED") == "1":
+        print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded "
+              "into python")
+        sys.exit(77)
+    paths = [os.environ.get(b, "") for b in bins]
+    missing = [b for b, p in zip(bins, paths) if not (p and os.access(p, os.X_OK))]
+    if missing:
+        print("SKIP: not built in this tree: %s" % ", ".join(missing))
+        sys.exit(77)
+    if torch:
+        try:
+            import torch as _t  # noqa: F401
+        except ImportError:
+            print("SKIP: torch is not importable (install python3-torch)")
+            sys.exit(77)
+    return paths
 
 
 def check(cond, what):

@@ -29,22 +29,10 @@ import subprocess
 import sys
 import tempfile
 
-from harness import check, fails, reap, spawn, until, wait_exit, wait_port
+from harness import check, fails, reap, require, spawn, until, wait_exit, wait_port
 
-if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
-    sys.exit(77)
-COORD = os.environ.get("STOKER_COORDINATOR_BIN", "")
-WORKER = os.environ.get("STOKER_WORKER_BIN", "")
-CLI = os.environ.get("STOKER_CLI_BIN", "")
-if not all(b and os.access(b, os.X_OK) for b in (COORD, WORKER, CLI)):
-    print("SKIP: stoker-coordinator / stoker-worker / stoker not built in this tree")
-    sys.exit(77)
-try:
-    import torch  # noqa: F401  (the ranks import it through stoker)
-except ImportError:
-    print("SKIP: torch is not importable (install python3-torch)")
-    sys.exit(77)
+COORD, WORKER, CLI = require(torch=True, bins=("STOKER_COORDINATOR_BIN", "STOKER_WORKER_BIN",
+                                               "STOKER_CLI_BIN"))
 
 RANK0 = """
 import stoker, sys

@@ -15,20 +15,13 @@ preloaded, see CMakeLists.txt):
 """
 import gc
 import io
-import os
 import sys
 
-from harness import check, fails
+from harness import check, fails, require
 
-if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
-    sys.exit(77)
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not importable (install python3-torch)")
-    sys.exit(77)
-import stoker
+require(torch=True)
+import stoker  # noqa: E402
+import torch  # noqa: E402
 
 JOB = ("source = synthetic\nnum_samples = 128\nheight = 8\nwidth = 8\n"
        "batch_size = 4\nworld_size = 1\nepochs = 2\nseed = 3\nnum_classes = 10\n")
