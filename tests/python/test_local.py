@@ -30,6 +30,9 @@ def check(cond, what):
 L = stoker.Loader(job=JOB, rank=1, world_size=2, slots=4, with_meta=True)
 spe = L.steps_per_epoch
 check(spe == 12, "steps_per_epoch %d" % spe)
+j = L.job
+check((j["source"], j["dtype"], j["layout"], j["drop_last"], j["batch_size"]) ==
+      ("synthetic", "uint8", "nchw", True, 4), "Loader.job names its enums: %s" % j)
 for epoch in range(2):
     n = 0
     for images, labels, b in L:

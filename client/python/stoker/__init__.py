@@ -393,11 +393,25 @@ class Loader:
     def steps_per_epoch(self):
         return int(lib.stk_client_steps_per_epoch(self._open()))
 
+    # Fields the job text names rather than numbers (as a job file says them).
+    _NAMED = ("source", "pipeline", "dtype", "layout", "token_dtype", "drop_last",
+              "eod_mask_loss", "reset_position_ids", "loss_mask", "position_ids")
+
     @property
     def job(self):
-        """The job spec as a dict (num_samples resolved)."""
+        """The job spec as a dict (num_samples resolved); the enum and flag
+        fields as a job file writes them ("dtype": "float32", "layout":
+        "nchw", "drop_last": True), the rest as numbers and strings."""
         j = _lib.JobSpec()
         lib.stk_client_job(self._open(), ctypes.byref(j))
+        n = lib.stk_job_spec_format(ctypes.byref(j), None, 0)
+        text = ctypes.create_string_buffer(n + 1)
+        lib.stk_job_spec_format(ctypes.byref(j), text, n + 1)
+        named = {}
+        for line in text.value.decode(errors="replace").split("\n"):
+            k, eq, v = line.partition(" = ")
+            if eq and k in self._NAMED:
+                named[k] = {"true": True, "false": False}.get(v, v)
         out = {}
         for k, _ in _lib.JobSpec._fields_:
             if k == "reserved":
@@ -407,7 +421,7 @@ class Loader:
                 v = v.decode(errors="replace")
             elif not isinstance(v, (int, float)):
                 v = list(v)
-            out[k] = v
+            out[k] = named.get(k, v)
         return out
 
     @property

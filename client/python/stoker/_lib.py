@@ -185,6 +185,8 @@ _sigs = {
     "stk_batch_tensor": (ctypes.c_int, [_P, ctypes.c_uint32, ctypes.POINTER(Tensor)]),
     "stk_batch_payload": (ctypes.c_void_p, [_P, ctypes.POINTER(ctypes.c_size_t)]),
     "stk_client_job": (ctypes.c_int, [_P, ctypes.POINTER(JobSpec)]),
+    "stk_job_spec_format": (ctypes.c_size_t, [ctypes.POINTER(JobSpec), ctypes.c_char_p,
+                                              ctypes.c_size_t]),
     "stk_client_steps_per_epoch": (ctypes.c_uint64, [_P]),
     "stk_client_save_state": (ctypes.c_int, [_P, ctypes.c_void_p,
                                              ctypes.POINTER(ctypes.c_size_t)]),
