@@ -21,6 +21,7 @@
 #include "common/thread.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/text.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
 #include "stoker/version.h"
@@ -36,6 +37,15 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
     const char *id =
         ws[i]->worker_id && *ws[i]->worker_id ? ws[i]->worker_id : ws[i]->address;
     size_t il = strlen(id), al = strlen(ws[i]->address);
+    if (il < STK_MAX_ID_BYTES && al < STK_MAX_ID_BYTES &&
+        !stk__hostport_valid(ws[i]->address)) {
+      /* Dialled only as host:port: never a unix socket or other target a
+       * coordinator (or a rogue worker through it) would point us at. */
+      c->workers_refused++;
+      snprintf(c->refused_msg, sizeof(c->refused_msg),
+               "worker list entry refused: its address is not host:port");
+      continue;
+    }
     if (il >= STK_MAX_ID_BYTES || al >= STK_MAX_ID_BYTES) {
       /* The coordinator refuses these at registration; a list that has one
        * anyway (another coordinator) loses that entry, never a truncated

@@ -37,4 +37,33 @@ static inline int stk__kv_split(char *line, char **name, char **value) {
   return 1;
 }
 
+/* a is "host:port" as a worker advertises it: port 1..65535 in decimal;
+ * host a DNS name or IPv4 address ([A-Za-z0-9.-], at most 253 bytes, not
+ * starting with '-' or '.') or an IPv6 address in brackets ([hex:.%]).
+ * Nothing else: no gRPC target schemes ("unix:/path", "dns:///..."), no
+ * empty host, no spaces. 1 if so, else 0. */
+static inline int stk__hostport_valid(const char *a) {
+  if (!a) return 0;
+  const char *colon = strrchr(a, ':');
+  if (!colon || colon == a || !colon[1] || strlen(colon + 1) > 5) return 0;
+  unsigned port = 0;
+  for (const char *p = colon + 1; *p; p++) {
+    if (*p < '0' || *p > '9') return 0;
+    port = port * 10 + (unsigned)(*p - '0');
+  }
+  if (port < 1 || port > 65535) return 0;
+  size_t n = (size_t)(colon - a);
+  if (a[0] == '[') {
+    if (n < 3 || a[n - 1] != ']') return 0;
+    for (size_t i = 1; i + 1 < n; i++)
+      if (!isxdigit((unsigned char)a[i]) && a[i] != ':' && a[i] != '.' && a[i] != '%')
+        return 0;
+    return 1;
+  }
+  if (n > 253 || a[0] == '-' || a[0] == '.') return 0;
+  for (size_t i = 0; i < n; i++)
+    if (!isalnum((unsigned char)a[i]) && a[i] != '.' && a[i] != '-') return 0;
+  return 1;
+}
+
 #endif

@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/text.h"
 #include "rpc.h"
 #include "stoker/version.h"
 #include "wire_limits.h"
@@ -78,6 +79,12 @@ int stk__check_hello(const Stoker__V1__Register *h, char *msg, size_t len) {
     snprintf(msg, len,
              "hello needs worker.worker_id and worker.address, each at most %d bytes",
              STK_MAX_ID_BYTES - 1);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (!stk__hostport_valid(w->address)) {
+    snprintf(msg, len,
+             "worker.address is not host:port (a DNS name, an IPv4 address or [IPv6], "
+             "and a port 1-65535; no unix: or other targets)");
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   return 0;
