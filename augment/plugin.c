@@ -19,6 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "chain.h"
 #include "common/error.h"
@@ -38,6 +39,21 @@ const stk_op_info *stk__plugin_find(const stk_dataset *ds, const char *name) {
   return NULL;
 }
 
+/* Code the worker runs must be writable only by root or the worker's own
+ * user: st (of what) belongs to one of them and no group or other may
+ * write it. STK_OK, or STK_INVALID_ARGUMENT with a message. */
+static int trusted(const char *name, const char *what, const struct stat *st, char *err,
+                   size_t errlen) {
+  if ((st->st_uid == 0 || st->st_uid == geteuid()) && !(st->st_mode & 022)) return STK_OK;
+  return stk__errf(
+      err, errlen, STK_INVALID_ARGUMENT,
+      "plugin '%s': %s %s (mode %04o, owner uid %u): the worker loads code "
+      "only from files and directories that root or its own user (uid %u) "
+      "owns and nobody else may write (chmod go-w)",
+      name, what, st->st_mode & 022 ? "is writable by others" : "belongs to another user",
+      (unsigned)(st->st_mode & 07777), (unsigned)st->st_uid, (unsigned)geteuid());
+}
+
 /* Load one library into p. */
 static int load_one(const char *dir, const char *name, stk__plugin *p, char *err,
                     size_t errlen) {
@@ -48,6 +64,13 @@ static int load_one(const char *dir, const char *name, stk__plugin *p, char *err
     return stk__errf(err, errlen, STK_NOT_FOUND,
                      "plugin '%s': %s not found (the worker's plugin directory is %s)",
                      name, path, dir);
+  if (!S_ISREG(st.st_mode))
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin '%s': %s is not a file",
+                     name, path);
+  int rc = trusted(name, path, &st, err, errlen);
+  struct stat ds;
+  if (!rc && stat(dir, &ds) == 0) rc = trusted(name, dir, &ds, err, errlen);
+  if (rc) return rc;
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {
     const char *e = dlerror();

@@ -232,6 +232,38 @@ static void test_plugin(void) {
       fprintf(stderr, "case %zu: '%s' (wanted '%s')\n", i, err, bad[i].want);
     free(p);
   }
+  /* A plugin others may write, or a plugin directory others may write: the
+   * worker would run their code; refused, saying so. */
+  {
+    char dir[] = "/tmp/stoker-plugin-mode-XXXXXX", so[200], src[600];
+    CHECK(mkdtemp(dir) != NULL);
+    snprintf(so, sizeof so, "%s/cutout.so", dir);
+    snprintf(src, sizeof src, "%s/cutout.so", PLUGIN_DIR);
+    FILE *in = fopen(src, "rb"), *out = fopen(so, "wb");
+    char buf[65536];
+    size_t n;
+    while (in && out && (n = fread(buf, 1, sizeof buf, in)) > 0) fwrite(buf, 1, n, out);
+    if (in) fclose(in);
+    if (out) fclose(out);
+    for (int k = 0; k < 2; k++) {
+      CHECK(chmod(so, k ? 0755 : 0757) == 0);
+      CHECK(chmod(dir, k ? 0777 : 0700) == 0);
+      stk_job_spec s;
+      spec_of(&s, STK_SOURCE_IMAGEFOLDER, with, 0, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, 2);
+      snprintf(s.plugin, sizeof(s.plugin), "cutout");
+      size_t l;
+      err[0] = 0;
+      uint8_t *p = images(&s, dir, 0, 1, &l, err, sizeof(err));
+      CHECK(p == NULL && strstr(err, "is writable by others") != NULL &&
+            strstr(err, k ? dir : so) != NULL);
+      if (p || !strstr(err, "writable by others"))
+        fprintf(stderr, "mode case %d: %s\n", k, err);
+      free(p);
+    }
+    chmod(dir, 0700);
+    unlink(so);
+    rmdir(dir);
+  }
   /* $STOKER_PLUGIN_DIR stands in for the directory */
   setenv("STOKER_PLUGIN_DIR", PLUGIN_DIR, 1);
   size_t l;
