@@ -514,6 +514,17 @@ static int window(stk_builder *b, const mg_prefix *p, const mg_cum *c, uint64_t 
     uint64_t len = stk__mg_len(&p->x, seq);
     uint64_t n = len > off ? len - off : 0;
     if (n > need - got) n = need - got;
+    /* The index was checked against the .bin at open, but both are mapped
+     * live: a file rewritten in place since then must not send a read
+     * outside the .bin mapping. */
+    uint64_t ptr = stk__mg_ptr(&p->x, seq), isz = p->x.itemsize;
+    if (ptr > p->bin_len || off + n > (p->bin_len - ptr) / isz) {
+      snprintf(b->err, sizeof(b->err),
+               "%.96s: sequence %llu now points outside the .bin (%llu bytes): the index "
+               "or data file changed since this worker opened them; restart the worker",
+               p->name, (unsigned long long)seq, (unsigned long long)p->bin_len);
+      return STK_CORRUPT;
+    }
     read_tokens(p, seq, off, n, g->w + got);
     for (uint64_t t = 0; t < n; t++) {
       int64_t v = g->w[got + t];

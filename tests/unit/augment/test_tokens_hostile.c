@@ -8,7 +8,9 @@
  * message, never a crash (the suite runs under ASan+UBSan). Then 3000
  * random mutations of a small .idx through the parser: whatever it
  * accepts must describe sequences inside the .bin. Also: builders moving
- * through six epochs, interleaved, equal fresh reference builds.
+ * through six epochs, interleaved, equal fresh reference builds; an .idx
+ * rewritten in place under an open dataset fails the next build instead
+ * of reading outside the .bin.
  *
  * `test_tokens_hostile --write-corpus DIR` writes seed inputs of the fuzz
  * target (tests/fuzz/fuzz_megatron_idx.c): 8 bytes of .bin size, then
@@ -303,6 +305,45 @@ static void test_epochs(void) {
   stk_dataset_close(ds);
 }
 
+/* The .idx rewritten in place (same size) under an open dataset, its
+ * pointers now past the end of the .bin: the next build fails STK_CORRUPT
+ * saying so, and reads nothing outside the mapping (ASan would see it). */
+static void test_rewritten_in_place(void) {
+  char path[4200];
+  snprintf(path, sizeof(path), "%s/live.idx", root);
+  tu_write(path, good_idx, good_idx_len);
+  char bpath[4200];
+  snprintf(bpath, sizeof(bpath), "%s/live.bin", root);
+  tu_write(bpath, good_bin, good_bin_len);
+  stk_job_spec s;
+  job(&s, "live");
+  s.batch_size = 1;
+  char err[256];
+  stk_dataset *ds = NULL;
+  stk_builder *b = NULL;
+  CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
+  if (ds) CHECK(stk_builder_create(ds, &s, &b, err, sizeof(err)) == STK_OK);
+  if (!b) {
+    stk_dataset_close(ds);
+    return;
+  }
+  unsigned char got[1024];
+  CHECK(stk_builder_build(b, 0, 0, 0, got, sizeof(got), NULL) == STK_OK);
+  FILE *f = fopen(path, "r+b");
+  CHECK(f != NULL);
+  for (int i = 0; f && i < 3; i++) {
+    unsigned char p8[8];
+    put64(p8, (uint64_t)1 << 40);
+    CHECK(fseek(f, PTR(i), SEEK_SET) == 0 && fwrite(p8, 1, 8, f) == 8);
+  }
+  if (f) fclose(f);
+  int rc = stk_builder_build(b, 0, 0, 1, got, sizeof(got), NULL);
+  printf("rewritten in place: rc %d: %s\n", rc, stk_builder_error(b));
+  CHECK(rc == STK_CORRUPT && strstr(stk_builder_error(b), "points outside the .bin"));
+  stk_builder_destroy(b);
+  stk_dataset_close(ds);
+}
+
 /* Random mutations through the parser; what it accepts is in bounds. */
 static void test_mutations(void) {
   uint64_t rs = 0x1234567;
@@ -375,6 +416,7 @@ int main(int argc, char **argv) {
     test_paths();
     test_bad_tokens();
     test_epochs();
+    test_rewritten_in_place();
     test_mutations();
   }
   free(good_idx);
