@@ -342,6 +342,9 @@ class Loader:
                 self._auto_finish()
             lib.stk_client_close(self._c)
             self._c = None
+            # batches still held belong to the closed client's ring, not to
+            # the next one's (a reopen starts with every slot free)
+            self._held = _Held()
 
     def finish(self, shutdown_job=False):
         """Tell the coordinator this rank is done (rank 0 may end the job
