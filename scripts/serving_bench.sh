@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# serving_bench.sh - bounded serving at the issue's scale (issue 7, item 6;
-# not part of CI's default run): one stoker-worker (6 batch buffers) under
+# serving_bench.sh - bounded serving at full scale (not part of CI's
+# default run): one stoker-worker (6 batch buffers) under
 # 5000 idle TCP connections + 2000 streams that never send a request + 10
 # streams that ask and never read, while a real libstoker client reads
 # batches. Prints the client's throughput with and without the load

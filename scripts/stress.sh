@@ -2,8 +2,8 @@
 # stress.sh - the flakiness check (not part of CI's default run): the whole
 # ctest suite repeated until it fails (at most N rounds, default 20) in the
 # release build, then once in the ASan+UBSan build, each while a CPU-bound
-# process competes for the cores (one busy loop by default, as issue 7
-# asks: "while another CPU-bound process runs"; STRESS_HOGS=N for more; one
+# process competes for the cores (one busy loop by default: "while another
+# CPU-bound process runs"; STRESS_HOGS=N for more; one
 # per core roughly doubles the run), so a test that leans on timing shows
 # it here and not in someone else's CI run.
 #   usage: [STRESS_HOGS=N] scripts/stress.sh [ROUNDS]   (builds into build/stress-*)

@@ -8,7 +8,7 @@
  *        (raw_data_out: no upsampling, no colour conversion).
  * Images that are not 3-component YCbCr (grayscale, CMYK) decode the same
  * way in both. The ycc / rgb time is an upper bound on what a decode that
- * stays in YCbCr saves in the decoder (issue 12, item 1); the ROI decode
+ * stays in YCbCr saves in the decoder; the ROI decode
  * converts only the crop's rows and columns, so it saves less there.
  */
 #include <limits.h>

@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """make_seeds.py - writes the seed corpora of the fuzz targets added for
-issue 7 (job, tar, worker_requests, coordinator_msgs) under corpus/, so
+bounded input (job, tar, worker_requests, coordinator_msgs) under corpus/, so
 the seeds are reviewable and reproducible. Standard library only; the
 protobuf bytes are encoded by hand from stoker.proto's field numbers.
 Run from anywhere: ./tests/fuzz/make_seeds.py (overwrites seed-* files,

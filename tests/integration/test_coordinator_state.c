@@ -8,7 +8,7 @@
  *     naming the file and the line; with --discard-state it runs;
  *  4. a second coordinator on a state dir in use: exit 1, "in use"; one
  *     on a port in use: exit 1 (no silent SO_REUSEPORT sharing);
- *  5. watch lease (issue 7: a watcher on a dead host kept a job from its
+ *  5. watch lease (a watcher on a dead host kept a job from its
  *     idle timeout for hours): a watch that is never renewed (its host
  *     went silent) no longer holds the job: the coordinator ends it OK
  *     after --watch-lease-s and the idle timeout ends the job (exit 3)

@@ -1,4 +1,4 @@
-"""test_ops.py - the daemons as an operator runs them (issue 10, items 3, 5-8).
+"""test_ops.py - the daemons as an operator runs them.
 
 One case per run (argv[1]); ctest runs each as its own test:
   token     the token from --token-file, $STOKER_TOKEN and $STOKER_TOKEN_FILE

@@ -1,4 +1,4 @@
-/* test_serving_bounds.c - bounded serving (issue 7, item 6) against one
+/* test_serving_bounds.c - bounded serving against one
  * real stoker-worker: a hostile load (flood.h: idle TCP connections,
  * streams that never send a request, streams that ask and never read)
  * while a real libstoker client consumes its batches.
@@ -15,7 +15,7 @@
  * and the worker's thread count and RSS (printed) stay within bounds: the
  * thread count does not grow with the number of calls.
  *
- * --full (scripts/serving_bench.sh; not in CI's default run): the issue's
+ * --full (scripts/serving_bench.sh; not in CI's default run): the full
  * scale, 5000 idle connections + 2000 silent streams + 10 stalled streams
  * (each replaced by a new one 2 s after its start, the worker's
  * --send-stall-s, so ten are always there), from a child process (this
@@ -461,7 +461,7 @@ static void full_run(void) {
       100.0 * loaded[RUNS / 2] / normal[RUNS / 2], arrival[RUNS / 2],
       100.0 * arrival[RUNS / 2] / normal[RUNS / 2], stalled, reopened,
       100.0 * ratio[RUNS / 2], th_max, th0, rss_max, rss0);
-  /* The issue's bound, with the load in place; the arrival of 7000
+  /* The bound, with the load in place; the arrival of 7000
    * connections within a second costs more (printed, not asserted). */
   CHECK(loaded[RUNS / 2] >= 0.9 * normal[RUNS / 2]);
   CHECK(th_max <= th0 + 6);

@@ -1,5 +1,5 @@
 /* test_chain.c - op chains in the job spec (core/chain.c, job.c's
- * pipeline key): the issue's example chain parses and sets dtype, layout,
+ * pipeline key): an example chain parses and sets dtype, layout,
  * mean/std and the output size; the canonical text round-trips and its
  * hash separates chains that build different bytes; the named pipelines
  * keep the hash they had; every refusal says which op and why (unknown op,
