@@ -12,82 +12,20 @@ them); exit 77 when they, or torch, are missing, or under sanitizers.
 """
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
 import time
 
-if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
-    sys.exit(77)
-COORD = os.environ.get("STOKER_COORDINATOR_BIN", "")
-WORKER = os.environ.get("STOKER_WORKER_BIN", "")
-if not (COORD and WORKER and os.access(COORD, os.X_OK) and os.access(WORKER, os.X_OK)):
-    print("SKIP: stoker-coordinator / stoker-worker not built in this tree")
-    sys.exit(77)
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not importable (install python3-torch)")
-    sys.exit(77)
-import stoker
+from harness import check, fails, reap, require, spawn, until, wait_port
+
+COORD, WORKER = require(torch=True, bins=("STOKER_COORDINATOR_BIN", "STOKER_WORKER_BIN"))
+import stoker  # noqa: E402
+import torch  # noqa: E402
 
 JOB = {"name": "pytest", "source": "synthetic", "num_samples": "1024", "height": "32",
        "width": "32", "batch_size": "8", "world_size": "2", "epochs": "3",
        "num_classes": "10", "seed": "11"}
-procs = []
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what, flush=True)
-
-
-def wait_port(path, proc, timeout=15.0):
-    t = time.time() + timeout
-    while time.time() < t:
-        if os.path.exists(path):
-            with open(path) as f:
-                s = f.read().strip()
-            if s:
-                return int(s)
-        if proc.poll() is not None:
-            raise RuntimeError("%s exited with %s" % (proc.args[0], proc.returncode))
-        time.sleep(0.02)
-    raise RuntimeError("no port file %s" % path)
-
-
-def until(cond, timeout, what):
-    """Poll cond() every 20 ms until true (bounded); a failed check if not."""
-    t = time.time() + timeout
-    while time.time() < t:
-        if cond():
-            return True
-        time.sleep(0.02)
-    check(False, "%s (waited %g s)" % (what, timeout))
-    return False
-
-
-def spawn(args, log):
-    p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def reap():
-    for p in procs:
-        if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.time() + 5
-    for p in procs:
-        try:
-            p.wait(max(0.1, deadline - time.time()))
-        except subprocess.TimeoutExpired:
-            p.kill()
-            p.wait()
 
 
 def epoch_check(loaders, spe):
