@@ -128,8 +128,8 @@ STK_EXPORT int stk_client_config_from_env(stk_client_config *cfg, char *err,
  * message in err. Thread-safe (separate clients are independent).
  * Side effect, process-wide: raises glibc's mmap and trim thresholds (32 and
  * 64 MiB) so gRPC's receive buffers are reused instead of being returned to
- * the kernel and faulted in again after every message; that cut the
- * client's CPU per GB about threefold (docs/benchmarks.md). Set the
+ * the kernel and faulted in again after every message; that cuts the
+ * client's CPU per GB about fourfold (docs/benchmarks.md). Set the
  * environment variable STOKER_MALLOC_TUNING=0 to leave malloc alone; a
  * MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ you set is never
  * overridden. */
