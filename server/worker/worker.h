@@ -37,7 +37,7 @@ typedef struct worker_opts {
 
 extern worker_opts opt;
 
-/* ---- State (defined in main.c) -----------------------------------------*/
+/* ---- State (defined in main.c) ---------------------------------------- */
 
 /* A layout's tensors as BatchHeader descriptors (pointing into it). */
 typedef struct stk__tdescs {
@@ -48,7 +48,8 @@ typedef struct stk__tdescs {
 
 typedef struct worker_state {
   pthread_mutex_t mu; /* guards have_job and busy_fraction */
-  /* main only: set before the server and the session start, freed at exit */
+  /* set by main before the server and the session start, read-only until
+   * main frees it at exit */
   stk__tls *tls; /* --tls-*: serving and the coordinator session; NULL = plaintext */
   /* The job (job.c, on_job on the session thread). Everything from spec
    * to sch is written once, before have_job is set under mu, and never
