@@ -3,7 +3,7 @@
  * request queues that the builders serve round-robin so no stream (rank)
  * starves. A stream's owner takes finished batches in completion order:
  * it is told (a callback) when there is something to take, and never
- * waits here (worker.c drives the sends from gRPC's events).
+ * waits here (streams.c drives the sends from gRPC's events).
  *
  * Memory is bounded by construction: a builder holds a buffer only while
  * it builds, and a batch keeps its buffer until the last chunk referencing

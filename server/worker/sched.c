@@ -7,7 +7,7 @@
  * called without the lock while the builder still counts as building on
  * the stream, so a closed stream is freed only once no builder (and no
  * drain) holds it. Owns the builders, their threads and the buffers. Must
- * not call into gRPC (worker.c does that, outside this lock).
+ * not call into gRPC (streams.c does that, outside this lock).
  */
 #include "common/thread.h"
 #include "sched.h"
@@ -270,7 +270,7 @@ static void *builder_main(void *arg) {
                                            buf->data, nbytes, &info);
     /* A transient error (out of descriptors, EIO, out of memory: never a
      * bad sample) gets a bounded retry here; after that the stream ends
-     * UNAVAILABLE and the client asks again (worker.c). */
+     * UNAVAILABLE and the client asks again (streams.c). */
     int retries = 0;
     for (; rc == STK_UNAVAILABLE && retries < SCHED_TRANSIENT_RETRIES; retries++) {
       LOG_WARN("%s (retry %d of %d)", inject ? injected : stk_builder_error(bb),
