@@ -133,8 +133,7 @@ static stk__option options[] = {
     {"heartbeat-misses", OPT_INT, "3", NULL,
      "missed heartbeats before a worker is dropped from the list", &opt.heartbeat_misses,
      1, 1000},
-    {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
-     &opt.stats_interval_s, 1, 86400},
+    STK__OPT_STATS_INTERVAL_S(opt.stats_interval_s),
     {"shutdown-grace-s", OPT_INT, "15", NULL,
      "on shutdown, how long to wait for workers to drain and disconnect, and "
      "for workers registered before a restart (--state-dir, --rejoin-wait-s) to "
@@ -145,14 +144,8 @@ static stk__option options[] = {
      "ends, stay up this long telling every worker that comes back to shut down "
      "(workers retry every 1-3 s) and every rank that the job ended",
      &opt.linger_s, 0, 3600},
-    {"token-file", OPT_STR, "", NULL,
-     "read the bearer token every call must carry from the first line of FILE "
-     "(else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names; none: no token)",
-     &opt.token_file, 0, 0},
-    {"token", OPT_STR, "", NULL,
-     "the bearer token itself: visible to every local user in ps, prefer "
-     "--token-file or $STOKER_TOKEN",
-     &opt.token, 0, 0},
+    STK__OPT_TOKEN_FILE(opt.token_file, "every call must carry"),
+    STK__OPT_TOKEN(opt.token),
     {"worker-token-file", OPT_STR, "", NULL,
      "role separation: a token (first line of FILE) that may only open worker "
      "sessions and read Status",
@@ -169,20 +162,13 @@ static stk__option options[] = {
      "session comes from (behind NAT or a proxy)",
      &opt.trust_worker_addresses, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
-    {"port-file", OPT_STR, "", NULL,
-     "after binding, write the bound port here (decimal, newline; atomic rename)",
-     &opt.port_file, 0, 0},
-    {"max-message-mb", OPT_INT, "4", NULL,
-     "largest gRPC message sent (requests are received with their own small "
-     "limits: docs/operations.md)",
-     &opt.max_message_mb, 1, 1024},
-    {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
+    STK__OPT_PORT_FILE(opt.port_file),
+    STK__OPT_MAX_MESSAGE_MB(opt.max_message_mb, "4",
+                            "largest gRPC message sent (requests are received with "
+                            "their own small limits: docs/operations.md)"),
+    STK__OPT_LOG_LEVEL(opt.log_level),
     STK__SERVE_OPTIONS(opt.serve),
-    {"metrics-listen", OPT_STR, "", stk__opt_hostport,
-     "serve Prometheus /metrics on this host:port (port 0 = any free one, logged); "
-     "empty = off",
-     &opt.metrics_listen, 0, 0},
+    STK__OPT_METRICS_LISTEN(opt.metrics_listen),
     {"max-bad-fraction", OPT_DOUBLE, "0", NULL,
      "fail the job (as an abort: exit 4, workers exit 5) once a worker has found more "
      "than this fraction of the dataset's samples bad; 0 = off (bad samples are "
@@ -1831,21 +1817,6 @@ static void coord_metrics(metrics_buf *b, void *ud) {
   (void)ud;
 }
 
-/* --metrics-listen: serve /metrics. 0 (also when off), or -1 logged. */
-static int start_metrics(metrics_server **ms) {
-  *ms = NULL;
-  if (!*opt.metrics_listen) return 0;
-  char err[300];
-  int port = 0;
-  if (metrics_start(opt.metrics_listen, coord_metrics, NULL, ms, &port, err,
-                    sizeof(err))) {
-    LOG_ERROR("%s", err);
-    return -1;
-  }
-  LOG_INFO("metrics on http://%s/metrics (port %d)", opt.metrics_listen, port);
-  return 0;
-}
-
 /* Serve the Coordinator service on opt.listen and write the port file.
  * 0, or -1 with err. */
 static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
@@ -1888,24 +1859,19 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
 }
 
 int main(int argc, char **argv) {
-  stk__log_init(PROGRAM);
-  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
-  int pr = stk__options_parse(
-      options, NOPTIONS, argc, argv, PROGRAM,
+  int pr = stk__daemon_init(
+      PROGRAM, options, NOPTIONS, argc, argv,
       "Runs one stoker job: worker sessions, client joins, finish, status.",
       exit_codes_text);
   int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
   char err[600];
   if (pr != OPTS_RUN) goto out;
-  stk__tls_files tf = {opt.tls.ca, opt.tls.cert, opt.tls.key, opt.tls.require};
-  if (load_job(err, sizeof(err)) || stk__tls_load(&tf, &C.tls, err, sizeof(err)) ||
-      (C.tls && !stk__tls_has_cert(C.tls) &&
-       stk__errf(err, sizeof(err), -1, "TLS needs --tls-cert and --tls-key"))) {
+  if (load_job(err, sizeof(err)) ||
+      stk__daemon_tls(&opt.tls, "", &C.tls, err, sizeof(err))) {
     fprintf(stderr, PROGRAM ": %s\n", err);
     code = EXIT_USAGE;
     goto out;
   }
-  stk__daemon_check_secret_mode("--tls-key", opt.tls.key);
   if (opt.print_job) {
     printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
            C.resolved ? "" : " (num_samples from the dataset: changes once known)");
@@ -1922,9 +1888,7 @@ int main(int argc, char **argv) {
     LOG_WARN(
         "role tokens are set and so is the shared token (--token-file, $STOKER_TOKEN): "
         "the shared one still grants every role");
-  stk__signals_install();
-  stk__daemon_raise_nofile();
-  stk__notify_init();
+  stk__daemon_start();
   C.start_ms = C.last_touch_ms = stk__now_ms();
   /* List versions are never 0 (a watcher that knows nothing gets the list
    * at once) and start from the wall clock, so a restarted coordinator
@@ -1941,7 +1905,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   metrics_server *ms = NULL;
-  if (start_metrics(&ms)) {
+  if (stk__daemon_metrics(opt.metrics_listen, coord_metrics, NULL, &ms)) {
     stk__rpc_server_stop(srv, 0);
     code = EXIT_FAIL;
     goto out;
