@@ -1,6 +1,8 @@
-/* daemon.c - signals, the port file, the descriptor limit and starting
- * the gRPC server for stoker-coordinator and stoker-worker. Owns the
- * signal flag. Must not log from a signal handler. */
+/* daemon.c - the start-up both daemons share (options, TLS material,
+ * signals, the descriptor limit, sd_notify, /metrics), signals, the port
+ * file and starting the gRPC server for stoker-coordinator and
+ * stoker-worker. Owns the signal flag. Must not log from a signal
+ * handler. */
 #include "daemon.h"
 
 #include <arpa/inet.h>
@@ -20,8 +22,10 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/error.h"
 #include "common/secret.h"
 #include "log.h"
+#include "notify.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
 
@@ -371,5 +375,48 @@ int stk__daemon_token(const char *token, const char *token_file, int argc, char 
   if (src == STK_TOKEN_FILE) stk__daemon_check_secret_mode("token file", token_file);
   if (src == STK_TOKEN_ENV_FILE)
     stk__daemon_check_secret_mode("token file", getenv("STOKER_TOKEN_FILE"));
+  return 0;
+}
+
+/* ---- Start-up ------------------------------------------------------------ */
+
+int stk__daemon_init(const char *program, stk__option *opts, size_t nopts, int argc,
+                     char **argv, const char *synopsis, const char *exit_codes) {
+  stk__log_init(program);
+  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
+  return stk__options_parse(opts, nopts, argc, argv, program, synopsis, exit_codes);
+}
+
+int stk__daemon_tls(const stk__tls_opts *x, const char *need_cert_why, stk__tls **tls,
+                    char *err, size_t errlen) {
+  stk__tls_files tf = {x->ca, x->cert, x->key, x->require};
+  if (stk__tls_load(&tf, tls, err, errlen)) return -1;
+  if (*tls && !stk__tls_has_cert(*tls)) {
+    stk__tls_free(*tls);
+    *tls = NULL;
+    return stk__errf(err, errlen, -1, "TLS needs --tls-cert and --tls-key%s",
+                     need_cert_why);
+  }
+  stk__daemon_check_secret_mode("--tls-key", x->key);
+  return 0;
+}
+
+void stk__daemon_start(void) {
+  stk__signals_install();
+  stk__daemon_raise_nofile();
+  stk__notify_init();
+}
+
+int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud,
+                        metrics_server **ms) {
+  *ms = NULL;
+  if (!*listen) return 0;
+  char err[300];
+  int port = 0;
+  if (metrics_start(listen, fn, ud, ms, &port, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    return -1;
+  }
+  LOG_INFO("metrics on http://%s/metrics (port %d)", listen, port);
   return 0;
 }

@@ -1,5 +1,7 @@
-/* daemon.h - process plumbing the two daemons share: termination signals
- * turned into a flag, the --port-file protocol, starting the server. */
+/* daemon.h - process plumbing the two daemons share: their start-up
+ * (options, TLS material, signals, descriptor limit, sd_notify, /metrics),
+ * termination signals turned into a flag, the --port-file protocol,
+ * starting the server. */
 #ifndef STOKER_SERVER_DAEMON_H
 #define STOKER_SERVER_DAEMON_H
 
@@ -8,6 +10,7 @@
 
 #include "common/secret.h"
 
+#include "metrics.h"
 #include "options.h"
 #include "rpc.h"
 
@@ -158,5 +161,40 @@ int stk__daemon_token(const char *token, const char *token_file, int argc, char 
 int stk__raise_nofile(uint64_t *soft, uint64_t *hard);
 /* stk__raise_nofile, then log what it did (a warning when it failed). */
 void stk__daemon_raise_nofile(void);
+
+/* ---- Start-up, in the order a daemon's main calls them ----------------- */
+
+/* The first step of a daemon's main: name the log lines after program
+ * (stk__log_init), let gRPC reuse its message buffers
+ * (stk__rpc_tune_malloc), then stk__options_parse(opts, nopts, argc, argv,
+ * program, synopsis, exit_codes). Returns what stk__options_parse does:
+ * OPTS_RUN, OPTS_EXIT_OK (--help, --print-config done) or OPTS_USAGE
+ * (message printed). The table keeps its strings until
+ * stk__options_free. Not thread-safe: once, from main, before threads. */
+int stk__daemon_init(const char *program, stk__option *opts, size_t nopts, int argc,
+                     char **argv, const char *synopsis, const char *exit_codes);
+
+/* The serving TLS material of a daemon's --tls-* rows (x filled by
+ * STK__TLS_SERVER_OPTIONS): stk__tls_load into *tls (NULL = plaintext);
+ * material without this side's certificate is refused, "TLS needs
+ * --tls-cert and --tls-key" followed by need_cert_why ("" or e.g. " (the
+ * worker serves clients with them)"); then a group- or world-readable
+ * --tls-key is warned about (stk__daemon_check_secret_mode). 0 with *tls
+ * (the caller frees it with stk__tls_free), or -1 with err and *tls NULL
+ * (the caller prints err: a usage error). Once, from main. */
+int stk__daemon_tls(const stk__tls_opts *x, const char *need_cert_why, stk__tls **tls,
+                    char *err, size_t errlen);
+
+/* Process-wide set-up once the options are good and before serving:
+ * stk__signals_install, stk__daemon_raise_nofile (logged),
+ * stk__notify_init. Once, from main, before threads start. */
+void stk__daemon_start(void);
+
+/* --metrics-listen: serve Prometheus /metrics on listen with fn (run on
+ * the HTTP thread: it must take the daemon's locks itself), and log the
+ * bound port ("metrics on http://LISTEN/metrics (port N)"). 0 with *ms
+ * (stop it with metrics_stop), also when listen is empty (off: *ms NULL);
+ * -1 after logging why, *ms NULL. */
+int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud, metrics_server **ms);
 
 #endif

@@ -50,4 +50,40 @@ int stk__opt_hostport(const stk__option *o, char *err, size_t errlen);
 /* Validator: log level name. */
 int stk__opt_loglevel(const stk__option *o, char *err, size_t errlen);
 
+/* Rows both daemons' tables share (stk__options_parse); each takes the
+ * field it fills, and where the daemons word a row differently, the part
+ * that differs. Their text is what --help prints, which the docs quote
+ * (test_docs_option_blocks): change it on purpose only. The TLS and
+ * serving rows are STK__TLS_SERVER_OPTIONS and STK__SERVE_OPTIONS
+ * (daemon.h). */
+/* clang-format off */
+#define STK__OPT_TOKEN_FILE(dst, what)                                                 \
+  {"token-file", OPT_STR, "", NULL,                                                    \
+   "read the bearer token " what " from the first line of FILE (else $STOKER_TOKEN, "  \
+   "else the file $STOKER_TOKEN_FILE names; none: no token)",                          \
+   &(dst), 0, 0}
+#define STK__OPT_TOKEN(dst)                                                            \
+  {"token", OPT_STR, "", NULL,                                                         \
+   "the bearer token itself: visible to every local user in ps, prefer "               \
+   "--token-file or $STOKER_TOKEN",                                                    \
+   &(dst), 0, 0}
+#define STK__OPT_PORT_FILE(dst)                                                        \
+  {"port-file", OPT_STR, "", NULL,                                                     \
+   "after binding, write the bound port here (decimal, newline; atomic rename)",       \
+   &(dst), 0, 0}
+#define STK__OPT_STATS_INTERVAL_S(dst)                                                 \
+  {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",         \
+   &(dst), 1, 86400}
+#define STK__OPT_MAX_MESSAGE_MB(dst, def, help)                                        \
+  {"max-message-mb", OPT_INT, def, NULL, help, &(dst), 1, 1024}
+#define STK__OPT_LOG_LEVEL(dst)                                                        \
+  {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",     \
+   &(dst), 0, 0}
+#define STK__OPT_METRICS_LISTEN(dst)                                                   \
+  {"metrics-listen", OPT_STR, "", stk__opt_hostport,                                   \
+   "serve Prometheus /metrics on this host:port (port 0 = any free one, logged); "     \
+   "empty = off",                                                                      \
+   &(dst), 0, 0}
+/* clang-format on */
+
 #endif

@@ -1,0 +1,320 @@
+/* coordinator.h - what the files of stoker-coordinator share (internal to
+ * this one program, like the worker's session.h and sched.h): the options,
+ * the one state struct C with the lock that guards each of its fields,
+ * and the functions one file calls in another.
+ *
+ * The coordinator, one per job: loads the job spec, keeps worker sessions
+ * (register, heartbeats, Drain/Shutdown commands), lets client ranks join
+ * and watch the live worker list, tracks finished ranks, answers Status,
+ * and ends the job in order: when every rank has finished, rank 0 asks, a
+ * signal arrives or no client touched the job for --idle-timeout-s, it
+ * commands every worker to shut down, waits for them (bounded) and exits.
+ * A rank may instead abort the job (Finish with abort_job): the job then
+ * ends as failed (state "failed", workers told Shutdown{failed}, exit code
+ * 4).
+ *
+ * With --state-dir, what a restart must not forget (the job's hash, the
+ * dataset size and fingerprint, joined and finished ranks, the registered
+ * workers, the job's end) is written to a state journal (persist.c, with
+ * server/journal.c) before the call that changed it is answered; a
+ * coordinator restarted with the same job and state dir resumes from it.
+ * Clients also re-announce themselves on every watch (rank, job hash,
+ * finished), so even a restart on a fresh disk converges while the
+ * ranks' clients are still open.
+ *
+ * The files (one concern each):
+ *   options.c  the option table, --help's exit codes
+ *   state.c    the job and C; loading the job, the helpers on C
+ *   persist.c  --state-dir: journal snapshots, resuming, workers expected back
+ *   workers.c  Coordinator.WorkerSession: register, heartbeats, shutdown, drop
+ *   ranks.c    Join, WatchWorkers (re-announcements), Finish (and abort)
+ *   status.c   ReportStats, Status, the stats line, /metrics
+ *   main.c     serving, the main loop, the orderly end, main()
+ *
+ * Threads and locks. Calls are event driven (proto/rpc.h, "Server"):
+ * handlers run on the rpc layer's threads and never block; sends only
+ * queue, so they may be made under C.mu (lock order: C.mu, then the rpc
+ * layer's own locks). The one exception is the state journal: a small
+ * file write + fsync made inline on a serving thread, without C.mu
+ * (journal_sync), before a call is answered; its own lock (persist.c)
+ * is taken without C.mu. The main loop (main.c) and the /metrics thread
+ * (status.c, coord_metrics) take C.mu like any handler. A function named
+ * *_locked is called with C.mu held; the rpc layer's handlers and
+ * callbacks (handle_*, *_ops) and the functions whose comment says "call
+ * without C.mu" take it themselves; the rest take no lock.
+ *
+ * Must not trust the network: every message is validated and a bad one
+ * ends only its own call.
+ */
+#ifndef STOKER_SERVER_COORDINATOR_H
+#define STOKER_SERVER_COORDINATOR_H
+
+#include <pthread.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "daemon.h"
+#include "metrics.h"
+#include "options.h"
+#include "rpc.h"
+#include "stoker.pb-c.h"
+#include "stoker/augment.h"
+#include "wire_limits.h"
+
+#define PROGRAM "stoker-coordinator"
+
+enum {
+  EXIT_OK = 0,     /* the job ended: all ranks finished, rank 0 asked, or a signal */
+  EXIT_FAIL = 1,   /* cannot listen, cannot write the port file, state dir */
+  EXIT_USAGE = 2,  /* bad option, config file or job spec; another job's state */
+  EXIT_IDLE = 3,   /* no client touched the job for --idle-timeout-s */
+  EXIT_ABORTED = 4 /* a rank aborted the job (Finish.abort_job) */
+};
+
+#define MAX_STR      STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
+#define MAX_FAILURES 8                /* worker failures kept for Status */
+
+/* ---- Options (options.c) -------------------------------------------------
+ * Filled by stk__daemon_init in main before any thread starts; read-only
+ * afterwards, so every thread reads them without a lock. */
+
+typedef struct coord_opts {
+  char *listen, *job, *token, *token_file, *port_file, *log_level, *metrics_listen,
+      *state_dir, *worker_token_file, *client_token_file, *admin_token_file;
+  int trust_worker_addresses;
+  stk__tls_opts tls;
+  stk__strlist set;
+  long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
+      shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s, linger_s;
+  int print_job, discard_state;
+  stk__serve_opts serve;
+  double max_bad_fraction;
+} coord_opts;
+
+extern coord_opts opt;
+/* The option table that fills opt (noptions rows), for stk__daemon_init
+ * and stk__options_free. */
+extern stk__option options[];
+extern const size_t noptions;
+/* The exit codes as --help prints them. */
+extern const char exit_codes_text[];
+
+/* ---- State (state.c) ----------------------------------------------------- */
+
+/* The phases of a worker session (Coordinator.WorkerSession). */
+enum { WS_HELLO, WS_HELLO2, WS_SERVING, WS_OVER };
+
+/* One worker session (workers.c). Allocated by session_open, freed by
+ * session_closed; linked into C.workers while registered (live). Fields
+ * without a note are under C.mu once the worker is linked. */
+typedef struct cworker {
+  /* Written by the session's own callbacks before it is linked (they
+   * come one at a time); read-only once linked. */
+  char id[MAX_STR], address[MAX_STR];
+  uint32_t cores;
+  stk__rpc_call *call; /* its session; valid until session_closed (NULLed under C.mu) */
+  int phase;           /* WS_*: touched only by the call's callbacks */
+  uint64_t ack_hash;   /* the job hash the RegisterAck carried (set under C.mu, read by
+                          the session's own callbacks) */
+  int live;            /* in C.workers */
+  int leaving;         /* session over: no longer journaled, unlink next */
+  int shutdown_sent;
+  int64_t registered_ms, last_hb_ms;
+  struct {
+    uint64_t batches_built, bytes_sent, samples_substituted;
+    uint32_t active_streams, queued_requests;
+    double busy_fraction, batches_per_s;
+  } stats;
+  Stoker__V1__WorkerStats *hb; /* the last heartbeat's stats, whole (under C.mu) */
+  struct cworker *next;
+} cworker;
+
+/* The job's state as Status and /metrics name it (state_locked). */
+enum { ST_WAITING, ST_RUNNING, ST_DRAINING, ST_DONE, ST_FAILED };
+
+struct watcher; /* an open WatchWorkers call (ranks.c) */
+
+/* The coordinator's state: one daemon, one job, one mutex. Before the
+ * server starts, main (load_job, journal_open) fills it without the lock;
+ * from then on every field is under C.mu unless its note says otherwise.
+ * Owner: the file that writes a field (named per group); the others read
+ * it under C.mu. */
+typedef struct coord_state {
+  pthread_mutex_t mu;
+  pthread_cond_t cv; /* list version changed, or shutting down (broadcast
+                        under C.mu; nothing waits on it today) */
+  stk__tls *tls;     /* --tls-*, loaded at start; NULL = plaintext. Read-only
+                        once the server starts: no lock */
+
+  /* The job (state.c; the dataset's size and fingerprint: workers.c,
+   * from the first worker, and persist.c, at start). */
+  stk_job_spec spec; /* spec.world_size never changes after load_job: read
+                        without C.mu too */
+  int resolved;      /* num_samples known */
+  char *canonical;
+  uint64_t hash;
+  uint64_t config_hash; /* of the job as configured: the state journal's key.
+                           Set once by load_job: no lock */
+  uint64_t fingerprint;
+  int have_fp;
+
+  /* The live worker list (workers.c). */
+  cworker *workers; /* live ones */
+  uint64_t version; /* changes with the list; never 0 (set from the clock in main) */
+
+  /* Ranks (ranks.c): joined[r], finished[r] for r < world_size. */
+  uint8_t *joined, *finished;
+  uint32_t njoined, nfinished;
+
+  /* The end of the job: requested with request_shutdown_locked (ranks.c,
+   * workers.c, main.c; persist.c at start, from the journal), carried out
+   * by main.c (shutting_down, done). */
+  int shutting_down;
+  int shutdown_req; /* exit code to use once requested, +1 */
+  char shutdown_reason[400];
+  int failed; /* the job was aborted; shutdown_reason says why */
+  /* The job began before this coordinator started (a restart): a rank it
+   * never saw join re-announced itself or finished, or the state journal
+   * resumed it. Workers of the earlier coordinator may still be in their
+   * reconnect backoff when the job ends: the end lingers (--linger-s). */
+  int seen_earlier;
+  int by_signal; /* the shutdown was asked by a signal: no linger */
+  /* Workers that could not serve the job and said why (WorkerFailure):
+   * the last MAX_FAILURES, for Status and waiting ranks (workers.c). */
+  struct wfail {
+    char text[800]; /* "worker ID (ADDRESS): REASON", escaped */
+    int64_t at_ms;
+  } fails[MAX_FAILURES];
+  uint32_t nfails; /* ever recorded; the newest is fails[(nfails - 1) % MAX] */
+  /* start_ms: set in main before the server starts, read-only after (no
+   * lock); last_touch_ms: touch_locked, from any file. */
+  int64_t start_ms, last_touch_ms;
+  int watchers;               /* started watches (ranks.c) */
+  struct watcher *watch_list; /* open WatchWorkers calls (ranks.c) */
+  int done;                   /* every worker told and gone (main.c) */
+  struct crank {   /* the figures a rank last reported (ReportStats: status.c) */
+    int64_t at_ms; /* 0 = never */
+    /* The process that holds the rank (one per rank, ranks.c): its client
+     * id (NULL = none known), where it joined from and when, its open
+     * watches and when one was last seen (holder_live). */
+    char *holder;
+    char holder_peer[64];
+    int64_t holder_since_ms, holder_seen_ms;
+    int holder_watches;
+    uint64_t holder_gen; /* changes with the holder (a watch counts for one) */
+    double stall_fraction, batches_per_s;
+    uint64_t batches;
+    uint32_t workers_alive;
+  } * ranks;
+  /* From the state journal (persist.c): ids of workers registered before a
+   * restart and not back yet; the end of the job waits (bounded) for them
+   * too. */
+  char **expect;
+  size_t nexpect;
+} coord_state;
+
+extern coord_state C;
+
+/* Mark the job as touched by a client now (the idle timeout's clock).
+ * Under C.mu. */
+void touch_locked(void);
+/* Ask for the end of the job with exit code code and reason why (copied);
+ * the first request wins, later ones do nothing. The main loop (main.c)
+ * sees it within a tick. Under C.mu. */
+void request_shutdown_locked(int code, const char *why);
+/* The job's state now, ST_*. Under C.mu. */
+int state_locked(void);
+/* Recompute C.canonical and C.hash after a change of C.spec. 0, or -1 when
+ * out of memory (the old text kept). Under C.mu (or before the server
+ * starts). */
+int job_publish_locked(void);
+/* Take w off the live list (C.version moves, C.cv broadcast). 1 when it
+ * was on it, 0 when not. Does not free w. Under C.mu. */
+int unlink_locked(cworker *w);
+/* Workers on the live list. Under C.mu. */
+size_t nworkers_locked(void);
+/* Copies of the live list (strings duplicated) with their count in *n;
+ * NULL (and *n 0) when out of memory, a shorter list when a copy failed.
+ * The caller owns them: free with infos_free (accepts NULL). Under C.mu. */
+Stoker__V1__WorkerInfo **infos_locked(size_t *n);
+void infos_free(Stoker__V1__WorkerInfo **v, size_t n);
+/* Load the job from --job and --set into C.spec, check it, publish its
+ * text and hash and allocate the rank tables. 0, or -1 with err (a usage
+ * error). From main, before the server starts. */
+int load_job(char *err, size_t errlen);
+
+/* ---- State journal, --state-dir (persist.c) ------------------------------ */
+
+/* Open --state-dir and resume from its journal (or start one): takes over
+ * the dataset, the ranks, the end of the job and the workers to expect
+ * back into C. EXIT_OK, or an exit code (EXIT_FAIL, EXIT_USAGE) with err.
+ * From main, before the server starts. */
+int journal_open(char *err, size_t errlen);
+/* 1 when a state journal is kept (--state-dir), else 0. Any thread. */
+int journal_enabled(void);
+/* Put the state as of now in the journal (nothing without --state-dir):
+ * returns once a snapshot holding every change made before the call is on
+ * disk. A failed write is logged and the job goes on. Blocks on a file
+ * write + fsync; call without C.mu, from any thread. */
+void journal_sync(void);
+/* Release the state dir (its lock). From main, after the server stopped. */
+void journal_close(void);
+/* Journal id as a worker to expect back, unless it is already: 1 when
+ * added, 0 when it was there or on allocation failure. Under C.mu. */
+int expect_add_locked(const char *id);
+/* A worker id registered again: no longer expected back. Under C.mu. */
+void expect_remove_locked(const char *id);
+/* Once --rejoin-wait-s has passed since the start, stop waiting for the
+ * journal's workers that did not come back (logged, journaled). Call
+ * without C.mu (main loop). */
+void expect_expire(void);
+
+/* ---- Worker sessions (workers.c) ----------------------------------------- */
+
+/* Coordinator.WorkerSession's callbacks (the rpc layer calls them, one at
+ * a time per call). */
+extern const stk__rpc_stream_ops session_ops;
+/* A deep copy of a worker's stats; the caller owns it
+ * (protobuf_c_message_free_unpacked). NULL when out of memory. Any
+ * thread; s must not change meanwhile (the caller owns it or holds C.mu). */
+Stoker__V1__WorkerStats *stats_copy(const Stoker__V1__WorkerStats *s);
+/* The newest worker failure as "; a worker could not serve the job: TEXT
+ * (N s ago)" in buf (for a waiting rank's message), or "" (none). Returns
+ * buf or "". Under C.mu. */
+const char *last_failure_locked(char *buf, size_t len);
+/* Send Shutdown to every live worker that has not had it yet (queued
+ * only). Call without C.mu (main loop). */
+void send_shutdowns(void);
+/* Drop workers whose heartbeats lapsed (--heartbeat-misses) from the list
+ * and abort their sessions. Call without C.mu (main loop). */
+void check_heartbeats(void);
+
+/* ---- Ranks (ranks.c) ----------------------------------------------------- */
+
+/* Coordinator.Join (unary handler: answers or finishes the call). */
+void handle_join(stk__rpc_call *call, const ProtobufCMessage *req);
+/* Coordinator.WatchWorkers' callbacks. */
+extern const stk__rpc_stream_ops watch_ops;
+/* Coordinator.Finish (also abort_job). Journals before it answers. */
+void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req);
+/* Open watches that keep the job from its idle timeout now. Under C.mu. */
+int watch_holds_locked(int64_t now);
+/* Send every watcher the list if it changed, end those whose lease is
+ * over. Call without C.mu (main loop). */
+void watch_pump_all(void);
+
+/* ---- Status and figures (status.c) --------------------------------------- */
+
+/* Coordinator.ReportStats (unary handler). */
+void handle_report_stats(stk__rpc_call *call, const ProtobufCMessage *req);
+/* Coordinator.Status (unary handler). */
+void handle_status(stk__rpc_call *call, const ProtobufCMessage *req);
+/* One stats line ("stats state=...") and the sd_notify STATUS=; *last_ms
+ * and *last_bytes carry the previous line's time and byte count for the
+ * rate. Call without C.mu (main loop). */
+void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes);
+/* GET /metrics (metrics_fn): the job, workers and ranks. Takes C.mu; runs
+ * on metrics.c's HTTP thread. */
+void coord_metrics(metrics_buf *b, void *ud);
+
+#endif

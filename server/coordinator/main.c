@@ -1,0 +1,224 @@
+/* main.c - stoker-coordinator's main: the shared daemon start-up
+ * (daemon.h), the job and its state journal, the Coordinator service's
+ * method table, the main loop (signals, idle timeout, heartbeat lapses,
+ * watches, the stats line) and the orderly end (every worker told to shut
+ * down and waited for, bounded; lingering after a restart). Wires the
+ * other files together; owns the credentials, and carries out the end of
+ * the job (C.shutting_down, C.done). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "common/clock.h"
+#include "common/secret.h"
+#include "coordinator.h"
+#include "health.h"
+#include "log.h"
+#include "notify.h"
+
+/* Credentials, read in main before the server starts; read-only after. */
+static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */
+static stk__role_tokens roles;        /* --*-token-file, read in main */
+
+/* Run the job until a shutdown is requested (all ranks finished, rank 0
+ * asked, an abort, a signal or the idle timeout); returns the exit code. */
+static int run_job(void) {
+  int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
+  int64_t last_stats = stk__now_ms();
+  uint64_t last_bytes = 0;
+  for (;;) {
+    int sig = stk__signal_pending();
+    int64_t now = stk__now_ms();
+    pthread_mutex_lock(&C.mu);
+    if (sig) {
+      char why[64];
+      snprintf(why, sizeof(why), "signal %d", sig);
+      if (!C.shutdown_req) C.by_signal = 1;
+      request_shutdown_locked(EXIT_OK, why);
+    }
+    if (!watch_holds_locked(now) && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
+      request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
+    int req = C.shutdown_req;
+    pthread_mutex_unlock(&C.mu);
+    if (req) {
+      journal_sync(); /* the end (a signal, the idle timeout) before telling workers */
+      return req - 1;
+    }
+    stk__notify_tick(now);
+    check_heartbeats();
+    watch_pump_all();
+    expect_expire();
+    if (now >= next_stats) {
+      log_stats(now, &last_stats, &last_bytes);
+      next_stats = now + opt.stats_interval_s * 1000;
+    }
+    stk__sleep_ms(50);
+  }
+}
+
+/* Tell every worker to shut down (also ones that register meanwhile), then
+ * wait up to the grace period for them to drain and disconnect. */
+static void shut_down_workers(void) {
+  pthread_mutex_lock(&C.mu);
+  LOG_INFO("shutting down the job: %s", C.shutdown_reason);
+  C.shutting_down = 1;
+  stk__health_set(0);
+  pthread_cond_broadcast(&C.cv);
+  char st[sizeof(C.shutdown_reason) + 40];
+  snprintf(st, sizeof(st), "shutting down: %s", C.shutdown_reason);
+  pthread_mutex_unlock(&C.mu);
+  stk__notify_stopping(st);
+  int64_t now = stk__now_ms(), until = now + opt.shutdown_grace_s * 1000;
+  pthread_mutex_lock(&C.mu);
+  int64_t linger_until = C.seen_earlier && !C.by_signal ? now + opt.linger_s * 1000 : 0;
+  pthread_mutex_unlock(&C.mu);
+  if (linger_until > until) until = linger_until;
+  if (linger_until > now)
+    LOG_INFO(
+        "the job began before this coordinator started: staying up %lld s "
+        "(--linger-s) to tell workers that come back to shut down",
+        opt.linger_s);
+  for (;;) {
+    stk__notify_tick(stk__now_ms());
+    send_shutdowns();
+    watch_pump_all();
+    expect_expire();
+    pthread_mutex_lock(&C.mu);
+    /* Workers registered before a restart and not back yet (state journal)
+     * still need their Shutdown: wait for them too (--rejoin-wait-s, and
+     * within the grace). */
+    size_t left = nworkers_locked() + C.nexpect;
+    pthread_mutex_unlock(&C.mu);
+    if (!left && stk__now_ms() >= linger_until) break;
+    if (stk__signal_count() >= 2) {
+      LOG_WARN("second signal: not waiting for %zu workers", left);
+      break;
+    }
+    if (stk__now_ms() >= until) {
+      pthread_mutex_lock(&C.mu);
+      size_t nexp = C.nexpect;
+      pthread_mutex_unlock(&C.mu);
+      LOG_WARN(
+          "%zu workers still connected after %lld s (%zu known before a restart "
+          "never came back); exiting anyway",
+          left - nexp, opt.shutdown_grace_s, nexp);
+      break;
+    }
+    stk__sleep_ms(20);
+  }
+  pthread_mutex_lock(&C.mu);
+  C.done = 1;
+  pthread_mutex_unlock(&C.mu);
+}
+
+/* Serve the Coordinator service on opt.listen and write the port file.
+ * 0, or -1 with err. */
+static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
+  /* {path, request type, receive limit (wire_limits.h), unary, stream,
+   * no_token, roles}. The unary handlers only take C.mu briefly: they run
+   * inline on the rpc layer's threads. Roles (with role tokens): workers
+   * open sessions, clients join/watch/finish/report, anyone reads Status,
+   * admin does everything. */
+  static const stk__rpc_method methods[] = {
+      {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor,
+       STK_MAX_CONTROL_MSG, NULL, &session_ops, 0, STK__ROLE_WORKER},
+      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor,
+       STK_MAX_CONTROL_MSG, handle_join, NULL, 0, STK__ROLE_CLIENT},
+      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor,
+       STK_MAX_CONTROL_MSG, NULL, &watch_ops, 0, STK__ROLE_CLIENT},
+      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor,
+       STK_MAX_CONTROL_MSG, handle_finish, NULL, 0, STK__ROLE_CLIENT},
+      {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor,
+       /* the job spec, every worker's address, bad-file paths: not for the
+        * worker role (a worker needs nothing of it) */
+       STK_MAX_CONTROL_MSG, handle_status, NULL, 0, STK__ROLE_CLIENT},
+      {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor,
+       STK_MAX_CONTROL_MSG, handle_report_stats, NULL, 0, STK__ROLE_CLIENT},
+      STK__HEALTH_METHODS,
+  };
+  int port = 0;
+  stk__health_init("stoker.v1.Coordinator");
+  if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
+                        opt.max_message_mb, token, &roles, C.tls, &opt.serve,
+                        opt.port_file, srv, &port, err, errlen))
+    return -1;
+  LOG_INFO("job %s (hash %016" PRIx64
+           ", world_size %u, batch_size %u, %s samples) "
+           "listening on %s port %d (%s)",
+           C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
+           C.resolved ? "known" : "unknown until a worker registers", opt.listen, port,
+           stk__tls_describe(C.tls));
+  stk__health_set(1); /* accepting joins (grpc.health.v1) until the shutdown */
+  return 0;
+}
+
+int main(int argc, char **argv) {
+  int pr = stk__daemon_init(
+      PROGRAM, options, noptions, argc, argv,
+      "Runs one stoker job: worker sessions, client joins, finish, status.",
+      exit_codes_text);
+  int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
+  char err[600];
+  if (pr != OPTS_RUN) goto out;
+  if (load_job(err, sizeof(err)) ||
+      stk__daemon_tls(&opt.tls, "", &C.tls, err, sizeof(err))) {
+    fprintf(stderr, PROGRAM ": %s\n", err);
+    code = EXIT_USAGE;
+    goto out;
+  }
+  if (opt.print_job) {
+    printf("%s# hash = %016" PRIx64 "%s\n", C.canonical, C.hash,
+           C.resolved ? "" : " (num_samples from the dataset: changes once known)");
+    code = EXIT_OK;
+    goto out;
+  }
+  if (stk__daemon_token(opt.token, opt.token_file, argc, argv, token, sizeof(token)) ||
+      stk__daemon_role_tokens(opt.worker_token_file, opt.client_token_file,
+                              opt.admin_token_file, &roles)) {
+    code = EXIT_USAGE;
+    goto out;
+  }
+  if (roles.n && *token)
+    LOG_WARN(
+        "role tokens are set and so is the shared token (--token-file, $STOKER_TOKEN): "
+        "the shared one still grants every role");
+  stk__daemon_start();
+  C.start_ms = C.last_touch_ms = stk__now_ms();
+  /* List versions are never 0 (a watcher that knows nothing gets the list
+   * at once) and start from the wall clock, so a restarted coordinator
+   * does not reuse a version its clients saw with another list. */
+  C.version = ((uint64_t)time(NULL) << 20) | 1;
+  if (*opt.state_dir && (code = journal_open(err, sizeof(err))) != EXIT_OK) {
+    LOG_ERROR("%s", err);
+    goto out;
+  }
+  stk__rpc_server *srv = NULL;
+  if (start_server(&srv, err, sizeof(err))) {
+    LOG_ERROR("%s", err);
+    code = EXIT_FAIL;
+    goto out;
+  }
+  metrics_server *ms = NULL;
+  if (stk__daemon_metrics(opt.metrics_listen, coord_metrics, NULL, &ms)) {
+    stk__rpc_server_stop(srv, 0);
+    code = EXIT_FAIL;
+    goto out;
+  }
+  stk__notify_ready("accepting workers and ranks");
+  code = run_job();
+  shut_down_workers();
+  stk__rpc_server_stop(srv, 1000);
+  metrics_stop(ms);
+  LOG_INFO("exiting (code %d)", code);
+out:
+  stk__options_free(options, noptions);
+  for (uint32_t r = 0; C.ranks && r < C.spec.world_size; r++) free(C.ranks[r].holder);
+  free(C.canonical), free(C.joined), free(C.finished), free(C.ranks);
+  stk__tls_free(C.tls);
+  for (size_t i = 0; i < C.nexpect; i++) free(C.expect[i]);
+  free(C.expect);
+  journal_close();
+  return code;
+}

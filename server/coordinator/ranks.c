@@ -1,0 +1,464 @@
+/* ranks.c - the client ranks' calls: Coordinator.Join (one process per
+ * rank: the rank's holder), WatchWorkers (the live list whenever it
+ * changes, each watch ended after its lease; a watch's re-announcement
+ * teaches a restarted coordinator the rank's join, finish and end of the
+ * job), and Finish (a rank done, rank 0 ending the job, or any rank
+ * aborting it). Owns the rank tables and holders, the watches and the
+ * watch list in C, under C.mu. Joins, re-announcements and finishes are
+ * journaled (journal_sync, without C.mu) before they are answered. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "coordinator.h"
+#include "log.h"
+#include "stoker/version.h"
+
+/* How long a rank's holder counts as alive after its last watch ended (the
+ * client opens the next one at once) or after its join (its first watch
+ * follows it). */
+#define HOLDER_GRACE_MS 5000
+
+/* The holder of rank r is alive: an open watch, or seen within the grace. */
+static int holder_live_locked(uint32_t r, int64_t now) {
+  const struct crank *k = &C.ranks[r];
+  return k->holder &&
+         (k->holder_watches > 0 || now - k->holder_seen_ms < HOLDER_GRACE_MS);
+}
+
+/* Another live process holds rank r (client ids compared; a client without
+ * an id, e.g. a stock one, is never refused). */
+static int holder_busy_locked(uint32_t r, const char *client_id, int64_t now) {
+  const struct crank *k = &C.ranks[r];
+  return client_id && *client_id && k->holder && *k->holder &&
+         strcmp(k->holder, client_id) != 0 && holder_live_locked(r, now);
+}
+
+/* client_id (from peer) holds rank r now; what it replaced, for the log:
+ * 0 nobody, 1 the same client, 2 another one (gone). */
+static int holder_take_locked(uint32_t r, const char *client_id, const char *peer,
+                              int64_t now, char *old, size_t oldlen) {
+  struct crank *k = &C.ranks[r];
+  int was = !k->holder ? 0 : !strcmp(k->holder, client_id ? client_id : "") ? 1 : 2;
+  snprintf(old, oldlen, "%s", k->holder ? k->holder : "");
+  if (was != 1) {
+    char *h = strdup(client_id ? client_id : "");
+    if (!h) return was;
+    free(k->holder);
+    k->holder = h;
+    k->holder_since_ms = now;
+    k->holder_watches = 0;
+    k->holder_gen++;
+  }
+  snprintf(k->holder_peer, sizeof(k->holder_peer), "%s", peer);
+  k->holder_seen_ms = now;
+  return was;
+}
+
+void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
+  const Stoker__V1__JoinRequest *q = (const Stoker__V1__JoinRequest *)req;
+  char msg[400];
+  int code = 0;
+  int64_t now = stk__now_ms();
+  pthread_mutex_lock(&C.mu);
+  touch_locked();
+  if (q->protocol_version != STK_PROTOCOL_VERSION) {
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, sizeof(msg), "client speaks protocol %u, this coordinator %u",
+             q->protocol_version, STK_PROTOCOL_VERSION);
+  } else if (q->world_size != C.spec.world_size) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "world_size %u differs from the job's %u", q->world_size,
+             C.spec.world_size);
+  } else if (q->rank >= C.spec.world_size) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank,
+             C.spec.world_size);
+  } else if (q->client_id && strlen(q->client_id) >= MAX_STR) {
+    code = GRPC_STATUS_INVALID_ARGUMENT;
+    snprintf(msg, sizeof(msg), "client_id of %zu bytes (at most %d)",
+             strlen(q->client_id), MAX_STR - 1);
+  } else if (C.shutting_down) {
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, sizeof(msg), "the job is over (%.300s)", C.shutdown_reason);
+  } else if (!C.resolved) {
+    code = GRPC_STATUS_UNAVAILABLE;
+    char lf[900];
+    snprintf(msg, sizeof(msg),
+             "waiting for a worker (the dataset size is not known yet)%.330s",
+             last_failure_locked(lf, sizeof(lf)));
+  } else if (q->expect_job_hash && q->expect_job_hash != C.hash) {
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, sizeof(msg),
+             "resume state is from job %016" PRIx64
+             ", this coordinator runs job %016" PRIx64 " (%s)",
+             q->expect_job_hash, C.hash, C.spec.name);
+  } else if (holder_busy_locked(q->rank, q->client_id, now)) {
+    /* UNAVAILABLE: libstoker keeps trying for its join timeout, so a
+     * process that replaces a dead holder gets in once that one is gone. */
+    const struct crank *r = &C.ranks[q->rank];
+    char esc[300];
+    code = GRPC_STATUS_UNAVAILABLE;
+    snprintf(msg, sizeof(msg),
+             "rank %u is held by client %s (from %s, joined %.0f s ago): one process "
+             "per rank; a holder that died frees it within seconds",
+             q->rank, stk__escape(esc, sizeof(esc), r->holder), r->holder_peer,
+             (double)(now - r->holder_since_ms) / 1000.0);
+  }
+  if (code) {
+    pthread_mutex_unlock(&C.mu);
+    LOG_WARN("join from %s rejected: %s", stk__rpc_call_peer(call), msg);
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
+    return;
+  }
+  int newly = !C.joined[q->rank];
+  if (newly) C.joined[q->rank] = 1, C.njoined++;
+  char old[MAX_STR], esc_old[300];
+  int was = holder_take_locked(q->rank, q->client_id, stk__rpc_call_peer(call), now, old,
+                               sizeof(old));
+  Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
+  job.canonical = strdup(C.canonical);
+  job.hash = C.hash;
+  Stoker__V1__JoinResponse resp = STOKER__V1__JOIN_RESPONSE__INIT;
+  resp.job = &job;
+  resp.list_version = C.version;
+  resp.workers = infos_locked(&resp.n_workers);
+  pthread_mutex_unlock(&C.mu);
+  /* A new rank is on disk before it is answered (a file write + fsync,
+   * inline on this serving thread). */
+  if (newly) journal_sync();
+  if (was == 2)
+    LOG_INFO("rank %u rejoined by client %s from %s, replacing client %s (gone)", q->rank,
+             q->client_id ? q->client_id : "", stk__rpc_call_peer(call),
+             stk__escape(esc_old, sizeof(esc_old), old));
+  else
+    LOG_INFO("rank %u %s (client %s from %s)", q->rank, was == 1 ? "rejoined" : "joined",
+             q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
+  if (!job.canonical || !resp.workers)
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+  else stk__rpc_call_reply(call, &resp.base);
+  free(job.canonical);
+  infos_free(resp.workers, resp.n_workers);
+}
+
+/* WatchWorkers: after its one request (a re-announcement: checked, and
+ * journaled when it taught the coordinator something), a WorkerList
+ * whenever the live list changed (sent from watch_pump_locked: the main
+ * loop's tick, a finished send, the watch's start), the last one with
+ * shutting_down. A watch keeps the job from its idle timeout only within
+ * its lease (--watch-lease-s) and while no send waits on its peer; at the
+ * end of the lease (seen within one tick of the main loop) the call ends
+ * OK and a live client opens a new one, so a watcher on a dead host cannot
+ * hold a job open for longer than lease + idle timeout. */
+typedef struct watcher {
+  stk__rpc_call *call;
+  uint32_t rank;
+  int holds;    /* counted in C.ranks[rank].holder_watches ... */
+  uint64_t gen; /* ... while its holder_gen is this */
+  uint64_t known;
+  int64_t lease_end; /* set when started */
+  int started, sending, over;
+  struct watcher *next;
+} watcher;
+
+/* Open watches that keep the job from its idle timeout now. Under C.mu. */
+int watch_holds_locked(int64_t now) {
+  int n = 0;
+  for (const watcher *wt = C.watch_list; wt; wt = wt->next)
+    n += wt->started && !wt->over && !wt->sending && now < wt->lease_end;
+  return n;
+}
+
+/* Send wt the list if it changed and no send is in flight; end it once
+ * its lease is over. Under C.mu. */
+static void watch_pump_locked(watcher *wt) {
+  if (!wt->started || wt->sending || wt->over) return;
+  if (C.version == wt->known && !C.shutting_down) {
+    if (stk__now_ms() >= wt->lease_end) {
+      wt->over = 1;
+      touch_locked(); /* the idle clock runs from the end of the hold */
+      stk__rpc_call_finish(wt->call, GRPC_STATUS_OK, "watch lease over: watch again");
+    }
+    return;
+  }
+  Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
+  list.version = C.version;
+  list.shutting_down = C.shutting_down;
+  list.failed = C.shutting_down && C.failed;
+  list.reason = list.failed ? C.shutdown_reason : NULL;
+  list.workers = infos_locked(&list.n_workers);
+  int rc = list.workers ? stk__rpc_call_send_msg(wt->call, &list.base) : -1;
+  infos_free(list.workers, list.n_workers);
+  if (rc) {
+    wt->over = 1;
+    stk__rpc_call_abort(wt->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return;
+  }
+  /* A send may wait on a peer that stopped reading: no hold meanwhile. */
+  wt->sending = 1;
+  touch_locked();
+  wt->known = list.version;
+  if (list.shutting_down) {
+    wt->over = 1;
+    stk__rpc_call_finish(wt->call, GRPC_STATUS_OK, "");
+  }
+}
+
+/* Every watcher: from the main loop (list changes anywhere show within
+ * one tick, and so do the ends of leases). */
+void watch_pump_all(void) {
+  pthread_mutex_lock(&C.mu);
+  for (watcher *wt = C.watch_list; wt; wt = wt->next) watch_pump_locked(wt);
+  pthread_mutex_unlock(&C.mu);
+}
+
+static int watch_open(stk__rpc_call *call) {
+  watcher *wt = calloc(1, sizeof(*wt));
+  if (!wt) {
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  wt->call = call;
+  stk__rpc_call_set_data(call, wt);
+  pthread_mutex_lock(&C.mu);
+  wt->next = C.watch_list;
+  C.watch_list = wt;
+  pthread_mutex_unlock(&C.mu);
+  return 0;
+}
+
+/* A watch's re-announcement (WatchRequest with job_hash): check it and
+ * take what the coordinator did not know (after a restart: the rank joined,
+ * finished, rank 0 ended the job). 0 (*changed set when the state moved),
+ * or a gRPC status with msg. Under C.mu. */
+static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, char *msg,
+                             size_t len) {
+  *changed = 0;
+  if (!q->job_hash) return 0; /* an old or stock client: a plain watch */
+  if (q->rank >= C.spec.world_size) {
+    snprintf(msg, len, "rank %u is outside the job's world_size %u", q->rank,
+             C.spec.world_size);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (q->client_id && strlen(q->client_id) >= MAX_STR) {
+    snprintf(msg, len, "client_id of %zu bytes (at most %d)", strlen(q->client_id),
+             MAX_STR - 1);
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (q->end_job && q->rank != 0) {
+    snprintf(msg, len, "only rank 0 may end the whole job (end_job)");
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (C.shutting_down) return 0; /* the watch gets the last list at once */
+  if (!C.resolved) {
+    char lf[900];
+    snprintf(msg, len, "waiting for a worker (the dataset size is not known yet)%.330s",
+             last_failure_locked(lf, sizeof(lf)));
+    return GRPC_STATUS_UNAVAILABLE;
+  }
+  if (q->job_hash != C.hash) {
+    snprintf(msg, len,
+             "this client is in job %016" PRIx64 ", this coordinator runs job %016" PRIx64
+             " (%s)",
+             q->job_hash, C.hash, C.spec.name);
+    return GRPC_STATUS_FAILED_PRECONDITION;
+  }
+  if (!C.joined[q->rank]) /* it joined an earlier coordinator */
+    C.joined[q->rank] = 1, C.njoined++, *changed = 1, C.seen_earlier = 1;
+  if (q->finished && !C.finished[q->rank]) {
+    C.finished[q->rank] = 1, C.nfinished++, *changed = 1;
+    if (C.nfinished == C.spec.world_size)
+      request_shutdown_locked(EXIT_OK, "every rank finished");
+  }
+  if (q->end_job && !C.shutdown_req) {
+    request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
+    *changed = 1;
+  }
+  return 0;
+}
+
+static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
+  watcher *wt = stk__rpc_call_data(call);
+  const Stoker__V1__WatchRequest *q = (const Stoker__V1__WatchRequest *)m;
+  char msg[400];
+  int changed = 0;
+  pthread_mutex_lock(&C.mu);
+  if (wt->started || wt->over) {
+    pthread_mutex_unlock(&C.mu);
+    return; /* one request per watch; more are ignored */
+  }
+  if (!q) {
+    wt->over = 1;
+    pthread_mutex_unlock(&C.mu);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "request is not a stoker.v1.WatchRequest");
+    return;
+  }
+  touch_locked();
+  int code = reannounce_locked(q, &changed, msg, sizeof(msg));
+  uint32_t nf = C.nfinished;
+  if (code) wt->over = 1;
+  pthread_mutex_unlock(&C.mu);
+  if (code) {
+    LOG_WARN("watch from %s (rank %u) refused: %s", stk__rpc_call_peer(call), q->rank,
+             msg);
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
+    return;
+  }
+  if (changed) {
+    /* On disk before the watch answers. journal_sync writes and fsyncs a
+     * small file inline, on this serving thread (the one blocking step a
+     * callback takes). The watch is not started yet, so the main loop's
+     * pump leaves it alone meanwhile; and its callbacks come one at a
+     * time, so watch_closed waits for this one. */
+    journal_sync();
+    LOG_INFO(
+        "rank %u re-announced itself on its watch (client %s from %s)%s%s (%u/%u "
+        "finished)",
+        q->rank, q->client_id ? q->client_id : "", stk__rpc_call_peer(call),
+        q->finished ? ": finished" : "", q->end_job ? ", ends the job" : "", nf,
+        C.spec.world_size);
+  }
+  LOG_DEBUG("watch from %s (rank %u) opened, lease %lld s", stk__rpc_call_peer(call),
+            q->rank, opt.watch_lease_s);
+  pthread_mutex_lock(&C.mu);
+  if (q->rank < C.spec.world_size && q->client_id && *q->client_id) {
+    struct crank *k = &C.ranks[q->rank];
+    char old[MAX_STR];
+    /* A restarted coordinator learns the holder from its watch. */
+    if (!k->holder || !holder_live_locked(q->rank, stk__now_ms()))
+      holder_take_locked(q->rank, q->client_id, stk__rpc_call_peer(call), stk__now_ms(),
+                         old, sizeof(old));
+    if (!strcmp(k->holder ? k->holder : "", q->client_id)) {
+      wt->rank = q->rank, wt->holds = 1, wt->gen = k->holder_gen;
+      k->holder_watches++;
+      k->holder_seen_ms = stk__now_ms();
+    }
+  }
+  wt->started = 1;
+  wt->known = q->known_version;
+  wt->lease_end = stk__now_ms() + opt.watch_lease_s * 1000;
+  C.watchers++;
+  touch_locked();
+  watch_pump_locked(wt);
+  pthread_mutex_unlock(&C.mu);
+}
+
+static void watch_half_close(stk__rpc_call *call) {
+  watcher *wt = stk__rpc_call_data(call);
+  pthread_mutex_lock(&C.mu);
+  int none = !wt->started && !wt->over;
+  if (none) wt->over = 1;
+  pthread_mutex_unlock(&C.mu);
+  if (none) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
+}
+
+static void watch_drained(stk__rpc_call *call) {
+  watcher *wt = stk__rpc_call_data(call);
+  pthread_mutex_lock(&C.mu);
+  wt->sending = 0;
+  watch_pump_locked(wt);
+  pthread_mutex_unlock(&C.mu);
+}
+
+static void watch_closed(stk__rpc_call *call) {
+  watcher *wt = stk__rpc_call_data(call);
+  pthread_mutex_lock(&C.mu);
+  for (watcher **pp = &C.watch_list; *pp; pp = &(*pp)->next)
+    if (*pp == wt) {
+      *pp = wt->next;
+      break;
+    }
+  if (wt->started) {
+    C.watchers--;
+    touch_locked();
+  }
+  if (wt->holds && C.ranks[wt->rank].holder_gen == wt->gen) {
+    struct crank *k = &C.ranks[wt->rank];
+    if (k->holder_watches > 0) k->holder_watches--;
+    k->holder_seen_ms = stk__now_ms();
+  }
+  pthread_mutex_unlock(&C.mu);
+  free(wt);
+}
+
+const stk__rpc_stream_ops watch_ops = {watch_open, watch_message, watch_half_close,
+                                       watch_drained, watch_closed};
+
+/* Finish{abort_job}: end the job as failed, unless it is already ending. */
+static void abort_job_locked(uint32_t rank, const char *reason, const char *peer) {
+  char esc[256 * 4 + 8]; /* untrusted: escaped, bounded */
+  stk__escape(esc, sizeof(esc), reason ? reason : "");
+  if (C.shutdown_req) {
+    LOG_WARN(
+        "rank %u asks to abort the job (%s) from %s: ignored, the job is already "
+        "ending (%s)",
+        rank, *esc ? esc : "no reason given", peer, C.shutdown_reason);
+    return;
+  }
+  char why[sizeof(C.shutdown_reason)];
+  snprintf(why, sizeof(why), "rank %u aborted the job: %.300s", rank,
+           *esc ? esc : "no reason given");
+  LOG_ERROR("%s (from %s)", why, peer);
+  C.failed = 1;
+  request_shutdown_locked(EXIT_ABORTED, why);
+}
+
+void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
+  const Stoker__V1__FinishRequest *q = (const Stoker__V1__FinishRequest *)req;
+  char msg[300];
+  pthread_mutex_lock(&C.mu);
+  touch_locked();
+  uint32_t W = C.spec.world_size;
+  if (q->rank >= W) {
+    pthread_mutex_unlock(&C.mu);
+    snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank, W);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
+    return;
+  }
+  if (q->shutdown_job && q->rank != 0) {
+    pthread_mutex_unlock(&C.mu);
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "only rank 0 may end the whole job (shutdown_job)");
+    return;
+  }
+  if (q->job_hash && C.resolved && q->job_hash != C.hash) {
+    snprintf(msg, sizeof(msg),
+             "finish for job %016" PRIx64 ", this coordinator runs job %016" PRIx64,
+             q->job_hash, C.hash);
+    pthread_mutex_unlock(&C.mu);
+    LOG_WARN("finish from %s refused: %s", stk__rpc_call_peer(call), msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    return;
+  }
+  if (q->abort_job) {
+    abort_job_locked(q->rank, q->reason, stk__rpc_call_peer(call));
+    uint32_t nf = C.nfinished;
+    pthread_mutex_unlock(&C.mu);
+    journal_sync(); /* the end is on disk before anyone hears of it */
+    Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
+    resp.ranks_finished = nf;
+    resp.world_size = W;
+    stk__rpc_call_reply(call, &resp.base);
+    return;
+  }
+  /* A client's Finish (it carries the job hash) for a rank that never
+   * joined here: it joined an earlier coordinator. */
+  if (!C.joined[q->rank] && q->job_hash) C.seen_earlier = 1;
+  if (!C.finished[q->rank]) C.finished[q->rank] = 1, C.nfinished++;
+  uint32_t nf = C.nfinished;
+  if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
+  else if (nf == W) request_shutdown_locked(EXIT_OK, "every rank finished");
+  pthread_mutex_unlock(&C.mu);
+  /* An answered Finish survives a restart: on disk first (a file write +
+   * fsync, inline on this serving thread). */
+  journal_sync();
+  LOG_INFO("rank %u finished%s (%u/%u)", q->rank,
+           q->shutdown_job ? " and ends the job" : "", nf, W);
+  Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
+  resp.ranks_finished = nf;
+  resp.world_size = W;
+  stk__rpc_call_reply(call, &resp.base);
+}

@@ -1,0 +1,123 @@
+/* state.c - the coordinator's state C (coordinator.h says which lock
+ * guards each field) and the small helpers every other file uses on it:
+ * touch the idle clock, request the end of the job, the job's state, the
+ * job's canonical text and hash, the live worker list; and loading the
+ * job at start. Owns C's storage and the job spec; takes no lock itself
+ * (its *_locked helpers are called under C.mu). */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "common/error.h"
+#include "coordinator.h"
+
+coord_state C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
+
+void touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
+
+void request_shutdown_locked(int code, const char *why) {
+  if (C.shutdown_req) return;
+  C.shutdown_req = code + 1;
+  snprintf(C.shutdown_reason, sizeof(C.shutdown_reason), "%s", why);
+}
+
+int state_locked(void) {
+  if (C.failed) return ST_FAILED;
+  if (C.done) return ST_DONE;
+  if (C.shutting_down) return ST_DRAINING;
+  if (!C.resolved || !C.workers) return ST_WAITING;
+  return ST_RUNNING;
+}
+
+/* Recompute the canonical text and hash after a change of the spec. */
+int job_publish_locked(void) {
+  size_t n = stk_job_spec_format(&C.spec, NULL, 0);
+  char *t = malloc(n + 1);
+  if (!t) return -1;
+  stk_job_spec_format(&C.spec, t, n + 1);
+  free(C.canonical);
+  C.canonical = t;
+  C.hash = stk_job_spec_hash(&C.spec);
+  return 0;
+}
+
+int unlink_locked(cworker *w) {
+  for (cworker **pp = &C.workers; *pp; pp = &(*pp)->next)
+    if (*pp == w) {
+      *pp = w->next;
+      w->live = 0;
+      C.version++;
+      pthread_cond_broadcast(&C.cv);
+      return 1;
+    }
+  return 0;
+}
+
+size_t nworkers_locked(void) {
+  size_t n = 0;
+  for (cworker *w = C.workers; w; w = w->next) n++;
+  return n;
+}
+
+/* Copies of the live list (strings duplicated); free with infos_free. */
+Stoker__V1__WorkerInfo **infos_locked(size_t *n) {
+  *n = nworkers_locked();
+  Stoker__V1__WorkerInfo **v = calloc(*n ? *n : 1, sizeof(*v));
+  if (!v) return *n = 0, NULL;
+  size_t i = 0;
+  for (cworker *w = C.workers; w; w = w->next) {
+    Stoker__V1__WorkerInfo *x = malloc(sizeof(*x));
+    if (!x) break;
+    stoker__v1__worker_info__init(x);
+    x->worker_id = strdup(w->id);
+    x->address = strdup(w->address);
+    x->cores = w->cores;
+    if (!x->worker_id || !x->address) {
+      free(x->worker_id), free(x->address), free(x);
+      break;
+    }
+    v[i++] = x;
+  }
+  *n = i;
+  return v;
+}
+
+void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
+  for (size_t i = 0; i < n; i++) {
+    free(v[i]->worker_id);
+    free(v[i]->address);
+    free(v[i]);
+  }
+  free(v);
+}
+
+int load_job(char *err, size_t errlen) {
+  stk_job_spec_defaults(&C.spec);
+  if (*opt.job && stk_job_spec_load(&C.spec, opt.job, err, errlen)) return -1;
+  for (size_t i = 0; i < opt.set.n; i++) {
+    char msg[400];
+    if (stk_job_spec_parse(&C.spec, opt.set.v[i], msg, sizeof(msg))) {
+      return stk__errf(err, errlen, -1, "--set %.100s: %s", opt.set.v[i], msg);
+    }
+  }
+  if (stk_job_spec_validate(&C.spec, err, errlen)) return -1;
+  C.resolved = C.spec.num_samples != 0;
+  if (C.resolved && stk_steps_per_epoch(&C.spec, C.spec.num_samples) == 0) {
+    snprintf(err, errlen,
+             "num_samples %" PRIu64
+             " gives no full step of "
+             "world_size*batch_size",
+             C.spec.num_samples);
+    return -1;
+  }
+  if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
+  C.config_hash = C.hash;
+  C.joined = calloc(C.spec.world_size, 1);
+  C.finished = calloc(C.spec.world_size, 1);
+  C.ranks = calloc(C.spec.world_size, sizeof(*C.ranks));
+  if (!C.joined || !C.finished || !C.ranks)
+    return stk__errf(err, errlen, -1, "out of memory");
+  return 0;
+}

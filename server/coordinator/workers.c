@@ -1,0 +1,388 @@
+/* workers.c - Coordinator.WorkerSession: a state machine per call, hello
+ * (checked) -> RegisterAck with the job -> second hello (job hash,
+ * dataset) -> on the live list (C.workers) -> heartbeats until the session
+ * ends (session_closed drops the worker from the list); and from the main
+ * loop, the heartbeat lapse check and the Shutdown commands. Owns the
+ * worker entries (cworker), the live list and the worker failures in C,
+ * under C.mu; the dataset's size and fingerprint when the first worker
+ * teaches them. Must not trust a worker: every message is checked and a
+ * bad one ends only its own session. */
+#include <inttypes.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/clock.h"
+#include "coordinator.h"
+#include "log.h"
+#include "msgcheck.h"
+
+static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash) {
+  Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
+  job.canonical = (char *)canonical;
+  job.hash = hash;
+  Stoker__V1__RegisterAck ack = STOKER__V1__REGISTER_ACK__INIT;
+  ack.job = &job;
+  ack.heartbeat_interval_ms = (uint32_t)opt.heartbeat_interval_ms;
+  Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
+  cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_ACK;
+  cmd.ack = &ack;
+  return stk__rpc_call_send_msg(call, &cmd.base);
+}
+
+static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) {
+  if (!m || m->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HELLO) return NULL;
+  return m->hello;
+}
+
+/* Clients dial the address a worker advertises, so a worker (or anyone
+ * with a worker token) must not send them elsewhere: its host must
+ * resolve to the address the session comes from. 0, or -1 when the call
+ * was refused (FAILED_PRECONDITION: final for the worker). A DNS lookup
+ * on this serving thread, once per session. */
+static int advertised_check(stk__rpc_call *call, const cworker *w) {
+  char res[200], msg[3200], id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], peer[300];
+  const char *p = stk__rpc_call_peer(call);
+  int m = stk__host_is_peer(w->address, p, res, sizeof(res));
+  if (m == 1) return 0;
+  stk__escape(id, sizeof(id), w->id);
+  stk__escape(addr, sizeof(addr), w->address);
+  stk__escape(peer, sizeof(peer), p);
+  snprintf(msg, sizeof(msg),
+           "advertised address %s is not the host the session comes from (%s; %s%s): "
+           "fix the worker's --advertise, or run the coordinator with "
+           "--trust-worker-addresses (NAT, proxies); worker %s",
+           addr, peer, m == 0 ? "it resolves to " : "", res, id);
+  LOG_WARN("refusing: %s", msg);
+  stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+  return -1;
+}
+
+/* The first hello: check it, fill the worker's entry (not linked yet) and
+ * send the job. 0, or -1 when the call was refused (its status sent). */
+static int worker_hello(stk__rpc_call *call, cworker *w,
+                        const Stoker__V1__WorkerMessage *m) {
+  char msg[200];
+  int code;
+  const Stoker__V1__Register *h = hello_of(m);
+  if (!h) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "the first message of a worker session must be hello");
+    return -1;
+  } else if ((code = stk__check_hello(h, msg, sizeof(msg)))) {
+    stk__rpc_call_finish(call, (grpc_status_code)code, msg);
+    return -1;
+  }
+  snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
+  snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
+  w->cores = h->worker->cores;
+  if (!opt.trust_worker_addresses && advertised_check(call, w)) return -1;
+  pthread_mutex_lock(&C.mu);
+  w->ack_hash = C.hash;
+  int rc = send_ack(call, C.canonical, C.hash);
+  pthread_mutex_unlock(&C.mu);
+  return rc;
+}
+
+/* The second hello's dataset against the job: the first worker tells the
+ * job its size (when the job file left it to the index) and fingerprint;
+ * every later one must agree. 0, or -1 with msg. Under C.mu. */
+static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
+                                char *msg, size_t len) {
+  if (!C.resolved) {
+    stk_job_spec t = C.spec;
+    t.num_samples = h->dataset_size;
+    if (!h->dataset_size || stk_steps_per_epoch(&t, h->dataset_size) == 0) {
+      snprintf(msg, len,
+               "worker %s has %" PRIu64
+               " samples: not one step "
+               "of world_size*batch_size",
+               w->id, h->dataset_size);
+      return -1;
+    }
+    C.spec = t;
+    C.resolved = 1;
+    job_publish_locked();
+    /* First registrant decides: say so, and how to take the decision back
+     * (a worker with another dataset is then refused, both sizes logged). */
+    LOG_WARN("dataset size %" PRIu64
+             " taken from the first worker to register, %s "
+             "(job hash now %016" PRIx64
+             "); to decide it yourself, pin num_samples = %" PRIu64 " in the job",
+             h->dataset_size, w->id, C.hash, h->dataset_size);
+  } else if (h->dataset_size != C.spec.num_samples) {
+    snprintf(msg, len,
+             "worker %s has %" PRIu64 " samples, the job has %" PRIu64
+             " (another dataset?)",
+             w->id, h->dataset_size, C.spec.num_samples);
+    return -1;
+  }
+  if (C.have_fp && h->dataset_fingerprint != C.fingerprint) {
+    snprintf(msg, len,
+             "worker %s's dataset fingerprint %016" PRIx64
+             " differs from the job's %016" PRIx64
+             " (another dataset or a "
+             "different copy)",
+             w->id, h->dataset_fingerprint, C.fingerprint);
+    return -1;
+  }
+  if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
+  return 0;
+}
+
+/* The second hello: check the job hash (the one our ack carried) and the
+ * dataset and put the worker on the live list. 0, or -1 when the call was
+ * refused. */
+static int worker_admit(stk__rpc_call *call, cworker *w,
+                        const Stoker__V1__WorkerMessage *m) {
+  char msg[600];
+  const Stoker__V1__Register *h = hello_of(m);
+  if (!h || h->job_hash == 0) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
+                         "expected the second hello (with job_hash) after RegisterAck");
+    return -1;
+  }
+  if (h->job_hash != w->ack_hash) {
+    snprintf(msg, sizeof(msg),
+             "worker %s answered with job hash %016" PRIx64 ", expected %016" PRIx64,
+             w->id, h->job_hash, w->ack_hash);
+    LOG_WARN("%s", msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    return -1;
+  }
+  pthread_mutex_lock(&C.mu);
+  if (dataset_check_locked(w, h, msg, sizeof(msg))) {
+    pthread_mutex_unlock(&C.mu);
+    LOG_WARN("rejecting: %s", msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    return -1;
+  }
+  if (journal_enabled()) {
+    /* Journal the worker (and the dataset it taught the job) before it is
+     * on the list: whatever Status shows, a restart knows. A file write +
+     * fsync inline on this serving thread (journal_sync); the session's
+     * callbacks come one at a time, so none runs meanwhile. */
+    int pending = expect_add_locked(w->id);
+    pthread_mutex_unlock(&C.mu);
+    journal_sync();
+    pthread_mutex_lock(&C.mu);
+    if (pending) expect_remove_locked(w->id);
+  }
+  /* A worker that comes back under the same id replaces its old entry. */
+  for (cworker *o = C.workers; o; o = o->next)
+    if (!strcmp(o->id, w->id)) {
+      unlink_locked(o);
+      stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
+      break;
+    }
+  w->registered_ms = w->last_hb_ms = stk__now_ms();
+  w->live = 1;
+  w->next = C.workers;
+  C.workers = w;
+  C.version++;
+  expect_remove_locked(w->id); /* it is back */
+  pthread_cond_broadcast(&C.cv);
+  size_t nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
+           nlive);
+  return 0;
+}
+
+/* --max-bad-fraction: when a worker's distinct bad samples (s) exceed
+ * that share of the dataset, the job fails as an abort would end it
+ * (workers get Shutdown{failed} and exit 5, the coordinator exits 4).
+ * Under C.mu. */
+static void bad_check_locked(const cworker *w, const Stoker__V1__WorkerStats *s) {
+  if (opt.max_bad_fraction <= 0 || !C.resolved || !C.spec.num_samples || C.shutdown_req)
+    return;
+  uint64_t bad = 0;
+  for (size_t i = 0; i < s->n_bad_samples; i++) bad += s->bad_samples[i]->count;
+  double f = (double)bad / (double)C.spec.num_samples;
+  if (f <= opt.max_bad_fraction) return;
+  char id[STK_ESCAPED_ID], why[sizeof(C.shutdown_reason)];
+  snprintf(why, sizeof(why),
+           "too many bad samples: worker %.120s found %" PRIu64 " of %" PRIu64
+           " (%.2f%%) bad, over --max-bad-fraction %g",
+           stk__escape(id, sizeof(id), w->id), bad, C.spec.num_samples, 100 * f,
+           opt.max_bad_fraction);
+  LOG_ERROR("%s", why);
+  C.failed = 1;
+  request_shutdown_locked(EXIT_ABORTED, why);
+}
+
+/* A deep copy of a worker's stats (pack, unpack): a heartbeat's stats
+ * are kept past the callback, and a Status reply uses copies after C.mu
+ * is released. NULL when out of memory. */
+Stoker__V1__WorkerStats *stats_copy(const Stoker__V1__WorkerStats *s) {
+  size_t n = protobuf_c_message_get_packed_size(&s->base);
+  uint8_t *b = malloc(n ? n : 1);
+  if (!b) return NULL;
+  protobuf_c_message_pack(&s->base, b);
+  Stoker__V1__WorkerStats *c = stoker__v1__worker_stats__unpack(NULL, n, b);
+  free(b);
+  return c;
+}
+
+/* Registered: a heartbeat (stats). */
+static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
+  if (m->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) return;
+  pthread_mutex_lock(&C.mu);
+  w->last_hb_ms = stk__now_ms();
+  const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
+  if (s) {
+    /* Batches flowing to clients: the job is in use. */
+    if (s->bytes_sent > w->stats.bytes_sent) touch_locked();
+    w->stats.batches_built = s->batches_built;
+    w->stats.bytes_sent = s->bytes_sent;
+    w->stats.samples_substituted = s->samples_substituted;
+    w->stats.active_streams = s->active_streams;
+    w->stats.queued_requests = s->queued_requests;
+    w->stats.busy_fraction = s->busy_fraction;
+    w->stats.batches_per_s = s->batches_per_s;
+    bad_check_locked(w, s);
+    /* a copy (the rpc layer frees m): bad samples for Status, /metrics */
+    Stoker__V1__WorkerStats *cp = stats_copy(s);
+    if (cp) {
+      if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
+      w->hb = cp;
+    }
+  }
+  pthread_mutex_unlock(&C.mu);
+}
+
+static int session_open(stk__rpc_call *call) {
+  cworker *w = calloc(1, sizeof(*w));
+  if (!w) {
+    stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
+    return -1;
+  }
+  w->call = call;
+  w->phase = WS_HELLO;
+  stk__rpc_call_set_data(call, w);
+  return 0;
+}
+
+/* A worker cannot serve the job and is going: keep its reason for Status
+ * and for ranks waiting to join, log it, end the session. */
+static void worker_failure(stk__rpc_call *call, cworker *w,
+                           const Stoker__V1__WorkerFailure *f) {
+  char id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], why[700];
+  stk__escape(id, sizeof(id), w->id[0] ? w->id : "?");
+  stk__escape(addr, sizeof(addr), w->address[0] ? w->address : stk__rpc_call_peer(call));
+  stk__escape(why, sizeof(why), f && f->reason ? f->reason : "(no reason given)");
+  pthread_mutex_lock(&C.mu);
+  struct wfail *e = &C.fails[C.nfails++ % MAX_FAILURES];
+  snprintf(e->text, sizeof(e->text), "worker %.150s (%.150s): %.450s", id, addr, why);
+  e->at_ms = stk__now_ms();
+  pthread_mutex_unlock(&C.mu);
+  LOG_WARN("worker %s (%s) cannot serve the job and exits: %s", id, addr, why);
+  stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
+}
+
+/* The newest worker failure as "; a worker could not serve the job: TEXT
+ * (N s ago)" for a waiting rank's message, or "" (none). Under C.mu. */
+const char *last_failure_locked(char *buf, size_t len) {
+  if (!C.nfails) return "";
+  const struct wfail *e = &C.fails[(C.nfails - 1) % MAX_FAILURES];
+  snprintf(buf, len, "; a worker could not serve the job: %s (%.0f s ago)", e->text,
+           (double)(stk__now_ms() - e->at_ms) / 1000.0);
+  return buf;
+}
+
+static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
+  cworker *w = stk__rpc_call_data(call);
+  const Stoker__V1__WorkerMessage *m = (const Stoker__V1__WorkerMessage *)msg;
+  if (m && m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_FAILURE &&
+      w->phase != WS_OVER) {
+    w->phase = WS_OVER;
+    worker_failure(call, w, m->failure);
+    return;
+  }
+  switch (w->phase) {
+    case WS_HELLO:
+      w->phase = worker_hello(call, w, m) ? WS_OVER : WS_HELLO2;
+      break;
+    case WS_HELLO2:
+      w->phase = worker_admit(call, w, m) ? WS_OVER : WS_SERVING;
+      break;
+    case WS_SERVING:
+      if (!m) { /* refused by the rpc layer, which ended the call saying why */
+        w->phase = WS_OVER;
+      } else {
+        worker_heartbeat(w, m);
+      }
+      break;
+  }
+}
+
+/* The worker said goodbye (half-close): end the session. */
+static void session_half_close(stk__rpc_call *call) {
+  cworker *w = stk__rpc_call_data(call);
+  stk__rpc_call_finish(
+      call, w->phase == WS_SERVING ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
+}
+
+/* The session is over: drop the worker from the live list (a no-op if a
+ * heartbeat lapse or a replacement did already). */
+static void session_closed(stk__rpc_call *call) {
+  cworker *w = stk__rpc_call_data(call);
+  /* Out of the journal before it leaves the list: once Status no longer
+   * shows the worker, a restart does not wait for it either. journal_sync
+   * writes and fsyncs inline on this serving thread; the handle stays
+   * valid until we return, so the main loop may still send to it or
+   * abort it meanwhile. */
+  pthread_mutex_lock(&C.mu);
+  int journaled = w->live && !w->leaving;
+  w->leaving = 1;
+  pthread_mutex_unlock(&C.mu);
+  if (journaled) journal_sync();
+  pthread_mutex_lock(&C.mu);
+  int was_live = unlink_locked(w);
+  w->call = NULL;
+  size_t nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
+  if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
+  free(w);
+}
+
+const stk__rpc_stream_ops session_ops = {session_open, session_message,
+                                         session_half_close, NULL, session_closed};
+
+/* Send Shutdown to every live worker that has not had it yet (the send
+ * only queues: no wait under the lock). */
+void send_shutdowns(void) {
+  pthread_mutex_lock(&C.mu);
+  for (cworker *w = C.workers; w; w = w->next) {
+    if (w->shutdown_sent) continue;
+    w->shutdown_sent = 1;
+    Stoker__V1__Shutdown sd = STOKER__V1__SHUTDOWN__INIT;
+    sd.failed = C.failed;
+    sd.reason = C.failed ? C.shutdown_reason : (char *)"";
+    Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
+    cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_SHUTDOWN;
+    cmd.shutdown = &sd;
+    /* Sent is not received (the message may still sit in gRPC or the
+     * socket when the coordinator dies): the worker stays in the journal
+     * until its session ends, which it does once it has drained. */
+    if (stk__rpc_call_send_msg(w->call, &cmd.base) == 0)
+      LOG_INFO("sent shutdown to worker %s", w->id);
+  }
+  pthread_mutex_unlock(&C.mu);
+}
+
+void check_heartbeats(void) {
+  int64_t now = stk__now_ms(), limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
+  pthread_mutex_lock(&C.mu);
+  for (cworker *w = C.workers, *next; w; w = next) {
+    next = w->next;
+    if (now - w->last_hb_ms <= limit) continue;
+    LOG_WARN("worker %s (%s) missed %lld heartbeats: dropped from the list", w->id,
+             w->address, opt.heartbeat_misses);
+    unlink_locked(w);
+    /* The session ends; the worker reconnects and registers again. */
+    stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
+  }
+  pthread_mutex_unlock(&C.mu);
+}
