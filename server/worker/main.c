@@ -85,39 +85,25 @@ static stk__option options[] = {
     {"orphan-timeout-s", OPT_INT, "60", NULL,
      "exit (code 3) when the coordinator is unreachable this long", &opt.orphan_timeout_s,
      1, 86400 * 7},
-    {"token-file", OPT_STR, "", NULL,
-     "read the bearer token (every call must carry it; sent to the coordinator) "
-     "from the first line of FILE (else $STOKER_TOKEN, else the file "
-     "$STOKER_TOKEN_FILE names; none: no token)",
-     &opt.token_file, 0, 0},
-    {"token", OPT_STR, "", NULL,
-     "the bearer token itself: visible to every local user in ps, prefer "
-     "--token-file or $STOKER_TOKEN",
-     &opt.token, 0, 0},
+    STK__OPT_TOKEN_FILE(opt.token_file,
+                        "(every call must carry it; sent to the coordinator)"),
+    STK__OPT_TOKEN(opt.token),
     {"client-token-file", OPT_STR, "", NULL,
      "role separation: streams need this token (the coordinator's "
      "--client-token-file); the worker's own token then only opens its session",
      &opt.client_token_file, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
-    {"port-file", OPT_STR, "", NULL,
-     "after binding, write the bound port here (decimal, newline; atomic rename)",
-     &opt.port_file, 0, 0},
-    {"stats-interval-s", OPT_INT, "10", NULL, "seconds between stats log lines",
-     &opt.stats_interval_s, 1, 86400},
-    {"max-message-mb", OPT_INT, "16", NULL,
-     "largest gRPC message sent (chunks must fit); requests are received with their own "
-     "small limits (docs/operations.md)",
-     &opt.max_message_mb, 1, 1024},
+    STK__OPT_PORT_FILE(opt.port_file),
+    STK__OPT_STATS_INTERVAL_S(opt.stats_interval_s),
+    STK__OPT_MAX_MESSAGE_MB(opt.max_message_mb, "16",
+                            "largest gRPC message sent (chunks must fit); requests are "
+                            "received with their own small limits (docs/operations.md)"),
     {"max-file-mb", OPT_INT, "64", NULL, "largest dataset file read", &opt.max_file_mb, 1,
      1 << 20},
     {"max-pixels", OPT_INT, "100000000", NULL, "largest decoded image (width*height)",
      &opt.max_pixels, 1, 1LL << 40},
-    {"log-level", OPT_STR, "info", stk__opt_loglevel, "debug | info | warn | error",
-     &opt.log_level, 0, 0},
-    {"metrics-listen", OPT_STR, "", stk__opt_hostport,
-     "serve Prometheus /metrics on this host:port (port 0 = any free one, logged); "
-     "empty = off",
-     &opt.metrics_listen, 0, 0},
+    STK__OPT_LOG_LEVEL(opt.log_level),
+    STK__OPT_METRICS_LISTEN(opt.metrics_listen),
     {"bad-log-per-10s", OPT_INT, "100", NULL,
      "at most this many bad-sample log lines per 10 s (each bad file is logged once; "
      "past the limit they are counted and the count logged)",
@@ -168,21 +154,6 @@ static int check_usage(void) {
             opt.chunk_bytes, opt.max_message_mb);
     return -1;
   }
-  return 0;
-}
-
-/* --metrics-listen: serve /metrics. 0 (also when off), or -1 logged. */
-static int start_metrics(metrics_server **ms) {
-  *ms = NULL;
-  if (!*opt.metrics_listen) return 0;
-  char err[300];
-  int port = 0;
-  if (metrics_start(opt.metrics_listen, worker_metrics, NULL, ms, &port, err,
-                    sizeof(err))) {
-    LOG_ERROR("%s", err);
-    return -1;
-  }
-  LOG_INFO("metrics on http://%s/metrics (port %d)", opt.metrics_listen, port);
   return 0;
 }
 
@@ -260,13 +231,10 @@ static void drain(sched *s, int code) {
 }
 
 int main(int argc, char **argv) {
-  stk__log_init(PROGRAM);
-  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
-  int pr =
-      stk__options_parse(options, NOPTIONS, argc, argv, PROGRAM,
-                         "Serves batches of the coordinator's job to training clients "
-                         "(Worker.Stream).",
-                         exit_codes_text);
+  int pr = stk__daemon_init(PROGRAM, options, NOPTIONS, argc, argv,
+                            "Serves batches of the coordinator's job to training clients "
+                            "(Worker.Stream).",
+                            exit_codes_text);
   int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
   if (pr != OPTS_RUN) goto out;
   if (check_usage()) {
@@ -279,24 +247,14 @@ int main(int argc, char **argv) {
   }
   {
     char terr[512];
-    stk__tls_files tf = {opt.tls.ca, opt.tls.cert, opt.tls.key, opt.tls.require};
-    if (stk__tls_load(&tf, &W.tls, terr, sizeof(terr))) {
+    if (stk__daemon_tls(&opt.tls, " (the worker serves clients with them)", &W.tls, terr,
+                        sizeof(terr))) {
       fprintf(stderr, PROGRAM ": %s\n", terr);
       code = EXIT_USAGE;
       goto out;
     }
-    stk__daemon_check_secret_mode("--tls-key", opt.tls.key);
-    if (W.tls && !stk__tls_has_cert(W.tls)) {
-      fprintf(stderr, PROGRAM
-              ": TLS needs --tls-cert and --tls-key (the worker serves "
-              "clients with them)\n");
-      code = EXIT_USAGE;
-      goto out;
-    }
   }
-  stk__signals_install();
-  stk__daemon_raise_nofile();
-  stk__notify_init();
+  stk__daemon_start();
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
   {
@@ -367,7 +325,9 @@ int main(int argc, char **argv) {
     goto out;
   }
   metrics_server *ms = NULL;
-  code = start_metrics(&ms) ? EXIT_FAIL : run_worker(sess, srv);
+  code = stk__daemon_metrics(opt.metrics_listen, worker_metrics, NULL, &ms)
+             ? EXIT_FAIL
+             : run_worker(sess, srv);
   sched *s = current_sched();
   drain(s, code);
   stk__rpc_server_stop(srv, 500);
