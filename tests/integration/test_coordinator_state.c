@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include "common/clock.h"
 #include "daemon_util.h"
 #include "stoker/client.h"
 
@@ -29,12 +30,6 @@ static const char *const job_a[] = {"--set", "num_samples=64", "--set", "batch_s
                                     "--set", "height=16",      "--set", "width=16",
                                     "--set", "world_size=1",   "--set", "name=job-a",
                                     NULL};
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* Run a coordinator that is expected to exit at once (a refusal, or an
  * ended job); its exit code (-1 if it kept running 15 s). */
@@ -186,7 +181,7 @@ static void dead_watcher(void) {
     if (bb) grpc_byte_buffer_destroy(bb);
   }
   CHECK(lists == 1);
-  int64_t t0 = now_ms();
+  int64_t t0 = stk__now_ms();
   /* From here the watch is never read nor renewed. Before the lease, the
    * idle timeout was off for as long as it stayed open; now the job ends
    * while it still is. */
@@ -194,7 +189,7 @@ static void dead_watcher(void) {
   printf(
       "dead watcher: the coordinator exited %d %.1f s after the watch opened (idle 2 s, "
       "lease 1 s)\n",
-      code, (double)(now_ms() - t0) / 1000.0);
+      code, (double)(stk__now_ms() - t0) / 1000.0);
   CHECK(code == 3);
   /* The watch then ended OK at the end of its lease. */
   for (int i = 0; i < 10; i++) {
@@ -261,7 +256,7 @@ static void live_watcher(void) {
     char det[256];
     du_join(ch, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof det);
     if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
-    du_sleep_ms(50);
+    stk__sleep_ms(50);
   }
   pthread_join(t, NULL);
   stk__rpc_channel_close(ch);
@@ -270,20 +265,21 @@ static void live_watcher(void) {
   /* Wait (bounded) for 8 watches: over 7 s of leases, past the 6 s idle
    * timeout, with nothing but the renewed watch touching the job. */
   int n = 0;
-  for (int64_t until = now_ms() + 60000; now_ms() < until && proc_wait(&p, 0) == -1;) {
+  for (int64_t until = stk__now_ms() + 60000;
+       stk__now_ms() < until && proc_wait(&p, 0) == -1;) {
     n = proc_log_count(&p, "opened, lease 1 s");
     if (n >= 8) break;
-    du_sleep_ms(100);
+    stk__sleep_ms(100);
   }
   printf("live watcher: %d watches opened; coordinator %s\n", n,
          proc_wait(&p, 0) == -1 ? "running" : "exited");
   CHECK(n >= 8);
   CHECK(proc_wait(&p, 0) == -1); /* still running */
-  int64_t t0 = now_ms();
+  int64_t t0 = stk__now_ms();
   stk_client_close(o.c);
   int code = proc_wait(&p, 30000);
   printf("live watcher: closed; the coordinator exited %d after %.1f s\n", code,
-         (double)(now_ms() - t0) / 1000.0);
+         (double)(stk__now_ms() - t0) / 1000.0);
   CHECK(code == 3);
   if (check_failures != before) {
     proc_dump_log(&p);
