@@ -1,7 +1,13 @@
 """harness.py - what the Python tests share: a failure list with check(),
 bounded waits for a port file or a condition, and spawned processes that
-are always reaped (reap() in a finally). Import it from a test in this
-folder (the test's own directory is on sys.path when run as a script)."""
+are always reaped (reap() in a finally). One module for every folder of
+tests/; a test imports it with its folder's path to tests/ first on
+sys.path:
+
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+    from harness import check, fails  # noqa: E402
+
+Standard library only; no test logic of its own."""
 import os
 import signal
 import subprocess
@@ -10,6 +16,8 @@ import time
 
 fails = []
 procs = []
+_groups = set()  # pids of the spawned processes that lead their own group
+_ok_prefix, _fail_prefix = None, "FAIL: "
 
 
 def require(torch=False, bins=()):
@@ -35,17 +43,27 @@ def require(torch=False, bins=()):
     return paths
 
 
+def say_passes(ok="ok   ", fail="FAIL "):
+    """From now on check() prints every check, ok + what for a pass and
+    fail + what for a failure (by default only failures, as "FAIL: what")."""
+    global _ok_prefix, _fail_prefix
+    _ok_prefix, _fail_prefix = ok, fail
+
+
 def check(cond, what):
     """Record a failure (printed at once); returns cond."""
     if not cond:
         fails.append(what)
-        print("FAIL:", what, flush=True)
+        print(_fail_prefix + what, flush=True)
+    elif _ok_prefix is not None:
+        print(_ok_prefix + what, flush=True)
     return cond
 
 
-def wait_port(path, proc, timeout=15.0):
+def wait_port(path, proc, timeout=15.0, or_none=False):
     """The port a daemon wrote to its --port-file (bounded wait); raises if
-    the daemon exited first or the file never came."""
+    the daemon exited first or the file never came (or_none: returns None
+    then)."""
     end = time.monotonic() + timeout
     while time.monotonic() < end:
         if os.path.exists(path):
@@ -54,8 +72,12 @@ def wait_port(path, proc, timeout=15.0):
             if s:
                 return int(s)
         if proc.poll() is not None:
+            if or_none:
+                return None
             raise RuntimeError("%s exited with %s" % (proc.args[0], proc.returncode))
         time.sleep(0.02)
+    if or_none:
+        return None
     raise RuntimeError("no port file %s" % path)
 
 
@@ -70,11 +92,18 @@ def until(cond, timeout, what):
     return False
 
 
-def spawn(args, log, **kw):
-    """Start a process whose output goes to the open file log; reap() ends it."""
+def spawn(args, log, group=False, **kw):
+    """Start a process whose output goes to log (an open file, or a path
+    to create); reap() ends it. group: in a session of its own, and reap()
+    signals its whole process group."""
+    if isinstance(log, (str, bytes, os.PathLike)):
+        with open(log, "w") as f:
+            return spawn(args, f, group, **kw)
     p = subprocess.Popen(args, stdout=log, stderr=subprocess.STDOUT,
-                         stdin=subprocess.DEVNULL, **kw)
+                         stdin=subprocess.DEVNULL, start_new_session=group, **kw)
     procs.append(p)
+    if group:
+        _groups.add(p.pid)
     return p
 
 
@@ -86,15 +115,32 @@ def wait_exit(p, timeout):
         return None
 
 
-def reap():
-    """SIGTERM every spawned process still running, SIGKILL after 5 s."""
+def _signal(p, sig):
+    if p.pid in _groups:
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            pass
+    else:
+        p.send_signal(sig)
+
+
+def reap(term_s=5):
+    """SIGTERM every spawned process still running, SIGKILL after term_s
+    seconds (term_s=0: SIGKILL at once); waits for them all."""
+    if not term_s:
+        for p in procs:
+            if p.poll() is None:
+                _signal(p, signal.SIGKILL)
+            p.wait()
+        return
     for p in procs:
         if p.poll() is None:
-            p.send_signal(signal.SIGTERM)
-    deadline = time.monotonic() + 5
+            _signal(p, signal.SIGTERM)
+    deadline = time.monotonic() + term_s
     for p in procs:
         try:
             p.wait(max(0.1, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            p.kill()
+            _signal(p, signal.SIGKILL)
             p.wait()
