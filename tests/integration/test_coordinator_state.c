@@ -8,9 +8,9 @@
  *     naming the file and the line; with --discard-state it runs;
  *  4. a second coordinator on a state dir in use: exit 1, "in use"; one
  *     on a port in use: exit 1 (no silent SO_REUSEPORT sharing);
- *  5. watch lease (a watcher on a dead host kept a job from its
- *     idle timeout for hours): a watch that is never renewed (its host
- *     went silent) no longer holds the job: the coordinator ends it OK
+ *  5. watch lease (without one, a watcher on a dead host would keep a
+ *     job from its idle timeout for hours): a watch that is never renewed
+ *     (its host went silent) does not hold the job: the coordinator ends it OK
  *     after --watch-lease-s and the idle timeout ends the job (exit 3)
  *     while the connection is still open; a live libstoker client renews
  *     its watch at every lease and keeps an idle job alive, and once it
@@ -182,9 +182,9 @@ static void dead_watcher(void) {
   }
   CHECK(lists == 1);
   int64_t t0 = stk__now_ms();
-  /* From here the watch is never read nor renewed. Before the lease, the
-   * idle timeout was off for as long as it stayed open; now the job ends
-   * while it still is. */
+  /* From here the watch is never read nor renewed. The idle timeout must
+   * end the job while the watch's connection is still open (an open watch
+   * does not keep the job alive past its lease). */
   int code = proc_wait(&p, 30000);
   printf(
       "dead watcher: the coordinator exited %d %.1f s after the watch opened (idle 2 s, "

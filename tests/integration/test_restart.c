@@ -7,7 +7,7 @@
  *     knows them again (their watches re-announce them), then go on;
  *  3. after rank 0 finished and closed its client: the restarted
  *     coordinator knows rank 0 finished from its state journal alone, and
- *     rank 1's finish ends the job (it used to wait for rank 0
+ *     rank 1's finish ends the job (it does not wait for rank 0
  *     until the idle timeout);
  *  4. during the shutdown: (a) every worker was sent its Shutdown (one is
  *     stopped and has not acted on it): the restarted coordinator reads

@@ -2,7 +2,7 @@
 """test_tokens_reader.py - the Megatron .bin/.idx round trip, checked by an
 independent reader: documents written by `stoker-dataset tokens` (from text
 and synthetic) are read back here with numpy (memmap), written from the
-format description alone (augment/megatron.h's comment, the issue), and
+format description alone (augment/megatron.h's comment), and
 every sample of a blended token job, as the worker's builder makes it
 (`stoker-dataset tokens-dump`), is rebuilt here from those documents:
 tokens, labels, loss_mask and position_ids agree token for token, over
