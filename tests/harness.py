@@ -1,8 +1,8 @@
 """harness.py - what the Python tests share: a failure list with check(),
-bounded waits for a port file or a condition, and spawned processes that
-are always reaped (reap() in a finally). One module for every folder of
-tests/; a test imports it with its folder's path to tests/ first on
-sys.path:
+bounded waits for a port file, a log line or a condition, and spawned
+processes that are always reaped (reap() in a finally). One module for
+every folder of tests/; a test imports it with its folder's path to
+tests/ first on sys.path:
 
     sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
     from harness import check, fails  # noqa: E402
@@ -79,6 +79,28 @@ def wait_port(path, proc, timeout=15.0, or_none=False):
     if or_none:
         return None
     raise RuntimeError("no port file %s" % path)
+
+
+def _read(path):
+    try:
+        with open(path, errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def wait_log(path, text, proc=None, timeout=30.0):
+    """True once the file at path contains text (bounded wait, every
+    50 ms); False after timeout, or as soon as proc (if given) has exited
+    without it having been written."""
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        if text in _read(path):
+            return True
+        if proc is not None and proc.poll() is not None:
+            return text in _read(path)
+        time.sleep(0.05)
+    return False
 
 
 def until(cond, timeout, what):

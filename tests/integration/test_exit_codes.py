@@ -19,10 +19,10 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import check, fails, reap, say_passes, spawn, wait_exit, wait_port  # noqa: E402
+from harness import (check, fails, reap, say_passes, spawn, wait_exit,  # noqa: E402
+                     wait_log, wait_port)
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else ""
 COORD, WORKER, CLI = (os.path.join(BIN, n) for n in
@@ -42,15 +42,6 @@ def expect(name, p, want, what, timeout=60):
     got = wait_exit(p, timeout)
     tried[name].add(want)
     check(got == want, "%s exits %d when %s (got %s)" % (name, want, what, got))
-
-
-def wait_log(path, text, timeout=30):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if text in open(path, errors="replace").read():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def coordinator(d, tag, *extra):

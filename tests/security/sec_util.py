@@ -1,8 +1,8 @@
 """sec_util.py - what the security tests share: the binaries, check and
-wait_port from ../harness.py (every check printed), processes each in its
-own group that are always reaped (spawn, then reap_all), a bounded wait
-for a log line, a small synthetic job, a coordinator with one worker, and
-a training rank that verifies its batches.
+bounded waits from ../harness.py (every check printed), processes each in
+its own group that are always reaped (spawn, then reap_all), a small
+synthetic job, a coordinator with one worker, and a training rank that
+verifies its batches.
 
 Usage: import after checking sys.argv (BIN_DIR TRAIN_LOOP ...).
 """
@@ -10,12 +10,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 import harness  # noqa: E402
-# check, fails and wait_port are the security tests' too (imported from here)
-from harness import check, fails, wait_port  # noqa: E402,F401
+# check, fails, wait_log and wait_port are the security tests' too
+# (imported from here)
+from harness import check, fails, wait_log, wait_port  # noqa: E402,F401
 
 BIN, TRAIN = sys.argv[1], sys.argv[2]
 COORD, WORKER, CLI = (os.path.join(BIN, n) for n in
@@ -27,17 +27,6 @@ def spawn(args, log):
     """harness.spawn, each process leading its own group (stop() and
     reap_all() signal the group)."""
     return harness.spawn(args, log, group=True)
-
-
-def wait_log(path, text, proc, limit_s=30):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if text in open(path, errors="replace").read():
-            return True
-        if proc.poll() is not None:
-            return text in open(path, errors="replace").read()
-        time.sleep(0.05)
-    return False
 
 
 def stop(p, limit_s=20):
