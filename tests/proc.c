@@ -14,8 +14,9 @@
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
-#include <time.h>
 #include <unistd.h>
+
+#include "common/clock.h"
 
 #define MAX_PROCS 64
 
@@ -23,17 +24,6 @@ static pid_t procs[MAX_PROCS];
 static int nprocs;
 static char tmpdir[256];
 static int keep_tmp, hooks_installed;
-
-static long long now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (long long)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
-
-static void sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
-}
 
 static void forget(pid_t pid) {
   for (int i = 0; i < nprocs; i++)
@@ -145,7 +135,7 @@ static int decode(int status) {
 int proc_wait(stk_proc *p, int timeout_ms) {
   if (p->exited) return p->code;
   if (!p->pid) return -1;
-  long long until = now_ms() + timeout_ms;
+  int64_t until = stk__now_ms() + timeout_ms;
   for (;;) {
     int status;
     pid_t r = waitpid(p->pid, &status, WNOHANG);
@@ -156,13 +146,13 @@ int proc_wait(stk_proc *p, int timeout_ms) {
       p->code = decode(status);
       return p->code;
     }
-    if (now_ms() >= until) return -1;
-    sleep_ms(10);
+    if (stk__now_ms() >= until) return -1;
+    stk__sleep_ms(10);
   }
 }
 
 int proc_wait_port(stk_proc *p, const char *path, int timeout_ms) {
-  long long until = now_ms() + timeout_ms;
+  int64_t until = stk__now_ms() + timeout_ms;
   for (;;) {
     FILE *f = fopen(path, "r");
     if (f) {
@@ -177,11 +167,11 @@ int proc_wait_port(stk_proc *p, const char *path, int timeout_ms) {
               path);
       return -1;
     }
-    if (now_ms() >= until) {
+    if (stk__now_ms() >= until) {
       fprintf(stderr, "proc: no port in %s after %d ms\n", path, timeout_ms);
       return -1;
     }
-    sleep_ms(10);
+    stk__sleep_ms(10);
   }
 }
 

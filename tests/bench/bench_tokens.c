@@ -17,22 +17,11 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "bench_util.h"
 #include "stoker/augment.h"
 #include "tokens.h"
-
-static double cpu(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
-static double wall(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec * 1e-9;
-}
 
 static const char *help =
     "usage: stoker-bench tokens [--seq-len S] [--batch B] [--docs N] [--seconds T]\n"
@@ -65,16 +54,16 @@ static int run(const char *root, const stk_job_spec *spec, double seconds, resul
   stk_batch_layout_of(&s, &L);
   unsigned char *buf = malloc(L.total_bytes);
   uint64_t steps = stk_steps_per_epoch(&s, s.num_samples), n = 0;
-  double c0 = cpu();
+  double c0 = bu_thread_cpu_s();
   rc = stk_builder_build(b, 0, 0, 0, buf, L.total_bytes, NULL);
-  res->first_build_ms = (cpu() - c0) * 1e3;
-  double t0 = cpu(), w0 = wall();
-  while (!rc && cpu() - t0 < seconds) {
+  res->first_build_ms = (bu_thread_cpu_s() - c0) * 1e3;
+  double t0 = bu_thread_cpu_s(), w0 = bu_now_s();
+  while (!rc && bu_thread_cpu_s() - t0 < seconds) {
     for (int k = 0; k < 16 && !rc; k++, n++)
       rc = stk_builder_build(b, 0, 0, steps > 1 ? 1 + n % (steps - 1) : 0, buf,
                              L.total_bytes, NULL);
   }
-  double dt = cpu() - t0, dw = wall() - w0;
+  double dt = bu_thread_cpu_s() - t0, dw = bu_now_s() - w0;
   if (rc) fprintf(stderr, "stoker-bench tokens: build: %s\n", stk_builder_error(b));
   res->batches_per_s = n / dt;
   res->wall_batches_per_s = n / dw;
@@ -96,15 +85,15 @@ static double baseline(const char *bin, uint64_t B, uint64_t S, double seconds) 
   if (m == MAP_FAILED) return 0;
   size_t win = (S + 1) * 2, n = 0;
   unsigned char *dst = malloc(win * B);
-  double t0 = cpu();
+  double t0 = bu_thread_cpu_s();
   uint64_t x = 88172645463325252ull;
-  while (cpu() - t0 < seconds) {
+  while (bu_thread_cpu_s() - t0 < seconds) {
     for (uint64_t j = 0; j < B; j++, n++) {
       x ^= x << 13, x ^= x >> 7, x ^= x << 17;
       memcpy(dst + j * win, m + (x % ((len - win) / 2)) * 2, win);
     }
   }
-  double dt = cpu() - t0;
+  double dt = bu_thread_cpu_s() - t0;
   volatile unsigned char sink = dst[0];
   (void)sink;
   free(dst);

@@ -15,13 +15,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
+
 extern char **environ;
 
-double bu_now_s(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return ts.tv_sec + ts.tv_nsec / 1e9;
-}
+double bu_now_s(void) { return (double)stk__now_ns() / 1e9; }
 
 double bu_thread_cpu_s(void) {
   struct timespec ts;

@@ -42,20 +42,14 @@ import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
+sys.path.insert(0, os.path.join(HERE, ".."))
 import netcluster  # noqa: E402
+from harness import check, fails, say_passes  # noqa: E402
 
 SUCCESS_EXIT_S = 15.0  # launcher exit rule: training succeeded
 FAILURE_EXIT_S = 30.0  # launcher exit rule: training failed on a dnn host
 SANITIZED = os.environ.get("STOKER_SANITIZED") == "1"
-
-fails = []
-
-
-def check(cond, what):
-    print("%s: %s" % ("ok" if cond else "FAIL", what), flush=True)
-    if not cond:
-        fails.append(what)
-    return bool(cond)
+say_passes("ok: ", "FAIL: ")  # every check printed
 
 
 # variable -> path under a build tree (scenarios.py --build DIR)

@@ -27,20 +27,14 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails  # noqa: E402
+
 try:
     import yaml
 except ImportError:
     print("SKIP: python3-yaml is not installed (scripts/install-deps.sh installs it)")
     sys.exit(77)
-
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
-    return cond
 
 
 def load(k8s_dir):
@@ -156,7 +150,6 @@ def check_probe(cw, prog, probe, progs, ports):
 
 def self_test(k8s_dir, binaries):
     import shutil
-    global fails
     bad = 0
     for f, old, new in MUTATIONS:
         with tempfile.TemporaryDirectory() as d:
@@ -170,7 +163,7 @@ def self_test(k8s_dir, binaries):
                 bad += 1
                 continue
             open(path, "w").write(text.replace(old, new, 1))
-            fails = []
+            fails.clear()
             out = sys.stdout
             sys.stdout = open(os.devnull, "w")
             try:
@@ -182,7 +175,7 @@ def self_test(k8s_dir, binaries):
             print("self-test %-16s %-40r -> %s" % (f, new[:40], "caught: " + fails[0]
                                                    if ok else "NOT CAUGHT"))
             bad += 0 if ok else 1
-    fails = []
+    fails.clear()
     return bad
 
 

@@ -13,13 +13,8 @@ import subprocess
 import sys
 import tempfile
 
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails  # noqa: E402
 
 
 def keys(text):

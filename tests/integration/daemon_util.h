@@ -10,10 +10,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "check.h"
+#include "common/clock.h"
 #include "proc.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
@@ -35,11 +35,6 @@ static inline int du_init(int argc, char **argv) {
   worker_bin = argv[2];
   stk__rpc_init();
   return 0;
-}
-
-static inline void du_sleep_ms(int ms) {
-  struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000};
-  nanosleep(&ts, NULL);
 }
 
 /* Spawn the coordinator with the args of `extra` then of `more` (either
@@ -127,7 +122,7 @@ static inline int du_wait_workers(stk__rpc_channel *ch, size_t n, int timeout_ms
     size_t have = s ? s->n_workers : 0;
     if (s) protobuf_c_message_free_unpacked(&s->base, NULL);
     if (have >= n) return 0;
-    du_sleep_ms(50);
+    stk__sleep_ms(50);
   }
   return -1;
 }

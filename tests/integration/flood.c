@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/socket.h>
-#include <time.h>
 #include <unistd.h>
 
+#include "common/clock.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
 
@@ -54,12 +54,6 @@ struct flood {
   pthread_mutex_t mu;
   flood_stats st;
 };
-
-static int64_t now_ms(void) {
-  struct timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
-}
 
 static int connect_idle(const char *target) {
   char host[64];
@@ -105,7 +99,7 @@ static void send_next(fcall *c) {
 static void start_call(flood *f, fcall *c, grpc_channel *ch, int stalled) {
   c->f = f;
   c->ch = ch;
-  c->start_ms = now_ms();
+  c->start_ms = stk__now_ms();
   c->stalled = stalled;
   c->t_status.kind = T_STATUS, c->t_status.c = c;
   c->t_send.kind = T_SEND, c->t_send.c = c;
@@ -211,7 +205,7 @@ static void cancel_all(flood *f) {
  * with reopen_stalled_ms the flood cancels it itself that long after its
  * start (then maybe_reopen replaces it). */
 static void expire_stalled(flood *f) {
-  int64_t now = now_ms();
+  int64_t now = stk__now_ms();
   for (int i = 0; i < f->ncalls; i++) {
     fcall *c = &f->calls[i];
     if (c->stalled && c->call && !c->cancelled &&

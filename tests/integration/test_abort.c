@@ -13,16 +13,13 @@
  */
 #include <signal.h>
 
+#include "common/clock.h"
 #include "daemon_util.h"
 #include "e2e_util.h"
 
 static const char *cli_bin;
 
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
+static double now_s(void) { return (double)stk__now_ns() / 1e9; }
 
 static int run_cli(const char *name, char **argv, int timeout_ms, stk_proc *p) {
   if (proc_spawn(p, name, argv)) return -1;
@@ -79,7 +76,7 @@ int main(int argc, char **argv) {
   double t0 = now_s();
   while (now_s() - t0 < 30 && (__atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE) < 5 ||
                                __atomic_load_n(&r[1].progress, __ATOMIC_ACQUIRE) < 5))
-    du_sleep_ms(20);
+    stk__sleep_ms(20);
   CHECK(__atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE) >= 5 &&
         __atomic_load_n(&r[1].progress, __ATOMIC_ACQUIRE) >= 5);
   CHECK(proc_wait(&waiter, 0) == -1); /* still waiting: the job runs */

@@ -1,8 +1,8 @@
 /* test_client_old_worker.c - elastic resume against a worker that predates
  * it: a small gRPC server in this process plays the coordinator (Join,
- * WatchWorkers, Finish) and an old worker (Worker.Stream answering every
- * request with a header that lacks sample_offset, as a worker that does
- * not know BatchRequest field 5 would). A client resumed with another
+ * WatchWorkers, Finish: fakecoord.h) and an old worker (Worker.Stream
+ * answering every request with a header that lacks sample_offset, as a
+ * worker that does not know BatchRequest field 5 would). A client resumed with another
  * world size (a W=4 state into this W=3 job: sample offset 4) must end
  * with STK_PROTOCOL naming the sample offset, not hang or deliver the
  * wrong samples.
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "rpc.h"
+#include "fakecoord.h"
 #include "stoker.pb-c.h"
 #include "stoker/client.h"
 #include "stoker/version.h"
@@ -22,86 +22,18 @@
   "source = synthetic\nnum_samples = 64\nbatch_size = 4\nheight = 8\n" \
   "width = 8\ndrop_last = false\nworld_size = %d\n"
 
-static char job_text[4096], worker_addr[64];
-/* set (release) once job_text and worker_addr are written; the handlers
- * read them after an acquire: the client reaches the handlers through
- * gRPC and the kernel, an order TSan cannot see */
-static int published;
-static int ready(void) { return __atomic_load_n(&published, __ATOMIC_ACQUIRE); }
-static uint64_t job_hash;
-static stk_batch_layout layout;
-
-static void one_worker(Stoker__V1__WorkerInfo *w, Stoker__V1__WorkerInfo **wp) {
-  stoker__v1__worker_info__init(w);
-  w->worker_id = "old-worker", w->address = worker_addr, w->cores = 1;
-  *wp = w;
-}
-
-static void on_join(stk__rpc_call *call, const ProtobufCMessage *q) {
-  (void)q;
-  if (!ready()) {
-    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "not ready");
-    return;
-  }
-  Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
-  job.canonical = job_text;
-  job.hash = job_hash;
-  Stoker__V1__WorkerInfo w, *wp;
-  one_worker(&w, &wp);
-  Stoker__V1__JoinResponse r = STOKER__V1__JOIN_RESPONSE__INIT;
-  r.job = &job;
-  r.list_version = 1;
-  r.n_workers = 1;
-  r.workers = &wp;
-  stk__rpc_call_reply(call, &r.base);
-}
-
-/* The watch sends one list and stays open until the client goes (the
- * server's stop ends it otherwise). */
-static int watch_open(stk__rpc_call *call) {
-  (void)ready(); /* the acquire: job and address are published */
-  (void)call;
-  return 0;
-}
-
-static void watch_message(stk__rpc_call *call, const ProtobufCMessage *q) {
-  (void)ready(); /* the acquire: job and address are published */
-  if (!q) {
-    stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "bad watch");
-    return;
-  }
-  Stoker__V1__WorkerInfo w, *wp;
-  one_worker(&w, &wp);
-  Stoker__V1__WorkerList l = STOKER__V1__WORKER_LIST__INIT;
-  l.version = 1;
-  l.n_workers = 1;
-  l.workers = &wp;
-  stk__rpc_call_send_msg(call, &l.base);
-}
-
-static void watch_closed(stk__rpc_call *call) { (void)call; }
-
-static const stk__rpc_stream_ops watch_ops = {watch_open, watch_message, NULL, NULL,
-                                              watch_closed};
-
-static void on_finish(stk__rpc_call *call, const ProtobufCMessage *q) {
-  (void)q;
-  Stoker__V1__FinishResponse r = STOKER__V1__FINISH_RESPONSE__INIT;
-  stk__rpc_call_reply(call, &r.base);
-}
+static stk_batch_layout layout; /* written before the rpc layer starts */
 
 /* The old worker: every request gets a well-formed header for its
  * (epoch, rank, step), without the sample offset. The stream ends
  * CANCELLED when a request does not parse, a send fails or the client
  * half-closes. */
 static int stream_open(stk__rpc_call *call) {
-  (void)ready(); /* the acquire: job and address are published */
   (void)call;
   return 0;
 }
 
 static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
-  (void)ready(); /* the acquire: job and address are published */
   if (!m) {
     stk__rpc_call_finish(call, GRPC_STATUS_CANCELLED, "");
     return;
@@ -160,33 +92,29 @@ int main(void) {
   stk_job_spec spec;
   stk_job_spec_defaults(&spec);
   CHECK(stk_job_spec_parse(&spec, w3, NULL, 0) == STK_OK);
+  char job_text[4096];
   CHECK(stk_job_spec_format(&spec, job_text, sizeof job_text) < sizeof job_text);
-  job_hash = stk_job_spec_hash(&spec);
+  fakecoord_set_job(job_text, stk_job_spec_hash(&spec));
+  fakecoord_resend_known(1);
   CHECK(stk_batch_layout_of(&spec, &layout) == STK_OK);
 
+  /* One server plays both: the coordinator (Join answers "not ready"
+   * until its list names the worker, this server's own port) and the old
+   * worker. */
   stk__rpc_init();
-  stk__rpc_method methods[] = {
-      {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor, 0, on_join,
-       NULL},
-      {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor, 0,
-       NULL, &watch_ops},
-      {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor, 0,
-       on_finish, NULL},
-      {"/stoker.v1.Worker/Stream", &stoker__v1__batch_request__descriptor, 0, NULL,
-       &stream_ops}};
-  stk__rpc_server_config sc;
-  memset(&sc, 0, sizeof sc);
-  sc.listen = "127.0.0.1:0";
-  sc.methods = methods;
-  sc.nmethods = 4;
+  stk__rpc_method worker[] = {{"/stoker.v1.Worker/Stream",
+                               &stoker__v1__batch_request__descriptor, 0, NULL,
+                               &stream_ops}};
   stk__rpc_server *srv = NULL;
   int port = 0;
-  if (stk__rpc_server_start(&sc, &srv, &port, err, sizeof err)) {
+  if (fakecoord_start(worker, 1, &srv, &port, err, sizeof err)) {
     fprintf(stderr, "rogue server: %s\n", err);
     return 1;
   }
+  char worker_addr[64];
   snprintf(worker_addr, sizeof worker_addr, "127.0.0.1:%d", port);
-  __atomic_store_n(&published, 1, __ATOMIC_RELEASE);
+  const char *id = "old-worker", *addr = worker_addr;
+  fakecoord_publish(1, &id, &addr);
   stk_client_config_defaults(&cfg);
   cfg.coordinator = worker_addr;
   cfg.rank = 0, cfg.world_size = 3;

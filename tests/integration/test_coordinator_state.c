@@ -8,9 +8,9 @@
  *     naming the file and the line; with --discard-state it runs;
  *  4. a second coordinator on a state dir in use: exit 1, "in use"; one
  *     on a port in use: exit 1 (no silent SO_REUSEPORT sharing);
- *  5. watch lease (a watcher on a dead host kept a job from its
- *     idle timeout for hours): a watch that is never renewed (its host
- *     went silent) no longer holds the job: the coordinator ends it OK
+ *  5. watch lease (without one, a watcher on a dead host would keep a
+ *     job from its idle timeout for hours): a watch that is never renewed
+ *     (its host went silent) does not hold the job: the coordinator ends it OK
  *     after --watch-lease-s and the idle timeout ends the job (exit 3)
  *     while the connection is still open; a live libstoker client renews
  *     its watch at every lease and keeps an idle job alive, and once it
@@ -22,6 +22,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include "common/clock.h"
 #include "daemon_util.h"
 #include "stoker/client.h"
 
@@ -29,12 +30,6 @@ static const char *const job_a[] = {"--set", "num_samples=64", "--set", "batch_s
                                     "--set", "height=16",      "--set", "width=16",
                                     "--set", "world_size=1",   "--set", "name=job-a",
                                     NULL};
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* Run a coordinator that is expected to exit at once (a refusal, or an
  * ended job); its exit code (-1 if it kept running 15 s). */
@@ -186,15 +181,15 @@ static void dead_watcher(void) {
     if (bb) grpc_byte_buffer_destroy(bb);
   }
   CHECK(lists == 1);
-  int64_t t0 = now_ms();
-  /* From here the watch is never read nor renewed. Before the lease, the
-   * idle timeout was off for as long as it stayed open; now the job ends
-   * while it still is. */
+  int64_t t0 = stk__now_ms();
+  /* From here the watch is never read nor renewed. The idle timeout must
+   * end the job while the watch's connection is still open (an open watch
+   * does not keep the job alive past its lease). */
   int code = proc_wait(&p, 30000);
   printf(
       "dead watcher: the coordinator exited %d %.1f s after the watch opened (idle 2 s, "
       "lease 1 s)\n",
-      code, (double)(now_ms() - t0) / 1000.0);
+      code, (double)(stk__now_ms() - t0) / 1000.0);
   CHECK(code == 3);
   /* The watch then ended OK at the end of its lease. */
   for (int i = 0; i < 10; i++) {
@@ -261,7 +256,7 @@ static void live_watcher(void) {
     char det[256];
     du_join(ch, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof det);
     if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
-    du_sleep_ms(50);
+    stk__sleep_ms(50);
   }
   pthread_join(t, NULL);
   stk__rpc_channel_close(ch);
@@ -270,20 +265,21 @@ static void live_watcher(void) {
   /* Wait (bounded) for 8 watches: over 7 s of leases, past the 6 s idle
    * timeout, with nothing but the renewed watch touching the job. */
   int n = 0;
-  for (int64_t until = now_ms() + 60000; now_ms() < until && proc_wait(&p, 0) == -1;) {
+  for (int64_t until = stk__now_ms() + 60000;
+       stk__now_ms() < until && proc_wait(&p, 0) == -1;) {
     n = proc_log_count(&p, "opened, lease 1 s");
     if (n >= 8) break;
-    du_sleep_ms(100);
+    stk__sleep_ms(100);
   }
   printf("live watcher: %d watches opened; coordinator %s\n", n,
          proc_wait(&p, 0) == -1 ? "running" : "exited");
   CHECK(n >= 8);
   CHECK(proc_wait(&p, 0) == -1); /* still running */
-  int64_t t0 = now_ms();
+  int64_t t0 = stk__now_ms();
   stk_client_close(o.c);
   int code = proc_wait(&p, 30000);
   printf("live watcher: closed; the coordinator exited %d after %.1f s\n", code,
-         (double)(now_ms() - t0) / 1000.0);
+         (double)(stk__now_ms() - t0) / 1000.0);
   CHECK(code == 3);
   if (check_failures != before) {
     proc_dump_log(&p);

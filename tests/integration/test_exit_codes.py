@@ -19,20 +19,16 @@ import socket
 import subprocess
 import sys
 import tempfile
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import (check, fails, reap, say_passes, spawn, wait_exit,  # noqa: E402
+                     wait_log, wait_port)
 
 BIN = sys.argv[1] if len(sys.argv) > 1 else ""
 COORD, WORKER, CLI = (os.path.join(BIN, n) for n in
                       ("stoker-coordinator", "stoker-worker", "stoker"))
-fails, procs = [], []
 tried = {"stoker-coordinator": set(), "stoker-worker": set()}
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        fails.append(what)
-    return cond
+say_passes()  # every check printed, ok or FAIL
 
 
 def documented(binary):
@@ -42,43 +38,10 @@ def documented(binary):
     return {int(c) for c in re.findall(r"^  (\d+)  ", text, re.M)}
 
 
-def spawn(argv, log):
-    f = open(log, "w")
-    p = subprocess.Popen(argv, stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    f.close()
-    procs.append(p)
-    return p
-
-
-def code_of(p, timeout=60):
-    try:
-        return p.wait(timeout)
-    except subprocess.TimeoutExpired:
-        return None
-
-
 def expect(name, p, want, what, timeout=60):
-    got = code_of(p, timeout)
+    got = wait_exit(p, timeout)
     tried[name].add(want)
     check(got == want, "%s exits %d when %s (got %s)" % (name, want, what, got))
-
-
-def wait_port(path, p, timeout=30):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end and p.poll() is None:
-        if os.path.exists(path) and open(path).read().strip():
-            return int(open(path).read())
-        time.sleep(0.05)
-    return None
-
-
-def wait_log(path, text, timeout=30):
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if text in open(path, errors="replace").read():
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def coordinator(d, tag, *extra):
@@ -86,7 +49,7 @@ def coordinator(d, tag, *extra):
     c = spawn([COORD, "--listen", "127.0.0.1:0", "--port-file", pf, "--set",
                "num_samples=1024", "--set", "batch_size=8", *extra],
               os.path.join(d, tag + ".log"))
-    return c, wait_port(pf, c)
+    return c, wait_port(pf, c, timeout=30, or_none=True)
 
 
 def worker(d, tag, port, *extra):
@@ -128,7 +91,7 @@ def main():
         expect("stoker-worker", worker(d, "w1", port, "--data-root", "/nonexistent-root"), 1,
                "its dataset cannot be opened")
         c.send_signal(signal.SIGTERM)
-        code_of(c)
+        wait_exit(c, 60)
         # 3: the coordinator's idle timeout; the worker orphaned
         c, port = coordinator(d, "c3", "--idle-timeout-s", "1")
         expect("stoker-coordinator", c, 3, "no client touched the job for --idle-timeout-s")
@@ -149,7 +112,7 @@ def main():
         expect("stoker-worker", worker(d, "w4", port, "--token-file", bad), 4,
                "the coordinator rejects its token")
         c.send_signal(signal.SIGTERM)
-        code_of(c)
+        wait_exit(c, 60)
         # 4 (coordinator) and 5 (worker): a rank aborts the job
         c, port = coordinator(d, "c5")
         w = worker(d, "w5", port)
@@ -167,10 +130,7 @@ def main():
                   "%s: every code its --help documents was tried (documented %s, tried %s)"
                   % (name, sorted(doc), sorted(tried[name])))
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        reap(term_s=0)
         if fails:
             for f in sorted(os.listdir(d)):
                 print("---- %s" % f)

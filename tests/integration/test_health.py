@@ -26,6 +26,9 @@ import tempfile
 import threading
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails, reap, say_passes, spawn, wait_port  # noqa: E402
+
 BIN, PROTO = sys.argv[1], sys.argv[2]
 try:
     import grpc
@@ -36,33 +39,7 @@ except ImportError as e:
 if not shutil.which("protoc"):
     print("SKIP: protoc is not installed (apt-get install protobuf-compiler)")
     sys.exit(77)
-
-fails, procs = [], []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        fails.append(what)
-    return cond
-
-
-def spawn(args, log):
-    with open(log, "w") as f:
-        p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT)
-    procs.append(p)
-    return p
-
-
-def wait_port(path, proc, limit_s=30):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if os.path.exists(path) and open(path).read().strip():
-            return int(open(path).read())
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError("no port in " + path)
+say_passes()  # every check printed, ok or FAIL
 
 
 def main():
@@ -81,7 +58,7 @@ def main():
         c = spawn([f"{BIN}/stoker-coordinator", "--job", f"{d}/job.txt", "--listen",
                    "127.0.0.1:0", "--port-file", f"{d}/cport", "--token-file",
                    f"{d}/token", "--idle-timeout-s", "120"], f"{d}/coord.log")
-        cport = wait_port(f"{d}/cport", c)
+        cport = wait_port(f"{d}/cport", c, timeout=30)
         ch = grpc.insecure_channel(f"127.0.0.1:{cport}")
         grpc.channel_ready_future(ch).result(timeout=30)
         check_rpc = ch.unary_unary("/grpc.health.v1.Health/Check",
@@ -110,7 +87,7 @@ def main():
         w = spawn([f"{BIN}/stoker-worker", "--coordinator", f"127.0.0.1:{cport}",
                    "--port-file", f"{d}/wport", "--token-file", f"{d}/token",
                    "--threads", "1"], f"{d}/worker.log")
-        wport = wait_port(f"{d}/wport", w)
+        wport = wait_port(f"{d}/wport", w, timeout=30)
         wch = grpc.insecure_channel(f"127.0.0.1:{wport}")
         grpc.channel_ready_future(wch).result(timeout=30)
         watch = wch.unary_stream("/grpc.health.v1.Health/Watch",
@@ -169,10 +146,7 @@ def main():
         check(verdict is not None, "coordinator after the job ended: %s" % verdict)
         c.wait(30)
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.kill()
-            p.wait()
+        reap(term_s=0)
         if fails:
             for f in ("coord.log", "worker.log"):
                 if os.path.exists(f"{d}/{f}"):

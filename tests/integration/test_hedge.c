@@ -96,7 +96,7 @@ static int stop_holding(rank_run *r, stk_proc *w, const int *ports) {
           return v;
         }
       }
-      du_sleep_ms(2);
+      stk__sleep_ms(2);
     }
     proc_signal(&w[0], SIGCONT);
     proc_signal(&w[1], SIGCONT);
@@ -107,7 +107,7 @@ static int stop_holding(rank_run *r, stk_proc *w, const int *ports) {
 /* Keep the rank's thread going for ms (or until it finished). */
 static void hold(rank_run *r, int ms) {
   for (int64_t t0 = stk__now_ms(); !finished(r) && stk__now_ms() - t0 < ms;)
-    du_sleep_ms(5);
+    stk__sleep_ms(5);
 }
 
 /* Run rank `rank` to the end of its epoch. With cycles, a worker is
@@ -127,7 +127,7 @@ static void run(rank_run *r, uint32_t rank, int port, stk_proc *w, const int *po
   for (int i = 0;
        i < 12000 && __atomic_load_n(&r->progress, __ATOMIC_ACQUIRE) < 5 && !finished(r);
        i++)
-    du_sleep_ms(5);
+    stk__sleep_ms(5);
   if (cycles) {
     *victim = stop_holding(r, w, ports);
     CHECK(*victim >= 0);
@@ -135,7 +135,7 @@ static void run(rank_run *r, uint32_t rank, int port, stk_proc *w, const int *po
       int64_t t0 = stk__now_ms();
       while (!finished(r) && (stk__now_ms() - t0 < 1000 ||
                               (want_win && !hedges_won(r) && stk__now_ms() - t0 < 20000)))
-        du_sleep_ms(5);
+        stk__sleep_ms(5);
       proc_signal(&w[*victim], SIGCONT);
       hold(r, 500);
     }

@@ -38,19 +38,14 @@ import time
 import urllib.error
 import urllib.request
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails  # noqa: E402
+
 BIN = {k: os.environ.get(v, "") for k, v in {
     "coord": "STOKER_COORDINATOR_BIN", "worker": "STOKER_WORKER_BIN",
     "cli": "STOKER_CLI_BIN", "loop": "STOKER_TRAIN_LOOP_BIN",
     "dataset": "STOKER_DATASET_BIN"}.items()}
 SLOW = 3 if os.environ.get("STOKER_SANITIZED") == "1" else 1
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what, flush=True)
-    return bool(cond)
 
 
 def wait_for(pred, timeout_s, what):

@@ -176,7 +176,7 @@ int main(int argc, char **argv) {
     size_t n = st ? st->n_workers : 99;
     if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
     if (n == 1) break;
-    du_sleep_ms(50);
+    stk__sleep_ms(50);
   }
   st = du_status(c);
   CHECK(st && st->n_workers == 1);

@@ -7,7 +7,7 @@
  *     knows them again (their watches re-announce them), then go on;
  *  3. after rank 0 finished and closed its client: the restarted
  *     coordinator knows rank 0 finished from its state journal alone, and
- *     rank 1's finish ends the job (it used to wait for rank 0
+ *     rank 1's finish ends the job (it does not wait for rank 0
  *     until the idle timeout);
  *  4. during the shutdown: (a) every worker was sent its Shutdown (one is
  *     stopped and has not acted on it): the restarted coordinator reads
@@ -33,6 +33,7 @@
 #include <signal.h>
 #include <sys/stat.h>
 
+#include "common/clock.h"
 #include "daemon_util.h"
 #include "stoker/client.h"
 
@@ -43,12 +44,6 @@ static const char *const job_args[] = {
     "--set",     "num_samples=256", "--set",    "batch_size=4", "--set",
     "height=16", "--set",           "width=16", "--set",        "world_size=2",
     "--set",     "epochs=2",        "--set",    "seed=3",       NULL};
-
-static int64_t now_ms(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (int64_t)t.tv_sec * 1000 + t.tv_nsec / 1000000;
-}
 
 /* ---- Rank threads -------------------------------------------------------- */
 
@@ -76,15 +71,9 @@ static void rank_set(rank *r, int *flag) {
 
 /* Wait (bounded) until *flag is set; 0 or -1. */
 static int rank_wait(rank *r, int *flag, int timeout_ms) {
-  int64_t until = now_ms() + timeout_ms;
+  int64_t until = stk__now_ms() + timeout_ms;
   pthread_mutex_lock(&r->mu);
-  while (!*flag && now_ms() < until) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    ts.tv_nsec += 50 * 1000000;
-    if (ts.tv_nsec >= 1000000000) ts.tv_sec++, ts.tv_nsec -= 1000000000;
-    pthread_cond_timedwait(&r->cv, &r->mu, &ts);
-  }
+  while (!*flag && stk__now_ms() < until) stk__cond_wait_until(&r->cv, &r->mu, until);
   int ok = *flag;
   pthread_mutex_unlock(&r->mu);
   return ok ? 0 : -1;
@@ -143,7 +132,7 @@ static void *rank_main(void *arg) {
   r->finish_status = stk_client_finish(c, 0);
   if (r->finish_status != STK_OK)
     snprintf(r->error, sizeof r->error, "finish: %s", stk_client_error(c));
-  r->finish_ms = now_ms();
+  r->finish_ms = stk__now_ms();
   rank_set(r, &r->finished);
   if (r->keep_open) rank_wait(r, &r->go_close, 60000);
   stk_client_close(c);
@@ -232,7 +221,7 @@ static int wait_status(int port, const want *w, int timeout_ms) {
   stk__rpc_channel *ch = du_channel(port);
   int ok = 0;
   char last[300] = "no answer";
-  for (int64_t until = now_ms() + timeout_ms; !ok && now_ms() < until;) {
+  for (int64_t until = stk__now_ms() + timeout_ms; !ok && stk__now_ms() < until;) {
     Stoker__V1__StatusResponse *s = du_status(ch);
     if (s) {
       uint32_t mask = 0;
@@ -247,24 +236,24 @@ static int wait_status(int port, const want *w, int timeout_ms) {
                s->n_workers, s->n_joined_ranks, s->n_finished_ranks, mask);
       protobuf_c_message_free_unpacked(&s->base, NULL);
     }
-    if (!ok) du_sleep_ms(50);
+    if (!ok) stk__sleep_ms(50);
   }
   stk__rpc_channel_close(ch);
   if (!ok) fprintf(stderr, "wait_status: gave up at: %s\n", last);
   return ok ? 0 : -1;
 }
 
-/* The processes of the job exit 0 by deadline_ms (a now_ms() value). */
+/* The processes of the job exit 0 by deadline_ms (a stk__now_ms() value). */
 static void all_exit_0(stk_proc *ps, int n, int64_t deadline_ms) {
   for (int i = 0; i < n; i++) {
     if (ps[i].exited && ps[i].code == 128 + SIGKILL) continue; /* the killed one */
-    int64_t left = deadline_ms - now_ms();
+    int64_t left = deadline_ms - stk__now_ms();
     int code = proc_wait(&ps[i], left > 0 ? (int)left : 0);
     if (code != 0) fprintf(stderr, "%s: exit %d\n", ps[i].name, code);
     CHECK(code == 0);
   }
   printf("  every process exited 0, %.1f s before the 15 s bound\n",
-         (double)(deadline_ms - now_ms()) / 1000.0);
+         (double)(deadline_ms - stk__now_ms()) / 1000.0);
 }
 
 static char *state_dir_for(const char *name) {
@@ -354,7 +343,7 @@ static void restart_case(int which) {
 
 /* Poll (bounded) until p's log has n lines with needle; 0 or -1. */
 static int wait_log(const stk_proc *p, const char *needle, int n, int timeout_ms) {
-  for (int64_t until = now_ms() + timeout_ms;;) {
+  for (int64_t until = stk__now_ms() + timeout_ms;;) {
     int have = 0;
     FILE *f = fopen(p->log, "rb");
     char line[2048];
@@ -362,12 +351,12 @@ static int wait_log(const stk_proc *p, const char *needle, int n, int timeout_ms
       if (strstr(line, needle)) have++;
     if (f) fclose(f);
     if (have >= n) return 0;
-    if (now_ms() >= until) {
+    if (stk__now_ms() >= until) {
       fprintf(stderr, "wait_log: %d of %d lines with '%s' in %s\n", have, n, needle,
               p->log);
       return -1;
     }
-    du_sleep_ms(50);
+    stk__sleep_ms(50);
   }
 }
 
@@ -405,7 +394,7 @@ static void during_shutdown_told(void) {
   /* Both told (journaled before the log line); still waiting for w2. */
   CHECK(wait_log(&p[0], "sent shutdown to worker", 2, 15000) == 0);
   CHECK(proc_wait(&p[0], 0) == -1);
-  int64_t t0 = now_ms();
+  int64_t t0 = stk__now_ms();
   const char *rejoin[] = {"--rejoin-wait-s", "5", "--linger-s", "2", NULL};
   CHECK(coord_restart(&p[0], &p[1], "c4a-restarted", port, sd, rejoin) == port);
   CHECK(proc_log_count(&p[1], "had already ended"));
@@ -459,7 +448,7 @@ static void during_shutdown_untold(void) {
   want draining = {0, 0, 2, 3, "draining"};
   CHECK(wait_status(port, &draining, 15000) == 0);
   CHECK(proc_wait(&p[1], 0) == -1); /* waiting for w2 */
-  int64_t t0 = now_ms();
+  int64_t t0 = stk__now_ms();
   CHECK(coord_restart(&p[1], &p[2], "c4b-restarted2", port, sd, short_linger) == port);
   CHECK(proc_log_count(&p[2], "had already ended"));
   CHECK(proc_log_count(&p[2], "workers still to tell: 1"));

@@ -72,7 +72,7 @@ static long wait_counter(const stk_proc *p, const char *key, long want, int time
   for (int waited = 0; waited <= timeout_ms; waited += 100) {
     v = log_counter(p, key);
     if (v >= want) break;
-    du_sleep_ms(100);
+    stk__sleep_ms(100);
   }
   return v;
 }
@@ -84,7 +84,7 @@ static int wait_flood(flood *f, int (*pred)(const flood_stats *, const void *),
     flood_stats st;
     flood_stats_get(f, &st);
     if (pred(&st, arg)) return 0;
-    du_sleep_ms(50);
+    stk__sleep_ms(50);
   }
   return -1;
 }
@@ -325,7 +325,7 @@ static void ci_run(void) {
       if (th > th_max) th_max = th;
       if (rss > rss_max) rss_max = rss;
     }
-    du_sleep_ms(100);
+    stk__sleep_ms(100);
   }
   pthread_join(t, NULL);
   if (r.error[0]) fprintf(stderr, "rank: %s\n", r.error);
@@ -517,7 +517,7 @@ static int flood_proc(const char *target, const char *hash_s) {
         st.conns_open, st.calls_started, st.calls_ended, st.stalled_ended,
         st.requests_sent, st.stalled_reopened);
     fflush(stdout);
-    du_sleep_ms(200);
+    stk__sleep_ms(200);
   }
   print_flood("flood", f);
   flood_stop(f);

@@ -190,7 +190,7 @@ static void worker_drain(void) {
     size_t nw = st ? st->n_workers : 99;
     if (st) protobuf_c_message_free_unpacked(&st->base, NULL);
     if (!nw) break;
-    du_sleep_ms(50);
+    stk__sleep_ms(50);
   }
   Stoker__V1__StatusResponse *st = du_status(c);
   CHECK(st && st->n_workers == 0);

@@ -27,7 +27,7 @@
 static int wait_count(const int *p, int want, int timeout_ms) {
   for (int64_t end = stk__now_ms() + timeout_ms; stk__now_ms() < end;) {
     if (rogue_get(p) >= want) return 0;
-    du_sleep_ms(5);
+    stk__sleep_ms(5);
   }
   return rogue_get(p) >= want ? 0 : -1;
 }

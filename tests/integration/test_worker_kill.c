@@ -69,7 +69,7 @@ int main(int argc, char **argv) {
   for (int i = 0; i < 12000 && !ready; i++) {
     ready = __atomic_load_n(&r[0].progress, __ATOMIC_ACQUIRE) >= 10 &&
             __atomic_load_n(&r[1].progress, __ATOMIC_ACQUIRE) >= 10;
-    if (!ready) du_sleep_ms(5);
+    if (!ready) stk__sleep_ms(5);
   }
   CHECK(ready);
 
@@ -94,7 +94,7 @@ int main(int argc, char **argv) {
       if (base[k] < 0) base[k] = now;
       if ((base[k] >= 0 && now > base[k]) || reissued[k] > 0) stuck[k] = 1;
     }
-    if (!(stuck[0] && stuck[1])) du_sleep_ms(5);
+    if (!(stuck[0] && stuck[1])) stk__sleep_ms(5);
   }
   CHECK(stuck[0] && stuck[1]);
 

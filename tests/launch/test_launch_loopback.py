@@ -52,14 +52,10 @@ import sys
 import tempfile
 import time
 
-fails = []
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails, say_passes  # noqa: E402
 
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        fails.append(what)
-    return cond
+say_passes()  # every check printed, ok or FAIL
 
 
 class Run:

@@ -17,7 +17,8 @@ import sys
 import tempfile
 import time
 
-from harness import check, fails, reap, require, spawn, until, wait_port
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails, reap, require, spawn, until, wait_port  # noqa: E402
 
 COORD, WORKER = require(torch=True, bins=("STOKER_COORDINATOR_BIN", "STOKER_WORKER_BIN"))
 import stoker  # noqa: E402

@@ -15,9 +15,10 @@ import shutil
 import struct
 import sys
 
-if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails, require  # noqa: E402
+
+require()
 import stoker
 from stoker import _lib
 
@@ -26,14 +27,6 @@ JOB = ("source = synthetic\nnum_samples = 64\nheight = 8\nwidth = 8\n"
 VARS = ["STOKER_COORDINATOR", "RANK", "WORLD_SIZE", "LOCAL_RANK",
         "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
         "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID"]
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
-    return bool(cond)
 
 
 def env(**kv):

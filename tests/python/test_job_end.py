@@ -29,7 +29,8 @@ import subprocess
 import sys
 import tempfile
 
-from harness import check, fails, reap, require, spawn, until, wait_exit, wait_port
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails, reap, require, spawn, until, wait_exit, wait_port  # noqa: E402
 
 COORD, WORKER, CLI = require(torch=True, bins=("STOKER_COORDINATOR_BIN", "STOKER_WORKER_BIN",
                                                "STOKER_CLI_BIN"))

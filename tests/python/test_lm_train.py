@@ -6,37 +6,19 @@ network; it exits non-zero unless the loss went down. Every process is
 reaped; skipped (77) without torch or in sanitizer builds."""
 import os
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
-import time
 
-if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
-    sys.exit(77)
-try:
-    import torch  # noqa: F401
-except ImportError:
-    print("SKIP: torch is not importable (install python3-torch)")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import reap, require, spawn, wait_port  # noqa: E402
+
+require(torch=True)
 
 EX = os.environ["STOKER_EXAMPLES"]
 COORD, WORKER = os.environ["STOKER_COORDINATOR_BIN"], os.environ["STOKER_WORKER_BIN"]
 DATASET = os.environ["STOKER_DATASET_BIN"]
 PY = sys.executable
-procs = []
-
-
-def wait_port(path, proc, limit_s=30):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if os.path.exists(path) and open(path).read().strip():
-            return int(open(path).read())
-        if proc.poll() is not None:
-            break
-        time.sleep(0.05)
-    raise RuntimeError("no port in %s" % path)
 
 
 def main():
@@ -48,17 +30,11 @@ def main():
         os.mkdir(f"{d}/data")
         subprocess.run([DATASET, "tokens", "--in", f"{d}/corpus.txt", "--out",
                         f"{d}/data/lm", "--eod", "0"], check=True, timeout=60)
-        with open(f"{d}/coord.log", "w") as log:
-            c = subprocess.Popen([COORD, "--job", f"{EX}/lm_job.txt", "--listen",
-                                  "127.0.0.1:0", "--port-file", f"{d}/cport",
-                                  "--idle-timeout-s", "120"], stdout=log, stderr=log)
-        procs.append(c)
-        port = wait_port(f"{d}/cport", c)
-        with open(f"{d}/worker.log", "w") as log:
-            w = subprocess.Popen([WORKER, "--coordinator", f"127.0.0.1:{port}",
-                                  "--data-root", f"{d}/data", "--threads", "1"],
-                                 stdout=log, stderr=log)
-        procs.append(w)
+        c = spawn([COORD, "--job", f"{EX}/lm_job.txt", "--listen", "127.0.0.1:0",
+                   "--port-file", f"{d}/cport", "--idle-timeout-s", "120"], f"{d}/coord.log")
+        port = wait_port(f"{d}/cport", c, timeout=30)
+        w = spawn([WORKER, "--coordinator", f"127.0.0.1:{port}", "--data-root", f"{d}/data",
+                   "--threads", "1"], f"{d}/worker.log")
         r = subprocess.run([PY, f"{EX}/lm_train.py", "--coordinator", f"127.0.0.1:{port}",
                             "--threads", "1"], timeout=300)
         rc = r.returncode
@@ -72,10 +48,7 @@ def main():
                 print("FAIL: %s exit %s" % (name, code))
                 rc = rc or 1
     finally:
-        for p in procs:
-            if p.poll() is None:
-                p.send_signal(signal.SIGKILL)
-            p.wait()
+        reap(term_s=0)
         if rc:
             for f in ("coord.log", "worker.log"):
                 if os.path.exists(f"{d}/{f}"):

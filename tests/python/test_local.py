@@ -6,25 +6,15 @@ conversion, stats()."""
 import os
 import sys
 
-if os.environ.get("STOKER_SANITIZED") == "1":
-    print("SKIP: libstoker is built with sanitizers whose runtime cannot be preloaded into python")
-    sys.exit(77)
-try:
-    import torch
-except ImportError:
-    print("SKIP: torch is not importable (install python3-torch)")
-    sys.exit(77)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails, require  # noqa: E402
+
+require(torch=True)
+import torch  # noqa: E402
 import stoker
 
 JOB = ("source = synthetic\nnum_samples = 96\nheight = 16\nwidth = 16\n"
        "batch_size = 4\nworld_size = 2\nepochs = 2\nseed = 5\nnum_classes = 10\n")
-fails = []
-
-
-def check(cond, what):
-    if not cond:
-        fails.append(what)
-        print("FAIL:", what)
 
 
 L = stoker.Loader(job=JOB, rank=1, world_size=2, slots=4, with_meta=True)

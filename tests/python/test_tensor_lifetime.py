@@ -15,9 +15,11 @@ preloaded, see CMakeLists.txt):
 """
 import gc
 import io
+import os
 import sys
 
-from harness import check, fails, require
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import check, fails, require  # noqa: E402
 
 require(torch=True)
 import stoker  # noqa: E402

@@ -1,8 +1,8 @@
-"""sec_util.py - what the security tests share: the binaries, a check
-that records failures, processes that are always reaped (spawn, then
-reap_all), bounded waits for a port file or a log line, a small synthetic
-job, a coordinator with one worker, and a training rank that verifies its
-batches.
+"""sec_util.py - what the security tests share: the binaries, check and
+bounded waits from ../harness.py (every check printed), processes each in
+its own group that are always reaped (spawn, then reap_all), a small
+synthetic job, a coordinator with one worker, and a training rank that
+verifies its batches.
 
 Usage: import after checking sys.argv (BIN_DIR TRAIN_LOOP ...).
 """
@@ -10,50 +10,23 @@ import os
 import signal
 import subprocess
 import sys
-import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import harness  # noqa: E402
+# check, fails, wait_log and wait_port are the security tests' too
+# (imported from here)
+from harness import check, fails, wait_log, wait_port  # noqa: E402,F401
 
 BIN, TRAIN = sys.argv[1], sys.argv[2]
 COORD, WORKER, CLI = (os.path.join(BIN, n) for n in
                       ("stoker-coordinator", "stoker-worker", "stoker"))
-fails = []
-procs = []
-
-
-def check(cond, what):
-    print(("ok   " if cond else "FAIL ") + what, flush=True)
-    if not cond:
-        fails.append(what)
-    return cond
+harness.say_passes()  # every check printed, ok or FAIL
 
 
 def spawn(args, log):
-    f = open(log, "w")
-    p = subprocess.Popen(args, stdout=f, stderr=subprocess.STDOUT, start_new_session=True)
-    f.close()
-    procs.append(p)
-    return p
-
-
-def wait_file(path, proc, limit_s=30):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if os.path.exists(path) and open(path).read().strip():
-            return int(open(path).read())
-        if proc.poll() is not None:
-            return None
-        time.sleep(0.05)
-    return None
-
-
-def wait_log(path, text, proc, limit_s=30):
-    end = time.monotonic() + limit_s
-    while time.monotonic() < end:
-        if text in open(path, errors="replace").read():
-            return True
-        if proc.poll() is not None:
-            return text in open(path, errors="replace").read()
-        time.sleep(0.05)
-    return False
+    """harness.spawn, each process leading its own group (stop() and
+    reap_all() signal the group)."""
+    return harness.spawn(args, log, group=True)
 
 
 def stop(p, limit_s=20):
@@ -88,7 +61,7 @@ def start_job(d, tag, tls_args, worker_tls_args=None):
     pf = f"{d}/{tag}.port"
     c = spawn([COORD, "--job", job_file(d), "--listen", "127.0.0.1:0", "--port-file", pf,
                "--idle-timeout-s", "120", *tls_args], f"{d}/{tag}.coord.log")
-    port = wait_file(pf, c)
+    port = wait_port(pf, c, timeout=30, or_none=True)
     if not check(port is not None, f"{tag}: coordinator up"):
         return None
     w = spawn([WORKER, "--coordinator", f"127.0.0.1:{port}", "--threads", "1",
@@ -116,10 +89,7 @@ def train(port, *extra, join_ms=60000):
 def reap_all(d):
     """Kill every spawned process still running and wait for all of them;
     after a failure, print the tail of every log in d."""
-    for p in procs:
-        if p.poll() is None:
-            os.killpg(p.pid, signal.SIGKILL)
-        p.wait()
+    harness.reap(term_s=0)
     if fails:
         for name in sorted(os.listdir(d)):
             if name.endswith(".log"):

@@ -88,7 +88,7 @@ def main():
             pf = f"{d}/{tag}.port"
             c = S.spawn(inns + [S.COORD, "--job", job, "--listen", "0.0.0.0:0", "--port-file",
                                 pf, "--idle-timeout-s", "120", *extra], f"{d}/{tag}.log")
-            return c, S.wait_file(pf, c)
+            return c, S.wait_port(pf, c, timeout=30, or_none=True)
 
         def client(port, wport=0):
             code, out = S.run(inns + [sys.executable, "-c", CLIENT, ADDR, str(wport),
@@ -106,7 +106,7 @@ def main():
         w = S.spawn(inns + [S.WORKER, "--coordinator", f"127.0.0.1:{port}", "--listen",
                             "0.0.0.0:0", "--port-file", wpf, "--threads", "1"],
                     f"{d}/worker.log")
-        wport = S.wait_file(wpf, w)
+        wport = S.wait_port(wpf, w, timeout=30, or_none=True)
         S.check(wport is not None, "the worker is up in the namespace")
         S.check(S.wait_log(f"{d}/protected.log", "registered at", c),
                 "the worker registered over loopback")

@@ -33,7 +33,7 @@ if len(sys.argv) != 3:
     print(__doc__)
     sys.exit(2)
 from sec_util import (CLI, COORD, TRAIN, WORKER, check, fails, job_file,  # noqa: E402
-                      reap_all, run, spawn, stop, wait_file, wait_log)
+                      reap_all, run, spawn, stop, wait_log, wait_port)
 
 EXIT_REJECTED = 4
 
@@ -86,13 +86,13 @@ def case_roles(d):
                "--idle-timeout-s", "120", "--worker-token-file", t["worker"],
                "--client-token-file", t["client"], "--admin-token-file", t["admin"]],
               f"{d}/roles.coord.log")
-    port = wait_file(cpf, c)
+    port = wait_port(cpf, c, timeout=30, or_none=True)
     if not check(port is not None, "roles: coordinator up"):
         return
     w = spawn([WORKER, "--coordinator", f"127.0.0.1:{port}", "--threads", "1",
                "--port-file", wpf, "--token-file", t["worker"],
                "--client-token-file", t["client"]], f"{d}/roles.worker.log")
-    wport = wait_file(wpf, w)
+    wport = wait_port(wpf, w, timeout=30, or_none=True)
     check(wait_log(f"{d}/roles.coord.log", "registered at", c),
           "roles: the worker registered with the worker token")
 
@@ -160,7 +160,7 @@ def case_address(d):
         pf = f"{d}/{tag}.port"
         c = spawn([COORD, "--job", job_file(d), "--listen", "127.0.0.1:0", "--port-file",
                    pf, "--idle-timeout-s", "120", *extra], f"{d}/{tag}.coord.log")
-        port = wait_file(pf, c)
+        port = wait_port(pf, c, timeout=30, or_none=True)
         if not check(port is not None, f"{tag}: coordinator up"):
             return
         w = spawn([WORKER, "--coordinator", f"127.0.0.1:{port}", "--threads", "1",
@@ -194,7 +194,8 @@ def case_file_modes(d):
     pf = f"{d}/loose.port"
     c = spawn([COORD, "--job", job_file(d), "--listen", "127.0.0.1:0", "--port-file", pf,
                "--token-file", loose], f"{d}/loose.coord.log")
-    check(wait_file(pf, c) is not None, "modes: a coordinator with a 0644 token file starts")
+    check(wait_port(pf, c, timeout=30, or_none=True) is not None,
+          "modes: a coordinator with a 0644 token file starts")
     log = open(f"{d}/loose.coord.log", errors="replace").read()
     check("(mode 0644)" in log and "chmod 600" in log,
           "modes: it warns that the token file is readable by others")

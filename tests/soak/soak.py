@@ -49,6 +49,9 @@ import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from harness import wait_port  # noqa: E402
+
 MIB = 1024 * 1024
 RSS_FACTOR, RSS_SLACK_MIB = 1.2, 8
 
@@ -152,21 +155,6 @@ def _on_signal(signum, frame):
     os.kill(os.getpid(), signum)
 
 
-def wait_port(proc, path, timeout=30):
-    """The port the process wrote to path, or None (bounded)."""
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        try:
-            with open(path) as f:
-                return int(f.read().strip())
-        except (FileNotFoundError, ValueError):
-            pass
-        if not proc.alive():
-            return None
-        time.sleep(0.05)
-    return None
-
-
 class Soak:
     def __init__(self, a):
         self.a = a
@@ -221,7 +209,7 @@ class Soak:
                 "--idle-timeout-s", "300"]
         self.coord = Proc("coordinator", argv, self.path("coordinator.log"))
         ALL.append(self.coord)
-        self.port = wait_port(self.coord, pf)
+        self.port = wait_port(pf, self.coord, timeout=30, or_none=True)
         if not self.port:
             raise RuntimeError("coordinator did not start:\n" + self.coord.tail())
         log("coordinator pid %d on port %d" % (self.coord.pid, self.port))
@@ -237,7 +225,7 @@ class Soak:
         p = Proc(name, argv, self.path(name + ".log"), killable=slot != 0)
         ALL.append(p)
         self.workers[slot] = p
-        if not wait_port(p, pf):
+        if not wait_port(pf, p, timeout=30, or_none=True):
             raise RuntimeError("worker %s did not start:\n%s" % (name, p.tail()))
         log("worker %s pid %d" % (name, p.pid))
 

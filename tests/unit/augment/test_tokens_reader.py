@@ -2,7 +2,7 @@
 """test_tokens_reader.py - the Megatron .bin/.idx round trip, checked by an
 independent reader: documents written by `stoker-dataset tokens` (from text
 and synthetic) are read back here with numpy (memmap), written from the
-format description alone (augment/megatron.h's comment, the issue), and
+format description alone (augment/megatron.h's comment), and
 every sample of a blended token job, as the worker's builder makes it
 (`stoker-dataset tokens-dump`), is rebuilt here from those documents:
 tokens, labels, loss_mask and position_ids agree token for token, over
@@ -18,6 +18,9 @@ import subprocess
 import sys
 import tempfile
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+from harness import check, fails  # noqa: E402
+
 try:
     import numpy as np
 except ImportError:
@@ -27,14 +30,6 @@ except ImportError:
 TOOL = sys.argv[1]
 DTYPES = {1: np.uint8, 2: np.int8, 3: np.int16, 4: np.int32, 5: np.int64,
           6: np.float64, 7: np.float32, 8: np.uint16}
-failures = 0
-
-
-def check(cond, what):
-    global failures
-    if not cond:
-        failures += 1
-        print("FAIL:", what)
 
 
 def read_indexed(prefix):
@@ -194,8 +189,8 @@ def main():
         check_job(root, ["syn", "text_int32"], None, 64, "int32", 0)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    if failures:
-        print("%d check(s) failed" % failures)
+    if fails:
+        print("%d check(s) failed" % len(fails))
         return 1
     print("ok")
     return 0

@@ -162,8 +162,8 @@ static void test_malformed(void) {
   bad("flip_p = nan", "'flip_p'", NULL);
   bad("scale_min = 1e31", "'scale_min'", NULL);
   bad("= 5", "job line 1", "unknown job key ''");
-  /* The coordinator's --set used to copy key=value into 1024 bytes and
-   * dereference a NULL '=' when it lay past byte 1023. */
+  /* A key=value line longer than 1024 bytes whose '=' lies past byte
+   * 1023: refused as too long (a 1024-byte copy would lose the '='). */
   size_t n = 1100;
   char *kv = malloc(n + 3);
   memset(kv, 'a', n);

@@ -52,7 +52,7 @@ int main(int argc, char **argv) {
   CHECK(run(bin, "badvalue", "num_samples=64", "batch_size=many") == 2);
   CHECK(strstr(out, "'batch_size'") != NULL);
 
-  /* The regression: '=' past byte 1023 of the option's value. */
+  /* '=' past byte 1023 of the option's value. */
   size_t n = 1100;
   char *kv = malloc(n + 3);
   memset(kv, 'k', n);
