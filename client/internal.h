@@ -239,7 +239,9 @@ typedef struct stk__ring {
 /* c->pool: the receive buffers (reqs) and the hedge slots. The arrays are
  * allocated, published under c->mu and freed (threads stopped) by ring.c;
  * every state change of an entry is requests.c's, under c->mu; other files
- * read entries under c->mu. The counters are under c->mu and written only
+ * read entries under c->mu. The one write elsewhere: ring.c's copy thread
+ * swaps a DONE request's buf with a slot's outside the lock (nobody else
+ * touches a DONE request). The counters are under c->mu and written only
  * by requests.c; client.c reads them under c->mu (stats). */
 typedef struct stk__pool {
   stk__req *reqs;
@@ -252,7 +254,8 @@ typedef struct stk__pool {
 
 /* c->workers (workers.c): the worker table and what this client refused
  * or dropped. Under c->mu; written only by workers.c (entries: see
- * stk__worker); client.c reads it under c->mu (next's error, stats). */
+ * stk__worker); every file may read it under c->mu (client.c: next's
+ * error, stats; sched.c: picking a worker). */
 typedef struct stk__workers {
   stk__worker *table;    /* STK__MAX_WORKERS entries; unused ones reused */
   uint32_t n;            /* entries ever used (high-water mark) */
@@ -280,7 +283,9 @@ typedef struct stk__sched {
  * written by join.c only (client_id at join, then read-only;
  * list_version by the join and then the watch thread alone); the rest is
  * under c->mu and written only by join.c; client.c reads job_* (next) and
- * watching (stats) through join.c's functions or under c->mu. */
+ * watching (stats) under c->mu. ch is opened by the join, used without
+ * c->mu (a gRPC channel is thread-safe) and closed by stk__coord_close
+ * once the threads are stopped. */
 typedef struct stk__coord {
   stk__rpc_channel *ch;
   char client_id[128]; /* host:pid:rankR */
