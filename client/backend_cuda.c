@@ -235,7 +235,7 @@ void stk__cuda_host_free(stk_client *c, void *p) {
 
 /* The layout a kernel conversion reads: the 8-bit form that arrives. */
 static const stk_batch_layout *kernel_in(const stk_client *c) {
-  return c->wire_u8 ? &c->wire : &c->layout;
+  return c->job.wire_u8 ? &c->job.wire : &c->job.layout;
 }
 
 /* The kernel cannot be used (why): an error when it is needed
@@ -254,7 +254,7 @@ static int kernel_fail(stk_client *c, int need, const char *why, char *err,
 
 int stk__cuda_kernel_init(stk_client *c, char *err, size_t errlen) {
   struct stk__cuda *k = c->cuda;
-  int convert = c->wire_u8 ? stk__wire_convert(&c->spec) : c->cfg.convert;
+  int convert = c->job.wire_u8 ? stk__wire_convert(&c->job.spec) : c->cfg.convert;
   if (convert == STK_CONVERT_NONE) return STK_OK; /* nothing to convert */
   const char *mode = getenv("STOKER_CUDA_CONVERT");
   if (mode && !strcmp(mode, "cpu")) return STK_OK;
@@ -284,7 +284,7 @@ int stk__cuda_kernel_init(stk_client *c, char *err, size_t errlen) {
   }
   unsigned char table[4 * 256 * 4];
   k->esz = convert == STK_CONVERT_FLOAT32 ? 4 : 2;
-  stk__convert_table(&c->spec, convert, table);
+  stk__convert_table(&c->job.spec, convert, table);
   e = rt.cudaMalloc(&k->table, sizeof(table));
   if (!e) e = rt.cudaMemcpyAsync(k->table, table, sizeof(table), MEMCPY_H2D, k->stream);
   if (!e) e = rt.cudaStreamSynchronize(k->stream); /* table is on this stack */
@@ -300,17 +300,18 @@ int stk__cuda_kernel(const stk_client *c) { return c->cuda && c->cuda->kernel; }
 
 int stk__cuda_slot_init(stk_client *c, stk_batch *s, char *err, size_t errlen) {
   rt.cudaSetDevice(c->cuda->device);
-  cuerr e = rt.cudaMalloc(&s->dev, (size_t)c->out.total_bytes);
+  cuerr e = rt.cudaMalloc(&s->dev, (size_t)c->job.out.total_bytes);
   /* zero once: the padding between tensors, which the kernel path never
    * writes (a plain copy writes the payload's zeros) */
-  if (!e) e = rt.cudaMemset(s->dev, 0, (size_t)c->out.total_bytes);
+  if (!e) e = rt.cudaMemset(s->dev, 0, (size_t)c->job.out.total_bytes);
   if (!e && c->cuda->kernel)
     e = rt.cudaMalloc(&s->dev_in, (size_t)kernel_in(c)->total_bytes);
   if (!e) e = rt.cudaEventCreateWithFlags(&s->ev_ready, EVENT_DISABLE_TIMING);
   if (!e) e = rt.cudaEventCreateWithFlags(&s->ev_released, EVENT_DISABLE_TIMING);
   if (e) {
     return stk__errf(err, errlen, STK_NO_MEMORY, "CUDA slot allocation (%llu bytes): %s",
-                     (unsigned long long)c->out.total_bytes, rt.cudaGetErrorString(e));
+                     (unsigned long long)c->job.out.total_bytes,
+                     rt.cudaGetErrorString(e));
   }
   return STK_OK;
 }
@@ -354,7 +355,7 @@ int stk__cuda_fill_convert(stk_client *c, stk_batch *s, const stk_batch_layout *
                            int out_nhwc) {
   struct stk__cuda *k = c->cuda;
   custream st = k->stream;
-  const stk_job_spec *sp = &c->spec;
+  const stk_job_spec *sp = &c->job.spec;
   int r = STK_OK;
   if (s->released_recorded)
     r = cerr(c, rt.cudaStreamWaitEvent(st, s->ev_released, 0), "cudaStreamWaitEvent");

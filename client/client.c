@@ -1,11 +1,13 @@
 /* client.c - libstoker's public API and the client's lifecycle: open
  * (config checks, backend, join or local job, buffers, threads), next /
  * release (the caller's side of the slot ring, stall measurement, epoch
- * boundaries), accessors, stats, finish and close. The resume state and
- * the step plan (seq <-> address) are state.c's.
+ * boundaries), accessors, stats and close. The resume state and the step
+ * plan (seq <-> address) are state.c's, finish is join.c's, errors are
+ * errors.c's.
  *
- * Owns: the stk_client and its lock. Must not: abort, exit, print, or block
- * in gRPC/CUDA while holding c->mu.
+ * Owns: the stk_client's memory, its config and lock (c->mu, the condition
+ * variables, stopping), c->api, and c->job for a local job. Must not:
+ * abort, exit, print, or block in gRPC/CUDA while holding c->mu.
  */
 #include <errno.h>
 #include <stdarg.h>
@@ -19,20 +21,6 @@
 #include "common/error.h"
 #include "common/secret.h"
 #include "internal.h"
-
-void stk__set_fatal(stk_client *c, int status, const char *msg) {
-  /* under mu */
-  if (c->fatal) return;
-  c->fatal = status;
-  snprintf(c->fatal_msg, sizeof(c->fatal_msg), "%s", msg);
-  pthread_cond_broadcast(&c->cv_next);
-  pthread_cond_broadcast(&c->cv_copy);
-  pthread_cond_broadcast(&c->cv_sched);
-}
-
-void stk__seterr(stk_client *c, const char *fmt, const char *arg) {
-  snprintf(c->err, sizeof(c->err), fmt, arg);
-}
 
 void stk_client_config_defaults(stk_client_config *cfg) {
   if (!cfg) return;
@@ -60,6 +48,8 @@ size_t stk_client_struct_size(const char *name) {
 
 /* ---- open ------------------------------------------------------------ */
 
+/* STK_OK if cfg can open a client (local: open_local), else a status
+ * with err. */
 static int check_config(const stk_client_config *cfg, int local, char *err,
                         size_t errlen) {
   if (!cfg) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg is NULL");
@@ -88,19 +78,14 @@ static int check_config(const stk_client_config *cfg, int local, char *err,
   return STK_OK;
 }
 
+/* Free c and everything it owns; its threads are stopped (or never ran). */
 static void client_free(stk_client *c) {
   if (!c) return;
   stk__ring_free(c);
-  if (c->workers) {
-    for (uint32_t i = 0; i < c->nworkers; i++) {
-      stk__rpc_channel_close(c->workers[i].ch);
-      pthread_mutex_destroy(&c->workers[i].send_mu);
-    }
-    free(c->workers);
-  }
-  stk__rpc_channel_close(c->coord);
+  stk__workers_free(c);
+  stk__coord_close(c);
   stk__cuda_close(c);
-  stk_dataset_close(c->dataset);
+  stk_dataset_close(c->job.dataset);
   pthread_mutex_destroy(&c->mu);
   pthread_cond_destroy(&c->cv_sched);
   pthread_cond_destroy(&c->cv_copy);
@@ -109,7 +94,7 @@ static void client_free(stk_client *c) {
   free(c->coordinator);
   free(c->token);
   stk__tls_free(c->tls);
-  free(c->data_root);
+  free(c->job.data_root);
   free(c);
 }
 
@@ -128,18 +113,18 @@ static stk_client *client_new(const stk_client_config *cfg, int local,
   c->local = local;
   c->coordinator = cfg->coordinator ? strdup(cfg->coordinator) : NULL;
   c->token = cfg->token ? strdup(cfg->token) : NULL;
-  c->data_root = data_root ? strdup(data_root) : NULL;
-  c->workers = calloc(STK__MAX_WORKERS, sizeof(stk__worker));
+  c->job.data_root = data_root ? strdup(data_root) : NULL;
+  int wst = stk__workers_init(c);
   pthread_mutex_init(&c->mu, NULL);
   pthread_cond_init(&c->cv_sched, NULL);
   pthread_cond_init(&c->cv_copy, NULL);
   pthread_cond_init(&c->cv_next, NULL);
   pthread_cond_init(&c->cv_local, NULL);
-  c->open_ns = stk__now_ns();
+  c->api.open_ns = stk__now_ns();
   const char *fault = getenv("STOKER_FAULT_CRC_EVERY");
   if (local && fault) c->fault_crc_every = strtoull(fault, NULL, 10);
   if ((cfg->coordinator && !c->coordinator) || (cfg->token && !c->token) ||
-      (data_root && !c->data_root) || !c->workers) {
+      (data_root && !c->job.data_root) || wst) {
     client_free(c);
     return NULL;
   }
@@ -151,19 +136,22 @@ static stk_client *client_new(const stk_client_config *cfg, int local,
 static int client_job(stk_client *c, const char *job_text, const char *data_root,
                       char *err, size_t errlen) {
   if (!job_text) return stk__join(c, err, errlen);
-  stk_job_spec_defaults(&c->spec);
-  int st = stk_job_spec_parse(&c->spec, job_text, err, errlen);
-  if (!st) st = stk_job_spec_validate(&c->spec, err, errlen);
-  if (!st) st = stk_dataset_open(&c->spec, data_root, NULL, &c->dataset, err, errlen);
+  stk_job_spec_defaults(&c->job.spec);
+  int st = stk_job_spec_parse(&c->job.spec, job_text, err, errlen);
+  if (!st) st = stk_job_spec_validate(&c->job.spec, err, errlen);
+  if (!st)
+    st = stk_dataset_open(&c->job.spec, data_root, NULL, &c->job.dataset, err, errlen);
   if (st) return st;
-  c->spec.num_samples = stk_dataset_size(c->dataset);
-  c->job_hash = stk_job_spec_hash(&c->spec);
-  if (c->spec.world_size != c->cfg.world_size)
+  c->job.spec.num_samples = stk_dataset_size(c->job.dataset);
+  c->job.hash = stk_job_spec_hash(&c->job.spec);
+  if (c->job.spec.world_size != c->cfg.world_size)
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                      "cfg.world_size differs from the job's world_size");
   return STK_OK;
 }
 
+/* stk_client_open and stk_client_open_local: job_text NULL joins the
+ * coordinator. STK_OK with *out, or a status with err (nothing left). */
 static int open_common(const stk_client_config *cfg, const char *job_text,
                        const char *data_root, stk_client **out, char *err,
                        size_t errlen) {
@@ -216,12 +204,13 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   /* expect_job_hash: the coordinator refuses another job. A state of
    * another world size has another hash: stk__plan_init checks it. */
   if (!local && cfg->resume_state && rs.world == cfg->world_size)
-    c->job_hash = rs.job_hash;
+    c->job.hash = rs.job_hash;
   st = client_job(c, job_text, data_root, err, errlen);
   if (!st) st = stk__plan_init(c, cfg->resume_state ? &rs : NULL, err, errlen);
   if (st) goto fail;
-  st = stk_batch_layout_of(&c->spec, &c->layout);
-  if (!st) st = stk__convert_layout(&c->spec, cfg->convert, &c->out);
+  c->api.next_deliver = c->plan.start;
+  st = stk_batch_layout_of(&c->job.spec, &c->job.layout);
+  if (!st) st = stk__convert_layout(&c->job.spec, cfg->convert, &c->job.out);
   if (st) {
     stk__errf(err, errlen, st, "cfg.convert needs a job whose image tensor is uint8");
     goto fail;
@@ -231,8 +220,8 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   const char *wu8 = getenv("STOKER_WIRE_UINT8");
   stk_job_spec s8;
   if (!local && cfg->convert == STK_CONVERT_NONE && !(wu8 && !strcmp(wu8, "0")) &&
-      stk_image_wire_spec(&c->spec, &s8))
-    c->wire_u8 = stk_batch_layout_of(&s8, &c->wire) == STK_OK;
+      stk_image_wire_spec(&c->job.spec, &s8))
+    c->job.wire_u8 = stk_batch_layout_of(&s8, &c->job.wire) == STK_OK;
   if (c->cuda) {
     st = stk__cuda_kernel_init(c, err, errlen);
     if (st) goto fail;
@@ -267,94 +256,80 @@ int stk_client_open_local(const stk_client_config *cfg, const char *job_text,
 
 /* ---- next / release -------------------------------------------------- */
 
-static stk_batch *ready_slot(stk_client *c) {
-  for (uint32_t i = 0; i < c->nslots; i++)
-    if (c->slots[i].state == SLOT_READY && c->slots[i].seq == c->next_deliver)
-      return &c->slots[i];
-  return NULL;
-}
-
-static uint32_t alive_workers(stk_client *c) {
-  uint32_t n = 0;
-  for (uint32_t i = 0; i < c->nworkers; i++) n += c->workers[i].alive ? 1 : 0;
-  return n;
-}
-
 int stk_client_next(stk_client *c, stk_batch **out) {
   if (!c || !out) return STK_INVALID_ARGUMENT;
   *out = NULL;
   pthread_mutex_lock(&c->mu);
-  c->err[0] = 0;
+  char *err = c->errs.last;
+  size_t errlen = sizeof(c->errs.last);
+  err[0] = 0;
   int64_t t0 = stk__now_ns();
-  if (!c->first_next_ns) c->first_next_ns = t0;
+  if (!c->api.first_next_ns) c->api.first_next_ns = t0;
   int st = STK_OK;
   stk_batch *s = NULL;
-  if (c->fatal) {
-    st = c->fatal;
-    snprintf(c->err, sizeof(c->err), "%s", c->fatal_msg);
-  } else if (c->eoe_pending) {
-    c->eoe_pending = 0;
+  if (c->errs.fatal) {
+    st = stk__fatal_check(c);
+  } else if (c->api.eoe_pending) {
+    c->api.eoe_pending = 0;
     st = STK_END_OF_EPOCH;
-  } else if (c->next_deliver >= c->total) {
+  } else if (c->api.next_deliver >= c->plan.total) {
     st = STK_END_OF_DATA;
-  } else if (c->held + 1 >= c->nslots) {
+  } else if (c->api.held + 1 >= c->ring.nslots) {
     st = STK_STATE;
-    snprintf(c->err, sizeof(c->err),
+    snprintf(err, errlen,
              "the caller holds %u batches: release one first (at most slots-1 = %u)",
-             c->held, c->nslots - 1);
+             c->api.held, c->ring.nslots - 1);
   } else {
-    while (!(s = ready_slot(c))) {
-      if (c->fatal) {
-        st = c->fatal;
-        snprintf(c->err, sizeof(c->err), "%s", c->fatal_msg);
+    while (!(s = stk__slot_take(c, c->api.next_deliver))) {
+      if (c->errs.fatal) {
+        st = stk__fatal_check(c);
         break;
       }
-      if (c->job_ended) {
+      if (c->coord.job_ended) {
         st = STK_CANCELLED;
-        if (c->job_failed)
-          snprintf(c->err, sizeof(c->err), "the job failed: %s", c->job_end_reason);
-        else
-          snprintf(c->err, sizeof(c->err),
-                   "the job ended: the coordinator is shutting it down");
+        if (c->coord.job_failed)
+          snprintf(err, errlen, "the job failed: %s", c->coord.job_end_reason);
+        else snprintf(err, errlen, "the job ended: the coordinator is shutting it down");
         break;
       }
       int64_t now = stk__now_ns();
-      if (!c->local && alive_workers(c) == 0 && c->no_worker_since_ns &&
-          now - c->no_worker_since_ns > (int64_t)c->cfg.join_timeout_ms * 1000000) {
-        /* Every worker listed refused us (stream.c drops them): their
+      int64_t none_since = c->sched.no_worker_since_ns;
+      if (!c->local && stk__workers_alive(c) == 0 && none_since &&
+          now - none_since > (int64_t)c->cfg.join_timeout_ms * 1000000) {
+        /* Every worker listed refused us (workers.c drops them): their
          * reason is the error, else plain unavailability. */
-        st = stk__workers_all_dropped(c) ? c->drop_status : STK_UNAVAILABLE;
-        snprintf(c->err, sizeof(c->err),
+        const stk__workers *ws = &c->workers;
+        st = stk__workers_all_dropped(c) ? ws->drop_status : STK_UNAVAILABLE;
+        snprintf(err, errlen,
                  "no live worker for %u ms (join_timeout_ms)%s%.240s%s%.150s",
-                 c->cfg.join_timeout_ms, c->workers_dropped ? "; " : "", c->drop_msg,
-                 c->workers_refused ? "; " : "", c->refused_msg);
+                 c->cfg.join_timeout_ms, ws->dropped ? "; " : "", ws->drop_msg,
+                 ws->refused ? "; " : "", ws->refused_msg);
         break;
       }
       stk__cond_wait_ms(&c->cv_next, &c->mu, 100);
     }
     int64_t t1 = stk__now_ns();
-    c->stall_ns += (uint64_t)(t1 - t0);
-    c->last_next_ns = t1;
+    c->api.stall_ns += (uint64_t)(t1 - t0);
+    c->api.last_next_ns = t1;
     if (s) {
-      s->state = SLOT_HELD;
-      c->held++;
-      c->next_deliver++;
-      c->batches++;
-      if (stk__seq_epoch_start(c, c->next_deliver)) c->eoe_pending = 1;
+      c->api.held++;
+      c->api.next_deliver++;
+      c->api.batches++;
+      if (stk__seq_epoch_start(c, c->api.next_deliver)) c->api.eoe_pending = 1;
     }
   }
   pthread_mutex_unlock(&c->mu);
   if (s && c->cuda) {
     int cst = stk__cuda_on_next(c, s);
     if (cst) {
-      snprintf(c->err, sizeof(c->err), "CUDA: %s", stk__cuda_error(c));
+      snprintf(err, errlen, "CUDA: %s", stk__cuda_error(c));
       stk_batch_release(s);
       return cst;
     }
   }
   if (s) *out = s;
-  else if (st != STK_END_OF_EPOCH && st != STK_END_OF_DATA && !c->err[0])
-    snprintf(c->err, sizeof(c->err), "%s", stk_strerror(st));
+  else if (st != STK_END_OF_EPOCH && st != STK_END_OF_DATA && !err[0])
+    snprintf(err, errlen, "%s", stk_strerror(st));
   return st;
 }
 
@@ -363,12 +338,8 @@ void stk_batch_release(stk_batch *b) {
   stk_client *c = b->c;
   if (c->cuda && b->state == SLOT_HELD) stk__cuda_on_release(c, b);
   pthread_mutex_lock(&c->mu);
-  if (b->state == SLOT_HELD) {
-    b->state = SLOT_FREE;
-    c->held--;
-    pthread_cond_broadcast(&c->cv_copy);
-  }
-  int last = c->closed && c->held == 0; /* closed before this release */
+  if (stk__slot_give_back(c, b)) c->api.held--;
+  int last = c->api.closed && c->api.held == 0; /* closed before this release */
   pthread_mutex_unlock(&c->mu);
   if (last) client_free(c);
 }
@@ -390,17 +361,19 @@ uint64_t stk_batch_sample_offset(const stk_batch *b) {
   if (b) stk__seq_addr(b->c, b->seq, &a);
   return a.offset;
 }
-uint32_t stk_batch_num_tensors(const stk_batch *b) { return b ? b->c->out.ntensors : 0; }
+uint32_t stk_batch_num_tensors(const stk_batch *b) {
+  return b ? b->c->job.out.ntensors : 0;
+}
 
 int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out) {
-  if (!b || !out || i >= b->c->out.ntensors) return STK_INVALID_ARGUMENT;
+  if (!b || !out || i >= b->c->job.out.ntensors) return STK_INVALID_ARGUMENT;
   *out = b->tensors[i];
   return STK_OK;
 }
 
 const void *stk_batch_payload(const stk_batch *b, size_t *len) {
   if (!b) return NULL;
-  if (len) *len = (size_t)b->c->layout.total_bytes;
+  if (len) *len = (size_t)b->c->job.layout.total_bytes;
   /* the float image rebuilt on the host when it came as 8-bit values */
   return stk__batch_host_payload((stk_batch *)b);
 }
@@ -409,25 +382,57 @@ const void *stk_batch_payload(const stk_batch *b, size_t *len) {
 
 int stk_client_job(const stk_client *c, stk_job_spec *out) {
   if (!c || !out) return STK_INVALID_ARGUMENT;
-  *out = c->spec;
+  *out = c->job.spec;
   return STK_OK;
 }
 
 uint64_t stk_client_payload_bytes(const stk_client *c) {
-  return c ? c->layout.total_bytes : 0;
+  return c ? c->job.layout.total_bytes : 0;
 }
 
-uint64_t stk_client_steps_per_epoch(const stk_client *c) { return c ? c->spe : 0; }
+uint64_t stk_client_steps_per_epoch(const stk_client *c) { return c ? c->plan.spe : 0; }
 
 int stk_client_reference(stk_client *c, uint64_t epoch, uint64_t step,
                          const char *data_root, void *buf, size_t len) {
   if (!c || !buf) return STK_INVALID_ARGUMENT;
   char err[256] = "";
-  int st = stk_build_reference_at(&c->spec, data_root ? data_root : c->data_root, epoch,
-                                  stk__epoch_offset(c, epoch), c->cfg.rank, step, buf,
-                                  len, err, sizeof(err));
+  int st = stk_build_reference_at(&c->job.spec, data_root ? data_root : c->job.data_root,
+                                  epoch, stk__epoch_offset(c, epoch), c->cfg.rank, step,
+                                  buf, len, err, sizeof(err));
   if (st) stk__seterr(c, "reference: %s", err);
   return st;
+}
+
+/* Under mu: the caller's stall as a fraction of the time between its
+ * first and its last next (0 before two calls), at most 1; *span_out gets
+ * that time (ns). */
+static double stall_fraction(const stk_client *c, int64_t *span_out) {
+  int64_t span = c->api.last_next_ns - c->api.first_next_ns;
+  double f = span > 0 ? (double)c->api.stall_ns / (double)span : 0.0;
+  if (f > 1.0) f = 1.0;
+  *span_out = span;
+  return f;
+}
+
+/* Under mu: the listed entries' count of live streams (entries free for
+ * reuse left out), as the stats report it. */
+static uint32_t used_alive(const stk_client *c) {
+  uint32_t alive = 0;
+  for (uint32_t i = 0; i < c->workers.n; i++) {
+    const stk__worker *w = &c->workers.table[i];
+    if (w->used) alive += w->alive ? 1 : 0;
+  }
+  return alive;
+}
+
+void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_frac,
+                         uint32_t *workers_alive) {
+  int64_t span;
+  pthread_mutex_lock(&c->mu);
+  *batches = c->api.batches;
+  *stall_frac = stall_fraction(c, &span);
+  *workers_alive = used_alive(c);
+  pthread_mutex_unlock(&c->mu);
 }
 
 void stk_client_stats(stk_client *c, stk_stats *o) {
@@ -436,27 +441,24 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   if (!c) return;
   int64_t now = stk__now_ns();
   pthread_mutex_lock(&c->mu);
-  o->batches = c->batches;
-  o->bytes = c->bytes;
-  o->stall_ns = c->stall_ns;
-  o->wall_ns = (uint64_t)(now - c->open_ns);
-  int64_t span = c->last_next_ns - c->first_next_ns;
-  o->stall_fraction = span > 0 ? (double)c->stall_ns / (double)span : 0.0;
-  if (o->stall_fraction > 1.0) o->stall_fraction = 1.0;
-  o->reissued = c->reissued;
-  o->duplicates = c->duplicates;
-  o->crc_errors = c->crc_errors;
-  o->substituted = c->substituted;
-  o->workers_dropped = (uint32_t)c->workers_dropped;
-  o->hedges_sent = c->hedges_sent;
-  o->hedges_won = c->hedges_won;
-  o->hedge_dropped = c->hedge_dropped;
+  o->batches = c->api.batches;
+  o->bytes = c->pool.bytes;
+  o->stall_ns = c->api.stall_ns;
+  o->wall_ns = (uint64_t)(now - c->api.open_ns);
+  int64_t span;
+  o->stall_fraction = stall_fraction(c, &span);
+  o->reissued = c->pool.reissued;
+  o->duplicates = c->pool.duplicates;
+  o->crc_errors = c->pool.crc_errors;
+  o->substituted = c->pool.substituted;
+  o->workers_dropped = (uint32_t)c->workers.dropped;
+  o->hedges_sent = c->pool.hedges_sent;
+  o->hedges_won = c->pool.hedges_won;
+  o->hedge_dropped = c->pool.hedge_dropped;
   o->device_convert = (uint32_t)stk__cuda_kernel(c);
-  uint32_t alive = 0;
-  for (uint32_t i = 0; i < c->nworkers; i++) {
-    stk__worker *w = &c->workers[i];
+  for (uint32_t i = 0; i < c->workers.n; i++) {
+    const stk__worker *w = &c->workers.table[i];
     if (!w->used) continue; /* an entry free for reuse */
-    alive += w->alive ? 1 : 0;
     if (o->nworkers < STK_MAX_WORKER_STATS) {
       stk_worker_stats *ws = &o->workers[o->nworkers++];
       size_t al = strnlen(w->address, sizeof(ws->address) - 1);
@@ -469,19 +471,20 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
       ws->alive = (uint32_t)w->alive;
     }
   }
+  uint32_t alive = used_alive(c);
   o->workers_alive = alive;
-  o->coordinator_watching = (uint32_t)c->watching;
+  o->coordinator_watching = (uint32_t)c->coord.watching;
   /* Input-bound estimate (common/advice.h, shared with stoker status):
    * workers x (1 + stall/compute), reported only when the stall is above
    * STK_INPUT_BOUND_STALL (2%) of the loop time (else 0: not input-bound). */
   if (o->stall_fraction > STK_INPUT_BOUND_STALL && span > 0 && alive > 0) {
-    double stall = (double)c->stall_ns;
+    double stall = (double)c->api.stall_ns;
     o->workers_needed = stk__workers_needed(alive, stall, (double)span - stall);
   }
   pthread_mutex_unlock(&c->mu);
 }
 
-const char *stk_client_error(const stk_client *c) { return c ? c->err : ""; }
+const char *stk_client_error(const stk_client *c) { return c ? c->errs.last : ""; }
 
 void stk_client_close(stk_client *c) {
   if (!c) return;
@@ -492,25 +495,21 @@ void stk_client_close(stk_client *c) {
   pthread_cond_broadcast(&c->cv_next);
   pthread_cond_broadcast(&c->cv_local);
   pthread_mutex_unlock(&c->mu);
-  if (c->watch_started) stk__watch_stop(c);
+  stk__watch_stop(c);
   stk__streams_stop(c);
-  if (c->copy_started) pthread_join(c->copy_thread, NULL);
+  stk__copy_stop(c);
   /* Every thread is gone. Batches the caller still holds stay valid: then
    * only the slots (and this struct) outlive the close, and the last
    * stk_batch_release frees them. */
   pthread_mutex_lock(&c->mu);
-  int held = c->held != 0;
-  if (held) c->closed = 1;
+  int held = c->api.held != 0;
+  if (held) c->api.closed = 1;
   pthread_mutex_unlock(&c->mu);
   if (!held) {
     client_free(c);
     return;
   }
   stk__ring_free_transfer(c);
-  for (uint32_t i = 0; c->workers && i < c->nworkers; i++) {
-    stk__rpc_channel_close(c->workers[i].ch);
-    c->workers[i].ch = NULL;
-  }
-  stk__rpc_channel_close(c->coord);
-  c->coord = NULL;
+  stk__workers_close_channels(c);
+  stk__coord_close(c);
 }

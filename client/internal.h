@@ -1,13 +1,32 @@
 /* internal.h - libstoker's private structures, shared by the client's
- * subsystems (client.c API + lifecycle, join.c coordinator, stream.c worker
- * streams + scheduling, ring.c reorder + device slots, backend_*.c,
- * convert.c). Not installed; nothing here is ABI.
+ * files. Not installed; nothing here is ABI.
  *
- * Locking: one mutex per client (c->mu) guards every field below that more
- * than one thread touches, except the counters marked atomic. No thread
- * holds c->mu while it blocks in gRPC, CUDA or a memcpy of a payload.
+ * struct stk_client is split into parts, one embedded struct per concern.
+ * Each part is declared below with its lock, the one file that writes it
+ * and who reads it; other files go through the owner's functions (listed
+ * at the end, per file) or read the fields its comment names as readable.
  *
- * Request life (c->reqs, a fixed pool of `prefetch` receive buffers):
+ *   config          (top level)  fixed at open: client.c
+ *   c->job          the job and its layouts, fixed at open: client.c, join.c
+ *   c->plan         seq <-> batch address map, fixed at open: state.c
+ *   lock            c->mu, the condition variables, stopping: client.c
+ *   c->errs         fatal status and the last-error string: errors.c
+ *   c->api          the caller's side (next/release, stall): client.c
+ *   c->ring         slots and the copy thread: ring.c
+ *   c->pool         receive and hedge buffers, their states: requests.c
+ *   c->workers      the worker table, drops, refusals: workers.c
+ *   c->sched        the scheduler thread: sched.c
+ *   c->coord        coordinator channel, watch, job end: join.c
+ *   c->cuda         the CUDA backend: backend_cuda.c
+ *
+ * Locking: one mutex per client (c->mu) guards every field that more than
+ * one thread touches; fields fixed at open are read without it. The only
+ * other lock is each worker entry's send_mu (held while a request is sent
+ * on its stream); order: send_mu before c->mu (sched.c takes send_mu, then
+ * c->mu). No thread holds c->mu while it blocks in gRPC, CUDA or a memcpy
+ * of a payload.
+ *
+ * Request life (c->pool.reqs, a fixed pool of `prefetch` receive buffers):
  *   FREE -> QUEUED (seq assigned, waiting for a worker)
  *        -> ISSUED (sent to worker w) -> RECEIVING (w's chunks arriving)
  *        -> DONE (payload complete, crc ok) -> FREE (copy thread took it)
@@ -15,7 +34,7 @@
  *   only the thread of the worker a request is assigned to ever writes its
  *   buffer, so a request is re-issued only once that thread has let go.
  *
- * Hedges (c->hedges, a fixed pool of receive buffers, stream.c): a request
+ * Hedges (c->pool.hedges, a fixed pool of receive buffers): a request
  * that is late on its worker gets at most one second copy asked of another
  * worker. Hedge slot life:
  *   FREE -> ISSUED (to worker w for req) -> RECEIVING (w's chunks arriving)
@@ -57,6 +76,9 @@ enum { REQ_FREE, REQ_QUEUED, REQ_ISSUED, REQ_RECEIVING, REQ_DONE };
 enum { HEDGE_FREE, HEDGE_ISSUED, HEDGE_RECEIVING, HEDGE_ORPHAN };
 enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
 
+/* One receive buffer of c->pool (its life: above). Written under c->mu by
+ * requests.c; buf moves between the pool and the slots (ring.c swaps it
+ * while the request is DONE, which only the copy thread touches). */
 typedef struct stk__req {
   int state;
   uint64_t seq;       /* linear step (state.c's plan maps it to an address) */
@@ -69,9 +91,11 @@ typedef struct stk__req {
   int hedged; /* a hedge was asked for (at most one per batch) */
 } stk__req;
 
+/* One hedge slot of c->pool (its life: above). Written under c->mu by
+ * requests.c only. */
 typedef struct stk__hedge {
   int state;          /* HEDGE_* */
-  int req;            /* index into c->reqs (ISSUED/RECEIVING), -1 */
+  int req;            /* index into c->pool.reqs (ISSUED/RECEIVING), -1 */
   uint64_t seq;       /* the batch */
   int worker;         /* the worker asked (or, ORPHAN, the one writing) */
   unsigned char *buf; /* layout.total_bytes, owned by the pool */
@@ -79,40 +103,55 @@ typedef struct stk__hedge {
   int64_t issued_ns;
 } stk__hedge;
 
+/* One entry of the worker table (c->workers.table). Every field is under
+ * c->mu unless it says otherwise; which file writes it is grouped below.
+ * Every file may read an entry under c->mu. */
 typedef struct stk__worker {
+  /* The table (workers.c; thread_exited and left_ns are the worker
+   * thread's last writes, stream.c/local.c). */
   int used;
   int idx;
   int local;                 /* in-process builder instead of a stream */
   char id[STK_MAX_ID_BYTES]; /* as listed: longer ones are refused, never cut */
   char address[STK_MAX_ID_BYTES];
-  int listed; /* in the coordinator's current list */
+  int listed;  /* in the coordinator's current list */
+  int dropped; /* not used again by this client (workers.c, stk__worker_drop) */
   int thread_started, thread_exited;
   pthread_t thread;
-  stk__rpc_channel *ch;    /* owned by the worker thread */
-  stk__rpc_stream *stream; /* guarded by mu; destroyed by the worker thread */
-  pthread_mutex_t send_mu; /* held while a request is being sent */
+  int64_t left_ns; /* when its thread exited (departed entries) */
+  struct stk_client *c;
+
+  /* The stream (the worker's own thread: stream.c; local.c for failures). */
+  stk__rpc_channel *ch;    /* owned by the worker thread; no lock */
+  stk__rpc_stream *stream; /* destroyed by the worker thread */
+  pthread_mutex_t send_mu; /* held while a request is being sent (sched.c) */
   int alive;               /* stream open and taking requests */
   int probing;             /* no message yet on this stream: at most 1 request */
+  int64_t last_msg_ns;     /* also requests.c when a first request goes */
+  uint32_t failures;       /* consecutive broken streams (backoff); thread only */
+  uint32_t cap;            /* outstanding limit learnt from RESOURCE_EXHAUSTED, 0 = 64 */
+
+  /* Load, latency and hedging (requests.c; `late` is set by sched.c's
+   * hedge scan and cleared by requests.c). */
   uint32_t outstanding;
-  uint32_t cap; /* outstanding limit learnt from RESOURCE_EXHAUSTED, 0 = 64 */
-  double rate;  /* batches/s, smoothed */
+  double rate; /* batches/s, smoothed */
   int64_t last_done_ns;
-  int64_t last_msg_ns;
   int64_t last_assigned_ns;
   uint64_t batches, bytes;
-  uint64_t stream_batches;          /* completed on the current stream */
-  uint32_t failures;                /* consecutive broken streams (backoff) */
-  int dropped;                      /* not used again by this client (see stream.c) */
-  uint32_t crc_streak;              /* consecutive batches with a bad crc32c */
-  int late;                         /* has a request older than its hedge threshold */
-  int64_t left_ns;                  /* when its thread exited (departed entries) */
+  uint64_t stream_batches; /* completed on the current stream (stream.c resets) */
+  uint32_t crc_streak;     /* consecutive batches with a bad crc32c */
+  int late;                /* has a request older than its hedge threshold */
   int64_t lat_ns[STK__LAT_SAMPLES]; /* recent issue-to-complete latencies */
   uint32_t nlat, lat_pos;
   uint64_t abandoned[STK__MAX_PER_WORKER]; /* losing copies still coming */
   uint32_t nabandoned;
-  struct stk_client *c;
 } stk__worker;
 
+/* One slot of the ring (c->ring.slots). state is under c->mu: ring.c
+ * fills FREE -> FILLING -> READY, client.c's next/release go through
+ * ring.c's stk__slot_take / stk__slot_give_back. The rest is written by
+ * the copy thread while FILLING (no lock) and by backend_cuda.c; the
+ * caller reads it while HELD. */
 struct stk_batch {
   struct stk_client *c;
   int idx;
@@ -132,88 +171,183 @@ struct stk_batch {
 
 struct stk__cuda;
 
-struct stk_client {
-  stk_client_config cfg;
-  char *coordinator, *token;
-  struct stk__tls *tls; /* cfg.tls_*, loaded at open; NULL = plaintext */
-  int local;
-  char *data_root;
-  stk_dataset *dataset;
-
+/* c->job: the job this client reads and its layouts. Written only while
+ * open runs, before any thread reads it: client.c (a local job, the
+ * layouts, wire_u8) and join.c's stk__join (the coordinator's spec and
+ * hash). Read-only afterwards, by every file, without c->mu. */
+typedef struct stk__job {
   stk_job_spec spec;
-  uint64_t job_hash, nsamples, spe, total;
-  /* The plan (state.c): epoch seg_epoch has seg_steps steps at sample
-   * offset seg_offset (resumed with another world size), every other
-   * epoch spe steps at offset 0. Fixed at open: read without mu. */
-  uint64_t seg_epoch, seg_offset, seg_steps;
+  uint64_t hash;
+  char *data_root;         /* open_local's data root (stk_client_reference) */
+  stk_dataset *dataset;    /* open_local: the in-process dataset */
   stk_batch_layout layout; /* as the job builds it (what workers send) */
   stk_batch_layout out;    /* as handed out (after convert) */
   /* wire_u8: a float image job (stk_image_wire_spec) whose workers may
    * send the image as 8-bit values (BatchRequest.image_uint8), in layout
-   * `wire`; the copy thread rebuilds the floats exactly. Fixed at open. */
+   * `wire`; the copy thread rebuilds the floats exactly. */
   int wire_u8;
   stk_batch_layout wire;
+} stk__job;
 
-  pthread_mutex_t mu;
-  pthread_cond_t cv_sched, cv_copy, cv_next, cv_local;
-  int stopping;
-  int closed; /* stk_client_close ran while the caller held batches: the
-                 last stk_batch_release frees the client (under mu) */
-  int fatal;  /* stk_status that ends the client, 0 = none */
+/* c->plan (state.c): epoch seg_epoch has seg_steps steps at sample offset
+ * seg_offset (resumed with another world size), every other epoch spe
+ * steps at offset 0; `total` seqs in all, the first one this client
+ * delivers is `start`. Written only by stk__plan_init at open; read by
+ * every file without c->mu. */
+typedef struct stk__plan {
+  uint64_t nsamples, spe, total, start;
+  uint64_t seg_epoch, seg_offset, seg_steps;
+} stk__plan;
+
+/* c->errs (errors.c): the status that ends the client and the caller's
+ * last-error string. fatal/fatal_msg: under c->mu, written only by
+ * stk__set_fatal, read by every thread under c->mu. last: written on the
+ * caller's thread by the public API functions (through errors.c's
+ * setters or stk__errf into it), returned by stk_client_error. */
+typedef struct stk__errors {
+  int fatal; /* stk_status that ends the client, 0 = none */
   char fatal_msg[256];
+  char last[512];
+} stk__errors;
+
+/* c->api (client.c): the caller's side. Under c->mu; written only by
+ * client.c (next, release, close); state.c reads next_deliver under
+ * c->mu (save_state, position); open_ns is fixed at open. */
+typedef struct stk__api {
+  uint64_t next_deliver; /* starts at c->plan.start */
+  int eoe_pending;
+  uint32_t held; /* slots the caller holds */
+  int closed;    /* stk_client_close ran while the caller held batches: the
+                    last stk_batch_release frees the client (under mu) */
+  uint64_t batches, stall_ns;
+  int64_t open_ns, first_next_ns, last_next_ns;
+} stk__api;
+
+/* c->ring (ring.c): the slots and the copy thread. slots[].state and
+ * next_copy are under c->mu and written only by ring.c (client.c moves
+ * slots READY -> HELD -> FREE through ring.c's functions); slots/nslots
+ * are fixed once stk__ring_init returns; thread/started belong to the
+ * opening and closing thread. */
+typedef struct stk__ring {
+  stk_batch *slots;
+  uint32_t nslots;
+  uint64_t next_copy; /* starts at c->plan.start */
+  pthread_t thread;
+  int started;
+} stk__ring;
+
+/* c->pool: the receive buffers (reqs) and the hedge slots. The arrays are
+ * allocated, published under c->mu and freed (threads stopped) by ring.c;
+ * every state change of an entry is requests.c's, under c->mu; other files
+ * read entries under c->mu. The one write elsewhere: ring.c's copy thread
+ * swaps a DONE request's buf with a slot's outside the lock (nobody else
+ * touches a DONE request). The counters are under c->mu and written only
+ * by requests.c; client.c reads them under c->mu (stats). */
+typedef struct stk__pool {
+  stk__req *reqs;
+  uint32_t nreqs;
+  stk__hedge *hedges; /* nhedges slots (0: hedging off) */
+  uint32_t nhedges;
+  uint64_t bytes, reissued, duplicates, crc_errors, substituted;
+  uint64_t hedges_sent, hedges_won, hedge_dropped;
+} stk__pool;
+
+/* c->workers (workers.c): the worker table and what this client refused
+ * or dropped. Under c->mu; written only by workers.c (entries: see
+ * stk__worker); every file may read it under c->mu (client.c: next's
+ * error, stats; sched.c: picking a worker). */
+typedef struct stk__workers {
+  stk__worker *table;    /* STK__MAX_WORKERS entries; unused ones reused */
+  uint32_t n;            /* entries ever used (high-water mark) */
+  uint64_t refused;      /* list entries refused (id/address too long) */
+  char refused_msg[200]; /* why the last one was refused */
+  char banned[STK__MAX_BANNED][STK_MAX_ID_BYTES]; /* dropped workers' ids */
+  uint32_t nbanned;
+  uint64_t dropped;   /* workers this client stopped using */
+  int drop_status;    /* stk_status of the last drop */
+  char drop_msg[300]; /* why the last one was dropped */
+} stk__workers;
+
+/* c->sched (sched.c): the scheduler thread. next_issue and
+ * no_worker_since_ns are under c->mu and written only by sched.c;
+ * client.c reads no_worker_since_ns under c->mu (next's timeout).
+ * thread/started belong to the opening and closing thread. */
+typedef struct stk__sched {
+  uint64_t next_issue; /* starts at c->plan.start */
+  int64_t no_worker_since_ns;
+  pthread_t thread;
+  int started;
+} stk__sched;
+
+/* c->coord (join.c): the coordinator. client_id and list_version are
+ * written by join.c only (client_id at join, then read-only;
+ * list_version by the join and then the watch thread alone); the rest is
+ * under c->mu and written only by join.c; client.c reads job_* (next) and
+ * watching (stats) under c->mu. ch is opened by the join, used without
+ * c->mu (a gRPC channel is thread-safe) and closed by stk__coord_close
+ * once the threads are stopped. */
+typedef struct stk__coord {
+  stk__rpc_channel *ch;
+  char client_id[128]; /* host:pid:rankR */
+  uint64_t list_version;
+  int finish_called;      /* stk_client_finish was called (re-announced) */
+  int end_job_called;     /* ... with shutdown_job */
+  stk__rpc_stream *watch; /* the watch stream, destroyed by the watch thread */
+  int watching;           /* watch request sent on watch */
   int job_ended;
   int job_failed;           /* ended because it was aborted (abort_job) */
   char job_end_reason[256]; /* the coordinator's reason when it failed */
+  pthread_t thread;
+  int started;
+} stk__coord;
 
-  stk__req *reqs;
-  uint32_t nreqs;
-  uint64_t next_issue, next_copy, next_deliver;
-  int eoe_pending;
+struct stk_client {
+  /* config: fixed at open (client.c), read by every file without c->mu. */
+  stk_client_config cfg;
+  char *coordinator, *token;
+  struct stk__tls *tls; /* cfg.tls_*, loaded at open; NULL = plaintext */
+  int local;
+  uint64_t fault_crc_every; /* $STOKER_FAULT_CRC_EVERY (local) */
 
-  stk_batch *slots;
-  uint32_t nslots, held;
+  stk__job job;
+  stk__plan plan;
 
-  stk__worker *workers; /* STK__MAX_WORKERS entries; unused ones reused */
-  uint32_t nworkers;    /* entries ever used (high-water mark) */
-  int64_t no_worker_since_ns;
-  uint64_t workers_refused; /* list entries refused (id/address too long) */
-  char refused_msg[200];    /* why the last one was refused */
-  char banned[STK__MAX_BANNED][STK_MAX_ID_BYTES]; /* dropped workers' ids */
-  uint32_t nbanned;
-  uint64_t workers_dropped; /* workers this client stopped using */
-  int drop_status;          /* stk_status of the last drop */
-  char drop_msg[300];       /* why the last one was dropped */
+  /* The lock (client.c: init, destroy, stopping). stopping is under mu,
+   * set once by stk_client_close and read by every thread. */
+  pthread_mutex_t mu;
+  pthread_cond_t cv_sched, cv_copy, cv_next, cv_local;
+  int stopping;
 
-  stk__hedge *hedges; /* nhedges slots (0: hedging off), see above */
-  uint32_t nhedges;
+  stk__errors errs;
+  stk__api api;
+  stk__ring ring;
+  stk__pool pool;
+  stk__workers workers;
+  stk__sched sched;
+  stk__coord coord;
 
-  stk__rpc_channel *coord;
-  char client_id[128];    /* host:pid:rankR, set by join, then read-only */
-  int finish_called;      /* stk_client_finish was called (re-announced); under mu */
-  int end_job_called;     /* ... with shutdown_job; under mu */
-  stk__rpc_stream *watch; /* guarded by mu */
-  int watching;           /* watch request sent on c->watch; under mu */
-  uint64_t list_version;
-  pthread_t sched_thread, copy_thread, watch_thread;
-  int sched_started, copy_started, watch_started;
-
-  struct stk__cuda *cuda;
-
-  /* counters (under mu) */
-  uint64_t batches, bytes, stall_ns, reissued, duplicates, crc_errors, substituted;
-  uint64_t hedges_sent, hedges_won, hedge_dropped;
-  int64_t open_ns, first_next_ns, last_next_ns;
-
-  uint64_t fault_crc_every, fault_count; /* $STOKER_FAULT_CRC_EVERY (local) */
-
-  char err[512];
+  struct stk__cuda *cuda; /* backend_cuda.c */
 };
 
-/* client.c */
-void stk__set_fatal(stk_client *c, int status, const char *msg);
-void stk__seterr(stk_client *c, const char *fmt, const char *arg);
+/* ---- errors.c: the fatal status and the last-error string ------------ */
 
-/* state.c: the resume state and the plan */
+/* Under mu: end the client with status (a stk_status) and msg, unless it
+ * has ended already (the first reason stays); wakes every waiting thread. */
+void stk__set_fatal(stk_client *c, int status, const char *msg);
+/* On the caller's thread: the last-error string, fmt with one %s (arg). */
+void stk__seterr(stk_client *c, const char *fmt, const char *arg);
+/* Under mu: the fatal status (0 = none); when there is one, it is also
+ * copied into the last-error string for the caller. */
+int stk__fatal_check(stk_client *c);
+
+/* ---- client.c ----------------------------------------------------------- */
+
+/* This rank's figures for the coordinator's ReportStats, computed as
+ * stk_client_stats computes them. Takes c->mu; any thread. */
+void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_fraction,
+                         uint32_t *workers_alive);
+
+/* ---- state.c: the resume state and the plan ----------------------------- */
 typedef struct stk__resume {
   uint64_t job_hash, epoch, step;
   uint64_t position; /* version >= 2: global sample position in the epoch */
@@ -228,54 +362,174 @@ int stk__state_parse(const void *buf, size_t len, stk__resume *rs, char *err,
 /* Before joining: may cfg's rank resume from rs at all? */
 int stk__state_check_rank(const stk_client_config *cfg, const stk__resume *rs, char *err,
                           size_t errlen);
-/* With c->spec and c->job_hash known: steps, the plan and the start
- * position (rs NULL: the job's start). Checks rs against the job. */
+/* At open, with c->job known: steps, the plan and its start seq
+ * (rs NULL: the job's start) into c->plan. Checks rs against the job.
+ * STK_OK or a status with err. */
 int stk__plan_init(stk_client *c, const stk__resume *rs, char *err, size_t errlen);
+/* The batch address of seq. Reads only c->plan: any thread, no lock. */
 void stk__seq_addr(const stk_client *c, uint64_t seq, stk__addr *a);
 /* The seq of an address of this client's plan: 0, or -1 if the address is
  * not in the plan (wrong offset for its epoch, step out of range). */
 int stk__addr_seq(const stk_client *c, uint64_t epoch, uint64_t step, uint64_t offset,
                   uint64_t *seq);
+/* The sample offset of epoch in this client's plan. Any thread, no lock. */
 uint64_t stk__epoch_offset(const stk_client *c, uint64_t epoch);
 /* 1 if seq is step 0 of an epoch (or the end of the job). */
 int stk__seq_epoch_start(const stk_client *c, uint64_t seq);
 
-/* join.c */
-int stk__join(stk_client *c, char *err, size_t errlen);
-int stk__watch_start(stk_client *c);
-void stk__watch_stop(stk_client *c);
+/* ---- join.c: the coordinator -------------------------------------------- */
 
-/* stream.c */
-int stk__worker_add(stk_client *c, const char *id, const char *address,
-                    int local); /* under mu; returns index or -1 */
-void stk__worker_unlist_missing(stk_client *c, const char *const *ids,
-                                size_t n); /* under mu */
+/* At open: Join (with retries until join_timeout_ms) and adopt the job
+ * into c->job, its worker list into the table. STK_OK or a status with
+ * err. Caller's thread; takes c->mu to add the workers. */
+int stk__join(stk_client *c, char *err, size_t errlen);
+/* Start the watch thread (WatchWorkers). 0, or -1 if no thread. */
+int stk__watch_start(stk_client *c);
+/* With c->stopping set: cancel the watch and join its thread (nothing if
+ * it never started). Takes c->mu briefly. */
+void stk__watch_stop(stk_client *c);
+/* Close the coordinator channel (threads stopped); idempotent. */
+void stk__coord_close(stk_client *c);
+
+/* ---- workers.c: the worker table ---------------------------------------- */
+
+/* At open: allocate the table. 0, or -1 when out of memory. */
+int stk__workers_init(stk_client *c);
+/* Threads stopped: close every entry's channel, destroy its send_mu and
+ * free the table. NULL-safe on a table that was never allocated. */
+void stk__workers_free(stk_client *c);
+/* Threads stopped: close every entry's channel (a close that leaves held
+ * slots behind keeps the table itself). */
+void stk__workers_close_channels(stk_client *c);
+/* Under mu: list (or re-list) worker id at address and start its thread;
+ * returns its index or -1 (banned, or the table is full: refused). */
+int stk__worker_add(stk_client *c, const char *id, const char *address, int local);
+/* Under mu: every remote worker not among ids[0..n) is no longer listed. */
+void stk__worker_unlist_missing(stk_client *c, const char *const *ids, size_t n);
+/* Under mu: count a worker list entry refused, with why (msg). */
+void stk__workers_refuse(stk_client *c, const char *msg);
 /* Under mu: 1 when every listed worker was dropped by this client (and at
  * least one is listed): the client has nothing left to ask. */
 int stk__workers_all_dropped(stk_client *c);
-int stk__sched_start(stk_client *c);
-void stk__streams_stop(stk_client *c); /* joins sched + worker threads */
+/* Under mu: the entries whose stream is alive (or local). */
+uint32_t stk__workers_alive(stk_client *c);
+/* Under mu: stop using w for the rest of this client's life (status and
+ * why become the client's error if no worker is left). Its thread sees
+ * `dropped`, cancels its stream and leaves; its requests are re-asked. */
+void stk__worker_drop(stk_client *c, stk__worker *w, int status, const char *why);
+/* Under mu: free departed entries, oldest first, until at most keep are
+ * left (joins their exited threads). */
+void stk__workers_reclaim(stk_client *c, uint32_t keep);
+/* With c->stopping set and the scheduler joined: cancel every stream,
+ * wake the local worker, join every worker thread. Takes c->mu briefly. */
+void stk__workers_stop(stk_client *c);
 
-/* ring.c */
+/* ---- stream.c, local.c: the worker threads ------------------------------ */
+
+/* Thread body of a remote worker (arg: its stk__worker): its stream, its
+ * reconnects, receiving and verifying its batches. */
+void *stk__stream_main(void *arg);
+/* Thread body of the local worker (arg: its stk__worker): builds the
+ * requests assigned to it in-process. */
+void *stk__local_main(void *arg);
+
+/* ---- requests.c: request and hedge states (all under mu) ---------------- */
+
+/* Give every FREE request the next seq, from *next up to end (QUEUED). */
+void stk__req_fill(stk_client *c, uint64_t *next, uint64_t end);
+/* The QUEUED request with the lowest seq, or NULL. */
+stk__req *stk__req_first_queued(stk_client *c);
+/* r (QUEUED) is sent to w: ISSUED, counted outstanding on w. */
+void stk__req_issue(stk_client *c, stk__req *r, stk__worker *w);
+/* A FREE hedge slot, or NULL. */
+stk__hedge *stk__hedge_find_free(stk_client *c);
+/* Hedge slot h (FREE) asks w for the late request r's batch too, at now. */
+void stk__hedge_issue(stk_client *c, stk__hedge *h, stk__req *r, stk__worker *w,
+                      int64_t now);
+/* 1 if w still owes the copy of seq that r (or, r NULL, hedge h) was
+ * issued to it for: it should still be sent. */
+int stk__req_still_issued(const stk__worker *w, uint64_t seq, const stk__req *r,
+                          const stk__hedge *h);
+/* seq will not be sent to w after all (the other copy won first): if it
+ * was abandoned, it no longer counts against w. */
+void stk__req_unsent(stk__worker *w, uint64_t seq);
+/* Which buffer w's batch seq goes to (the request or hedge now
+ * RECEIVING), or NULL: nobody wants it (counted as a duplicate). */
+unsigned char *stk__req_claim(stk_client *c, stk__worker *w, uint64_t seq);
+/* A batch no request wants (another rank's, or not in the plan). */
+void stk__pool_duplicate(stk_client *c);
+/* n payload bytes received (every copy, wanted or not). */
+void stk__pool_bytes(stk_client *c, uint64_t n);
+/* A copy of seq from w (nbytes) is complete in its claimed buffer: make
+ * the batch DONE if this copy wins, else drop it; a bad crc re-asks (and
+ * may drop w after STK__CRC_STREAK_MAX). Updates w's rate and latency. */
+void stk__req_complete(stk_client *c, stk__worker *w, uint64_t seq, uint64_t nbytes,
+                       int crc_ok, uint32_t substituted, int u8);
+/* w's stream is over: send its requests back to the queue (a hedge in
+ * flight elsewhere takes over instead) and free its hedges. */
+void stk__req_requeue_worker(stk_client *c, stk__worker *w);
+/* Entry idx is reused: no request avoids it any more. */
+void stk__req_forget_worker(stk_client *c, int idx);
+/* The local worker w's lowest ISSUED request, now RECEIVING, or NULL. */
+stk__req *stk__req_local_take(stk_client *c, stk__worker *w);
+/* The local worker's build of r failed transiently: back to QUEUED. */
+void stk__req_local_retry(stk_client *c, stk__worker *w, stk__req *r);
+/* The DONE request holding seq, or NULL (copy thread). */
+stk__req *stk__req_done(stk_client *c, uint64_t seq);
+/* The copy thread moved r's batch into a slot: r is FREE again. */
+void stk__req_recycle(stk_client *c, stk__req *r);
+
+/* ---- sched.c: the scheduler --------------------------------------------- */
+
+/* At open: start the scheduler thread (from c->plan.start). 0 or -1. */
+int stk__sched_start(stk_client *c);
+/* With c->stopping set: join the scheduler, then every worker thread. */
+void stk__streams_stop(stk_client *c);
+/* Under mu: no worker is alive yet as of now (the join's start of the
+ * join_timeout_ms clock). */
+void stk__sched_no_worker_from(stk_client *c, int64_t now);
+
+/* ---- ring.c: buffers, slots and the copy thread ------------------------- */
+
+/* At open: allocate the pool (c->pool, published under mu) and the slots.
+ * STK_OK or a status with err; on failure stk__ring_free frees the rest. */
 int stk__ring_init(stk_client *c, char *err, size_t errlen);
+/* Start the copy thread. 0, or -1 if no thread. */
 int stk__copy_start(stk_client *c);
+/* With c->stopping set: join the copy thread (if it started). */
+void stk__copy_stop(stk_client *c);
+/* Threads stopped: free the pool and the slots. */
 void stk__ring_free(stk_client *c);
 /* Free the receive and hedge buffers (not the slots): at a close that
  * leaves held slots behind. Threads stopped. */
 void stk__ring_free_transfer(stk_client *c);
+/* Under mu: the READY slot holding seq, now HELD by the caller; NULL if
+ * it is not ready yet. */
+stk_batch *stk__slot_take(stk_client *c, uint64_t seq);
+/* Under mu: b goes back to the ring if the caller held it (1), else 0. */
+int stk__slot_give_back(stk_client *c, stk_batch *b);
 /* stk_batch_payload's bytes: as received, or the float job rebuilt on the
  * host (at the first call, for a batch the kernel converted on the device;
  * NULL if that buffer cannot be allocated). Caller holds b. */
 const unsigned char *stk__batch_host_payload(stk_batch *b);
 
-/* backend_cpu.c: host buffers for payloads */
+/* ---- backend_cpu.c: host buffers for payloads --------------------------- */
+
+/* n bytes of host memory for a payload (NULL when out of memory). */
 void *stk__host_alloc(stk_client *c, size_t n);
+/* Free what stk__host_alloc returned (NULL-safe). */
 void stk__host_free(stk_client *c, void *p);
 
-/* backend_cuda.c */
+/* ---- backend_cuda.c: the CUDA backend (owns c->cuda) -------------------- */
+
+/* At open: load the CUDA runtime and pick cfg.cuda_device into c->cuda.
+ * STK_OK or a status with err (no runtime, no such device). */
 int stk__cuda_open(stk_client *c, char *err, size_t errlen);
+/* At open: s's device buffers, events. STK_OK or a status with err. */
 int stk__cuda_slot_init(stk_client *c, stk_batch *s, char *err, size_t errlen);
+/* Pinned host memory for a payload (NULL when out of memory). */
 void *stk__cuda_host_alloc(stk_client *c, size_t n);
+/* Free what stk__cuda_host_alloc returned. */
 void stk__cuda_host_free(stk_client *c, void *p);
 /* Before reusing s's host buffers: wait for the previous copy from them. */
 int stk__cuda_before_fill(stk_client *c, stk_batch *s);
@@ -296,20 +550,23 @@ int stk__cuda_kernel(const stk_client *c);
 int stk__cuda_fill_convert(stk_client *c, stk_batch *s, const stk_batch_layout *in,
                            const unsigned char *src, const stk_batch_layout *out,
                            int out_nhwc);
+/* next hands out s: the caller's stream waits for its copy. */
 int stk__cuda_on_next(stk_client *c, stk_batch *s);
+/* The caller releases s: record where its work on s ends. */
 void stk__cuda_on_release(stk_client *c, stk_batch *s);
+/* Free s's device buffers and events. */
 void stk__cuda_slot_free(stk_client *c, stk_batch *s);
 /* Wait for everything queued on the backend's stream. */
 void stk__cuda_sync(stk_client *c);
+/* Free c->cuda (NULL-safe). */
 void stk__cuda_close(stk_client *c);
+/* The last CUDA error's text. */
 const char *stk__cuda_error(stk_client *c);
 
-/* convert.c */
+/* ---- convert.c: 8-bit images to float ---------------------------------- */
+
 /* Layout of the converted batch (image dtype/NCHW changed, others same). */
 int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out);
-/* src: payload in `in` layout (its image uint8 in spec's layout); dst:
- * buffer in `out` layout, its image in convert's dtype, NHWC if out_nhwc
- * (the wire_u8 rebuild of an NHWC job) else NCHW (cfg.convert). */
 /* The image tensors of a job: the first views (1..4) ones. */
 uint32_t stk__image_tensors(const stk_job_spec *spec);
 /* The conversion that rebuilds a float job's images from their 8-bit wire
@@ -319,6 +576,9 @@ int stk__wire_convert(const stk_job_spec *spec);
  * as a [4][256] table of float32 (convert STK_CONVERT_FLOAT32, 4 KiB) or
  * bfloat16 bits (STK_CONVERT_BFLOAT16, 2 KiB): the CUDA kernel's table. */
 void stk__convert_table(const stk_job_spec *spec, int convert, void *table);
+/* src: payload in `in` layout (its image uint8 in spec's layout); dst:
+ * buffer in `out` layout, its image in convert's dtype, NHWC if out_nhwc
+ * (the wire_u8 rebuild of an NHWC job) else NCHW (cfg.convert). */
 void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_layout *in,
                         const unsigned char *src, const stk_batch_layout *out,
                         unsigned char *dst, int out_nhwc);

@@ -8,9 +8,10 @@
  * still learns what it missed. The coordinator ends each watch after its
  * lease (status OK): the watcher then opens the next one at once.
  *
- * Owns: c->coord (the coordinator channel) and c->watch (the watch stream,
- * destroyed only by the watcher thread). Must not: block in gRPC holding
- * c->mu.
+ * Owns: c->coord (the coordinator channel, the watch stream destroyed only
+ * by the watcher thread, the job's end); at open, c->job's spec and hash
+ * from the coordinator. The worker list goes to workers.c. Must not: block
+ * in gRPC holding c->mu.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -28,6 +29,9 @@
 
 /* ---- Join ------------------------------------------------------------ */
 
+/* Apply a worker list (the join's or a watch's): entries that are not
+ * host:port or are too long are refused (counted, with why); the others
+ * are listed, everyone else unlisted. Takes c->mu. */
 static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
   pthread_mutex_lock(&c->mu);
   const char *ids[STK__MAX_WORKERS];
@@ -41,20 +45,19 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
         !stk__hostport_valid(ws[i]->address)) {
       /* Dialled only as host:port: never a unix socket or other target a
        * coordinator (or a rogue worker through it) would point us at. */
-      c->workers_refused++;
-      snprintf(c->refused_msg, sizeof(c->refused_msg),
-               "worker list entry refused: its address is not host:port");
+      stk__workers_refuse(c, "worker list entry refused: its address is not host:port");
       continue;
     }
     if (il >= STK_MAX_ID_BYTES || al >= STK_MAX_ID_BYTES) {
       /* The coordinator refuses these at registration; a list that has one
        * anyway (another coordinator) loses that entry, never a truncated
        * id that could collide with another worker's. */
-      c->workers_refused++;
-      snprintf(c->refused_msg, sizeof(c->refused_msg),
+      char msg[sizeof(c->workers.refused_msg)];
+      snprintf(msg, sizeof(msg),
                "worker list entry refused: %s of %zu bytes (at most %d)",
                il >= STK_MAX_ID_BYTES ? "id" : "address",
                il >= STK_MAX_ID_BYTES ? il : al, STK_MAX_ID_BYTES - 1);
+      stk__workers_refuse(c, msg);
       continue;
     }
     ids[k++] = id;
@@ -72,8 +75,8 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
                     size_t errlen) {
   char host[64] = "host";
   gethostname(host, sizeof(host) - 1);
-  snprintf(c->client_id, sizeof(c->client_id), "%s:%d:rank%u", host, (int)getpid(),
-           c->cfg.rank);
+  snprintf(c->coord.client_id, sizeof(c->coord.client_id), "%s:%d:rank%u", host,
+           (int)getpid(), c->cfg.rank);
   int64_t deadline = stk__now_ms() + c->cfg.join_timeout_ms;
   char details[256] = "";
   int backoff = 50;
@@ -82,13 +85,13 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
     Stoker__V1__JoinRequest req = STOKER__V1__JOIN_REQUEST__INIT;
     req.rank = c->cfg.rank;
     req.world_size = c->cfg.world_size;
-    req.client_id = c->client_id;
+    req.client_id = c->coord.client_id;
     req.protocol_version = STK_PROTOCOL_VERSION;
-    req.expect_job_hash = c->job_hash; /* set by open from resume_state */
+    req.expect_job_hash = c->job.hash; /* set by open from resume_state */
     int64_t left = deadline - stk__now_ms();
     int tmo = left < 200 ? 200 : (left > 5000 ? 5000 : (int)left);
     ProtobufCMessage *m = NULL;
-    int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/Join", &req.base,
+    int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Join", &req.base,
                               &stoker__v1__join_response__descriptor, &m, tmo, details,
                               sizeof(details));
     int final, st = stk__rpc_status(code, &final);
@@ -104,7 +107,7 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
       /* FAILED_PRECONDITION: resume state from another job (MISMATCH), a
        * protocol version the coordinator does not speak, or a job that is
        * already over. */
-      if (code == GRPC_STATUS_FAILED_PRECONDITION && !c->job_hash)
+      if (code == GRPC_STATUS_FAILED_PRECONDITION && !c->job.hash)
         st = strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
       int cred =
           code == GRPC_STATUS_UNAUTHENTICATED || code == GRPC_STATUS_PERMISSION_DENIED;
@@ -141,7 +144,7 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
                      "(protocol or version mismatch)");
   st = stk_job_spec_validate(&spec, err, errlen);
   if (st) return st;
-  if (c->job_hash && c->job_hash != resp->job->hash)
+  if (c->job.hash && c->job.hash != resp->job->hash)
     return stk__errf(err, errlen, STK_MISMATCH,
                      "resume_state belongs to another job (job hash differs)");
   if (spec.world_size != c->cfg.world_size)
@@ -150,19 +153,19 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
                      c->cfg.world_size, spec.world_size);
   if (spec.num_samples == 0)
     return stk__errf(err, errlen, STK_PROTOCOL, "the job has no samples");
-  c->spec = spec;
-  c->job_hash = resp->job->hash;
-  c->list_version = resp->list_version;
+  c->job.spec = spec;
+  c->job.hash = resp->job->hash;
+  c->coord.list_version = resp->list_version;
   add_workers(c, resp->workers, resp->n_workers);
   pthread_mutex_lock(&c->mu);
-  c->no_worker_since_ns = stk__now_ns();
+  stk__sched_no_worker_from(c, stk__now_ns());
   pthread_mutex_unlock(&c->mu);
   return STK_OK;
 }
 
 int stk__join(stk_client *c, char *err, size_t errlen) {
   if (stk__rpc_channel_open(c->coordinator, STK_MAX_LIST_MSG, c->token, c->tls,
-                            &c->coord))
+                            &c->coord.ch))
     return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   Stoker__V1__JoinResponse *resp = NULL;
   int st = join_ask(c, &resp, err, errlen);
@@ -174,6 +177,7 @@ int stk__join(stk_client *c, char *err, size_t errlen) {
 
 /* ---- WatchWorkers ---------------------------------------------------- */
 
+/* c->stopping, read under c->mu. */
 static int stopping(stk_client *c) {
   pthread_mutex_lock(&c->mu);
   int s = c->stopping;
@@ -192,32 +196,35 @@ typedef struct report_state {
   int off;
 } report_state;
 
+/* Send this rank's figures if REPORT_MS have passed (watch thread). */
 static void report_stats(stk_client *c, report_state *rs) {
   int64_t now = stk__now_ms();
   if (rs->off || now < rs->next_ms) return;
   rs->next_ms = now + REPORT_MS;
-  stk_stats *st = malloc(sizeof(*st));
-  if (!st) return;
-  stk_client_stats(c, st);
+  uint64_t batches = 0;
+  double stall_fraction = 0;
+  uint32_t alive = 0;
+  stk__report_figures(c, &batches, &stall_fraction, &alive);
   Stoker__V1__ClientStats q = STOKER__V1__CLIENT_STATS__INIT;
   q.rank = c->cfg.rank;
-  q.stall_fraction = st->stall_fraction;
-  q.batches = st->batches;
-  q.workers_alive = st->workers_alive;
-  if (rs->last_ms && now > rs->last_ms && st->batches >= rs->last_batches)
+  q.stall_fraction = stall_fraction;
+  q.batches = batches;
+  q.workers_alive = alive;
+  if (rs->last_ms && now > rs->last_ms && batches >= rs->last_batches)
     q.batches_per_s =
-        (double)(st->batches - rs->last_batches) * 1000.0 / (double)(now - rs->last_ms);
-  rs->last_ms = now, rs->last_batches = st->batches;
-  free(st);
+        (double)(batches - rs->last_batches) * 1000.0 / (double)(now - rs->last_ms);
+  rs->last_ms = now, rs->last_batches = batches;
   ProtobufCMessage *resp = NULL;
   char det[128];
-  int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/ReportStats", &q.base,
+  int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/ReportStats", &q.base,
                             &stoker__v1__report_stats_response__descriptor, &resp, 1000,
                             det, sizeof(det));
   if (resp) protobuf_c_message_free_unpacked(resp, NULL);
   if (code == GRPC_STATUS_UNIMPLEMENTED) rs->off = 1;
 }
 
+/* The watch thread: WatchWorkers until stopping, reopened with backoff;
+ * each list goes to the table, shutting_down ends the job. */
 static void *watch_main(void *arg) {
   stk_client *c = arg;
   stk__thread_name("stk-watch");
@@ -225,13 +232,13 @@ static void *watch_main(void *arg) {
   report_state rs = {0};
   while (!stopping(c)) {
     stk__rpc_stream *s = NULL;
-    if (stk__rpc_stream_open(c->coord, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
+    if (stk__rpc_stream_open(c->coord.ch, "/stoker.v1.Coordinator/WatchWorkers", 0, &s)) {
       stk__sleep_ms(backoff);
       continue;
     }
     pthread_mutex_lock(&c->mu);
     int stop = c->stopping;
-    if (!stop) c->watch = s;
+    if (!stop) c->coord.watch = s;
     pthread_mutex_unlock(&c->mu);
     if (stop) {
       stk__rpc_stream_destroy(s);
@@ -239,17 +246,17 @@ static void *watch_main(void *arg) {
     }
     Stoker__V1__WatchRequest req = STOKER__V1__WATCH_REQUEST__INIT;
     req.rank = c->cfg.rank;
-    req.known_version = c->list_version;
-    req.job_hash = c->job_hash;
-    req.client_id = c->client_id;
+    req.known_version = c->coord.list_version;
+    req.job_hash = c->job.hash;
+    req.client_id = c->coord.client_id;
     pthread_mutex_lock(&c->mu);
-    req.finished = c->finish_called;
-    req.end_job = c->end_job_called;
+    req.finished = c->coord.finish_called;
+    req.end_job = c->coord.end_job_called;
     pthread_mutex_unlock(&c->mu);
     int ok = stk__rpc_stream_send_msg(s, &req.base) == 0;
     if (ok) stk__rpc_stream_close_send(s);
     pthread_mutex_lock(&c->mu);
-    c->watching = ok;
+    c->coord.watching = ok;
     pthread_mutex_unlock(&c->mu);
     while (ok) {
       report_stats(c, &rs);
@@ -265,7 +272,7 @@ static void *watch_main(void *arg) {
         char det[128];
         int code = stk__rpc_stream_status(s, 1000, det, sizeof(det));
         pthread_mutex_lock(&c->mu);
-        if (code == GRPC_STATUS_OK && !c->job_ended) backoff = 50;
+        if (code == GRPC_STATUS_OK && !c->coord.job_ended) backoff = 50;
         pthread_mutex_unlock(&c->mu);
         break;
       }
@@ -275,19 +282,19 @@ static void *watch_main(void *arg) {
       grpc_byte_buffer_destroy(bb);
       if (!wl) break;
       backoff = 100;
-      c->list_version = wl->version;
+      c->coord.list_version = wl->version;
       add_workers(c, wl->workers, wl->n_workers);
       if (wl->shutting_down) {
         pthread_mutex_lock(&c->mu);
-        c->job_ended = 1;
+        c->coord.job_ended = 1;
         if (wl->failed) {
           /* Untrusted text: printable ASCII only, bounded. */
           const char *r = wl->reason ? wl->reason : "";
           size_t o = 0;
-          for (; r[o] && o + 1 < sizeof(c->job_end_reason); o++)
-            c->job_end_reason[o] = r[o] >= 0x20 && r[o] < 0x7f ? r[o] : '?';
-          c->job_end_reason[o] = 0;
-          c->job_failed = 1;
+          for (; r[o] && o + 1 < sizeof(c->coord.job_end_reason); o++)
+            c->coord.job_end_reason[o] = r[o] >= 0x20 && r[o] < 0x7f ? r[o] : '?';
+          c->coord.job_end_reason[o] = 0;
+          c->coord.job_failed = 1;
         }
         pthread_cond_broadcast(&c->cv_next);
         pthread_mutex_unlock(&c->mu);
@@ -295,8 +302,8 @@ static void *watch_main(void *arg) {
       protobuf_c_message_free_unpacked(&wl->base, NULL);
     }
     pthread_mutex_lock(&c->mu);
-    c->watch = NULL;
-    c->watching = 0;
+    c->coord.watch = NULL;
+    c->coord.watching = 0;
     pthread_mutex_unlock(&c->mu);
     stk__rpc_stream_destroy(s);
     for (int waited = 0; waited < backoff && !stopping(c); waited += 50)
@@ -307,40 +314,46 @@ static void *watch_main(void *arg) {
 }
 
 int stk__watch_start(stk_client *c) {
-  if (pthread_create(&c->watch_thread, NULL, watch_main, c)) return -1;
-  c->watch_started = 1;
+  if (pthread_create(&c->coord.thread, NULL, watch_main, c)) return -1;
+  c->coord.started = 1;
   return 0;
 }
 
 void stk__watch_stop(stk_client *c) {
+  if (!c->coord.started) return;
   pthread_mutex_lock(&c->mu);
-  if (c->watch) stk__rpc_stream_cancel(c->watch);
+  if (c->coord.watch) stk__rpc_stream_cancel(c->coord.watch);
   pthread_mutex_unlock(&c->mu);
-  pthread_join(c->watch_thread, NULL);
-  c->watch_started = 0;
+  pthread_join(c->coord.thread, NULL);
+  c->coord.started = 0;
+}
+
+void stk__coord_close(stk_client *c) {
+  stk__rpc_channel_close(c->coord.ch);
+  c->coord.ch = NULL;
 }
 
 /* ---- Finish ---------------------------------------------------------- */
 
 int stk_client_finish(stk_client *c, int shutdown_job) {
   if (!c) return STK_INVALID_ARGUMENT;
-  c->err[0] = 0;
+  c->errs.last[0] = 0;
   if (c->local) return STK_OK;
   Stoker__V1__FinishRequest req = STOKER__V1__FINISH_REQUEST__INIT;
   req.rank = c->cfg.rank;
   req.shutdown_job = shutdown_job ? 1 : 0;
-  req.job_hash = c->job_hash;
+  req.job_hash = c->job.hash;
   /* Re-announced on every later watch, so the job learns of it even when
    * the coordinator restarts (or is down) around this call. */
   pthread_mutex_lock(&c->mu);
-  c->finish_called = 1;
-  if (shutdown_job && c->cfg.rank == 0) c->end_job_called = 1;
+  c->coord.finish_called = 1;
+  if (shutdown_job && c->cfg.rank == 0) c->coord.end_job_called = 1;
   pthread_mutex_unlock(&c->mu);
   char details[256] = "";
   int64_t deadline = stk__now_ms() + 5000;
   for (;;) {
     ProtobufCMessage *m = NULL;
-    int code = stk__rpc_unary(c->coord, "/stoker.v1.Coordinator/Finish", &req.base,
+    int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Finish", &req.base,
                               &stoker__v1__finish_response__descriptor, &m, 2000, details,
                               sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
@@ -348,11 +361,11 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
     stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) return STK_OK;
     if (final) /* a refusal is the caller's mistake (rank, token): one status */
-      return stk__errf(c->err, sizeof(c->err), STK_INVALID_ARGUMENT, "finish refused: %s",
-                       details);
+      return stk__errf(c->errs.last, sizeof(c->errs.last), STK_INVALID_ARGUMENT,
+                       "finish refused: %s", details);
     if (stk__now_ms() >= deadline) {
       snprintf(
-          c->err, sizeof(c->err),
+          c->errs.last, sizeof(c->errs.last),
           "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
           c->coordinator, details);
       return STK_UNAVAILABLE;

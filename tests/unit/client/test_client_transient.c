@@ -1,5 +1,5 @@
 /* test_client_transient.c - a transient build error re-asks, never fails
- * the job and never changes data (client/stream.c, local builder):
+ * the job and never changes data (client/local.c, the local builder):
  * a local client over a real ImageFolder dataset runs out of file
  * descriptors mid-epoch (the test's child dups /dev/null until EMFILE,
  * once the client's buffers are full and its builder holds no file);
