@@ -31,12 +31,18 @@
 #include <limits.h>
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "chain.h"
+#include "core_internal.h"
+#include "decode.h"
+#include "io.h"
 #include "jpegsrc.h"
+#include "ops.h"
+#include "ops_chain.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
 #define FD_WINDOW      STK_BUILDER_MAX_FILES /* ImageFolder: files open at once */

@@ -11,9 +11,10 @@
  * their arguments, so thread-safe with one scratch per thread.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "jpegsrc.h"
+#include "ops.h"
 
 /* Python's round(): half to even, which nearbyint gives in the default
  * rounding mode. */

@@ -27,7 +27,10 @@
 
 #include "chain.h"
 #include "common/error.h"
-#include "jpegsrc.h"
+#include "decode.h"
+#include "ops.h"
+#include "ops_chain.h"
+#include "plugin.h"
 #include "stoker/op.h"
 
 struct stk__chain_run {
