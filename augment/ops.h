@@ -74,6 +74,13 @@ static inline int stk__post_jitter(const stk__post *p) {
  * (oh x ow x 3) in p's dtype/layout at out (normalized unless uint8). */
 void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post *p,
                      const uint8_t *img8, void *out);
+/* train's jitter on the real 8-bit image px (npix RGB pixels), in place:
+ * brightness, contrast, saturation factors (1 = unchanged) in that fixed
+ * order, as stk__post_store applies p's. 0, or -1 out of memory (s's
+ * float buffer; px untouched). */
+int stk__jitter8(stk__scratch *s, uint8_t *px, size_t npix, float bright, float contrast,
+                 float satur);
+/* f rounded to bfloat16, nearest even (NaN stays NaN). */
 uint16_t stk__bf16(float f);
 
 #endif

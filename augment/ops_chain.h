@@ -1,5 +1,6 @@
-/* ops_chain.h - what ops_chain.c offers the JPEG sources: the runner of
- * a job's op chain on one decoded image. Private to augment/.
+/* ops_chain.h - what ops_chain.c offers the JPEG sources: the image
+ * pipeline, the runner of a job's op chain (train and eval are canonical
+ * chains) on one image. Private to augment/ (and its tests).
  */
 #ifndef STOKER_AUGMENT_OPS_CHAIN_H
 #define STOKER_AUGMENT_OPS_CHAIN_H
@@ -11,9 +12,13 @@
 #include "stoker/augment.h"
 
 typedef struct stk__chain_run stk__chain_run;
-/* The per-builder runner of spec's chain: buffers, and a state of each
- * plugin op (created from ds's loaded plugins). STK_OK, STK_NO_MEMORY or
- * STK_INVALID_ARGUMENT (a plugin refused its arguments) with err. */
+/* The per-builder runner of spec's image pipeline: its op chain (spec's
+ * chain text, or for train and eval the canonical chain each is), buffers,
+ * and a state of each plugin op (created from ds's loaded plugins; ds may
+ * be NULL for a chain without plugin ops). Owned by the caller, freed
+ * with stk__chain_run_free (NULL is fine); one per thread. STK_OK,
+ * STK_NO_MEMORY, or STK_INVALID_ARGUMENT (bad chain text, a plugin
+ * refused its arguments) with err. */
 int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
                           const stk_job_spec *spec, char *err, size_t errlen);
 void stk__chain_run_free(stk__chain_run *r);
