@@ -500,6 +500,8 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
                           stk_rng *rng, void *out, char *why, size_t whylen) {
   view v = {0, W, H, 0, 0, W, H, W, H, 0, 0, 0, 0};
   int rc = STK_OK;
+  r->cur = 1; /* nothing is real yet: the first image made goes to buf[0],
+                 the buffer the last sample's first one warmed */
   for (uint32_t i = 1; i < r->c.n && !rc; i++) {
     const stk__op *op = &r->c.ops[i];
     if (v.flip && op->kind != STK__OP_HFLIP && op->kind != OP_TRAIN_JITTER) {
