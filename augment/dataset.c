@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "internal.h"
+#include "plugin.h"
 
 static void limits_defaults(stk_limits *l) {
   if (!l->max_file_bytes) l->max_file_bytes = 64ull << 20;

@@ -13,13 +13,15 @@
 #include <math.h>
 #include <setjmp.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include <jerror.h>
 #include <jpeglib.h>
 
 #include "common/error.h"
-#include "jpegsrc.h"
+#include "decode.h"
+#include "ops.h" /* stk__grow */
 
 struct stk__decoder {
   struct jpeg_decompress_struct cinfo;

@@ -1,7 +1,7 @@
-/* internal.h - what augment/'s files share and nothing outside augment/
- * may use: the dataset and builder structs and the source vtable through
- * which each dataset kind (synthetic, ImageFolder, tar shards, Megatron
- * token data) plugs in.
+/* internal.h - what dataset.c offers the sources, and nothing outside
+ * augment/ may use: the dataset and builder structs and the source vtable
+ * through which each dataset kind (synthetic, ImageFolder, tar shards,
+ * Megatron token data) plugs in.
  */
 #ifndef STOKER_AUGMENT_INTERNAL_H
 #define STOKER_AUGMENT_INTERNAL_H
@@ -9,7 +9,6 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core_internal.h" /* stk__mix64 */
 #include "stoker/augment.h"
 
 struct stk_op_info;
@@ -67,23 +66,5 @@ extern const stk__source_ops stk__synthetic_source;   /* synthetic.c */
 extern const stk__source_ops stk__imagefolder_source; /* source_folder.c */
 extern const stk__source_ops stk__tar_source;         /* source_tar.c */
 extern const stk__source_ops stk__megatron_source;    /* source_megatron.c */
-
-/* plugin.c: load every library of ds->spec.plugin from the plugin
- * directory (limits.plugin_dir, else $STOKER_PLUGIN_DIR), check its ABI
- * version and name, and check each chain op's arguments once. STK_OK, or
- * STK_INVALID_ARGUMENT / STK_NOT_FOUND with a message. */
-int stk__plugins_load(stk_dataset *ds, char *err, size_t errlen);
-void stk__plugins_unload(stk_dataset *ds);
-/* The loaded op called name, or NULL (also for ds NULL). Thread-safe
- * after open. */
-const struct stk_op_info *stk__plugin_find(const stk_dataset *ds, const char *name);
-
-/* For tools and tests of the megatron source: the blend range [start,
- * start + count) of prefix d, its sequence count, and (order non-NULL,
- * nseq entries) its document order in epoch. STK_INVALID_ARGUMENT for
- * another source, STK_NOT_FOUND past the last prefix. Thread-safe. */
-int stk__megatron_describe(const stk_dataset *ds, uint64_t epoch, uint32_t d,
-                           uint64_t *start, uint64_t *count, uint64_t *order,
-                           uint64_t *nseq);
 
 #endif

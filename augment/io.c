@@ -9,11 +9,13 @@
 #include <errno.h>
 #include <liburing.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
 #include "common/error.h"
-#include "jpegsrc.h"
+#include "io.h"
+#include "stoker/status.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>

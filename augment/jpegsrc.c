@@ -1,6 +1,7 @@
 /* jpegsrc.c - what ImageFolder and tar sources share: resolving the
- * dataset directory under the data root, the per-builder pipeline (batched
- * reads, ROI decode, crop/resize, store into the batch buffer) and the
+ * dataset directory under the data root, the per-builder read path
+ * (batched reads, the JPEG header, then the job's image pipeline, which
+ * ops_chain.c runs for every pipeline: train, eval or a chain) and the
  * deterministic substitution of bad samples.
  *
  * Bad versus transient: a sample is bad (substituted, reported) only when
@@ -19,7 +20,7 @@
  * recently used closed first), so a builder holds at most
  * max(FD_WINDOW, SHARD_FDS) = 32 descriptors besides its io_uring ring.
  *
- * Owns the per-builder state (I/O ring, decoder, scratch, file buffers),
+ * Owns the per-builder state (I/O ring, decoder, pipeline runner, file buffers),
  * all allocated at builder creation or grown on demand, so a steady state
  * allocates nothing per sample. Never prints: bad samples go to the
  * dataset's log hook, once each.
@@ -29,14 +30,18 @@
 #include <linux/openat2.h>
 #include <sys/syscall.h>
 #include <limits.h>
-#include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chain.h"
+#include "core_internal.h"
+#include "decode.h"
+#include "io.h"
 #include "jpegsrc.h"
+#include "ops.h" /* stk__grow */
+#include "ops_chain.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
 #define FD_WINDOW      STK_BUILDER_MAX_FILES /* ImageFolder: files open at once */
@@ -153,7 +158,6 @@ int stk__open_beneath(int dirfd, const char *rel) {
 typedef struct jpipe {
   stk__io io;
   stk__decoder *dec;
-  stk__scratch sc;
   uint32_t nslots;
   uint8_t **slot; /* per batch slot file buffer, up to SLOT_MAX_BYTES */
   size_t *slotcap;
@@ -172,8 +176,7 @@ typedef struct jpipe {
   uint64_t lru_tick[SHARD_FDS], tick;
   uint64_t window_tick;        /* shards used since this tick serve queued reads */
   unsigned open_fds, peak_fds; /* descriptors this builder holds (not the ring) */
-  float norm[3][256];          /* stk_normalize_table of the job */
-  stk__chain_run *chain;       /* pipeline = chain, else NULL */
+  stk__chain_run *chain;       /* the image pipeline: the job's chain */
   char why[200];
 } jpipe;
 
@@ -210,15 +213,13 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
   }
   for (uint32_t i = 0; i < B; i++) jp->fds[i] = -1;
   jp->window_tick = UINT64_MAX;
-  stk_normalize_table(&b->spec, jp->norm);
   int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, FD_WINDOW, err, errlen);
   if (rc) {
     stk__jpeg_builder_free(b);
     return rc;
   }
   b->io_mode = jp->io.mode;
-  if (b->spec.pipeline == STK_PIPELINE_CHAIN &&
-      (rc = stk__chain_run_create(&jp->chain, b->ds, &b->spec, err, errlen))) {
+  if ((rc = stk__chain_run_create(&jp->chain, b->ds, &b->spec, err, errlen))) {
     stk__jpeg_builder_free(b);
     return rc;
   }
@@ -236,7 +237,6 @@ void stk__jpeg_builder_free(stk_builder *b) {
   if (!jp) return;
   stk__io_free(&jp->io);
   stk__decoder_destroy(jp->dec);
-  stk__scratch_free(&jp->sc);
   stk__chain_run_free(jp->chain);
   for (uint32_t i = 0; jp->slot && i < jp->nslots; i++) free(jp->slot[i]);
   for (uint32_t i = 0; jp->fds && i < jp->nslots; i++)
@@ -392,80 +392,19 @@ static int read_result(jpipe *jp, ssize_t res, size_t len) {
   return res < 0 ? errno_result((int)-res) : RES_BAD;
 }
 
-/* Decode view `view` of sample idx from data and write it at out: RES_OK,
- * RES_BAD (the data is bad) or RES_AGAIN (out of memory). */
+/* Decode view `view` of sample idx from data through the job's image
+ * pipeline and write it at out: RES_OK, RES_BAD (the data is bad) or
+ * RES_AGAIN (out of memory). */
 static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
                         size_t len, void *out, uint32_t view) {
   jpipe *jp = b->impl;
-  const stk_job_spec *s = &b->spec;
-  uint64_t seed = stk__view_seed(s->seed, view);
-  uint32_t W, H, ow = s->width, oh = s->height;
+  uint32_t W, H;
   int rc = stk__decoder_header(jp->dec, data, len, &W, &H, jp->why, sizeof(jp->why));
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
-  if (jp->chain) {
-    stk_rng r;
-    stk_rng_init(&r, seed, epoch, idx);
-    rc = stk__chain_run_sample(jp->chain, jp->dec, W, H, &r, out, jp->why,
-                               sizeof(jp->why));
-    return rc == STK_OK ? RES_OK : rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
-  }
-  stk__post post;
-  memset(&post, 0, sizeof(post));
-  post.bright = post.contrast = post.satur = 1;
-  post.dtype = s->dtype, post.layout = s->layout;
-  post.norm = (const float(*)[256])jp->norm;
-  double bx0, by0, bx1, by1;
-  int margin;
-  if (s->pipeline == STK_PIPELINE_TRAIN) {
-    stk_rng r;
-    stk_rng_init(&r, seed, epoch, idx);
-    stk__box box =
-        stk__rrc_box(W, H, s->scale_min, s->scale_max, s->ratio_min, s->ratio_max, &r);
-    bx0 = box.x, by0 = box.y, bx1 = box.x + box.w, by1 = box.y + box.h;
-    margin = 0; /* torchvision crops, then resizes the crop alone */
-    post.flip = stk_rng_uniform(&r) < s->flip_p;
-    double u1 = stk_rng_uniform(&r), u2 = stk_rng_uniform(&r), u3 = stk_rng_uniform(&r);
-#define JIT(v, u) \
-  ((v) > 0 ? (float)(fmax(0, 1 - (v)) + (u) * (1 + (v)-fmax(0, 1 - (v)))) : 1.f)
-    post.bright = JIT(s->brightness, u1);
-    post.contrast = JIT(s->contrast, u2);
-    post.satur = JIT(s->saturation, u3);
-#undef JIT
-  } else {
-    /* torchvision Resize(resize) (shorter side) then CenterCrop(h, w) */
-    uint32_t nw, nh;
-    stk__resize_short(W, H, s->resize, &nw, &nh);
-    double top = nearbyint(((double)nh - oh) / 2.0);
-    double left = nearbyint(((double)nw - ow) / 2.0);
-    double fx = (double)W / nw, fy = (double)H / nh;
-    bx0 = left * fx, bx1 = (left + ow) * fx;
-    by0 = top * fy, by1 = (top + oh) * fy;
-    double sup = fmax(fx, fy);
-    margin = (int)ceil(sup < 1 ? 1 : sup) + 1;
-  }
-  stk__roi roi;
-  /* eval keeps at least twice the output size before resampling: DCT
-   * scaling only takes the large factors off, the antialiased filter does
-   * the rest, as close to PIL's full-size resize as 0.2/255 on average */
-  uint32_t k = s->pipeline == STK_PIPELINE_TRAIN ? 1 : 2;
-  rc =
-      stk__decoder_roi(jp->dec, bx0, by0, bx1, by1, ow * k, oh * k, margin, 8,
-                       s->pipeline == STK_PIPELINE_TRAIN, &roi, jp->why, sizeof(jp->why));
-  if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
-  double ox = roi.x0, oy = roi.y0;
-  /* Without jitter each resampled row is rounded to 8 bits while in cache
-   * (jitter works on the float image, as torchvision's tensor ops do). */
-  uint8_t *img8 = NULL;
-  if (!stk__post_jitter(&post) &&
-      stk__grow((void **)&jp->sc.img8, &jp->sc.i8cap, (size_t)ow * oh * 3) == 0)
-    img8 = jp->sc.img8;
-  if (stk__resample(&jp->sc, roi.px, roi.w, roi.h, bx0 * roi.sx - ox, by0 * roi.sy - oy,
-                    bx1 * roi.sx - ox, by1 * roi.sy - oy, ow, oh, img8)) {
-    snprintf(jp->why, sizeof(jp->why), "out of memory (resampling)");
-    return RES_AGAIN;
-  }
-  stk__post_store(&jp->sc, ow, oh, &post, img8, out);
-  return RES_OK;
+  stk_rng r;
+  stk_rng_init(&r, stk__view_seed(b->spec.seed, view), epoch, idx);
+  rc = stk__chain_run_sample(jp->chain, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
+  return rc == STK_OK ? RES_OK : rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
 }
 
 /* Every view of sample idx (out: its place in the first image tensor; the

@@ -11,9 +11,10 @@
  * their arguments, so thread-safe with one scratch per thread.
  */
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
-#include "jpegsrc.h"
+#include "ops.h"
 
 /* Python's round(): half to even, which nearbyint gives in the default
  * rounding mode. */
@@ -186,6 +187,40 @@ static inline float clamp01(float v) { return v < 0 ? 0 : v > 1 ? 1 : v; }
 
 #define q8 stk__q8
 
+/* train's ColorJitter on img, npix RGB pixels holding 8-bit levels as
+ * floats, in place: fixed order brightness, contrast, saturation, on the
+ * 0..1 scale (torchvision's tensor formulas; it also shuffles the order),
+ * each clamped, then rounded back to levels. */
+static void jitter_levels(float *img, size_t npix, float bright, float contrast,
+                          float satur) {
+  for (size_t i = 0; i < npix * 3; i++) img[i] = clamp01(img[i] * (1.f / 255.f) * bright);
+  if (contrast != 1) {
+    double m = 0;
+    for (size_t i = 0; i < npix; i++)
+      m += 0.299 * img[3 * i] + 0.587 * img[3 * i + 1] + 0.114 * img[3 * i + 2];
+    float mean = (float)(m / (double)npix);
+    for (size_t i = 0; i < npix * 3; i++)
+      img[i] = clamp01(mean + contrast * (img[i] - mean));
+  }
+  if (satur != 1)
+    for (size_t i = 0; i < npix; i++) {
+      float *q = img + 3 * i;
+      float g = 0.299f * q[0] + 0.587f * q[1] + 0.114f * q[2];
+      for (int c = 0; c < 3; c++) q[c] = clamp01(g + satur * (q[c] - g));
+    }
+  for (size_t i = 0; i < npix * 3; i++) img[i] = (float)(int)(img[i] * 255.f + 0.5f);
+}
+
+int stk__jitter8(stk__scratch *s, uint8_t *px, size_t npix, float bright, float contrast,
+                 float satur) {
+  if (stk__grow((void **)&s->img, &s->icap, npix * 3 * sizeof(float))) return -1;
+  float *img = s->img;
+  for (size_t i = 0; i < npix * 3; i++) img[i] = px[i];
+  jitter_levels(img, npix, bright, contrast, satur);
+  for (size_t i = 0; i < npix * 3; i++) px[i] = (uint8_t)img[i];
+  return 0;
+}
+
 enum { QCHUNK = 256 }; /* pixels quantized at a time, on the stack */
 
 /* Store output pixels [x0, x0+n) of one row from u, the 8-bit RGB levels
@@ -229,25 +264,7 @@ void stk__post_store(stk__scratch *s, uint32_t ow, uint32_t oh, const stk__post 
    * loop */
   if (jitter) {
     for (size_t i = 0; i < npix * 3; i++) img[i] = q8(img[i]);
-    /* Fixed order brightness, contrast, saturation, on the 0..1 scale
-     * (torchvision's tensor formulas; it also shuffles the order). */
-    for (size_t i = 0; i < npix * 3; i++)
-      img[i] = clamp01(img[i] * (1.f / 255.f) * p->bright);
-    if (p->contrast != 1) {
-      double m = 0;
-      for (size_t i = 0; i < npix; i++)
-        m += 0.299 * img[3 * i] + 0.587 * img[3 * i + 1] + 0.114 * img[3 * i + 2];
-      float mean = (float)(m / (double)npix);
-      for (size_t i = 0; i < npix * 3; i++)
-        img[i] = clamp01(mean + p->contrast * (img[i] - mean));
-    }
-    if (p->satur != 1)
-      for (size_t i = 0; i < npix; i++) {
-        float *q = img + 3 * i;
-        float g = 0.299f * q[0] + 0.587f * q[1] + 0.114f * q[2];
-        for (int c = 0; c < 3; c++) q[c] = clamp01(g + p->satur * (q[c] - g));
-      }
-    for (size_t i = 0; i < npix * 3; i++) img[i] = (float)(int)(img[i] * 255.f + 0.5f);
+    jitter_levels(img, npix, p->bright, p->contrast, p->satur);
   }
   /* bfloat16: the channel tables once, not a conversion per value */
   uint16_t tb[3][256];

@@ -1,5 +1,8 @@
-/* ops_chain.c - running an op chain (pipeline = decode | ... , parsed by
- * core/chain.c) on one sample.
+/* ops_chain.c - the image pipeline: running an op chain on one sample.
+ * A job's chain is its `pipeline = decode | ...` text (parsed by
+ * core/chain.c), or for the named pipelines the canonical chain they are:
+ * `train` is random_resized_crop | hflip (| train's fused jitter), `eval`
+ * is resize | eval's fused center crop (canonical_chain below).
  *
  * Geometry before the first pixel op stays virtual: crops only move a box
  * in the source's coordinates and a resize only sets the size the box will
@@ -9,7 +12,10 @@
  * does. The image is made real (decoded, resampled, rounded to 8 bits, as
  * a PIL image would be after each torchvision transform) before every
  * pixel op, before a second resize, before a crop that reaches outside the
- * image (zero fill) and at the end. Pixel ops follow torchvision on PIL
+ * image (zero fill) and at the end. A horizontal flip of the real image
+ * stays pending until an op reads the pixels: the store writes the rows
+ * mirrored (stk__post_store), so `train` costs no flip pass. Pixel ops
+ * follow torchvision on PIL
  * images: ImageEnhance blends for brightness/contrast/saturation, PIL's
  * HSV round trip for hue, PIL's luma for grayscale, torchvision's
  * reflect-padded Gaussian kernel for blur.
@@ -27,8 +33,28 @@
 
 #include "chain.h"
 #include "common/error.h"
-#include "jpegsrc.h"
+#include "decode.h"
+#include "ops.h"
+#include "ops_chain.h"
+#include "plugin.h"
 #include "stoker/op.h"
+
+/* Fused ops: steps of the named pipelines that no chain text spells,
+ * kept as ops so that `train` and `eval` build the bytes they always have.
+ * Numbered after core's stk__op_kind; only canonical_chain makes them. */
+enum {
+  /* train's ColorJitter (lo[0..2]: brightness, contrast, saturation
+   * strengths, as the job's keys): 3 draws, the factors uniform in
+   * [max(0, 1 - v), 1 + v], applied in that fixed order with torchvision's
+   * tensor formulas (stk__jitter8); commutes with a pending flip */
+  OP_TRAIN_JITTER = 64,
+  /* eval's CenterCrop(h, w) right after resize(s): offsets rounded half
+   * to even, and a crop larger than the resized image stays a box whose
+   * taps outside the image are dropped by the resampler (no zero fill) */
+  OP_EVAL_CROP
+};
+_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_PLUGIN,
+               "fused ops after core's kinds");
 
 struct stk__chain_run {
   stk__chain c;
@@ -54,11 +80,14 @@ typedef struct {
   uint32_t sw, sh; /* the source's size */
   double x0, y0, x1, y1;
   uint32_t w, h;
-  int fast; /* the pending resize comes from random_resized_crop: decode
-               as the train pipeline does */
-  int clip; /* a crop came before the pending resize: the resize reads
-               only the box (torchvision resizes the cropped image), else
-               all of the source (a crop of a resized image) */
+  int fast;   /* the pending resize comes from random_resized_crop: decode
+                 as the train pipeline does */
+  int flip;   /* real and to be mirrored horizontally (pending hflip) */
+  double sup; /* > 0: the resampling support to size the decode margin
+                 by (eval's crop sets it as eval always computed it) */
+  int clip;   /* a crop came before the pending resize: the resize reads
+                 only the box (torchvision resizes the cropped image), else
+                 all of the source (a crop of a resized image) */
 } view;
 
 static uint8_t *next_buf(stk__chain_run *r, size_t bytes) {
@@ -87,7 +116,8 @@ static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
      * random_resized_crop, else the exact one keeping twice the output
      * size, with a margin so that the box's edge pixels (chroma
      * upsampling, filter taps) come out as in a full decode */
-    double sup = fmax((v->x1 - v->x0) / v->w, (v->y1 - v->y0) / v->h);
+    double sup =
+        v->sup > 0 ? v->sup : fmax((v->x1 - v->x0) / v->w, (v->y1 - v->y0) / v->h);
     int margin = v->fast ? 0 : (int)ceil(sup < 1 ? 1 : sup) + 1;
     uint32_t k = v->fast ? 1 : 2;
     stk__roi roi;
@@ -128,7 +158,7 @@ static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
       return snprintf(why, whylen, "out of memory (resampling)"), STK_NO_MEMORY;
   }
   r->cur = !r->cur;
-  v->real = 1, v->sw = v->w, v->sh = v->h, v->fast = v->clip = 0;
+  v->real = 1, v->sw = v->w, v->sh = v->h, v->fast = v->clip = 0, v->sup = 0;
   v->x0 = v->y0 = 0, v->x1 = v->w, v->y1 = v->h;
   return STK_OK;
 }
@@ -362,12 +392,42 @@ static void rotate(const uint8_t *s, uint32_t w, uint32_t h, int k, uint8_t *o) 
 
 /* ---- the run ---------------------------------------------------------- */
 
+/* The chain a named pipeline is, from the job's keys: `train` is
+ * random_resized_crop(height, width, scale, ratio) | hflip(flip_p), then
+ * its jitter when any strength is on; `eval` (any other pipeline, as the
+ * JPEG sources have always read it) is resize(resize) | eval's crop. */
+static void canonical_chain(const stk_job_spec *s, stk__chain *c) {
+  memset(c, 0, sizeof(*c));
+  c->ops[0].kind = STK__OP_DECODE;
+  stk__op *op = &c->ops[1];
+  if (s->pipeline == STK_PIPELINE_TRAIN) {
+    op->kind = STK__OP_RRC, op->h = s->height, op->w = s->width;
+    op->lo[0] = s->scale_min, op->hi[0] = s->scale_max;
+    op->lo[1] = s->ratio_min, op->hi[1] = s->ratio_max;
+    op++;
+    op->kind = STK__OP_HFLIP, op->p = s->flip_p;
+    if (s->brightness > 0 || s->contrast > 0 || s->saturation > 0) {
+      op++;
+      op->kind = OP_TRAIN_JITTER;
+      op->lo[0] = s->brightness, op->lo[1] = s->contrast, op->lo[2] = s->saturation;
+    }
+  } else {
+    op->kind = STK__OP_RESIZE, op->h = s->resize, op->w = 0;
+    op++;
+    op->kind = OP_EVAL_CROP, op->h = s->height, op->w = s->width;
+  }
+  c->n = (uint32_t)(op - c->ops) + 1;
+}
+
 int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
                           const stk_job_spec *spec, char *err, size_t errlen) {
   *out = NULL;
   stk__chain_run *r = calloc(1, sizeof(*r));
   if (!r) return STK_NO_MEMORY;
-  int rc = stk__chain_parse(spec->chain, &r->c, NULL, err, errlen);
+  int rc = STK_OK;
+  if (spec->pipeline == STK_PIPELINE_CHAIN)
+    rc = stk__chain_parse(spec->chain, &r->c, NULL, err, errlen);
+  else canonical_chain(spec, &r->c);
   if (rc) {
     free(r);
     return rc;
@@ -406,27 +466,48 @@ void stk__chain_run_free(stk__chain_run *r) {
   free(r);
 }
 
-/* Write the real w x h image into the sample's place in the batch. */
-static void store(const stk__chain_run *r, const uint8_t *px, void *out) {
-  uint32_t w = r->ow, h = r->oh;
-  size_t npix = (size_t)w * h;
-  for (size_t i = 0; i < npix; i++) {
-    const uint8_t *p = px + 3 * i;
-    for (int c = 0; c < 3; c++) {
-      size_t at = r->layout == STK_LAYOUT_NCHW ? (size_t)c * npix + i : 3 * i + (size_t)c;
-      if (r->dtype == STK_DTYPE_UINT8) ((uint8_t *)out)[at] = p[c];
-      else if (r->dtype == STK_DTYPE_FLOAT32) ((float *)out)[at] = r->norm[c][p[c]];
-      else ((uint16_t *)out)[at] = stk__bf16(r->norm[c][p[c]]);
-    }
+/* Write the real image px (w x h, mirrored when flip) into the sample's
+ * place in the batch: the 8-bit fast store, rows mirrored as they are
+ * written. */
+static void store(stk__chain_run *r, const uint8_t *px, int flip, void *out) {
+  stk__post p;
+  memset(&p, 0, sizeof(p));
+  p.flip = flip;
+  p.bright = p.contrast = p.satur = 1;
+  p.dtype = r->dtype, p.layout = r->layout;
+  p.norm = (const float(*)[256])r->norm;
+  stk__post_store(&r->sc, r->ow, r->oh, &p, px, out);
+}
+
+/* train's jitter (OP_TRAIN_JITTER): its draws, then the factors applied
+ * to the real image. STK_OK, STK_NO_MEMORY or the decoder's error. */
+static int train_jitter(stk__chain_run *r, view *v, const stk__op *op, stk__decoder *dec,
+                        stk_rng *rng, char *why, size_t whylen) {
+  double u[3] = {stk_rng_uniform(rng), stk_rng_uniform(rng), stk_rng_uniform(rng)};
+  float f[3];
+  for (int k = 0; k < 3; k++) {
+    float s = op->lo[k]; /* the job's strength; 1 - s and 1 + s in float */
+    f[k] = s > 0 ? (float)(fmax(0, 1 - s) + u[k] * (1 + s - fmax(0, 1 - s))) : 1.f;
   }
+  int rc = materialize(r, v, dec, why, whylen);
+  if (rc || (f[0] == 1 && f[1] == 1 && f[2] == 1)) return rc;
+  if (stk__jitter8(&r->sc, r->buf[r->cur], (size_t)v->w * v->h, f[0], f[1], f[2]))
+    return snprintf(why, whylen, "out of memory (jitter)"), STK_NO_MEMORY;
+  return STK_OK;
 }
 
 int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint32_t H,
                           stk_rng *rng, void *out, char *why, size_t whylen) {
-  view v = {0, W, H, 0, 0, W, H, W, H, 0};
+  view v = {0, W, H, 0, 0, W, H, W, H, 0, 0, 0, 0};
   int rc = STK_OK;
+  r->cur = 1; /* nothing is real yet: the first image made goes to buf[0],
+                 the buffer the last sample's first one warmed */
   for (uint32_t i = 1; i < r->c.n && !rc; i++) {
     const stk__op *op = &r->c.ops[i];
+    if (v.flip && op->kind != STK__OP_HFLIP && op->kind != OP_TRAIN_JITTER) {
+      flip_h(r->buf[r->cur], v.w, v.h); /* the op reads the pixels */
+      v.flip = 0;
+    }
     switch (op->kind) {
       case STK__OP_RRC: {
         if (scaled(&v) && (rc = materialize(r, &v, dec, why, whylen))) break;
@@ -469,7 +550,7 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
         if ((rc = materialize(r, &v, dec, why, whylen))) break;
         if (u >= op->p) break;
         uint8_t *px = r->buf[r->cur];
-        if (op->kind == STK__OP_HFLIP) flip_h(px, v.w, v.h);
+        if (op->kind == STK__OP_HFLIP) v.flip = !v.flip; /* pending */
         else if (op->kind == STK__OP_VFLIP) flip_v(px, v.w, v.h);
         else
           for (size_t k = 0; k < (size_t)v.w * v.h; k++) {
@@ -549,6 +630,21 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
         }
         break;
       }
+      case OP_TRAIN_JITTER:
+        rc = train_jitter(r, &v, op, dec, rng, why, whylen);
+        break;
+      case OP_EVAL_CROP: {
+        /* v is the virtual resize of the whole image (canonical_chain puts
+         * this op right after it): the crop's box, in source pixels */
+        double top = nearbyint(((double)v.h - op->h) / 2.0);
+        double left = nearbyint(((double)v.w - op->w) / 2.0);
+        double fx = (double)v.sw / v.w, fy = (double)v.sh / v.h;
+        v.x0 = left * fx, v.x1 = (left + op->w) * fx;
+        v.y0 = top * fy, v.y1 = (top + op->h) * fy;
+        v.w = op->w, v.h = op->h;
+        v.sup = fmax(fx, fy);
+        break;
+      }
       default:
         break;
     }
@@ -560,6 +656,6 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
              r->ow);
     return STK_INTERNAL;
   }
-  store(r, r->buf[r->cur], out);
+  store(r, r->buf[r->cur], v.flip, out);
   return STK_OK;
 }

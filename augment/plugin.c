@@ -24,6 +24,7 @@
 #include "chain.h"
 #include "common/error.h"
 #include "internal.h"
+#include "plugin.h"
 #include "stoker/op.h"
 
 void stk__plugins_unload(stk_dataset *ds) {

@@ -53,8 +53,9 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "augment/megatron.h"
+#include "core_internal.h"
 #include "internal.h"
-#include "megatron.h"
 
 #define MG_MAX_PREFIXES 16
 

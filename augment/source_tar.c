@@ -21,6 +21,7 @@
 #include <fcntl.h>
 #include <inttypes.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -346,7 +347,9 @@ static void reset_samples(stk__jds *j) {
   j->n = 0;
 }
 
-int stk__tar_scan(stk__jds *j, int use_cache, char *err, size_t errlen) {
+/* Scan j->dir's shards into j (from the index cache when use_cache and it
+ * is current; else writing the cache): STK_OK, or an error with err. */
+static int tar_scan(stk__jds *j, int use_cache, char *err, size_t errlen) {
   shard *sh;
   size_t nsh;
   builder_t t = {j, 0};
@@ -400,7 +403,7 @@ static int tar_open(stk_dataset *ds, char *err, size_t errlen) {
   if (!j) return STK_NO_MEMORY;
   j->kind = STK_SOURCE_TAR;
   int rc = stk__jds_open_dir(ds, j, err, errlen);
-  if (!rc) rc = stk__tar_scan(j, 1, err, errlen);
+  if (!rc) rc = tar_scan(j, 1, err, errlen);
   if (!rc && !(j->bad = calloc(j->n, 1))) rc = STK_NO_MEMORY;
   if (!rc) {
     /* Labels are checked against the job's num_classes: one out of range
@@ -442,7 +445,7 @@ int stk_tar_index(const char *dir, char *err, size_t errlen) {
     snprintf(err, errlen, "%s: %s", dir, strerror(errno));
     rc = STK_IO;
   } else {
-    rc = stk__tar_scan(j, 0, err, errlen);
+    rc = tar_scan(j, 0, err, errlen);
     if (!rc) {
       shard *sh;
       size_t nsh;

@@ -6,9 +6,11 @@
  *
  * Content depends on (seed, i) only: the raw pipeline has no augmentation.
  */
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "core_internal.h"
 #include "internal.h"
 
 static int syn_open(stk_dataset *ds, char *err, size_t errlen) {

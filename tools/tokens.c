@@ -17,8 +17,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
-#include "internal.h"
-#include "megatron.h"
+#include "augment/megatron.h"
 
 typedef struct writer {
   FILE *bin;

@@ -11,7 +11,9 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "jpegsrc.h"
+#include "decode.h"
+#include "ops.h"
+#include "ops_chain.h"
 
 static const char *const chains[] = {
     "decode | resize(40) | random_crop(32, 24, padding=4) | rotate(0, 90, 180, 270)"

@@ -14,7 +14,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "megatron.h"
+#include "augment/megatron.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

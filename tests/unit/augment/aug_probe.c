@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "jpegsrc.h"
+#include "ops.h"
 #include "util.h"
 
 /* Build every sample of s (batch_size 1, epoch 0) from root into out:

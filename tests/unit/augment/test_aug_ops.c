@@ -12,7 +12,8 @@
 
 #include "check.h"
 #include "gen.h"
-#include "jpegsrc.h"
+#include "decode.h"
+#include "ops.h"
 
 static void test_rrc(void) {
   int fallbacks = 0;

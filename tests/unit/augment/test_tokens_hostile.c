@@ -23,7 +23,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "megatron.h"
+#include "augment/megatron.h"
 #include "stoker/augment.h"
 #include "tokens.h"
 #include "util.h"

@@ -1,8 +1,10 @@
-/* megatron.h - the Megatron-LM/NeMo indexed dataset format (PREFIX.idx +
- * PREFIX.bin) as augment/ reads it: the .idx parser, which checks every
- * field against the file sizes, shared by source_megatron.c, the
- * stoker-dataset tool (tools/) and the fuzz target (tests/fuzz/). Not
- * public API.
+/* augment/megatron.h - what source_megatron.c offers outside augment/:
+ * the Megatron-LM/NeMo indexed dataset format (PREFIX.idx + PREFIX.bin)
+ * as the megatron source reads it, the .idx parser, which checks every
+ * field against the file sizes, and a description of an open token
+ * dataset's blend. The interface of the stoker-dataset tool (tools/), the
+ * fuzz target and the token tests; on the include path of whatever links
+ * stoker_augment (augment/include/). Not public API, never installed.
  *
  * The .idx, all little-endian, no padding:
  *   offset 0   9 bytes  magic "MMIDIDX\0\0"
@@ -22,6 +24,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+
+#include "stoker/augment.h" /* stk_dataset */
 
 #define STK__MG_HEADER_BYTES  34
 #define STK__MG_MAX_SEQUENCES (1ull << 32)
@@ -101,5 +105,13 @@ static inline int64_t stk__mg_token(const unsigned char *p, int code, uint64_t t
   }
   return 0;
 }
+
+/* For tools and tests of the megatron source: the blend range [start,
+ * start + count) of prefix d, its sequence count, and (order non-NULL,
+ * nseq entries) its document order in epoch. STK_INVALID_ARGUMENT for
+ * another source, STK_NOT_FOUND past the last prefix. Thread-safe. */
+int stk__megatron_describe(const stk_dataset *ds, uint64_t epoch, uint32_t d,
+                           uint64_t *start, uint64_t *count, uint64_t *order,
+                           uint64_t *nseq);
 
 #endif

@@ -1,0 +1,32 @@
+/* ops_chain.h - what ops_chain.c offers the JPEG sources: the image
+ * pipeline, the runner of a job's op chain (train and eval are canonical
+ * chains) on one image. Private to augment/ (and its tests).
+ */
+#ifndef STOKER_AUGMENT_OPS_CHAIN_H
+#define STOKER_AUGMENT_OPS_CHAIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "decode.h"
+#include "stoker/augment.h"
+
+typedef struct stk__chain_run stk__chain_run;
+/* The per-builder runner of spec's image pipeline: its op chain (spec's
+ * chain text, or for train and eval the canonical chain each is), buffers,
+ * and a state of each plugin op (created from ds's loaded plugins; ds may
+ * be NULL for a chain without plugin ops). Owned by the caller, freed
+ * with stk__chain_run_free (NULL is fine); one per thread. STK_OK,
+ * STK_NO_MEMORY, or STK_INVALID_ARGUMENT (bad chain text, a plugin
+ * refused its arguments) with err. */
+int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
+                          const stk_job_spec *spec, char *err, size_t errlen);
+void stk__chain_run_free(stk__chain_run *r);
+/* Run the chain on the image whose header dec has read (W x H), drawing
+ * from rng, and write the sample at out in the job's dtype and layout.
+ * STK_OK; STK_NO_MEMORY (transient); STK_CORRUPT, STK_LIMIT (the decoder's)
+ * or STK_CORRUPT from a plugin op (the sample is bad); why says what. */
+int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint32_t H,
+                          stk_rng *rng, void *out, char *why, size_t whylen);
+
+#endif
