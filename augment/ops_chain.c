@@ -439,17 +439,19 @@ int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
     const stk__op *op = &r->c.ops[i];
     if (op->kind != STK__OP_PLUGIN) continue;
     const stk_op_info *info = stk__plugin_find(ds, op->name);
-    if (!info) {
+    if (!info) { /* the message first: op points into r */
+      rc = stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin op '%s' is not loaded",
+                     op->name);
       stk__chain_run_free(r);
-      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin op '%s' is not loaded",
-                       op->name);
+      return rc;
     }
     char why[200] = "";
     if (info->create(op->args, &r->pstate[i], why, sizeof(why))) {
       why[sizeof(why) - 1] = 0;
+      rc = stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin op %s(%s): %s", op->name,
+                     op->args, why[0] ? why : "refused its arguments");
       stk__chain_run_free(r);
-      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin op %s(%s): %s",
-                       op->name, op->args, why[0] ? why : "refused its arguments");
+      return rc;
     }
     r->pinfo[i] = info;
   }
