@@ -245,10 +245,10 @@ def main():
     ap.add_argument("--work", required=True, help="an empty folder to assemble the wheel in")
     ap.add_argument("--out", required=True, help="where the .whl is written")
     args = ap.parse_args()
-    root = os.path.abspath(args.work)
+    root = os.path.realpath(args.work)
     if os.path.exists(root) and os.listdir(root):
         die("--work %s is not empty" % root)
-    version = project_version(args.prefix)
+    version = project_version(args.prefix)  # stoker.pc: CMake's PROJECT_VERSION
     tag = platform_tag()
     nlibs = stage(args, root)
     path = write_wheel(root, args.out, version, tag,
