@@ -19,6 +19,8 @@ PKGS=(
   openssl                                    # deploy/stoker-certs (TLS certificates) and the TLS test
   valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)
   prometheus                                 # promtool: the /metrics test validates the exposition format
+  python3-venv                               # the wheel test installs the wheel into a fresh venv (tests/deploy/test_wheel.sh)
+  patchelf                                   # scripts/wheel.sh: $ORIGIN-relative RPATH on the libraries and binaries it bundles
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -4,7 +4,8 @@ with stk_client_struct_size) and every function's argtypes/restype.
 
 Where libstoker comes from, first match wins:
   1. $STOKER_LIB (a path to libstoker.so*)
-  2. next to this package (stoker/libstoker.so*), as a wheel-style install
+  2. the package's own copy (stoker/libstoker.so*): the wheel's
+     (scripts/wheel.sh), which finds its libraries in ../stoker.libs
   3. the directory cmake --install recorded in stoker/_installed.py
   4. a CMake build tree above the package (build*/client/libstoker.so)
   5. ctypes.util.find_library("stoker") (the system's library path)
