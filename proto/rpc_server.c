@@ -796,9 +796,12 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
           s->max_msg > INT_MAX ? INT_MAX : (int)s->max_msg);
   add_int(a, &na, GRPC_ARG_MAX_CONCURRENT_STREAMS,
           cfg->max_streams_per_conn > 0 ? cfg->max_streams_per_conn : 100);
-  /* Clients ping every 10 s; let them, with or without calls. */
+  /* Clients ping every 10 s; let them, with or without calls. A peer that
+   * pings more often than every 5 s while nothing is sent gets a strike;
+   * past gRPC's default 2 strikes its connection ends (GOAWAY
+   * ENHANCE_YOUR_CALM "too_many_pings"), so a PING flood costs nothing. */
   add_int(a, &na, GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
-  add_int(a, &na, GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  add_int(a, &na, GRPC_ARG_HTTP2_MAX_PING_STRIKES, 2);
   /* Our own pings find dead peers (a watcher or worker on a host that
    * vanished), also on connections without calls. */
   add_int(a, &na, GRPC_ARG_KEEPALIVE_TIME_MS,

@@ -33,7 +33,7 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
  * inside a daemon's option table. */
 typedef struct stk__serve_opts {
   long long threads, max_calls, max_streams_per_conn, first_message_s, send_stall_s,
-      keepalive_s;
+      keepalive_s, health_watch_lease_s;
   int insecure; /* serve peers beyond loopback with neither token nor TLS */
 } stk__serve_opts;
 
@@ -62,6 +62,10 @@ typedef struct stk__serve_opts {
   {"keepalive-s", OPT_INT, "30", NULL,                                                 \
    "ping every connection this often; one that does not answer within 10 s is closed", \
    &(o).keepalive_s, 1, 86400},                                                        \
+  {"health-watch-lease-s", OPT_INT, "300", NULL,                                       \
+   "a grpc.health.v1 Watch (no token needed) ends with OK after this long; the "       \
+   "prober watches again",                                                             \
+   &(o).health_watch_lease_s, 1, 86400},                                               \
   {"insecure", OPT_BOOL, "false", NULL,                                                \
    "serve peers beyond this host's loopback although there is no token and no TLS "    \
    "(without it, such a daemon refuses them: protected mode); only on a network "      \

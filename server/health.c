@@ -5,9 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/clock.h"
+
 typedef struct watcher {
   stk__rpc_call *call;
-  int known; /* asked for "" or our service */
+  int known;      /* asked for "" or our service */
+  int64_t end_ms; /* the lease: ended at this time (stk__health_tick) */
   struct watcher *next;
 } watcher;
 
@@ -15,8 +18,9 @@ static struct {
   pthread_mutex_t mu;
   const char *service;
   int serving;
+  int64_t lease_ms;
   watcher *watchers;
-} H = {PTHREAD_MUTEX_INITIALIZER, "", 0, NULL};
+} H = {PTHREAD_MUTEX_INITIALIZER, "", 0, 300000, NULL};
 
 typedef Grpc__Health__V1__HealthCheckResponse__ServingStatus health_status;
 
@@ -37,10 +41,11 @@ static void send_status(stk__rpc_call *call, health_status st) {
   stk__rpc_call_send_msg(call, &r.base); /* never blocks; fails only once it is over */
 }
 
-void stk__health_init(const char *service) {
+void stk__health_init(const char *service, int64_t watch_lease_ms) {
   pthread_mutex_lock(&H.mu);
   H.service = service;
   H.serving = 0;
+  if (watch_lease_ms > 0) H.lease_ms = watch_lease_ms;
   pthread_mutex_unlock(&H.mu);
 }
 
@@ -72,6 +77,15 @@ void stk__health_check(stk__rpc_call *call, const ProtobufCMessage *req) {
   stk__rpc_call_reply(call, &r.base);
 }
 
+void stk__health_tick(int64_t now_ms) {
+  pthread_mutex_lock(&H.mu);
+  for (watcher *w = H.watchers; w; w = w->next)
+    if (now_ms >= w->end_ms) /* again on later ticks until closed: harmless */
+      stk__rpc_call_finish(w->call, GRPC_STATUS_OK,
+                           "health watch lease over: watch again");
+  pthread_mutex_unlock(&H.mu);
+}
+
 /* ---- Watch: one request, then every status (the current one first) ---- */
 
 static int watch_open(stk__rpc_call *call) {
@@ -99,6 +113,7 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   w->known = known(q->service);
   stk__rpc_call_set_data(call, w);
   pthread_mutex_lock(&H.mu);
+  w->end_ms = stk__now_ms() + H.lease_ms;
   w->next = H.watchers;
   H.watchers = w;
   send_status(call, status_locked(w->known));

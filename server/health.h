@@ -12,14 +12,21 @@
 #ifndef STOKER_SERVER_HEALTH_H
 #define STOKER_SERVER_HEALTH_H
 
+#include <stdint.h>
+
 #include "health.pb-c.h"
 #include "rpc.h"
 
-/* The daemon's service name (a static string), before serving. The
- * status starts NOT_SERVING. */
-void stk__health_init(const char *service);
+/* The daemon's service name (a static string) and how long one Watch may
+ * stay open (lease_ms > 0), before serving. The status starts NOT_SERVING. */
+void stk__health_init(const char *service, int64_t watch_lease_ms);
 /* 1 = SERVING, 0 = NOT_SERVING; a change goes to every watcher. */
 void stk__health_set(int serving);
+/* End (status OK, "health watch lease over: watch again") every Watch
+ * open for its lease by now_ms, so watches without a token cannot hold
+ * the health table forever; a prober simply watches again. Called from a
+ * daemon's main loop; thread-safe. */
+void stk__health_tick(int64_t now_ms);
 
 void stk__health_check(stk__rpc_call *call, const ProtobufCMessage *req);
 extern const stk__rpc_stream_ops stk__health_watch_ops;

@@ -47,6 +47,7 @@ static int run_job(void) {
       return req - 1;
     }
     stk__notify_tick(now);
+    stk__health_tick(now);
     check_heartbeats();
     watch_pump_all();
     expect_expire();
@@ -139,7 +140,7 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
       STK__HEALTH_METHODS,
   };
   int port = 0;
-  stk__health_init("stoker.v1.Coordinator");
+  stk__health_init("stoker.v1.Coordinator", opt.serve.health_watch_lease_s * 1000);
   if (stk__daemon_serve(opt.listen, methods, sizeof(methods) / sizeof(methods[0]),
                         opt.max_message_mb, token, &roles, C.tls, &opt.serve,
                         opt.port_file, srv, &port, err, errlen))

@@ -196,6 +196,7 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
     int stats_due = now >= next_stats;
     notify_progress(sess, stats_due);
     stk__notify_tick(now);
+    stk__health_tick(now);
     if (stats_due) {
       log_stats(srv, now, lost != 0, &last);
       next_stats = now + opt.stats_interval_s * 1000;
@@ -275,7 +276,7 @@ int main(int argc, char **argv) {
        STK_MAX_REQUEST_MSG, NULL, &stream_ops, 0, STK__ROLE_CLIENT},
       STK__HEALTH_METHODS,
   };
-  stk__health_init("stoker.v1.Worker");
+  stk__health_init("stoker.v1.Worker", opt.serve.health_watch_lease_s * 1000);
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];

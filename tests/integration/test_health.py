@@ -10,6 +10,11 @@ gRPC client: Debian's python3-grpcio with message classes that protoc
                open; after SIGTERM the stream sees NOT_SERVING (drain) or
                ends as the worker exits. Watch of an unknown name gets
                SERVICE_UNKNOWN and stays open.
+  coordinator  a Watch ends with OK after its lease (--health-watch-lease-s
+               1), so watches without a token cannot hold the table.
+  coordinator  a raw HTTP/2 peer flooding PINGs on a connection with no
+               calls gets GOAWAY ENHANCE_YOUR_CALM ("too_many_pings") and
+               its connection closed; Check still answers on a new one.
   coordinator  when the job ends (stoker abort), Check answers NOT_SERVING
                or the coordinator is gone.
 
@@ -20,6 +25,8 @@ import os
 import queue
 import shutil
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import tempfile
@@ -42,6 +49,37 @@ if not shutil.which("protoc"):
 say_passes()  # every check printed, ok or FAIL
 
 
+def ping_flood(port, pings=20):
+    """Open a raw HTTP/2 connection, send the preface, empty SETTINGS and
+    `pings` PINGs with no call; return the GOAWAY the server answers as
+    (error code, debug text), or None if the connection closed (or 30 s
+    passed) without one."""
+    s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    try:
+        s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + struct.pack(">I", 0)[1:] +
+                  b"\x04\x00\x00\x00\x00\x00")
+        for i in range(pings):
+            s.sendall(struct.pack(">I", 8)[1:] + b"\x06\x00\x00\x00\x00\x00" +
+                      struct.pack(">Q", i))
+        buf = b""
+        while True:
+            while len(buf) >= 9:
+                n = int.from_bytes(buf[:3], "big")
+                if len(buf) < 9 + n:
+                    break
+                ftype, body, buf = buf[3], buf[9:9 + n], buf[9 + n:]
+                if ftype == 7:  # GOAWAY: last stream, error code, debug data
+                    return struct.unpack(">I", body[4:8])[0], body[8:].decode(errors="replace")
+            chunk = s.recv(65536)
+            if not chunk:
+                return None
+            buf += chunk
+    except (OSError, socket.timeout):
+        return None
+    finally:
+        s.close()
+
+
 def main():
     d = tempfile.mkdtemp(prefix="stoker-health-test.")
     subprocess.run(["protoc", "--proto_path", PROTO, "--python_out", d,
@@ -57,7 +95,8 @@ def main():
     try:
         c = spawn([f"{BIN}/stoker-coordinator", "--job", f"{d}/job.txt", "--listen",
                    "127.0.0.1:0", "--port-file", f"{d}/cport", "--token-file",
-                   f"{d}/token", "--idle-timeout-s", "120"], f"{d}/coord.log")
+                   f"{d}/token", "--idle-timeout-s", "120", "--health-watch-lease-s", "1"],
+                  f"{d}/coord.log")
         cport = wait_port(f"{d}/cport", c, timeout=30)
         ch = grpc.insecure_channel(f"127.0.0.1:{cport}")
         grpc.channel_ready_future(ch).result(timeout=30)
@@ -73,6 +112,21 @@ def main():
         except grpc.RpcError as e:
             check(e.code() == grpc.StatusCode.NOT_FOUND,
                   "coordinator Check of an unknown service: %s" % e.code())
+        cwatch = ch.unary_stream("/grpc.health.v1.Health/Watch",
+                                 request_serializer=pb.HealthCheckRequest.SerializeToString,
+                                 response_deserializer=S.FromString)
+        try:
+            got = [m.status for m in cwatch(pb.HealthCheckRequest(service=""), timeout=60)]
+            check(got[:1] == [S.SERVING], "coordinator Watch: SERVING, then the lease "
+                  "ends the stream with OK (%s)" % got)
+        except grpc.RpcError as e:
+            check(False, "coordinator Watch ends with OK after its lease (%s: %s)" %
+                  (e.code(), e.details()))
+        goaway = ping_flood(cport)
+        check(goaway is not None and goaway[0] == 11 and "too_many_pings" in goaway[1],
+              "a PING flood gets GOAWAY ENHANCE_YOUR_CALM too_many_pings (%s)" % (goaway,))
+        r = check_rpc(pb.HealthCheckRequest(service=""), timeout=10)
+        check(r.status == S.SERVING, "the coordinator still answers after the flood")
         status_rpc = ch.unary_unary("/stoker.v1.Coordinator/Status",
                                     request_serializer=lambda b: b,
                                     response_deserializer=lambda b: b)
