@@ -140,8 +140,13 @@ struct stk_client {
   char *data_root;
   stk_dataset *dataset;
 
-  stk_job_spec spec;
+  stk_job_spec spec; /* as hashed: an ImageFolder's num_classes may be 0 */
   uint64_t job_hash, nsamples, spe, total;
+  /* ImageFolder: the class count and names (join.c from the Join reply,
+   * client.c from the local dataset); classes NULL when the names did not
+   * travel (or local: read from dataset). Fixed at open: read without mu. */
+  uint32_t nclasses;
+  char **classes;
   /* The plan (state.c): epoch seg_epoch has seg_steps steps at sample
    * offset seg_offset (resumed with another world size), every other
    * epoch spe steps at offset 0. Fixed at open: read without mu. */
