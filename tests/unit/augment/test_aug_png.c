@@ -12,7 +12,9 @@
  *    and .JPG taken, the rest skipped and counted (a .txt, a .bmp, a link
  *    to a folder that loops back, a file beside the class folders, a folder
  *    past the depth bound), class names in byte order, and num_classes
- *    refused unless 0 or the class count.
+ *    refused unless 0 or the class count;
+ *  - a flat dataset of JPEGs keeps the order and fingerprint it had before
+ *    the walk went recursive (the value the earlier code computed).
  */
 #include <png.h>
 #include <stdio.h>
@@ -22,6 +24,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "gen.h"
 #include "jpegsrc.h"
 #include "util.h"
 
@@ -353,6 +356,26 @@ static void test_job_default(void) {
   CHECK(stk_job_spec_validate(&s, err, sizeof(err)) == STK_INVALID_ARGUMENT);
 }
 
+/* A flat ImageFolder of JPEGs (tools/'s generator: 40 samples, 4
+ * classes) has the fingerprint the flat-only walk gave it, so workers of
+ * both versions agree and existing jobs keep their sample order. */
+static void test_flat_fingerprint(void) {
+  CHECK(tu_tmpdir(root, sizeof(root), "pngflat") == 0);
+  char err[512];
+  stk__gen_opts o = {root, 40, 7, 4, 1, 0, 16, 32, 64};
+  CHECK(stk__gen_dataset(&o, err, sizeof(err)) == 0);
+  stk_job_spec s;
+  tu_spec(&s, STK_SOURCE_IMAGEFOLDER, "imagefolder", STK_PIPELINE_EVAL, STK_DTYPE_UINT8,
+          STK_LAYOUT_NHWC, 4, 16);
+  stk_dataset *ds = NULL;
+  CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
+  CHECK_EQ_U64(stk_dataset_size(ds), 40);
+  CHECK_EQ_U64(stk_dataset_fingerprint(ds), 0x7599949bd5699eb6ull);
+  CHECK_EQ_U64(stk_dataset_skipped_files(ds), 0);
+  stk_dataset_close(ds);
+  tu_rmtree(root);
+}
+
 int main(void) {
   stk_limits lim;
   memset(&lim, 0, sizeof(lim));
@@ -367,6 +390,7 @@ int main(void) {
   test_damaged(d);
   stk__decoder_destroy(d);
   test_walk();
+  test_flat_fingerprint();
   test_job_default();
   CHECK_DONE();
 }
