@@ -63,20 +63,17 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
       spec->source != STK_SOURCE_SYNTHETIC) {
     stk__errf(err, errlen, 0, "job says num_samples = %llu but the dataset has %llu",
               (unsigned long long)spec->num_samples, (unsigned long long)ds->n);
-    ops->close(ds);
-    stk__plugins_unload(ds);
-    free(ds);
+    stk_dataset_close(ds);
     return STK_MISMATCH;
   }
   ds->spec.num_samples = ds->n;
+  if (ds->nclasses && !ds->spec.num_classes) ds->spec.num_classes = ds->nclasses;
   if (stk_steps_per_epoch(&ds->spec, ds->n) == 0) {
     stk__errf(err, errlen, 0,
               "%llu samples give no full step of world_size*batch_size = %llu",
               (unsigned long long)ds->n,
               (unsigned long long)spec->world_size * spec->batch_size);
-    ops->close(ds);
-    stk__plugins_unload(ds);
-    free(ds);
+    stk_dataset_close(ds);
     return STK_INVALID_ARGUMENT;
   }
   *out = ds;
@@ -99,10 +96,27 @@ uint64_t stk_dataset_bad_samples(const stk_dataset *ds) {
   return ds->ops->bad_samples(ds);
 }
 
+uint32_t stk_dataset_num_classes(const stk_dataset *ds) { return ds ? ds->nclasses : 0; }
+
+const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t i) {
+  return ds && i < ds->nclasses ? ds->classes[i] : NULL;
+}
+
+uint64_t stk_dataset_skipped_files(const stk_dataset *ds) {
+  return ds ? ds->nskipped : 0;
+}
+
+const char *stk_dataset_skipped_file(const stk_dataset *ds, uint32_t i) {
+  return ds && i < STK_SKIPPED_EXAMPLES ? ds->skipped[i] : NULL;
+}
+
 void stk_dataset_close(stk_dataset *ds) {
   if (!ds) return;
   ds->ops->close(ds);
   stk__plugins_unload(ds);
+  for (uint32_t i = 0; i < ds->nclasses; i++) free(ds->classes[i]);
+  free(ds->classes);
+  for (int i = 0; i < STK_SKIPPED_EXAMPLES; i++) free(ds->skipped[i]);
   free(ds);
 }
 

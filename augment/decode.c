@@ -9,6 +9,9 @@
  * reach stderr: errors and warnings (but for harmless extraneous bytes)
  * make the image bad, with the message in `why`. Not thread-safe: one
  * decoder per builder thread.
+ *
+ * PNG files (png.c) go through the same calls: the header from IHDR, and
+ * any region request decodes the whole image at full size (roi = all).
  */
 #include <math.h>
 #include <setjmp.h>
@@ -22,6 +25,7 @@
 #include "common/error.h"
 #include "decode.h"
 #include "ops.h" /* stk__grow */
+#include "pngdec.h"
 
 struct stk__decoder {
   struct jpeg_decompress_struct cinfo;
@@ -34,7 +38,22 @@ struct stk__decoder {
   int live; /* cinfo is created (0 only after out of memory) */
   uint8_t *buf;
   size_t cap;
+  const uint8_t *png; /* the PNG whose header was read, else NULL */
+  size_t png_len;
 };
+
+/* A PNG after its header: decode it whole into d->buf (png.c). */
+static int png_full(stk__decoder *d, stk__roi *roi, char *why, size_t whylen) {
+  uint32_t w, h;
+  const uint8_t *data = d->png;
+  d->png = NULL, d->have_header = 0;
+  int rc =
+      stk__png_decode(data, d->png_len, &d->lim, &d->buf, &d->cap, &w, &h, why, whylen);
+  if (rc) return rc;
+  roi->px = d->buf, roi->w = w, roi->h = h;
+  roi->x0 = roi->y0 = 0, roi->sx = roi->sy = 1, roi->scale_num = 8;
+  return STK_OK;
+}
 
 static void dec_error_exit(j_common_ptr c) {
   stk__decoder *d = (stk__decoder *)c->client_data;
@@ -131,8 +150,14 @@ int stk__decoder_header(stk__decoder *d, const uint8_t *data, size_t len, uint32
     snprintf(d->msg, sizeof(d->msg), "out of memory (libjpeg)");
     return stk__errf(why, whylen, STK_NO_MEMORY, "%s", d->msg);
   }
+  d->png = NULL;
+  if (stk__png_sniff(data, len)) {
+    int rc = stk__png_header(data, len, &d->lim, w, h, why, whylen);
+    if (rc == STK_OK) d->png = data, d->png_len = len, d->have_header = 1;
+    return rc;
+  }
   if (len < 4 || data[0] != 0xFF || data[1] != 0xD8) {
-    snprintf(d->msg, sizeof(d->msg), "not a JPEG file");
+    snprintf(d->msg, sizeof(d->msg), "not a JPEG or PNG file");
     return fail(d, STK_CORRUPT, why, whylen);
   }
   if (len > d->lim.max_file_bytes) {
@@ -270,6 +295,7 @@ int stk__decoder_roi(stk__decoder *d, double bx0, double by0, double bx1, double
     snprintf(d->msg, sizeof(d->msg), "no header");
     return fail(d, STK_INTERNAL, why, whylen);
   }
+  if (d->png) return png_full(d, roi, why, whylen);
   int s = 1, smax = scale_max < 1 || scale_max > 8 ? 8 : scale_max;
   while (s < smax && ((bx1 - bx0) * s / 8 < ow || (by1 - by0) * s / 8 < oh)) s++;
   if (fast) {
@@ -306,6 +332,7 @@ int stk__decoder_full(stk__decoder *d, stk__roi *roi, char *why, size_t whylen) 
     snprintf(d->msg, sizeof(d->msg), "no header");
     return fail(d, STK_INTERNAL, why, whylen);
   }
+  if (d->png) return png_full(d, roi, why, whylen);
   roi->sx = roi->sy = 1, roi->scale_num = 8;
   c->dct_method = JDCT_ISLOW;
   c->do_fancy_upsampling = TRUE;

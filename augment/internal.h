@@ -13,6 +13,8 @@
 
 struct stk_op_info;
 
+#define STK_SKIPPED_EXAMPLES 8 /* skipped files a dataset names */
+
 /* A plugin library the job names (plugin.c), loaded at open. */
 typedef struct stk__plugin {
   char name[32];
@@ -32,6 +34,14 @@ struct stk_dataset {
   void *log_ud;
   stk__plugin *plugins; /* the job's plugin libraries, loaded at open */
   uint32_t nplugins;
+  /* ImageFolder: the class folder names in label order (set by its open,
+   * freed by stk_dataset_close); NULL and 0 for other sources. */
+  char **classes;
+  uint32_t nclasses;
+  /* ImageFolder: files that are not samples (stk_dataset_skipped_files)
+   * and the first few, "path: why" in byte order (freed at close). */
+  uint64_t nskipped;
+  char *skipped[STK_SKIPPED_EXAMPLES];
 };
 
 struct stk_builder {

@@ -91,6 +91,9 @@ static void client_free(stk_client *c) {
   pthread_cond_destroy(&c->cv_copy);
   pthread_cond_destroy(&c->cv_next);
   pthread_cond_destroy(&c->cv_local);
+  for (uint32_t i = 0; c->job.classes && i < c->job.nclasses; i++)
+    free(c->job.classes[i]);
+  free(c->job.classes);
   free(c->coordinator);
   free(c->token);
   stk__tls_free(c->tls);
@@ -144,6 +147,7 @@ static int client_job(stk_client *c, const char *job_text, const char *data_root
   if (st) return st;
   c->job.spec.num_samples = stk_dataset_size(c->job.dataset);
   c->job.hash = stk_job_spec_hash(&c->job.spec);
+  c->job.nclasses = stk_dataset_num_classes(c->job.dataset);
   if (c->job.spec.world_size != c->cfg.world_size)
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                      "cfg.world_size differs from the job's world_size");
@@ -383,7 +387,16 @@ const void *stk_batch_payload(const stk_batch *b, size_t *len) {
 int stk_client_job(const stk_client *c, stk_job_spec *out) {
   if (!c || !out) return STK_INVALID_ARGUMENT;
   *out = c->job.spec;
+  if (!out->num_classes) out->num_classes = c->job.nclasses;
   return STK_OK;
+}
+
+uint32_t stk_client_num_classes(const stk_client *c) { return c ? c->job.nclasses : 0; }
+
+const char *stk_client_class_name(const stk_client *c, uint32_t i) {
+  if (!c || i >= c->job.nclasses) return NULL;
+  if (c->local) return stk_dataset_class_name(c->job.dataset, i);
+  return c->job.classes ? c->job.classes[i] : NULL;
 }
 
 uint64_t stk_client_payload_bytes(const stk_client *c) {

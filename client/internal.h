@@ -176,8 +176,13 @@ struct stk__cuda;
  * layouts, wire_u8) and join.c's stk__join (the coordinator's spec and
  * hash). Read-only afterwards, by every file, without c->mu. */
 typedef struct stk__job {
-  stk_job_spec spec;
+  stk_job_spec spec; /* as hashed: an ImageFolder's num_classes may be 0 */
   uint64_t hash;
+  /* ImageFolder: the class count and names (join.c from the Join reply,
+   * client.c from the local dataset); classes NULL when the names did not
+   * travel (or local: read from the dataset). */
+  uint32_t nclasses;
+  char **classes;
   char *data_root;         /* open_local's data root (stk_client_reference) */
   stk_dataset *dataset;    /* open_local: the in-process dataset */
   stk_batch_layout layout; /* as the job builds it (what workers send) */

@@ -153,6 +153,27 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
                      c->cfg.world_size, spec.world_size);
   if (spec.num_samples == 0)
     return stk__errf(err, errlen, STK_PROTOCOL, "the job has no samples");
+  /* ImageFolder: the classes, when the coordinator knows them (a job with
+   * only workers that do not report them answers 0: Loader.classes None) */
+  if (spec.source == STK_SOURCE_IMAGEFOLDER && resp->num_classes) {
+    if ((spec.num_classes && spec.num_classes != resp->num_classes) ||
+        (resp->n_classes && resp->n_classes != resp->num_classes))
+      return stk__errf(err, errlen, STK_PROTOCOL,
+                       "the coordinator's class count %u does not fit the job "
+                       "(num_classes %u, %zu names)",
+                       resp->num_classes, spec.num_classes, resp->n_classes);
+    if (resp->n_classes) {
+      char **v = calloc(resp->n_classes, sizeof(*v));
+      for (size_t i = 0; v && i < resp->n_classes; i++)
+        if (!(v[i] = strdup(resp->classes[i]))) {
+          for (size_t k = 0; k < i; k++) free(v[k]);
+          free(v), v = NULL;
+        }
+      if (!v) return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
+      c->job.classes = v;
+    }
+    c->job.nclasses = resp->num_classes;
+  }
   c->job.spec = spec;
   c->job.hash = resp->job->hash;
   c->coord.list_version = resp->list_version;
@@ -164,7 +185,7 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
 }
 
 int stk__join(stk_client *c, char *err, size_t errlen) {
-  if (stk__rpc_channel_open(c->coordinator, STK_MAX_LIST_MSG, c->token, c->tls,
+  if (stk__rpc_channel_open(c->coordinator, STK_MAX_JOIN_MSG, c->token, c->tls,
                             &c->coord.ch))
     return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   Stoker__V1__JoinResponse *resp = NULL;

@@ -94,7 +94,10 @@ static const job_opt job_opts[] = {
     {"epochs", T_U32, OFF(epochs), 0, NULL, "epochs to deliver"},
     {"drop_last", T_BOOL, OFF(drop_last), 0, NULL,
      "true: drop the remainder; false: pad it with mask = 0"},
-    {"num_classes", T_U32, OFF(num_classes), 0, NULL, "synthetic: label range"},
+    {"num_classes", T_U32, OFF(num_classes), 0, NULL,
+     "label range: synthetic draws labels from it, tar checks .cls labels against it; "
+     "imagefolder: the class folder count (0, its default, = take it from the "
+     "dataset; any other count must match)"},
     {"synthetic_cost_us", T_U32, OFF(synthetic_cost_us), 0, NULL,
      "synthetic: CPU microseconds per sample"},
     {"resize", T_U32, OFF(resize), 0, NULL, "eval: shorter side before crop"},
@@ -139,7 +142,7 @@ void stk_job_spec_defaults(stk_job_spec *s) {
   s->world_size = 1;
   s->epochs = 1;
   s->drop_last = 1;
-  s->num_classes = 1000;
+  s->num_classes = 1000; /* imagefolder: 0, see set_source */
   s->resize = 256;
   s->scale_min = 0.08f;
   s->scale_max = 1.0f;
@@ -215,6 +218,26 @@ static int set_pipeline(stk_job_spec *s, const char *value, char *err, size_t er
   return STK_OK;
 }
 
+/* source: an ImageFolder job's num_classes defaults to 0 ("the class
+ * folder count", resolved from the dataset) where other sources default to
+ * 1000, so changing the source to or from imagefolder moves a num_classes
+ * still at the other's default. parse_text sets source before any other
+ * key, so a job text may name the two in either order. */
+static int set_source(stk_job_spec *s, const job_opt *o, const char *value, char *err,
+                      size_t errlen) {
+  for (const enum_name *e = o->enums; e->name; e++)
+    if (!strcmp(e->name, value)) {
+      int was = s->source == STK_SOURCE_IMAGEFOLDER;
+      int now = e->value == STK_SOURCE_IMAGEFOLDER;
+      if (now && !was && s->num_classes == 1000) s->num_classes = 0;
+      if (was && !now && s->num_classes == 0) s->num_classes = 1000;
+      s->source = e->value;
+      return STK_OK;
+    }
+  return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "'%s': unknown value '%s'", o->name,
+                   value);
+}
+
 int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *err,
                      size_t errlen) {
   const job_opt *o = NULL;
@@ -224,6 +247,7 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "unknown job key '%s'", key);
   char *field = (char *)s + o->offset;
   uint64_t u;
+  if (field == (char *)&s->source) return set_source(s, o, value, err, errlen);
   switch (o->type) {
     case T_PIPE:
       return set_pipeline(s, value, err, errlen);
@@ -346,6 +370,11 @@ static int parse_text(stk_job_spec *s, const char *text, const char *where, char
   job_lines it = {text, 0, ""};
   char msg[320], *key, *value;
   int r;
+  /* source first (set_source: it decides num_classes' default); a bad
+   * value is reported by the pass below, with its line. */
+  char src[64];
+  if (stk_job_text_get(text, "source", src, sizeof(src)) == STK_OK)
+    (void)stk_job_spec_set(s, "source", src, msg, sizeof(msg));
   while ((r = next_line(&it, &key, &value, msg, sizeof(msg))) != 2) {
     if (r == 1 && stk_job_spec_set(s, key, value, msg, sizeof(msg)) != STK_OK) r = -1;
     if (r >= 0) continue;
@@ -635,6 +664,9 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
     if (s->pipeline == STK_PIPELINE_RAW)
       VFAIL("pipeline = raw is for the synthetic source; use train or eval");
   }
+  if (s->num_classes == 0 && s->source != STK_SOURCE_IMAGEFOLDER &&
+      s->source != STK_SOURCE_MEGATRON)
+    VFAIL("num_classes must be > 0 (0, the dataset's class count, is for imagefolder)");
   if (s->source != STK_SOURCE_SYNTHETIC) {
     if (!s->dataset[0]) VFAIL("source needs a dataset path");
     if (s->dataset[0] == '/' || strstr(s->dataset, ".."))

@@ -14,6 +14,16 @@
  * and at Join; libstoker skips a longer one in a worker list. */
 #define STK_MAX_ID_BYTES 256
 
+/* ImageFolder class names travel (worker hello, Join) while there are at
+ * most STK_MAX_CLASS_NAMES of them holding at most STK_MAX_CLASS_BYTES
+ * bytes together (ImageNet-21k's 21841 names take about 200 KiB); a larger
+ * dataset sends its class count only. */
+#define STK_MAX_CLASS_NAMES 32768u
+#define STK_MAX_CLASS_BYTES (256u << 10)
+/* What the names add to a message: each name's bytes plus its tag and
+ * length (3 bytes at most). */
+#define STK_MAX_CLASS_MSG (STK_MAX_CLASS_BYTES + 3u * STK_MAX_CLASS_NAMES)
+
 /* ---- Receive limits, per message (docs/operations.md, "Receive limits").
  * Each is the largest encoding of its message today with room for fields a
  * newer peer may add. A server's gRPC receive limit is the largest of its
@@ -27,6 +37,8 @@
  * 255 bytes; heartbeat: stats), JoinRequest (a client id), WatchRequest,
  * FinishRequest (a reason of at most 256 bytes), StatusRequest. */
 #define STK_MAX_CONTROL_MSG (4u << 10)
+/* WorkerMessage: a hello may carry the class names. */
+#define STK_MAX_SESSION_MSG (STK_MAX_CONTROL_MSG + STK_MAX_CLASS_MSG)
 /* CoordinatorCommand, to a worker: the job spec's canonical text (a few
  * KiB at most) or a shutdown reason. */
 #define STK_MAX_COMMAND_MSG (64u << 10)
@@ -34,6 +46,9 @@
  * the worker list (about 60 bytes per worker with usual ids, 530 at the id
  * limit: about 2000 workers at the worst). */
 #define STK_MAX_LIST_MSG (1u << 20)
+/* JoinResponse, to a client: the list and the class names. libstoker's
+ * channel to the coordinator receives at most this. */
+#define STK_MAX_JOIN_MSG (STK_MAX_LIST_MSG + STK_MAX_CLASS_MSG)
 /* StatusResponse, to the stoker CLI: the list, every worker's stats and
  * the joined and finished ranks (world_size is at most 65536). */
 #define STK_MAX_STATUS_MSG (4u << 20)

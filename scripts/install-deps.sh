@@ -8,6 +8,7 @@ PKGS=(
   libgrpc-dev                                # gRPC C core (grpc/grpc.h)
   libprotobuf-c-dev protobuf-c-compiler      # protobuf-c + protoc-c
   libjpeg62-turbo-dev libturbojpeg0-dev      # libjpeg-turbo (libjpeg API)
+  libpng-dev                                 # libpng: PNG samples of ImageFolder datasets
   liburing-dev                               # io_uring reads
   libmicrohttpd-dev                          # the daemons' Prometheus /metrics endpoint
   libsystemd-dev                             # sd_notify (Type=notify systemd units)

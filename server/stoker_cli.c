@@ -271,7 +271,29 @@ static const char *verdict_name(int kind) {
 
 /* The table's additions: bad samples per worker, the ranks' figures, the
  * verdict. Network text escaped. */
+/* Files of the dataset that are not samples, per worker (ImageFolder:
+ * found when the worker opened its dataset). Network text escaped. */
+static void status_print_skipped(const Stoker__V1__StatusResponse *r) {
+  int any = 0;
+  for (size_t i = 0; i < r->n_workers; i++) {
+    const Stoker__V1__WorkerStats *s = r->workers[i]->stats;
+    if (!s || !s->files_skipped) continue;
+    char addr[STK_ESCAPED_ID], e[1100];
+    if (!any)
+      printf("\nskipped files (not samples: other extensions or formats, links)\n");
+    any = 1;
+    printf("  %s: %" PRIu64 "\n",
+           stk__escape(addr, sizeof(addr),
+                       r->workers[i]->worker ? r->workers[i]->worker->address : "?"),
+           s->files_skipped);
+    for (size_t k = 0; k < s->n_skipped_files; k++)
+      printf("    %s\n", stk__escape(e, sizeof(e), s->skipped_files[k]));
+    if (s->files_skipped > s->n_skipped_files) printf("    ...\n");
+  }
+}
+
 static void status_print_more(const Stoker__V1__StatusResponse *r) {
+  status_print_skipped(r);
   int any_bad = 0;
   for (size_t i = 0; i < r->n_workers; i++) {
     const Stoker__V1__WorkerStats *s = r->workers[i]->stats;
@@ -404,6 +426,11 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
     for (size_t k = 0; k < s->n_bad_recent; k++) {
       printf("%s", k ? ", " : "");
       json_str(s->bad_recent[k]);
+    }
+    printf("], \"files_skipped\": %" PRIu64 ", \"skipped_files\": [", s->files_skipped);
+    for (size_t k = 0; k < s->n_skipped_files; k++) {
+      printf("%s", k ? ", " : "");
+      json_str(s->skipped_files[k]);
     }
     printf("]}");
   }

@@ -62,6 +62,18 @@ STK_EXPORT uint64_t stk_dataset_size(const stk_dataset *ds);
 /* Hash of the index (sample count, names, sizes, labels): workers of one
  * job must agree on it. */
 STK_EXPORT uint64_t stk_dataset_fingerprint(const stk_dataset *ds);
+/* ImageFolder: the number of classes (class folders) and the name of
+ * class i (label i), valid until stk_dataset_close; 0 and NULL for other
+ * sources and for i out of range. Thread-safe. */
+STK_EXPORT uint32_t stk_dataset_num_classes(const stk_dataset *ds);
+STK_EXPORT const char *stk_dataset_class_name(const stk_dataset *ds, uint32_t i);
+/* ImageFolder: the files under the dataset directory that are not samples
+ * (an image format stoker does not decode, another extension, a symbolic
+ * link, a file outside any class folder, ...), found at open; and the
+ * first few of them (i < 8, in byte order) as "path: why", NULL past the
+ * last. 0 / NULL for other sources. Thread-safe. */
+STK_EXPORT uint64_t stk_dataset_skipped_files(const stk_dataset *ds);
+STK_EXPORT const char *stk_dataset_skipped_file(const stk_dataset *ds, uint32_t i);
 /* Accepts NULL. The dataset must outlive its builders. */
 STK_EXPORT void stk_dataset_close(stk_dataset *ds);
 

@@ -200,8 +200,16 @@ STK_EXPORT int stk_batch_tensor(const stk_batch *b, uint32_t i, stk_tensor *out)
  * against stk_build_reference. Valid until release. */
 STK_EXPORT const void *stk_batch_payload(const stk_batch *b, size_t *len);
 
-/* The job as the coordinator defines it (num_samples resolved). */
+/* The job as the coordinator defines it (num_samples resolved, and an
+ * ImageFolder job's num_classes: the dataset's class count). */
 STK_EXPORT int stk_client_job(const stk_client *c, stk_job_spec *out);
+/* ImageFolder jobs: the class count, and the name of class i (label i:
+ * the class folders sorted by bytes, as torchvision's ImageFolder sorts
+ * them), valid until stk_client_close. 0 / NULL for other sources, for i
+ * out of range, and for names the dataset had too many of to send (over
+ * 32768 names or 256 KiB). Thread-safe. */
+STK_EXPORT uint32_t stk_client_num_classes(const stk_client *c);
+STK_EXPORT const char *stk_client_class_name(const stk_client *c, uint32_t i);
 /* Steps of an ordinary epoch of this rank. An epoch resumed with another
  * world size (stk_client_save_state) may have one step fewer. */
 STK_EXPORT uint64_t stk_client_steps_per_epoch(const stk_client *c);

@@ -157,6 +157,11 @@ typedef struct coord_state {
                            Set once by load_job: no lock */
   uint64_t fingerprint;
   int have_fp;
+  /* ImageFolder: the class count and names (workers.c, from the first
+   * worker; not journaled: after a restart, Join waits for a worker). */
+  int have_classes;
+  uint32_t nclasses;
+  char **classes; /* nclasses names, or NULL when the dataset sent none */
 
   /* The live worker list (workers.c). */
   cworker *workers; /* live ones */

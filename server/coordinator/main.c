@@ -124,7 +124,7 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
    * admin does everything. */
   static const stk__rpc_method methods[] = {
       {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor,
-       STK_MAX_CONTROL_MSG, NULL, &session_ops, 0, STK__ROLE_WORKER},
+       STK_MAX_SESSION_MSG, NULL, &session_ops, 0, STK__ROLE_WORKER},
       {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor,
        STK_MAX_CONTROL_MSG, handle_join, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor,
@@ -220,6 +220,8 @@ out:
   stk__tls_free(C.tls);
   for (size_t i = 0; i < C.nexpect; i++) free(C.expect[i]);
   free(C.expect);
+  for (uint32_t i = 0; C.classes && i < C.nclasses; i++) free(C.classes[i]);
+  free(C.classes);
   journal_close();
   return code;
 }

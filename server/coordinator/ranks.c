@@ -89,6 +89,13 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
     snprintf(msg, sizeof(msg),
              "waiting for a worker (the dataset size is not known yet)%.330s",
              last_failure_locked(lf, sizeof(lf)));
+  } else if (C.spec.source == STK_SOURCE_IMAGEFOLDER && !C.have_classes && !C.workers) {
+    /* after a restart the journal knows the dataset but not its classes:
+     * the first worker back tells them (one that does not say answers
+     * without them) */
+    code = GRPC_STATUS_UNAVAILABLE;
+    snprintf(msg, sizeof(msg),
+             "waiting for a worker (the dataset's classes are not known yet)");
   } else if (q->expect_job_hash && q->expect_job_hash != C.hash) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg),
@@ -125,6 +132,9 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   resp.job = &job;
   resp.list_version = C.version;
   resp.workers = infos_locked(&resp.n_workers);
+  resp.num_classes = C.nclasses;
+  resp.classes = C.classes; /* kept until exit; copied by the reply below */
+  resp.n_classes = C.classes ? C.nclasses : 0;
   pthread_mutex_unlock(&C.mu);
   /* A new rank is on disk before it is answered (a file write + fsync,
    * inline on this serving thread). */

@@ -77,6 +77,9 @@ static int status_extras_locked(Stoker__V1__StatusResponse *resp,
     wt[i].bad_samples = cp->bad_samples;
     wt[i].n_bad_recent = cp->n_bad_recent;
     wt[i].bad_recent = cp->bad_recent;
+    wt[i].files_skipped = cp->files_skipped;
+    wt[i].n_skipped_files = cp->n_skipped_files;
+    wt[i].skipped_files = cp->skipped_files;
   }
   uint32_t W = C.spec.world_size, n = 0;
   for (uint32_t r = 0; r < W; r++) n += C.ranks[r].at_ms != 0;

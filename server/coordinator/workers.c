@@ -84,6 +84,53 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   return rc;
 }
 
+/* An ImageFolder job's classes: the first worker to report them fixes the
+ * job's count and names; every later one must agree (a worker whose names
+ * did not fit the wire agrees by count). 0, or -1 with msg. Under C.mu. */
+static int classes_check_locked(const cworker *w, const Stoker__V1__Register *h,
+                                char *msg, size_t len) {
+  if (C.spec.source != STK_SOURCE_IMAGEFOLDER) return 0;
+  /* A hello without classes (a worker that predates them, a stock gRPC
+   * client) says nothing about them: Join then answers without. */
+  if (h->num_classes == 0) return 0;
+  if ((h->n_classes && h->n_classes != h->num_classes) ||
+      h->n_classes > STK_MAX_CLASS_NAMES) {
+    snprintf(msg, len, "worker %s reports %u classes but %zu class names", w->id,
+             h->num_classes, h->n_classes);
+    return -1;
+  }
+  if (C.have_classes) {
+    int same = h->num_classes == C.nclasses;
+    for (size_t i = 0; same && C.classes && i < h->n_classes; i++)
+      same = !strcmp(h->classes[i], C.classes[i]);
+    if (!same) {
+      snprintf(msg, len,
+               "worker %s's dataset has other classes than the job's (%u class folders, "
+               "the job has %u)",
+               w->id, h->num_classes, C.nclasses);
+      return -1;
+    }
+    return 0;
+  }
+  char **v = NULL;
+  if (h->n_classes) {
+    if (!(v = calloc(h->n_classes, sizeof(*v)))) goto nomem;
+    for (size_t i = 0; i < h->n_classes; i++)
+      if (!(v[i] = strdup(h->classes[i]))) {
+        for (size_t k = 0; k < i; k++) free(v[k]);
+        free(v);
+        goto nomem;
+      }
+  }
+  C.classes = v;
+  C.nclasses = h->num_classes;
+  C.have_classes = 1;
+  return 0;
+nomem:
+  snprintf(msg, len, "out of memory");
+  return -1;
+}
+
 /* The second hello's dataset against the job: the first worker tells the
  * job its size (when the job file left it to the index) and fingerprint;
  * every later one must agree. 0, or -1 with msg. Under C.mu. */
@@ -127,7 +174,7 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
     return -1;
   }
   if (!C.have_fp) C.fingerprint = h->dataset_fingerprint, C.have_fp = 1;
-  return 0;
+  return classes_check_locked(w, h, msg, len);
 }
 
 /* The second hello: check the job hash (the one our ack carried) and the

@@ -9,10 +9,12 @@
 #include <inttypes.h>
 #include <pthread.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "common/error.h"
 #include "log.h"
+#include "wire_limits.h"
 #include "worker.h"
 
 sched *current_sched(void) {
@@ -54,6 +56,58 @@ static void fill_tdescs(const stk_batch_layout *L, stk__tdescs *td) {
     d->nbytes = t->nbytes;
     td->ptr[i] = d;
   }
+}
+
+/* ds's class names as the hello's array (pointing into ds), when they fit
+ * the wire limits; NULL otherwise (the hello then says the count only). */
+static char **class_list(const stk_dataset *ds) {
+  uint32_t n = stk_dataset_num_classes(ds);
+  size_t bytes = 0;
+  for (uint32_t i = 0; i < n; i++) bytes += strlen(stk_dataset_class_name(ds, i));
+  if (!n) return NULL;
+  if (n > STK_MAX_CLASS_NAMES || bytes > STK_MAX_CLASS_BYTES) {
+    LOG_WARN(
+        "%u class folders with %zu bytes of names: over the wire limits (%u names, "
+        "%u bytes); clients get the class count only",
+        n, bytes, STK_MAX_CLASS_NAMES, STK_MAX_CLASS_BYTES);
+    return NULL;
+  }
+  char **v = malloc(n * sizeof(*v));
+  for (uint32_t i = 0; v && i < n; i++) v[i] = (char *)stk_dataset_class_name(ds, i);
+  return v;
+}
+
+/* The dataset's skipped files: logged once, and kept in W (each example
+ * cut to 255 bytes) for the heartbeats that Status shows. Before have_job
+ * is set. */
+static void skipped_report(const stk_dataset *ds) {
+  W.nskipped = stk_dataset_skipped_files(ds);
+  W.nskipped_ex = 0;
+  char line[8 * 260] = "", esc[1100];
+  size_t at = 0;
+  const char *ex;
+  for (uint32_t i = 0; i < 8 && (ex = stk_dataset_skipped_file(ds, i)); i++) {
+    snprintf(W.skipped_buf[i], sizeof(W.skipped_buf[i]), "%s", ex);
+    W.skipped_ex[W.nskipped_ex++] = W.skipped_buf[i];
+    stk__escape(esc, sizeof(esc), W.skipped_buf[i]);
+    int k = snprintf(line + at, sizeof(line) - at, "%s%.255s", i ? "; " : "", esc);
+    if (k > 0) at += (size_t)k < sizeof(line) - at ? (size_t)k : sizeof(line) - at - 1;
+  }
+  if (W.nskipped)
+    LOG_WARN("dataset: %" PRIu64
+             " files skipped (not .jpg, .jpeg or .png samples in a class folder)%s%s%s",
+             W.nskipped, W.nskipped_ex ? ", e.g. " : "", line,
+             W.nskipped > W.nskipped_ex ? "; ..." : "");
+}
+
+void fill_hello(Stoker__V1__Register *reg) {
+  pthread_mutex_lock(&W.mu);
+  if (W.have_job) {
+    reg->num_classes = W.nclasses;
+    reg->n_classes = W.class_ptrs ? W.nclasses : 0;
+    reg->classes = W.class_ptrs;
+  }
+  pthread_mutex_unlock(&W.mu);
 }
 
 /* session hook: the coordinator's job. */
@@ -109,12 +163,16 @@ int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
       return -2;
     }
     fill_tdescs(&W.layout, &W.td);
+    char **cls = class_list(ds);
     stk_job_spec spec8;
     if (stk_image_wire_spec(&resolved, &spec8) &&
         !stk_batch_layout_of(&spec8, &W.layout8))
       fill_tdescs(&W.layout8, &W.td8);
     pthread_mutex_lock(&W.mu);
     W.ds = ds;
+    skipped_report(ds);
+    W.class_ptrs = cls;
+    W.nclasses = stk_dataset_num_classes(ds);
     W.spec = resolved;
     W.job_hash = stk_job_spec_hash(&resolved);
     W.steps = stk_steps_per_epoch(&resolved, resolved.num_samples);

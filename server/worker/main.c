@@ -317,7 +317,7 @@ int main(int argc, char **argv) {
       opt.listen, port, stk__tls_describe(W.tls), advertise, W.threads, opt.coordinator);
 
   session_config cfg = {opt.coordinator, token, W.tls, worker_id, advertise, W.threads};
-  session_hooks hooks = {on_job, fill_stats, on_command};
+  session_hooks hooks = {on_job, fill_stats, on_command, fill_hello};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
     LOG_ERROR("cannot start the coordinator session");
@@ -347,6 +347,7 @@ int main(int argc, char **argv) {
   }
   sched_destroy(s, 2000);
   stk_dataset_close(W.ds);
+  free(W.class_ptrs);
 out:
   stk__tls_free(W.tls);
   stk__options_free(options, NOPTIONS);

@@ -86,6 +86,7 @@ static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64
   reg.job_hash = job_hash;
   reg.dataset_size = size;
   reg.dataset_fingerprint = fp;
+  if (job_hash && s->hooks.fill_hello) s->hooks.fill_hello(&reg);
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
   m.hello = &reg;

@@ -27,6 +27,9 @@ typedef struct session_hooks {
   /* A command; reason (SESSION_CMD_ABORT only, else NULL) is the
    * coordinator's text, untrusted, valid during the call. */
   void (*on_command)(int cmd, const char *reason);
+  /* NULL, or: add what else the second hello says (the class names); the
+   * pointers it sets must stay valid while the job is loaded. */
+  void (*fill_hello)(Stoker__V1__Register *reg);
 } session_hooks;
 
 typedef struct session session;

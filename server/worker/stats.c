@@ -29,6 +29,9 @@ void fill_stats(Stoker__V1__WorkerStats *out) {
   out->free_buffers = st.free_buffers;
   out->nbuffers = st.nbuffers;
   bad_fill_stats(out);
+  out->files_skipped = W.nskipped; /* set before the job was published */
+  out->n_skipped_files = W.nskipped_ex;
+  out->skipped_files = W.nskipped_ex ? W.skipped_ex : NULL;
   if (W.last_ms && now > W.last_ms) {
     double dt = (double)(now - W.last_ms) / 1000.0;
     out->batches_per_s = (double)(st.batches_built - W.last_built) / dt;

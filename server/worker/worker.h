@@ -64,6 +64,12 @@ typedef struct worker_state {
   stk_batch_layout layout8; /* the uint8-image twin (image_uint8 requests) */
   stk__tdescs td8;
   stk_dataset *ds;
+  char **class_ptrs; /* ImageFolder: ds's class names for the hello, or NULL */
+  uint32_t nclasses; /* ds's class count (0: not an ImageFolder) */
+  uint64_t nskipped; /* ds's skipped files, and the first few for Status */
+  uint32_t nskipped_ex;
+  char *skipped_ex[8];
+  char skipped_buf[8][256];
   sched *sch;
   /* Run state: set by on_command (job.c) and drain (main.c), read
    * everywhere; atomics (release/acquire), never cleared. */
@@ -94,6 +100,10 @@ sched *current_sched(void);
  * or start the builders (nothing is kept then). Session thread only. */
 int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
            uint64_t *dataset_size, uint64_t *fp, char *err, size_t errlen);
+/* session_hooks.fill_hello: the dataset's class count and names (the
+ * names while they fit the wire limits), pointing into W's dataset and
+ * W.class_ptrs. Session thread, after on_job. */
+void fill_hello(Stoker__V1__Register *reg);
 /* session_hooks.on_command: Drain, Shutdown or Shutdown{failed} (reason:
  * untrusted, escaped before it is logged). Sets W.draining (and
  * W.shutdown_cmd, W.aborted) and drains the scheduler. Session thread. */

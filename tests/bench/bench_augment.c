@@ -217,6 +217,7 @@ int bench_augment_main(int argc, char **argv) {
   stk_job_spec s;
   stk_job_spec_defaults(&s);
   s.source = STK_SOURCE_IMAGEFOLDER;
+  s.num_classes = 0;
   snprintf(s.dataset, sizeof(s.dataset), "%s", name);
   s.num_samples = 0;
   s.pipeline = STK_PIPELINE_TRAIN;

@@ -80,6 +80,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
     stk_job_spec js;
     stk_job_spec_defaults(&js);
     js.source = STK_SOURCE_IMAGEFOLDER;
+    js.num_classes = 0;
     if (stk_job_spec_set(&js, "pipeline", chains[k], NULL, 0) ||
         stk_job_spec_set(&js, "dtype", "float32", NULL, 0) ||
         stk__chain_run_create(&runs[k], NULL, &js, NULL, 0))

@@ -150,7 +150,8 @@ int main(int argc, char **argv) {
    * STOKER_WIRE_UINT8=0 the floats travel. */
   stk_job_spec js;
   stk_job_spec_defaults(&js);
-  js.source = STK_SOURCE_IMAGEFOLDER, js.height = js.width = 64, js.batch_size = 6;
+  js.source = STK_SOURCE_IMAGEFOLDER, js.num_classes = 0, js.height = js.width = 64,
+  js.batch_size = 6;
   js.drop_last = 0, js.pipeline = STK_PIPELINE_TRAIN;
   snprintf(js.dataset, sizeof js.dataset, "imagefolder");
   js.dtype = STK_DTYPE_UINT8;

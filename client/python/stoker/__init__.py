@@ -428,6 +428,32 @@ class Loader:
         return out
 
     @property
+    def classes(self):
+        """ImageFolder jobs: the class names, label i being classes[i] (the
+        class folders sorted as torchvision's ImageFolder sorts them), as
+        the dataset's workers report them; None for other sources, and for
+        a dataset with more class names than travel (over 32768 or 256 KiB:
+        loader.job["num_classes"] still holds the count)."""
+        c = self._open()
+        n = lib.stk_client_num_classes(c)
+        if n == 0:
+            return None
+        names = []
+        for i in range(n):
+            b = lib.stk_client_class_name(c, i)
+            if b is None:
+                return None
+            names.append(b.decode("utf-8", errors="surrogateescape"))
+        return names
+
+    @property
+    def class_to_idx(self):
+        """ImageFolder jobs: {class name: label}, as torchvision's
+        ImageFolder.class_to_idx; None where classes is None."""
+        names = self.classes
+        return None if names is None else {name: i for i, name in enumerate(names)}
+
+    @property
     def epochs(self):
         return int(self.job["epochs"])
 

@@ -189,6 +189,8 @@ _sigs = {
     "stk_job_spec_format": (ctypes.c_size_t, [ctypes.POINTER(JobSpec), ctypes.c_char_p,
                                               ctypes.c_size_t]),
     "stk_client_steps_per_epoch": (ctypes.c_uint64, [_P]),
+    "stk_client_num_classes": (ctypes.c_uint32, [_P]),
+    "stk_client_class_name": (ctypes.c_char_p, [_P, ctypes.c_uint32]),
     "stk_client_save_state": (ctypes.c_int, [_P, ctypes.c_void_p,
                                              ctypes.POINTER(ctypes.c_size_t)]),
     "stk_client_position": (ctypes.c_int, [_P, ctypes.POINTER(ctypes.c_uint64),

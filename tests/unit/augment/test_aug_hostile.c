@@ -407,6 +407,7 @@ int main(int argc, char **argv) {
 
   /* tar shards: the same bad members (no unreadable ones), a cut shard */
   s.source = STK_SOURCE_TAR;
+  s.num_classes = 1000; /* tar checks labels against it */
   snprintf(s.dataset, sizeof(s.dataset), "ht");
   run_epoch(&s, 0, &subst, &ab, &nbad);
   fprintf(stderr, "tar: %llu substituted, %llu bad\n", (unsigned long long)subst,

@@ -28,6 +28,7 @@ void tu_spec(stk_job_spec *s, int source, const char *dataset, int pipeline, int
              int layout, uint32_t B, uint32_t size) {
   stk_job_spec_defaults(s);
   s->source = source;
+  if (source == STK_SOURCE_IMAGEFOLDER) s->num_classes = 0; /* the folder count */
   snprintf(s->dataset, sizeof(s->dataset), "%s", dataset);
   s->num_samples = 0;
   s->pipeline = pipeline;
