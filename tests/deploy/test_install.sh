@@ -24,7 +24,7 @@ cmake --install "$build" --prefix "$prefix" >"$prefix.install.log" 2>&1
 check '[ $? -eq 0 ]' "cmake --install into $prefix" || { cat "$prefix.install.log"; }
 rm -f "$prefix.install.log"
 unset LD_LIBRARY_PATH STOKER_LIB
-for b in stoker-coordinator stoker-worker stoker stoker-train-loop stoker-dataset; do
+for b in stoker-coordinator stoker-worker stoker stoker-train-loop stoker-dataset stoker-bench; do
   check "[ -x '$prefix/bin/$b' ] && '$prefix/bin/$b' --help >/dev/null 2>&1" \
     "$b is installed and runs from the prefix"
 done
