@@ -145,12 +145,16 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
                         opt.max_message_mb, token, &roles, C.tls, &opt.serve,
                         opt.port_file, srv, &port, err, errlen))
     return -1;
+  /* Under C.mu: the server takes calls already, and a registering worker
+   * may resolve the job's size meanwhile. */
+  pthread_mutex_lock(&C.mu);
   LOG_INFO("job %s (hash %016" PRIx64
            ", world_size %u, batch_size %u, %s samples) "
            "listening on %s port %d (%s)",
            C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
            C.resolved ? "known" : "unknown until a worker registers", opt.listen, port,
            stk__tls_describe(C.tls));
+  pthread_mutex_unlock(&C.mu);
   stk__health_set(1); /* accepting joins (grpc.health.v1) until the shutdown */
   return 0;
 }
