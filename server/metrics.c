@@ -5,6 +5,8 @@
 #include "metrics.h"
 
 #include <arpa/inet.h>
+#include <dirent.h>
+#include <malloc.h>
 #include <math.h>
 #include <microhttpd.h>
 #include <netdb.h>
@@ -12,7 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
+#include <unistd.h>
 
 #include "common/error.h"
 #include "daemon.h"
@@ -84,6 +88,62 @@ char *metrics_label(char *out, size_t len, const char *key, const char *value) {
   return out;
 }
 
+/* The process's own figures, the same for both daemons, so a long run can
+ * be watched for growth: memory, CPU, descriptors, threads (/proc/self),
+ * and what glibc's heap holds (mallinfo2, every arena): in use by the
+ * program, and free but kept by the allocator. */
+static void process_metrics(metrics_buf *b) {
+  long page = sysconf(_SC_PAGESIZE), ticks = sysconf(_SC_CLK_TCK);
+  unsigned long long vsize = 0, rss_pages = 0, utime = 0, stime = 0;
+  long threads = 0;
+  FILE *f = fopen("/proc/self/stat", "r");
+  if (f) {
+    char line[1024];
+    const char *p = fgets(line, sizeof(line), f) ? strrchr(line, ')') : NULL;
+    /* fields after the command: state(3) ... utime(14) stime(15) ...
+     * num_threads(20) ... vsize(23) rss(24) */
+    if (p &&
+        sscanf(p + 1,
+               " %*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %llu %llu %*d %*d %*d %*d "
+               "%ld %*d %*u %llu %llu",
+               &utime, &stime, &threads, &vsize, &rss_pages) != 5)
+      threads = 0;
+    fclose(f);
+  }
+  long fds = 0;
+  DIR *d = opendir("/proc/self/fd");
+  if (d) {
+    for (struct dirent *e; (e = readdir(d));) fds += e->d_name[0] != '.';
+    closedir(d);
+    fds--; /* the directory's own */
+  }
+  struct rlimit rl = {0};
+  getrlimit(RLIMIT_NOFILE, &rl);
+  struct mallinfo2 mi = mallinfo2();
+  metrics_family(b, "process_resident_memory_bytes", "gauge", "resident memory (RSS)");
+  metrics_sample(b, "process_resident_memory_bytes", NULL,
+                 (double)rss_pages * (double)page);
+  metrics_family(b, "process_virtual_memory_bytes", "gauge", "virtual memory size");
+  metrics_sample(b, "process_virtual_memory_bytes", NULL, (double)vsize);
+  metrics_family(b, "process_cpu_seconds_total", "counter", "user and system CPU time");
+  metrics_sample(b, "process_cpu_seconds_total", NULL,
+                 ticks > 0 ? (double)(utime + stime) / (double)ticks : 0);
+  metrics_family(b, "process_open_fds", "gauge", "open file descriptors");
+  metrics_sample(b, "process_open_fds", NULL, (double)(fds > 0 ? fds : 0));
+  metrics_family(b, "process_max_fds", "gauge",
+                 "the descriptor limit (RLIMIT_NOFILE soft)");
+  metrics_sample(b, "process_max_fds", NULL,
+                 rl.rlim_cur == RLIM_INFINITY ? -1 : (double)rl.rlim_cur);
+  metrics_family(b, "process_threads", "gauge", "threads of the process");
+  metrics_sample(b, "process_threads", NULL, (double)threads);
+  metrics_family(b, "stoker_heap_bytes", "gauge",
+                 "glibc heap (mallinfo2, every arena): in_use by the program, free but "
+                 "held by the allocator");
+  metrics_sample(b, "stoker_heap_bytes", "state=\"in_use\"",
+                 (double)mi.uordblks + (double)mi.hblkhd);
+  metrics_sample(b, "stoker_heap_bytes", "state=\"free\"", (double)mi.fordblks);
+}
+
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_len, void **con_cls) {
@@ -99,6 +159,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     metrics_printf(&b, "not found: try /metrics\n");
   } else {
     m->fn(&b, m->ud);
+    process_metrics(&b);
   }
   if (b.oom) {
     free(b.p);

@@ -32,7 +32,10 @@ void metrics_sample(metrics_buf *b, const char *name, const char *labels, double
  * and newline escaped as the format asks. Returns out. */
 char *metrics_label(char *out, size_t len, const char *key, const char *value);
 
-/* Called for every scrape, on the HTTP thread: write every family. */
+/* Called for every scrape, on the HTTP thread: write every family of the
+ * daemon. The endpoint adds the process's own after them (process_*:
+ * resident and virtual memory, CPU seconds, open and max fds, threads;
+ * stoker_heap_bytes{state="in_use"|"free"} from mallinfo2). */
 typedef void (*metrics_fn)(metrics_buf *b, void *ud);
 
 typedef struct metrics_server metrics_server;

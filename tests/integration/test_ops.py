@@ -415,6 +415,17 @@ def case_metrics(P, tmp):
                  'stoker_rank_batches_per_second{rank="0"}', 'stoker_rank_stall_fraction{rank="1"}',
                  "stoker_job_workers_needed", "stoker_job_workers_spare"):
         check(name in cv, "coordinator metric " + name)
+    for who, v in (("coordinator", cv), ("worker", wv)):
+        for name in ("process_resident_memory_bytes", "process_threads", "process_open_fds",
+                     "process_max_fds", "process_cpu_seconds_total",
+                     'stoker_heap_bytes{state="in_use"}', 'stoker_heap_bytes{state="free"}'):
+            check(name in v, "%s process metric %s" % (who, name))
+        check(v.get("process_resident_memory_bytes", 0) > 1 << 20 and
+              v.get("process_threads", 0) >= 2 and v.get("process_open_fds", 0) >= 3 and
+              v.get('stoker_heap_bytes{state="in_use"}', 0) > 0,
+              "%s process figures are real (RSS %s, threads %s, fds %s)" %
+              (who, v.get("process_resident_memory_bytes"), v.get("process_threads"),
+               v.get("process_open_fds")))
     check(cv.get("stoker_coordinator_live_workers") == 1, "one live worker")
     check(cv.get('stoker_coordinator_job_state{state="running"}') == 1, "state running")
     check(scrape(cm, "/other")[0] == 404, "other paths are 404")
