@@ -89,8 +89,9 @@ static stk__option options[] = {
                         "(every call must carry it; sent to the coordinator)"),
     STK__OPT_TOKEN(opt.token),
     {"client-token-file", OPT_STR, "", NULL,
-     "role separation: streams need this token (the coordinator's "
-     "--client-token-file); the worker's own token then only opens its session",
+     "for clients or coordinators older than stream tickets: streams may also carry "
+     "this token (the coordinator's --client-token-file), which gives this worker the "
+     "client token; not needed with a coordinator that mints tickets (role tokens)",
      &opt.client_token_file, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
     STK__OPT_PORT_FILE(opt.port_file),
@@ -155,6 +156,20 @@ static int check_usage(void) {
     return -1;
   }
   return 0;
+}
+
+/* The coordinator's stream ticket (session thread): from now on
+ * Worker.Stream takes it (and the previous one for TICKET_GRACE_MS), the
+ * worker's own token no longer opens streams, and --client-token-file's
+ * token still does (for clients of an older coordinator). Logged as a
+ * short hash only. */
+#define TICKET_GRACE_MS 120000
+static void on_ticket(const char *ticket) {
+  if (!W.srv ||
+      stk__rpc_server_set_ticket(W.srv, ticket, STK__ROLE_CLIENT, TICKET_GRACE_MS))
+    return;
+  uint32_t h = stk_crc32c(0, ticket, strlen(ticket));
+  LOG_INFO("streams take the coordinator's ticket (crc32c %08" PRIx32 ")", h);
 }
 
 /* Serve until a signal, the coordinator's Shutdown, a rejection or the
@@ -280,8 +295,10 @@ int main(int argc, char **argv) {
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
-  /* With --client-token-file, streams need the clients' token: the
-   * worker's own (its coordinator credential) no longer opens them. */
+  /* With --client-token-file, streams may carry the clients' token (for
+   * older clients and coordinators), and the worker's own (its coordinator
+   * credential) no longer opens them; the coordinator's ticket, once it
+   * comes (on_ticket), opens them too. */
   stk__role_tokens roles;
   if (stk__daemon_role_tokens(NULL, opt.client_token_file, NULL, &roles)) {
     code = EXIT_USAGE;
@@ -294,6 +311,7 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
+  W.srv = srv;
   char advertise[300], host[256], worker_id[400];
   if (*opt.advertise) snprintf(advertise, sizeof(advertise), "%s", opt.advertise);
   else default_advertise(advertise, sizeof(advertise), port);
@@ -317,7 +335,7 @@ int main(int argc, char **argv) {
       opt.listen, port, stk__tls_describe(W.tls), advertise, W.threads, opt.coordinator);
 
   session_config cfg = {opt.coordinator, token, W.tls, worker_id, advertise, W.threads};
-  session_hooks hooks = {on_job, fill_stats, on_command, fill_hello};
+  session_hooks hooks = {on_job, fill_stats, on_command, fill_hello, on_ticket};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
     LOG_ERROR("cannot start the coordinator session");
