@@ -232,9 +232,11 @@ void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms);
  * ticket for grace_ms more (clients that have not seen the new list yet);
  * the server's token (stk__rpc_server_config.token, the shared one) no
  * longer grants anything, its creds still do. The same ticket again
- * changes nothing. ticket is copied (at most STK__RPC_TICKET_MAX bytes);
- * 0, or -1 when it is empty or too long (nothing changed). Compared in
- * constant time like every token; never logged. Thread-safe. */
+ * changes nothing; "" ends tickets (the previous one still holds for
+ * grace_ms, and the token grants again) and returns 1 when there was
+ * none. ticket is copied (at most STK__RPC_TICKET_MAX bytes); 0, or -1
+ * when it is NULL or too long (nothing changed). Compared in constant
+ * time like every token; never logged. Thread-safe. */
 #define STK__RPC_TICKET_MAX 127
 int stk__rpc_server_set_ticket(stk__rpc_server *s, const char *ticket, unsigned roles,
                                int grace_ms);

@@ -394,9 +394,13 @@ static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md) {
 
 int stk__rpc_server_set_ticket(stk__rpc_server *s, const char *ticket, unsigned roles,
                                int grace_ms) {
-  size_t n = ticket ? strlen(ticket) : 0;
-  if (!n || n > STK__RPC_TICKET_MAX) return -1;
+  if (!ticket || strlen(ticket) > STK__RPC_TICKET_MAX) return -1;
+  size_t n = strlen(ticket);
   pthread_mutex_lock(&s->mu);
+  if (!n && !s->ticket[0]) {
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+  }
   if (strcmp(s->ticket, ticket) != 0) {
     memcpy(s->prev_ticket, s->ticket, sizeof(s->prev_ticket));
     s->prev_until_ms = stk__now_ms() + (grace_ms > 0 ? grace_ms : 0);

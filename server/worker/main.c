@@ -164,10 +164,21 @@ static int check_usage(void) {
  * token still does (for clients of an older coordinator). Logged as a
  * short hash only. */
 #define TICKET_GRACE_MS 120000
+static pthread_mutex_t srv_mu = PTHREAD_MUTEX_INITIALIZER; /* guards W.srv */
 static void on_ticket(const char *ticket) {
-  if (!W.srv ||
-      stk__rpc_server_set_ticket(W.srv, ticket, STK__ROLE_CLIENT, TICKET_GRACE_MS))
+  pthread_mutex_lock(&srv_mu);
+  int rc =
+      W.srv ? stk__rpc_server_set_ticket(W.srv, ticket, STK__ROLE_CLIENT, TICKET_GRACE_MS)
+            : -1;
+  pthread_mutex_unlock(&srv_mu);
+  if (rc) return; /* no server, or no ticket before and none now */
+  if (!*ticket) {
+    LOG_INFO(
+        "the coordinator gives no stream ticket now: streams take this worker's "
+        "tokens again (the previous ticket for %d s)",
+        TICKET_GRACE_MS / 1000);
     return;
+  }
   uint32_t h = stk_crc32c(0, ticket, strlen(ticket));
   LOG_INFO("streams take the coordinator's ticket (crc32c %08" PRIx32 ")", h);
 }
@@ -311,7 +322,9 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
+  pthread_mutex_lock(&srv_mu);
   W.srv = srv;
+  pthread_mutex_unlock(&srv_mu);
   char advertise[300], host[256], worker_id[400];
   if (*opt.advertise) snprintf(advertise, sizeof(advertise), "%s", opt.advertise);
   else default_advertise(advertise, sizeof(advertise), port);
@@ -349,6 +362,9 @@ int main(int argc, char **argv) {
              : run_worker(sess, srv);
   sched *s = current_sched();
   drain(s, code);
+  pthread_mutex_lock(&srv_mu); /* the session thread may be in on_ticket */
+  W.srv = NULL;
+  pthread_mutex_unlock(&srv_mu);
   stk__rpc_server_stop(srv, 500);
   session_stop(sess);
   metrics_stop(ms);

@@ -179,9 +179,9 @@ static int64_t session_register(session *s, stk__rpc_stream *st) {
   s->warned_ms = 0;
   uint64_t job_hash = 0, size = 0, fp = 0;
   char err[512];
-  const char *ticket = cmd->ack->stream_ticket;
-  if (ticket && *ticket && s->hooks.on_ticket) {
-    if (ticket_ok(ticket)) s->hooks.on_ticket(ticket);
+  const char *ticket = cmd->ack->stream_ticket ? cmd->ack->stream_ticket : "";
+  if (s->hooks.on_ticket) {
+    if (!*ticket || ticket_ok(ticket)) s->hooks.on_ticket(ticket);
     else
       LOG_WARN(
           "the coordinator's stream ticket is not printable text under %d bytes: "
