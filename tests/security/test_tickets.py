@@ -398,9 +398,8 @@ def case_rogue(d):
         sess.close()
     finally:
         rogue.stop()
-    for w in ws:
-        stop(w)
-    stop(c)
+    check(all(stop(w) == 0 for w in ws) and stop(c) == 0,
+          "rogue: the workers and the coordinator exit 0 on SIGTERM")
 
 
 def free_port():
@@ -449,9 +448,8 @@ def case_restart(d):
         check(rc == 0 and "verify_failures 0" in out,
               "restart: rank %d finishes with every batch verified (rc %s)%s" %
               (r, rc, "" if rc == 0 else ": " + out.strip()[-300:]))
-    for w in ws:
-        stop(w)
-    stop(c)
+    check(all(stop(w, 60) == 0 for w in ws) and stop(c, 60) == 0,
+          "restart: the job ends and every daemon exits 0")
 
 
 def main():
