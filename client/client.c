@@ -233,7 +233,7 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   st = stk__ring_init(c, err, errlen);
   if (st) goto fail;
   pthread_mutex_lock(&c->mu);
-  if (local) stk__worker_add(c, "local", "in-process", 1);
+  if (local) stk__worker_add(c, "local", "in-process", NULL, 1);
   pthread_mutex_unlock(&c->mu);
   if (stk__sched_start(c) || stk__copy_start(c) || (!local && stk__watch_start(c))) {
     stk_client_close(c); /* threads may run: the full close */

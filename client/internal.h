@@ -114,6 +114,13 @@ typedef struct stk__worker {
   int local;                 /* in-process builder instead of a stream */
   char id[STK_MAX_ID_BYTES]; /* as listed: longer ones are refused, never cut */
   char address[STK_MAX_ID_BYTES];
+  /* The bearer for Worker.Stream calls to it: its stream ticket as last
+   * listed ("" = none: the client token, an older coordinator or worker).
+   * Never logged. ticket_new: it changed since the worker thread opened
+   * its channel; that thread reopens the channel with it (and clears it)
+   * before its next stream. */
+  char ticket[STK_MAX_TICKET_BYTES];
+  int ticket_new;
   int listed;  /* in the coordinator's current list */
   int dropped; /* not used again by this client (workers.c, stk__worker_drop) */
   int thread_started, thread_exited;
@@ -406,9 +413,13 @@ void stk__workers_free(stk_client *c);
 /* Threads stopped: close every entry's channel (a close that leaves held
  * slots behind keeps the table itself). */
 void stk__workers_close_channels(stk_client *c);
-/* Under mu: list (or re-list) worker id at address and start its thread;
- * returns its index or -1 (banned, or the table is full: refused). */
-int stk__worker_add(stk_client *c, const char *id, const char *address, int local);
+/* Under mu: list (or re-list) worker id at address with its stream ticket
+ * (NULL or "" = none; shorter than STK_MAX_TICKET_BYTES, checked by the
+ * caller) and start its thread; a changed ticket makes the thread reopen
+ * its channel with it. Returns its index or -1 (banned, or the table is
+ * full: refused). */
+int stk__worker_add(stk_client *c, const char *id, const char *address,
+                    const char *ticket, int local);
 /* Under mu: every remote worker not among ids[0..n) is no longer listed. */
 void stk__worker_unlist_missing(stk_client *c, const char *const *ids, size_t n);
 /* Under mu: count a worker list entry refused, with why (msg). */

@@ -29,6 +29,16 @@
 
 /* ---- Join ------------------------------------------------------------ */
 
+/* 1 when a stream ticket can travel as a bearer token: printable ASCII
+ * without spaces, shorter than STK_MAX_TICKET_BYTES. */
+static int ticket_ok(const char *t) {
+  size_t n = strlen(t);
+  if (n >= STK_MAX_TICKET_BYTES) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (t[i] <= ' ' || t[i] > '~') return 0;
+  return 1;
+}
+
 /* Apply a worker list (the join's or a watch's): entries that are not
  * host:port or are too long are refused (counted, with why); the others
  * are listed, everyone else unlisted. Takes c->mu. */
@@ -60,8 +70,16 @@ static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
       stk__workers_refuse(c, msg);
       continue;
     }
+    const char *ticket = ws[i]->stream_ticket;
+    if (ticket && *ticket && !ticket_ok(ticket)) {
+      /* Sent as a bearer token: never cut, never a header gRPC refuses. */
+      stk__workers_refuse(c,
+                          "worker list entry refused: its stream ticket is not "
+                          "printable text of at most 127 bytes");
+      continue;
+    }
     ids[k++] = id;
-    stk__worker_add(c, id, ws[i]->address, 0);
+    stk__worker_add(c, id, ws[i]->address, ticket, 0);
   }
   stk__worker_unlist_missing(c, ids, k);
   pthread_mutex_unlock(&c->mu);

@@ -260,6 +260,10 @@ static void stream_ended(stk_client *c, stk__worker *w, int code, const char *de
    * another process after the worker died) is a dead worker: retried while
    * listed, never a reason to drop it for good. */
   if (code == GRPC_STATUS_UNIMPLEMENTED) final = 0;
+  /* A worker that refuses its ticket has a newer one (its coordinator
+   * restarted and our list is behind): retried while listed, and the next
+   * list's ticket reopens the channel. */
+  if (code == GRPC_STATUS_UNAUTHENTICATED && w->ticket[0]) final = 0;
   if (!final) return;
   char why[256];
   snprintf(why, sizeof(why), "it refused the stream (gRPC %s %d): %.150s",
@@ -272,12 +276,24 @@ void *stk__stream_main(void *arg) {
   stk__thread_name("stk-stream");
   stk_client *c = w->c;
   pthread_mutex_lock(&c->mu);
+  char bearer[STK_MAX_TICKET_BYTES];
   while (!c->stopping && !c->errs.fatal && w->listed && !w->dropped) {
+    /* Its stream ticket when listed with one (the worker never sees our
+     * token), else our token (an older coordinator or worker). A new
+     * ticket (a restarted coordinator) means a new channel. */
+    int reopen = w->ticket_new;
+    w->ticket_new = 0;
+    memcpy(bearer, w->ticket, sizeof(bearer));
     pthread_mutex_unlock(&c->mu);
-    stk__rpc_stream *s = NULL;
-    if (!w->ch &&
-        stk__rpc_channel_open(w->address, STK_MAX_CHUNK_MSG, c->token, c->tls, &w->ch))
+    if (reopen && w->ch) {
+      stk__rpc_channel_close(w->ch);
       w->ch = NULL;
+    }
+    stk__rpc_stream *s = NULL;
+    if (!w->ch && stk__rpc_channel_open(w->address, STK_MAX_CHUNK_MSG,
+                                        bearer[0] ? bearer : c->token, c->tls, &w->ch))
+      w->ch = NULL;
+    explicit_bzero(bearer, sizeof(bearer));
     if (w->ch) stk__rpc_stream_open(w->ch, "/stoker.v1.Worker/Stream", 0, &s);
     int got_any = 0;
     if (s) {

@@ -136,11 +136,22 @@ static stk__worker *slot_get(stk_client *c) {
   return NULL;
 }
 
-int stk__worker_add(stk_client *c, const char *id, const char *address, int local) {
+/* Under mu: w's stream ticket becomes t (NULL = none); a change is
+ * flagged for the worker thread (ticket_new). */
+static void ticket_set(stk__worker *w, const char *t) {
+  if (!t) t = "";
+  if (!strcmp(w->ticket, t)) return;
+  snprintf(w->ticket, sizeof(w->ticket), "%s", t);
+  w->ticket_new = 1;
+}
+
+int stk__worker_add(stk_client *c, const char *id, const char *address,
+                    const char *ticket, int local) {
   for (uint32_t i = 0; i < c->workers.n; i++) {
     stk__worker *w = &c->workers.table[i];
     if (!w->used || strcmp(w->id, id) != 0) continue;
     w->listed = 1;
+    ticket_set(w, ticket);
     if (w->dropped) return (int)i; /* listed, but not ours to use */
     if (w->thread_started && w->thread_exited) {
       pthread_join(w->thread, NULL); /* it has left its loop already */
@@ -163,6 +174,7 @@ int stk__worker_add(stk_client *c, const char *id, const char *address, int loca
   w->listed = 1;
   snprintf(w->id, sizeof(w->id), "%s", id);
   snprintf(w->address, sizeof(w->address), "%s", address);
+  ticket_set(w, ticket);
   if (local) w->alive = 1;
   if (!c->stopping) worker_start(w);
   return w->idx;

@@ -227,6 +227,19 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
  * wait until every call is over (its closed callback returned), join the
  * server's threads and free it. Not from a callback. Accepts NULL. */
 void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms);
+/* Stream tickets (a worker's, from its coordinator): from now on a call
+ * whose bearer is ticket grants roles, and so does one with the previous
+ * ticket for grace_ms more (clients that have not seen the new list yet);
+ * the server's token (stk__rpc_server_config.token, the shared one) no
+ * longer grants anything, its creds still do. The same ticket again
+ * changes nothing; "" ends tickets (the previous one still holds for
+ * grace_ms, and the token grants again) and returns 1 when there was
+ * none. ticket is copied (at most STK__RPC_TICKET_MAX bytes); 0, or -1
+ * when it is NULL or too long (nothing changed). Compared in constant
+ * time like every token; never logged. Thread-safe. */
+#define STK__RPC_TICKET_MAX 127
+int stk__rpc_server_set_ticket(stk__rpc_server *s, const char *ticket, unsigned roles,
+                               int grace_ms);
 /* Thread-safe snapshot of the counters. */
 void stk__rpc_server_stats_get(stk__rpc_server *s, stk__rpc_server_stats *out);
 

@@ -98,6 +98,13 @@ struct stk__rpc_server {
   size_t nmethods;
   stk__rpc_cred *creds; /* tokens owned (strdup), the legacy one first */
   size_t ncreds;
+  int has_legacy; /* creds[0] is cfg->token (the shared one) */
+  /* Stream tickets (stk__rpc_server_set_ticket), under mu: the current and
+   * the previous one (honoured until prev_until_ms), NUL-terminated; ""
+   * = none. Once a ticket is set the legacy token grants nothing. */
+  char ticket[STK__RPC_TICKET_MAX + 1], prev_ticket[STK__RPC_TICKET_MAX + 1];
+  unsigned ticket_roles;
+  int64_t prev_until_ms;
   size_t max_calls, max_msg, max_free;
   size_t open_free; /* under mu: open calls of no_token methods */
   int first_ms, stall_ms;
@@ -356,18 +363,51 @@ static int bearer_is(const unsigned char *p, size_t n, const char *token) {
  * has no token, 0 when it carries none or an unknown one. Every token is
  * compared, so the time does not tell which one matched. */
 static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md) {
-  if (!s->ncreds) return STK__ROLE_ANY;
+  char cur[STK__RPC_TICKET_MAX + 1], prev[STK__RPC_TICKET_MAX + 1];
+  pthread_mutex_lock(&s->mu);
+  memcpy(cur, s->ticket, sizeof(cur));
+  int prev_ok = s->prev_ticket[0] && stk__now_ms() < s->prev_until_ms;
+  memcpy(prev, prev_ok ? s->prev_ticket : "", prev_ok ? sizeof(prev) : 1);
+  unsigned troles = s->ticket_roles;
+  pthread_mutex_unlock(&s->mu);
+  unsigned roles = 0;
+  if (!s->ncreds && !cur[0]) return STK__ROLE_ANY;
+  /* With a ticket the shared token (the worker's own) opens nothing. */
+  size_t first = cur[0] && s->has_legacy ? 1 : 0;
   for (size_t i = 0; i < md->count; i++) {
     grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
     if (GRPC_SLICE_LENGTH(k) != 13 ||
         memcmp(GRPC_SLICE_START_PTR(k), "authorization", 13))
       continue;
-    unsigned roles = 0;
-    for (size_t j = 0; j < s->ncreds; j++)
-      if (bearer_is(GRPC_SLICE_START_PTR(v), GRPC_SLICE_LENGTH(v), s->creds[j].token))
-        roles |= s->creds[j].roles;
-    return roles;
+    const unsigned char *p = GRPC_SLICE_START_PTR(v);
+    size_t n = GRPC_SLICE_LENGTH(v);
+    for (size_t j = first; j < s->ncreds; j++)
+      if (bearer_is(p, n, s->creds[j].token)) roles |= s->creds[j].roles;
+    if (cur[0] && bearer_is(p, n, cur)) roles |= troles;
+    if (prev[0] && bearer_is(p, n, prev)) roles |= troles;
+    break;
   }
+  explicit_bzero(cur, sizeof(cur));
+  explicit_bzero(prev, sizeof(prev));
+  return roles;
+}
+
+int stk__rpc_server_set_ticket(stk__rpc_server *s, const char *ticket, unsigned roles,
+                               int grace_ms) {
+  if (!ticket || strlen(ticket) > STK__RPC_TICKET_MAX) return -1;
+  size_t n = strlen(ticket);
+  pthread_mutex_lock(&s->mu);
+  if (!n && !s->ticket[0]) {
+    pthread_mutex_unlock(&s->mu);
+    return 1;
+  }
+  if (strcmp(s->ticket, ticket) != 0) {
+    memcpy(s->prev_ticket, s->ticket, sizeof(s->prev_ticket));
+    s->prev_until_ms = stk__now_ms() + (grace_ms > 0 ? grace_ms : 0);
+    memcpy(s->ticket, ticket, n + 1);
+  }
+  s->ticket_roles = roles;
+  pthread_mutex_unlock(&s->mu);
   return 0;
 }
 
@@ -767,6 +807,7 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
     if (!t || !*t) continue;
     stk__rpc_cred *o = &s->creds[s->ncreds++];
     o->roles = in ? in->roles : STK__ROLE_ANY;
+    if (!in) s->has_legacy = 1;
     if (!(o->token = strdup(t))) {
       stk__errf(err, errlen, 0, "out of memory");
       goto fail;

@@ -14,6 +14,12 @@
  * and at Join; libstoker skips a longer one in a worker list. */
 #define STK_MAX_ID_BYTES 256
 
+/* A stream ticket (RegisterAck.stream_ticket, WorkerInfo.stream_ticket):
+ * bytes including the terminating NUL. The coordinator mints 64 hex
+ * digits; a worker or client refuses a longer or non-printable one (a
+ * list entry with one is skipped, never used cut). */
+#define STK_MAX_TICKET_BYTES 128
+
 /* ImageFolder class names travel (worker hello, Join) while there are at
  * most STK_MAX_CLASS_NAMES of them holding at most STK_MAX_CLASS_BYTES
  * bytes together (ImageNet-21k's 21841 names take about 200 KiB); a larger
@@ -43,8 +49,8 @@
  * KiB at most) or a shutdown reason. */
 #define STK_MAX_COMMAND_MSG (64u << 10)
 /* JoinResponse, WorkerList, FinishResponse, to a client: the job spec and
- * the worker list (about 60 bytes per worker with usual ids, 530 at the id
- * limit: about 2000 workers at the worst). */
+ * the worker list (about 130 bytes per worker with usual ids and a stream
+ * ticket, 600 at the id limit: about 1700 workers at the worst). */
 #define STK_MAX_LIST_MSG (1u << 20)
 /* JoinResponse, to a client: the list and the class names. libstoker's
  * channel to the coordinator receives at most this. */

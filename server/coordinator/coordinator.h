@@ -27,6 +27,7 @@
  *   state.c    the job and C; loading the job, the helpers on C
  *   persist.c  --state-dir: journal snapshots, resuming, workers expected back
  *   workers.c  Coordinator.WorkerSession: register, heartbeats, shutdown, drop
+ *   tickets.c  the workers' stream tickets (minted, never stored or logged)
  *   ranks.c    Join, WatchWorkers (re-announcements), Finish (and abort)
  *   status.c   ReportStats, Status, the stats line, /metrics
  *   main.c     serving, the main loop, the orderly end, main()
@@ -72,7 +73,8 @@ enum {
 };
 
 #define MAX_STR      STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
-#define MAX_FAILURES 8                /* worker failures kept for Status */
+#define TICKET_HEX   64 /* hex digits of a stream ticket (HMAC-SHA256, tickets.c) */
+#define MAX_FAILURES 8  /* worker failures kept for Status */
 
 /* ---- Options (options.c) -------------------------------------------------
  * Filled by stk__daemon_init in main before any thread starts; read-only
@@ -112,6 +114,9 @@ typedef struct cworker {
    * come one at a time); read-only once linked. */
   char id[MAX_STR], address[MAX_STR];
   uint32_t cores;
+  /* Its stream ticket (tickets.c; "" = none: no role tokens, or a worker
+   * that takes none). Listed to clients, never logged. */
+  char ticket[TICKET_HEX + 1];
   stk__rpc_call *call; /* its session; valid until session_closed (NULLed under C.mu) */
   int phase;           /* WS_*: touched only by the call's callbacks */
   uint64_t ack_hash;   /* the job hash the RegisterAck carried (set under C.mu, read by
@@ -273,6 +278,23 @@ void expect_remove_locked(const char *id);
  * journal's workers that did not come back (logged, journaled). Call
  * without C.mu (main loop). */
 void expect_expire(void);
+
+/* ---- Stream tickets (tickets.c) ------------------------------------------ */
+
+/* Draw the ticket key when on (role tokens are set); off, ticket_for
+ * gives "". 0, or -1 when the system gave no random bytes. From main,
+ * before the server starts. */
+int tickets_init(int on);
+/* The stream ticket of worker worker_id at address into out ("" when
+ * tickets are off): the same for that pair while this process runs. 0, or
+ * -1 (out "") when a string is longer than MAX_STR - 1 or the MAC failed.
+ * Any thread after tickets_init; never logs it. */
+int ticket_for(const char *worker_id, const char *address, char out[TICKET_HEX + 1]);
+/* 1 when tickets are minted (role tokens are set). Any thread after
+ * tickets_init. */
+int tickets_on(void);
+/* Wipe the key. From main, after the server stopped. */
+void tickets_free(void);
 
 /* ---- Worker sessions (workers.c) ----------------------------------------- */
 

@@ -189,6 +189,13 @@ int main(int argc, char **argv) {
     LOG_WARN(
         "role tokens are set and so is the shared token (--token-file, $STOKER_TOKEN): "
         "the shared one still grants every role");
+  /* With role tokens, clients stream with per-worker tickets (tickets.c)
+   * and workers never see the client token. */
+  if (tickets_init(roles.n > 0)) {
+    LOG_ERROR("cannot draw the stream ticket key: getrandom failed");
+    code = EXIT_FAIL;
+    goto out;
+  }
   stk__daemon_start();
   C.start_ms = C.last_touch_ms = stk__now_ms();
   /* List versions are never 0 (a watcher that knows nothing gets the list
@@ -227,5 +234,6 @@ out:
   for (uint32_t i = 0; C.classes && i < C.nclasses; i++) free(C.classes[i]);
   free(C.classes);
   journal_close();
+  tickets_free();
   return code;
 }

@@ -74,11 +74,12 @@ stk__option options[] = {
     STK__OPT_TOKEN(opt.token),
     {"worker-token-file", OPT_STR, "", NULL,
      "role separation: a token (first line of FILE) that may only open worker "
-     "sessions and read Status",
+     "sessions (each registered worker gets its own stream ticket, which opens "
+     "streams on that worker only)",
      &opt.worker_token_file, 0, 0},
     {"client-token-file", OPT_STR, "", NULL,
      "role separation: a token that may only join, watch, finish, report and read "
-     "Status (give the workers the same file)",
+     "Status; clients stream with the workers' tickets, so workers need not have it",
      &opt.client_token_file, 0, 0},
     {"admin-token-file", OPT_STR, "", NULL,
      "role separation: a token that may call everything (stoker abort, status)",

@@ -74,7 +74,12 @@ Stoker__V1__WorkerInfo **infos_locked(size_t *n) {
     x->worker_id = strdup(w->id);
     x->address = strdup(w->address);
     x->cores = w->cores;
+    if (w->ticket[0] && !(x->stream_ticket = strdup(w->ticket))) {
+      free(x->worker_id), free(x->address), free(x);
+      break;
+    }
     if (!x->worker_id || !x->address) {
+      if (x->stream_ticket != protobuf_c_empty_string) free(x->stream_ticket);
       free(x->worker_id), free(x->address), free(x);
       break;
     }
@@ -88,6 +93,7 @@ void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
   for (size_t i = 0; i < n; i++) {
     free(v[i]->worker_id);
     free(v[i]->address);
+    if (v[i]->stream_ticket != protobuf_c_empty_string) free(v[i]->stream_ticket);
     free(v[i]);
   }
   free(v);

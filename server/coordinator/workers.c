@@ -17,13 +17,15 @@
 #include "log.h"
 #include "msgcheck.h"
 
-static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash) {
+static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash,
+                    const char *ticket) {
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = (char *)canonical;
   job.hash = hash;
   Stoker__V1__RegisterAck ack = STOKER__V1__REGISTER_ACK__INIT;
   ack.job = &job;
   ack.heartbeat_interval_ms = (uint32_t)opt.heartbeat_interval_ms;
+  ack.stream_ticket = (char *)ticket;
   Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
   cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_ACK;
   cmd.ack = &ack;
@@ -77,9 +79,26 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
   w->cores = h->worker->cores;
   if (!opt.trust_worker_addresses && advertised_check(call, w)) return -1;
+  /* With role tokens every listed worker has a stream ticket, so a client
+   * never sends its token to a worker (or to anyone holding the worker
+   * token): a worker that takes no ticket (an older stoker-worker, a
+   * stock client) is refused. A re-registration of the same id at the
+   * same address gets the same ticket. */
+  if (tickets_on() && !h->takes_ticket) {
+    snprintf(msg, sizeof(msg),
+             "this coordinator has role tokens, so clients stream with per-worker "
+             "tickets: this worker takes none (upgrade stoker-worker)");
+    LOG_WARN("refusing worker: %s", msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
+    return -1;
+  }
+  if (ticket_for(w->id, w->address, w->ticket)) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
+    return -1;
+  }
   pthread_mutex_lock(&C.mu);
   w->ack_hash = C.hash;
-  int rc = send_ack(call, C.canonical, C.hash);
+  int rc = send_ack(call, C.canonical, C.hash, w->ticket);
   pthread_mutex_unlock(&C.mu);
   return rc;
 }

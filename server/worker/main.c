@@ -89,8 +89,9 @@ static stk__option options[] = {
                         "(every call must carry it; sent to the coordinator)"),
     STK__OPT_TOKEN(opt.token),
     {"client-token-file", OPT_STR, "", NULL,
-     "role separation: streams need this token (the coordinator's "
-     "--client-token-file); the worker's own token then only opens its session",
+     "for clients or coordinators older than stream tickets: streams may also carry "
+     "this token (the coordinator's --client-token-file), which gives this worker the "
+     "client token; not needed with a coordinator that mints tickets (role tokens)",
      &opt.client_token_file, 0, 0},
     STK__TLS_SERVER_OPTIONS(opt.tls),
     STK__OPT_PORT_FILE(opt.port_file),
@@ -155,6 +156,31 @@ static int check_usage(void) {
     return -1;
   }
   return 0;
+}
+
+/* The coordinator's stream ticket (session thread): from now on
+ * Worker.Stream takes it (and the previous one for TICKET_GRACE_MS), the
+ * worker's own token no longer opens streams, and --client-token-file's
+ * token still does (for clients of an older coordinator). Logged as a
+ * short hash only. */
+#define TICKET_GRACE_MS 120000
+static pthread_mutex_t srv_mu = PTHREAD_MUTEX_INITIALIZER; /* guards W.srv */
+static void on_ticket(const char *ticket) {
+  pthread_mutex_lock(&srv_mu);
+  int rc =
+      W.srv ? stk__rpc_server_set_ticket(W.srv, ticket, STK__ROLE_CLIENT, TICKET_GRACE_MS)
+            : -1;
+  pthread_mutex_unlock(&srv_mu);
+  if (rc) return; /* no server, or no ticket before and none now */
+  if (!*ticket) {
+    LOG_INFO(
+        "the coordinator gives no stream ticket now: streams take this worker's "
+        "tokens again (the previous ticket for %d s)",
+        TICKET_GRACE_MS / 1000);
+    return;
+  }
+  uint32_t h = stk_crc32c(0, ticket, strlen(ticket));
+  LOG_INFO("streams take the coordinator's ticket (crc32c %08" PRIx32 ")", h);
 }
 
 /* Serve until a signal, the coordinator's Shutdown, a rejection or the
@@ -280,8 +306,10 @@ int main(int argc, char **argv) {
   stk__rpc_server *srv = NULL;
   int port = 0;
   char err[512];
-  /* With --client-token-file, streams need the clients' token: the
-   * worker's own (its coordinator credential) no longer opens them. */
+  /* With --client-token-file, streams may carry the clients' token (for
+   * older clients and coordinators), and the worker's own (its coordinator
+   * credential) no longer opens them; the coordinator's ticket, once it
+   * comes (on_ticket), opens them too. */
   stk__role_tokens roles;
   if (stk__daemon_role_tokens(NULL, opt.client_token_file, NULL, &roles)) {
     code = EXIT_USAGE;
@@ -294,6 +322,9 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
+  pthread_mutex_lock(&srv_mu);
+  W.srv = srv;
+  pthread_mutex_unlock(&srv_mu);
   char advertise[300], host[256], worker_id[400];
   if (*opt.advertise) snprintf(advertise, sizeof(advertise), "%s", opt.advertise);
   else default_advertise(advertise, sizeof(advertise), port);
@@ -317,7 +348,7 @@ int main(int argc, char **argv) {
       opt.listen, port, stk__tls_describe(W.tls), advertise, W.threads, opt.coordinator);
 
   session_config cfg = {opt.coordinator, token, W.tls, worker_id, advertise, W.threads};
-  session_hooks hooks = {on_job, fill_stats, on_command, fill_hello};
+  session_hooks hooks = {on_job, fill_stats, on_command, fill_hello, on_ticket};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {
     LOG_ERROR("cannot start the coordinator session");
@@ -331,6 +362,9 @@ int main(int argc, char **argv) {
              : run_worker(sess, srv);
   sched *s = current_sched();
   drain(s, code);
+  pthread_mutex_lock(&srv_mu); /* the session thread may be in on_ticket */
+  W.srv = NULL;
+  pthread_mutex_unlock(&srv_mu);
   stk__rpc_server_stop(srv, 500);
   session_stop(sess);
   metrics_stop(ms);

@@ -86,6 +86,7 @@ static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64
   reg.job_hash = job_hash;
   reg.dataset_size = size;
   reg.dataset_fingerprint = fp;
+  reg.takes_ticket = s->hooks.on_ticket != NULL;
   if (job_hash && s->hooks.fill_hello) s->hooks.fill_hello(&reg);
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
@@ -144,6 +145,16 @@ static void session_unreachable(session *s, stk__rpc_stream *st) {
            s->cfg.coordinator, code, det, stk__tls_hint(s->cfg.tls, det));
 }
 
+/* 1 when a stream ticket can travel as a bearer token: printable ASCII
+ * without spaces, shorter than STK_MAX_TICKET_BYTES. */
+static int ticket_ok(const char *t) {
+  size_t n = strlen(t);
+  if (!n || n >= STK_MAX_TICKET_BYTES) return 0;
+  for (size_t i = 0; i < n; i++)
+    if (t[i] <= ' ' || t[i] > '~') return 0;
+  return 1;
+}
+
 /* Register: first hello, the coordinator's ack with the job, the worker
  * loads (or checks) the job, second hello with the job hash and dataset.
  * Returns the heartbeat interval in ms, or 0 when the session broke or
@@ -168,6 +179,15 @@ static int64_t session_register(session *s, stk__rpc_stream *st) {
   s->warned_ms = 0;
   uint64_t job_hash = 0, size = 0, fp = 0;
   char err[512];
+  const char *ticket = cmd->ack->stream_ticket ? cmd->ack->stream_ticket : "";
+  if (s->hooks.on_ticket) {
+    if (!*ticket || ticket_ok(ticket)) s->hooks.on_ticket(ticket);
+    else
+      LOG_WARN(
+          "the coordinator's stream ticket is not printable text under %d bytes: "
+          "ignored (clients that present it will be refused)",
+          STK_MAX_TICKET_BYTES);
+  }
   int64_t interval = cmd->ack->heartbeat_interval_ms;
   if (interval < 50) interval = 50;
   if (interval > 60000) interval = 60000;

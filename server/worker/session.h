@@ -30,6 +30,11 @@ typedef struct session_hooks {
   /* NULL, or: add what else the second hello says (the class names); the
    * pointers it sets must stay valid while the job is loaded. */
   void (*fill_hello)(Stoker__V1__Register *reg);
+  /* NULL, or: the coordinator's stream ticket for this worker, from every
+   * RegisterAck ("" when it carries none: a coordinator without role
+   * tokens; else printable, shorter than STK_MAX_TICKET_BYTES, checked).
+   * Valid during the call; never log it. */
+  void (*on_ticket)(const char *ticket);
 } session_hooks;
 
 typedef struct session session;

@@ -51,6 +51,11 @@ typedef struct worker_state {
   /* set by main before the server and the session start, read-only until
    * main frees it at exit */
   stk__tls *tls; /* --tls-*: serving and the coordinator session; NULL = plaintext */
+  /* The Worker.Stream server, for the session thread to install the
+   * coordinator's stream ticket in (main.c's on_ticket). Under main.c's
+   * srv_mu: main sets it before the session starts and NULLs it before it
+   * stops the server. */
+  stk__rpc_server *srv;
   /* The job (job.c, on_job on the session thread). Everything from spec
    * to sch is written once, before have_job is set under mu, and never
    * again: a thread that saw have_job (current_sched() != NULL) reads

@@ -94,6 +94,11 @@ write("worker_requests", "offset-too-big", frames(req(offset=8)))
 info = field(1, 2, b"host:123:456") + field(2, 2, b"127.0.0.1:5555") + field(3, 0, 4)
 hello = field(1, 2, info) + field(2, 0, 1) + field(3, 1, HASH) + field(4, 0, 1024)
 write("coordinator_msgs", "hello", b"\x00" + field(1, 2, hello))
+# a hello that takes a stream ticket, its WorkerInfo carrying one (ignored
+# in a hello: only the coordinator mints them)
+write("coordinator_msgs", "hello-ticket",
+      b"\x00" + field(1, 2, field(1, 2, info + field(4, 2, b"f" * 64)) + field(2, 0, 1) +
+                   field(8, 0, 1)))
 write("coordinator_msgs", "hello-v2", b"\x00" + field(1, 2, field(2, 0, 2)))
 write("coordinator_msgs", "hello-long-id",
       b"\x00" + field(1, 2, field(1, 2, field(1, 2, b"i" * 300)) + field(2, 0, 1)))

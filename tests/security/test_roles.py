@@ -4,7 +4,9 @@ daemons on loopback.
 
   roles      the coordinator has --worker-token-file, --client-token-file
              and --admin-token-file; the worker presents the worker token
-             and wants the client token on its streams. A rank with the
+             and also takes the client token on its streams
+             (--client-token-file, kept for clients older than stream
+             tickets; test_tickets.py covers the tickets). A rank with the
              client token verifies its batches; `stoker status` works with
              the client and admin tokens and fails without one and with the
              worker token (Status shows the job, every worker's address and
