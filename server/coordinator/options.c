@@ -48,7 +48,7 @@ stk__option options[] = {
      "after a restart with --state-dir, how long (from the start) the end of the "
      "job waits for workers registered before the restart to come back and take "
      "their Shutdown; a live worker re-registers within a few seconds (its "
-     "reconnect backoff is at most 2 s), a gone one never does",
+     "reconnect backoff is at most 1 s), a gone one never does",
      &opt.rejoin_wait_s, 0, 3600},
     {"discard-state", OPT_BOOL, "false", NULL,
      "start afresh when --state-dir holds another job's state or a damaged "

@@ -286,7 +286,7 @@ static void *session_main(void *arg) {
     if (stk__now_ms() - t0 > 10000) backoff = 100; /* it had been healthy */
     for (int64_t waited = 0; waited < backoff && !stopping(s); waited += 50)
       stk__sleep_ms(50);
-    backoff = backoff * 2 > 2000 ? 2000 : backoff * 2;
+    backoff = backoff * 2 > 1000 ? 1000 : backoff * 2; /* back within about 1 s */
   }
   stk__rpc_channel_close(ch);
   return NULL;
