@@ -75,41 +75,32 @@ def f_fixed64(field, v):
     return _varint(field << 3 | 1) + struct.pack("<Q", v)
 
 
+def _read_varint(buf, i):
+    """(value, next index) of the varint at buf[i]."""
+    v, shift = 0, 0
+    while True:
+        b = buf[i]
+        i += 1
+        v |= (b & 0x7F) << shift
+        shift += 7
+        if not b & 0x80:
+            return v, i
+
+
 def parse(buf):
     """{field: [values]}: ints for varints and fixed, bytes for the rest."""
     out, i = {}, 0
     while i < len(buf):
-        k, shift = 0, 0
-        while True:
-            b = buf[i]
-            i += 1
-            k |= (b & 0x7F) << shift
-            shift += 7
-            if not b & 0x80:
-                break
+        k, i = _read_varint(buf, i)
         field, wt = k >> 3, k & 7
         if wt == 0:
-            v, shift = 0, 0
-            while True:
-                b = buf[i]
-                i += 1
-                v |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
+            v, i = _read_varint(buf, i)
         elif wt == 1:
             v, i = struct.unpack("<Q", buf[i:i + 8])[0], i + 8
         elif wt == 5:
             v, i = struct.unpack("<I", buf[i:i + 4])[0], i + 4
         else:
-            n, shift = 0, 0
-            while True:
-                b = buf[i]
-                i += 1
-                n |= (b & 0x7F) << shift
-                shift += 7
-                if not b & 0x80:
-                    break
+            n, i = _read_varint(buf, i)
             v, i = bytes(buf[i:i + n]), i + n
         out.setdefault(field, []).append(v)
     return out
