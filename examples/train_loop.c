@@ -4,8 +4,10 @@
  * launcher sets: STOKER_COORDINATOR, RANK, WORLD_SIZE, LOCAL_RANK),
  * consumes epochs with a simulated step time, counts what the library verified (crc32c
  * per batch) and, with --verify, compares every payload with the reference batch built
- * in-process. Prints a progress line every second (--progress) and a summary; calls
- * finish. Exit 0 only if every batch arrived, in order, and verified.
+ * in-process. Prints when the first batch came (with the CLOCK_MONOTONIC time, so a
+ * harness on the same host can line ranks up), a progress line every second
+ * (--progress) and a summary; calls finish. Exit 0 only if every batch arrived, in order,
+ * and verified.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -229,6 +231,7 @@ int main(int argc, char **argv) {
     return 2;
   }
   stk_client *c = NULL;
+  double t_open = now_s();
   int st = stk_client_open(&cfg, &c, err, sizeof(err));
   if (st) {
     fprintf(stderr, "stoker-train-loop: open: %s: %s\n", stk_strerror(st), err);
@@ -257,6 +260,14 @@ int main(int argc, char **argv) {
                 stk_client_error(c));
         ok = 0;
         break;
+      }
+      if (batches == 0) {
+        double tf = now_s();
+        printf(
+            "rank %u: first batch %.3f s after open began (open took %.3f s; "
+            "monotonic %.6f)\n",
+            cfg.rank, tf - t_open, t0 - t_open, tf);
+        fflush(stdout);
       }
       size_t len = 0;
       const void *p = stk_batch_payload(b, &len);
