@@ -478,8 +478,8 @@ def orchestrate(a):
         print("loadgen.py: %s not found: build first" % coord_bin, file=sys.stderr)
         return 2
     if not shutil.which("protoc"):
-        print("loadgen.py: protoc not installed (protobuf-compiler)", file=sys.stderr)
-        return 2
+        print("SKIP: protoc is not installed (apt-get install protobuf-compiler)")
+        return 77
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     tmp = tempfile.mkdtemp(prefix="stoker-loadgen.")
@@ -795,7 +795,7 @@ def main():
         import grpc.aio  # noqa: F401
         import google.protobuf  # noqa: F401
     except ImportError as e:
-        print("loadgen.py: %s (apt-get install python3-grpcio python3-protobuf)" % e)
+        print("SKIP: %s (apt-get install python3-grpcio python3-protobuf)" % e)
         return 77
     if a.ranks < 1 or a.workers < 1:
         ap.error("--ranks and --workers must be positive")
