@@ -244,6 +244,7 @@ class Ranks:
         self.chans = channels(a.target, a.conns)
         self.watchers = []
         self.job_hash = 0
+        self.join_lists = {}  # rank -> {worker id: address} from its Join (sampled ranks)
 
     def join_stub(self, i):
         return self.chans[i % len(self.chans)].unary_unary(
@@ -270,6 +271,9 @@ class Ranks:
                     job = pb.JobSpec.FromString(jp.job)
                     self.job_hash = job.hash
                     res[rank] = (jp.list_version, time.monotonic(), len(b), len(jp.workers))
+                    if i < a.full_sample:  # the list a full-state watcher starts from
+                        self.join_lists[rank] = {e.worker_id: e.address for e in
+                                                 pb.JoinResponse.FromString(b).workers}
                     return
                 except grpc.aio.AioRpcError as e:
                     if e.code() != grpc.StatusCode.UNAVAILABLE or attempt == 19:
@@ -334,6 +338,8 @@ class Ranks:
                 self.tasks = []
                 for i, r in enumerate(a.my_ranks):
                     w = Watcher(r, not a.no_deltas, i < a.full_sample)
+                    if w.state is not None:
+                        w.state = dict(self.join_lists.get(r, {}))
                     self.watchers.append(w)
                     self.tasks.append(asyncio.ensure_future(
                         self.watch_one(i, w, self.joined[r][0] if r in self.joined else 0)))
@@ -390,9 +396,11 @@ class Ranks:
             else:
                 delays.append(got - t)
         # the sampled delta-applying watchers hold the same list as the reference
-        same = all(w.state == self.ref.state for w in full if w.cur == self.ref.cur)
+        cmp = [w for w in full[:-1] if w.cur == self.ref.cur]
+        same = all(w.state == self.ref.state for w in cmp)
         return {"ev": "expect", "version": version, "delays": delays, "bytes": nbytes,
                 "msgs": msgs, "missing": missing, "same_as_whole": same,
+                "compared": len(cmp),
                 "breaks": sum(w.breaks for w in self.watchers),
                 "deltas": sum(w.deltas for w in self.watchers),
                 "wholes": sum(w.wholes for w in self.watchers),
@@ -648,6 +656,7 @@ def orchestrate(a):
                      "missing": sum(r["missing"] for r in rs), "cpu": cpu,
                      "window": t1 - t0,
                      "same": all(r["same_as_whole"] for r in rs),
+                     "compared": sum(r["compared"] for r in rs),
                      "breaks": sum(r["breaks"] for r in rs),
                      "deltas": sum(r["deltas"] for r in rs),
                      "wholes": sum(r["wholes"] for r in rs),
@@ -659,6 +668,9 @@ def orchestrate(a):
                     fails.append("%d deltas did not chain (base_version)" % e["breaks"])
                 if not e["same"]:
                     fails.append("a delta-applied list differs from the whole list")
+                if not e["compared"]:
+                    fails.append("%s %s: no sampled watcher was at the reference's version"
+                                 % (op, wid))
                 if e["ended"]:
                     fails.append("%d watches ended" % e["ended"])
         res["events"] = events
