@@ -14,7 +14,9 @@ One table row per case:
   worker MB, fds, streams
                 each worker's largest RSS, descriptors and open streams
                 (its stats lines), as median / max over the workers
-  rank thr, fds each rank's largest thread and descriptor count, median / max
+  rank MB, threads, fds
+                each rank's largest RSS, thread and descriptor count,
+                median / max over the ranks
   drops         coordinator log lines dropping a worker for heartbeats
                 (and, where the coordinator has them, lines making one
                 suspect)
@@ -337,6 +339,7 @@ class Case:
             mm = re.search(r"exiting \(code \d+\): (\d+) batches built", t)
             built += bool(mm and int(mm.group(1)) > 0)
         row["streams"] = med_max(streams)
+        row["rank_mb"] = med_max([r.rss / MIB for r in ranks], "%.1f")
         row["rank_thr"] = med_max([r.threads for r in ranks])
         row["rank_fds"] = med_max([r.fds for r in ranks])
         drops = sum(1 for ln in ctext.splitlines()
@@ -391,7 +394,7 @@ class Case:
 COLS = [("case", "N x M"), ("joined", "joined s"), ("first", "first batch s"),
         ("wall", "wall s"), ("coord_mb", "coord MB"), ("worker_mb", "worker MB"),
         ("worker_fds", "worker fds"), ("streams", "streams/worker"),
-        ("rank_thr", "rank threads"), ("rank_fds", "rank fds"), ("drops", "hb drops"),
+        ("rank_mb", "rank MB"), ("rank_thr", "rank threads"), ("rank_fds", "rank fds"), ("drops", "hb drops"),
         ("reissued", "reissued"), ("exits", "exits"), ("built", "workers built"),
         ("verified", "verified")]
 
