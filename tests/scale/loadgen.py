@@ -125,8 +125,9 @@ class Sessions:
         self.chans = channels(a.target, a.conns)
         self.calls = {}  # worker id -> call
         self.tasks = {}
-        self.dropped = 0
-        self.nregistered = 0
+        self.ended = 0  # sessions the coordinator ended (e.g. heartbeats lapsed)
+        self.reregistered = 0
+        self.max_gap = 0.0  # longest time between two heartbeats this process sent
 
     def stub(self, i):
         pb = self.pb
@@ -136,38 +137,57 @@ class Sessions:
             response_deserializer=pb.CoordinatorCommand.FromString)
 
     async def session(self, i, wid, registered):
+        """One worker's session, as stoker-worker runs it: register, heartbeat
+        on schedule; when the coordinator ends it (a heartbeat lapse), back
+        off (0.1 s doubling to 1 s) and register again."""
         pb, a = self.pb, self.a
-        call = self.stub(i)()
-        self.calls[wid] = call
-        try:
-            info = pb.WorkerInfo(worker_id=wid, address="127.0.0.1:%d" % (20000 + i % 40000),
-                                 cores=1)
-            await call.write(pb.WorkerMessage(hello=pb.Register(
-                worker=info, protocol_version=1)))
-            cmd = await call.read()
-            h = cmd.ack.job.hash
-            await call.write(pb.WorkerMessage(hello=pb.Register(
-                worker=info, protocol_version=1, job_hash=h, dataset_size=a.samples,
-                dataset_fingerprint=FINGERPRINT)))
-            interval = max(0.05, cmd.ack.heartbeat_interval_ms / 1000.0)
-            self.nregistered += 1
-            registered.set_result(time.monotonic()) if not registered.done() else None
-            # spread the beats of all sessions over the interval
-            await asyncio.sleep(interval * (i % 1000) / 1000.0)
-            reader = asyncio.ensure_future(self.reader(call))
-            nb = 0
-            while not reader.done():
-                nb += 1
-                await call.write(pb.WorkerMessage(heartbeat=pb.Heartbeat(
-                    stats=pb.WorkerStats(batches_built=nb, active_streams=0))))
-                await asyncio.wait([reader], timeout=interval)
-        except asyncio.CancelledError:
-            call.cancel()
-            raise
-        except Exception as e:  # a session ended by the coordinator
-            if not registered.done():
-                registered.set_exception(e)
-            self.dropped += 1
+        info = pb.WorkerInfo(worker_id=wid, address="127.0.0.1:%d" % (20000 + i % 40000),
+                             cores=1)
+        backoff, was_registered = 0.1, False
+        while True:
+            call = self.stub(i)()
+            self.calls[wid] = call
+            try:
+                await call.write(pb.WorkerMessage(hello=pb.Register(
+                    worker=info, protocol_version=1)))
+                cmd = await call.read()
+                h = cmd.ack.job.hash
+                await call.write(pb.WorkerMessage(hello=pb.Register(
+                    worker=info, protocol_version=1, job_hash=h, dataset_size=a.samples,
+                    dataset_fingerprint=FINGERPRINT)))
+                interval = max(0.05, cmd.ack.heartbeat_interval_ms / 1000.0)
+                if was_registered:
+                    self.reregistered += 1
+                was_registered, backoff = True, 0.1
+                if not registered.done():
+                    registered.set_result(time.monotonic())
+                reader = asyncio.ensure_future(self.reader(call))
+                # spread the beats of all sessions over the interval
+                last = time.monotonic()
+                nxt = last + interval * (i % 1000) / 1000.0
+                nb = 0
+                while not reader.done():
+                    await asyncio.wait([reader], timeout=max(0, nxt - time.monotonic()))
+                    if reader.done():
+                        break
+                    nb += 1
+                    await call.write(pb.WorkerMessage(heartbeat=pb.Heartbeat(
+                        stats=pb.WorkerStats(batches_built=nb, active_streams=0))))
+                    now = time.monotonic()
+                    self.max_gap = max(self.max_gap, now - last)
+                    last, nxt = now, max(nxt + interval, now)
+                reader.result()  # EOF or a Shutdown: the session is over
+                return
+            except asyncio.CancelledError:
+                call.cancel()
+                raise
+            except Exception as e:  # the coordinator ended the session
+                if not registered.done():
+                    registered.set_exception(e)
+                    return
+                self.ended += 1
+            await asyncio.sleep(backoff)
+            backoff = min(1.0, backoff * 2)
 
     async def reader(self, call):
         import grpc
@@ -221,7 +241,8 @@ class Sessions:
         for c in self.chans:
             await c.close()
         ru = resource.getrusage(resource.RUSAGE_SELF)
-        out({"ev": "bye", "cpu": ru.ru_utime + ru.ru_stime, "lost": self.dropped})
+        out({"ev": "bye", "cpu": ru.ru_utime + ru.ru_stime, "ended": self.ended,
+             "reregistered": self.reregistered, "max_gap": self.max_gap})
 
 
 # ---- role: ranks (join + watch) -----------------------------------------------
@@ -691,6 +712,10 @@ def orchestrate(a):
             except RuntimeError:
                 pass
         res["loadgen_cpu_s"] = sum(b.get("cpu", 0) for b in byes.values())
+        sb = byes.get("sessions", {})
+        res["sessions_ended"] = sb.get("ended")
+        res["reregistered"] = sb.get("reregistered")
+        res["hb_max_gap"] = sb.get("max_gap")
     except RuntimeError as e:
         fails.append(str(e))
     except KeyboardInterrupt:
@@ -748,6 +773,10 @@ def report(res, fails, a):
                      else "whole lists" if all(not e["deltas"] for e in evs) else
                      "both (deltas %d, whole %d)" % (evs[-1]["deltas"], evs[-1]["wholes"])))
     rows += [("workers dropped for heartbeats", str(res.get("hb_drops", "-"))),
+             ("sessions ended by the coordinator / registered again",
+              "%s / %s" % (res.get("sessions_ended", "-"), res.get("reregistered", "-"))),
+             ("longest gap between two heartbeats sent s (the load generator's own)",
+              f("hb_max_gap")),
              ("load generator CPU s (Python)", f("loadgen_cpu_s", "%.1f")),
              ("run time s", f("total_s", "%.0f")),
              ("checks", "passed" if not fails else "FAILED: " + "; ".join(fails))]
