@@ -381,7 +381,7 @@ class Ranks:
         ru = resource.getrusage(resource.RUSAGE_SELF)
         out({"ev": "bye", "cpu": ru.ru_utime + ru.ru_stime,
              "ended": sum(1 for w in self.watchers if w.ended),
-             "ended_how": sorted({w.ended for w in self.watchers if w.ended})[:3]})
+             "ended_how": sorted({w.ended[:120] for w in self.watchers if w.ended})[:3]})
 
     async def expect(self, cmd):
         """Wait (bounded) until every watcher has the change: the first version
@@ -712,6 +712,10 @@ def orchestrate(a):
             except RuntimeError:
                 pass
         res["loadgen_cpu_s"] = sum(b.get("cpu", 0) for b in byes.values())
+        res["watches_ended"] = sum(b.get("ended", 0) for n, b in byes.items()
+                                   if n != "sessions")
+        res["watches_ended_how"] = sorted({h for n, b in byes.items() if n != "sessions"
+                                           for h in b.get("ended_how", [])})[:3]
         sb = byes.get("sessions", {})
         res["sessions_ended"] = sb.get("ended")
         res["reregistered"] = sb.get("reregistered")
@@ -772,7 +776,9 @@ def report(res, fails, a):
                      "deltas" if all(e["deltas"] and not e["wholes"] for e in evs)
                      else "whole lists" if all(not e["deltas"] for e in evs) else
                      "both (deltas %d, whole %d)" % (evs[-1]["deltas"], evs[-1]["wholes"])))
-    rows += [("workers dropped for heartbeats", str(res.get("hb_drops", "-"))),
+    rows += [("watches ended (how)", "%s %s" % (res.get("watches_ended", "-"),
+                                                "; ".join(res.get("watches_ended_how", [])))),
+             ("workers dropped for heartbeats", str(res.get("hb_drops", "-"))),
              ("sessions ended by the coordinator / registered again",
               "%s / %s" % (res.get("sessions_ended", "-"), res.get("reregistered", "-"))),
              ("longest gap between two heartbeats sent s (the load generator's own)",
