@@ -30,7 +30,9 @@ One table row per case:
 
 RSS, threads and descriptors are sampled from /proc every --sample-s. Every
 wait is bounded; a case that runs past --budget-s is killed and its row
-says so; every process is killed and reaped when a case ends, however it
+says so, and so are daemons still up --end-wait-s after the last rank
+(a coordinator that missed some rank's Finish waits for its idle
+timeout); every process is killed and reaped when a case ends, however it
 ends (each runs in its own session with PR_SET_PDEATHSIG).
 
 Usage: grid.py [--bin-dir build/rel] [--grid 16x2,64x8,2x300:input]
@@ -283,9 +285,15 @@ class Case:
             time.sleep(0.1)
         t_end = time.monotonic()
         if not killed:  # every rank finished: the daemons end by themselves
+            end_by = min(deadline, t_end + self.a.end_wait_s)
             for p in [coord] + workers:
-                while p.poll() is None and time.monotonic() < deadline + 30:
+                while p.poll() is None and time.monotonic() < end_by:
                     time.sleep(0.1)
+            if coord.poll() is None:
+                fin = re.findall(r" ranks_finished=(\d+) ", coord.text())
+                self.notes.append("the coordinator had not ended %.0f s after the last rank "
+                                  "(%s/%d ranks finished)" % (self.a.end_wait_s,
+                                                             fin[-1] if fin else "?", n))
         self.stop_sampler.set()
         sampler.join()
         alive = [p.name for p in self.procs if p.poll() is None]
@@ -407,7 +415,7 @@ def print_table(rows, markdown):
             print("| " + " | ".join(r.get(k, "-") for k, _ in COLS) + " | %s |"
                   % r.get("notes", ""))
     else:
-        w = [max(len(h), *(len(r.get(k, "-")) for r in rows)) for k, h in COLS]
+        w = [max([len(h)] + [len(r.get(k, "-")) for r in rows]) for k, h in COLS]
         print("  ".join(h.ljust(x) for (_, h), x in zip(COLS, w)))
         for r in rows:
             print("  ".join(r.get(k, "-").ljust(x) for (k, _), x in zip(COLS, w)))
@@ -435,6 +443,9 @@ def main():
                          "reference (default 4)")
     ap.add_argument("--budget-s", type=int, default=600, help="per case (default 600)")
     ap.add_argument("--sample-s", type=float, default=0.5)
+    ap.add_argument("--end-wait-s", type=float, default=30.0,
+                    help="after the last rank, how long the daemons get to exit (the "
+                         "coordinator ends once every rank finished)")
     ap.add_argument("--coord-opt", action="append", default=[],
                     help="extra coordinator option, e.g. --coord-opt=--heartbeat-misses=5 "
                          "(repeatable)")
@@ -486,6 +497,11 @@ def main():
             except RuntimeError as e:
                 c.failed.append(str(e))
                 c.row["notes"] = "setup failed: %s" % str(e).splitlines()[0]
+            except KeyboardInterrupt:
+                c.failed.append("interrupted")
+                c.row["notes"] = "interrupted"
+                rows.append(c.row)
+                raise
             finally:
                 c.stop_sampler.set()
                 for p in c.procs:
