@@ -50,7 +50,6 @@ import re
 import resource
 import shutil
 import signal
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -647,6 +646,7 @@ def orchestrate(a):
         res["idle_cpu_pct"] = 100 * idle
         version = 0
         events = {"join": [], "leave": []}
+        wid = None  # the extra worker: added, then removed
         for k in range(a.changes):
             for op in ("add", "remove"):
                 c0, t0 = cpu_s(coord.pid), time.monotonic()
