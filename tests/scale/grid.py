@@ -22,7 +22,8 @@ One table row per case:
                 suspect)
   reissued      requests re-issued, summed over the ranks' summary lines
   exits         every process's exit code ("all 0", else the counts)
-  built         workers that built at least one batch / M
+  built         workers that built at least one batch / M (their exit
+                line, else their last stats line)
   verified      sampled ranks that ran with --verify (every batch byte for
                 byte equal to the reference built in-process) and exited 0;
                 every rank checks order and count (stoker-train-loop exits
@@ -344,8 +345,10 @@ class Case:
             t = w.text()
             s = [int(x) for x in re.findall(r" stats state=\w+ streams=(\d+)", t)]
             streams.append(max(s) if s else 0)
-            mm = re.search(r"exiting \(code \d+\): (\d+) batches built", t)
-            built += bool(mm and int(mm.group(1)) > 0)
+            # its exit line, else (killed) its last stats line
+            b = [int(x) for x in re.findall(r"exiting \(code \d+\): (\d+) batches built", t)]
+            b += [int(x) for x in re.findall(r" stats state=\w+ .*? batches_built=(\d+) ", t)]
+            built += bool(b and max(b) > 0)
         row["streams"] = med_max(streams)
         row["rank_mb"] = med_max([r.rss / MIB for r in ranks], "%.1f")
         row["rank_thr"] = med_max([r.threads for r in ranks])
