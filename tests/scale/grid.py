@@ -182,8 +182,8 @@ class Case:
     def bin(self, name):
         return self.a.bins[name]
 
-    def spawn(self, kind, name, argv):
-        p = Proc(kind, name, argv, self.path(name + ".log"))
+    def spawn(self, kind, name, argv, env=None):
+        p = Proc(kind, name, argv, self.path(name + ".log"), env)
         self.procs.append(p)
         return p
 
@@ -254,7 +254,7 @@ class Case:
             if r in verify:
                 argv.append("--verify")
             ranks.append(self.spawn("rank", "rank%d" % r, ["/bin/sh", "-c", GATE_SH, gate]
-                                    + argv))
+                                    + argv + a.rank_opt, env=a.rank_env))
         t_spawn = time.monotonic() - ts
         # open the gate: one line per rank, held open until every rank has
         # exec'd (a shell that opens the FIFO late still finds its line)
@@ -454,6 +454,11 @@ def main():
                          "(repeatable)")
     ap.add_argument("--worker-opt", action="append", default=[],
                     help="extra worker option (repeatable)")
+    ap.add_argument("--rank-opt", action="append", default=[],
+                    help="extra stoker-train-loop option (repeatable)")
+    ap.add_argument("--rank-env", action="append", default=[],
+                    help="NAME=VALUE in the ranks' environment, e.g. "
+                         "--rank-env STOKER_WORKING_SET=8 (repeatable)")
     ap.add_argument("--markdown", action="store_true", help="print a markdown table")
     ap.add_argument("--keep", action="store_true", help="keep the logs")
     ap.add_argument("--check", action="store_true",
@@ -467,6 +472,14 @@ def main():
         cases.append((int(mm.group(1)), int(mm.group(2)), bool(mm.group(3))))
     a.coord_opt = [x for o in a.coord_opt for x in o.split("=", 1)]
     a.worker_opt = [x for o in a.worker_opt for x in o.split("=", 1)]
+    a.rank_opt = [x for o in a.rank_opt for x in o.split("=", 1)]
+    env = dict(os.environ)
+    for kv in a.rank_env:
+        if "=" not in kv:
+            ap.error("--rank-env wants NAME=VALUE, not %r" % kv)
+        k, v = kv.split("=", 1)
+        env[k] = v
+    a.rank_env = env if a.rank_env else None
     bd = os.path.abspath(a.bin_dir)
     a.bins = {"coordinator": os.path.join(bd, "server", "stoker-coordinator"),
               "worker": os.path.join(bd, "server", "stoker-worker"),
@@ -482,6 +495,12 @@ def main():
     need = max(n * 1 + m for n, m, _ in cases) + 64
     if hard < need:
         say("RLIMIT_NOFILE hard limit %d may be short of ~%d" % (hard, need))
+    # what these binaries have (the table is the same either way)
+    helps = {k: subprocess.run([b, "--help"], capture_output=True, text=True).stdout
+             for k, b in a.bins.items()}
+    say("features: coordinator --heartbeat-lapse-s %s; stoker-train-loop first-batch line "
+        "%s" % ("yes" if "--heartbeat-lapse-s" in helps["coordinator"] else "no",
+                "(seen in the rows: '-' when absent)"))
     tmp = tempfile.mkdtemp(prefix="stoker-grid.")
     say("bin dir %s; logs in %s; %s" % (bd, tmp, ", ".join(
         "%dx%d%s" % (n, m, ":input" if i else "") for n, m, i in cases)))
