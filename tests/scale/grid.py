@@ -7,7 +7,8 @@ max(100, N) ms (none for an input-bound case), every rank started at once.
 One table row per case:
 
   joined / first / wall  seconds from the start of the ranks until every
-                rank had joined (the coordinator's log), had its first
+                rank had joined (its open returned, from its "first batch"
+                line; else the coordinator's log), had its first
                 batch (the ranks' "first batch" line; '-' when this
                 stoker-train-loop does not print it) and had exited
   coord MB      the coordinator's largest RSS
@@ -319,18 +320,24 @@ class Case:
                 t = log_time(line)
                 if t is not None:
                     joins[int(mm.group(1))] = t - wall0
-        first = {}
+        first, opened = {}, {}
         summary = {}
         for i, r in enumerate(ranks):
             text = r.text()
-            mm = re.search(r"first batch [\d.]+ s after open began .*monotonic ([\d.]+)\)",
-                           text)
+            mm = re.search(r"first batch ([\d.]+) s after open began \(open took ([\d.]+) s; "
+                           r"monotonic ([\d.]+)\)", text)
             if mm:
-                first[i] = float(mm.group(1)) - t0
+                after, took, mono = (float(x) for x in mm.groups())
+                first[i] = mono - t0
+                opened[i] = mono - after + took - t0  # when its open (the join) returned
             mm = re.search(r"summary rank \d+: batches (\d+).*reissued (\d+)\s+duplicates "
                            r"(\d+).*verify_failures (\d+).*order_failures (\d+)", text)
             if mm:
                 summary[i] = [int(x) for x in mm.groups()]
+        # joined: when the last rank's open returned (its own line), else the
+        # coordinator's last "rank R joined" line
+        if len(opened) == n:
+            joins = opened
         row["joined"] = "%.2f" % max(joins.values()) if len(joins) == n else \
             "%d/%d" % (len(joins), n)
         row["first"] = "%.2f" % max(first.values()) if len(first) == n else \
