@@ -35,7 +35,7 @@ without them to show what the defaults do), and a long --watch-lease-s so
 no watch ends during the run.
 
 Usage: loadgen.py [--bin-dir build/rel] [--ranks 10000] [--workers 1000]
-                  [--conns 8] [--procs 2] [--changes 2] [--no-deltas]
+                  [--conns 4] [--procs 2] [--changes 2] [--no-deltas]
                   [--check] [--markdown]
 --check exits 1 unless every join was admitted, every watcher saw every
 change, no delta broke its chain and no worker was dropped (counts, never
@@ -812,7 +812,8 @@ def main():
     ap.add_argument("--procs", type=int, default=2, help="processes playing the ranks")
     ap.add_argument("--inflight", type=int, default=512, help="joins in flight per process")
     ap.add_argument("--changes", type=int, default=2, help="worker join+leave pairs")
-    ap.add_argument("--no-deltas", action="store_true", help="watch without takes_deltas")
+    ap.add_argument("--deltas", action=argparse.BooleanOptionalAction, default=True,
+                    help="watch with takes_deltas (default); --no-deltas: whole lists")
     ap.add_argument("--full-sample", type=int, default=8,
                     help="watchers per process that apply every message to a full list")
     ap.add_argument("--idle-s", type=float, default=3.0, help="idle CPU measurement")
@@ -833,6 +834,7 @@ def main():
     for k in ("samples", "world", "first-rank", "count"):
         ap.add_argument("--" + k, type=int, help=argparse.SUPPRESS)
     a = ap.parse_args()
+    a.no_deltas = not a.deltas
     a.coord_opt = [x for o in a.coord_opt for x in o.split("=", 1)]
     if a.role:
         return role_main(a)
