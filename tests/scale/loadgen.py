@@ -95,6 +95,11 @@ def gen_protos(proto_dir, out):
     sys.path.insert(0, out)
 
 
+def cpu_self():
+    ru = resource.getrusage(resource.RUSAGE_SELF)
+    return ru.ru_utime + ru.ru_stime
+
+
 def out(obj):
     sys.stdout.write(json.dumps(obj) + "\n")
     sys.stdout.flush()
@@ -368,7 +373,7 @@ class Ranks:
                 # the reference: a watch of whole lists (no deltas)
                 self.ref = Watcher(a.my_ranks[0], False, True)
                 self.tasks.append(asyncio.ensure_future(self.watch_one(0, self.ref, 0)))
-                out({"ev": "watching", "n": len(self.watchers) + 1})
+                out({"ev": "watching", "n": len(self.watchers) + 1, "cpu": cpu_self()})
             elif c == "expect":
                 out(await self.expect(cmd))
             elif c == "quit":
@@ -424,7 +429,7 @@ class Ranks:
                 "breaks": sum(w.breaks for w in self.watchers),
                 "deltas": sum(w.deltas for w in self.watchers),
                 "wholes": sum(w.wholes for w in self.watchers),
-                "ended": sum(1 for w in self.watchers if w.ended)}
+                "ended": sum(1 for w in self.watchers if w.ended), "cpu": cpu_self()}
 
 
 def role_main(a):
@@ -621,7 +626,9 @@ def orchestrate(a):
         cpu0, t = cpu_s(coord.pid), time.monotonic()
         for c in rk:
             c.send(cmd="watch")
-        nwatch = sum(c.get(deadline - time.monotonic())["n"] for c in rk)
+        ws = [c.get(deadline - time.monotonic()) for c in rk]
+        nwatch = sum(w["n"] for w in ws)
+        lg_cpu = sum(w["cpu"] for w in ws)  # the watchers' processes, to date
         seen = {"n": -1, "since": time.monotonic()}
 
         def all_watching():
@@ -675,7 +682,9 @@ def orchestrate(a):
                     continue
                 version = max(r["version"] for r in rs)
                 d = [x for r in rs for x in r["delays"]]
+                cpu_now = sum(r["cpu"] for r in rs)
                 e = {"delays": d, "bytes": sum(r["bytes"] for r in rs),
+                     "lg_cpu": cpu_now - lg_cpu,
                      "msgs": sum(r["msgs"] for r in rs),
                      "missing": sum(r["missing"] for r in rs), "cpu": cpu,
                      "window": t1 - t0,
@@ -685,6 +694,7 @@ def orchestrate(a):
                      "deltas": sum(r["deltas"] for r in rs),
                      "wholes": sum(r["wholes"] for r in rs),
                      "ended": sum(r["ended"] for r in rs)}
+                lg_cpu = cpu_now
                 events["join" if op == "add" else "leave"].append(e)
                 if e["missing"]:
                     fails.append("%s %s: %d watchers never got it" % (op, wid, e["missing"]))
@@ -776,6 +786,8 @@ def report(res, fails, a):
                      ", ".join("%d (%d)" % (e["bytes"], e["msgs"]) for e in evs)))
         rows.append(("worker %s: every watcher has it p50/p99/max s" % kind,
                      "%.3f / %.3f / %.3f" % (pctl(d, .5), pctl(d, .99), max(d))))
+        rows.append(("worker %s: the watchers' own CPU (Python receive) s" % kind,
+                     ", ".join("%.2f" % e["lg_cpu"] for e in evs)))
         rows.append(("worker %s: sent as" % kind,
                      "deltas" if all(e["deltas"] and not e["wholes"] for e in evs)
                      else "whole lists" if all(not e["deltas"] for e in evs) else
