@@ -270,6 +270,12 @@ class Ranks:
         self.watchers = []
         self.job_hash = 0
         self.join_lists = {}  # rank -> {worker id: address} from its Join (sampled ranks)
+        # expect(): the version awaited and the watchers still below it, counted
+        # down on receipt (no polling of every watcher: it would eat the CPU
+        # the receive needs)
+        self.target, self.behind = 1 << 64, 0
+        self.caught_up = asyncio.Event()
+        self.ref = None
 
     def join_stub(self, i):
         return self.chans[i % len(self.chans)].unary_unary(
@@ -333,6 +339,10 @@ class Ranks:
                         w.state[e.worker_id] = e.address
                     for r in full.removed:
                         w.state.pop(r, None)
+                if w is not self.ref and w.cur < self.target <= m.version:
+                    self.behind -= 1  # one more watcher has the awaited version
+                    if self.behind == 0:
+                        self.caught_up.set()
                 w.cur = m.version
             w.ended = "OK"
         except grpc.aio.AioRpcError as e:
@@ -403,10 +413,16 @@ class Ranks:
             await asyncio.sleep(0.005)
         if version is None:
             return {"ev": "expect", "version": None, "missing": len(self.watchers)}
-        while time.monotonic() < deadline:
-            if all(w.cur >= version for w in self.watchers):
-                break
-            await asyncio.sleep(0.005)
+        self.caught_up.clear()
+        self.behind = sum(1 for w in self.watchers if w.cur < version)
+        self.target = version
+        if self.behind:
+            try:
+                await asyncio.wait_for(self.caught_up.wait(),
+                                       max(0.1, deadline - time.monotonic()))
+            except asyncio.TimeoutError:
+                pass
+        self.target = 1 << 64
         delays, nbytes, missing, msgs = [], 0, 0, 0
         for w in self.watchers:
             got = None
