@@ -672,7 +672,7 @@ def orchestrate(a):
         res["idle_cpu_pct"] = 100 * idle
         version = 0
         events = {"join": [], "leave": []}
-        wid = None  # the extra worker: added, then removed
+        wid, seen_add = None, False  # the extra worker: added, then removed
         for k in range(a.changes):
             for op in ("add", "remove"):
                 c0, t0 = cpu_s(coord.pid), time.monotonic()
@@ -684,6 +684,13 @@ def orchestrate(a):
                 if ev.get("error"):
                     raise RuntimeError("extra worker: %s" % ev["error"])
                 wid = ev["id"]
+                if op == "remove" and not seen_add:
+                    # its arrival was never seen: its absence says nothing
+                    fails.append("remove %s: not measured (its join never reached the "
+                                 "watchers)" % wid)
+                    events["leave"].append(None)
+                    time.sleep(1)
+                    continue
                 for c in rk:
                     c.send(cmd="expect", op=op, id=wid, t=ev["t"], after=version,
                            timeout=min(60, deadline - time.monotonic()))
@@ -692,6 +699,7 @@ def orchestrate(a):
                 time.sleep(0.3)  # whatever the change still costs after the last arrival
                 cpu = cpu_s(coord.pid) - c0 - idle * (time.monotonic() - t0)
                 rss_max[0] = max(rss_max[0], rss_mb(coord.pid))
+                seen_add = op == "add" and all(r["version"] is not None for r in rs)
                 if any(r["version"] is None for r in rs):
                     fails.append("%s %s: the sampled watchers never saw it" % (op, wid))
                     events["join" if op == "add" else "leave"].append(None)
@@ -712,6 +720,10 @@ def orchestrate(a):
                      "ended": sum(r["ended"] for r in rs)}
                 lg_cpu = cpu_now
                 events["join" if op == "add" else "leave"].append(e)
+                if d and min(d) < 0:
+                    fails.append("%s %s: %d watchers had it before it was made (the "
+                                 "measurement is confused)" % (op, wid,
+                                                               sum(1 for x in d if x < 0)))
                 if e["missing"]:
                     fails.append("%s %s: %d watchers never got it" % (op, wid, e["missing"]))
                 if e["breaks"]:
