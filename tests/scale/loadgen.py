@@ -9,7 +9,8 @@ by protoc at run time):
   workers   --workers Coordinator.WorkerSession streams, each registering
             like stoker-worker (hello, RegisterAck, second hello with the
             job hash and dataset size; a fake address on 127.0.0.1), then
-            heartbeating every interval the coordinator asks for
+            heartbeating every interval the coordinator asks for; a session
+            the coordinator ends registers again within about a second
   ranks     --ranks Join calls, then one WatchWorkers stream per rank
             (re-announcing like libstoker: job hash, client id; with
             takes_deltas unless --no-deltas)
@@ -37,9 +38,11 @@ no watch ends during the run.
 Usage: loadgen.py [--bin-dir build/rel] [--ranks 10000] [--workers 1000]
                   [--conns 4] [--procs 2] [--changes 2] [--no-deltas]
                   [--check] [--markdown]
---check exits 1 unless every join was admitted, every watcher saw every
-change, no delta broke its chain and no worker was dropped (counts, never
-durations). Exit 0 done (--check: passed), 1 a check failed, 2 setup error.
+--check exits 1 unless every join was admitted, every watch started and
+none ended, every watcher saw every change, no delta broke its chain, the
+delta-applied lists equal the whole list and no worker was dropped
+(counts, never durations). Exit 0 done (--check: passed), 1 a check
+failed, 2 setup error, 77 skipped (no grpcio, protobuf or protoc).
 """
 import argparse
 import asyncio
