@@ -3,7 +3,8 @@
 run; tests/scale/README.md): for each N x M, one stoker-coordinator, M
 single-thread stoker-workers and N stoker-train-loop ranks on 127.0.0.1,
 a synthetic job of 8x8 images in batches of 4 and a simulated step of
-max(100, N) ms (none for an input-bound case), every rank started at once.
+max(100, N) ms (none for an input-bound case, which runs --input-steps),
+every rank started at once.
 One table row per case:
 
   joined / first / wall  seconds from the start of the ranks until every
@@ -29,6 +30,10 @@ One table row per case:
                 byte equal to the reference built in-process) and exited 0;
                 every rank checks order and count (stoker-train-loop exits
                 non-zero otherwise), so all exits 0 = exactly once, in order
+  notes         how long the ranks took to spawn and to pass the gate,
+                ranks whose Finish failed, duplicates the clients dropped
+                (hedged or re-issued requests answered twice), processes
+                still running at the end (killed)
 
 RSS, threads and descriptors are sampled from /proc every --sample-s. Every
 wait is bounded; a case that runs past --budget-s is killed and its row
