@@ -279,7 +279,7 @@ class Case:
                         pass
                 if not waiting:
                     break
-                time.sleep(0.01)
+                time.sleep(0.05)  # light: the ranks are joining meanwhile
         finally:
             os.close(gfd)
         self.notes.append("ranks spawned in %.1f s, released at once (all exec'd %.2f s "
