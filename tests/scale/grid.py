@@ -457,7 +457,8 @@ def main():
                     help="ranks (spread over 0..N-1) that compare every batch with the "
                          "reference (default 4)")
     ap.add_argument("--budget-s", type=int, default=600, help="per case (default 600)")
-    ap.add_argument("--sample-s", type=float, default=0.5)
+    ap.add_argument("--sample-s", type=float, default=1.0,
+                    help="/proc sampling period (default 1 s: ~0.1 ms a process each time)")
     ap.add_argument("--end-wait-s", type=float, default=30.0,
                     help="after the last rank, how long the daemons get to exit (the "
                          "coordinator ends once every rank finished)")
