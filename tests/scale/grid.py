@@ -194,9 +194,11 @@ class Case:
         return p
 
     def sampler(self):
-        while not self.stop_sampler.wait(self.a.sample_s):
+        while True:
             for p in list(self.procs):
                 p.sample()
+            if self.stop_sampler.wait(self.a.sample_s):
+                return
 
     def wait_port(self, p, pf, deadline):
         while time.monotonic() < deadline:
@@ -457,8 +459,8 @@ def main():
                     help="ranks (spread over 0..N-1) that compare every batch with the "
                          "reference (default 4)")
     ap.add_argument("--budget-s", type=int, default=600, help="per case (default 600)")
-    ap.add_argument("--sample-s", type=float, default=1.0,
-                    help="/proc sampling period (default 1 s: ~0.1 ms a process each time)")
+    ap.add_argument("--sample-s", type=float, default=0.5,
+                    help="/proc sampling period (default 0.5 s; ~0.1 ms of CPU a process each time)")
     ap.add_argument("--end-wait-s", type=float, default=30.0,
                     help="after the last rank, how long the daemons get to exit (the "
                          "coordinator ends once every rank finished)")
