@@ -419,7 +419,8 @@ class Case:
 COLS = [("case", "N x M"), ("joined", "joined s"), ("first", "first batch s"),
         ("wall", "wall s"), ("coord_mb", "coord MB"), ("worker_mb", "worker MB"),
         ("worker_fds", "worker fds"), ("streams", "streams/worker"),
-        ("rank_mb", "rank MB"), ("rank_thr", "rank threads"), ("rank_fds", "rank fds"), ("drops", "hb drops"),
+        ("rank_mb", "rank MB"), ("rank_thr", "rank threads"), ("rank_fds", "rank fds"),
+        ("drops", "hb drops"),
         ("reissued", "reissued"), ("exits", "exits"), ("built", "workers built"),
         ("verified", "verified")]
 
@@ -460,7 +461,8 @@ def main():
                          "reference (default 4)")
     ap.add_argument("--budget-s", type=int, default=600, help="per case (default 600)")
     ap.add_argument("--sample-s", type=float, default=0.5,
-                    help="/proc sampling period (default 0.5 s; ~0.1 ms of CPU a process each time)")
+                    help="/proc sampling period (default 0.5 s; ~0.1 ms of CPU a process "
+                         "each time)")
     ap.add_argument("--end-wait-s", type=float, default=30.0,
                     help="after the last rank, how long the daemons get to exit (the "
                          "coordinator ends once every rank finished)")
