@@ -84,11 +84,10 @@ static uint32_t expected_set(uint64_t hash, uint32_t r, const wk *w, int n, int 
  * (nw of them; the last one started only once every rank is streaming
  * when late_port_of is set). Returns 0 when every check passed. */
 static int run_job(const char *name, int nw, int late) {
-  const char *job[] = {"--set", "num_samples=480", "--set", "batch_size=4",
-                       "--set", "height=8",        "--set", "width=8",
-                       "--set", "world_size=3",    "--set", "epochs=1",
-                       "--set", "seed=11",         "--set", "synthetic_cost_us=500",
-                       NULL};
+  const char *job[] = {
+      "--set", "num_samples=480", "--set", "batch_size=4",          "--set", "height=8",
+      "--set", "width=8",         "--set", "world_size=3",          "--set", "epochs=1",
+      "--set", "seed=11",         "--set", "synthetic_cost_us=500", NULL};
   int failures_before = check_failures;
   stk_proc p[1 + NW + 1];
   memset(p, 0, sizeof(p));
@@ -156,7 +155,8 @@ static int run_job(const char *name, int nw, int late) {
       }
       CHECK(seen);
     }
-    for (uint32_t i = 0; i < NR; i++) __atomic_store_n(&r[i].release, 1, __ATOMIC_RELEASE);
+    for (uint32_t i = 0; i < NR; i++)
+      __atomic_store_n(&r[i].release, 1, __ATOMIC_RELEASE);
   }
   /* While the ranks run: no live stream outside a rank's set. */
   int outside = 0;
@@ -201,7 +201,8 @@ static int run_job(const char *name, int nw, int late) {
     for (int k = 0; k < n; k++) {
       int wi = worker_index(&r[i].stats, ports[k]);
       uint64_t b = wi >= 0 ? r[i].stats.workers[wi].batches : 0;
-      fprintf(stderr, " :%d%s=%llu", ports[k], in[i][k] ? "*" : "", (unsigned long long)b);
+      fprintf(stderr, " :%d%s=%llu", ports[k], in[i][k] ? "*" : "",
+              (unsigned long long)b);
       total += b;
       if (b) built[k] = 1;
       /* batches come from the set; in the late job a rank's first 5 steps

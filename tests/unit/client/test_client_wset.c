@@ -33,7 +33,8 @@ static uint64_t wid(int i) {
 /* Rank r's set over workers ids[0..m) with cores[]: in[i] = 1 if i is in
  * it (the top k, plus every worker r covers). Returns its size. */
 static uint32_t rank_set(uint64_t job, uint32_t r, uint32_t world, const uint64_t *ids,
-                         const uint32_t *cores, uint32_t m, uint32_t k, unsigned char *in) {
+                         const uint32_t *cores, uint32_t m, uint32_t k,
+                         unsigned char *in) {
   double *score = calloc(m ? m : 1, sizeof(*score));
   uint32_t *top = calloc(k ? k : 1, sizeof(*top));
   if (!score || !top) {
@@ -126,7 +127,8 @@ static void test_stability(void) {
   uint64_t ids[M + 1];
   for (int i = 0; i <= M; i++) ids[i] = wid(i);
   /* coverage left out (world = 1 would cover everything): the HRW part */
-  unsigned char *before = malloc((size_t)N * (M + 1)), *after = malloc((size_t)N * (M + 1));
+  unsigned char *before = malloc((size_t)N * (M + 1)),
+                *after = malloc((size_t)N * (M + 1));
   int moved = 0, bad = 0;
   for (uint32_t r = 0; r < N; r++) {
     unsigned char *b = before + (size_t)r * (M + 1), *a = after + (size_t)r * (M + 1);
@@ -147,8 +149,9 @@ static void test_stability(void) {
     if (!a[M] || out != 1) bad++;
   }
   double expect = (double)N * K / (M + 1);
-  printf("stability: a worker joining %d workers moved %d of %d ranks (N*k/(M+1) = %.1f)\n",
-         M, moved, N, expect);
+  printf(
+      "stability: a worker joining %d workers moved %d of %d ranks (N*k/(M+1) = %.1f)\n",
+      M, moved, N, expect);
   CHECK(bad == 0);
   CHECK(moved > 0.6 * expect && moved < 1.4 * expect);
   /* leaving: removing worker 0 changes only the ranks that had it */
@@ -174,7 +177,7 @@ static void test_stability(void) {
 }
 
 static void test_coverage(void) {
-  static const uint32_t cases[][3] = {{2, 300, 8},   {512, 32, 8}, {3, 6, 2},
+  static const uint32_t cases[][3] = {{2, 300, 8},     {512, 32, 8}, {3, 6, 2},
                                       {1000, 1000, 8}, {64, 1, 8},   {1, 5, 2}};
   for (size_t c = 0; c < sizeof(cases) / sizeof(cases[0]); c++) {
     uint32_t n = cases[c][0], m = cases[c][1], k = cases[c][2];
@@ -191,9 +194,10 @@ static void test_coverage(void) {
     }
     uint32_t covered = 0;
     for (uint32_t i = 0; i < m; i++) covered += any[i];
-    printf("coverage: N=%u M=%u k=%u: %u/%u workers in some set; set size mean %.1f, "
-           "max %u\n",
-           n, m, k, covered, m, (double)total / n, maxsize);
+    printf(
+        "coverage: N=%u M=%u k=%u: %u/%u workers in some set; set size mean %.1f, "
+        "max %u\n",
+        n, m, k, covered, m, (double)total / n, maxsize);
     CHECK(covered == m);
     free(ids);
     free(in);
