@@ -24,9 +24,9 @@
  *
  * The policy (stk__workers_tick, the scheduler thread, every 250 ms):
  * - grow: when the caller stalled in next() (over 1% of the last tick)
- *   while every member has a live stream with requests outstanding, the
- *   set takes the next worker in HRW order, at most once a second, up to
- *   working_set_max;
+ *   while every member with a live stream is busy (requests outstanding,
+ *   or a batch done during that tick), the set takes the next worker in
+ *   HRW order, at most once a second, up to working_set_max;
  * - shrink: after 10 s with the stall under 1% in every tick, it gives one
  *   grown worker back (the lowest scored), one per 10 s, down to k;
  *   coverage workers are never given back;
@@ -470,7 +470,12 @@ void stk__workers_tick(stk_client *c, int64_t now) {
     stk__worker *w = ws->table[i];
     if (!w->used || w->local || w->wset == WSET_OUT) continue;
     members += w->alive ? 1 : 0;
-    busy += w->alive && w->outstanding > 0 ? 1 : 0;
+    /* busy: requests outstanding now, or a batch done since the last tick
+     * (a member idle only because the pool waits for another's step) */
+    busy +=
+        w->alive && (w->outstanding > 0 || (span > 0 && w->last_done_ns >= now - span))
+            ? 1
+            : 0;
     if (w->alive) w->down_since_ns = 0;
     else if (!w->down_since_ns) w->down_since_ns = now;
     else if (w->wset == WSET_HRW && now - w->down_since_ns > DOWN_REPLACE_NS &&
@@ -490,8 +495,9 @@ void stk__workers_tick(stk_client *c, int64_t now) {
   ws->wset_stall_ns = c->api.stall_ns;
   int stalled = span > 0 && (double)stall > STALL_FRACTION * (double)span;
   if (stalled || !ws->wset_calm_ns) ws->wset_calm_ns = now;
-  if (stalled && members && busy == members && ws->wset_size < ws->wset_max &&
-      hrw < eligible_n && now - ws->wset_changed_ns >= GROW_EVERY_NS) {
+  if (stalled && members && busy == members &&
+      ws->wset_k + ws->wset_extra < ws->wset_max && hrw < eligible_n &&
+      now - ws->wset_changed_ns >= GROW_EVERY_NS) {
     ws->wset_extra++;
     ws->wset_changed_ns = now;
     recompute = 1;

@@ -163,10 +163,11 @@ int main(void) {
   }
   int d2 = 0, w2 = 0;
   fakecoord_watch_counts(&d2, &w2);
-  printf("steps %llu, batches by good-b %llu, listed %u, working set %u, watches %d "
-         "(whole lists asked %d)\n",
-         (unsigned long long)step, (unsigned long long)by_b, s.workers_listed,
-         s.working_set, d2, w2);
+  printf(
+      "steps %llu, batches by good-b %llu, listed %u, working set %u, watches %d "
+      "(whole lists asked %d)\n",
+      (unsigned long long)step, (unsigned long long)by_b, s.workers_listed, s.working_set,
+      d2, w2);
   CHECK_EQ_U64(step, STEPS);
   CHECK(by_b > 0);
   CHECK_EQ_U64(s.working_set, 2);
