@@ -477,21 +477,26 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   o->device_convert = (uint32_t)stk__cuda_kernel(c);
   o->working_set = c->workers.wset_size;
   o->workers_listed = c->workers.listed;
-  for (uint32_t i = 0; i < c->workers.n; i++) {
-    const stk__worker *w = c->workers.table[i];
-    if (!w->used) continue; /* an entry free for reuse */
-    if (o->nworkers < STK_MAX_WORKER_STATS) {
-      stk_worker_stats *ws = &o->workers[o->nworkers++];
-      size_t al = strnlen(w->address, sizeof(ws->address) - 1);
-      memcpy(ws->address, w->address, al);
-      ws->address[al] = 0;
-      ws->batches = w->batches;
-      ws->bytes = w->bytes;
-      ws->batches_per_s = w->rate;
-      ws->outstanding = w->outstanding;
-      ws->alive = (uint32_t)w->alive;
+  /* The workers this rank streams from (or did) first, then the others
+   * it knows: with hundreds listed, the 32 rows show the ones that serve. */
+  for (uint32_t pass = 0; pass < 2; pass++)
+    for (uint32_t i = 0; i < c->workers.n; i++) {
+      const stk__worker *w = c->workers.table[i];
+      if (!w->used) continue; /* an entry free for reuse */
+      int serving = w->local || w->wset || w->alive || w->batches || w->outstanding;
+      if (serving != (pass == 0)) continue;
+      if (o->nworkers < STK_MAX_WORKER_STATS) {
+        stk_worker_stats *ws = &o->workers[o->nworkers++];
+        size_t al = strnlen(w->address, sizeof(ws->address) - 1);
+        memcpy(ws->address, w->address, al);
+        ws->address[al] = 0;
+        ws->batches = w->batches;
+        ws->bytes = w->bytes;
+        ws->batches_per_s = w->rate;
+        ws->outstanding = w->outstanding;
+        ws->alive = (uint32_t)w->alive;
+      }
     }
-  }
   uint32_t alive = used_alive(c);
   o->workers_alive = alive;
   o->coordinator_watching = (uint32_t)c->coord.watching;

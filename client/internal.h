@@ -161,9 +161,13 @@ typedef struct stk__worker {
   uint32_t crc_streak;     /* consecutive batches with a bad crc32c */
   int late;                /* has a request older than its hedge threshold */
   int64_t hedge_after_ns;  /* sched.c's hedge_scan scratch (-1 = not yet) */
-  int64_t lat_ns[STK__LAT_SAMPLES]; /* recent issue-to-complete latencies */
+  /* lat_ns[STK__LAT_SAMPLES] and abandoned[STK__MAX_PER_WORKER]: one block
+   * that workers.c allocates when the entry's runner first starts (so a
+   * listed worker outside the working set costs no room for them) and
+   * frees with the entry; nobody touches them before (no request). */
+  int64_t *lat_ns; /* recent issue-to-complete latencies */
   uint32_t nlat, lat_pos;
-  uint64_t abandoned[STK__MAX_PER_WORKER]; /* losing copies still coming */
+  uint64_t *abandoned; /* losing copies still coming */
   uint32_t nabandoned;
 } stk__worker;
 

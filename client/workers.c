@@ -78,11 +78,26 @@ int stk__workers_init(stk_client *c) {
   return 0;
 }
 
-/* Free entry w's strings. */
+/* Free entry w's strings and its load block. */
 static void entry_strings_free(stk__worker *w) {
   free(w->id);
   free(w->address);
+  free(w->lat_ns); /* the block that holds abandoned[] too */
   w->id = w->address = NULL;
+  w->lat_ns = NULL;
+  w->abandoned = NULL;
+}
+
+/* Under mu: w's latency and abandoned-copy arrays, allocated at its first
+ * runner (one block). 0, or -1 when out of memory. */
+static int entry_load_alloc(stk__worker *w) {
+  if (w->lat_ns) return 0;
+  int64_t *b = calloc(
+      1, STK__LAT_SAMPLES * sizeof(int64_t) + STK__MAX_PER_WORKER * sizeof(uint64_t));
+  if (!b) return -1;
+  w->lat_ns = b;
+  w->abandoned = (uint64_t *)(b + STK__LAT_SAMPLES);
+  return 0;
 }
 
 void stk__workers_free(stk_client *c) {
@@ -184,7 +199,7 @@ static void runner_ensure(stk_client *c, stk__worker *w) {
     pthread_join(w->thread, NULL);
     w->thread_started = 0;
   }
-  if (!w->thread_started) stk__stream_start(w);
+  if (!w->thread_started && !entry_load_alloc(w)) stk__stream_start(w);
 }
 
 /* Under mu: 1 if this client dropped a worker with this id before. */
@@ -249,6 +264,7 @@ void stk__workers_reclaim(stk_client *c, uint32_t keep) {
 /* Under mu: entry w made ready for a new worker (send_mu stays initialised
  * for the entry's life: stk__workers_free destroys it). */
 static void entry_reset(stk_client *c, stk__worker *w, uint32_t i) {
+  entry_strings_free(w);
   pthread_mutex_destroy(&w->send_mu);
   memset(w, 0, sizeof(*w));
   pthread_mutex_init(&w->send_mu, NULL);
@@ -330,7 +346,7 @@ int stk__worker_add(stk_client *c, const char *id, const char *address,
   ticket_set(w, ticket);
   if (local) {
     w->alive = 1;
-    if (!c->stopping) local_start(w);
+    if (!c->stopping && !entry_load_alloc(w)) local_start(w);
   }
   return w->idx;
 }
