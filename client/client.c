@@ -72,6 +72,12 @@ static int check_config(const stk_client_config *cfg, int local, char *err,
                      "cfg.device must be STK_DEVICE_CPU or STK_DEVICE_CUDA");
   if (cfg->convert < STK_CONVERT_NONE || cfg->convert > STK_CONVERT_BFLOAT16)
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg.convert is unknown");
+  if (cfg->working_set > 1024 || cfg->working_set_max > 1024)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.working_set and cfg.working_set_max must be at most 1024");
+  if (cfg->working_set_max && cfg->working_set_max < cfg->working_set)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "cfg.working_set_max must be 0 or >= cfg.working_set");
   if (cfg->resume_state && cfg->resume_len == 0)
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                      "cfg.resume_state given with resume_len 0");
@@ -233,7 +239,7 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   st = stk__ring_init(c, err, errlen);
   if (st) goto fail;
   pthread_mutex_lock(&c->mu);
-  if (local) stk__worker_add(c, "local", "in-process", NULL, 1);
+  if (local) stk__worker_add(c, "local", "in-process", NULL, 1, 1);
   pthread_mutex_unlock(&c->mu);
   if (stk__sched_start(c) || stk__copy_start(c) || (!local && stk__watch_start(c))) {
     stk_client_close(c); /* threads may run: the full close */
@@ -432,7 +438,7 @@ static double stall_fraction(const stk_client *c, int64_t *span_out) {
 static uint32_t used_alive(const stk_client *c) {
   uint32_t alive = 0;
   for (uint32_t i = 0; i < c->workers.n; i++) {
-    const stk__worker *w = &c->workers.table[i];
+    const stk__worker *w = c->workers.table[i];
     if (w->used) alive += w->alive ? 1 : 0;
   }
   return alive;
@@ -469,21 +475,28 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   o->hedges_won = c->pool.hedges_won;
   o->hedge_dropped = c->pool.hedge_dropped;
   o->device_convert = (uint32_t)stk__cuda_kernel(c);
-  for (uint32_t i = 0; i < c->workers.n; i++) {
-    const stk__worker *w = &c->workers.table[i];
-    if (!w->used) continue; /* an entry free for reuse */
-    if (o->nworkers < STK_MAX_WORKER_STATS) {
-      stk_worker_stats *ws = &o->workers[o->nworkers++];
-      size_t al = strnlen(w->address, sizeof(ws->address) - 1);
-      memcpy(ws->address, w->address, al);
-      ws->address[al] = 0;
-      ws->batches = w->batches;
-      ws->bytes = w->bytes;
-      ws->batches_per_s = w->rate;
-      ws->outstanding = w->outstanding;
-      ws->alive = (uint32_t)w->alive;
+  o->working_set = c->workers.wset_size;
+  o->workers_listed = c->workers.listed;
+  /* The workers this rank streams from (or did) first, then the others
+   * it knows: with hundreds listed, the 32 rows show the ones that serve. */
+  for (uint32_t pass = 0; pass < 2; pass++)
+    for (uint32_t i = 0; i < c->workers.n; i++) {
+      const stk__worker *w = c->workers.table[i];
+      if (!w->used) continue; /* an entry free for reuse */
+      int serving = w->local || w->wset || w->alive || w->batches || w->outstanding;
+      if (serving != (pass == 0)) continue;
+      if (o->nworkers < STK_MAX_WORKER_STATS) {
+        stk_worker_stats *ws = &o->workers[o->nworkers++];
+        size_t al = strnlen(w->address, sizeof(ws->address) - 1);
+        memcpy(ws->address, w->address, al);
+        ws->address[al] = 0;
+        ws->batches = w->batches;
+        ws->bytes = w->bytes;
+        ws->batches_per_s = w->rate;
+        ws->outstanding = w->outstanding;
+        ws->alive = (uint32_t)w->alive;
+      }
     }
-  }
   uint32_t alive = used_alive(c);
   o->workers_alive = alive;
   o->coordinator_watching = (uint32_t)c->coord.watching;

@@ -1,7 +1,8 @@
 /* env.c - client defaults from the environment: fills the fields of an
  * stk_client_config that the caller left "not given" (coordinator NULL or
  * "", rank STK_RANK_FROM_ENV, world_size 0, cuda_device
- * STK_CUDA_DEVICE_FROM_ENV, token NULL or "") from the variables a launcher sets
+ * STK_CUDA_DEVICE_FROM_ENV, token NULL or "", working_set 0) from the
+ * variables a launcher sets
  * (stoker-launch, torchrun, mpirun, srun). Precedence is written in
  * include/stoker/client.h beside stk_client_config_from_env.
  *
@@ -80,6 +81,16 @@ int stk_client_config_from_env(stk_client_config *cfg, char *err, size_t errlen)
   if (!cfg->token || !*cfg->token) {
     const char *tok = getenv("STOKER_TOKEN");
     if (tok && *tok) cfg->token = tok;
+  }
+
+  if (!cfg->working_set && getenv("STOKER_WORKING_SET")) {
+    uint32_t k = 0;
+    int st = env_number("STOKER_WORKING_SET", 1024, &k, err, errlen);
+    if (st) return st;
+    if (k == 0)
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "STOKER_WORKING_SET=0: the working set must be >= 1");
+    cfg->working_set = k;
   }
 
   int want_rank = cfg->rank == STK_RANK_FROM_ENV, want_size = cfg->world_size == 0;

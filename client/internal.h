@@ -60,7 +60,6 @@
 #include "wire_limits.h"
 #include "stoker/client.h"
 
-#define STK__MAX_WORKERS    256
 #define STK__KEEP_DEPARTED  32          /* departed workers kept in the table (stats) */
 #define STK__MAX_BANNED     64          /* ids of dropped workers remembered */
 #define STK__LAT_SAMPLES    16          /* per-worker latencies for the hedge median */
@@ -111,9 +110,11 @@ typedef struct stk__worker {
    * thread's last writes, stream.c/local.c). */
   int used;
   int idx;
-  int local;                 /* in-process builder instead of a stream */
-  char id[STK_MAX_ID_BYTES]; /* as listed: longer ones are refused, never cut */
-  char address[STK_MAX_ID_BYTES];
+  int local;     /* in-process builder instead of a stream */
+  char *id;      /* as listed (< STK_MAX_ID_BYTES: longer ones are refused,
+                    never cut); owned by the entry, changed only by workers.c
+                    while no thread of the entry runs */
+  char *address; /* host:port, as id (a re-listed address: see workers.c) */
   /* The bearer for Worker.Stream calls to it: its stream ticket as last
    * listed ("" = none: the client token, an older coordinator or worker).
    * Never logged. ticket_new: it changed since the worker thread opened
@@ -123,6 +124,17 @@ typedef struct stk__worker {
   int ticket_new;
   int listed;  /* in the coordinator's current list */
   int dropped; /* not used again by this client (workers.c, stk__worker_drop) */
+  /* The working set (workers.c, stk__workers_tick / recompute): see
+   * workers.c's header. wset: 0 out, else why it is in (WSET_*). */
+  int wset;
+  uint32_t cores;        /* as listed (>= 1) */
+  uint64_t id_hash;      /* FNV-1a of id */
+  double score;          /* weighted HRW score for this rank (higher = first) */
+  int coverage;          /* hash(id, job) mod world_size == rank */
+  int64_t down_since_ns; /* in the set, no live stream since (0 = alive) */
+  int64_t skip_until_ns; /* failed to connect: out of the set until then */
+  uint32_t hnext;        /* id index chain (idx + 1, 0 = end) */
+  int mark;              /* workers.c scratch (a whole list's members) */
   int thread_started, thread_exited;
   pthread_t thread;
   int64_t left_ns; /* when its thread exited (departed entries) */
@@ -148,9 +160,14 @@ typedef struct stk__worker {
   uint64_t stream_batches; /* completed on the current stream (stream.c resets) */
   uint32_t crc_streak;     /* consecutive batches with a bad crc32c */
   int late;                /* has a request older than its hedge threshold */
-  int64_t lat_ns[STK__LAT_SAMPLES]; /* recent issue-to-complete latencies */
+  int64_t hedge_after_ns;  /* sched.c's hedge_scan scratch (-1 = not yet) */
+  /* lat_ns[STK__LAT_SAMPLES] and abandoned[STK__MAX_PER_WORKER]: one block
+   * that workers.c allocates when the entry's runner first starts (so a
+   * listed worker outside the working set costs no room for them) and
+   * frees with the entry; nobody touches them before (no request). */
+  int64_t *lat_ns; /* recent issue-to-complete latencies */
   uint32_t nlat, lat_pos;
-  uint64_t abandoned[STK__MAX_PER_WORKER]; /* losing copies still coming */
+  uint64_t *abandoned; /* losing copies still coming */
   uint32_t nabandoned;
 } stk__worker;
 
@@ -269,10 +286,28 @@ typedef struct stk__pool {
  * stk__worker); every file may read it under c->mu (client.c: next's
  * error, stats; sched.c: picking a worker). */
 typedef struct stk__workers {
-  stk__worker *table;    /* STK__MAX_WORKERS entries; unused ones reused */
-  uint32_t n;            /* entries ever used (high-water mark) */
-  uint64_t refused;      /* list entries refused (id/address too long) */
-  char refused_msg[200]; /* why the last one was refused */
+  /* Entry i is table[i], allocated once and never moved (a thread keeps
+   * its pointer); the array of pointers grows. Every table[i] with i < n
+   * is allocated; unused ones (used == 0) are reused. */
+  stk__worker **table;
+  uint32_t n;      /* entries ever used (high-water mark) */
+  uint32_t cap;    /* room in table */
+  uint32_t *index; /* id -> entry: hash buckets (idx + 1, 0 = none) */
+  uint32_t nindex; /* buckets (a power of two, 0 = none yet) */
+  /* This rank's working set (workers.c): k and its cap from the config,
+   * extra = workers grown beyond k, size = entries in the set now. */
+  uint32_t wset_k, wset_max, wset_extra, wset_size, wset_cover, listed;
+  int64_t wset_changed_ns; /* last grow, shrink or replacement */
+  int64_t wset_tick_ns;    /* last stk__workers_tick */
+  int64_t wset_calm_ns;    /* since when the stall stayed under 1% */
+  uint64_t wset_stall_ns;  /* c->api.stall_ns at the last tick */
+  int64_t wset_stall_span; /* c->api.last_next_ns at the last tick */
+  int wset_log_pending;    /* a set change not logged yet */
+  int64_t wset_log_ns;     /* last working-set log line */
+  int64_t refused_log_ns;  /* last refused-entry log line */
+  uint64_t refused_logged; /* refused count at that line */
+  uint64_t refused;        /* list entries refused (id/address too long) */
+  char refused_msg[200];   /* why the last one was refused */
   char banned[STK__MAX_BANNED][STK_MAX_ID_BYTES]; /* dropped workers' ids */
   uint32_t nbanned;
   uint64_t dropped;   /* workers this client stopped using */
@@ -403,26 +438,46 @@ void stk__watch_stop(stk_client *c);
 /* Close the coordinator channel (threads stopped); idempotent. */
 void stk__coord_close(stk_client *c);
 
-/* ---- workers.c: the worker table ---------------------------------------- */
+/* ---- workers.c: the worker table and the working set ------------------ */
 
-/* At open: allocate the table. 0, or -1 when out of memory. */
+/* At open: an empty table, the working set's k and cap from c->cfg
+ * (working_set, working_set_max). 0 (nothing to fail). */
 int stk__workers_init(stk_client *c);
 /* Threads stopped: close every entry's channel, destroy its send_mu and
- * free the table. NULL-safe on a table that was never allocated. */
+ * free the entries and the table. NULL-safe on a table never allocated. */
 void stk__workers_free(stk_client *c);
 /* Threads stopped: close every entry's channel (a close that leaves held
  * slots behind keeps the table itself). */
 void stk__workers_close_channels(stk_client *c);
-/* Under mu: list (or re-list) worker id at address with its stream ticket
- * (NULL or "" = none; shorter than STK_MAX_TICKET_BYTES, checked by the
- * caller) and start its thread; a changed ticket makes the thread reopen
- * its channel with it. Returns its index or -1 (banned, or the table is
- * full: refused). */
+/* Under mu: list (or re-list) worker id at address with cores (0 = 1) and
+ * its stream ticket (NULL or "" = none; shorter than STK_MAX_TICKET_BYTES,
+ * checked by the caller); a changed ticket makes its runner reopen its
+ * channel with it. A remote worker's runner is started by
+ * stk__workers_changed when it is in the working set; the local worker's
+ * at once. Returns its index or -1 (banned, or out of memory: refused and
+ * logged). */
 int stk__worker_add(stk_client *c, const char *id, const char *address,
-                    const char *ticket, int local);
-/* Under mu: every remote worker not among ids[0..n) is no longer listed. */
+                    const char *ticket, uint32_t cores, int local);
+/* Under mu: worker id (if known) is no longer listed. */
+void stk__worker_unlist(stk_client *c, const char *id);
+/* Under mu: every remote worker not among ids[0..n) is no longer listed.
+ * O(entries + n). */
 void stk__worker_unlist_missing(stk_client *c, const char *const *ids, size_t n);
-/* Under mu: count a worker list entry refused, with why (msg). */
+/* Under mu: the list changed (after adds and unlists): recompute this
+ * rank's working set, start the runners of workers that entered it (those
+ * that left end by themselves), log the set when it changed. */
+void stk__workers_changed(stk_client *c);
+/* Under mu: 1 if w should be served: listed, not dropped, and in this
+ * rank's working set (the local worker always). A runner ends once this
+ * is 0 and it holds no request (or has been idle 1 s); pick() gives new
+ * requests only to wanted workers. */
+int stk__worker_wanted(const stk_client *c, const stk__worker *w);
+/* Under mu, from the scheduler thread (runs at most every 250 ms; cheap
+ * otherwise): the working set's policy -- grow when input-bound, shrink
+ * when calm, replace members that cannot be reached (workers.c). */
+void stk__workers_tick(stk_client *c, int64_t now);
+/* Under mu: count a worker list entry refused, with why (msg); logged
+ * (rate-limited). */
 void stk__workers_refuse(stk_client *c, const char *msg);
 /* Under mu: 1 when every listed worker was dropped by this client (and at
  * least one is listed): the client has nothing left to ask. */
@@ -430,8 +485,9 @@ int stk__workers_all_dropped(stk_client *c);
 /* Under mu: the entries whose stream is alive (or local). */
 uint32_t stk__workers_alive(stk_client *c);
 /* Under mu: stop using w for the rest of this client's life (status and
- * why become the client's error if no worker is left). Its thread sees
- * `dropped`, cancels its stream and leaves; its requests are re-asked. */
+ * why become the client's error if no worker is left). Its runner sees
+ * `dropped`, cancels its stream and leaves; its requests are re-asked; the
+ * working set takes the next worker in its order instead. */
 void stk__worker_drop(stk_client *c, stk__worker *w, int status, const char *why);
 /* Under mu: free departed entries, oldest first, until at most keep are
  * left (joins their exited threads). */
@@ -440,10 +496,24 @@ void stk__workers_reclaim(stk_client *c, uint32_t keep);
  * wake the local worker, join every worker thread. Takes c->mu briefly. */
 void stk__workers_stop(stk_client *c);
 
-/* ---- stream.c, local.c: the worker threads ------------------------------ */
+/* ---- log.c: the client's log ------------------------------------------ */
 
-/* Thread body of a remote worker (arg: its stk__worker): its stream, its
- * reconnects, receiving and verifying its batches. */
+/* One line "<UTC time> stoker-client[rank R] INFO <msg>" on stderr in one
+ * write (bytes outside printable ASCII in msg become '?'), unless
+ * $STOKER_CLIENT_LOG is "0" or "off". Only for what the client leaves
+ * out (refused list entries, the workers outside its working set); callers
+ * rate-limit. Any thread; takes no lock. */
+void stk__clog(const stk_client *c, const char *fmt, ...)
+    __attribute__((format(printf, 2, 3)));
+
+/* ---- stream.c, local.c: the worker runners ----------------------------- */
+
+/* Under mu: start w's runner (its stream, reconnects, receiving and
+ * verifying its batches) until !stk__worker_wanted(c, w) (or stopping):
+ * sets w->thread_started and clears thread_exited; the runner's last write
+ * sets thread_exited and left_ns under mu. 0, or -1 when it cannot start. */
+int stk__stream_start(stk__worker *w);
+/* Thread body of a remote worker (arg: its stk__worker). */
 void *stk__stream_main(void *arg);
 /* Thread body of the local worker (arg: its stk__worker): builds the
  * requests assigned to it in-process. */

@@ -1,7 +1,14 @@
 /* join.c - the client's side of the coordinator: Join with retries until
  * join_timeout_ms, parsing and verifying the job (canonical text + hash),
  * the watcher thread on WatchWorkers (reconnects with backoff; applies each
- * worker list; shutting_down ends the job), and Finish.
+ * worker list or delta; shutting_down ends the job), and Finish.
+ *
+ * Worker lists: the watch says takes_deltas, so a coordinator that can
+ * sends the changes since the client's version (WorkerList.delta): applied
+ * when the client's list is at its base_version (upsert `workers`, unlist
+ * `removed`), else the client watches again with known_version 0 and gets
+ * the whole list. A whole list replaces the client's. Either way workers.c
+ * then recomputes this rank's working set.
  *
  * Every watch re-announces the rank (job hash, client id, finished, rank 0
  * ending the job), so a coordinator restarted without its state journal
@@ -39,51 +46,80 @@ static int ticket_ok(const char *t) {
   return 1;
 }
 
-/* Apply a worker list (the join's or a watch's): entries that are not
- * host:port or are too long are refused (counted, with why); the others
- * are listed, everyone else unlisted. Takes c->mu. */
-static int add_workers(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
+/* Under mu: the id of list entry wi when it can be used, else NULL (the
+ * entry is refused: counted and logged with why). Entries that are not
+ * host:port, too long, or carry a ticket that cannot travel are refused. */
+static const char *entry_id(stk_client *c, const Stoker__V1__WorkerInfo *wi) {
+  if (!wi || !wi->address || !*wi->address) return NULL;
+  const char *id = wi->worker_id && *wi->worker_id ? wi->worker_id : wi->address;
+  size_t il = strlen(id), al = strlen(wi->address);
+  if (il < STK_MAX_ID_BYTES && al < STK_MAX_ID_BYTES &&
+      !stk__hostport_valid(wi->address)) {
+    /* Dialled only as host:port: never a unix socket or other target a
+     * coordinator (or a rogue worker through it) would point us at. */
+    stk__workers_refuse(c, "worker list entry refused: its address is not host:port");
+    return NULL;
+  }
+  if (il >= STK_MAX_ID_BYTES || al >= STK_MAX_ID_BYTES) {
+    /* The coordinator refuses these at registration; a list that has one
+     * anyway (another coordinator) loses that entry, never a truncated
+     * id that could collide with another worker's. */
+    char msg[sizeof(c->workers.refused_msg)];
+    snprintf(msg, sizeof(msg), "worker list entry refused: %s of %zu bytes (at most %d)",
+             il >= STK_MAX_ID_BYTES ? "id" : "address", il >= STK_MAX_ID_BYTES ? il : al,
+             STK_MAX_ID_BYTES - 1);
+    stk__workers_refuse(c, msg);
+    return NULL;
+  }
+  const char *ticket = wi->stream_ticket;
+  if (ticket && *ticket && !ticket_ok(ticket)) {
+    /* Sent as a bearer token: never cut, never a header gRPC refuses. */
+    stk__workers_refuse(c,
+                        "worker list entry refused: its stream ticket is not "
+                        "printable text of at most 127 bytes");
+    return NULL;
+  }
+  return id;
+}
+
+/* Apply a whole worker list (the join's, or a watch's that is not a
+ * delta): its usable entries are listed, everyone else unlisted, then the
+ * working set is recomputed. 0, or -1 when out of memory (nothing
+ * applied). Takes c->mu. */
+static int apply_list(stk_client *c, Stoker__V1__WorkerInfo **ws, size_t n) {
+  const char **ids = malloc((n ? n : 1) * sizeof(*ids));
+  if (!ids) return -1;
   pthread_mutex_lock(&c->mu);
-  const char *ids[STK__MAX_WORKERS];
   size_t k = 0;
-  for (size_t i = 0; i < n && k < STK__MAX_WORKERS; i++) {
-    if (!ws[i] || !ws[i]->address || !*ws[i]->address) continue;
-    const char *id =
-        ws[i]->worker_id && *ws[i]->worker_id ? ws[i]->worker_id : ws[i]->address;
-    size_t il = strlen(id), al = strlen(ws[i]->address);
-    if (il < STK_MAX_ID_BYTES && al < STK_MAX_ID_BYTES &&
-        !stk__hostport_valid(ws[i]->address)) {
-      /* Dialled only as host:port: never a unix socket or other target a
-       * coordinator (or a rogue worker through it) would point us at. */
-      stk__workers_refuse(c, "worker list entry refused: its address is not host:port");
-      continue;
-    }
-    if (il >= STK_MAX_ID_BYTES || al >= STK_MAX_ID_BYTES) {
-      /* The coordinator refuses these at registration; a list that has one
-       * anyway (another coordinator) loses that entry, never a truncated
-       * id that could collide with another worker's. */
-      char msg[sizeof(c->workers.refused_msg)];
-      snprintf(msg, sizeof(msg),
-               "worker list entry refused: %s of %zu bytes (at most %d)",
-               il >= STK_MAX_ID_BYTES ? "id" : "address",
-               il >= STK_MAX_ID_BYTES ? il : al, STK_MAX_ID_BYTES - 1);
-      stk__workers_refuse(c, msg);
-      continue;
-    }
-    const char *ticket = ws[i]->stream_ticket;
-    if (ticket && *ticket && !ticket_ok(ticket)) {
-      /* Sent as a bearer token: never cut, never a header gRPC refuses. */
-      stk__workers_refuse(c,
-                          "worker list entry refused: its stream ticket is not "
-                          "printable text of at most 127 bytes");
-      continue;
-    }
+  for (size_t i = 0; i < n; i++) {
+    const char *id = entry_id(c, ws[i]);
+    if (!id) continue;
     ids[k++] = id;
-    stk__worker_add(c, id, ws[i]->address, ticket, 0);
+    stk__worker_add(c, id, ws[i]->address, ws[i]->stream_ticket, ws[i]->cores, 0);
   }
   stk__worker_unlist_missing(c, ids, k);
+  stk__workers_changed(c);
   pthread_mutex_unlock(&c->mu);
+  free(ids);
   return 0;
+}
+
+/* Apply a delta (the list at base_version -> version): upsert its entries,
+ * unlist `removed`, recompute the working set. Touches only the entries
+ * it names (plus the set's O(M log k)). Takes c->mu. */
+static void apply_delta(stk_client *c, const Stoker__V1__WorkerList *wl) {
+  pthread_mutex_lock(&c->mu);
+  for (size_t i = 0; i < wl->n_workers; i++) {
+    const char *id = entry_id(c, wl->workers[i]);
+    if (id)
+      stk__worker_add(c, id, wl->workers[i]->address, wl->workers[i]->stream_ticket,
+                      wl->workers[i]->cores, 0);
+  }
+  for (size_t i = 0; i < wl->n_removed; i++)
+    if (wl->removed[i] && strlen(wl->removed[i]) < STK_MAX_ID_BYTES)
+      stk__worker_unlist(c, wl->removed[i]);
+  stk__workers_changed(c);
+  pthread_mutex_unlock(&c->mu);
 }
 
 /* Ask the coordinator to join until it answers with a job, refuses for
@@ -194,8 +230,9 @@ static int join_adopt(stk_client *c, const Stoker__V1__JoinResponse *resp, char 
   }
   c->job.spec = spec;
   c->job.hash = resp->job->hash;
+  if (apply_list(c, resp->workers, resp->n_workers))
+    return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   c->coord.list_version = resp->list_version;
-  add_workers(c, resp->workers, resp->n_workers);
   pthread_mutex_lock(&c->mu);
   stk__sched_no_worker_from(c, stk__now_ns());
   pthread_mutex_unlock(&c->mu);
@@ -288,6 +325,7 @@ static void *watch_main(void *arg) {
     req.known_version = c->coord.list_version;
     req.job_hash = c->job.hash;
     req.client_id = c->coord.client_id;
+    req.takes_deltas = 1;
     pthread_mutex_lock(&c->mu);
     req.finished = c->coord.finish_called;
     req.end_job = c->coord.end_job_called;
@@ -321,8 +359,21 @@ static void *watch_main(void *arg) {
       grpc_byte_buffer_destroy(bb);
       if (!wl) break;
       backoff = 100;
+      if (wl->delta && wl->base_version != c->coord.list_version) {
+        /* A delta from a list this client does not have: watch again for
+         * the whole list (known_version 0). */
+        protobuf_c_message_free_unpacked(&wl->base, NULL);
+        c->coord.list_version = 0;
+        backoff = 25; /* doubled below: watch again in 50 ms */
+        break;
+      }
+      if (wl->delta) apply_delta(c, wl);
+      else if (apply_list(c, wl->workers, wl->n_workers)) {
+        protobuf_c_message_free_unpacked(&wl->base, NULL);
+        c->coord.list_version = 0;
+        break;
+      }
       c->coord.list_version = wl->version;
-      add_workers(c, wl->workers, wl->n_workers);
       if (wl->shutting_down) {
         pthread_mutex_lock(&c->mu);
         c->coord.job_ended = 1;

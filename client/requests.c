@@ -214,7 +214,7 @@ static void finish_copy(stk_client *c, stk__worker *w, uint64_t seq, int crc_ok,
     r->buf = h->buf;
     h->buf = tmp;
     c->pool.hedges_won++;
-    stk__worker *pw = &c->workers.table[r->worker];
+    stk__worker *pw = c->workers.table[r->worker];
     if (r->state == REQ_RECEIVING) { /* pw writes the old buffer: keep it */
       h->state = HEDGE_ORPHAN;
       h->req = -1;
@@ -229,7 +229,7 @@ static void finish_copy(stk_client *c, stk__worker *w, uint64_t seq, int crc_ok,
       o->state = HEDGE_ORPHAN;
       o->req = -1;
     } else {
-      abandon(&c->workers.table[o->worker], seq);
+      abandon(c->workers.table[o->worker], seq);
       hedge_free(o);
     }
   }

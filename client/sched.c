@@ -52,7 +52,7 @@ static int64_t hedge_after_ns(const stk_client *c, const stk__worker *w) {
     int64_t v[STK__LAT_SAMPLES];
     uint32_t n = 0;
     for (uint32_t i = 0; i < c->workers.n && n < STK__LAT_SAMPLES; i++) {
-      const stk__worker *o = &c->workers.table[i];
+      const stk__worker *o = c->workers.table[i];
       if (o->used && o->nlat)
         v[n++] = o->lat_ns[(o->lat_pos + STK__LAT_SAMPLES - 1) % STK__LAT_SAMPLES];
     }
@@ -71,12 +71,12 @@ static stk__worker *pick(stk_client *c, int avoid, int hedge) {
   double best_score = 0, fb_score = 0, known = 0;
   int nknown = 0;
   for (uint32_t i = 0; i < c->workers.n; i++)
-    if (c->workers.table[i].used && c->workers.table[i].rate > 0)
-      known += c->workers.table[i].rate, nknown++;
+    if (c->workers.table[i]->used && c->workers.table[i]->rate > 0)
+      known += c->workers.table[i]->rate, nknown++;
   double def_rate = nknown ? known / nknown : 1.0;
   for (uint32_t i = 0; i < c->workers.n; i++) {
-    stk__worker *w = &c->workers.table[i];
-    if (!w->used || !w->alive || !w->listed || w->dropped) continue;
+    stk__worker *w = c->workers.table[i];
+    if (!w->alive || !stk__worker_wanted(c, w)) continue;
     uint32_t cap = w->probing ? 1 : (w->cap ? w->cap : STK__MAX_PER_WORKER);
     if (w->outstanding >= cap) continue;
     if (hedge && (w->idx == avoid || w->late || w->probing)) continue;
@@ -109,26 +109,25 @@ static int64_t hedge_scan(stk_client *c, stk__hedge **hedge_out) {
   *hedge_out = NULL;
   if (!c->pool.nhedges) return next;
   for (uint32_t i = 0; i < c->workers.n; i++) {
-    stk__worker *w = &c->workers.table[i];
+    stk__worker *w = c->workers.table[i];
     /* a worker that has not yet sent a copy we gave up on is still slow */
     w->late = w->used && w->nabandoned > 0;
+    w->hedge_after_ns = -1;
   }
   for (uint32_t i = 0; i < c->pool.nhedges; i++)
     if (c->pool.hedges[i].state == HEDGE_ORPHAN)
-      c->workers.table[c->pool.hedges[i].worker].late = 1;
-  int64_t after[STK__MAX_WORKERS];
-  for (uint32_t i = 0; i < c->workers.n; i++) after[i] = -1;
+      c->workers.table[c->pool.hedges[i].worker]->late = 1;
   stk__req *late = NULL;
   for (uint32_t i = 0; i < c->pool.nreqs; i++) {
     stk__req *r = &c->pool.reqs[i];
     if ((r->state != REQ_ISSUED && r->state != REQ_RECEIVING) || r->worker < 0) continue;
-    stk__worker *w = &c->workers.table[r->worker];
+    stk__worker *w = c->workers.table[r->worker];
     if (w->local) continue;
-    if (after[w->idx] < 0) after[w->idx] = hedge_after_ns(c, w);
-    int64_t due = r->issued_ns + after[w->idx];
+    if (w->hedge_after_ns < 0) w->hedge_after_ns = hedge_after_ns(c, w);
+    int64_t due = r->issued_ns + w->hedge_after_ns;
     /* bytes still flowing: late only once they stop */
-    if (r->state == REQ_RECEIVING && w->last_msg_ns + after[w->idx] > due)
-      due = w->last_msg_ns + after[w->idx];
+    if (r->state == REQ_RECEIVING && w->last_msg_ns + w->hedge_after_ns > due)
+      due = w->last_msg_ns + w->hedge_after_ns;
     if (now < due) {
       if (due < next) next = due;
       continue;
@@ -181,11 +180,12 @@ static void *sched_main(void *arg) {
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->errs.fatal) {
     stk__workers_reclaim(c, STK__KEEP_DEPARTED);
+    stk__workers_tick(c, stk__now_ns());
     stk__req_fill(c, &c->sched.next_issue, c->plan.total);
     stk__hedge *h = NULL;
     int64_t next_late = hedge_scan(c, &h);
     if (h) {
-      send_request(c, &c->workers.table[h->worker], h->seq, NULL, h);
+      send_request(c, c->workers.table[h->worker], h->seq, NULL, h);
       continue;
     }
     stk__req *r = stk__req_first_queued(c);

@@ -5,9 +5,11 @@
  *
  * When the stream breaks the thread sends every request it held back to
  * the queue (requests.c: a hedge in flight elsewhere takes over instead),
- * then retries the worker with backoff while the coordinator still lists
- * it. A worker that stops answering without breaking its connection is
- * cut after 30 s of silence (1 s once the coordinator has unlisted it).
+ * then retries the worker with backoff while it is wanted (listed, not
+ * dropped, in this rank's working set: workers.c). A worker that stops
+ * answering without breaking its connection is cut after 30 s of silence
+ * (1 s once it is no longer wanted); one no longer wanted ends its stream
+ * once it holds no request.
  *
  * Dropping a worker (workers.c keeps the record): a stream that ends with
  * a final status (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION: it
@@ -197,7 +199,7 @@ static int rx_loop(stk_client *c, stk__worker *w, stk__rpc_stream *s) {
       pthread_mutex_lock(&c->mu);
       int64_t idle = (stk__now_ns() - w->last_msg_ns) / 1000000;
       int cut = c->stopping || c->errs.fatal || w->dropped ||
-                (!w->listed && (w->outstanding == 0 || idle > 1000)) ||
+                (!stk__worker_wanted(c, w) && (w->outstanding == 0 || idle > 1000)) ||
                 (w->outstanding > 0 && idle > 30000);
       pthread_mutex_unlock(&c->mu);
       if (cut) {
@@ -277,7 +279,7 @@ void *stk__stream_main(void *arg) {
   stk_client *c = w->c;
   pthread_mutex_lock(&c->mu);
   char bearer[STK_MAX_TICKET_BYTES];
-  while (!c->stopping && !c->errs.fatal && w->listed && !w->dropped) {
+  while (!c->stopping && !c->errs.fatal && stk__worker_wanted(c, w)) {
     /* Its stream ticket when listed with one (the worker never sees our
      * token), else our token (an older coordinator or worker). A new
      * ticket (a restarted coordinator) means a new channel. */
@@ -327,7 +329,7 @@ void *stk__stream_main(void *arg) {
     if (backoff > 2000) backoff = 2000;
     for (int t = 0; t < backoff; t += 50) {
       pthread_mutex_lock(&c->mu);
-      int stop = c->stopping || c->errs.fatal || !w->listed || w->dropped;
+      int stop = c->stopping || c->errs.fatal || !stk__worker_wanted(c, w);
       pthread_mutex_unlock(&c->mu);
       if (stop) break;
       stk__sleep_ms(50);
@@ -335,8 +337,9 @@ void *stk__stream_main(void *arg) {
     pthread_mutex_lock(&c->mu);
   }
   pthread_mutex_unlock(&c->mu);
-  /* Gone from the list, dropped or stopping: the channel goes too (a
-   * worker listed again gets a new thread, which opens a new one). */
+  /* Gone from the list or the working set, dropped or stopping: the
+   * channel goes too (a worker wanted again gets a new thread, which opens
+   * a new one). */
   stk__rpc_channel_close(w->ch);
   w->ch = NULL;
   pthread_mutex_lock(&c->mu);
@@ -346,4 +349,14 @@ void *stk__stream_main(void *arg) {
   pthread_cond_broadcast(&c->cv_sched);
   pthread_mutex_unlock(&c->mu);
   return NULL;
+}
+
+int stk__stream_start(stk__worker *w) {
+  w->thread_exited = 0;
+  if (pthread_create(&w->thread, NULL, stk__stream_main, w)) {
+    w->thread_started = 0;
+    return -1;
+  }
+  w->thread_started = 1;
+  return 0;
 }

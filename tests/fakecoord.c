@@ -16,6 +16,7 @@
 typedef struct watcher {
   stk__rpc_call *call;
   int started;   /* its request came: lists go out from now on */
+  int deltas;    /* its request said takes_deltas */
   uint64_t sent; /* the version it has */
   struct watcher *next;
 } watcher;
@@ -31,6 +32,8 @@ static struct {
   char ids[FAKECOORD_MAX_WORKERS][FAKECOORD_MAX_TEXT];
   char addrs[FAKECOORD_MAX_WORKERS][FAKECOORD_MAX_TEXT];
   watcher *watchers;
+  int whole_asked;  /* watch requests with takes_deltas and known_version 0 */
+  int deltas_asked; /* watch requests with takes_deltas */
 } F = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 void fakecoord_set_job(const char *canonical, uint64_t hash) {
@@ -89,6 +92,70 @@ void fakecoord_publish(int n, const char *const *ids, const char *const *addrs) 
   pthread_mutex_unlock(&F.mu);
 }
 
+/* Under F.mu: worker id's index in F, or -1. */
+static int find_locked(const char *id) {
+  for (int i = 0; i < F.n; i++)
+    if (!strcmp(F.ids[i], id)) return i;
+  return -1;
+}
+
+void fakecoord_delta(int nadd, const char *const *ids, const char *const *addrs,
+                     int nremove, const char *const *removed, int base_skew) {
+  pthread_mutex_lock(&F.mu);
+  Stoker__V1__WorkerInfo wi[FAKECOORD_MAX_WORKERS], *wp[FAKECOORD_MAX_WORKERS];
+  if (nadd > FAKECOORD_MAX_WORKERS) abort();
+  for (int i = 0; i < nadd; i++) {
+    int k = find_locked(ids[i]);
+    if (k < 0) {
+      if (F.n == FAKECOORD_MAX_WORKERS) abort();
+      k = F.n++;
+    }
+    if (strlen(ids[i]) >= FAKECOORD_MAX_TEXT || strlen(addrs[i]) >= FAKECOORD_MAX_TEXT)
+      abort();
+    strcpy(F.ids[k], ids[i]);
+    strcpy(F.addrs[k], addrs[i]);
+    stoker__v1__worker_info__init(&wi[i]);
+    wi[i].worker_id = (char *)ids[i];
+    wi[i].address = (char *)addrs[i];
+    wi[i].cores = 1;
+    wp[i] = &wi[i];
+  }
+  for (int i = 0; i < nremove; i++) {
+    int k = find_locked(removed[i]);
+    if (k < 0) continue;
+    F.n--;
+    strcpy(F.ids[k], F.ids[F.n]);
+    strcpy(F.addrs[k], F.addrs[F.n]);
+  }
+  uint64_t base = F.version++;
+  Stoker__V1__WorkerList d = STOKER__V1__WORKER_LIST__INIT;
+  d.version = F.version;
+  d.delta = 1;
+  d.base_version = base + (uint64_t)base_skew;
+  d.workers = wp;
+  d.n_workers = (size_t)nadd;
+  d.removed = (char **)removed;
+  d.n_removed = (size_t)nremove;
+  for (watcher *w = F.watchers; w; w = w->next) {
+    if (!w->started) continue;
+    if (!w->deltas || w->sent != base) {
+      watch_send_locked(w, 0); /* the whole list */
+      continue;
+    }
+    w->sent = F.version;
+    if (stk__rpc_call_send_msg(w->call, &d.base))
+      stk__rpc_call_finish(w->call, GRPC_STATUS_OK, "");
+  }
+  pthread_mutex_unlock(&F.mu);
+}
+
+void fakecoord_watch_counts(int *deltas_asked, int *whole_asked) {
+  pthread_mutex_lock(&F.mu);
+  *deltas_asked = F.deltas_asked;
+  *whole_asked = F.whole_asked;
+  pthread_mutex_unlock(&F.mu);
+}
+
 static void on_join(stk__rpc_call *call, const ProtobufCMessage *q) {
   (void)q;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
@@ -135,8 +202,12 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *q) {
   watcher *w = stk__rpc_call_data(call);
   pthread_mutex_lock(&F.mu);
   if (!w->started) { /* later requests are not read */
+    const Stoker__V1__WatchRequest *wr = (const Stoker__V1__WatchRequest *)q;
     w->started = 1;
-    w->sent = ((const Stoker__V1__WatchRequest *)q)->known_version;
+    w->deltas = wr->takes_deltas;
+    w->sent = wr->known_version;
+    F.deltas_asked += wr->takes_deltas ? 1 : 0;
+    F.whole_asked += wr->takes_deltas && !wr->known_version ? 1 : 0;
     watch_send_locked(w, 1);
   }
   pthread_mutex_unlock(&F.mu);

@@ -27,6 +27,19 @@ void fakecoord_set_job(const char *canonical, uint64_t hash);
  * UNAVAILABLE "not ready" and watches get nothing. */
 void fakecoord_publish(int n, const char *const *ids, const char *const *addrs);
 
+/* A delta under the next list version: the workers ids[0..nadd) at
+ * addrs[] are added (or changed), the ids removed[0..nremove) leave. A
+ * watch that said takes_deltas and has the previous version gets it as a
+ * WorkerList delta whose base_version is that version plus base_skew (a
+ * skew != 0 plays a coordinator whose delta does not fit the client's
+ * list); every other started watch gets the whole list. */
+void fakecoord_delta(int nadd, const char *const *ids, const char *const *addrs,
+                     int nremove, const char *const *removed, int base_skew);
+
+/* How many watch requests said takes_deltas, and how many of those asked
+ * for a whole list (known_version 0). */
+void fakecoord_watch_counts(int *deltas_asked, int *whole_asked);
+
 /* 0 (default): a watch is sent a list only when its version is newer than
  * the one the client's request names, as the real coordinator does.
  * 1: a watch's request is answered with the current list even at the

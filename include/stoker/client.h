@@ -1,9 +1,10 @@
 /* stoker/client.h - libstoker, the client library linked into a training
  * process (one client per training rank).
  *
- * It joins a job at the coordinator, streams this rank's batches from every
- * live worker (at most `prefetch` requests outstanding, spread by shortest
- * queue weighted by each worker's observed rate), puts them back into step
+ * It joins a job at the coordinator, streams this rank's batches from a
+ * bounded working set of the live workers (cfg.working_set; at most
+ * `prefetch` requests outstanding, spread by shortest queue weighted by
+ * each worker's observed rate), puts them back into step
  * order, and fills a ring of device slots from a copy thread while the
  * caller trains on the previous slot. If a worker fails, its outstanding
  * requests go to the others and duplicates are dropped: every step arrives
@@ -84,7 +85,17 @@ typedef struct stk_client_config {
    * NULL or "" = $STOKER_TLS_CA / $STOKER_TLS_CERT / $STOKER_TLS_KEY, else
    * plaintext. */
   const char *tls_ca, *tls_cert, *tls_key;
-  uint8_t reserved[104];
+  /* The working set: this rank streams from working_set workers (0 =
+   * $STOKER_WORKING_SET, else 8), chosen by rendezvous hashing of (job,
+   * rank, worker id) weighted by each worker's cores, plus the workers
+   * this rank must cover so that every worker serves some rank; an
+   * input-bound rank grows its set one worker a second up to
+   * working_set_max (0 = 4 x working_set; both at most 1024) and shrinks
+   * it back after 10 s without a stall. A job with few workers (<= the
+   * set) streams from all of them. docs/operations.md, "Working set". */
+  uint32_t working_set;
+  uint32_t working_set_max;
+  uint8_t reserved[96];
 } stk_client_config;
 
 STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
@@ -104,6 +115,7 @@ STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
  *                fields; with none set, rank 0 of world size 1
  *   token        cfg.token, else $STOKER_TOKEN (non-empty); stk_client_open
  *                then falls back to $STOKER_TOKEN_FILE (first line)
+ *   working_set  cfg.working_set, else $STOKER_WORKING_SET (1..1024), else 8
  *   cuda_device  cfg.cuda_device, else (CUDA clients only) $LOCAL_RANK,
  *                else the chosen pair's local rank (OMPI_COMM_WORLD_
  *                LOCAL_RANK, SLURM_LOCALID), else 0
@@ -317,7 +329,11 @@ typedef struct stk_stats {
                                     floats on the GPU (CUDA backend, its kernel
                                     loaded); 0: on the CPU, or nothing to convert
                                     (docs/gpu.md, STOKER_CUDA_CONVERT) */
-  uint8_t reserved[28];
+  uint32_t working_set;          /* workers this rank streams from now (its
+                                    working set, coverage workers included;
+                                    0 for a local client) */
+  uint32_t workers_listed;       /* workers the coordinator lists */
+  uint8_t reserved[20];
 } stk_stats;
 
 /* Snapshot of the counters. Thread-safe. */

@@ -27,7 +27,8 @@ typedef struct rank_run {
                             through $STOKER_CUDART and $STOKER_CUDA_DRIVER):
                             every tensor's "device" bytes are checked too */
   int hold_at;           /* after this many batches, wait for `release` (0: never) */
-  volatile int release;  /* set by the main thread (bounded wait: 60 s) */
+  uint32_t working_set, working_set_max; /* cfg's (0: the defaults) */
+  volatile int release;                  /* set by the main thread (bounded wait: 60 s) */
   /* out */
   uint64_t delivered, mismatches, order_errors, epochs_seen;
   int final_status; /* STK_END_OF_DATA when all went well */
@@ -90,6 +91,8 @@ static inline void *rank_main(void *arg) {
   cfg.rank = r->rank;
   cfg.world_size = r->world;
   if (r->prefetch) cfg.prefetch = r->prefetch;
+  cfg.working_set = r->working_set;
+  cfg.working_set_max = r->working_set_max;
   cfg.join_timeout_ms = 20000;
   cfg.token = r->token;
   if (r->cuda) cfg.device = STK_DEVICE_CUDA;

@@ -2,7 +2,7 @@
 batches): one epoch per `for`, END_OF_DATA ends iteration for good, zero
 copy (tensor data_ptr is the slot pointer), payload == reference, resume via
 state_dict/load_state_dict (also elastic: another world_size), bfloat16
-conversion, stats()."""
+conversion, stats(), the working_set arguments."""
 import os
 import sys
 
@@ -36,7 +36,21 @@ for epoch in range(2):
 check(sum(1 for _ in L) == 0, "after END_OF_DATA iteration ends at once")
 s = L.stats()
 check(s["batches"] == 2 * spe, "stats batches %d" % s["batches"])
+check(s["working_set"] == 0 and s["workers_listed"] == 0,
+      "a local client has no working set: %s" % s)
 L.close()
+
+# working_set: validated by the Loader, passed to the library (a local
+# client has one worker, so it changes nothing there)
+W = stoker.Loader(job=JOB, rank=0, world_size=2, working_set=3, working_set_max=5)
+check(sum(1 for _ in W) == spe, "a Loader with working_set reads its epoch")
+W.close()
+for bad in (0, 2000, True, "8"):
+    try:
+        stoker.Loader(job=JOB, working_set=bad)
+        check(False, "working_set=%r accepted" % (bad,))
+    except ValueError:
+        pass
 
 # resume exactly at the next step
 A = stoker.Loader(job=JOB, rank=0, world_size=2, with_meta=True)

@@ -195,6 +195,9 @@ class Loader:
     convert: None, "float32" or "bfloat16" (uint8 image -> normalized NCHW).
     state: bytes from state_dict()["stoker_state"] to resume from.
     token: bearer token for the coordinator and workers.
+    working_set: how many workers this rank streams from (None =
+        $STOKER_WORKING_SET, else 8; it grows up to working_set_max, None =
+        4x, while the rank is input-bound; docs/operations.md "Working set").
     tls_ca, tls_cert, tls_key: PEM files for TLS (None = $STOKER_TLS_CA,
         $STOKER_TLS_CERT, $STOKER_TLS_KEY, else plaintext): tls_ca verifies
         the daemons; cert+key are presented under mTLS (docs/operations.md).
@@ -217,7 +220,8 @@ class Loader:
                  join_timeout_ms=60000, cuda_device=None, cuda_stream=None,
                  job=None, data_root=None, with_meta=False, as_dict=False,
                  copy=False, pin_memory=False, xla_device=None, tls_ca=None,
-                 tls_cert=None, tls_key=None, auto_finish=True):
+                 tls_cert=None, tls_key=None, auto_finish=True, working_set=None,
+                 working_set_max=None):
         if device not in DEVICES:
             raise ValueError("device must be 'cpu', 'cuda' or 'xla', not %r" % (device,))
         if with_meta and as_dict:
@@ -231,7 +235,9 @@ class Loader:
                              "(or job=... for local mode)")
         for name, v, lo, hi in (("rank", rank, 0, 0xFFFFFFFE),
                                 ("world_size", world_size, 1, 0xFFFFFFFF),
-                                ("cuda_device", cuda_device, 0, 0x7FFFFFFF)):
+                                ("cuda_device", cuda_device, 0, 0x7FFFFFFF),
+                                ("working_set", working_set, 1, 1024),
+                                ("working_set_max", working_set_max, 1, 1024)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)
                                   or not lo <= v <= hi):
                 raise ValueError("%s must be None (from the environment) or an int in "
@@ -243,7 +249,8 @@ class Loader:
                           convert=convert, token=token,
                           join_timeout_ms=join_timeout_ms, cuda_device=cuda_device,
                           cuda_stream=cuda_stream, job=job, data_root=data_root,
-                          tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key)
+                          tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
+                          working_set=working_set, working_set_max=working_set_max)
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 3:
             raise ValueError("slots must be an int >= 3, not %r" % (slots,))
         self.slots = slots
@@ -289,6 +296,10 @@ class Loader:
             cfg.cuda_stream = getattr(s, "cuda_stream", s)  # torch.cuda.Stream or int
         cfg.convert = _lib.CONVERT[a["convert"]]
         cfg.join_timeout_ms = a["join_timeout_ms"]
+        if a["working_set"] is not None:
+            cfg.working_set = a["working_set"]
+        if a["working_set_max"] is not None:
+            cfg.working_set_max = a["working_set_max"]
         if a["token"]:
             keep.append(a["token"].encode())
             cfg.token = keep[-1]

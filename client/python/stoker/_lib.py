@@ -50,7 +50,9 @@ class Config(ctypes.Structure):
         ("tls_ca", ctypes.c_char_p),
         ("tls_cert", ctypes.c_char_p),
         ("tls_key", ctypes.c_char_p),
-        ("reserved", ctypes.c_uint8 * 104),
+        ("working_set", ctypes.c_uint32),
+        ("working_set_max", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 96),
     ]
 
 
@@ -98,7 +100,9 @@ class Stats(ctypes.Structure):
         ("hedges_won", ctypes.c_uint64),
         ("hedge_dropped", ctypes.c_uint64),
         ("device_convert", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 28),
+        ("working_set", ctypes.c_uint32),
+        ("workers_listed", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 20),
     ]
 
 

@@ -51,7 +51,11 @@ int main(void) {
   CHECK(open_bad(&cfg, "device") == STK_INVALID_ARGUMENT);
   cfg.device = STK_DEVICE_CPU, cfg.convert = 7;
   CHECK(open_bad(&cfg, "convert") == STK_INVALID_ARGUMENT);
-  cfg.convert = 0;
+  cfg.convert = 0, cfg.working_set = 1025;
+  CHECK(open_bad(&cfg, "working_set") == STK_INVALID_ARGUMENT);
+  cfg.working_set = 8, cfg.working_set_max = 4;
+  CHECK(open_bad(&cfg, "working_set_max") == STK_INVALID_ARGUMENT);
+  cfg.working_set = 0, cfg.working_set_max = 0;
   unsigned char junk[40] = {1, 2, 3};
   cfg.resume_state = junk, cfg.resume_len = sizeof(junk);
   CHECK(open_bad(&cfg, "resume_state") == STK_INVALID_ARGUMENT);

@@ -22,7 +22,8 @@ static const char *const vars[] = {"STOKER_COORDINATOR",
                                    "OMPI_COMM_WORLD_LOCAL_RANK",
                                    "SLURM_PROCID",
                                    "SLURM_NTASKS",
-                                   "SLURM_LOCALID"};
+                                   "SLURM_LOCALID",
+                                   "STOKER_WORKING_SET"};
 
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
@@ -149,6 +150,21 @@ int main(void) {
   CHECK(strstr(err, "SLURM_PROCID") && strstr(err, "cfg.world_size"));
   setenv("STOKER_COORDINATOR", "", 1);
   CHECK(bad(STK_DEVICE_CPU, "STOKER_COORDINATOR"));
+  clear_env();
+
+  /* The working set: env when not given (1..1024), explicit wins. */
+  CHECK(resolve(&cfg, STK_DEVICE_CPU) == STK_OK && cfg.working_set == 0);
+  setenv("STOKER_WORKING_SET", "12", 1);
+  CHECK(resolve(&cfg, STK_DEVICE_CPU) == STK_OK && cfg.working_set == 12);
+  stk_client_config_defaults(&cfg);
+  cfg.working_set = 3;
+  CHECK(stk_client_config_from_env(&cfg, err, sizeof(err)) == STK_OK);
+  CHECK(cfg.working_set == 3);
+  static const char *const bad_ws[] = {"0", "1025", "-1", "8x", ""};
+  for (size_t i = 0; i < sizeof(bad_ws) / sizeof(bad_ws[0]); i++) {
+    setenv("STOKER_WORKING_SET", bad_ws[i], 1);
+    CHECK(bad(STK_DEVICE_CPU, "STOKER_WORKING_SET"));
+  }
   clear_env();
 
   /* Through the opens: the effective rank is the one the client uses. */
