@@ -454,7 +454,8 @@ void publish_tick(int64_t now) {
   P.last_ms = now;
   if (have_new) P.resync = 0;
   if (have_new)
-    LOG_DEBUG("worker list version %" PRIu64 ": %zu listed, %ld changed (%zu bytes as a "
+    LOG_DEBUG("worker list version %" PRIu64
+              ": %zu listed, %ld changed (%zu bytes as a "
               "delta, %zu whole), encoded in %" PRId64 " ms",
               version, nlisted, changed, have_delta ? GRPC_SLICE_LENGTH(delta) : 0,
               GRPC_SLICE_LENGTH(whole), took);
@@ -464,10 +465,8 @@ void publish_tick(int64_t now) {
 
 uint64_t publish_version_locked(void) { return P.version; }
 
-int publish_final_ready_locked(void) { return P.have_final; }
-
-int publish_messages_locked(uint64_t known, int deltas, int final,
-                            grpc_byte_buffer **out, size_t max, uint64_t *version) {
+int publish_messages_locked(uint64_t known, int deltas, int final, grpc_byte_buffer **out,
+                            size_t max, uint64_t *version) {
   if (final) {
     if (!P.have_final || !max) return 0;
     *version = P.version;
