@@ -110,7 +110,8 @@ typedef struct stk__rpc_call stk__rpc_call;
 
 /* A unary method's handler: req is the parsed request (owned by the rpc
  * layer, freed when the handler returns). It must end the call (reply or
- * finish) before it returns; else the call ends INTERNAL. A request that
+ * finish) before it returns, or hold it (stk__rpc_call_hold) to answer
+ * later; else the call ends INTERNAL. A request that
  * is refused (as for a stream's message below) never reaches it. */
 typedef void (*stk__rpc_unary_fn)(stk__rpc_call *call, const ProtobufCMessage *req);
 
@@ -194,7 +195,7 @@ typedef struct stk__rpc_server_config {
   int keepalive_ms;           /* server pings an idle connection this often;
                                  0 = 30 s */
   int keepalive_timeout_ms;   /* and drops it when the ping is not answered in
-                                 this long; 0 = 10 s */
+                                 this long; 0 = 20 s */
   const stk__tls *tls;        /* NULL = plaintext; else it must have a cert (tls.h) */
   /* Protected mode: a call from a peer that is not on this host's loopback
    * (127.0.0.0/8, ::1, or a unix socket) ends PERMISSION_DENIED saying
@@ -243,6 +244,21 @@ int stk__rpc_server_set_ticket(stk__rpc_server *s, const char *ticket, unsigned 
 /* Thread-safe snapshot of the counters. */
 void stk__rpc_server_stats_get(stk__rpc_server *s, stk__rpc_server_stats *out);
 
+/* A byte buffer over n slices that are already encoded messages (or
+ * parts of one): gRPC takes a reference on each slice, the caller keeps
+ * its own. The way to send the same bytes to many calls without copying
+ * or encoding them again (one refcounted slice, a buffer per send). NULL
+ * on allocation failure. Thread-safe. */
+grpc_byte_buffer *stk__rpc_shared_buffer(grpc_slice *slices, size_t n);
+/* From a unary handler: answer later, from any thread. The handler
+ * returns without a status; the call stays valid (not freed, even when
+ * the peer goes away meanwhile) until stk__rpc_call_release, before which
+ * the holder ends it (reply, finish or abort: sends to a call that is
+ * already over fail harmlessly). Release exactly once; after it the handle
+ * is gone. stk__rpc_server_stop waits for held calls to be released.
+ * Thread-safe. */
+void stk__rpc_call_hold(stk__rpc_call *c);
+void stk__rpc_call_release(stk__rpc_call *c);
 /* Queue a message (ownership passes, also on failure). 0, or -1 when the
  * call is already finished or over. Never blocks; thread-safe. */
 int stk__rpc_call_send(stk__rpc_call *c, grpc_byte_buffer *msg);

@@ -85,6 +85,7 @@ struct stk__rpc_call {
   int close_seen, got_message, broken, opened, done, counted;
   int counted_free; /* under the server's mu: counts in open_free */
   int aborted;      /* cancelled with a status by us: a later abort is a no-op */
+  int deferred;     /* a unary handler holds it (stk__rpc_call_hold): no INTERNAL */
   int64_t start_ms, send_since_ms;
   struct stk__rpc_call *prev, *next; /* the server's live list */
 };
@@ -316,6 +317,19 @@ int stk__rpc_call_finish(stk__rpc_call *c, grpc_status_code code, const char *de
   pthread_mutex_unlock(&c->mu);
   return rc;
 }
+
+grpc_byte_buffer *stk__rpc_shared_buffer(grpc_slice *slices, size_t n) {
+  return grpc_raw_byte_buffer_create(slices, n);
+}
+
+void stk__rpc_call_hold(stk__rpc_call *c) {
+  pthread_mutex_lock(&c->mu);
+  c->inflight++;
+  c->deferred = 1;
+  pthread_mutex_unlock(&c->mu);
+}
+
+void stk__rpc_call_release(stk__rpc_call *c) { op_done(c); }
 
 int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m) {
   if (stk__rpc_call_send_msg(c, m)) {
@@ -628,7 +642,11 @@ static void on_recv(stk__rpc_call *c, int success) {
       stk__rpc_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, why);
     } else {
       m->unary(c, msg);
-      stk__rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
+      pthread_mutex_lock(&c->mu);
+      int deferred = c->deferred;
+      pthread_mutex_unlock(&c->mu);
+      if (!deferred)
+        stk__rpc_call_finish(c, GRPC_STATUS_INTERNAL, "handler ended without status");
     }
   } else if (success && !had) {
     if (m->stream->half_close) m->stream->half_close(c);
@@ -847,8 +865,11 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
    * vanished), also on connections without calls. */
   add_int(a, &na, GRPC_ARG_KEEPALIVE_TIME_MS,
           cfg->keepalive_ms > 0 ? cfg->keepalive_ms : 30000);
+  /* 20 s to answer: a ping waits behind whatever the peer's machine is
+   * busy with, and a connection dropped for a late answer costs far more
+   * (every stream on it re-opened) than finding a dead peer later. */
   add_int(a, &na, GRPC_ARG_KEEPALIVE_TIMEOUT_MS,
-          cfg->keepalive_timeout_ms > 0 ? cfg->keepalive_timeout_ms : 10000);
+          cfg->keepalive_timeout_ms > 0 ? cfg->keepalive_timeout_ms : 20000);
   add_int(a, &na, GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   add_int(a, &na, GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);
   /* A connection that never completes its HTTP/2 preface is closed. */

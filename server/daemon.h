@@ -60,7 +60,7 @@ typedef struct stk__serve_opts {
    "(UNAVAILABLE) and gives back what it held",                                        \
    &(o).send_stall_s, 1, 86400},                                                       \
   {"keepalive-s", OPT_INT, "30", NULL,                                                 \
-   "ping every connection this often; one that does not answer within 10 s is closed", \
+   "ping every connection this often; one that does not answer within 20 s is closed", \
    &(o).keepalive_s, 1, 86400},                                                        \
   {"health-watch-lease-s", OPT_INT, "300", NULL,                                       \
    "a grpc.health.v1 Watch (no token needed) ends with OK after this long; the "       \

@@ -416,6 +416,7 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
            s->batches_built, s->bytes_sent, s->samples_substituted, s->free_buffers,
            s->nbuffers);
     json_num((double)w->last_heartbeat_ms_ago / 1000.0);
+    printf(", \"suspect\": %s", w->suspect ? "true" : "false");
     printf(", \"bad_samples\": {");
     for (size_t k = 0; k < s->n_bad_samples; k++) {
       printf("%s", k ? ", " : "");
@@ -548,6 +549,7 @@ static int cmd_status(int argc, char **argv) {
              s ? s->queued_requests : 0, s ? s->busy_fraction * 100 : 0.0,
              s ? s->batches_built : 0, sent, s ? s->batches_per_s : 0.0,
              s ? s->samples_substituted : 0, hb);
+      if (w->suspect) printf("%-24s suspect: heartbeats late, still listed\n", "");
     }
     printf("\n%-24s %s\n", "ADDRESS", "WORKER ID");
     for (size_t i = 0; i < r->n_workers; i++) {

@@ -4,8 +4,11 @@
  * and the functions one file calls in another.
  *
  * The coordinator, one per job: loads the job spec, keeps worker sessions
- * (register, heartbeats, Drain/Shutdown commands), lets client ranks join
- * and watch the live worker list, tracks finished ranks, answers Status,
+ * (register, heartbeats, Drain/Shutdown commands; late heartbeats make a
+ * worker suspect, a closed session or --heartbeat-lapse-s drops it), lets
+ * client ranks join and watch the published worker list (versions and
+ * deltas, each encoded once and shared: publish.c), tracks finished ranks,
+ * answers Status,
  * and ends the job in order: when every rank has finished, rank 0 asks, a
  * signal arrives or no client touched the job for --idle-timeout-s, it
  * commands every worker to shut down, waits for them (bounded) and exits.
@@ -16,8 +19,9 @@
  * With --state-dir, what a restart must not forget (the job's hash, the
  * dataset size and fingerprint, joined and finished ranks, the registered
  * workers, the job's end) is written to a state journal (persist.c, with
- * server/journal.c) before the call that changed it is answered; a
- * coordinator restarted with the same job and state dir resumes from it.
+ * server/journal.c) before the call that changed it is answered (group
+ * commits on the journal's own thread); a coordinator restarted with the
+ * same job and state dir resumes from it.
  * Clients also re-announce themselves on every watch (rank, job hash,
  * finished), so even a restart on a fresh disk converges while the
  * ranks' clients are still open.
@@ -25,8 +29,11 @@
  * The files (one concern each):
  *   options.c  the option table, --help's exit codes
  *   state.c    the job and C; loading the job, the helpers on C
- *   persist.c  --state-dir: journal snapshots, resuming, workers expected back
- *   workers.c  Coordinator.WorkerSession: register, heartbeats, shutdown, drop
+ *   persist.c  --state-dir: journal snapshots (group commit), resuming,
+ *              workers expected back
+ *   publish.c  the published worker list: versions, deltas, shared encodings
+ *   workers.c  Coordinator.WorkerSession: register, heartbeats, suspect,
+ *              shutdown, drop
  *   tickets.c  the workers' stream tickets (minted, never stored or logged)
  *   ranks.c    Join, WatchWorkers (re-announcements), Finish (and abort)
  *   status.c   ReportStats, Status, the stats line, /metrics
@@ -35,11 +42,15 @@
  * Threads and locks. Calls are event driven (proto/rpc.h, "Server"):
  * handlers run on the rpc layer's threads and never block; sends only
  * queue, so they may be made under C.mu (lock order: C.mu, then the rpc
- * layer's own locks). The one exception is the state journal: a small
- * file write + fsync made inline on a serving thread, without C.mu
- * (journal_sync), before a call is answered; its own lock (persist.c)
- * is taken without C.mu. The main loop (main.c) and the /metrics thread
- * (status.c, coord_metrics) take C.mu like any handler. A function named
+ * layer's own locks). The state journal has a thread of its own (the
+ * writer, persist.c): Join of a new rank and Finish hold their call, and
+ * a watch whose re-announcement taught something waits unstarted; they
+ * are answered from it once their change is on disk (journal_after). A
+ * worker's registration and departure and the main loop wait for it
+ * (journal_sync, without C.mu). Its lock is taken
+ * without C.mu. The main loop (main.c: heartbeats, publication, watches,
+ * timeouts) and the /metrics thread (status.c, coord_metrics) take C.mu
+ * like any handler. A function named
  * *_locked is called with C.mu held; the rpc layer's handlers and
  * callbacks (handle_*, *_ops) and the functions whose comment says "call
  * without C.mu" take it themselves; the rest take no lock.
@@ -75,6 +86,13 @@ enum {
 #define MAX_STR      STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
 #define TICKET_HEX   64 /* hex digits of a stream ticket (HMAC-SHA256, tickets.c) */
 #define MAX_FAILURES 8  /* worker failures kept for Status */
+/* The worker list's publication (publish.c): at most one version per
+ * PUB_MIN_MS, and the deltas of the last PUB_HISTORY versions kept while
+ * they fit PUB_HISTORY_BYTES (a watcher further behind gets the whole
+ * list). */
+#define PUB_MIN_MS        250
+#define PUB_HISTORY       64
+#define PUB_HISTORY_BYTES (4u << 20)
 
 /* ---- Options (options.c) -------------------------------------------------
  * Filled by stk__daemon_init in main before any thread starts; read-only
@@ -86,8 +104,9 @@ typedef struct coord_opts {
   int trust_worker_addresses;
   stk__tls_opts tls;
   stk__strlist set;
-  long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, stats_interval_s,
-      shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s, linger_s;
+  long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, heartbeat_lapse_s,
+      stats_interval_s, shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s,
+      linger_s;
   int print_job, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;
@@ -125,6 +144,11 @@ typedef struct cworker {
   int leaving;         /* session over: no longer journaled, unlink next */
   int shutdown_sent;
   int64_t registered_ms, last_hb_ms;
+  /* Its heartbeats are late (over --heartbeat-misses intervals) while its
+   * session is open: still listed, shown in Status and /metrics; since
+   * when (check_heartbeats sets it, a heartbeat clears it). */
+  int suspect;
+  int64_t suspect_since_ms;
   struct {
     uint64_t batches_built, bytes_sent, samples_substituted;
     uint32_t active_streams, queued_requests;
@@ -139,6 +163,15 @@ enum { ST_WAITING, ST_RUNNING, ST_DRAINING, ST_DONE, ST_FAILED };
 
 struct watcher; /* an open WatchWorkers call (ranks.c) */
 
+/* A change of the live list, recorded for the next publication
+ * (publish_change_locked): a copy, so the worker may be freed meanwhile. */
+typedef struct pub_change {
+  char id[MAX_STR], address[MAX_STR], ticket[TICKET_HEX + 1];
+  uint32_t cores;
+  int removed; /* the id left the list (else: listed with these fields) */
+  size_t seq;  /* its order among the changes (publish.c) */
+} pub_change;
+
 /* The coordinator's state: one daemon, one job, one mutex. Before the
  * server starts, main (load_job, journal_open) fills it without the lock;
  * from then on every field is under C.mu unless its note says otherwise.
@@ -146,7 +179,7 @@ struct watcher; /* an open WatchWorkers call (ranks.c) */
  * it under C.mu. */
 typedef struct coord_state {
   pthread_mutex_t mu;
-  pthread_cond_t cv; /* list version changed, or shutting down (broadcast
+  pthread_cond_t cv; /* the live list changed, or shutting down (broadcast
                         under C.mu; nothing waits on it today) */
   stk__tls *tls;     /* --tls-*, loaded at start; NULL = plaintext. Read-only
                         once the server starts: no lock */
@@ -168,9 +201,20 @@ typedef struct coord_state {
   uint32_t nclasses;
   char **classes; /* nclasses names, or NULL when the dataset sent none */
 
-  /* The live worker list (workers.c). */
+  /* The live worker list (workers.c). Clients never see it directly:
+   * they see the versions publish.c makes of it. */
   cworker *workers; /* live ones */
-  uint64_t version; /* changes with the list; never 0 (set from the clock in main) */
+  /* Its changes since the last publication (publish.c owns them; any
+   * file adds with publish_change_locked). changes_lost: one could not be
+   * recorded (out of memory), so the next publication reads the whole
+   * list. */
+  pub_change *changes;
+  size_t nchanges, changes_cap;
+  int changes_lost;
+  /* The first published version: from the wall clock (main, before the
+   * server starts; read-only after), so a restarted coordinator never
+   * reuses a version its clients saw with another list. Never 0. */
+  uint64_t first_version;
 
   /* Ranks (ranks.c): joined[r], finished[r] for r < world_size. */
   uint8_t *joined, *finished;
@@ -238,16 +282,12 @@ int state_locked(void);
  * out of memory (the old text kept). Under C.mu (or before the server
  * starts). */
 int job_publish_locked(void);
-/* Take w off the live list (C.version moves, C.cv broadcast). 1 when it
- * was on it, 0 when not. Does not free w. Under C.mu. */
+/* Take w off the live list (recorded for the next publication, C.cv
+ * broadcast). 1 when it was on it, 0 when not. Does not free w. Under
+ * C.mu. */
 int unlink_locked(cworker *w);
 /* Workers on the live list. Under C.mu. */
 size_t nworkers_locked(void);
-/* Copies of the live list (strings duplicated) with their count in *n;
- * NULL (and *n 0) when out of memory, a shorter list when a copy failed.
- * The caller owns them: free with infos_free (accepts NULL). Under C.mu. */
-Stoker__V1__WorkerInfo **infos_locked(size_t *n);
-void infos_free(Stoker__V1__WorkerInfo **v, size_t n);
 /* Load the job from --job and --set into C.spec, check it, publish its
  * text and hash and allocate the rank tables. 0, or -1 with err (a usage
  * error). From main, before the server starts. */
@@ -264,10 +304,22 @@ int journal_open(char *err, size_t errlen);
 int journal_enabled(void);
 /* Put the state as of now in the journal (nothing without --state-dir):
  * returns once a snapshot holding every change made before the call is on
- * disk. A failed write is logged and the job goes on. Blocks on a file
- * write + fsync; call without C.mu, from any thread. */
+ * disk. Joins the writer thread's next group commit. A failed write is
+ * logged and the job goes on. Blocks on a file write + fsync; call
+ * without C.mu, from any thread but a journal_after callback. */
 void journal_sync(void);
-/* Release the state dir (its lock). From main, after the server stopped. */
+typedef void (*journal_done_fn)(void *arg);
+/* fn(arg) once a snapshot holding every change made before this call is
+ * on disk (or its write failed: logged, the job goes on). Runs on the
+ * journal's writer thread, without C.mu, in the order queued; fn must not
+ * block (it may take C.mu, answer a held call, log). Without --state-dir
+ * fn runs at once, on the caller's thread. Returns 0. Call without C.mu. */
+int journal_after(journal_done_fn fn, void *arg);
+/* Snapshots written since start and callers they answered (group
+ * commit), for the figures. Any thread. */
+void journal_figures(uint64_t *writes, uint64_t *waiters);
+/* Stop the writer (after it answered everything queued) and release the
+ * state dir (its lock). From main, after the server stopped. */
 void journal_close(void);
 /* Journal id as a worker to expect back, unless it is already: 1 when
  * added, 0 when it was there or on allocation failure. Under C.mu. */
@@ -312,9 +364,53 @@ const char *last_failure_locked(char *buf, size_t len);
 /* Send Shutdown to every live worker that has not had it yet (queued
  * only). Call without C.mu (main loop). */
 void send_shutdowns(void);
-/* Drop workers whose heartbeats lapsed (--heartbeat-misses) from the list
- * and abort their sessions. Call without C.mu (main loop). */
+/* Heartbeats: a worker whose last one is older than --heartbeat-misses
+ * intervals becomes suspect (still listed; logged once, and once when it
+ * recovers); one whose lapse reaches --heartbeat-lapse-s is dropped from
+ * the list and its session aborted. Call without C.mu (main loop). */
 void check_heartbeats(void);
+
+/* ---- The published worker list (publish.c) ------------------------------
+ *
+ * Versions: the first is C.first_version, each later one +1; a version is
+ * made only when the list as clients see it changed, at most one per
+ * PUB_MIN_MS (changes in between are coalesced into one). Each version's
+ * whole list, its delta from the previous one and Join's entries are
+ * encoded once, outside C.mu, into refcounted slices that every send
+ * shares. */
+
+/* Record that w was listed (removed 0: with its id, address, cores and
+ * ticket as they are now) or left (removed 1). O(1): a copy into
+ * C.changes. Under C.mu. */
+void publish_change_locked(const cworker *w, int removed);
+/* Publish the recorded changes as the next version when PUB_MIN_MS have
+ * passed since the last one (or nothing was published yet), and the last
+ * list (shutting_down) once the job ends. The only caller is the main
+ * loop's thread (run_job, shut_down_workers); call without C.mu. */
+void publish_tick(int64_t now);
+/* The published version (0 before the first publication). Under C.mu. */
+uint64_t publish_version_locked(void);
+/* What a watcher that knows version known needs, as byte buffers over the
+ * shared encodings (the caller owns the buffers: send or destroy them):
+ * with final, the last list once it is encoded (else nothing); else
+ * nothing when known is the published version, the deltas from known on
+ * (deltas set and known's successor still in the history, at most max), or
+ * the whole list. The number of buffers in out (0 = nothing to send, *version
+ * untouched), or -1 when out of memory. *version: the version they bring
+ * the watcher to. Under C.mu. */
+int publish_messages_locked(uint64_t known, int deltas, int final, grpc_byte_buffer **out,
+                            size_t max, uint64_t *version);
+/* Join's reply as a byte buffer (the caller owns it): the job part (packed
+ * again only when the job changed), the published version and the
+ * published entries, all shared slices: O(1) per join. *version gets the
+ * version. NULL when out of memory. Under C.mu. */
+grpc_byte_buffer *publish_join_reply_locked(uint64_t *version);
+/* Figures for /metrics: the version, versions published, the last
+ * delta's and whole list's sizes in bytes, deltas held. Under C.mu. */
+void publish_figures_locked(uint64_t *version, uint64_t *published, uint64_t *delta_bytes,
+                            uint64_t *whole_bytes, size_t *history);
+/* Free it all. From main, after the server stopped. */
+void publish_free(void);
 
 /* ---- Ranks (ranks.c) ----------------------------------------------------- */
 

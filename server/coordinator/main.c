@@ -49,6 +49,7 @@ static int run_job(void) {
     stk__notify_tick(now);
     stk__health_tick(now);
     check_heartbeats();
+    publish_tick(now);
     watch_pump_all();
     expect_expire();
     if (now >= next_stats) {
@@ -84,6 +85,7 @@ static void shut_down_workers(void) {
   for (;;) {
     stk__notify_tick(stk__now_ms());
     send_shutdowns();
+    publish_tick(stk__now_ms());
     watch_pump_all();
     expect_expire();
     pthread_mutex_lock(&C.mu);
@@ -201,11 +203,12 @@ int main(int argc, char **argv) {
   /* List versions are never 0 (a watcher that knows nothing gets the list
    * at once) and start from the wall clock, so a restarted coordinator
    * does not reuse a version its clients saw with another list. */
-  C.version = ((uint64_t)time(NULL) << 20) | 1;
+  C.first_version = ((uint64_t)time(NULL) << 20) | 1;
   if (*opt.state_dir && (code = journal_open(err, sizeof(err))) != EXIT_OK) {
     LOG_ERROR("%s", err);
     goto out;
   }
+  publish_tick(stk__now_ms()); /* the first version (empty) before any join */
   stk__rpc_server *srv = NULL;
   if (start_server(&srv, err, sizeof(err))) {
     LOG_ERROR("%s", err);
@@ -234,6 +237,7 @@ out:
   for (uint32_t i = 0; C.classes && i < C.nclasses; i++) free(C.classes[i]);
   free(C.classes);
   journal_close();
+  publish_free();
   tickets_free();
   return code;
 }

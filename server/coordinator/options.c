@@ -57,8 +57,14 @@ stk__option options[] = {
     {"heartbeat-interval-ms", OPT_INT, "1000", NULL, "how often workers heartbeat",
      &opt.heartbeat_interval_ms, 50, 60000},
     {"heartbeat-misses", OPT_INT, "3", NULL,
-     "missed heartbeats before a worker is dropped from the list", &opt.heartbeat_misses,
-     1, 1000},
+     "missed heartbeats before a worker is shown suspect (it stays listed while its "
+     "session is open)",
+     &opt.heartbeat_misses, 1, 1000},
+    {"heartbeat-lapse-s", OPT_INT, "60", NULL,
+     "a worker without a heartbeat for this long (and for more than "
+     "--heartbeat-misses intervals) is dropped from the list and its session "
+     "ended, even though the session is open",
+     &opt.heartbeat_lapse_s, 1, 86400},
     STK__OPT_STATS_INTERVAL_S(opt.stats_interval_s),
     {"shutdown-grace-s", OPT_INT, "15", NULL,
      "on shutdown, how long to wait for workers to drain and disconnect, and "

@@ -6,9 +6,13 @@
  * before the call that changed it is answered; at start, resuming C from
  * it; and the workers of the journal expected back (C.expect).
  *
- * Owns J (below) and C.expect. The one blocking step a serving thread
- * takes (journal_sync: a small file write + fsync) is here, made without
- * C.mu. */
+ * Owns J (below) and C.expect. Writes are group commits on a thread of
+ * their own (the writer): a caller queues (journal_after: a callback, so
+ * a serving thread never waits on the disk; journal_sync: blocks until
+ * written), and one snapshot, taken once the writer picks the queue up,
+ * answers every caller queued before it. The snapshot is a copy taken
+ * under C.mu (the rank flags and worker ids, memcpy); formatting, the
+ * write and the fsync are made without any lock of C. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -16,81 +20,210 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/thread.h"
 #include "coordinator.h"
 #include "journal.h"
 #include "log.h"
 
-/* The state journal (--state-dir). Writes are serialised by J.mu, taken
- * without C.mu; seq numbers the snapshots so an older one is never written
- * after a newer one. */
+/* A caller waiting for the journal: fn(arg) once a snapshot taken after
+ * it queued is on disk. */
+typedef struct jwait {
+  journal_done_fn fn;
+  void *arg;
+  struct jwait *next;
+} jwait;
+
+/* The state journal (--state-dir). One thread (the writer) takes every
+ * snapshot and writes it: group commit, so a thousand Finish calls
+ * arriving together cost a few writes + fsyncs, not a thousand, and no
+ * serving thread waits on the disk. */
 static struct {
   pthread_mutex_t mu;
+  pthread_cond_t cv;   /* a waiter queued, or stop */
+  pthread_cond_t done; /* a write finished (journal_sync's waits) */
   stk__state_dir *dir; /* NULL: no journal. Set by journal_open before the
                           server starts, read-only after: no lock */
-  uint64_t seq;        /* under C.mu: last snapshot taken */
-  uint64_t written;    /* under J.mu: last snapshot on disk */
-  int failing;         /* under J.mu: the last write failed (logged once) */
-} J = {.mu = PTHREAD_MUTEX_INITIALIZER};
+  pthread_t writer;
+  int running; /* the writer thread was started (main's thread only) */
+  /* under mu: */
+  jwait *head, **tail; /* queued, oldest first */
+  int stop;
+  uint64_t writes;  /* snapshots written (for the sync waits) */
+  int failing;      /* the last write failed (logged once) */
+  uint64_t waiters; /* callers served, for the figures */
+} J = {.mu = PTHREAD_MUTEX_INITIALIZER,
+       .cv = PTHREAD_COND_INITIALIZER,
+       .done = PTHREAD_COND_INITIALIZER};
 
-/* The state as journal text (C's fields, read under C.mu). 0 or -1. */
-static int journal_text_locked(char **text, size_t *len) {
+/* What a snapshot holds, copied under C.mu (memcpy of the rank flags and
+ * the worker ids) so the text is formatted outside it. */
+typedef struct jsnap {
   stk__journal j;
-  memset(&j, 0, sizeof(j));
-  j.job_hash = C.config_hash;
-  j.job_name = C.spec.name;
-  j.world_size = C.spec.world_size;
-  j.num_samples = C.resolved ? C.spec.num_samples : 0;
-  j.have_fp = C.have_fp;
-  j.fingerprint = C.fingerprint;
-  j.joined = C.joined;
-  j.finished = C.finished;
-  j.ended = C.shutdown_req != 0;
-  j.exit_code = C.shutdown_req ? C.shutdown_req - 1 : 0;
-  j.failed = C.failed;
-  j.reason = C.shutdown_reason;
+  char *ids; /* the worker ids, MAX_STR apart */
+} jsnap;
+
+static void snap_free(jsnap *s) {
+  free(s->j.joined), free(s->j.finished), free(s->j.job_name), free(s->j.reason);
+  free(s->j.worker_ids), free(s->ids);
+  memset(s, 0, sizeof(*s));
+}
+
+/* Copy the state into s. 0, or -1 when out of memory (s freed). Under C.mu. */
+static int snap_take_locked(jsnap *s) {
+  memset(s, 0, sizeof(*s));
+  stk__journal *j = &s->j;
+  uint32_t W = C.spec.world_size;
+  j->job_hash = C.config_hash;
+  j->world_size = W;
+  j->num_samples = C.resolved ? C.spec.num_samples : 0;
+  j->have_fp = C.have_fp;
+  j->fingerprint = C.fingerprint;
+  j->ended = C.shutdown_req != 0;
+  j->exit_code = C.shutdown_req ? C.shutdown_req - 1 : 0;
+  j->failed = C.failed;
   size_t n = nworkers_locked() + C.nexpect;
-  char **ids = calloc(n ? n : 1, sizeof(*ids));
-  if (!ids) return -1;
+  j->job_name = strdup(C.spec.name);
+  j->reason = strdup(C.shutdown_reason);
+  j->joined = malloc(W ? W : 1);
+  j->finished = malloc(W ? W : 1);
+  j->worker_ids = calloc(n ? n : 1, sizeof(char *));
+  s->ids = malloc((n ? n : 1) * MAX_STR);
+  if (!j->job_name || !j->reason || !j->joined || !j->finished || !j->worker_ids ||
+      !s->ids) {
+    snap_free(s);
+    return -1;
+  }
+  memcpy(j->joined, C.joined, W);
+  memcpy(j->finished, C.finished, W);
   for (cworker *w = C.workers; w; w = w->next)
-    if (!w->leaving) ids[j.nworkers++] = w->id;
-  for (size_t i = 0; i < C.nexpect; i++) ids[j.nworkers++] = C.expect[i];
-  j.worker_ids = ids;
-  int rc = stk__journal_format(&j, text, len);
-  free(ids);
-  return rc;
+    if (!w->leaving) memcpy(s->ids + MAX_STR * j->nworkers++, w->id, MAX_STR);
+  for (size_t i = 0; i < C.nexpect; i++)
+    snprintf(s->ids + MAX_STR * j->nworkers++, MAX_STR, "%s", C.expect[i]);
+  for (size_t i = 0; i < j->nworkers; i++) j->worker_ids[i] = s->ids + MAX_STR * i;
+  return 0;
+}
+
+/* Take a snapshot now and write it. Logs a failure (once until a write
+ * succeeds again). Call without C.mu and J.mu. */
+static void write_snapshot(void) {
+  jsnap s;
+  char *text = NULL;
+  size_t len = 0;
+  char err[600] = "out of memory";
+  pthread_mutex_lock(&C.mu);
+  int rc = snap_take_locked(&s);
+  pthread_mutex_unlock(&C.mu);
+  if (!rc) {
+    rc = stk__journal_format(&s.j, &text, &len);
+    snap_free(&s);
+  }
+  if (!rc) rc = stk__state_dir_write(J.dir, text, len, err, sizeof(err));
+  free(text);
+  pthread_mutex_lock(&J.mu);
+  int was = J.failing;
+  J.failing = rc != 0;
+  pthread_mutex_unlock(&J.mu);
+  if (rc && !was)
+    LOG_ERROR(
+        "state journal: %s; the job goes on, but a restart may forget what "
+        "changed since the last write",
+        err);
+  else if (!rc && was) LOG_INFO("state journal written again");
+}
+
+/* The writer: takes every queued waiter, writes one snapshot (taken
+ * after they all queued: it holds their changes), then answers them. */
+static void *writer_main(void *arg) {
+  (void)arg;
+  stk__thread_name("stk-journal");
+  pthread_mutex_lock(&J.mu);
+  for (;;) {
+    while (!J.head && !J.stop) pthread_cond_wait(&J.cv, &J.mu);
+    if (!J.head) break; /* stop, and nobody waits */
+    jwait *batch = J.head;
+    J.head = NULL, J.tail = &J.head;
+    pthread_mutex_unlock(&J.mu);
+    write_snapshot();
+    uint64_t n = 0;
+    for (jwait *w = batch, *next; w; w = next, n++) {
+      next = w->next;
+      w->fn(w->arg);
+      free(w);
+    }
+    pthread_mutex_lock(&J.mu);
+    J.writes++;
+    J.waiters += n;
+    pthread_cond_broadcast(&J.done);
+  }
+  pthread_mutex_unlock(&J.mu);
+  return NULL;
+}
+
+int journal_after(journal_done_fn fn, void *arg) {
+  if (!J.dir) {
+    fn(arg);
+    return 0;
+  }
+  jwait *w = malloc(sizeof(*w));
+  if (!w) {
+    journal_sync();
+    fn(arg);
+    return 0;
+  }
+  w->fn = fn, w->arg = arg, w->next = NULL;
+  pthread_mutex_lock(&J.mu);
+  if (!J.running) { /* no writer (it could not start): write inline */
+    pthread_mutex_unlock(&J.mu);
+    free(w);
+    write_snapshot();
+    fn(arg);
+    return 0;
+  }
+  *J.tail = w;
+  J.tail = &w->next;
+  pthread_cond_signal(&J.cv);
+  pthread_mutex_unlock(&J.mu);
+  return 0;
+}
+
+/* journal_sync's waiter: flags its done word (under J.mu: the writer
+ * broadcasts J.done after the batch). */
+static void sync_done(void *arg) {
+  pthread_mutex_lock(&J.mu);
+  *(int *)arg = 1;
+  pthread_mutex_unlock(&J.mu);
 }
 
 /* Put the state as of now in the journal (nothing without --state-dir):
  * returns once a snapshot holding every change made before the call is on
- * disk, so a call answered after it survives a kill -9. A failed write is
- * logged (once until one succeeds again) and the job goes on from memory:
- * a disk problem must not end a running job. Call without C.mu. */
+ * disk, so a call answered after it survives a kill -9. Joins the
+ * writer's next group commit. A failed write is logged (once until one
+ * succeeds again) and the job goes on from memory: a disk problem must
+ * not end a running job. Call without C.mu. */
 void journal_sync(void) {
   if (!J.dir) return;
-  char *text = NULL;
-  size_t len = 0;
-  pthread_mutex_lock(&C.mu);
-  uint64_t seq = ++J.seq;
-  int rc = journal_text_locked(&text, &len);
-  pthread_mutex_unlock(&C.mu);
-  char err[600] = "out of memory";
   pthread_mutex_lock(&J.mu);
-  if (seq > J.written) { /* else a newer snapshot, which has ours, is on disk */
-    if (rc || stk__state_dir_write(J.dir, text, len, err, sizeof(err))) {
-      if (!J.failing)
-        LOG_ERROR(
-            "state journal: %s; the job goes on, but a restart may forget what "
-            "changed since the last write",
-            err);
-      J.failing = 1;
-    } else {
-      if (J.failing) LOG_INFO("state journal written again");
-      J.failing = 0;
-      J.written = seq;
-    }
-  }
+  int running = J.running;
   pthread_mutex_unlock(&J.mu);
-  free(text);
+  jwait *w = running ? malloc(sizeof(*w)) : NULL;
+  if (!w) {
+    write_snapshot();
+    return;
+  }
+  int done = 0;
+  w->fn = sync_done, w->arg = &done, w->next = NULL;
+  pthread_mutex_lock(&J.mu);
+  *J.tail = w;
+  J.tail = &w->next;
+  pthread_cond_signal(&J.cv);
+  while (!done) pthread_cond_wait(&J.done, &J.mu);
+  pthread_mutex_unlock(&J.mu);
+}
+
+void journal_figures(uint64_t *writes, uint64_t *waiters) {
+  pthread_mutex_lock(&J.mu);
+  *writes = J.writes, *waiters = J.waiters;
+  pthread_mutex_unlock(&J.mu);
 }
 
 /* A worker id registered again: no longer expected back. Under C.mu. */
@@ -249,18 +382,34 @@ int journal_open(char *err, size_t errlen) {
   if (code != EXIT_OK) return code;
   /* Write at once: a fresh dir gets its job, and a dir we cannot write to
    * is found now rather than at the first finish. */
+  jsnap sn;
   pthread_mutex_lock(&C.mu);
-  uint64_t seq = ++J.seq;
-  r = journal_text_locked(&text, &len);
+  r = snap_take_locked(&sn);
   pthread_mutex_unlock(&C.mu);
+  if (r) return stk__errf(err, errlen, EXIT_FAIL, "out of memory");
+  r = stk__journal_format(&sn.j, &text, &len);
+  snap_free(&sn);
   if (r) return stk__errf(err, errlen, EXIT_FAIL, "out of memory");
   r = stk__state_dir_write(J.dir, text, len, msg, sizeof(msg));
   free(text);
   if (r) return stk__errf(err, errlen, EXIT_FAIL, "--state-dir: %s", msg);
-  J.written = seq;
+  J.tail = &J.head;
+  if (pthread_create(&J.writer, NULL, writer_main, NULL) == 0) J.running = 1;
+  else LOG_WARN("state journal: cannot start its writer thread; writing inline");
   return EXIT_OK;
 }
 
 int journal_enabled(void) { return J.dir != NULL; }
 
-void journal_close(void) { stk__state_dir_close(J.dir); }
+void journal_close(void) {
+  if (J.running) {
+    pthread_mutex_lock(&J.mu);
+    J.stop = 1;
+    pthread_cond_signal(&J.cv);
+    pthread_mutex_unlock(&J.mu);
+    pthread_join(J.writer, NULL);
+    J.running = 0;
+  }
+  stk__state_dir_close(J.dir);
+  J.dir = NULL;
+}

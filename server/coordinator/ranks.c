@@ -57,6 +57,26 @@ static int holder_take_locked(uint32_t r, const char *client_id, const char *pee
   return was;
 }
 
+/* A reply that waits for the journal (a held call: stk__rpc_call_hold). */
+typedef struct held_reply {
+  stk__rpc_call *call;
+  grpc_byte_buffer *bb; /* the reply, sent then the status OK */
+  /* Finish's log line, said once the finish is on disk (bb NULL: built
+   * here) */
+  uint32_t rank, nf, world;
+  int ends_job;
+} held_reply;
+
+/* journal_after's callback: send the reply, end the call OK, release it.
+ * On the journal's writer thread. */
+static void held_reply_send(void *arg) {
+  held_reply *h = arg;
+  if (stk__rpc_call_send(h->call, h->bb) == 0)
+    stk__rpc_call_finish(h->call, GRPC_STATUS_OK, "");
+  stk__rpc_call_release(h->call);
+  free(h);
+}
+
 void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   const Stoker__V1__JoinRequest *q = (const Stoker__V1__JoinRequest *)req;
   char msg[400];
@@ -125,32 +145,36 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   char old[MAX_STR], esc_old[300];
   int was = holder_take_locked(q->rank, q->client_id, stk__rpc_call_peer(call), now, old,
                                sizeof(old));
-  Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
-  job.canonical = strdup(C.canonical);
-  job.hash = C.hash;
-  Stoker__V1__JoinResponse resp = STOKER__V1__JOIN_RESPONSE__INIT;
-  resp.job = &job;
-  resp.list_version = C.version;
-  resp.workers = infos_locked(&resp.n_workers);
-  resp.num_classes = C.nclasses;
-  resp.classes = C.classes; /* kept until exit; copied by the reply below */
-  resp.n_classes = C.classes ? C.nclasses : 0;
+  /* The published list and the job, from their shared encodings: no
+   * per-join protobuf building (publish.c). */
+  uint64_t version = 0;
+  grpc_byte_buffer *bb = publish_join_reply_locked(&version);
   pthread_mutex_unlock(&C.mu);
-  /* A new rank is on disk before it is answered (a file write + fsync,
-   * inline on this serving thread). */
-  if (newly) journal_sync();
   if (was == 2)
     LOG_INFO("rank %u rejoined by client %s from %s, replacing client %s (gone)", q->rank,
              q->client_id ? q->client_id : "", stk__rpc_call_peer(call),
              stk__escape(esc_old, sizeof(esc_old), old));
   else
-    LOG_INFO("rank %u %s (client %s from %s)", q->rank, was == 1 ? "rejoined" : "joined",
-             q->client_id ? q->client_id : "", stk__rpc_call_peer(call));
-  if (!job.canonical || !resp.workers)
+    LOG_INFO("rank %u %s (client %s from %s; list version %" PRIu64 ")", q->rank,
+             was == 1 ? "rejoined" : "joined", q->client_id ? q->client_id : "",
+             stk__rpc_call_peer(call), version);
+  if (!bb) {
     stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  else stk__rpc_call_reply(call, &resp.base);
-  free(job.canonical);
-  infos_free(resp.workers, resp.n_workers);
+    return;
+  }
+  /* A new rank is on disk before it is answered: the reply waits for the
+   * journal's next group commit, without holding this serving thread. */
+  if (newly && journal_enabled()) {
+    held_reply *h = malloc(sizeof(*h));
+    if (h) {
+      h->call = call, h->bb = bb;
+      stk__rpc_call_hold(call);
+      journal_after(held_reply_send, h);
+      return;
+    }
+    journal_sync();
+  }
+  if (stk__rpc_call_send(call, bb) == 0) stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
 /* WatchWorkers: after its one request (a re-announcement: checked, and
@@ -165,11 +189,23 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
 typedef struct watcher {
   stk__rpc_call *call;
   uint32_t rank;
-  int holds;    /* counted in C.ranks[rank].holder_watches ... */
-  uint64_t gen; /* ... while its holder_gen is this */
-  uint64_t known;
+  int holds;         /* counted in C.ranks[rank].holder_watches ... */
+  uint64_t gen;      /* ... while its holder_gen is this */
+  uint64_t known;    /* the published version it has */
+  int deltas;        /* it takes deltas (WatchRequest.takes_deltas) */
   int64_t lease_end; /* set when started */
   int started, sending, over;
+  /* Its re-announcement taught the coordinator something: the watch
+   * starts once that is on disk (journal_after). closed: the call ended
+   * meanwhile, so the journal's callback frees the watcher. */
+  int journaling, closed;
+  /* From its request, kept for the start: the rank's holder (client_id,
+   * "" when none or too long to be one) and, for the log, what the
+   * re-announcement said. */
+  uint32_t req_rank;
+  char client_id[MAX_STR];
+  int req_finished, req_end_job;
+  uint32_t nfinished;
   struct watcher *next;
 } watcher;
 
@@ -185,23 +221,22 @@ int watch_holds_locked(int64_t now) {
  * its lease is over. Under C.mu. */
 static void watch_pump_locked(watcher *wt) {
   if (!wt->started || wt->sending || wt->over) return;
-  if (C.version == wt->known && !C.shutting_down) {
-    if (stk__now_ms() >= wt->lease_end) {
+  /* Shared encodings (publish.c): the deltas since what it knows, the
+   * whole list, or once the job ends the last list; buffers over the same
+   * slices, nothing encoded here. */
+  grpc_byte_buffer *out[PUB_HISTORY];
+  uint64_t version = 0;
+  int n = publish_messages_locked(wt->known, wt->deltas, C.shutting_down, out,
+                                  PUB_HISTORY, &version);
+  if (n == 0) {
+    if (!C.shutting_down && stk__now_ms() >= wt->lease_end) {
       wt->over = 1;
       touch_locked(); /* the idle clock runs from the end of the hold */
       stk__rpc_call_finish(wt->call, GRPC_STATUS_OK, "watch lease over: watch again");
     }
-    return;
+    return; /* (shutting down: the last list is not encoded yet) */
   }
-  Stoker__V1__WorkerList list = STOKER__V1__WORKER_LIST__INIT;
-  list.version = C.version;
-  list.shutting_down = C.shutting_down;
-  list.failed = C.shutting_down && C.failed;
-  list.reason = list.failed ? C.shutdown_reason : NULL;
-  list.workers = infos_locked(&list.n_workers);
-  int rc = list.workers ? stk__rpc_call_send_msg(wt->call, &list.base) : -1;
-  infos_free(list.workers, list.n_workers);
-  if (rc) {
+  if (n < 0 || stk__rpc_call_sendv(wt->call, out, (size_t)n)) {
     wt->over = 1;
     stk__rpc_call_abort(wt->call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return;
@@ -209,8 +244,8 @@ static void watch_pump_locked(watcher *wt) {
   /* A send may wait on a peer that stopped reading: no hold meanwhile. */
   wt->sending = 1;
   touch_locked();
-  wt->known = list.version;
-  if (list.shutting_down) {
+  wt->known = version;
+  if (C.shutting_down) {
     wt->over = 1;
     stk__rpc_call_finish(wt->call, GRPC_STATUS_OK, "");
   }
@@ -289,13 +324,62 @@ static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, ch
   return 0;
 }
 
+/* Start a watch whose request was taken: learn the rank's holder from it
+ * (a restarted coordinator), start its lease and send it what it needs.
+ * Under C.mu, the call not closed. */
+static void watch_start_locked(watcher *wt) {
+  stk__rpc_call *call = wt->call;
+  int64_t now = stk__now_ms();
+  LOG_DEBUG("watch from %s (rank %u) opened, lease %lld s", stk__rpc_call_peer(call),
+            wt->req_rank, opt.watch_lease_s);
+  if (wt->req_rank < C.spec.world_size && wt->client_id[0]) {
+    struct crank *k = &C.ranks[wt->req_rank];
+    char old[MAX_STR];
+    /* A restarted coordinator learns the holder from its watch. */
+    if (!k->holder || !holder_live_locked(wt->req_rank, now))
+      holder_take_locked(wt->req_rank, wt->client_id, stk__rpc_call_peer(call), now, old,
+                         sizeof(old));
+    if (!strcmp(k->holder ? k->holder : "", wt->client_id)) {
+      wt->rank = wt->req_rank, wt->holds = 1, wt->gen = k->holder_gen;
+      k->holder_watches++;
+      k->holder_seen_ms = now;
+    }
+  }
+  wt->started = 1;
+  wt->lease_end = now + opt.watch_lease_s * 1000;
+  C.watchers++;
+  touch_locked();
+  watch_pump_locked(wt);
+}
+
+/* journal_after's callback for a watch whose re-announcement was
+ * journaled: start it, unless its call ended meanwhile (then free it). */
+static void watch_journaled(void *arg) {
+  watcher *wt = arg;
+  pthread_mutex_lock(&C.mu);
+  wt->journaling = 0;
+  if (wt->closed) {
+    pthread_mutex_unlock(&C.mu);
+    free(wt);
+    return;
+  }
+  LOG_INFO(
+      "rank %u re-announced itself on its watch (client %s from %s)%s%s (%u/%u "
+      "finished)",
+      wt->req_rank, wt->client_id, stk__rpc_call_peer(wt->call),
+      wt->req_finished ? ": finished" : "", wt->req_end_job ? ", ends the job" : "",
+      wt->nfinished, C.spec.world_size);
+  if (!wt->over) watch_start_locked(wt);
+  pthread_mutex_unlock(&C.mu);
+}
+
 static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   watcher *wt = stk__rpc_call_data(call);
   const Stoker__V1__WatchRequest *q = (const Stoker__V1__WatchRequest *)m;
   char msg[400];
   int changed = 0;
   pthread_mutex_lock(&C.mu);
-  if (wt->started || wt->over) {
+  if (wt->started || wt->over || wt->journaling) {
     pthread_mutex_unlock(&C.mu);
     return; /* one request per watch; more are ignored */
   }
@@ -308,58 +392,41 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   }
   touch_locked();
   int code = reannounce_locked(q, &changed, msg, sizeof(msg));
-  uint32_t nf = C.nfinished;
-  if (code) wt->over = 1;
-  pthread_mutex_unlock(&C.mu);
   if (code) {
+    wt->over = 1;
+    pthread_mutex_unlock(&C.mu);
     LOG_WARN("watch from %s (rank %u) refused: %s", stk__rpc_call_peer(call), q->rank,
              msg);
     stk__rpc_call_finish(call, (grpc_status_code)code, msg);
     return;
   }
-  if (changed) {
-    /* On disk before the watch answers. journal_sync writes and fsyncs a
-     * small file inline, on this serving thread (the one blocking step a
-     * callback takes). The watch is not started yet, so the main loop's
-     * pump leaves it alone meanwhile; and its callbacks come one at a
-     * time, so watch_closed waits for this one. */
-    journal_sync();
-    LOG_INFO(
-        "rank %u re-announced itself on its watch (client %s from %s)%s%s (%u/%u "
-        "finished)",
-        q->rank, q->client_id ? q->client_id : "", stk__rpc_call_peer(call),
-        q->finished ? ": finished" : "", q->end_job ? ", ends the job" : "", nf,
-        C.spec.world_size);
-  }
-  LOG_DEBUG("watch from %s (rank %u) opened, lease %lld s", stk__rpc_call_peer(call),
-            q->rank, opt.watch_lease_s);
-  pthread_mutex_lock(&C.mu);
-  if (q->rank < C.spec.world_size && q->client_id && *q->client_id) {
-    struct crank *k = &C.ranks[q->rank];
-    char old[MAX_STR];
-    /* A restarted coordinator learns the holder from its watch. */
-    if (!k->holder || !holder_live_locked(q->rank, stk__now_ms()))
-      holder_take_locked(q->rank, q->client_id, stk__rpc_call_peer(call), stk__now_ms(),
-                         old, sizeof(old));
-    if (!strcmp(k->holder ? k->holder : "", q->client_id)) {
-      wt->rank = q->rank, wt->holds = 1, wt->gen = k->holder_gen;
-      k->holder_watches++;
-      k->holder_seen_ms = stk__now_ms();
-    }
-  }
-  wt->started = 1;
+  /* What the start needs (the request is freed when this returns). */
+  wt->req_rank = q->rank;
+  snprintf(wt->client_id, sizeof(wt->client_id), "%s",
+           q->client_id && strlen(q->client_id) < MAX_STR ? q->client_id : "");
   wt->known = q->known_version;
-  wt->lease_end = stk__now_ms() + opt.watch_lease_s * 1000;
-  C.watchers++;
-  touch_locked();
-  watch_pump_locked(wt);
+  wt->deltas = q->takes_deltas;
+  wt->req_finished = q->finished, wt->req_end_job = q->end_job;
+  wt->nfinished = C.nfinished;
+  if (!changed) {
+    watch_start_locked(wt);
+    pthread_mutex_unlock(&C.mu);
+    return;
+  }
+  /* On disk before the watch answers: it starts from the journal's
+   * callback, after the next group commit (thousands of ranks
+   * re-announcing themselves to a restarted coordinator share a few
+   * writes, and no serving thread waits on the disk). Not started
+   * meanwhile, so the main loop's pump leaves it alone. */
+  wt->journaling = 1;
   pthread_mutex_unlock(&C.mu);
+  journal_after(watch_journaled, wt);
 }
 
 static void watch_half_close(stk__rpc_call *call) {
   watcher *wt = stk__rpc_call_data(call);
   pthread_mutex_lock(&C.mu);
-  int none = !wt->started && !wt->over;
+  int none = !wt->started && !wt->over && !wt->journaling;
   if (none) wt->over = 1;
   pthread_mutex_unlock(&C.mu);
   if (none) stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, "no request");
@@ -390,8 +457,10 @@ static void watch_closed(stk__rpc_call *call) {
     if (k->holder_watches > 0) k->holder_watches--;
     k->holder_seen_ms = stk__now_ms();
   }
+  int keep = wt->journaling; /* the journal's callback frees it */
+  if (keep) wt->closed = 1;
   pthread_mutex_unlock(&C.mu);
-  free(wt);
+  if (!keep) free(wt);
 }
 
 const stk__rpc_stream_ops watch_ops = {watch_open, watch_message, watch_half_close,
@@ -414,6 +483,25 @@ static void abort_job_locked(uint32_t rank, const char *reason, const char *peer
   LOG_ERROR("%s (from %s)", why, peer);
   C.failed = 1;
   request_shutdown_locked(EXIT_ABORTED, why);
+}
+
+/* Log a finish and answer it (nf of world ranks finished). */
+static void finish_answer(stk__rpc_call *call, uint32_t rank, uint32_t nf, uint32_t world,
+                          int ends_job) {
+  LOG_INFO("rank %u finished%s (%u/%u)", rank, ends_job ? " and ends the job" : "", nf,
+           world);
+  Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
+  resp.ranks_finished = nf;
+  resp.world_size = world;
+  stk__rpc_call_reply(call, &resp.base);
+}
+
+/* journal_after's callback for a held Finish. */
+static void finish_done(void *arg) {
+  held_reply *h = arg;
+  finish_answer(h->call, h->rank, h->nf, h->world, h->ends_job);
+  stk__rpc_call_release(h->call);
+  free(h);
 }
 
 void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
@@ -462,13 +550,18 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
   else if (nf == W) request_shutdown_locked(EXIT_OK, "every rank finished");
   pthread_mutex_unlock(&C.mu);
-  /* An answered Finish survives a restart: on disk first (a file write +
-   * fsync, inline on this serving thread). */
-  journal_sync();
-  LOG_INFO("rank %u finished%s (%u/%u)", q->rank,
-           q->shutdown_job ? " and ends the job" : "", nf, W);
-  Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
-  resp.ranks_finished = nf;
-  resp.world_size = W;
-  stk__rpc_call_reply(call, &resp.base);
+  held_reply *h = malloc(sizeof(*h));
+  if (!h) {
+    journal_sync();
+    finish_answer(call, q->rank, nf, W, q->shutdown_job);
+    return;
+  }
+  /* An answered Finish survives a restart: on disk first. The answer
+   * waits for the journal's next group commit (thousands of ranks
+   * finishing together share a few writes), without holding this serving
+   * thread; without --state-dir it goes at once. */
+  h->call = call, h->bb = NULL;
+  h->rank = q->rank, h->nf = nf, h->world = W, h->ends_job = q->shutdown_job;
+  stk__rpc_call_hold(call);
+  journal_after(finish_done, h);
 }

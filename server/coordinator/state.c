@@ -48,7 +48,7 @@ int unlink_locked(cworker *w) {
     if (*pp == w) {
       *pp = w->next;
       w->live = 0;
-      C.version++;
+      publish_change_locked(w, 1);
       pthread_cond_broadcast(&C.cv);
       return 1;
     }
@@ -59,44 +59,6 @@ size_t nworkers_locked(void) {
   size_t n = 0;
   for (cworker *w = C.workers; w; w = w->next) n++;
   return n;
-}
-
-/* Copies of the live list (strings duplicated); free with infos_free. */
-Stoker__V1__WorkerInfo **infos_locked(size_t *n) {
-  *n = nworkers_locked();
-  Stoker__V1__WorkerInfo **v = calloc(*n ? *n : 1, sizeof(*v));
-  if (!v) return *n = 0, NULL;
-  size_t i = 0;
-  for (cworker *w = C.workers; w; w = w->next) {
-    Stoker__V1__WorkerInfo *x = malloc(sizeof(*x));
-    if (!x) break;
-    stoker__v1__worker_info__init(x);
-    x->worker_id = strdup(w->id);
-    x->address = strdup(w->address);
-    x->cores = w->cores;
-    if (w->ticket[0] && !(x->stream_ticket = strdup(w->ticket))) {
-      free(x->worker_id), free(x->address), free(x);
-      break;
-    }
-    if (!x->worker_id || !x->address) {
-      if (x->stream_ticket != protobuf_c_empty_string) free(x->stream_ticket);
-      free(x->worker_id), free(x->address), free(x);
-      break;
-    }
-    v[i++] = x;
-  }
-  *n = i;
-  return v;
-}
-
-void infos_free(Stoker__V1__WorkerInfo **v, size_t n) {
-  for (size_t i = 0; i < n; i++) {
-    free(v[i]->worker_id);
-    free(v[i]->address);
-    if (v[i]->stream_ticket != protobuf_c_empty_string) free(v[i]->stream_ticket);
-    free(v[i]);
-  }
-  free(v);
 }
 
 int load_job(char *err, size_t errlen) {

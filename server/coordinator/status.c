@@ -153,6 +153,7 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
       ws[i].worker = &wi[i];
       ws[i].stats = &wt[i];
       ws[i].last_heartbeat_ms_ago = (uint64_t)(now - w->last_hb_ms);
+      ws[i].suspect = w->suspect;
       wsp[i] = &ws[i];
       if (!wi[i].worker_id || !wi[i].address) ok = 0;
     }
@@ -247,6 +248,23 @@ void coord_metrics(metrics_buf *b, void *ud) {
   metrics_family(b, "stoker_coordinator_live_workers", "gauge",
                  "workers on the live list");
   metrics_sample(b, "stoker_coordinator_live_workers", NULL, (double)nworkers_locked());
+  uint32_t nsuspect = 0;
+  for (cworker *w = C.workers; w; w = w->next) nsuspect += w->suspect != 0;
+  metrics_family(b, "stoker_coordinator_suspect_workers", "gauge",
+                 "listed workers whose heartbeats are late (session open)");
+  metrics_sample(b, "stoker_coordinator_suspect_workers", NULL, nsuspect);
+  uint64_t lv, lpub, ldelta, lwhole;
+  size_t lhist;
+  publish_figures_locked(&lv, &lpub, &ldelta, &lwhole, &lhist);
+  metrics_family(b, "stoker_coordinator_list_versions_total", "counter",
+                 "worker list versions published (at most 4 a second)");
+  metrics_sample(b, "stoker_coordinator_list_versions_total", NULL, (double)lpub);
+  metrics_family(b, "stoker_coordinator_list_whole_bytes", "gauge",
+                 "the published worker list, encoded whole");
+  metrics_sample(b, "stoker_coordinator_list_whole_bytes", NULL, (double)lwhole);
+  metrics_family(b, "stoker_coordinator_list_delta_bytes", "gauge",
+                 "the last published change of the worker list, encoded as a delta");
+  metrics_sample(b, "stoker_coordinator_list_delta_bytes", NULL, (double)ldelta);
   metrics_family(b, "stoker_coordinator_world_size", "gauge", "ranks of the job");
   metrics_sample(b, "stoker_coordinator_world_size", NULL, C.spec.world_size);
   metrics_family(b, "stoker_coordinator_ranks_joined", "gauge", "ranks that joined");
@@ -264,8 +282,10 @@ void coord_metrics(metrics_buf *b, void *ud) {
   } wf[] = {{"stoker_coordinator_worker_batches_per_second",
              "a worker's build rate (heartbeat)"},
             {"stoker_coordinator_worker_busy_fraction",
-             "a worker's builder threads' busy share (heartbeat)"}};
-  for (int k = 0; k < 2; k++) {
+             "a worker's builder threads' busy share (heartbeat)"},
+            {"stoker_coordinator_worker_suspect",
+             "1 while a listed worker's heartbeats are late (its session open)"}};
+  for (int k = 0; k < 3; k++) {
     metrics_family(b, wf[k].name, "gauge", wf[k].help);
     for (cworker *w = C.workers; w; w = w->next) {
       /* the id is unique among live workers; the address may repeat */
@@ -273,7 +293,9 @@ void coord_metrics(metrics_buf *b, void *ud) {
       snprintf(lab, sizeof(lab), "%s,%s", metrics_label(id, sizeof(id), "worker", w->id),
                metrics_label(addr, sizeof(addr), "address", w->address));
       metrics_sample(b, wf[k].name, lab,
-                     k ? w->stats.busy_fraction : w->stats.batches_per_s);
+                     k == 2   ? (double)(w->suspect != 0)
+                     : k == 1 ? w->stats.busy_fraction
+                              : w->stats.batches_per_s);
     }
   }
   static const struct {
@@ -301,6 +323,14 @@ void coord_metrics(metrics_buf *b, void *ud) {
   uint32_t nr;
   verdict_locked(now, &v, &stall, &nr);
   pthread_mutex_unlock(&C.mu);
+  uint64_t jwrites, jwaiters;
+  journal_figures(&jwrites, &jwaiters);
+  metrics_family(b, "stoker_coordinator_journal_writes_total", "counter",
+                 "state journal snapshots written (--state-dir; group commits)");
+  metrics_sample(b, "stoker_coordinator_journal_writes_total", NULL, (double)jwrites);
+  metrics_family(b, "stoker_coordinator_journal_waiters_total", "counter",
+                 "calls answered after a journal write (several share one write)");
+  metrics_sample(b, "stoker_coordinator_journal_waiters_total", NULL, (double)jwaiters);
   metrics_family(b, "stoker_job_workers_needed", "gauge",
                  "input-bound: data workers that would remove the stall (0 otherwise)");
   metrics_sample(b, "stoker_job_workers_needed", NULL,

@@ -245,7 +245,7 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
   w->live = 1;
   w->next = C.workers;
   C.workers = w;
-  C.version++;
+  publish_change_locked(w, 0);
   expect_remove_locked(w->id); /* it is back */
   pthread_cond_broadcast(&C.cv);
   size_t nlive = nworkers_locked();
@@ -294,7 +294,10 @@ Stoker__V1__WorkerStats *stats_copy(const Stoker__V1__WorkerStats *s) {
 static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
   if (m->kind_case != STOKER__V1__WORKER_MESSAGE__KIND_HEARTBEAT) return;
   pthread_mutex_lock(&C.mu);
-  w->last_hb_ms = stk__now_ms();
+  int64_t now = stk__now_ms(), late_ms = 0;
+  int recovered = w->suspect && w->live;
+  if (w->suspect) late_ms = now - w->suspect_since_ms, w->suspect = 0;
+  w->last_hb_ms = now;
   const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
   if (s) {
     /* Batches flowing to clients: the job is in use. */
@@ -315,6 +318,9 @@ static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
     }
   }
   pthread_mutex_unlock(&C.mu);
+  if (recovered)
+    LOG_INFO("worker %s (%s) heartbeats again: no longer suspect (was for %.1f s)", w->id,
+             w->address, (double)late_ms / 1000.0);
 }
 
 static int session_open(stk__rpc_call *call) {
@@ -438,17 +444,59 @@ void send_shutdowns(void) {
   pthread_mutex_unlock(&C.mu);
 }
 
+/* Late heartbeats make a worker suspect, not dropped: on a busy machine
+ * a heartbeat waits behind everything else, and dropping a worker that
+ * still serves makes every rank re-open its streams (more load). It
+ * stays listed; only a closed session (session_closed) or a lapse of
+ * --heartbeat-lapse-s drops it. Logs after C.mu is released (a few lines
+ * per tick at most: one per change of state). */
 void check_heartbeats(void) {
-  int64_t now = stk__now_ms(), limit = opt.heartbeat_interval_ms * opt.heartbeat_misses;
+  int64_t now = stk__now_ms(), late = opt.heartbeat_interval_ms * opt.heartbeat_misses,
+          lapse = opt.heartbeat_lapse_s * 1000;
+  if (lapse < late) lapse = late; /* never dropped before it was suspect */
+  enum { MAX_LINES = 16 };
+  struct {
+    char id[STK_ESCAPED_ID], addr[STK_ESCAPED_ID];
+    int dropped;
+    double s;
+  } lines[MAX_LINES];
+  int nlines = 0, more = 0;
   pthread_mutex_lock(&C.mu);
   for (cworker *w = C.workers, *next; w; w = next) {
     next = w->next;
-    if (now - w->last_hb_ms <= limit) continue;
-    LOG_WARN("worker %s (%s) missed %lld heartbeats: dropped from the list", w->id,
-             w->address, opt.heartbeat_misses);
+    int64_t since = now - w->last_hb_ms;
+    int drop = since >= lapse;
+    if (since <= late || (w->suspect && !drop)) continue;
+    if (nlines < MAX_LINES) {
+      stk__escape(lines[nlines].id, sizeof(lines[nlines].id), w->id);
+      stk__escape(lines[nlines].addr, sizeof(lines[nlines].addr), w->address);
+      lines[nlines].dropped = drop;
+      lines[nlines++].s = (double)since / 1000.0;
+    } else {
+      more++;
+    }
+    if (!drop) {
+      w->suspect = 1;
+      w->suspect_since_ms = now;
+      continue;
+    }
     unlink_locked(w);
     /* The session ends; the worker reconnects and registers again. */
     stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
   }
   pthread_mutex_unlock(&C.mu);
+  for (int i = 0; i < nlines; i++) {
+    if (lines[i].dropped)
+      LOG_WARN(
+          "worker %s (%s): no heartbeat for %.1f s (--heartbeat-lapse-s %lld): "
+          "dropped from the list",
+          lines[i].id, lines[i].addr, lines[i].s, opt.heartbeat_lapse_s);
+    else
+      LOG_WARN(
+          "worker %s (%s): no heartbeat for %.1f s (over %lld x %lld ms): suspect, "
+          "still listed while its session is open",
+          lines[i].id, lines[i].addr, lines[i].s, opt.heartbeat_misses,
+          opt.heartbeat_interval_ms);
+  }
+  if (more) LOG_WARN("%d more workers became suspect or were dropped", more);
 }

@@ -115,13 +115,34 @@ static inline Stoker__V1__StatusResponse *du_status(stk__rpc_channel *ch) {
   return code == 0 ? (Stoker__V1__StatusResponse *)r : NULL;
 }
 
-/* Wait until the coordinator lists n live workers; 0 or -1. */
+/* Wait until the coordinator's published worker list (what Join and
+ * watches give; Status shows the live list, published from it within
+ * a quarter second) has n workers: a plain watch (no re-announcement),
+ * read until a list has them. 0 or -1. */
 static inline int du_wait_workers(stk__rpc_channel *ch, size_t n, int timeout_ms) {
-  for (int waited = 0; waited < timeout_ms; waited += 50) {
-    Stoker__V1__StatusResponse *s = du_status(ch);
-    size_t have = s ? s->n_workers : 0;
-    if (s) protobuf_c_message_free_unpacked(&s->base, NULL);
-    if (have >= n) return 0;
+  int64_t end = stk__now_ms() + timeout_ms;
+  while (stk__now_ms() < end) {
+    stk__rpc_stream *s = NULL;
+    if (stk__rpc_stream_open(ch, "/stoker.v1.Coordinator/WatchWorkers", timeout_ms, &s) ==
+        0) {
+      Stoker__V1__WatchRequest q = STOKER__V1__WATCH_REQUEST__INIT;
+      int ok = stk__rpc_stream_send_msg(s, &q.base) == 0;
+      while (ok) {
+        int left = (int)(end - stk__now_ms());
+        grpc_byte_buffer *bb = NULL;
+        if (left <= 0 || stk__rpc_stream_recv(s, &bb, left) != 1) break;
+        ProtobufCMessage *m =
+            stk__rpc_unpack(&stoker__v1__worker_list__descriptor, bb, 16u << 20);
+        grpc_byte_buffer_destroy(bb);
+        size_t have = m ? ((Stoker__V1__WorkerList *)m)->n_workers : 0;
+        if (m) protobuf_c_message_free_unpacked(m, NULL);
+        if (have >= n) {
+          stk__rpc_stream_destroy(s);
+          return 0;
+        }
+      }
+      stk__rpc_stream_destroy(s);
+    }
     stk__sleep_ms(50);
   }
   return -1;

@@ -44,8 +44,10 @@ static Stoker__V1__WorkerList *watch_next(stk__rpc_stream *s, int timeout_ms) {
 static void heartbeat_lapse(void) {
   stk_proc p[2];
   int before = check_failures;
-  const char *more[] = {"--heartbeat-interval-ms", "500", NULL};
-  /* 3 misses = 1.5 s: a live worker under CPU load is not dropped by chance. */
+  const char *more[] = {"--heartbeat-interval-ms", "500", "--heartbeat-lapse-s", "2",
+                        NULL};
+  /* 3 misses = 1.5 s: suspect (still listed); a lapse of 2 s drops it. A
+   * live worker under CPU load is not dropped by chance. */
   int cport = du_start_coordinator2(&p[0], "lapse-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
