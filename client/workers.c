@@ -1,8 +1,8 @@
 /* workers.c - the worker table: which workers this client knows, which it
- * dropped or refused, and the lifetime of each entry and its thread.
+ * dropped or refused, and the lifetime of each entry and its runner.
  *
- * STK__MAX_WORKERS entries. A worker that left the list and whose thread
- * has exited is "departed": its entry (and counters, for the stats) is
+ * STK__MAX_WORKERS entries. A worker that left the list and whose runner
+ * (stream.c) has ended is "departed": its entry (and counters, for the stats) is
  * kept until more than STK__KEEP_DEPARTED have departed or the table is
  * full, then reused. A table full of listed workers refuses the next one
  * and says so (c->workers.refused_msg).
@@ -14,8 +14,7 @@
  * worker is never fatal by itself.
  *
  * Owns: c->workers and the table part of each entry (stk__worker). Must
- * not: block in gRPC while holding c->mu (joining a departed thread does
- * not wait: it has left its loop).
+ * not: block in gRPC while holding c->mu.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -31,10 +30,14 @@ int stk__workers_init(stk_client *c) {
 
 void stk__workers_free(stk_client *c) {
   if (!c->workers.table) return;
-  for (uint32_t i = 0; i < c->workers.n; i++) {
-    stk__rpc_channel_close(c->workers.table[i].ch);
-    pthread_mutex_destroy(&c->workers.table[i].send_mu);
+  if (c->io) { /* an open that failed after its join started runners */
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    pthread_mutex_unlock(&c->mu);
+    stk__stream_stop_all(c);
   }
+  for (uint32_t i = 0; i < c->workers.n; i++)
+    stk__rpc_channel_close(c->workers.table[i].ch);
   free(c->workers.table);
   c->workers.table = NULL;
 }
@@ -46,11 +49,12 @@ void stk__workers_close_channels(stk_client *c) {
   }
 }
 
-/* Under mu: start w's thread (remote stream or local builder). 0 or -1. */
+/* Under mu: start serving w (a remote worker's runner, or the local
+ * builder's thread). 0 or -1. */
 static int worker_start(stk__worker *w) {
+  if (!w->local) return stk__stream_start(w);
   w->thread_exited = 0;
-  if (pthread_create(&w->thread, NULL, w->local ? stk__local_main : stk__stream_main,
-                     w)) {
+  if (pthread_create(&w->thread, NULL, stk__local_main, w)) {
     w->thread_started = 0;
     return -1;
   }
@@ -83,15 +87,14 @@ void stk__worker_drop(stk_client *c, stk__worker *w, int status, const char *why
   pthread_cond_broadcast(&c->cv_next);
 }
 
-/* Under mu: w left the list and its thread is gone (or never ran). */
+/* Under mu: w left the list and its runner is gone (or never ran). */
 static int departed(const stk__worker *w) {
   return w->used && !w->local && !w->listed && (!w->thread_started || w->thread_exited);
 }
 
-/* The thread of a departed entry has left its loop (thread_exited is its
- * last write under mu), so joining it here does not wait; it closed its
- * channel itself. No request, hedge or abandoned copy refers to it: its
- * stream's end requeued them all. */
+/* The runner of a departed entry has ended (thread_exited is its last
+ * write under mu) and closed its channel itself. No request, hedge or
+ * abandoned copy refers to it: its stream's end requeued them all. */
 void stk__workers_reclaim(stk_client *c, uint32_t keep) {
   uint32_t n = 0;
   for (uint32_t i = 0; i < c->workers.n; i++) n += departed(&c->workers.table[i]) ? 1 : 0;
@@ -102,7 +105,6 @@ void stk__workers_reclaim(stk_client *c, uint32_t keep) {
       if (departed(w) && (!old || w->left_ns < old->left_ns)) old = w;
     }
     if (!old) break;
-    if (old->thread_started) pthread_join(old->thread, NULL);
     old->thread_started = 0;
     stk__req_forget_worker(c, old->idx);
     old->used = 0;
@@ -110,14 +112,10 @@ void stk__workers_reclaim(stk_client *c, uint32_t keep) {
   }
 }
 
-/* Under mu: entry i made ready for a new worker (send_mu stays initialised
- * for the table's life: stk__workers_free destroys every entry's below
- * c->workers.n). */
+/* Under mu: entry i made ready for a new worker. */
 static stk__worker *slot_init(stk_client *c, uint32_t i) {
   stk__worker *w = &c->workers.table[i];
-  if (i < c->workers.n) pthread_mutex_destroy(&w->send_mu);
   memset(w, 0, sizeof(*w));
-  pthread_mutex_init(&w->send_mu, NULL);
   w->idx = (int)i;
   w->c = c;
   if (i >= c->workers.n) c->workers.n = i + 1;
@@ -137,7 +135,7 @@ static stk__worker *slot_get(stk_client *c) {
 }
 
 /* Under mu: w's stream ticket becomes t (NULL = none); a change is
- * flagged for the worker thread (ticket_new). */
+ * flagged for the runner (ticket_new). */
 static void ticket_set(stk__worker *w, const char *t) {
   if (!t) t = "";
   if (!strcmp(w->ticket, t)) return;
@@ -152,9 +150,8 @@ int stk__worker_add(stk_client *c, const char *id, const char *address,
     if (!w->used || strcmp(w->id, id) != 0) continue;
     w->listed = 1;
     ticket_set(w, ticket);
-    if (w->dropped) return (int)i; /* listed, but not ours to use */
-    if (w->thread_started && w->thread_exited) {
-      pthread_join(w->thread, NULL); /* it has left its loop already */
+    if (w->dropped) return (int)i;               /* listed, but not ours to use */
+    if (w->thread_started && w->thread_exited) { /* its runner has ended */
       w->thread_started = 0;
     }
     if (!w->thread_started && !c->stopping) worker_start(w);
@@ -218,13 +215,12 @@ uint32_t stk__workers_alive(stk_client *c) {
 
 void stk__workers_stop(stk_client *c) {
   pthread_mutex_lock(&c->mu);
-  for (uint32_t i = 0; i < c->workers.n; i++)
-    if (c->workers.table[i].stream) stk__rpc_stream_cancel(c->workers.table[i].stream);
   pthread_cond_broadcast(&c->cv_local);
   pthread_mutex_unlock(&c->mu);
+  stk__stream_stop_all(c);
   for (uint32_t i = 0; i < c->workers.n; i++) {
-    if (c->workers.table[i].thread_started)
-      pthread_join(c->workers.table[i].thread, NULL);
-    c->workers.table[i].thread_started = 0;
+    stk__worker *w = &c->workers.table[i];
+    if (w->thread_started && w->local) pthread_join(w->thread, NULL);
+    w->thread_started = 0;
   }
 }
