@@ -341,15 +341,20 @@ static void rx_over(stk_client *c, stk__runner *r) {
 }
 
 /* Under mu: once a CLOSING call has no event left to come, judge its
- * status (drop, cap) and back off before the next one. */
-static void maybe_finish(stk_client *c, stk__runner *r) {
+ * status (drop, cap) and back off before the next one, or, when the
+ * worker is no longer wanted (or stopping, fatal), end: EXITING, and 1
+ * (the caller finishes with runner_leave once it has let go of mu). */
+static int maybe_finish(stk_client *c, stk__runner *r) {
   if (r->state != RUN_CLOSING || r->recv_pending || r->send_pending || r->status_pending)
-    return;
+    return 0;
   stk__worker *w = r->w;
   if (!w->dropped && !c->stopping) stream_ended(c, w, r->code, r->det, r->had);
   stk__rpc_astream_destroy(r->s);
   r->s = NULL;
   backoff_start(r, r->got_any);
+  if (!c->stopping && !c->errs.fatal && wanted(c, w)) return 0;
+  r->state = RUN_EXITING;
+  return 1;
 }
 
 /* Under mu: send the queued requests, one in flight at a time. A copy
@@ -404,6 +409,37 @@ void stk__stream_send(stk_client *c, stk__worker *w, uint64_t seq, stk__req *req
   send_next(c, r);
 }
 
+/* Under mu: r is gone: its worker entry says so (departed once unlisted),
+ * and the scheduler is told. */
+static void runner_exit(stk_client *c, stk__runner *r) {
+  stk__io *io = c->io;
+  stk__worker *w = r->w;
+  w->alive = 0;
+  w->left_ns = stk__now_ns();
+  w->thread_exited = 1;
+  w->run = NULL;
+  io->runs[r->pos] = io->runs[--io->nruns];
+  io->runs[r->pos]->pos = r->pos;
+  free(r->q);
+  free(r);
+  pthread_cond_broadcast(&c->cv_sched);
+}
+
+/* Not under mu: r (EXITING, no call) closes its channel and ends, unless
+ * its worker is wanted again by then (listed anew): then it goes on. */
+static void runner_leave(stk_client *c, stk__runner *r) {
+  stk__rpc_channel_close(r->w->ch);
+  r->w->ch = NULL;
+  pthread_mutex_lock(&c->mu);
+  if (!c->stopping && !c->errs.fatal && wanted(c, r->w)) {
+    r->state = RUN_BACKOFF;
+    r->retry_ns = stk__now_ns();
+  } else {
+    runner_exit(c, r);
+  }
+  pthread_mutex_unlock(&c->mu);
+}
+
 /* One event of r's call, on an io thread (not under mu). */
 static void on_event(stk_client *c, const stk__rpc_aevent *e) {
   stk__runner *r = e->user;
@@ -442,24 +478,9 @@ static void on_event(stk_client *c, const stk__rpc_aevent *e) {
       r->code = stk__rpc_astream_status(r->s, r->det, sizeof(r->det));
     }
   }
-  maybe_finish(c, r);
+  int leave = maybe_finish(c, r);
   pthread_mutex_unlock(&c->mu);
-}
-
-/* Under mu: r is gone: its worker entry says so (departed once unlisted),
- * and the scheduler is told. */
-static void runner_exit(stk_client *c, stk__runner *r) {
-  stk__io *io = c->io;
-  stk__worker *w = r->w;
-  w->alive = 0;
-  w->left_ns = stk__now_ns();
-  w->thread_exited = 1;
-  w->run = NULL;
-  io->runs[r->pos] = io->runs[--io->nruns];
-  io->runs[r->pos]->pos = r->pos;
-  free(r->q);
-  free(r);
-  pthread_cond_broadcast(&c->cv_sched);
+  if (leave) runner_leave(c, r);
 }
 
 /* The timers, at most every SCAN_MS by one io thread: cut silent or
@@ -557,7 +578,7 @@ static void scan(stk_client *c) {
     if (stk__rpc_astream_recv(r->s) == 0) r->recv_pending = 1;
     else rx_over(c, r);
     if (stop || w->dropped) stk__rpc_astream_cancel(r->s);
-    maybe_finish(c, r);
+    /* (its STATUS is still to come: maybe_finish has nothing to do yet) */
   }
   io->scanning = 0;
   pthread_mutex_unlock(&c->mu);
