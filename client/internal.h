@@ -36,7 +36,7 @@
  *
  * Stream life (stream.c): each remote worker served is a runner, a state
  * machine driven by its call's events and a timer scan on the io threads:
- *   BACKOFF -> CONNECTING (channel and call opened outside c->mu)
+ *   BACKOFF -> CONNECTING (its channel opened outside c->mu)
  *     -> OPEN (one receive in flight; sends queued, one in flight)
  *     -> CLOSING (receives over: requests re-queued; last events awaited)
  *     -> BACKOFF ... -> EXITING (channel closed) -> gone (thread_exited)

@@ -256,9 +256,9 @@ static int wanted(const stk_client *c, const stk__worker *w) {
 }
 
 /* A runner's states. BACKOFF: no call (waiting until retry_ns, or just
- * started); CONNECTING and EXITING: the scanning io thread opens the
- * channel and call, or closes the channel, outside c->mu (nobody else
- * touches the runner then); OPEN: the call takes requests; CLOSING: its
+ * started); CONNECTING and EXITING: the scanning io thread opens or
+ * closes the channel outside c->mu (nobody else touches the runner then;
+ * the call itself is started under c->mu); OPEN: the call takes requests; CLOSING: its
  * receives ended (requests re-queued), the call's last events are still
  * to come. */
 enum { RUN_BACKOFF, RUN_CONNECTING, RUN_OPEN, RUN_CLOSING, RUN_EXITING };
@@ -277,9 +277,8 @@ typedef struct sendq_ent {
 struct stk__runner {
   stk__worker *w;
   int state;
-  uint32_t pos;        /* index in c->io->runs */
-  stk__rpc_astream *s; /* OPEN, CLOSING */
-  stk__rpc_astream *opened;
+  uint32_t pos;                                   /* index in c->io->runs */
+  stk__rpc_astream *s;                            /* OPEN, CLOSING */
   int recv_pending, send_pending, status_pending; /* events still to come */
   int got_any;                                    /* a message came on this call */
   uint32_t had;                      /* w->outstanding when its receives ended */
@@ -446,7 +445,7 @@ static void on_event(stk_client *c, const stk__rpc_aevent *e) {
   stk__worker *w = r->w;
   if (e->kind == STK__RPC_AS_RECV) {
     /* r->s stays while a receive is in flight: no lock to read it. */
-    grpc_byte_buffer *bb = e->ok ? stk__rpc_astream_recv_take(r->s) : NULL;
+    grpc_byte_buffer *bb = e->ok ? stk__rpc_astream_recv_take(e->s) : NULL;
     char why[200] = "";
     int bad = bb ? on_message(c, w, &r->x, bb, why, sizeof(why)) : 0;
     if (bb) grpc_byte_buffer_destroy(bb);
@@ -475,7 +474,7 @@ static void on_event(stk_client *c, const stk__rpc_aevent *e) {
       send_next(c, r);
     } else {
       r->status_pending = 0;
-      r->code = stk__rpc_astream_status(r->s, r->det, sizeof(r->det));
+      r->code = stk__rpc_astream_status(e->s, r->det, sizeof(r->det));
     }
   }
   int leave = maybe_finish(c, r);
@@ -530,7 +529,6 @@ static void scan(stk_client *c) {
   pthread_mutex_unlock(&c->mu);
   for (stk__runner *r = work; r; r = r->next_work) {
     stk__worker *w = r->w;
-    r->opened = NULL;
     if (r->state == RUN_EXITING || r->reopen) {
       stk__rpc_channel_close(w->ch);
       w->ch = NULL;
@@ -541,9 +539,6 @@ static void scan(stk_client *c) {
                                 r->bearer[0] ? r->bearer : c->token, c->tls, &w->ch))
         w->ch = NULL;
       explicit_bzero(r->bearer, sizeof(r->bearer));
-      if (w->ch &&
-          stk__rpc_astream_open(w->ch, io->cq, "/stoker.v1.Worker/Stream", r, &r->opened))
-        r->opened = NULL;
     }
   }
   pthread_mutex_lock(&c->mu);
@@ -561,11 +556,14 @@ static void scan(stk_client *c) {
       }
       continue;
     }
-    if (!r->opened) { /* no channel or no call: try again later */
+    /* The call is started under mu (it never blocks), so that none of its
+     * events can be handled before the runner knows it is OPEN. */
+    if (!w->ch ||
+        stk__rpc_astream_open(w->ch, io->cq, "/stoker.v1.Worker/Stream", r, &r->s)) {
+      r->s = NULL; /* no channel or no call: try again later */
       backoff_start(r, 0);
       continue;
     }
-    r->s = r->opened;
     r->state = RUN_OPEN;
     r->status_pending = 1;
     r->got_any = 0;
