@@ -306,8 +306,10 @@ struct stk__io {
   int nthreads;
   stk__runner **runs; /* nruns of cap, under c->mu */
   uint32_t nruns, cap;
-  int64_t next_scan_ns; /* under c->mu */
-  int scanning;         /* a thread runs the scan (under c->mu) */
+  int64_t next_scan_ns;  /* under c->mu; 0: scan at once */
+  int scanning;          /* a thread runs the scan (under c->mu) */
+  stk__rpc_waker *waker; /* wakes an io thread for scan_soon (NULL: none) */
+  int kicked;            /* a wake is on its way (under c->mu) */
 };
 
 static gpr_timespec deadline_ms(int ms) {
@@ -482,19 +484,21 @@ static void on_event(stk_client *c, const stk__rpc_aevent *e) {
   if (leave) runner_leave(c, r);
 }
 
-/* The timers, at most every SCAN_MS by one io thread: cut silent or
- * unwanted streams, open the ones whose backoff is over, end the runners
- * of workers no longer wanted. O(runners) under mu; opening and closing
- * channels happen outside it. */
-static void scan(stk_client *c) {
+/* The timers, at most every SCAN_MS by one io thread (or at once when
+ * scan_soon asks): cut silent or unwanted streams, open the ones whose
+ * backoff is over, end the runners of workers no longer wanted.
+ * O(runners) under mu; opening and closing channels happen outside it.
+ * 1 if another pass was asked for meanwhile. */
+static int scan_pass(stk_client *c) {
   stk__io *io = c->io;
   pthread_mutex_lock(&c->mu);
   int64_t now = stk__now_ns();
   if (io->scanning || now < io->next_scan_ns) {
     pthread_mutex_unlock(&c->mu);
-    return;
+    return 0;
   }
   io->scanning = 1;
+  io->kicked = 0;
   io->next_scan_ns = now + (int64_t)SCAN_MS * 1000000;
   int stop = c->stopping || c->errs.fatal;
   stk__runner *work = NULL;
@@ -579,7 +583,22 @@ static void scan(stk_client *c) {
     /* (its STATUS is still to come: maybe_finish has nothing to do yet) */
   }
   io->scanning = 0;
+  int again = io->next_scan_ns == 0; /* asked for meanwhile (a new runner) */
   pthread_mutex_unlock(&c->mu);
+  return again;
+}
+
+/* The scan, again at once while one is asked for during a pass. */
+static void scan(stk_client *c) {
+  while (scan_pass(c)) {}
+}
+
+/* Under mu: have the timers run now (a new runner is due): the next scan
+ * is due at once and an io thread is woken for it, unless a wake is on
+ * its way already. */
+static void scan_soon(stk__io *io) {
+  io->next_scan_ns = 0;
+  if (io->waker && !io->kicked && !stk__rpc_waker_kick(io->waker)) io->kicked = 1;
 }
 
 /* An io thread: the queue's events, and the timers between them. */
@@ -591,7 +610,7 @@ static void *io_main(void *arg) {
     grpc_event ev = grpc_completion_queue_next(io->cq, deadline_ms(SCAN_MS), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     stk__rpc_aevent e;
-    if (!stk__rpc_astream_event(&ev, &e)) on_event(c, &e);
+    if (!stk__rpc_astream_event(&ev, &e) && e.kind != STK__RPC_AS_WAKE) on_event(c, &e);
     scan(c);
   }
   return NULL;
@@ -604,12 +623,14 @@ static int io_start(stk_client *c) {
   if (!io) return -1;
   stk__rpc_init();
   io->cq = grpc_completion_queue_create_for_next(NULL);
+  if (stk__rpc_waker_new(io->cq, &io->waker)) io->waker = NULL; /* the tick only */
   c->io = io;
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   int want = ncpu > 0 && ncpu < IO_THREADS_MAX ? (int)ncpu : IO_THREADS_MAX;
   for (int i = 0; i < want; i++)
     if (!pthread_create(&io->threads[io->nthreads], NULL, io_main, c)) io->nthreads++;
   if (io->nthreads) return 0;
+  stk__rpc_waker_free(io->waker);
   grpc_completion_queue_shutdown(io->cq);
   grpc_completion_queue_destroy(io->cq);
   stk__rpc_shutdown();
@@ -636,8 +657,8 @@ int stk__stream_start(stk__worker *w) {
   r->state = RUN_BACKOFF; /* due at once: the next scan opens it */
   r->pos = io->nruns;
   io->runs[io->nruns++] = r;
-  io->next_scan_ns = 0;
   w->run = r;
+  scan_soon(io); /* its stream opens now, not at the next tick */
   w->thread_exited = 0;
   w->thread_started = 1;
   return 0;
@@ -654,12 +675,13 @@ void stk__stream_stop_all(stk_client *c) {
    * them there (a CLOSING call's last events, then the next scan). */
   for (uint32_t i = 0; i < io->nruns; i++)
     if (io->runs[i]->s) stk__rpc_astream_cancel(io->runs[i]->s);
-  io->next_scan_ns = 0;
+  scan_soon(io);
   while (io->nruns) stk__cond_wait_ms(&c->cv_sched, &c->mu, SCAN_MS);
   pthread_mutex_unlock(&c->mu);
   /* No call is left on the queue: its shutdown ends the threads' loops. */
   grpc_completion_queue_shutdown(io->cq);
   for (int i = 0; i < io->nthreads; i++) pthread_join(io->threads[i], NULL);
+  stk__rpc_waker_free(io->waker); /* its kicks' events were drained */
   grpc_completion_queue_destroy(io->cq);
   pthread_mutex_lock(&c->mu);
   c->io = NULL;

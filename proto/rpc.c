@@ -588,7 +588,7 @@ void stk__rpc_stream_destroy(stk__rpc_stream *s) {
 typedef struct atag {
   uint32_t magic;
   int kind;
-  stk__rpc_astream *s;
+  stk__rpc_astream *s; /* NULL for a waker's kick */
 } atag;
 
 struct stk__rpc_astream {
@@ -704,10 +704,89 @@ int stk__rpc_astream_close_send(stk__rpc_astream *s) {
 
 void stk__rpc_astream_cancel(stk__rpc_astream *s) { grpc_call_cancel(s->call, NULL); }
 
+/* One kick of a waker: a call on its lame channel, failing at once. */
+typedef struct wake_op {
+  atag t; /* first: the event's tag */
+  grpc_call *call;
+  grpc_metadata_array trail_md;
+  grpc_status_code status;
+  grpc_slice details;
+} wake_op;
+
+struct stk__rpc_waker {
+  grpc_channel *lame;
+  grpc_completion_queue *cq;
+};
+
+static void wake_op_free(wake_op *k) {
+  grpc_call_unref(k->call);
+  grpc_metadata_array_destroy(&k->trail_md);
+  grpc_slice_unref(k->details);
+  free(k);
+}
+
+int stk__rpc_waker_new(grpc_completion_queue *cq, stk__rpc_waker **out) {
+  *out = NULL;
+  stk__rpc_waker *w = calloc(1, sizeof(*w));
+  if (!w) return -1;
+  stk__rpc_init();
+  w->cq = cq;
+  w->lame =
+      grpc_lame_client_channel_create("stoker-wake", GRPC_STATUS_UNAVAILABLE, "wake");
+  if (!w->lame) {
+    free(w);
+    stk__rpc_shutdown();
+    return -1;
+  }
+  *out = w;
+  return 0;
+}
+
+int stk__rpc_waker_kick(stk__rpc_waker *w) {
+  wake_op *k = calloc(1, sizeof(*k));
+  if (!k) return -1;
+  k->t = (atag){ASTREAM_MAGIC, STK__RPC_AS_WAKE, NULL};
+  grpc_slice m = grpc_slice_from_static_string("/stoker.v1.Wake/Wake");
+  k->call = grpc_channel_create_call(w->lame, NULL, GRPC_PROPAGATE_DEFAULTS, w->cq, m,
+                                     NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  if (!k->call) {
+    free(k);
+    return -1;
+  }
+  grpc_metadata_array_init(&k->trail_md);
+  k->details = grpc_empty_slice();
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[1].data.recv_status_on_client.trailing_metadata = &k->trail_md;
+  ops[1].data.recv_status_on_client.status = &k->status;
+  ops[1].data.recv_status_on_client.status_details = &k->details;
+  if (grpc_call_start_batch(k->call, ops, 2, &k->t, NULL) != GRPC_CALL_OK) {
+    wake_op_free(k);
+    return -1;
+  }
+  return 0;
+}
+
+void stk__rpc_waker_free(stk__rpc_waker *w) {
+  if (!w) return;
+  grpc_channel_destroy(w->lame);
+  free(w);
+  stk__rpc_shutdown();
+}
+
 int stk__rpc_astream_event(const grpc_event *ev, stk__rpc_aevent *out) {
   if (ev->type != GRPC_OP_COMPLETE || !ev->tag) return -1;
   const atag *t = ev->tag;
   if (t->magic != ASTREAM_MAGIC) return -1;
+  if (t->kind == STK__RPC_AS_WAKE) {
+    wake_op_free((wake_op *)ev->tag);
+    memset(out, 0, sizeof(*out));
+    out->kind = STK__RPC_AS_WAKE;
+    out->ok = 1;
+    return 0;
+  }
   stk__rpc_astream *s = t->s;
   out->s = s;
   out->user = s->user;

@@ -342,7 +342,8 @@ typedef struct stk__rpc_astream stk__rpc_astream;
 enum {
   STK__RPC_AS_RECV = 1, /* a receive: take its message, NULL at the end */
   STK__RPC_AS_SEND,     /* a send or the half-close: ok says it went out */
-  STK__RPC_AS_STATUS    /* the call is over: read stk__rpc_astream_status */
+  STK__RPC_AS_STATUS,   /* the call is over: read stk__rpc_astream_status */
+  STK__RPC_AS_WAKE      /* a waker's kick (s and user NULL) */
 };
 
 typedef struct stk__rpc_aevent {
@@ -390,5 +391,20 @@ int stk__rpc_astream_status(stk__rpc_astream *s, char *details, size_t dlen);
 /* Free the stream. Only once no event of it is still to come (the owner
  * counts them); accepts NULL. */
 void stk__rpc_astream_destroy(stk__rpc_astream *s);
+
+/* A waker posts an event on a completion queue on demand, so a thread
+ * waiting in grpc_completion_queue_next wakes at once (gRPC core has no
+ * public alarm: a kick is a call on a lame channel, which fails at once).
+ * stk__rpc_astream_event decodes its events as STK__RPC_AS_WAKE (and
+ * frees what the kick held). */
+typedef struct stk__rpc_waker stk__rpc_waker;
+/* A waker for cq (which must outlive it). 0, or -1 (out of memory). */
+int stk__rpc_waker_new(grpc_completion_queue *cq, stk__rpc_waker **out);
+/* Post one WAKE event on the waker's queue. 0, or -1 (then none comes).
+ * Thread-safe, never blocks. */
+int stk__rpc_waker_kick(stk__rpc_waker *w);
+/* Free the waker once no kick's event is still to come (its queue is
+ * drained, e.g. shut down and emptied). Accepts NULL. */
+void stk__rpc_waker_free(stk__rpc_waker *w);
 
 #endif
