@@ -19,9 +19,9 @@
 #include "daemon_util.h"
 #include "e2e_util.h"
 
-#define FEW          4
-#define MANY         40
-#define STEPS        240 /* num_samples / batch_size */
+#define FEW   4
+#define MANY  40
+#define STEPS 240 /* num_samples / batch_size */
 
 /* Threads of this process (entries of /proc/self/task), or -1; *stk gets
  * how many of them are libstoker's (named "stk-..."). */
