@@ -440,8 +440,8 @@ void stk__workers_close_channels(stk_client *c);
 /* Under mu: list (or re-list) worker id at address with its stream ticket
  * (NULL or "" = none; shorter than STK_MAX_TICKET_BYTES, checked by the
  * caller) and start its runner (local: its thread); a changed ticket makes
- * the runner reopen its channel with it. Returns its index or -1 (banned, or the table is
- * full: refused). */
+ * the runner reopen its channel with it. Returns its index or -1 (banned,
+ * or the table is full: refused). */
 int stk__worker_add(stk_client *c, const char *id, const char *address,
                     const char *ticket, int local);
 /* Under mu: every remote worker not among ids[0..n) is no longer listed. */
