@@ -17,22 +17,41 @@
  *   c->workers      the worker table, drops, refusals: workers.c
  *   c->sched        the scheduler thread: sched.c
  *   c->coord        coordinator channel, watch, job end: join.c
+ *   c->io           the io threads, their queue, the runners: stream.c
  *   c->cuda         the CUDA backend: backend_cuda.c
  *
+ * Threads: the caller's, the scheduler (sched.c), the copy thread
+ * (ring.c), the coordinator watch (join.c), the local worker's builder
+ * (local.c, stk_client_open_local only) and a fixed pool of io threads
+ * (stream.c, at most 2) that serve every remote worker's stream from one
+ * completion queue, however many workers there are; gRPC adds its own.
+ *
  * Locking: one mutex per client (c->mu) guards every field that more than
- * one thread touches; fields fixed at open are read without it. The only
- * other lock is each worker entry's send_mu (held while a request is sent
- * on its stream); order: send_mu before c->mu (sched.c takes send_mu, then
- * c->mu). No thread holds c->mu while it blocks in gRPC, CUDA or a memcpy
+ * one thread touches; fields fixed at open are read without it. There is
+ * no other client lock. Under c->mu a thread may start gRPC operations
+ * that never block (grpc_call_start_batch, cancel: the scheduler queues
+ * and starts sends that way), but no thread holds c->mu while it waits
+ * in gRPC (opening or closing a channel, taking events), CUDA or a memcpy
  * of a payload.
+ *
+ * Stream life (stream.c): each remote worker served is a runner, a state
+ * machine driven by its call's events and a timer scan on the io threads:
+ *   BACKOFF -> CONNECTING (its channel opened outside c->mu)
+ *     -> OPEN (one receive in flight; sends queued, one in flight)
+ *     -> CLOSING (receives over: requests re-queued; last events awaited)
+ *     -> BACKOFF ... -> EXITING (channel closed) -> gone (thread_exited)
+ * A runner ends when the worker is no longer wanted, or at stopping or a
+ * fatal error.
  *
  * Request life (c->pool.reqs, a fixed pool of `prefetch` receive buffers):
  *   FREE -> QUEUED (seq assigned, waiting for a worker)
  *        -> ISSUED (sent to worker w) -> RECEIVING (w's chunks arriving)
  *        -> DONE (payload complete, crc ok) -> FREE (copy thread took it)
  *   A broken stream sends its ISSUED/RECEIVING requests back to QUEUED;
- *   only the thread of the worker a request is assigned to ever writes its
- *   buffer, so a request is re-issued only once that thread has let go.
+ *   only the receive of the stream a request is assigned to ever writes its
+ *   buffer, and a stream has one receive in flight, handled by one io
+ *   thread at a time: a request is re-issued only once its stream's
+ *   receives have ended.
  *
  * Hedges (c->pool.hedges, a fixed pool of receive buffers): a request
  * that is late on its worker gets at most one second copy asked of another
@@ -106,8 +125,10 @@ typedef struct stk__hedge {
  * c->mu unless it says otherwise; which file writes it is grouped below.
  * Every file may read an entry under c->mu. */
 typedef struct stk__worker {
-  /* The table (workers.c; thread_exited and left_ns are the worker
-   * thread's last writes, stream.c/local.c). */
+  /* The table (workers.c; thread_exited and left_ns are the runner's or
+   * local thread's last writes, stream.c/local.c). thread_started: served
+   * by a runner (remote, stk__stream_start) or a thread (local, `thread`);
+   * thread_exited: that runner or thread has ended. */
   int used;
   int idx;
   int local;     /* in-process builder instead of a stream */
@@ -117,8 +138,8 @@ typedef struct stk__worker {
   char *address; /* host:port, as id (a re-listed address: see workers.c) */
   /* The bearer for Worker.Stream calls to it: its stream ticket as last
    * listed ("" = none: the client token, an older coordinator or worker).
-   * Never logged. ticket_new: it changed since the worker thread opened
-   * its channel; that thread reopens the channel with it (and clears it)
+   * Never logged. ticket_new: it changed since the runner opened its
+   * channel; the runner reopens the channel with it (and clears it)
    * before its next stream. */
   char ticket[STK_MAX_TICKET_BYTES];
   int ticket_new;
@@ -137,17 +158,17 @@ typedef struct stk__worker {
   int mark;              /* workers.c scratch (a whole list's members) */
   int thread_started, thread_exited;
   pthread_t thread;
-  int64_t left_ns; /* when its thread exited (departed entries) */
+  int64_t left_ns; /* when its runner or thread ended (departed entries) */
   struct stk_client *c;
 
-  /* The stream (the worker's own thread: stream.c; local.c for failures). */
-  stk__rpc_channel *ch;    /* owned by the worker thread; no lock */
-  stk__rpc_stream *stream; /* destroyed by the worker thread */
-  pthread_mutex_t send_mu; /* held while a request is being sent (sched.c) */
+  /* The stream (stream.c's runner; local.c for failures). */
+  stk__rpc_channel *ch;    /* owned by the runner: opened and closed by the io
+                              thread that scans, outside c->mu */
+  struct stk__runner *run; /* stream.c's state machine (NULL: not served) */
   int alive;               /* stream open and taking requests */
   int probing;             /* no message yet on this stream: at most 1 request */
   int64_t last_msg_ns;     /* also requests.c when a first request goes */
-  uint32_t failures;       /* consecutive broken streams (backoff); thread only */
+  uint32_t failures;       /* consecutive broken streams (backoff) */
   uint32_t cap;            /* outstanding limit learnt from RESOURCE_EXHAUSTED, 0 = 64 */
 
   /* Load, latency and hedging (requests.c; `late` is set by sched.c's
@@ -374,6 +395,8 @@ struct stk_client {
   stk__coord coord;
 
   struct stk__cuda *cuda; /* backend_cuda.c */
+  struct stk__io *io;     /* stream.c: the io threads and their queue (under mu;
+                             NULL until the first remote worker) */
 };
 
 /* ---- errors.c: the fatal status and the last-error string ------------ */
@@ -443,8 +466,9 @@ void stk__coord_close(stk_client *c);
 /* At open: an empty table, the working set's k and cap from c->cfg
  * (working_set, working_set_max). 0 (nothing to fail). */
 int stk__workers_init(stk_client *c);
-/* Threads stopped: close every entry's channel, destroy its send_mu and
- * free the entries and the table. NULL-safe on a table never allocated. */
+/* Close every entry's channel and free the entries and the table
+ * (stopping the runners first if a failed open left them running).
+ * NULL-safe on a table that was never allocated. */
 void stk__workers_free(stk_client *c);
 /* Threads stopped: close every entry's channel (a close that leaves held
  * slots behind keeps the table itself). */
@@ -486,14 +510,15 @@ int stk__workers_all_dropped(stk_client *c);
 uint32_t stk__workers_alive(stk_client *c);
 /* Under mu: stop using w for the rest of this client's life (status and
  * why become the client's error if no worker is left). Its runner sees
- * `dropped`, cancels its stream and leaves; its requests are re-asked; the
+ * `dropped`, cancels its stream and ends; its requests are re-asked; the
  * working set takes the next worker in its order instead. */
 void stk__worker_drop(stk_client *c, stk__worker *w, int status, const char *why);
 /* Under mu: free departed entries, oldest first, until at most keep are
- * left (joins their exited threads). */
+ * left. */
 void stk__workers_reclaim(stk_client *c, uint32_t keep);
-/* With c->stopping set and the scheduler joined: cancel every stream,
- * wake the local worker, join every worker thread. Takes c->mu briefly. */
+/* With c->stopping set and the scheduler joined: end every runner
+ * (stk__stream_stop_all), wake the local worker and join its thread.
+ * Takes c->mu briefly. */
 void stk__workers_stop(stk_client *c);
 
 /* ---- log.c: the client's log ------------------------------------------ */
@@ -506,15 +531,28 @@ void stk__workers_stop(stk_client *c);
 void stk__clog(const stk_client *c, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 
-/* ---- stream.c, local.c: the worker runners ----------------------------- */
+/* ---- stream.c, local.c: the remote workers' runners, the local thread --- */
 
-/* Under mu: start w's runner (its stream, reconnects, receiving and
- * verifying its batches) until !stk__worker_wanted(c, w) (or stopping):
- * sets w->thread_started and clears thread_exited; the runner's last write
- * sets thread_exited and left_ns under mu. 0, or -1 when it cannot start. */
+typedef struct stk__runner stk__runner;
+typedef struct stk__io stk__io;
+
+/* Under mu: serve remote worker w with a runner on the io threads (started
+ * with the first): its stream, reconnects, receiving and verifying its
+ * batches, until the worker is no longer wanted (or stopping, fatal).
+ * Sets w->thread_started; the runner's end sets w->thread_exited and
+ * left_ns and broadcasts cv_sched. 0, or -1 (out of memory, no thread:
+ * w stays unserved, thread_started 0). */
 int stk__stream_start(stk__worker *w);
-/* Thread body of a remote worker (arg: its stk__worker). */
-void *stk__stream_main(void *arg);
+/* Under mu: send w the request for seq (r, or the hedge h) on its stream:
+ * queued, and sent when the send before it has gone out, unless it was
+ * taken back meanwhile (then stk__req_unsent). Never blocks. Nothing if
+ * w's stream is not open (its requests were re-queued). */
+void stk__stream_send(stk_client *c, stk__worker *w, uint64_t seq, stk__req *r,
+                      stk__hedge *h);
+/* With c->stopping set (not under mu; the scheduler joined): cancel every
+ * stream, wait until every runner has ended, join the io threads and
+ * free the queue. Nothing if none started. */
+void stk__stream_stop_all(stk_client *c);
 /* Thread body of the local worker (arg: its stk__worker): builds the
  * requests assigned to it in-process. */
 void *stk__local_main(void *arg);
@@ -569,7 +607,8 @@ void stk__req_recycle(stk_client *c, stk__req *r);
 
 /* At open: start the scheduler thread (from c->plan.start). 0 or -1. */
 int stk__sched_start(stk_client *c);
-/* With c->stopping set: join the scheduler, then every worker thread. */
+/* With c->stopping set: join the scheduler, then end every worker's runner
+ * or thread (stk__workers_stop). */
 void stk__streams_stop(stk_client *c);
 /* Under mu: no worker is alive yet as of now (the join's start of the
  * join_timeout_ms clock). */

@@ -17,9 +17,10 @@
  * c->pool.nhedges in flight (each has its own receive buffer). What
  * happens to the two copies is requests.c's.
  *
- * Owns: c->sched, each worker's `late` flag; sends requests on the
- * workers' streams (under their send_mu, never under c->mu). State
- * changes go through requests.c. Must not: hold c->mu across a send.
+ * Owns: c->sched, each worker's `late` flag; hands requests to the
+ * workers' streams (stream.c's stk__stream_send queues them, under c->mu,
+ * never blocking). State changes go through requests.c. Must not: block
+ * under c->mu.
  */
 #include <stdlib.h>
 #include <string.h>
@@ -144,36 +145,6 @@ static int64_t hedge_scan(stk_client *c, stk__hedge **hedge_out) {
   return now; /* look again at once: another may be late too */
 }
 
-/* Send w the request for seq on stream s, unless meanwhile it was taken
- * back (re-checked under mu). Called and returns with mu held; drops it
- * while sending, holding w->send_mu (taken before mu). */
-static void send_request(stk_client *c, stk__worker *w, uint64_t seq, stk__req *r,
-                         stk__hedge *h) {
-  stk__rpc_stream *s = w->stream;
-  pthread_mutex_unlock(&c->mu);
-  pthread_mutex_lock(&w->send_mu);
-  pthread_mutex_lock(&c->mu);
-  int still = w->stream == s && s && stk__req_still_issued(w, seq, r, h);
-  /* The other copy won before this one was sent: it was abandoned, but it
-   * will never come, so it no longer counts against w. */
-  if (!still && w->stream == s && s) stk__req_unsent(w, seq);
-  pthread_mutex_unlock(&c->mu);
-  if (still) {
-    Stoker__V1__BatchRequest req = STOKER__V1__BATCH_REQUEST__INIT;
-    req.job_hash = c->job.hash;
-    stk__addr a;
-    stk__seq_addr(c, seq, &a);
-    req.epoch = a.epoch;
-    req.rank = c->cfg.rank;
-    req.step = a.step;
-    req.sample_offset = a.offset;
-    req.image_uint8 = c->job.wire_u8;
-    if (stk__rpc_stream_send_msg(s, &req.base)) stk__rpc_stream_cancel(s);
-  }
-  pthread_mutex_unlock(&w->send_mu);
-  pthread_mutex_lock(&c->mu);
-}
-
 static void *sched_main(void *arg) {
   stk_client *c = arg;
   stk__thread_name("stk-sched");
@@ -185,7 +156,7 @@ static void *sched_main(void *arg) {
     stk__hedge *h = NULL;
     int64_t next_late = hedge_scan(c, &h);
     if (h) {
-      send_request(c, c->workers.table[h->worker], h->seq, NULL, h);
+      stk__stream_send(c, c->workers.table[h->worker], h->seq, NULL, h);
       continue;
     }
     stk__req *r = stk__req_first_queued(c);
@@ -205,7 +176,7 @@ static void *sched_main(void *arg) {
       pthread_cond_broadcast(&c->cv_local);
       continue;
     }
-    send_request(c, w, seq, r, NULL);
+    stk__stream_send(c, w, seq, r, NULL);
   }
   pthread_mutex_unlock(&c->mu);
   return NULL;

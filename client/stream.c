@@ -1,15 +1,24 @@
-/* stream.c - a remote worker's thread: its Worker.Stream, reconnects,
- * and receiving its batches (frames checked against the job's layout,
- * chunks copied once into the claimed buffer after bounds checks, crc32c
- * verified while copying).
+/* stream.c - the remote workers' streams: each served worker is a runner,
+ * a state machine on a small fixed pool of io threads that share one
+ * completion queue per client (internal.h, "Stream life"), so the
+ * client's threads do not grow with the number of workers. A runner opens
+ * its Worker.Stream, reconnects, receives its batches (frames checked
+ * against the job's layout, chunks copied once into the claimed buffer
+ * after bounds checks, crc32c verified while copying) and sends the
+ * scheduler's requests (queued, one send in flight).
  *
- * When the stream breaks the thread sends every request it held back to
- * the queue (requests.c: a hedge in flight elsewhere takes over instead),
- * then retries the worker with backoff while it is wanted (listed, not
- * dropped, in this rank's working set: workers.c). A worker that stops
- * answering without breaking its connection is cut after 30 s of silence
- * (1 s once it is no longer wanted); one no longer wanted ends its stream
- * once it holds no request.
+ * One receive is in flight per stream, so a stream's messages are handled
+ * one at a time, in order, by whichever io thread gets the event. Timers
+ * (reconnect backoff, the silence cut, a runner's end) are a scan of the
+ * runners that one io thread runs at most every SCAN_MS; the io threads
+ * wake at least that often.
+ *
+ * When the stream breaks its requests go back to the queue (requests.c: a
+ * hedge in flight elsewhere takes over instead); the runner then retries
+ * the worker with backoff (100 ms doubling to 2 s) while it is still
+ * wanted (listed, not dropped, in this rank's working set: workers.c). A
+ * worker that stops answering without breaking its connection
+ * is cut after 30 s of silence (1 s once it is no longer wanted).
  *
  * Dropping a worker (workers.c keeps the record): a stream that ends with
  * a final status (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION: it
@@ -18,14 +27,18 @@
  * STK__CRC_STREAK_MAX batches in a row whose crc32c does not match
  * (requests.c). Every other status re-issues and retries.
  *
- * Owns: the stream part of its worker entry (channel, stream, alive,
- * probing, cap, failures). Must not: hold c->mu across a gRPC call or a
- * payload copy.
+ * Owns: c->io (the queue, the io threads, the runners) and the stream
+ * part of each remote worker entry (channel, run, alive, probing, cap,
+ * failures). Must not: hold c->mu while opening or closing a channel,
+ * taking events or copying a payload.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
+
+#include <grpc/support/time.h>
 
 #include "common/thread.h"
 #include "common/clock.h"
@@ -187,44 +200,6 @@ static int on_message(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb
   return rc;
 }
 
-/* Receive until the stream ends. Returns 1 if any message came. */
-static int rx_loop(stk_client *c, stk__worker *w, stk__rpc_stream *s) {
-  rx x;
-  memset(&x, 0, sizeof(x));
-  int got_any = 0;
-  for (;;) {
-    grpc_byte_buffer *bb = NULL;
-    int rc = stk__rpc_stream_recv(s, &bb, 250);
-    if (rc == -2) {
-      pthread_mutex_lock(&c->mu);
-      int64_t idle = (stk__now_ns() - w->last_msg_ns) / 1000000;
-      int cut = c->stopping || c->errs.fatal || w->dropped ||
-                (!stk__worker_wanted(c, w) && (w->outstanding == 0 || idle > 1000)) ||
-                (w->outstanding > 0 && idle > 30000);
-      pthread_mutex_unlock(&c->mu);
-      if (cut) {
-        stk__rpc_stream_cancel(s);
-      }
-      continue; /* the cancelled receive completes with -1 */
-    }
-    if (rc != 1) break;
-    got_any = 1;
-    char why[200] = "";
-    int bad = on_message(c, w, &x, bb, why, sizeof(why));
-    grpc_byte_buffer_destroy(bb);
-    pthread_mutex_lock(&c->mu);
-    if (bad) {
-      char msg[256];
-      snprintf(msg, sizeof(msg), "protocol error: %.200s", why);
-      stk__worker_drop(c, w, STK_PROTOCOL, msg);
-    }
-    int cut = w->dropped;
-    pthread_mutex_unlock(&c->mu);
-    if (cut) stk__rpc_stream_cancel(s);
-  }
-  return got_any;
-}
-
 /* The name of a gRPC status that drops a worker, for the message. */
 static const char *grpc_code_name(int code) {
   switch (code) {
@@ -273,90 +248,441 @@ static void stream_ended(stk_client *c, stk__worker *w, int code, const char *de
   stk__worker_drop(c, w, fst, why);
 }
 
-void *stk__stream_main(void *arg) {
-  stk__worker *w = arg;
-  stk__thread_name("stk-stream");
-  stk_client *c = w->c;
-  pthread_mutex_lock(&c->mu);
-  char bearer[STK_MAX_TICKET_BYTES];
-  while (!c->stopping && !c->errs.fatal && stk__worker_wanted(c, w)) {
-    /* Its stream ticket when listed with one (the worker never sees our
-     * token), else our token (an older coordinator or worker). A new
-     * ticket (a restarted coordinator) means a new channel. */
-    int reopen = w->ticket_new;
-    w->ticket_new = 0;
-    memcpy(bearer, w->ticket, sizeof(bearer));
-    pthread_mutex_unlock(&c->mu);
-    if (reopen && w->ch) {
-      stk__rpc_channel_close(w->ch);
-      w->ch = NULL;
+/* ---- the runners: one state machine per served worker ------------------ */
+
+/* A runner's states. BACKOFF: no call (waiting until retry_ns, or just
+ * started); CONNECTING and EXITING: the scanning io thread opens or
+ * closes the channel outside c->mu (nobody else touches the runner then;
+ * the call itself is started under c->mu); OPEN: the call takes requests; CLOSING: its
+ * receives ended (requests re-queued), the call's last events are still
+ * to come. */
+enum { RUN_BACKOFF, RUN_CONNECTING, RUN_OPEN, RUN_CLOSING, RUN_EXITING };
+
+/* One request waiting to be sent (the request r, or the hedge h). */
+typedef struct sendq_ent {
+  uint64_t seq;
+  stk__req *r;
+  stk__hedge *h;
+} sendq_ent;
+
+/* A remote worker's runner (w->run). Under c->mu, except x (the batch
+ * being received: only the io thread handling the stream's one receive
+ * touches it) and, while CONNECTING or EXITING, what the scanning thread
+ * uses outside the lock (bearer, w->ch). */
+struct stk__runner {
+  stk__worker *w;
+  int state;
+  uint32_t pos;                                   /* index in c->io->runs */
+  stk__rpc_astream *s;                            /* OPEN, CLOSING */
+  int recv_pending, send_pending, status_pending; /* events still to come */
+  int got_any;                                    /* a message came on this call */
+  uint32_t had;                      /* w->outstanding when its receives ended */
+  int code;                          /* the call's final status (after STATUS) */
+  char det[200];                     /* and its details */
+  int64_t retry_ns;                  /* BACKOFF: (re)open from then */
+  int reopen;                        /* CONNECTING: a new ticket, a new channel */
+  char bearer[STK_MAX_TICKET_BYTES]; /* CONNECTING: the ticket to use */
+  struct stk__runner *next_work;     /* the scan's list */
+  sendq_ent *q;                      /* ring of qcap, qlen waiting from qhead */
+  uint32_t qhead, qlen, qcap;
+  rx x;
+};
+
+/* The io threads serve every runner of the client from one queue; they
+ * wake at least every SCAN_MS to run the timers (scan). IO_THREADS_MAX:
+ * the pool's size, min(2, online CPUs): enough to keep receiving while
+ * one thread copies a chunk, and fixed however many workers are served. */
+#define IO_THREADS_MAX 2
+#define SCAN_MS        50
+
+struct stk__io {
+  grpc_completion_queue *cq;
+  pthread_t threads[IO_THREADS_MAX];
+  int nthreads;
+  stk__runner **runs; /* nruns of cap, under c->mu */
+  uint32_t nruns, cap;
+  int64_t next_scan_ns;  /* under c->mu; 0: scan at once */
+  int scanning;          /* a thread runs the scan (under c->mu) */
+  stk__rpc_waker *waker; /* wakes an io thread for scan_soon (NULL: none) */
+  int kicked;            /* a wake is on its way (under c->mu) */
+};
+
+static gpr_timespec deadline_ms(int ms) {
+  return gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
+                      gpr_time_from_millis(ms, GPR_TIMESPAN));
+}
+
+/* Under mu: r's backoff after a call (or a failed open) ends: from 100 ms,
+ * doubling per call without a message, to 2 s. */
+static void backoff_start(stk__runner *r, int got_any) {
+  stk__worker *w = r->w;
+  w->failures = got_any ? 0 : w->failures + 1;
+  int backoff = 100 << (w->failures < 5 ? w->failures : 5);
+  if (backoff > 2000) backoff = 2000;
+  r->retry_ns = stk__now_ns() + (int64_t)backoff * 1000000;
+  r->state = RUN_BACKOFF;
+}
+
+/* Under mu: r's receives are over (the stream ended, broke or was cut):
+ * its requests go back to the queue and the call is cancelled; the
+ * runner waits for the call's last events (CLOSING). */
+static void rx_over(stk_client *c, stk__runner *r) {
+  stk__worker *w = r->w;
+  r->had = w->outstanding;
+  w->alive = 0;
+  stk__req_requeue_worker(c, w);
+  r->qhead = r->qlen = 0; /* requeued: none of them is sent */
+  r->state = RUN_CLOSING;
+  stk__rpc_astream_cancel(r->s);
+}
+
+/* Under mu: once a CLOSING call has no event left to come, judge its
+ * status (drop, cap) and back off before the next one, or, when the
+ * worker is no longer wanted (or stopping, fatal), end: EXITING, and 1
+ * (the caller finishes with runner_leave once it has let go of mu). */
+static int maybe_finish(stk_client *c, stk__runner *r) {
+  if (r->state != RUN_CLOSING || r->recv_pending || r->send_pending || r->status_pending)
+    return 0;
+  stk__worker *w = r->w;
+  if (!w->dropped && !c->stopping) stream_ended(c, w, r->code, r->det, r->had);
+  stk__rpc_astream_destroy(r->s);
+  r->s = NULL;
+  backoff_start(r, r->got_any);
+  if (!c->stopping && !c->errs.fatal && stk__worker_wanted(c, w)) return 0;
+  r->state = RUN_EXITING;
+  return 1;
+}
+
+/* Under mu: send the queued requests, one in flight at a time. A copy
+ * taken back meanwhile (the other copy won, the request was re-queued) is
+ * not sent and no longer counts against w. */
+static void send_next(stk_client *c, stk__runner *r) {
+  stk__worker *w = r->w;
+  while (r->state == RUN_OPEN && !r->send_pending && r->qlen) {
+    sendq_ent e = r->q[r->qhead];
+    r->qhead = (r->qhead + 1) % r->qcap;
+    r->qlen--;
+    if (!stk__req_still_issued(w, e.seq, e.r, e.h)) {
+      stk__req_unsent(w, e.seq);
+      continue;
     }
-    stk__rpc_stream *s = NULL;
-    if (!w->ch && stk__rpc_channel_open(w->address, STK_MAX_CHUNK_MSG,
-                                        bearer[0] ? bearer : c->token, c->tls, &w->ch))
-      w->ch = NULL;
-    explicit_bzero(bearer, sizeof(bearer));
-    if (w->ch) stk__rpc_stream_open(w->ch, "/stoker.v1.Worker/Stream", 0, &s);
-    int got_any = 0;
-    if (s) {
-      pthread_mutex_lock(&c->mu);
-      w->stream = s;
-      w->alive = 1;
-      w->probing = 1;
-      w->stream_batches = 0;
-      w->last_msg_ns = stk__now_ns();
-      pthread_cond_broadcast(&c->cv_sched);
-      pthread_mutex_unlock(&c->mu);
-      got_any = rx_loop(c, w, s);
-      pthread_mutex_lock(&c->mu);
-      uint32_t had = w->outstanding;
-      w->stream = NULL;
-      w->alive = 0;
-      stk__req_requeue_worker(c, w);
-      pthread_mutex_unlock(&c->mu);
-      stk__rpc_stream_cancel(s);
-      pthread_mutex_lock(&w->send_mu); /* wait out a send in progress */
-      pthread_mutex_unlock(&w->send_mu);
-      char det[200] = "";
-      int code = stk__rpc_stream_status(s, 500, det, sizeof(det));
-      stk__rpc_stream_destroy(s);
-      pthread_mutex_lock(&c->mu);
-      if (!w->dropped && !c->stopping) stream_ended(c, w, code, det, had);
-      pthread_mutex_unlock(&c->mu);
+    Stoker__V1__BatchRequest req = STOKER__V1__BATCH_REQUEST__INIT;
+    req.job_hash = c->job.hash;
+    stk__addr a;
+    stk__seq_addr(c, e.seq, &a);
+    req.epoch = a.epoch;
+    req.rank = c->cfg.rank;
+    req.step = a.step;
+    req.sample_offset = a.offset;
+    req.image_uint8 = c->job.wire_u8;
+    if (stk__rpc_astream_send_msg(r->s, &req.base)) {
+      stk__rpc_astream_cancel(r->s); /* its receive ends, and re-queues */
+      return;
     }
-    w->failures = got_any ? 0 : w->failures + 1;
-    int backoff = 100 << (w->failures < 5 ? w->failures : 5);
-    if (backoff > 2000) backoff = 2000;
-    for (int t = 0; t < backoff; t += 50) {
-      pthread_mutex_lock(&c->mu);
-      int stop = c->stopping || c->errs.fatal || !stk__worker_wanted(c, w);
-      pthread_mutex_unlock(&c->mu);
-      if (stop) break;
-      stk__sleep_ms(50);
-    }
-    pthread_mutex_lock(&c->mu);
+    r->send_pending = 1;
   }
-  pthread_mutex_unlock(&c->mu);
-  /* Gone from the list or the working set, dropped or stopping: the
-   * channel goes too (a worker wanted again gets a new thread, which opens
-   * a new one). */
-  stk__rpc_channel_close(w->ch);
-  w->ch = NULL;
-  pthread_mutex_lock(&c->mu);
+}
+
+void stk__stream_send(stk_client *c, stk__worker *w, uint64_t seq, stk__req *req,
+                      stk__hedge *h) {
+  stk__runner *r = w->run;
+  if (!r || r->state != RUN_OPEN) return; /* its requests were re-queued */
+  if (r->qlen == r->qcap) {
+    uint32_t ncap = r->qcap ? 2 * r->qcap : 16;
+    sendq_ent *nq = malloc(ncap * sizeof(*nq));
+    if (!nq) {
+      stk__rpc_astream_cancel(r->s); /* re-queued when its receive ends */
+      return;
+    }
+    for (uint32_t i = 0; i < r->qlen; i++) nq[i] = r->q[(r->qhead + i) % r->qcap];
+    free(r->q);
+    r->q = nq;
+    r->qcap = ncap;
+    r->qhead = 0;
+  }
+  r->q[(r->qhead + r->qlen) % r->qcap] = (sendq_ent){seq, req, h};
+  r->qlen++;
+  send_next(c, r);
+}
+
+/* Under mu: r is gone: its worker entry says so (departed once unlisted),
+ * and the scheduler is told. */
+static void runner_exit(stk_client *c, stk__runner *r) {
+  stk__io *io = c->io;
+  stk__worker *w = r->w;
   w->alive = 0;
   w->left_ns = stk__now_ns();
   w->thread_exited = 1;
+  w->run = NULL;
+  io->runs[r->pos] = io->runs[--io->nruns];
+  io->runs[r->pos]->pos = r->pos;
+  free(r->q);
+  free(r);
   pthread_cond_broadcast(&c->cv_sched);
+}
+
+/* Not under mu: r (EXITING, no call) closes its channel and ends, unless
+ * its worker is wanted again by then (listed anew): then it goes on. */
+static void runner_leave(stk_client *c, stk__runner *r) {
+  stk__rpc_channel_close(r->w->ch);
+  r->w->ch = NULL;
+  pthread_mutex_lock(&c->mu);
+  if (!c->stopping && !c->errs.fatal && stk__worker_wanted(c, r->w)) {
+    r->state = RUN_BACKOFF;
+    r->retry_ns = stk__now_ns();
+  } else {
+    runner_exit(c, r);
+  }
   pthread_mutex_unlock(&c->mu);
+}
+
+/* One event of r's call, on an io thread (not under mu). */
+static void on_event(stk_client *c, const stk__rpc_aevent *e) {
+  stk__runner *r = e->user;
+  stk__worker *w = r->w;
+  if (e->kind == STK__RPC_AS_RECV) {
+    /* r->s stays while a receive is in flight: no lock to read it. */
+    grpc_byte_buffer *bb = e->ok ? stk__rpc_astream_recv_take(e->s) : NULL;
+    char why[200] = "";
+    int bad = bb ? on_message(c, w, &r->x, bb, why, sizeof(why)) : 0;
+    if (bb) grpc_byte_buffer_destroy(bb);
+    pthread_mutex_lock(&c->mu);
+    r->recv_pending = 0;
+    if (bb) {
+      r->got_any = 1;
+      if (bad) {
+        char msg[256];
+        snprintf(msg, sizeof(msg), "protocol error: %.200s", why);
+        stk__worker_drop(c, w, STK_PROTOCOL, msg);
+      }
+      if (w->dropped) stk__rpc_astream_cancel(r->s);
+      /* The next message, one at a time: a stream's batches are handled
+       * in order by one thread at a time. */
+      if (stk__rpc_astream_recv(r->s) == 0) r->recv_pending = 1;
+      else rx_over(c, r);
+    } else {
+      rx_over(c, r);
+    }
+  } else {
+    pthread_mutex_lock(&c->mu);
+    if (e->kind == STK__RPC_AS_SEND) {
+      r->send_pending = 0;
+      if (!e->ok && r->state == RUN_OPEN) stk__rpc_astream_cancel(r->s);
+      send_next(c, r);
+    } else {
+      r->status_pending = 0;
+      r->code = stk__rpc_astream_status(e->s, r->det, sizeof(r->det));
+    }
+  }
+  int leave = maybe_finish(c, r);
+  pthread_mutex_unlock(&c->mu);
+  if (leave) runner_leave(c, r);
+}
+
+/* The timers, at most every SCAN_MS by one io thread (or at once when
+ * scan_soon asks): cut silent or unwanted streams, open the ones whose
+ * backoff is over, end the runners of workers no longer wanted.
+ * O(runners) under mu; opening and closing channels happen outside it.
+ * 1 if another pass was asked for meanwhile. */
+static int scan_pass(stk_client *c) {
+  stk__io *io = c->io;
+  pthread_mutex_lock(&c->mu);
+  int64_t now = stk__now_ns();
+  if (io->scanning || now < io->next_scan_ns) {
+    pthread_mutex_unlock(&c->mu);
+    return 0;
+  }
+  io->scanning = 1;
+  io->kicked = 0;
+  io->next_scan_ns = now + (int64_t)SCAN_MS * 1000000;
+  int stop = c->stopping || c->errs.fatal;
+  stk__runner *work = NULL;
+  for (uint32_t i = 0; i < io->nruns; i++) {
+    stk__runner *r = io->runs[i];
+    stk__worker *w = r->w;
+    if (r->state == RUN_OPEN) {
+      /* Silence: a worker holding our requests that sends nothing for 30 s
+       * is cut, one we no longer want after 1 s. */
+      int64_t idle = (now - w->last_msg_ns) / 1000000;
+      if (stop || w->dropped ||
+          (!stk__worker_wanted(c, w) && (w->outstanding == 0 || idle > 1000)) ||
+          (w->outstanding > 0 && idle > 30000))
+        stk__rpc_astream_cancel(r->s);
+    } else if (r->state == RUN_BACKOFF) {
+      if (stop || !stk__worker_wanted(c, w)) {
+        r->state = RUN_EXITING;
+      } else if (now >= r->retry_ns) {
+        /* Its stream ticket when listed with one (the worker never sees
+         * our token), else our token (an older coordinator or worker). A
+         * new ticket (a restarted coordinator) means a new channel. */
+        r->state = RUN_CONNECTING;
+        r->reopen = w->ticket_new;
+        w->ticket_new = 0;
+        memcpy(r->bearer, w->ticket, sizeof(r->bearer));
+      } else {
+        continue;
+      }
+      r->next_work = work;
+      work = r;
+    }
+  }
+  pthread_mutex_unlock(&c->mu);
+  for (stk__runner *r = work; r; r = r->next_work) {
+    stk__worker *w = r->w;
+    if (r->state == RUN_EXITING || r->reopen) {
+      stk__rpc_channel_close(w->ch);
+      w->ch = NULL;
+    }
+    if (r->state == RUN_CONNECTING) {
+      if (!w->ch &&
+          stk__rpc_channel_open(w->address, STK_MAX_CHUNK_MSG,
+                                r->bearer[0] ? r->bearer : c->token, c->tls, &w->ch))
+        w->ch = NULL;
+      explicit_bzero(r->bearer, sizeof(r->bearer));
+    }
+  }
+  pthread_mutex_lock(&c->mu);
+  now = stk__now_ns();
+  stop = c->stopping || c->errs.fatal;
+  for (stk__runner *r = work, *next; r; r = next) {
+    next = r->next_work;
+    stk__worker *w = r->w;
+    if (r->state == RUN_EXITING) {
+      if (!stop && stk__worker_wanted(c, w)) { /* listed again meanwhile: go on */
+        r->state = RUN_BACKOFF;
+        r->retry_ns = now;
+      } else {
+        runner_exit(c, r);
+      }
+      continue;
+    }
+    /* The call is started under mu (it never blocks), so that none of its
+     * events can be handled before the runner knows it is OPEN. */
+    if (!w->ch ||
+        stk__rpc_astream_open(w->ch, io->cq, "/stoker.v1.Worker/Stream", r, &r->s)) {
+      r->s = NULL; /* no channel or no call: try again later */
+      backoff_start(r, 0);
+      continue;
+    }
+    r->state = RUN_OPEN;
+    r->status_pending = 1;
+    r->got_any = 0;
+    memset(&r->x, 0, sizeof(r->x));
+    w->alive = 1;
+    w->probing = 1;
+    w->stream_batches = 0;
+    w->last_msg_ns = now;
+    pthread_cond_broadcast(&c->cv_sched);
+    if (stk__rpc_astream_recv(r->s) == 0) r->recv_pending = 1;
+    else rx_over(c, r);
+    if (stop || w->dropped) stk__rpc_astream_cancel(r->s);
+    /* (its STATUS is still to come: maybe_finish has nothing to do yet) */
+  }
+  io->scanning = 0;
+  int again = io->next_scan_ns == 0; /* asked for meanwhile (a new runner) */
+  pthread_mutex_unlock(&c->mu);
+  return again;
+}
+
+/* The scan, again at once while one is asked for during a pass. */
+static void scan(stk_client *c) {
+  while (scan_pass(c)) {}
+}
+
+/* Under mu: have the timers run now (a new runner is due): the next scan
+ * is due at once and an io thread is woken for it, unless a wake is on
+ * its way already. */
+static void scan_soon(stk__io *io) {
+  io->next_scan_ns = 0;
+  if (io->waker && !io->kicked && !stk__rpc_waker_kick(io->waker)) io->kicked = 1;
+}
+
+/* An io thread: the queue's events, and the timers between them. */
+static void *io_main(void *arg) {
+  stk_client *c = arg;
+  stk__thread_name("stk-io");
+  stk__io *io = c->io; /* set before the threads start, freed after they end */
+  for (;;) {
+    grpc_event ev = grpc_completion_queue_next(io->cq, deadline_ms(SCAN_MS), NULL);
+    if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
+    stk__rpc_aevent e;
+    if (!stk__rpc_astream_event(&ev, &e) && e.kind != STK__RPC_AS_WAKE) on_event(c, &e);
+    scan(c);
+  }
   return NULL;
 }
 
+/* Under mu: the client's queue and io threads (at the first remote
+ * worker). 0, or -1 when neither memory nor a thread could be had. */
+static int io_start(stk_client *c) {
+  stk__io *io = calloc(1, sizeof(*io));
+  if (!io) return -1;
+  stk__rpc_init();
+  io->cq = grpc_completion_queue_create_for_next(NULL);
+  if (stk__rpc_waker_new(io->cq, &io->waker)) io->waker = NULL; /* the tick only */
+  c->io = io;
+  long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  int want = ncpu > 0 && ncpu < IO_THREADS_MAX ? (int)ncpu : IO_THREADS_MAX;
+  for (int i = 0; i < want; i++)
+    if (!pthread_create(&io->threads[io->nthreads], NULL, io_main, c)) io->nthreads++;
+  if (io->nthreads) return 0;
+  stk__rpc_waker_free(io->waker);
+  grpc_completion_queue_shutdown(io->cq);
+  grpc_completion_queue_destroy(io->cq);
+  stk__rpc_shutdown();
+  free(io);
+  c->io = NULL;
+  return -1;
+}
+
 int stk__stream_start(stk__worker *w) {
-  w->thread_exited = 0;
-  if (pthread_create(&w->thread, NULL, stk__stream_main, w)) {
-    w->thread_started = 0;
-    return -1;
+  stk_client *c = w->c;
+  w->thread_started = 0;
+  if (!c->io && io_start(c)) return -1;
+  stk__io *io = c->io;
+  if (io->nruns == io->cap) {
+    uint32_t ncap = io->cap ? 2 * io->cap : 16;
+    stk__runner **nr = realloc(io->runs, ncap * sizeof(*nr));
+    if (!nr) return -1;
+    io->runs = nr;
+    io->cap = ncap;
   }
+  stk__runner *r = calloc(1, sizeof(*r));
+  if (!r) return -1;
+  r->w = w;
+  r->state = RUN_BACKOFF; /* due at once: the next scan opens it */
+  r->pos = io->nruns;
+  io->runs[io->nruns++] = r;
+  w->run = r;
+  scan_soon(io); /* its stream opens now, not at the next tick */
+  w->thread_exited = 0;
   w->thread_started = 1;
   return 0;
+}
+
+void stk__stream_stop_all(stk_client *c) {
+  pthread_mutex_lock(&c->mu);
+  stk__io *io = c->io;
+  if (!io) {
+    pthread_mutex_unlock(&c->mu);
+    return;
+  }
+  /* Every call cancelled, every runner's end awaited: the io threads drive
+   * them there (a CLOSING call's last events, then the next scan). */
+  for (uint32_t i = 0; i < io->nruns; i++)
+    if (io->runs[i]->s) stk__rpc_astream_cancel(io->runs[i]->s);
+  scan_soon(io);
+  while (io->nruns) stk__cond_wait_ms(&c->cv_sched, &c->mu, SCAN_MS);
+  pthread_mutex_unlock(&c->mu);
+  /* No call is left on the queue: its shutdown ends the threads' loops. */
+  grpc_completion_queue_shutdown(io->cq);
+  for (int i = 0; i < io->nthreads; i++) pthread_join(io->threads[i], NULL);
+  stk__rpc_waker_free(io->waker); /* its kicks' events were drained */
+  grpc_completion_queue_destroy(io->cq);
+  pthread_mutex_lock(&c->mu);
+  c->io = NULL;
+  pthread_mutex_unlock(&c->mu);
+  free(io->runs);
+  free(io);
+  stk__rpc_shutdown();
 }

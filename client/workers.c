@@ -44,8 +44,7 @@
  * worker is never fatal by itself.
  *
  * Owns: c->workers and the table and working-set parts of each entry
- * (stk__worker). Must not: block in gRPC while holding c->mu (joining an
- * ended runner does not wait: it has left its loop).
+ * (stk__worker). Must not: block in gRPC while holding c->mu.
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -101,11 +100,16 @@ static int entry_load_alloc(stk__worker *w) {
 }
 
 void stk__workers_free(stk_client *c) {
+  if (c->io) { /* an open that failed after its join started runners */
+    pthread_mutex_lock(&c->mu);
+    c->stopping = 1;
+    pthread_mutex_unlock(&c->mu);
+    stk__stream_stop_all(c);
+  }
   if (!c->workers.table) return;
   for (uint32_t i = 0; i < c->workers.n; i++) {
     stk__worker *w = c->workers.table[i];
     stk__rpc_channel_close(w->ch);
-    pthread_mutex_destroy(&w->send_mu);
     entry_strings_free(w);
     free(w);
   }
@@ -191,14 +195,11 @@ static int local_start(stk__worker *w) {
   return 0;
 }
 
-/* Under mu: w (remote, wanted) has a runner: an ended one is joined (it
- * has left its loop already) and a new one started. */
+/* Under mu: w (remote, wanted) has a runner: an ended one is replaced by
+ * a new one. */
 static void runner_ensure(stk_client *c, stk__worker *w) {
   if (c->stopping) return;
-  if (w->thread_started && w->thread_exited) {
-    pthread_join(w->thread, NULL);
-    w->thread_started = 0;
-  }
+  if (w->thread_started && w->thread_exited) w->thread_started = 0;
   if (!w->thread_started && !entry_load_alloc(w)) stk__stream_start(w);
 }
 
@@ -237,10 +238,9 @@ static int departed(const stk__worker *w) {
   return w->used && !w->local && !w->listed && (!w->thread_started || w->thread_exited);
 }
 
-/* The runner of a departed entry has left its loop (thread_exited is its
- * last write under mu), so joining it here does not wait; it closed its
- * channel itself. No request, hedge or abandoned copy refers to it: its
- * stream's end requeued them all. */
+/* The runner of a departed entry has ended (thread_exited is its last
+ * write under mu) and closed its channel itself. No request, hedge or
+ * abandoned copy refers to it: its stream's end requeued them all. */
 void stk__workers_reclaim(stk_client *c, uint32_t keep) {
   uint32_t n = 0;
   for (uint32_t i = 0; i < c->workers.n; i++) n += departed(c->workers.table[i]) ? 1 : 0;
@@ -251,7 +251,6 @@ void stk__workers_reclaim(stk_client *c, uint32_t keep) {
       if (departed(w) && (!old || w->left_ns < old->left_ns)) old = w;
     }
     if (!old) break;
-    if (old->thread_started) pthread_join(old->thread, NULL);
     old->thread_started = 0;
     stk__req_forget_worker(c, old->idx);
     index_del(c, old);
@@ -261,13 +260,10 @@ void stk__workers_reclaim(stk_client *c, uint32_t keep) {
   }
 }
 
-/* Under mu: entry w made ready for a new worker (send_mu stays initialised
- * for the entry's life: stk__workers_free destroys it). */
+/* Under mu: entry w made ready for a new worker. */
 static void entry_reset(stk_client *c, stk__worker *w, uint32_t i) {
   entry_strings_free(w);
-  pthread_mutex_destroy(&w->send_mu);
   memset(w, 0, sizeof(*w));
-  pthread_mutex_init(&w->send_mu, NULL);
   w->idx = (int)i;
   w->c = c;
 }
@@ -284,7 +280,6 @@ static stk__worker *entry_get(stk_client *c) {
   if (table_grow(c)) return NULL;
   stk__worker *w = calloc(1, sizeof(*w));
   if (!w) return NULL;
-  pthread_mutex_init(&w->send_mu, NULL);
   w->idx = (int)c->workers.n;
   w->c = c;
   c->workers.table[c->workers.n++] = w;
@@ -568,13 +563,12 @@ uint32_t stk__workers_alive(stk_client *c) {
 
 void stk__workers_stop(stk_client *c) {
   pthread_mutex_lock(&c->mu);
-  for (uint32_t i = 0; i < c->workers.n; i++)
-    if (c->workers.table[i]->stream) stk__rpc_stream_cancel(c->workers.table[i]->stream);
   pthread_cond_broadcast(&c->cv_local);
   pthread_mutex_unlock(&c->mu);
+  stk__stream_stop_all(c);
   for (uint32_t i = 0; i < c->workers.n; i++) {
     stk__worker *w = c->workers.table[i];
-    if (w->thread_started) pthread_join(w->thread, NULL);
+    if (w->thread_started && w->local) pthread_join(w->thread, NULL);
     w->thread_started = 0;
   }
 }

@@ -1,7 +1,8 @@
 /* rpc.c - the shared gRPC C core helpers (init, malloc tuning, the status
- * table, pack/unpack) and the blocking client: unary calls and streams,
- * each with a pluck completion queue of its own. The event-driven server
- * is in rpc_server.c.
+ * table, pack/unpack) and the client: blocking unary calls and streams,
+ * each with a pluck completion queue of its own, and asynchronous streams
+ * whose events come on a completion queue the caller shares between many
+ * calls. The event-driven server is in rpc_server.c.
  *
  * Owns: nothing global. Must not: print, exit, or hold a lock while
  * blocked in gRPC.
@@ -296,7 +297,10 @@ typedef struct int_arg {
 
 static const int_arg client_args[] = {
     {GRPC_ARG_KEEPALIVE_TIME_MS, 10000},
-    {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000},
+    /* A ping answered late on a busy host is not a dead peer: 20 s before the
+     * connection is dropped ("keepalive watchdog timeout" was seen at 5 s
+     * with hundreds of processes on 2 cores). */
+    {GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 20000},
     {GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1},
     {GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100},
     /* Also gRPC's minimum time one connection attempt may take (TCP connect
@@ -573,5 +577,244 @@ void stk__rpc_stream_destroy(stk__rpc_stream *s) {
   grpc_call_unref(s->call);
   grpc_completion_queue_shutdown(s->cq);
   grpc_completion_queue_destroy(s->cq);
+  free(s);
+}
+
+/* ---- Client, asynchronous streams -------------------------------------- */
+
+#define ASTREAM_MAGIC 0x53544b41u /* "AKTS" */
+
+/* The tag of one kind of operation: the queue hands it back in ev.tag. */
+typedef struct atag {
+  uint32_t magic;
+  int kind;
+  stk__rpc_astream *s; /* NULL for a waker's kick */
+} atag;
+
+struct stk__rpc_astream {
+  grpc_call *call;
+  void *user;
+  int got_md;                /* the initial metadata was asked for */
+  grpc_byte_buffer *recv_bb; /* the receive's message (RECV's thread) */
+  grpc_byte_buffer *send_bb; /* the message in flight (freed at its SEND) */
+  grpc_metadata_array init_md, trail_md;
+  grpc_status_code status;
+  grpc_slice details;
+  grpc_metadata auth;
+  atag tags[3]; /* RECV, SEND, STATUS */
+};
+
+static atag *atag_of(stk__rpc_astream *s, int kind) {
+  return &s->tags[kind - STK__RPC_AS_RECV];
+}
+
+int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
+                          const char *method, void *user, stk__rpc_astream **out) {
+  *out = NULL;
+  stk__rpc_astream *s = calloc(1, sizeof(*s));
+  if (!s) return -1;
+  s->user = user;
+  for (int k = STK__RPC_AS_RECV; k <= STK__RPC_AS_STATUS; k++)
+    *atag_of(s, k) = (atag){ASTREAM_MAGIC, k, s};
+  s->call = new_call(ch, cq, method, 0);
+  if (!s->call) {
+    free(s);
+    return -1;
+  }
+  grpc_metadata_array_init(&s->init_md);
+  grpc_metadata_array_init(&s->trail_md);
+  s->details = grpc_empty_slice();
+  s->status = GRPC_STATUS_UNKNOWN;
+  /* The initial metadata and the status in one batch: its one event is
+   * the call's end, and sends may start at once (gRPC orders them after
+   * the metadata). */
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  set_auth(ch, &ops[0], &s->auth);
+  ops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[1].data.recv_status_on_client.trailing_metadata = &s->trail_md;
+  ops[1].data.recv_status_on_client.status = &s->status;
+  ops[1].data.recv_status_on_client.status_details = &s->details;
+  if (grpc_call_start_batch(s->call, ops, 2, atag_of(s, STK__RPC_AS_STATUS), NULL) !=
+      GRPC_CALL_OK) {
+    grpc_call_cancel(s->call, NULL);
+    grpc_call_unref(s->call);
+    grpc_metadata_array_destroy(&s->init_md);
+    grpc_metadata_array_destroy(&s->trail_md);
+    free(s);
+    return -1;
+  }
+  *out = s;
+  return 0;
+}
+
+int stk__rpc_astream_recv(stk__rpc_astream *s) {
+  grpc_op ops[2];
+  size_t n = 0;
+  memset(ops, 0, sizeof(ops));
+  if (!s->got_md) {
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->init_md;
+  }
+  ops[n].op = GRPC_OP_RECV_MESSAGE;
+  ops[n++].data.recv_message.recv_message = &s->recv_bb;
+  s->recv_bb = NULL;
+  if (grpc_call_start_batch(s->call, ops, n, atag_of(s, STK__RPC_AS_RECV), NULL) !=
+      GRPC_CALL_OK)
+    return -1;
+  s->got_md = 1;
+  return 0;
+}
+
+grpc_byte_buffer *stk__rpc_astream_recv_take(stk__rpc_astream *s) {
+  grpc_byte_buffer *bb = s->recv_bb;
+  s->recv_bb = NULL;
+  return bb;
+}
+
+int stk__rpc_astream_send(stk__rpc_astream *s, grpc_byte_buffer *msg) {
+  if (!msg) return -1;
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_MESSAGE;
+  op.data.send_message.send_message = msg;
+  s->send_bb = msg;
+  if (grpc_call_start_batch(s->call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) !=
+      GRPC_CALL_OK) {
+    s->send_bb = NULL;
+    grpc_byte_buffer_destroy(msg);
+    return -1;
+  }
+  return 0;
+}
+
+int stk__rpc_astream_send_msg(stk__rpc_astream *s, const ProtobufCMessage *m) {
+  return stk__rpc_astream_send(s, stk__rpc_pack(m));
+}
+
+int stk__rpc_astream_close_send(stk__rpc_astream *s) {
+  grpc_op op;
+  memset(&op, 0, sizeof(op));
+  op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  return grpc_call_start_batch(s->call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) ==
+                 GRPC_CALL_OK
+             ? 0
+             : -1;
+}
+
+void stk__rpc_astream_cancel(stk__rpc_astream *s) { grpc_call_cancel(s->call, NULL); }
+
+/* One kick of a waker: a call on its lame channel, failing at once. */
+typedef struct wake_op {
+  atag t; /* first: the event's tag */
+  grpc_call *call;
+  grpc_metadata_array trail_md;
+  grpc_status_code status;
+  grpc_slice details;
+} wake_op;
+
+struct stk__rpc_waker {
+  grpc_channel *lame;
+  grpc_completion_queue *cq;
+};
+
+static void wake_op_free(wake_op *k) {
+  grpc_call_unref(k->call);
+  grpc_metadata_array_destroy(&k->trail_md);
+  grpc_slice_unref(k->details);
+  free(k);
+}
+
+int stk__rpc_waker_new(grpc_completion_queue *cq, stk__rpc_waker **out) {
+  *out = NULL;
+  stk__rpc_waker *w = calloc(1, sizeof(*w));
+  if (!w) return -1;
+  stk__rpc_init();
+  w->cq = cq;
+  w->lame =
+      grpc_lame_client_channel_create("stoker-wake", GRPC_STATUS_UNAVAILABLE, "wake");
+  if (!w->lame) {
+    free(w);
+    stk__rpc_shutdown();
+    return -1;
+  }
+  *out = w;
+  return 0;
+}
+
+int stk__rpc_waker_kick(stk__rpc_waker *w) {
+  wake_op *k = calloc(1, sizeof(*k));
+  if (!k) return -1;
+  k->t = (atag){ASTREAM_MAGIC, STK__RPC_AS_WAKE, NULL};
+  grpc_slice m = grpc_slice_from_static_string("/stoker.v1.Wake/Wake");
+  k->call = grpc_channel_create_call(w->lame, NULL, GRPC_PROPAGATE_DEFAULTS, w->cq, m,
+                                     NULL, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+  if (!k->call) {
+    free(k);
+    return -1;
+  }
+  grpc_metadata_array_init(&k->trail_md);
+  k->details = grpc_empty_slice();
+  grpc_op ops[2];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[1].data.recv_status_on_client.trailing_metadata = &k->trail_md;
+  ops[1].data.recv_status_on_client.status = &k->status;
+  ops[1].data.recv_status_on_client.status_details = &k->details;
+  if (grpc_call_start_batch(k->call, ops, 2, &k->t, NULL) != GRPC_CALL_OK) {
+    wake_op_free(k);
+    return -1;
+  }
+  return 0;
+}
+
+void stk__rpc_waker_free(stk__rpc_waker *w) {
+  if (!w) return;
+  grpc_channel_destroy(w->lame);
+  free(w);
+  stk__rpc_shutdown();
+}
+
+int stk__rpc_astream_event(const grpc_event *ev, stk__rpc_aevent *out) {
+  if (ev->type != GRPC_OP_COMPLETE || !ev->tag) return -1;
+  const atag *t = ev->tag;
+  if (t->magic != ASTREAM_MAGIC) return -1;
+  if (t->kind == STK__RPC_AS_WAKE) {
+    wake_op_free((wake_op *)ev->tag);
+    memset(out, 0, sizeof(*out));
+    out->kind = STK__RPC_AS_WAKE;
+    out->ok = 1;
+    return 0;
+  }
+  stk__rpc_astream *s = t->s;
+  out->s = s;
+  out->user = s->user;
+  out->kind = t->kind;
+  out->ok = ev->success;
+  if (t->kind == STK__RPC_AS_SEND && s->send_bb) {
+    grpc_byte_buffer_destroy(s->send_bb);
+    s->send_bb = NULL;
+  }
+  if (t->kind == STK__RPC_AS_RECV && !ev->success && s->recv_bb) {
+    grpc_byte_buffer_destroy(s->recv_bb);
+    s->recv_bb = NULL;
+  }
+  return 0;
+}
+
+int stk__rpc_astream_status(stk__rpc_astream *s, char *details, size_t dlen) {
+  copy_slice(s->details, details, dlen);
+  return (int)s->status;
+}
+
+void stk__rpc_astream_destroy(stk__rpc_astream *s) {
+  if (!s) return;
+  if (s->recv_bb) grpc_byte_buffer_destroy(s->recv_bb);
+  if (s->send_bb) grpc_byte_buffer_destroy(s->send_bb);
+  grpc_slice_unref(s->details);
+  grpc_metadata_array_destroy(&s->init_md);
+  grpc_metadata_array_destroy(&s->trail_md);
+  grpc_call_unref(s->call);
   free(s);
 }

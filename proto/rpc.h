@@ -1,11 +1,14 @@
 /* rpc.h - a small layer over the gRPC C core, shared by the daemons
- * (server side, event driven: rpc_server.c) and libstoker (client side,
- * blocking: rpc.c).
+ * (server side, event driven: rpc_server.c) and libstoker (client side:
+ * rpc.c).
  *
- * Client model: every call has its own pluck completion queue, so each
- * operation is "start a batch, pluck its tag": plain blocking code. A call
- * may have one thread receiving and another sending at the same time
- * (bidirectional streams); never two of the same kind. Server model: see
+ * Client models: blocking calls (unary calls and streams), each with its
+ * own pluck completion queue, so each operation is "start a batch, pluck
+ * its tag": plain code for the coordinator calls. A blocking stream may
+ * have one thread receiving and another sending at the same time; never
+ * two of the same kind. Asynchronous streams (stk__rpc_astream) complete
+ * on a completion queue the caller shares between many calls and serves
+ * with its own few threads: the worker streams. Server model: see
  * "Server" below. Messages are protobuf-c messages packed into
  * grpc_byte_buffers.
  *
@@ -330,5 +333,94 @@ int stk__rpc_stream_status(stk__rpc_stream *s, int timeout_ms, char *details,
 void stk__rpc_stream_cancel(stk__rpc_stream *s);
 /* Cancel if still open, wait for every pending op, free. Accepts NULL. */
 void stk__rpc_stream_destroy(stk__rpc_stream *s);
+
+/* ---- Client, asynchronous streams (rpc.c) ------------------------------
+ *
+ * A streaming call whose operations complete on a completion queue the
+ * caller owns and shares between many calls (created with
+ * grpc_completion_queue_create_for_next, served by the caller's threads
+ * with grpc_completion_queue_next). Nothing here blocks: each start
+ * function either starts an operation, and then exactly one event for it
+ * comes on the queue later (success or failure), or returns -1 and no
+ * event comes. The caller gives every event of the queue to
+ * stk__rpc_astream_event, which says whose and of what kind it is.
+ *
+ * At most one receive and one send (a message or the half-close) are in
+ * flight per call at a time, as gRPC requires; a receive, a send, a cancel
+ * and event handling may run on different threads at once. The caller
+ * counts the events still to come (one per started operation, plus the
+ * status from open) and destroys the stream once none is.
+ */
+
+typedef struct stk__rpc_astream stk__rpc_astream;
+
+/* What completed (stk__rpc_aevent.kind). */
+enum {
+  STK__RPC_AS_RECV = 1, /* a receive: take its message, NULL at the end */
+  STK__RPC_AS_SEND,     /* a send or the half-close: ok says it went out */
+  STK__RPC_AS_STATUS,   /* the call is over: read stk__rpc_astream_status */
+  STK__RPC_AS_WAKE      /* a waker's kick (s and user NULL) */
+};
+
+typedef struct stk__rpc_aevent {
+  stk__rpc_astream *s;
+  void *user; /* as given to stk__rpc_astream_open */
+  int kind;   /* STK__RPC_AS_* */
+  int ok;     /* the operation succeeded (gRPC's success bit) */
+} stk__rpc_aevent;
+
+/* Start a streaming call of method on ch whose events come on cq (the
+ * channel's auth metadata goes with it; no deadline). user is handed back
+ * with every event. 0 with *out: the call's STATUS event will come once
+ * (whatever happens); -1 (out of memory, gRPC refused) with *out NULL and
+ * no event. ch and cq must outlive the stream. Thread-safe. */
+int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
+                          const char *method, void *user, stk__rpc_astream **out);
+/* Start receiving the next message (the first also takes the initial
+ * metadata). 0: one RECV event comes; -1: none (a receive is already in
+ * flight, or gRPC refused). Not concurrently with another receive. */
+int stk__rpc_astream_recv(stk__rpc_astream *s);
+/* After a RECV event: its message (the caller destroys it), or NULL at
+ * the end of the stream or when the receive failed. Once per RECV event,
+ * on the thread handling it. */
+grpc_byte_buffer *stk__rpc_astream_recv_take(stk__rpc_astream *s);
+/* Start sending msg (ownership passes, also on failure; it is freed when
+ * its SEND event is decoded). 0: one SEND event comes; -1: none. Not
+ * while another send or half-close is in flight. */
+int stk__rpc_astream_send(stk__rpc_astream *s, grpc_byte_buffer *msg);
+/* stk__rpc_astream_send of m packed (-1 too when it cannot be packed). */
+int stk__rpc_astream_send_msg(stk__rpc_astream *s, const ProtobufCMessage *m);
+/* Start the half-close (no more sends). 0: one SEND event comes; -1: none.
+ * Not while another send is in flight. */
+int stk__rpc_astream_close_send(stk__rpc_astream *s);
+/* Cancel the call: what is in flight completes (failed) and the STATUS
+ * event comes (CANCELLED, unless the status had arrived). Any thread, any
+ * number of times, until the stream is destroyed. */
+void stk__rpc_astream_cancel(stk__rpc_astream *s);
+/* Decode ev, taken from the caller's queue: 0 with *out filled when it is
+ * an operation of an astream (a SEND's message is freed here), -1 when it
+ * is not (a timeout, shutdown, or another tag). Thread-safe. */
+int stk__rpc_astream_event(const grpc_event *ev, stk__rpc_aevent *out);
+/* After the STATUS event: the call's gRPC status code, its details copied
+ * into details (NULL-safe). */
+int stk__rpc_astream_status(stk__rpc_astream *s, char *details, size_t dlen);
+/* Free the stream. Only once no event of it is still to come (the owner
+ * counts them); accepts NULL. */
+void stk__rpc_astream_destroy(stk__rpc_astream *s);
+
+/* A waker posts an event on a completion queue on demand, so a thread
+ * waiting in grpc_completion_queue_next wakes at once (gRPC core has no
+ * public alarm: a kick is a call on a lame channel, which fails at once).
+ * stk__rpc_astream_event decodes its events as STK__RPC_AS_WAKE (and
+ * frees what the kick held). */
+typedef struct stk__rpc_waker stk__rpc_waker;
+/* A waker for cq (which must outlive it). 0, or -1 (out of memory). */
+int stk__rpc_waker_new(grpc_completion_queue *cq, stk__rpc_waker **out);
+/* Post one WAKE event on the waker's queue. 0, or -1 (then none comes).
+ * Thread-safe, never blocks. */
+int stk__rpc_waker_kick(stk__rpc_waker *w);
+/* Free the waker once no kick's event is still to come (its queue is
+ * drained, e.g. shut down and emptied). Accepts NULL. */
+void stk__rpc_waker_free(stk__rpc_waker *w);
 
 #endif

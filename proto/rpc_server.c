@@ -122,6 +122,7 @@ struct stk__rpc_server {
   int pending; /* request slots open */
   stk__rpc_server_stats st;
   int64_t next_sweep_ms; /* atomic */
+  int started;           /* atomic: grpc_server_start has run (no sweep before) */
 };
 
 /* ---- Call objects ------------------------------------------------------ */
@@ -715,6 +716,9 @@ static void sweep(stk__rpc_server *s, int64_t now) {
 }
 
 static void maybe_sweep(stk__rpc_server *s) {
+  /* The threads run before grpc_server_start (below): asking gRPC for a
+   * call before it crashes it (seen on a loaded host starting 64 workers). */
+  if (!__atomic_load_n(&s->started, __ATOMIC_ACQUIRE)) return;
   int64_t now = stk__now_ms();
   int64_t next = __atomic_load_n(&s->next_sweep_ms, __ATOMIC_RELAXED);
   if (now < next) return;
@@ -921,6 +925,7 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   }
   grpc_server_start(s->server);
   for (int i = 0; i < PENDING_REQUESTS; i++) request_one(s);
+  __atomic_store_n(&s->started, 1, __ATOMIC_RELEASE);
   if (port) *port = p;
   *out = s;
   return 0;

@@ -291,7 +291,7 @@ int bench_transport_main(int argc, char **argv) {
     }
     double t0 = bu_now_s(), cpu_c0 = bu_self_cpu_s(), cpu_w0 = bu_proc_cpu_s(wpid),
            cpu_b0 = bu_proc_threads_cpu_s(wpid, "stk-build"), flt0 = bu_self_faults(),
-           cpu_s0 = bu_proc_threads_cpu_s(getpid(), "stk-stream");
+           cpu_s0 = bu_proc_threads_cpu_s(getpid(), "stk-io");
     uint64_t got = 0;
     for (int i = 0; i < batches; i++) {
       stk_batch *b;
@@ -311,7 +311,7 @@ int bench_transport_main(int argc, char **argv) {
     stk_b[round] = (bu_proc_threads_cpu_s(wpid, "stk-build") - cpu_b0) / gb;
     stk_c[round] = (bu_self_cpu_s() - cpu_c0) / gb;
     stk_f[round] = (bu_self_faults() - flt0) / gb;
-    stk_s[round] = (bu_proc_threads_cpu_s(getpid(), "stk-stream") - cpu_s0) / gb;
+    stk_s[round] = (bu_proc_threads_cpu_s(getpid(), "stk-io") - cpu_s0) / gb;
     rate_x[round] = stk_g[round] / raw_g[round];
     cpu_x[round] = stk_c[round] / raw_r[round];
     printf(
@@ -335,7 +335,7 @@ int bench_transport_main(int argc, char **argv) {
       "their crc32c), %.3f in the rest (gRPC, the socket)\n",
       bu_median(stk_b, rounds), bu_median(stk_w, rounds) - bu_median(stk_b, rounds));
   printf(
-      "  client split      : %.3f CPU s/GB in its stream thread (copy out of gRPC's "
+      "  client split      : %.3f CPU s/GB in its io threads (copy out of gRPC's "
       "buffers, crc32c), %.3f in the rest (gRPC's socket reads, ordering)\n",
       bu_median(stk_s, rounds), bu_median(stk_c, rounds) - bu_median(stk_s, rounds));
   printf("  client page faults: %.0f per GB (its heap growing or handed back)\n",
