@@ -17,8 +17,9 @@
  * hedge in flight elsewhere takes over instead); the runner then retries
  * the worker with backoff (100 ms doubling to 2 s) while it is still
  * wanted (listed, not dropped, in this rank's working set: workers.c). A
- * worker that stops answering without breaking its connection
- * is cut after 30 s of silence (1 s once it is no longer wanted).
+ * worker that stops answering without breaking its connection is cut
+ * after 30 s of silence (1 s once the coordinator no longer lists it); one
+ * that only left the working set is closed once it holds no request.
  *
  * Dropping a worker (workers.c keeps the record): a stream that ends with
  * a final status (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION: it
@@ -289,11 +290,14 @@ struct stk__runner {
 };
 
 /* The io threads serve every runner of the client from one queue; they
- * wake at least every SCAN_MS to run the timers (scan). IO_THREADS_MAX:
+ * wake at least every SCAN_MS (or when a backoff's retry is due) to run
+ * the timers (scan): an idle client wakes a few times a second, since
+ * every wake costs a rank CPU time (512 ranks share a 2-core host in
+ * tests/scale). IO_THREADS_MAX:
  * the pool's size, min(2, online CPUs): enough to keep receiving while
  * one thread copies a chunk, and fixed however many workers are served. */
 #define IO_THREADS_MAX 2
-#define SCAN_MS        50
+#define SCAN_MS        250
 
 struct stk__io {
   grpc_completion_queue *cq;
@@ -321,6 +325,9 @@ static void backoff_start(stk__runner *r, int got_any) {
   if (backoff > 2000) backoff = 2000;
   r->retry_ns = stk__now_ns() + (int64_t)backoff * 1000000;
   r->state = RUN_BACKOFF;
+  /* the scan comes when the retry is due, not at its next period */
+  stk__io *io = w->c->io;
+  if (io->next_scan_ns > r->retry_ns) io->next_scan_ns = r->retry_ns;
 }
 
 /* Under mu: r's receives are over (the stream ended, broke or was cut):
@@ -502,10 +509,13 @@ static int scan_pass(stk_client *c) {
     stk__worker *w = r->w;
     if (r->state == RUN_OPEN) {
       /* Silence: a worker holding our requests that sends nothing for 30 s
-       * is cut, one we no longer want after 1 s. */
+       * is cut, one the coordinator no longer lists after 1 s. One that
+       * only left this rank's working set (listed, alive) is closed once
+       * it has delivered what it holds: nothing is asked twice. */
       int64_t idle = (now - w->last_msg_ns) / 1000000;
       if (stop || w->dropped ||
-          (!stk__worker_wanted(c, w) && (w->outstanding == 0 || idle > 1000)) ||
+          (!stk__worker_wanted(c, w) &&
+           (w->outstanding == 0 || (!w->listed && idle > 1000))) ||
           (w->outstanding > 0 && idle > 30000))
         stk__rpc_astream_cancel(r->s);
     } else if (r->state == RUN_BACKOFF) {
@@ -603,7 +613,14 @@ static void *io_main(void *arg) {
   stk__thread_name("stk-io");
   stk__io *io = c->io; /* set before the threads start, freed after they end */
   for (;;) {
-    grpc_event ev = grpc_completion_queue_next(io->cq, deadline_ms(SCAN_MS), NULL);
+    /* Asleep until an event or the next scan is due (a retry's backoff,
+     * else the period): an idle client wakes a few times a second. */
+    pthread_mutex_lock(&c->mu);
+    int64_t wait_ms = (io->next_scan_ns - stk__now_ns()) / 1000000 + 1;
+    pthread_mutex_unlock(&c->mu);
+    if (wait_ms < 1) wait_ms = 1;
+    if (wait_ms > SCAN_MS) wait_ms = SCAN_MS;
+    grpc_event ev = grpc_completion_queue_next(io->cq, deadline_ms((int)wait_ms), NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     stk__rpc_aevent e;
     if (!stk__rpc_astream_event(&ev, &e) && e.kind != STK__RPC_AS_WAKE) on_event(c, &e);
