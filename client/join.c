@@ -425,6 +425,9 @@ void stk__coord_close(stk_client *c) {
 
 /* ---- Finish ---------------------------------------------------------- */
 
+#define FINISH_MS     30000 /* keep trying Finish this long */
+#define FINISH_TRY_MS 5000  /* one attempt's deadline */
+
 int stk_client_finish(stk_client *c, int shutdown_job) {
   if (!c) return STK_INVALID_ARGUMENT;
   c->errs.last[0] = 0;
@@ -440,11 +443,17 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
   if (shutdown_job && c->cfg.rank == 0) c->coord.end_job_called = 1;
   pthread_mutex_unlock(&c->mu);
   char details[256] = "";
-  int64_t deadline = stk__now_ms() + 5000;
+  /* Thousands of ranks may finish at once against a busy coordinator: each
+   * attempt gets FINISH_TRY_MS, and the attempts go on for FINISH_MS with a
+   * growing, jittered pause between them (spread, not synchronised). */
+  int64_t deadline = stk__now_ms() + FINISH_MS;
+  int pause = 200;
   for (;;) {
+    int64_t left = deadline - stk__now_ms();
+    int tmo = left < 500 ? 500 : (left > FINISH_TRY_MS ? FINISH_TRY_MS : (int)left);
     ProtobufCMessage *m = NULL;
     int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Finish", &req.base,
-                              &stoker__v1__finish_response__descriptor, &m, 2000, details,
+                              &stoker__v1__finish_response__descriptor, &m, tmo, details,
                               sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
     int final;
@@ -460,6 +469,7 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
           c->coordinator, details);
       return STK_UNAVAILABLE;
     }
-    stk__sleep_ms(200);
+    stk__sleep_ms(pause / 2 + (int)((uint64_t)stk__now_ns() % (uint64_t)(pause / 2 + 1)));
+    if (pause < 2000) pause *= 2;
   }
 }

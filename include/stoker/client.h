@@ -95,7 +95,14 @@ typedef struct stk_client_config {
    * set) streams from all of them. docs/operations.md, "Working set". */
   uint32_t working_set;
   uint32_t working_set_max;
-  uint8_t reserved[96];
+  /* The client's log: a few lines on stderr saying what it leaves out
+   * (worker list entries it refused, the workers outside this rank's
+   * working set, a worker it dropped or could not reach), rate-limited.
+   * The library prints nothing unless the host asks: 1 = on, 2 = off,
+   * 0 = $STOKER_CLIENT_LOG ("1"/"on" on, else off). The Python Loader and
+   * stoker-train-loop turn it on. */
+  uint32_t log;
+  uint8_t reserved[92];
 } stk_client_config;
 
 STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
@@ -265,8 +272,10 @@ STK_EXPORT int stk_client_state_at(const stk_client *c, uint64_t epoch, void *bu
 /* Tell the coordinator this rank has finished. When all ranks have, the
  * coordinator shuts every worker down and the job ends (every daemon exits
  * 0). With shutdown_job non-zero (rank 0 only), end the whole job now.
- * STK_UNAVAILABLE if the coordinator cannot be reached within a few seconds
- * (the job's idle timeout still ends it).
+ * Retried (each attempt up to 5 s, spread with jittered pauses) for up to
+ * 30 s, so thousands of ranks ending at once against a busy coordinator
+ * get through; STK_UNAVAILABLE if it cannot be reached in that time (the
+ * job's idle timeout still ends it).
  * What ends a rank: this call, and nothing else in the C API -- not
  * STK_END_OF_DATA, not stk_client_close. Call it once the rank is done,
  * whether it consumed every epoch or stopped early (max steps, early
