@@ -37,6 +37,12 @@ typedef struct stk__serve_opts {
   int insecure; /* serve peers beyond loopback with neither token nor TLS */
 } stk__serve_opts;
 
+/* --max-calls's default (the coordinator grows it with the job's
+ * world_size when left at it). */
+#define STK__DEFAULT_MAX_CALLS 4096
+#define STK__XSTR(x)           STK__STR_(x)
+#define STK__STR_(x)           #x
+
 /* One row per line reads better than the formatter's layout of
  * initializers inside a macro. */
 /* clang-format off */
@@ -44,7 +50,7 @@ typedef struct stk__serve_opts {
   {"serve-threads", OPT_INT, "2", NULL,                                                \
    "threads that drive every gRPC call (completion queue; no thread per call)",        \
    &(o).threads, 1, 64},                                                               \
-  {"max-calls", OPT_INT, "4096", NULL,                                                 \
+  {"max-calls", OPT_INT, STK__XSTR(STK__DEFAULT_MAX_CALLS), NULL,                      \
    "open calls (streams) allowed in all; when full, a new call ends the oldest one "    \
    "that sent no request yet, else it is refused RESOURCE_EXHAUSTED (health calls "    \
    "have a table of their own, 64)",                                                   \

@@ -198,6 +198,17 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
+  /* Every rank holds a watch, and now and then a short call: a job of
+   * thousands of ranks needs more open calls than the default table
+   * holds. Left at its default, --max-calls grows with the job. */
+  if (opt.serve.max_calls == STK__DEFAULT_MAX_CALLS &&
+      2LL * C.spec.world_size + 1024 > STK__DEFAULT_MAX_CALLS) {
+    opt.serve.max_calls = 2LL * C.spec.world_size + 1024;
+    LOG_INFO(
+        "--max-calls %lld for world_size %u (2 per rank + 1024; the default %d "
+        "holds fewer)",
+        opt.serve.max_calls, C.spec.world_size, STK__DEFAULT_MAX_CALLS);
+  }
   stk__daemon_start();
   C.start_ms = C.last_touch_ms = stk__now_ms();
   /* List versions are never 0 (a watcher that knows nothing gets the list
