@@ -2,10 +2,11 @@
  * leaves out (worker list entries it refused, the workers outside this
  * rank's working set, a worker it dropped or skipped), on stderr, one
  * write(2) per line so threads never interleave one. Callers rate-limit;
- * nothing here allocates or locks. $STOKER_CLIENT_LOG=0 (or off) silences
- * it. Text from the network in a line (ids, addresses) has every byte
- * outside printable ASCII replaced by '?', so it can neither forge a line
- * nor send terminal control sequences.
+ * nothing here allocates or locks. Only when the host asked for it
+ * (cfg.log 1, or cfg.log 0 and $STOKER_CLIENT_LOG 1/on): the library
+ * prints nothing on its own. Text from the network in a line (ids, addresses) has every
+ * byte outside printable ASCII replaced by '?', so it can neither forge a line nor send
+ * terminal control sequences.
  *
  * Owns nothing. Must not: print anything but these lines (the library
  * otherwise reports through statuses, stk_client_error and stk_stats).
@@ -21,8 +22,11 @@
 #include "internal.h"
 
 void stk__clog(const stk_client *c, const char *fmt, ...) {
-  const char *env = getenv("STOKER_CLIENT_LOG");
-  if (env && (!strcmp(env, "0") || !strcmp(env, "off"))) return;
+  if (c->cfg.log == 2) return;
+  if (c->cfg.log != 1) {
+    const char *env = getenv("STOKER_CLIENT_LOG");
+    if (!env || (strcmp(env, "1") != 0 && strcmp(env, "on") != 0)) return;
+  }
   char line[1024], msg[900];
   struct timeval tv;
   struct tm tm;

@@ -102,6 +102,7 @@ static int read_token(const char *path, char *buf, size_t len) {
 int main(int argc, char **argv) {
   stk_client_config cfg;
   stk_client_config_defaults(&cfg);
+  cfg.log = 1; /* the client's lines on what it leaves out (working set) */
   long epochs = -1, step_ms = 0, max_steps = -1;
   int verify = 0, progress = 0, shutdown = 0, no_finish = 0, stopped = 0;
   const char *data_root = NULL, *device = "cpu";

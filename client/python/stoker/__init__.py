@@ -198,6 +198,9 @@ class Loader:
     working_set: how many workers this rank streams from (None =
         $STOKER_WORKING_SET, else 8; it grows up to working_set_max, None =
         4x, while the rank is input-bound; docs/operations.md "Working set").
+    log: the client's few stderr lines on what it leaves out (refused list
+        entries, its working set, workers dropped); True by default, False
+        silences them ($STOKER_CLIENT_LOG=0 too).
     tls_ca, tls_cert, tls_key: PEM files for TLS (None = $STOKER_TLS_CA,
         $STOKER_TLS_CERT, $STOKER_TLS_KEY, else plaintext): tls_ca verifies
         the daemons; cert+key are presented under mTLS (docs/operations.md).
@@ -221,7 +224,7 @@ class Loader:
                  job=None, data_root=None, with_meta=False, as_dict=False,
                  copy=False, pin_memory=False, xla_device=None, tls_ca=None,
                  tls_cert=None, tls_key=None, auto_finish=True, working_set=None,
-                 working_set_max=None):
+                 working_set_max=None, log=True):
         if device not in DEVICES:
             raise ValueError("device must be 'cpu', 'cuda' or 'xla', not %r" % (device,))
         if with_meta and as_dict:
@@ -250,7 +253,8 @@ class Loader:
                           join_timeout_ms=join_timeout_ms, cuda_device=cuda_device,
                           cuda_stream=cuda_stream, job=job, data_root=data_root,
                           tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
-                          working_set=working_set, working_set_max=working_set_max)
+                          working_set=working_set, working_set_max=working_set_max,
+                          log=log)
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 3:
             raise ValueError("slots must be an int >= 3, not %r" % (slots,))
         self.slots = slots
@@ -300,6 +304,8 @@ class Loader:
             cfg.working_set = a["working_set"]
         if a["working_set_max"] is not None:
             cfg.working_set_max = a["working_set_max"]
+        env_log = os.environ.get("STOKER_CLIENT_LOG")
+        cfg.log = 1 if a["log"] and env_log not in ("0", "off") else 2
         if a["token"]:
             keep.append(a["token"].encode())
             cfg.token = keep[-1]

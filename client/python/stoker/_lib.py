@@ -52,7 +52,8 @@ class Config(ctypes.Structure):
         ("tls_key", ctypes.c_char_p),
         ("working_set", ctypes.c_uint32),
         ("working_set_max", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 96),
+        ("log", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 92),
     ]
 
 
