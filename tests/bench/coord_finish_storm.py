@@ -26,15 +26,8 @@ import urllib.request
 
 import grpc
 
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from protowire import varint  # noqa: E402
 
 
 def wait_file(path, proc, timeout=20):

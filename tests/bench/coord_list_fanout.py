@@ -17,7 +17,6 @@ import asyncio
 import os
 import shutil
 import signal
-import struct
 import subprocess
 import sys
 import tempfile
@@ -26,58 +25,8 @@ import time
 import grpc
 import grpc.aio
 
-
-def varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def f_varint(field, v):
-    return varint(field << 3) + varint(v)
-
-
-def f_bytes(field, b):
-    if isinstance(b, str):
-        b = b.encode()
-    return varint(field << 3 | 2) + varint(len(b)) + b
-
-
-def f_fixed64(field, v):
-    return varint(field << 3 | 1) + struct.pack("<Q", v)
-
-
-def parse(buf):
-    out, i = {}, 0
-    while i < len(buf):
-        k, i = _rv(buf, i)
-        field, wt = k >> 3, k & 7
-        if wt == 0:
-            v, i = _rv(buf, i)
-        elif wt == 1:
-            v, i = struct.unpack("<Q", buf[i:i + 8])[0], i + 8
-        elif wt == 5:
-            v, i = struct.unpack("<I", buf[i:i + 4])[0], i + 4
-        else:
-            n, i = _rv(buf, i)
-            v, i = bytes(buf[i:i + n]), i + n
-        out.setdefault(field, []).append(v)
-    return out
-
-
-def _rv(buf, i):
-    v, s = 0, 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << s
-        s += 7
-        if not b & 0x80:
-            return v, i
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from protowire import f_bytes, f_fixed64, f_varint, parse  # noqa: E402
 
 
 def hello(wid, addr, job_hash=0, size=0):

@@ -22,6 +22,7 @@
 #include "rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
+#include "stoker/client.h"
 #include "stoker/version.h"
 
 enum { ROGUE_GOOD, ROGUE_BAD_CRC, ROGUE_INVALID_ARGUMENT, ROGUE_FAILED_PRECONDITION };
@@ -55,6 +56,54 @@ static inline int rogue_set_job(const char *canonical, uint64_t hash) {
    * coordinator's process: an order TSan cannot see) */
   __atomic_store_n(&R.job_ready, 1, __ATOMIC_RELEASE);
   return 0;
+}
+
+/* A synthetic job of 8x8 images in batches of 4, with num_samples,
+ * world_size and synthetic_cost_us (NULL: none) as text, made the rogue's
+ * job; its canonical text into job_text (len bytes) and its hash into
+ * *hash, for the test's coordinator. 0, or -1 (a value refused, the text
+ * too long). */
+static inline int rogue_tiny_job(const char *num_samples, const char *world_size,
+                                 const char *cost_us, char *job_text, size_t len,
+                                 uint64_t *hash) {
+  stk_job_spec spec;
+  stk_job_spec_defaults(&spec);
+  const char *kv[][2] = {{"num_samples", num_samples},
+                         {"batch_size", "4"},
+                         {"world_size", world_size},
+                         {"height", "8"},
+                         {"width", "8"},
+                         {"synthetic_cost_us", cost_us}};
+  for (size_t i = 0; i < sizeof(kv) / sizeof(kv[0]); i++)
+    if (kv[i][1] && stk_job_spec_set(&spec, kv[i][0], kv[i][1], NULL, 0) != STK_OK)
+      return -1;
+  if (stk_job_spec_format(&spec, job_text, len) >= len) return -1;
+  *hash = stk_job_spec_hash(&spec);
+  return rogue_set_job(job_text, *hash);
+}
+
+/* Take c's next batch and check that it is step `step` of the rogue's job
+ * (rank 0, epoch 0) and, when step % every == 0, that it equals the
+ * reference built in ref (len bytes: the batch's size). 0 or -1 (said on
+ * stderr when next fails). */
+static inline int rogue_take(stk_client *c, uint64_t step, unsigned every,
+                             unsigned char *ref, size_t len) {
+  stk_batch *b = NULL;
+  int st = stk_client_next(c, &b);
+  if (st != STK_OK) {
+    fprintf(stderr, "step %llu: %s: %s\n", (unsigned long long)step, stk_strerror(st),
+            stk_client_error(c));
+    return -1;
+  }
+  size_t n = 0;
+  const void *p = stk_batch_payload(b, &n);
+  char err[256];
+  int ok = stk_batch_step(b) == step && n == len &&
+           (step % every != 0 || (stk_build_reference(&R.spec, NULL, 0, 0, step, ref, len,
+                                                      err, sizeof(err)) == STK_OK &&
+                                  memcmp(p, ref, len) == 0));
+  stk_batch_release(b);
+  return ok ? 0 : -1;
 }
 
 /* Send batch (epoch, rank, step) built in buf as one BatchResponse. */

@@ -37,27 +37,6 @@ static void publish(int n, char ids[][32], char addrs[][64]) {
   fakecoord_publish(n, ip, ap);
 }
 
-/* Take the next batch and check it against the reference: 0 or -1. */
-static int take(stk_client *c, const stk_job_spec *spec, uint64_t step,
-                unsigned char *ref, size_t len) {
-  stk_batch *b = NULL;
-  int st = stk_client_next(c, &b);
-  if (st != STK_OK) {
-    fprintf(stderr, "step %llu: %s: %s\n", (unsigned long long)step, stk_strerror(st),
-            stk_client_error(c));
-    return -1;
-  }
-  size_t n = 0;
-  const void *p = stk_batch_payload(b, &n);
-  char err[256];
-  int ok =
-      stk_batch_step(b) == step && n == len &&
-      stk_build_reference(spec, NULL, 0, 0, step, ref, len, err, sizeof(err)) == STK_OK &&
-      memcmp(p, ref, len) == 0;
-  stk_batch_release(b);
-  return ok ? 0 : -1;
-}
-
 /* Wait (bounded: 20 s) until the rogue worker opened >= o and closed >= c
  * streams; 0 or -1. */
 static int wait_streams(int o, int c) {
@@ -71,17 +50,9 @@ static int wait_streams(int o, int c) {
 }
 
 int main(void) {
-  stk_job_spec spec;
-  stk_job_spec_defaults(&spec);
-  CHECK(stk_job_spec_set(&spec, "num_samples", "240", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "batch_size", "4", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "world_size", "1", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "height", "8", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "width", "8", NULL, 0) == STK_OK);
   char job_text[4096];
-  CHECK(stk_job_spec_format(&spec, job_text, sizeof(job_text)) < sizeof(job_text));
-  uint64_t job_hash = stk_job_spec_hash(&spec);
-  CHECK(rogue_set_job(job_text, job_hash) == 0);
+  uint64_t job_hash = 0;
+  CHECK(rogue_tiny_job("240", "1", NULL, job_text, sizeof(job_text), &job_hash) == 0);
   fakecoord_set_job(job_text, job_hash);
   if (check_failures) CHECK_DONE();
 
@@ -118,7 +89,7 @@ int main(void) {
   size_t len = (size_t)stk_client_payload_bytes(c);
   unsigned char *ref = malloc(len);
   uint64_t step = 0;
-  for (; step < 5; step++) CHECK(take(c, &spec, step, ref, len) == 0);
+  for (; step < 5; step++) CHECK(rogue_take(c, step, 1, ref, len) == 0);
 
   /* 300 workers come and go, PER_ROUND at a time, beside good-a. */
   int64_t t0 = stk__now_ms();
@@ -141,7 +112,7 @@ int main(void) {
   /* the old workers take no new request: all but the <= 4 prefetched
    * steps come from good-b */
   for (; step < STEPS && !check_failures; step++)
-    CHECK(take(c, &spec, step, ref, len) == 0);
+    CHECK(rogue_take(c, step, 1, ref, len) == 0);
   stk_batch *b = NULL;
   if (!check_failures) CHECK(stk_client_next(c, &b) == STK_END_OF_EPOCH);
   if (!check_failures) CHECK(stk_client_next(c, &b) == STK_END_OF_DATA);

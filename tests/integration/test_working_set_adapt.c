@@ -46,42 +46,10 @@ static uint32_t expected(uint64_t hash, const char *const *ids, uint32_t k) {
   return n;
 }
 
-/* Take the next batch and check it against the reference: 0 or -1. */
-static int take(stk_client *c, const stk_job_spec *spec, uint64_t step,
-                unsigned char *ref, size_t len) {
-  stk_batch *b = NULL;
-  int st = stk_client_next(c, &b);
-  if (st != STK_OK) {
-    fprintf(stderr, "step %llu: %s: %s\n", (unsigned long long)step, stk_strerror(st),
-            stk_client_error(c));
-    return -1;
-  }
-  size_t n = 0;
-  const void *p = stk_batch_payload(b, &n);
-  char err[256];
-  /* the reference costs what the worker's build does: checked for every
-   * 16th step only, so this loop stays faster than its input */
-  int ok = stk_batch_step(b) == step && n == len &&
-           (step % 16 != 0 || (stk_build_reference(spec, NULL, 0, 0, step, ref, len, err,
-                                                   sizeof(err)) == STK_OK &&
-                               memcmp(p, ref, len) == 0));
-  stk_batch_release(b);
-  return ok ? 0 : -1;
-}
-
 int main(void) {
-  stk_job_spec spec;
-  stk_job_spec_defaults(&spec);
-  CHECK(stk_job_spec_set(&spec, "num_samples", "64000", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "batch_size", "4", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "world_size", "4", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "height", "8", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "width", "8", NULL, 0) == STK_OK);
-  CHECK(stk_job_spec_set(&spec, "synthetic_cost_us", "2000", NULL, 0) == STK_OK);
   char job_text[4096];
-  CHECK(stk_job_spec_format(&spec, job_text, sizeof(job_text)) < sizeof(job_text));
-  uint64_t job_hash = stk_job_spec_hash(&spec);
-  CHECK(rogue_set_job(job_text, job_hash) == 0);
+  uint64_t job_hash = 0;
+  CHECK(rogue_tiny_job("64000", "4", "2000", job_text, sizeof(job_text), &job_hash) == 0);
   fakecoord_set_job(job_text, job_hash);
   if (check_failures) CHECK_DONE();
 
@@ -125,6 +93,8 @@ int main(void) {
   stk_client_stats(c, &s);
   CHECK_EQ_U64(s.working_set, small);
   size_t len = (size_t)stk_client_payload_bytes(c);
+  /* the reference costs what the worker's build does: checked for every
+   * 16th step only, so this loop stays faster than its input */
   unsigned char *ref = malloc(len);
 
   /* 2. input-bound: grows to the top 3 plus coverage (bounded: 30 s) */
@@ -132,7 +102,7 @@ int main(void) {
   int64_t t0 = stk__now_ms();
   uint32_t seen_max = s.working_set;
   while (!check_failures && stk__now_ms() - t0 < 30000) {
-    CHECK(take(c, &spec, step, ref, len) == 0);
+    CHECK(rogue_take(c, step, 16, ref, len) == 0);
     step++;
     stk_client_stats(c, &s);
     if (s.working_set > seen_max) {
@@ -157,7 +127,7 @@ int main(void) {
   CHECK_EQ_U64(s.working_set, small);
   /* still delivering after the shrink */
   for (int i = 0; i < 10 && !check_failures; i++, step++)
-    CHECK(take(c, &spec, step, ref, len) == 0);
+    CHECK(rogue_take(c, step, 16, ref, len) == 0);
   printf("steps %llu, reissued %llu, duplicates %llu\n", (unsigned long long)step,
          (unsigned long long)s.reissued, (unsigned long long)s.duplicates);
 

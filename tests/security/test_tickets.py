@@ -27,7 +27,6 @@ import queue
 import re
 import shutil
 import socket
-import struct
 import sys
 import tempfile
 import threading
@@ -45,65 +44,9 @@ except ImportError:
 from sec_util import (COORD, TRAIN, WORKER, check, fails, reap_all, run,  # noqa: E402
                       spawn, stop, wait_port)
 import harness  # noqa: E402
+from protowire import f_bytes, f_fixed64, f_varint, parse  # noqa: E402
 
 PROTOCOL_VERSION = 1
-
-
-# ---- A little protobuf, by hand (python3-protobuf is not required) -------
-
-def _varint(n):
-    out = bytearray()
-    while True:
-        b = n & 0x7F
-        n >>= 7
-        out.append(b | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def f_varint(field, v):
-    return _varint(field << 3) + _varint(v)
-
-
-def f_bytes(field, b):
-    if isinstance(b, str):
-        b = b.encode()
-    return _varint(field << 3 | 2) + _varint(len(b)) + b
-
-
-def f_fixed64(field, v):
-    return _varint(field << 3 | 1) + struct.pack("<Q", v)
-
-
-def _read_varint(buf, i):
-    """(value, next index) of the varint at buf[i]."""
-    v, shift = 0, 0
-    while True:
-        b = buf[i]
-        i += 1
-        v |= (b & 0x7F) << shift
-        shift += 7
-        if not b & 0x80:
-            return v, i
-
-
-def parse(buf):
-    """{field: [values]}: ints for varints and fixed, bytes for the rest."""
-    out, i = {}, 0
-    while i < len(buf):
-        k, i = _read_varint(buf, i)
-        field, wt = k >> 3, k & 7
-        if wt == 0:
-            v, i = _read_varint(buf, i)
-        elif wt == 1:
-            v, i = struct.unpack("<Q", buf[i:i + 8])[0], i + 8
-        elif wt == 5:
-            v, i = struct.unpack("<I", buf[i:i + 4])[0], i + 4
-        else:
-            n, i = _read_varint(buf, i)
-            v, i = bytes(buf[i:i + n]), i + n
-        out.setdefault(field, []).append(v)
-    return out
 
 
 def hello(wid, addr, job_hash=0, size=0, fp=0, takes_ticket=True):
