@@ -2,8 +2,9 @@
  * workers it streams from: the same job is read by one rank from 4 and
  * then from 40 single-thread stoker-worker processes (a fresh coordinator
  * each time). The rank's remote streams are served by a fixed pool of io
- * threads, so while every stream is open the test process has exactly as
- * many of libstoker's threads (named "stk-...") in both runs, and in all
+ * threads, so while every stream is open the test process has as many of
+ * libstoker's threads (named "stk-...") in both runs (give or take the
+ * gRPC threads that briefly carry an "stk-" name), and in all
  * at most slack() more (gRPC's executor grows with load up to 2 per core,
  * whatever the number of calls), where one thread per worker would add 36.
  * Every worker must
@@ -19,9 +20,10 @@
 #include "daemon_util.h"
 #include "e2e_util.h"
 
-#define FEW   4
-#define MANY  40
-#define STEPS 240 /* num_samples / batch_size */
+#define FEW            4
+#define MANY           40
+#define STEPS          240 /* num_samples / batch_size */
+#define STK_NAME_SLACK 2   /* gRPC threads seen under a libstoker name (main) */
 
 /* Threads of this process (entries of /proc/self/task), or -1; *stk gets
  * how many of them are libstoker's (named "stk-..."). */
@@ -133,7 +135,11 @@ int main(int argc, char **argv) {
           "threads: %d (libstoker %d) with %d workers, %d (libstoker %d) with %d "
           "workers (slack %d)\n",
           few, few_stk, FEW, many, many_stk, MANY, slack());
-  CHECK(few_stk > 0 && many_stk == few_stk);
+  /* A thread that gRPC starts from one of libstoker's carries its name
+   * ("stk-io") until gRPC names it, so a sample may count up to 2 more
+   * than libstoker's own 5 (seen under ASan: 7 with 4 workers); one thread
+   * per worker would add 36. */
+  CHECK(few_stk > 0 && many_stk <= few_stk + STK_NAME_SLACK);
   CHECK(few > 0 && many > 0 && many - few <= slack());
   if (check_failures) proc_keep_tmp();
   CHECK_DONE();
