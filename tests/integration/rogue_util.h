@@ -82,6 +82,33 @@ static inline int rogue_tiny_job(const char *num_samples, const char *world_size
   return rogue_set_job(job_text, *hash);
 }
 
+/* A client of rank 0 of world on the coordinator at 127.0.0.1:coord_port
+ * (prefetch requests; working_set and working_set_max, 0 = defaults; a
+ * 10 s join timeout). The client, or NULL with why in err (said on
+ * stderr too). */
+static inline stk_client *rogue_open_client(int coord_port, uint32_t world,
+                                            uint32_t prefetch, uint32_t working_set,
+                                            uint32_t working_set_max, char *err,
+                                            size_t errlen) {
+  char caddr[64];
+  snprintf(caddr, sizeof(caddr), "127.0.0.1:%d", coord_port);
+  stk_client_config cfg;
+  stk_client_config_defaults(&cfg);
+  cfg.coordinator = caddr;
+  cfg.rank = 0;
+  cfg.world_size = world;
+  cfg.prefetch = prefetch;
+  cfg.working_set = working_set;
+  cfg.working_set_max = working_set_max;
+  cfg.join_timeout_ms = 10000;
+  stk_client *c = NULL;
+  if (stk_client_open(&cfg, &c, err, errlen) != STK_OK) {
+    fprintf(stderr, "open: %s\n", err);
+    return NULL;
+  }
+  return c;
+}
+
 /* Take c's next batch and check that it is step `step` of the rogue's job
  * (rank 0, epoch 0) and, when step % every == 0, that it equals the
  * reference built in ref (len bytes: the batch's size). 0 or -1 (said on

@@ -71,21 +71,9 @@ int main(void) {
     snprintf(addrs[i], sizeof(addrs[i]), "127.0.0.1:%d", pa);
   publish(1, ids, addrs);
 
-  char caddr[64];
-  snprintf(caddr, sizeof(caddr), "127.0.0.1:%d", pc);
-  stk_client_config cfg;
-  stk_client_config_defaults(&cfg);
-  cfg.coordinator = caddr;
-  cfg.rank = 0;
-  cfg.world_size = 1;
-  cfg.prefetch = 4;
-  cfg.join_timeout_ms = 10000;
-  stk_client *c = NULL;
-  CHECK(stk_client_open(&cfg, &c, err, sizeof(err)) == STK_OK);
-  if (!c) {
-    fprintf(stderr, "open: %s\n", err);
-    CHECK_DONE();
-  }
+  stk_client *c = rogue_open_client(pc, 1, 4, 0, 0, err, sizeof(err));
+  CHECK(c != NULL);
+  if (!c) CHECK_DONE();
   size_t len = (size_t)stk_client_payload_bytes(c);
   unsigned char *ref = malloc(len);
   uint64_t step = 0;

@@ -72,23 +72,9 @@ int main(void) {
   printf("expected set: %u workers at k=1, %u at k=3\n", small, big);
   CHECK(big > small); /* the job hash and ids leave room to grow */
 
-  char caddr[64];
-  snprintf(caddr, sizeof(caddr), "127.0.0.1:%d", pc);
-  stk_client_config cfg;
-  stk_client_config_defaults(&cfg);
-  cfg.coordinator = caddr;
-  cfg.rank = 0;
-  cfg.world_size = WORLD;
-  cfg.prefetch = 8;
-  cfg.working_set = 1;
-  cfg.working_set_max = 3;
-  cfg.join_timeout_ms = 10000;
-  stk_client *c = NULL;
-  CHECK(stk_client_open(&cfg, &c, err, sizeof(err)) == STK_OK);
-  if (!c) {
-    fprintf(stderr, "open: %s\n", err);
-    CHECK_DONE();
-  }
+  stk_client *c = rogue_open_client(pc, WORLD, 8, 1, 3, err, sizeof(err));
+  CHECK(c != NULL);
+  if (!c) CHECK_DONE();
   stk_stats s;
   stk_client_stats(c, &s);
   CHECK_EQ_U64(s.working_set, small);
