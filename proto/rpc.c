@@ -499,20 +499,28 @@ int stk__rpc_stream_send_msg(stk__rpc_stream *s, const ProtobufCMessage *m) {
   return bb ? stk__rpc_stream_send(s, bb) : -1;
 }
 
+/* A stream's next receive into ops[0..n): its initial metadata into md
+ * first when got_md is 0, then one message into *bb (cleared). Returns n. */
+static size_t recv_ops(grpc_op ops[2], int got_md, grpc_metadata_array *md,
+                       grpc_byte_buffer **bb) {
+  size_t n = 0;
+  memset(ops, 0, 2 * sizeof(*ops));
+  if (!got_md) {
+    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
+    ops[n++].data.recv_initial_metadata.recv_initial_metadata = md;
+  }
+  ops[n].op = GRPC_OP_RECV_MESSAGE;
+  ops[n++].data.recv_message.recv_message = bb;
+  *bb = NULL;
+  return n;
+}
+
 int stk__rpc_stream_recv(stk__rpc_stream *s, grpc_byte_buffer **out, int timeout_ms) {
   *out = NULL;
   if (!s->recv_pending) {
     grpc_op ops[2];
-    size_t n = 0;
-    memset(ops, 0, sizeof(ops));
-    if (!s->got_md) {
-      ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-      ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->init_md;
-      s->got_md = 1;
-    }
-    ops[n].op = GRPC_OP_RECV_MESSAGE;
-    ops[n++].data.recv_message.recv_message = &s->recv_bb;
-    s->recv_bb = NULL;
+    size_t n = recv_ops(ops, s->got_md, &s->init_md, &s->recv_bb);
+    s->got_md = 1;
     if (grpc_call_start_batch(s->call, ops, n, &s->tag_recv, NULL) != GRPC_CALL_OK)
       return -1;
     s->recv_pending = 1;
@@ -650,15 +658,7 @@ int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
 
 int stk__rpc_astream_recv(stk__rpc_astream *s) {
   grpc_op ops[2];
-  size_t n = 0;
-  memset(ops, 0, sizeof(ops));
-  if (!s->got_md) {
-    ops[n].op = GRPC_OP_RECV_INITIAL_METADATA;
-    ops[n++].data.recv_initial_metadata.recv_initial_metadata = &s->init_md;
-  }
-  ops[n].op = GRPC_OP_RECV_MESSAGE;
-  ops[n++].data.recv_message.recv_message = &s->recv_bb;
-  s->recv_bb = NULL;
+  size_t n = recv_ops(ops, s->got_md, &s->init_md, &s->recv_bb);
   if (grpc_call_start_batch(s->call, ops, n, atag_of(s, STK__RPC_AS_RECV), NULL) !=
       GRPC_CALL_OK)
     return -1;
