@@ -22,7 +22,7 @@
  * CUDA driver (libcuda.so.1, or $STOKER_CUDA_DRIVER), dlopen'ed too, into
  * the runtime's primary context. Without it the CPU converts (convert.c).
  *
- * UNVERIFIED ON HARDWARE: written and built without a GPU (see docs/gpu.md).
+ * Checked on a GPU by scripts/gpu-check.sh (docs/gpu.md).
  * Owns: the stream, events, device and pinned buffers, module and table of
  * one client. The dlopen handles are process-wide and never closed.
  */

@@ -1,5 +1,5 @@
 /* cuda_overlap.c - stoker-cuda-overlap: the GPU check for libstoker's CUDA
- * backend (UNVERIFIED until run on a GPU machine; see docs/gpu.md).
+ * backend, run by scripts/gpu-check.sh (figures in docs/gpu.md).
  *
  * 1. Baseline: a plain pinned cudaMemcpy of one batch, timed with events
  *    -> H2D GB/s.
