@@ -134,6 +134,11 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
   int64_t deadline = stk__now_ms() + c->cfg.join_timeout_ms;
   char details[256] = "";
   int backoff = 50;
+  /* One attempt's deadline: 5 s, doubled after each attempt that got no
+   * answer in time (a coordinator that is reachable but slow, e.g. with
+   * thousands of ranks joining on a busy host: a shorter attempt would
+   * only queue the same Join again behind the first). */
+  int try_ms = 5000;
   *out = NULL;
   for (;;) {
     Stoker__V1__JoinRequest req = STOKER__V1__JOIN_REQUEST__INIT;
@@ -143,11 +148,12 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
     req.protocol_version = STK_PROTOCOL_VERSION;
     req.expect_job_hash = c->job.hash; /* set by open from resume_state */
     int64_t left = deadline - stk__now_ms();
-    int tmo = left < 200 ? 200 : (left > 5000 ? 5000 : (int)left);
+    int tmo = left < 200 ? 200 : (left > try_ms ? try_ms : (int)left);
     ProtobufCMessage *m = NULL;
     int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Join", &req.base,
                               &stoker__v1__join_response__descriptor, &m, tmo, details,
                               sizeof(details));
+    if (code == GRPC_STATUS_DEADLINE_EXCEEDED && try_ms < 60000) try_ms *= 2;
     int final, st = stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) {
       Stoker__V1__JoinResponse *resp = (Stoker__V1__JoinResponse *)m;
@@ -338,7 +344,7 @@ static void *watch_main(void *arg) {
     while (ok) {
       report_stats(c, &rs);
       grpc_byte_buffer *bb = NULL;
-      int rc = stk__rpc_stream_recv(s, &bb, 500);
+      int rc = stk__rpc_stream_recv(s, &bb, REPORT_MS); /* stop cancels the stream */
       if (rc == -2) {
         if (stopping(c)) break;
         continue;
@@ -426,7 +432,7 @@ void stk__coord_close(stk_client *c) {
 /* ---- Finish ---------------------------------------------------------- */
 
 #define FINISH_MS     30000 /* keep trying Finish this long */
-#define FINISH_TRY_MS 5000  /* one attempt's deadline */
+#define FINISH_TRY_MS 5000  /* the first attempt's deadline */
 
 int stk_client_finish(stk_client *c, int shutdown_job) {
   if (!c) return STK_INVALID_ARGUMENT;
@@ -445,24 +451,39 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
   char details[256] = "";
   /* Thousands of ranks may finish at once against a busy coordinator: each
    * attempt gets FINISH_TRY_MS, and the attempts go on for FINISH_MS with a
-   * growing, jittered pause between them (spread, not synchronised). */
+   * growing, jittered pause between them (spread, not synchronised); an
+   * attempt that got no answer in time doubles the next one's deadline
+   * (slow is not gone: see join_ask). From
+   * the third attempt on they go over a channel of their own (a new
+   * connection): the shared one may be the part that is stuck (a
+   * connection the coordinator's host stopped answering on), and a
+   * Finish lost here leaves the job to the coordinator's idle timeout. */
   int64_t deadline = stk__now_ms() + FINISH_MS;
-  int pause = 200;
+  int pause = 200, attempt = 0, try_ms = FINISH_TRY_MS;
+  stk__rpc_channel *own = NULL;
   for (;;) {
     int64_t left = deadline - stk__now_ms();
-    int tmo = left < 500 ? 500 : (left > FINISH_TRY_MS ? FINISH_TRY_MS : (int)left);
+    int tmo = left < 500 ? 500 : (left > try_ms ? try_ms : (int)left);
+    if (++attempt == 3 &&
+        stk__rpc_channel_open(c->coordinator, STK_MAX_JOIN_MSG, c->token, c->tls, &own))
+      own = NULL;
     ProtobufCMessage *m = NULL;
-    int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Finish", &req.base,
-                              &stoker__v1__finish_response__descriptor, &m, tmo, details,
-                              sizeof(details));
+    int code = stk__rpc_unary(own ? own : c->coord.ch, "/stoker.v1.Coordinator/Finish",
+                              &req.base, &stoker__v1__finish_response__descriptor, &m,
+                              tmo, details, sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
+    if (code == GRPC_STATUS_DEADLINE_EXCEEDED) try_ms *= 2;
     int final;
     stk__rpc_status(code, &final);
+    if (code == GRPC_STATUS_OK || final) stk__rpc_channel_close(own);
     if (code == GRPC_STATUS_OK) return STK_OK;
     if (final) /* a refusal is the caller's mistake (rank, token): one status */
       return stk__errf(c->errs.last, sizeof(c->errs.last), STK_INVALID_ARGUMENT,
                        "finish refused: %s", details);
+    stk__clog(c, "Finish attempt %d%s failed: gRPC status %d (%s)", attempt,
+              own ? " (own connection)" : "", code, details);
     if (stk__now_ms() >= deadline) {
+      stk__rpc_channel_close(own);
       snprintf(
           c->errs.last, sizeof(c->errs.last),
           "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
