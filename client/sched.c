@@ -166,7 +166,7 @@ static void *sched_main(void *arg) {
     int64_t wait_ms = (next_late - stk__now_ns()) / 1000000 + 1;
     stk__worker *w = r ? pick(c, r->avoid, 0) : NULL;
     if (!w) {
-      int64_t cap = r ? 100 : 200;
+      int64_t cap = r ? 250 : 1000; /* every wake costs an idle rank CPU time */
       stk__cond_wait_ms(&c->cv_sched, &c->mu, wait_ms < cap ? wait_ms : cap);
       continue;
     }

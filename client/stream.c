@@ -297,7 +297,7 @@ struct stk__runner {
  * the pool's size, min(2, online CPUs): enough to keep receiving while
  * one thread copies a chunk, and fixed however many workers are served. */
 #define IO_THREADS_MAX 2
-#define SCAN_MS        250
+#define SCAN_MS        500
 
 struct stk__io {
   grpc_completion_queue *cq;
@@ -309,6 +309,7 @@ struct stk__io {
   int scanning;          /* a thread runs the scan (under c->mu) */
   stk__rpc_waker *waker; /* wakes an io thread for scan_soon (NULL: none) */
   int kicked;            /* a wake is on its way (under c->mu) */
+  int started;           /* io threads that took their index (under c->mu) */
 };
 
 static gpr_timespec deadline_ms(int ms) {
@@ -612,6 +613,9 @@ static void *io_main(void *arg) {
   stk_client *c = arg;
   stk__thread_name("stk-io");
   stk__io *io = c->io; /* set before the threads start, freed after they end */
+  pthread_mutex_lock(&c->mu);
+  int self = io->started++;
+  pthread_mutex_unlock(&c->mu);
   for (;;) {
     /* Asleep until an event or the next scan is due (a retry's backoff,
      * else the period): an idle client wakes a few times a second. */
@@ -620,7 +624,12 @@ static void *io_main(void *arg) {
     pthread_mutex_unlock(&c->mu);
     if (wait_ms < 1) wait_ms = 1;
     if (wait_ms > SCAN_MS) wait_ms = SCAN_MS;
-    grpc_event ev = grpc_completion_queue_next(io->cq, deadline_ms((int)wait_ms), NULL);
+    /* The first thread keeps the timers; the others sleep until an event
+     * (or the queue's shutdown) wakes them. */
+    grpc_event ev = grpc_completion_queue_next(
+        io->cq,
+        self == 0 ? deadline_ms((int)wait_ms) : gpr_inf_future(GPR_CLOCK_MONOTONIC),
+        NULL);
     if (ev.type == GRPC_QUEUE_SHUTDOWN) break;
     stk__rpc_aevent e;
     if (!stk__rpc_astream_event(&ev, &e) && e.kind != STK__RPC_AS_WAKE) on_event(c, &e);

@@ -221,6 +221,8 @@ typedef struct stk__rpc_server_stats {
   uint64_t first_msg_late; /* ended by the first-message deadline */
   uint64_t send_stalled;   /* cancelled by the send-stall bound */
   uint64_t refused_remote; /* PERMISSION_DENIED: protected mode, not loopback */
+  uint64_t shed;           /* unary calls whose deadline passed before a
+                              serving thread took them: not handled */
 } stk__rpc_server_stats;
 
 /* Bind and start serving. *port gets the bound port. Returns 0, or -1 with

@@ -641,6 +641,14 @@ static void on_recv(stk__rpc_call *c, int success) {
     } else if (!had) {
       snprintf(why, sizeof(why), "no request: a %s was expected", m->request->name);
       stk__rpc_call_finish(c, GRPC_STATUS_INVALID_ARGUMENT, why);
+    } else if (gpr_time_cmp(c->details.deadline,
+                            gpr_now(c->details.deadline.clock_type)) < 0) {
+      /* The caller stopped waiting while the call sat in the queue (a
+       * server behind its load): its answer would reach nobody, and the
+       * caller asks again. Shed it instead of doing the work. */
+      s->st.shed++;
+      stk__rpc_call_finish(c, GRPC_STATUS_DEADLINE_EXCEEDED,
+                           "the call waited past its deadline for a serving thread");
     } else {
       m->unary(c, msg);
       pthread_mutex_lock(&c->mu);

@@ -24,10 +24,10 @@ static stk__role_tokens roles;        /* --*-token-file, read in main */
 
 /* Run the job until a shutdown is requested (all ranks finished, rank 0
  * asked, an abort, a signal or the idle timeout); returns the exit code. */
-static int run_job(void) {
+static int run_job(stk__rpc_server *srv) {
   int64_t next_stats = stk__now_ms() + opt.stats_interval_s * 1000;
   int64_t last_stats = stk__now_ms();
-  uint64_t last_bytes = 0;
+  uint64_t last_bytes = 0, last_shed = 0;
   for (;;) {
     int sig = stk__signal_pending();
     int64_t now = stk__now_ms();
@@ -54,6 +54,15 @@ static int run_job(void) {
     expect_expire();
     if (now >= next_stats) {
       log_stats(now, &last_stats, &last_bytes);
+      stk__rpc_server_stats rs;
+      stk__rpc_server_stats_get(srv, &rs);
+      if (rs.shed > last_shed)
+        LOG_WARN("%" PRIu64
+                 " calls shed since the last stats line: their callers' "
+                 "deadlines passed while they waited for a serving thread (this "
+                 "coordinator is behind its load; the callers ask again)",
+                 rs.shed - last_shed);
+      last_shed = rs.shed;
       next_stats = now + opt.stats_interval_s * 1000;
     }
     stk__sleep_ms(50);
@@ -233,7 +242,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   stk__notify_ready("accepting workers and ranks");
-  code = run_job();
+  code = run_job(srv);
   shut_down_workers();
   stk__rpc_server_stop(srv, 1000);
   metrics_stop(ms);
