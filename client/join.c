@@ -269,20 +269,25 @@ static int stopping(stk_client *c) {
 
 /* This rank's figures for the coordinator (ReportStats), every
  * REPORT_MS from the watch thread, so `stoker status` and /metrics show
- * the job's stall. Best effort: a failure is dropped; UNIMPLEMENTED (an
- * older coordinator) stops the reports. */
-#define REPORT_MS 2000
+ * the job's stall. Best effort: a failure is dropped and doubles the
+ * pause before the next report, up to REPORT_MAX_MS (a coordinator behind
+ * its load is not asked for more); UNIMPLEMENTED (an older coordinator)
+ * stops the reports. */
+#define REPORT_MS     2000
+#define REPORT_MAX_MS 32000
 typedef struct report_state {
   int64_t next_ms, last_ms;
   uint64_t last_batches;
   int off;
+  int every_ms; /* the pause now: REPORT_MS, doubled per failure */
 } report_state;
 
 /* Send this rank's figures if REPORT_MS have passed (watch thread). */
 static void report_stats(stk_client *c, report_state *rs) {
   int64_t now = stk__now_ms();
   if (rs->off || now < rs->next_ms) return;
-  rs->next_ms = now + REPORT_MS;
+  if (!rs->every_ms) rs->every_ms = REPORT_MS;
+  rs->next_ms = now + rs->every_ms;
   uint64_t batches = 0;
   double stall_fraction = 0;
   uint32_t alive = 0;
@@ -303,6 +308,8 @@ static void report_stats(stk_client *c, report_state *rs) {
                             det, sizeof(det));
   if (resp) protobuf_c_message_free_unpacked(resp, NULL);
   if (code == GRPC_STATUS_UNIMPLEMENTED) rs->off = 1;
+  if (code == GRPC_STATUS_OK) rs->every_ms = REPORT_MS;
+  else if (rs->every_ms < REPORT_MAX_MS) rs->every_ms *= 2;
 }
 
 /* The watch thread: WatchWorkers until stopping, reopened with backoff;
@@ -431,7 +438,7 @@ void stk__coord_close(stk_client *c) {
 
 /* ---- Finish ---------------------------------------------------------- */
 
-#define FINISH_MS     30000 /* keep trying Finish this long */
+#define FINISH_MS     60000 /* keep trying Finish this long */
 #define FINISH_TRY_MS 5000  /* the first attempt's deadline */
 
 int stk_client_finish(stk_client *c, int shutdown_job) {
@@ -453,37 +460,32 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
    * attempt gets FINISH_TRY_MS, and the attempts go on for FINISH_MS with a
    * growing, jittered pause between them (spread, not synchronised); an
    * attempt that got no answer in time doubles the next one's deadline
-   * (slow is not gone: see join_ask). From
-   * the third attempt on they go over a channel of their own (a new
-   * connection): the shared one may be the part that is stuck (a
-   * connection the coordinator's host stopped answering on), and a
-   * Finish lost here leaves the job to the coordinator's idle timeout. */
+   * (slow is not gone: see join_ask). A Finish lost here leaves the
+   * job's end to the coordinator's idle timeout, so the attempts go on for
+   * a minute. They stay on the rank's own connection: a new one needs a
+   * handshake, which a coordinator starved of CPU completes last
+   * ("connection attempt timed out before receiving SETTINGS frame" on
+   * every fresh connection while the established one still delivered). */
   int64_t deadline = stk__now_ms() + FINISH_MS;
   int pause = 200, attempt = 0, try_ms = FINISH_TRY_MS;
-  stk__rpc_channel *own = NULL;
   for (;;) {
     int64_t left = deadline - stk__now_ms();
     int tmo = left < 500 ? 500 : (left > try_ms ? try_ms : (int)left);
-    if (++attempt == 3 &&
-        stk__rpc_channel_open(c->coordinator, STK_MAX_JOIN_MSG, c->token, c->tls, &own))
-      own = NULL;
+    attempt++;
     ProtobufCMessage *m = NULL;
-    int code = stk__rpc_unary(own ? own : c->coord.ch, "/stoker.v1.Coordinator/Finish",
-                              &req.base, &stoker__v1__finish_response__descriptor, &m,
-                              tmo, details, sizeof(details));
+    int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Finish", &req.base,
+                              &stoker__v1__finish_response__descriptor, &m, tmo, details,
+                              sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
     if (code == GRPC_STATUS_DEADLINE_EXCEEDED) try_ms *= 2;
     int final;
     stk__rpc_status(code, &final);
-    if (code == GRPC_STATUS_OK || final) stk__rpc_channel_close(own);
     if (code == GRPC_STATUS_OK) return STK_OK;
     if (final) /* a refusal is the caller's mistake (rank, token): one status */
       return stk__errf(c->errs.last, sizeof(c->errs.last), STK_INVALID_ARGUMENT,
                        "finish refused: %s", details);
-    stk__clog(c, "Finish attempt %d%s failed: gRPC status %d (%s)", attempt,
-              own ? " (own connection)" : "", code, details);
+    stk__clog(c, "Finish attempt %d failed: gRPC status %d (%s)", attempt, code, details);
     if (stk__now_ms() >= deadline) {
-      stk__rpc_channel_close(own);
       snprintf(
           c->errs.last, sizeof(c->errs.last),
           "finish: coordinator %s unreachable (%s); its idle timeout will end the job",
