@@ -151,17 +151,95 @@ static int jitter_arg(args_t *a, const ctx_t *cx, stk__op *op, int i, const char
   return STK_OK;
 }
 
-static const char *const op_names[] = {[STK__OP_DECODE] = "decode",
-                                       [STK__OP_RRC] = "random_resized_crop",
-                                       [STK__OP_RESIZE] = "resize",
-                                       [STK__OP_CENTER_CROP] = "center_crop",
-                                       [STK__OP_RANDOM_CROP] = "random_crop",
-                                       [STK__OP_HFLIP] = "hflip",
-                                       [STK__OP_VFLIP] = "vflip",
-                                       [STK__OP_ROTATE] = "rotate",
-                                       [STK__OP_COLOR_JITTER] = "color_jitter",
-                                       [STK__OP_GRAYSCALE] = "grayscale",
-                                       [STK__OP_GAUSSIAN_BLUR] = "gaussian_blur"};
+/* A sub-op of the augmentation policies: (magnitude[, p]) with the
+ * magnitude's range checked per op; lo[0] = magnitude, p = probability. */
+static int policy_sub_op(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *v = arg(a, 0, NULL), *pv = arg(a, 1, "p");
+  double x, p = 1;
+  if (!v || num(v, &x)) return OPFAIL(cx, "wants a magnitude: %s(value[, p])", cx->name);
+  switch (op->kind) {
+    case STK__OP_SHEAR_X:
+    case STK__OP_SHEAR_Y:
+      if (fabs(x) > 10) return OPFAIL(cx, "the shear factor must be within [-10, 10]");
+      break;
+    case STK__OP_TRANSLATE_X:
+    case STK__OP_TRANSLATE_Y:
+      if (fabs(x) > STK__CHAIN_MAX_DIM)
+        return OPFAIL(cx, "the shift must be within [-%d, %d] pixels", STK__CHAIN_MAX_DIM,
+                      STK__CHAIN_MAX_DIM);
+      break;
+    case STK__OP_ROTATE_BY:
+      if (fabs(x) > 360)
+        return OPFAIL(cx, "the angle must be within [-360, 360] degrees");
+      break;
+    case STK__OP_POSTERIZE:
+      if (x != floor(x) || x < 0 || x > 8)
+        return OPFAIL(cx, "bits is a whole number in 0..8, got '%s'", v);
+      break;
+    case STK__OP_SOLARIZE:
+      if (x < 0 || x > 256) return OPFAIL(cx, "the threshold must be within [0, 256]");
+      break;
+    default: /* the enhance factors */
+      if (x < 0 || x > 100) return OPFAIL(cx, "the factor must be within [0, 100]");
+      break;
+  }
+  if (pv && (num(pv, &p) || p < 0 || p > 1))
+    return OPFAIL(cx, "p is a probability in [0, 1], got '%s'", pv);
+  op->lo[0] = op->hi[0] = (float)x;
+  op->p = (float)p;
+  return STK_OK;
+}
+
+/* rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31) and
+ * trivial_augment_wide(num_magnitude_bins=31): kh, kw, pad. */
+static int policy_args(args_t *a, const ctx_t *cx, stk__op *op) {
+  int ra = op->kind == STK__OP_RAND_AUGMENT;
+  const char *n = ra ? arg(a, 0, "num_ops") : NULL,
+             *m = ra ? arg(a, 1, "magnitude") : NULL,
+             *b = arg(a, ra ? 2 : 0, "num_magnitude_bins");
+  op->kh = 2, op->kw = 9, op->pad = 31;
+  if (b && whole(b, 2, 1000, &op->pad))
+    return OPFAIL(cx, "num_magnitude_bins is a whole number in 2..1000, got '%s'", b);
+  if (n && whole(n, 0, 16, &op->kh))
+    return OPFAIL(cx, "num_ops is a whole number in 0..16, got '%s'", n);
+  if (m && whole(m, 0, 999, &op->kw))
+    return OPFAIL(
+        cx, "magnitude is a whole number in 0..num_magnitude_bins - 1, got '%s'", m);
+  if (ra && op->kw >= op->pad)
+    return OPFAIL(cx, "magnitude %u is not below num_magnitude_bins %u", op->kw, op->pad);
+  if (!ra) op->kh = 1, op->kw = 0;
+  return STK_OK;
+}
+
+static const char *const op_names[] = {
+    [STK__OP_DECODE] = "decode",
+    [STK__OP_RRC] = "random_resized_crop",
+    [STK__OP_RESIZE] = "resize",
+    [STK__OP_CENTER_CROP] = "center_crop",
+    [STK__OP_RANDOM_CROP] = "random_crop",
+    [STK__OP_HFLIP] = "hflip",
+    [STK__OP_VFLIP] = "vflip",
+    [STK__OP_ROTATE] = "rotate",
+    [STK__OP_COLOR_JITTER] = "color_jitter",
+    [STK__OP_GRAYSCALE] = "grayscale",
+    [STK__OP_GAUSSIAN_BLUR] = "gaussian_blur",
+    [STK__OP_SHEAR_X] = "shear_x",
+    [STK__OP_SHEAR_Y] = "shear_y",
+    [STK__OP_TRANSLATE_X] = "translate_x",
+    [STK__OP_TRANSLATE_Y] = "translate_y",
+    [STK__OP_ROTATE_BY] = "rotate_by",
+    [STK__OP_BRIGHTNESS] = "brightness",
+    [STK__OP_COLOR] = "color",
+    [STK__OP_CONTRAST] = "contrast",
+    [STK__OP_SHARPNESS] = "sharpness",
+    [STK__OP_POSTERIZE] = "posterize",
+    [STK__OP_SOLARIZE] = "solarize",
+    [STK__OP_AUTOCONTRAST] = "autocontrast",
+    [STK__OP_EQUALIZE] = "equalize",
+    [STK__OP_INVERT] = "invert",
+    [STK__OP_IDENTITY] = "identity",
+    [STK__OP_RAND_AUGMENT] = "rand_augment",
+    [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide"};
 #define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 int stk__plugin_name_ok(const char *name, size_t len) {
@@ -320,6 +398,31 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
       }
       break;
     }
+    case STK__OP_SHEAR_X:
+    case STK__OP_SHEAR_Y:
+    case STK__OP_TRANSLATE_X:
+    case STK__OP_TRANSLATE_Y:
+    case STK__OP_ROTATE_BY:
+    case STK__OP_BRIGHTNESS:
+    case STK__OP_COLOR:
+    case STK__OP_CONTRAST:
+    case STK__OP_SHARPNESS:
+    case STK__OP_POSTERIZE:
+    case STK__OP_SOLARIZE:
+      if ((rc = policy_sub_op(&a, cx, op))) return rc;
+      break;
+    case STK__OP_AUTOCONTRAST:
+    case STK__OP_EQUALIZE:
+    case STK__OP_INVERT:
+      if ((rc = prob(&a, cx, op, 1.f))) return rc;
+      break;
+    case STK__OP_IDENTITY:
+      op->p = 1;
+      break;
+    case STK__OP_RAND_AUGMENT:
+    case STK__OP_TRIVIAL_AUGMENT_WIDE:
+      if ((rc = policy_args(&a, cx, op))) return rc;
+      break;
     case STK__OP_PLUGIN: {
       if (!stk__plugin_name_ok(name, strlen(name)))
         return OPFAIL(
@@ -485,6 +588,30 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
         put(buf, len, &n, "(%u, %u, sigma=%.9g:%.9g)", o->kh, o->kw, (double)o->lo[0],
             (double)o->hi[0]);
         break;
+      case STK__OP_SHEAR_X:
+      case STK__OP_SHEAR_Y:
+      case STK__OP_TRANSLATE_X:
+      case STK__OP_TRANSLATE_Y:
+      case STK__OP_ROTATE_BY:
+      case STK__OP_BRIGHTNESS:
+      case STK__OP_COLOR:
+      case STK__OP_CONTRAST:
+      case STK__OP_SHARPNESS:
+      case STK__OP_POSTERIZE:
+      case STK__OP_SOLARIZE:
+        put(buf, len, &n, "(%.9g, p=%.9g)", (double)o->lo[0], (double)o->p);
+        break;
+      case STK__OP_AUTOCONTRAST:
+      case STK__OP_EQUALIZE:
+      case STK__OP_INVERT:
+        put(buf, len, &n, "(%.9g)", (double)o->p);
+        break;
+      case STK__OP_RAND_AUGMENT:
+        put(buf, len, &n, "(%u, %u, %u)", o->kh, o->kw, o->pad);
+        break;
+      case STK__OP_TRIVIAL_AUGMENT_WIDE:
+        put(buf, len, &n, "(%u)", o->pad);
+        break;
     }
   }
   return n;
@@ -590,7 +717,10 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           err, errlen, STK_INVALID_ARGUMENT,
           "pipeline op %u: unknown op '%s'%s%s%s (built in: decode, random_resized_crop, "
           "resize, center_crop, random_crop, hflip, vflip, rotate, "
-          "color_jitter, grayscale, gaussian_blur, normalize, to; an op from a "
+          "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
+          "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
+          "solarize, autocontrast, equalize, invert, identity, rand_augment, "
+          "trivial_augment_wide, normalize, to; an op from a "
           "plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
           near ? "'?" : "", o->name);

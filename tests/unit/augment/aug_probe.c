@@ -11,12 +11,20 @@
  *                                the op chain CHAIN (to uint8 NHWC), every
  *                                sample: OUT holds per sample int64 index +
  *                                h*w*3 bytes (h, w printed on stdout)
+ *   aug_probe policy OP W H N SEED
+ *                                the draws of the policy op OP (e.g.
+ *                                "rand_augment(2, 9)") on a W x H image as
+ *                                the first drawing op of samples 0..N-1
+ *                                (epoch 0): per sample one line of
+ *                                "op bin neg magnitude" groups, ';'-joined
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chain.h"
 #include "ops.h"
+#include "ops_policy.h"
 #include "util.h"
 
 /* Build every sample of s (batch_size 1, epoch 0) from root into out:
@@ -89,9 +97,36 @@ int main(int argc, char **argv) {
     fflush(stdout);
     return dump(&s, argv[2], argv[5]);
   }
+  if (argc == 7 && !strcmp(argv[1], "policy")) {
+    stk__chain c;
+    char err[512];
+    if (stk__chain_parse(argv[2], &c, NULL, err, sizeof(err)) || c.n != 2 ||
+        !stk__policy_kind(c.ops[1].kind)) {
+      fprintf(stderr, "%s\n", c.n == 2 ? err : "one policy op expected");
+      return 1;
+    }
+    uint32_t W = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]);
+    long n = atol(argv[5]);
+    uint64_t seed = strtoull(argv[6], NULL, 10);
+    int wide = c.ops[1].kind == STK__OP_TRIVIAL_AUGMENT_WIDE;
+    for (long i = 0; i < n; i++) {
+      stk_rng r;
+      stk_rng_init(&r, seed, 0, (uint64_t)i);
+      stk__policy_choice ch[STK__POLICY_MAX_OPS];
+      int k = stk__policy_draw(&c.ops[1], &r, ch);
+      for (int j = 0; j < k; j++) {
+        int sg;
+        double m = stk__policy_magnitude(ch[j].pa, ch[j].bin, (int)c.ops[1].pad, W, H,
+                                         wide, &sg);
+        printf("%s%d %d %d %.17g", j ? ";" : "", ch[j].pa, ch[j].bin, sg && ch[j].neg, m);
+      }
+      printf("\n");
+    }
+    return 0;
+  }
   fprintf(
       stderr,
       "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT | chain ROOT DATASET "
-      "CHAIN OUT\n");
+      "CHAIN OUT | policy OP W H N SEED\n");
   return 2;
 }

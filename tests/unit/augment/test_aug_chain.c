@@ -36,7 +36,9 @@ static const char *LONG_CHAIN =
     "decode | resize(80) | random_crop(72, 64, padding=3) | rotate(0, 180) | "
     "random_resized_crop(48, 40, scale=0.3:1, ratio=0.8:1.25) | hflip(0.5) | "
     "vflip(0.3) | color_jitter(0.4, 0.4, 0.4, 0.1) | grayscale(0.2) | "
-    "gaussian_blur(3, sigma=0.1:1.5) | center_crop(40) | rotate(90)";
+    "gaussian_blur(3, sigma=0.1:1.5) | center_crop(40) | rotate(90) | "
+    "rand_augment(2, 9) | trivial_augment_wide | sharpness(1.5, p=0.5) | "
+    "shear_y(0.2, p=0.5) | equalize(0.3)";
 
 /* A job over ds/<dataset> with chain (or a named pipeline when chain is
  * NULL), then dtype/layout set. */
