@@ -479,6 +479,7 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
                  the buffer the last sample's first one warmed */
   for (uint32_t i = 1; i < r->c.n && !rc; i++) {
     const stk__op *op = &r->c.ops[i];
+    if (op->kind == STK__OP_RANDOM_ERASING) break; /* the last ops: on the tensor */
     if (v.flip && op->kind != STK__OP_HFLIP && op->kind != OP_TRAIN_JITTER) {
       flip_h(r->buf[r->cur], v.w, v.h); /* the op reads the pixels */
       v.flip = 0;
@@ -638,5 +639,11 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
     return STK_INTERNAL;
   }
   store(r, r->buf[r->cur], v.flip, out);
+  for (uint32_t i = 1; i < r->c.n; i++) {
+    const stk__op *op = &r->c.ops[i];
+    stk__box b;
+    if (op->kind == STK__OP_RANDOM_ERASING && stk__erase_draw(op, r->oh, r->ow, rng, &b))
+      stk__erase_apply(op, &b, out, r->oh, r->ow, r->dtype, r->layout, rng);
+  }
   return STK_OK;
 }

@@ -11,6 +11,7 @@
 #include <stdint.h>
 
 #include "chain.h"
+#include "ops.h"         /* stk__box */
 #include "stoker/core.h" /* stk_rng */
 
 /* PIL's "L" conversion of one RGB pixel (ITU-R 601-2 luma, 16-bit fixed
@@ -98,6 +99,17 @@ int stk__policy_draw(const stk__op *op, stk_rng *rng, stk__policy_choice *ch);
  * memory. */
 int stk__policy_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint32_t w,
                     uint32_t h, stk_rng *rng);
+
+/* random_erasing (ops_erase.c). stk__erase_draw: op's draws on an oh x ow
+ * output (one against p, up to 10 tries of scale and log ratio, then top
+ * and left): 1 with the rectangle in *b, 0 when nothing is erased.
+ * stk__erase_apply: write op's value (or, for value=random, standard
+ * normal values drawn from rng channel by channel, row by row) over b in
+ * the sample out (3 x oh x ow in dtype and layout). */
+int stk__erase_draw(const stk__op *op, uint32_t oh, uint32_t ow, stk_rng *rng,
+                    stk__box *b);
+void stk__erase_apply(const stk__op *op, const stk__box *b, void *out, uint32_t oh,
+                      uint32_t ow, int dtype, int layout, stk_rng *rng);
 
 /* Whether op kind k is one stk__policy_run runs. */
 static inline int stk__policy_kind(int k) {

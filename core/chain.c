@@ -190,6 +190,29 @@ static int policy_sub_op(args_t *a, const ctx_t *cx, stk__op *op) {
   return STK_OK;
 }
 
+/* random_erasing(p=0.5, scale=0.02:0.33, ratio=0.3:3.3, value=0|random). */
+static int erasing_args(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *p = arg(a, 0, "p"), *sc = arg(a, 1, "scale"), *ra = arg(a, 2, "ratio"),
+             *v = arg(a, 3, "value");
+  double x = 0.5;
+  if (p && (num(p, &x) || x < 0 || x > 1))
+    return OPFAIL(cx, "p is a probability in [0, 1], got '%s'", p);
+  op->p = (float)x;
+  op->lo[0] = 0.02f, op->hi[0] = 0.33f, op->lo[1] = 0.3f, op->hi[1] = 3.3f;
+  if (sc && (range(sc, &op->lo[0], &op->hi[0]) || !(op->lo[0] > 0) || op->hi[0] > 1))
+    return OPFAIL(cx, "scale wants a:b with 0 < a <= b <= 1, got '%s'", sc);
+  if (ra && (range(ra, &op->lo[1], &op->hi[1]) || !(op->lo[1] > 0) || op->hi[1] >= 100))
+    return OPFAIL(cx, "ratio wants a:b with 0 < a <= b < 100, got '%s'", ra);
+  if (v && !strcmp(v, "random")) {
+    op->kh = 1;
+  } else if (v) {
+    if (num(v, &x) || fabs(x) > 1e6)
+      return OPFAIL(cx, "value is a number within [-1e6, 1e6] or random, got '%s'", v);
+    op->lo[2] = (float)x;
+  }
+  return STK_OK;
+}
+
 /* rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31) and
  * trivial_augment_wide(num_magnitude_bins=31): kh, kw, pad. */
 static int policy_args(args_t *a, const ctx_t *cx, stk__op *op) {
@@ -239,7 +262,8 @@ static const char *const op_names[] = {
     [STK__OP_INVERT] = "invert",
     [STK__OP_IDENTITY] = "identity",
     [STK__OP_RAND_AUGMENT] = "rand_augment",
-    [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide"};
+    [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
+    [STK__OP_RANDOM_ERASING] = "random_erasing"};
 #define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 int stk__plugin_name_ok(const char *name, size_t len) {
@@ -423,6 +447,9 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
     case STK__OP_TRIVIAL_AUGMENT_WIDE:
       if ((rc = policy_args(&a, cx, op))) return rc;
       break;
+    case STK__OP_RANDOM_ERASING:
+      if ((rc = erasing_args(&a, cx, op))) return rc;
+      break;
     case STK__OP_PLUGIN: {
       if (!stk__plugin_name_ok(name, strlen(name)))
         return OPFAIL(
@@ -462,7 +489,8 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
   strcpy(buf, text);
   char *p = buf;
   unsigned index = 0;
-  int closing = 0; /* 1 after normalize, 2 after to */
+  int closing = 0;    /* 1 after normalize, 2 after to */
+  int tensor_ops = 0; /* a random_erasing came */
   for (;;) {
     char *bar = strchr(p, '|');
     if (bar) *bar = 0;
@@ -505,9 +533,14 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
       if ((rc = to ? parse_to(&a, &cx, f) : parse_normalize(&a, &cx, f))) return rc;
       closing = to ? 2 : 1;
     } else {
-      if (closing)
+      int erasing = !strcmp(name, "random_erasing");
+      if (closing && !erasing)
         return OPFAIL(
             &cx, "normalize(...) and to(...) end the chain: image ops go before them");
+      if (tensor_ops && !erasing)
+        return OPFAIL(
+            &cx, "random_erasing works on the output tensor: image ops go before it");
+      tensor_ops |= erasing;
       stk__op op;
       if ((rc = parse_op(name, inner, &op, &cx))) return rc;
       if (op.kind == STK__OP_DECODE && c->n)
@@ -611,6 +644,13 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
         break;
       case STK__OP_TRIVIAL_AUGMENT_WIDE:
         put(buf, len, &n, "(%u)", o->pad);
+        break;
+      case STK__OP_RANDOM_ERASING:
+        put(buf, len, &n,
+            "(p=%.9g, scale=%.9g:%.9g, ratio=%.9g:%.9g, value=", (double)o->p,
+            (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1]);
+        if (o->kh) put(buf, len, &n, "random)");
+        else put(buf, len, &n, "%.9g)", (double)o->lo[2]);
         break;
     }
   }
@@ -720,7 +760,7 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
           "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
           "solarize, autocontrast, equalize, invert, identity, rand_augment, "
-          "trivial_augment_wide, normalize, to; an op from a "
+          "trivial_augment_wide, random_erasing, normalize, to; an op from a "
           "plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
           near ? "'?" : "", o->name);

@@ -17,6 +17,12 @@
  *                                the first drawing op of samples 0..N-1
  *                                (epoch 0): per sample one line of
  *                                "op bin neg magnitude" groups, ';'-joined
+ *   aug_probe chainf ROOT DATASET CHAIN OUT
+ *                                as chain, float32 NCHW (normalized)
+ *   aug_probe erasing OP W H N SEED
+ *                                the rectangles "x y w h" (or "-": none)
+ *                                random_erasing OP draws on a W x H output
+ *                                as the only drawing op of samples 0..N-1
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -82,20 +88,43 @@ int main(int argc, char **argv) {
     s.epochs = 1;
     return dump(&s, argv[2], argv[4]);
   }
-  if (argc == 6 && !strcmp(argv[1], "chain")) {
+  if (argc == 6 && (!strcmp(argv[1], "chain") || !strcmp(argv[1], "chainf"))) {
     stk_job_spec s;
     tu_spec(&s, STK_SOURCE_IMAGEFOLDER, argv[3], STK_PIPELINE_EVAL, STK_DTYPE_UINT8,
             STK_LAYOUT_NHWC, 1, 224);
     char err[512];
+    int f = argv[1][5] == 'f';
     if (stk_job_spec_set(&s, "pipeline", argv[4], err, sizeof(err)) ||
-        stk_job_spec_set(&s, "dtype", "uint8", err, sizeof(err)) ||
-        stk_job_spec_set(&s, "layout", "nhwc", err, sizeof(err))) {
+        stk_job_spec_set(&s, "dtype", f ? "float32" : "uint8", err, sizeof(err)) ||
+        stk_job_spec_set(&s, "layout", f ? "nchw" : "nhwc", err, sizeof(err)) ||
+        (f && stk_job_spec_validate(&s, err, sizeof(err)))) {
       fprintf(stderr, "%s\n", err);
       return 1;
     }
     printf("%u %u\n", s.height, s.width);
     fflush(stdout);
     return dump(&s, argv[2], argv[5]);
+  }
+  if (argc == 7 && !strcmp(argv[1], "erasing")) {
+    stk__chain c;
+    char err[512];
+    if (stk__chain_parse(argv[2], &c, NULL, err, sizeof(err)) || c.n != 2 ||
+        c.ops[1].kind != STK__OP_RANDOM_ERASING) {
+      fprintf(stderr, "%s\n", c.n == 2 ? err : "one random_erasing op expected");
+      return 1;
+    }
+    uint32_t W = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]);
+    long n = atol(argv[5]);
+    uint64_t seed = strtoull(argv[6], NULL, 10);
+    for (long i = 0; i < n; i++) {
+      stk_rng r;
+      stk_rng_init(&r, seed, 0, (uint64_t)i);
+      stk__box b;
+      if (stk__erase_draw(&c.ops[1], H, W, &r, &b))
+        printf("%d %d %d %d\n", b.x, b.y, b.w, b.h);
+      else printf("-\n");
+    }
+    return 0;
   }
   if (argc == 7 && !strcmp(argv[1], "policy")) {
     stk__chain c;
@@ -127,6 +156,6 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT | chain ROOT DATASET "
-      "CHAIN OUT | policy OP W H N SEED\n");
+      "CHAIN OUT | chainf ... | policy OP W H N SEED | erasing OP W H N SEED\n");
   return 2;
 }

@@ -10,6 +10,12 @@
    the bins' magnitudes must be torchvision's own (within one float32 ulp:
    torch's linspace rounds by its vector width), and torchvision's
    `_apply_op` with those choices must give the chain's bytes exactly.
+3. random_erasing: its rectangles (`aug_probe erasing`) against
+   RandomErasing.get_params (Kolmogorov-Smirnov on area, log aspect ratio
+   and position, and the rate of erased samples); then, with each sample's
+   rectangle pinned, the chain's normalized float32 tensor against
+   torchvision's Normalize + F.erase: the erased values exact (value=0.5),
+   or standard normal (value=random), the rest as Normalize makes it.
 
 usage: test_aug_policy.py AUG_PROBE STOKER_DATASET. Exit 77 (skip) without
 torch/torchvision/numpy.
@@ -28,7 +34,8 @@ try:
     from torchvision.transforms import InterpolationMode
     from torchvision.transforms import autoaugment as AA
     from torchvision.transforms import functional as TF
-    from test_aug_parity import listing
+    from torchvision import transforms as T
+    from test_aug_parity import MEAN, STD, ks, listing
 except ImportError as e:  # the Debian packages are not installed
     print(f"skip: {e}")
     sys.exit(77)
@@ -162,6 +169,90 @@ def parity_policy(probe, root, files, tmp, op, wide):
     return good and ok and len(used) == len(SPACE)
 
 
+def parity_erasing_boxes(probe):
+    ok = True
+    n = 20000
+    for (W, H, op, p, scale, ratio) in [
+            (224, 224, "random_erasing(1)", 1.0, (0.02, 0.33), (0.3, 3.3)),
+            (40, 48, "random_erasing(0.25, scale=0.1:0.6, ratio=0.5:4)", 0.25, (0.1, 0.6),
+             (0.5, 4.0))]:
+        res = subprocess.run([probe, "erasing", op, str(W), str(H), str(n), "9"], check=True,
+                             capture_output=True, text=True)
+        lines = [ln for ln in res.stdout.split("\n") if ln]
+        ours = np.array([[int(v) for v in ln.split()] for ln in lines if ln != "-"])
+        rate = len(ours) / len(lines)
+        torch.manual_seed(0)
+        img = torch.zeros(3, H, W)
+        ref = []
+        for _ in range(n):
+            if torch.rand(1) < p:
+                i, j, h, w, _v = T.RandomErasing.get_params(img, scale, ratio, [0.0])
+                if (h, w) != (H, W):  # erased: (x, y, w, h)
+                    ref.append((j, i, w, h))
+        ref = np.array(ref)
+        ref_rate = len(ref) / n
+        crit = 1.95 * np.sqrt(1.0 / len(ours) + 1.0 / len(ref))  # alpha = 0.001
+        stats = {}
+        for name, f in [("area", lambda b: b[:, 2] * b[:, 3] / (W * H)),
+                        ("log_ratio", lambda b: np.log(b[:, 3] / b[:, 2])),
+                        ("x", lambda b: b[:, 0] / W), ("y", lambda b: b[:, 1] / H)]:
+            stats[name] = ks(f(ours), f(ref))
+        good = all(v < crit for v in stats.values()) and abs(rate - ref_rate) < 0.02
+        print(f"erasing boxes {op} on {W}x{H}: KS " +
+              ", ".join(f"{k} {v:.4f}" for k, v in stats.items()) +
+              f" (critical {crit:.4f}); erased {rate:.3f} vs {ref_rate:.3f}" +
+              ("" if good else "  MISMATCH"))
+        ok = ok and good
+    return ok
+
+
+def parity_erasing(probe, root, files, tmp):
+    n = len(files)
+    ok = True
+    for value in ["0.5", "random"]:
+        op = f"random_erasing(0.7, value={value})"
+        res = subprocess.run([probe, "erasing", op, "40", "48", str(n), "42"], check=True,
+                             capture_output=True, text=True)
+        boxes = res.stdout.split("\n")
+        out = os.path.join(tmp, "chainf.bin")
+        subprocess.run([probe, "chainf", root, "imagefolder",
+                        f"center_crop(48, 40) | normalize(imagenet) | {op}", out],
+                       check=True, capture_output=True)
+        raw = open(out, "rb").read()
+        rec = 8 + 3 * 48 * 40 * 4
+        tf = T.Compose([T.CenterCrop((48, 40)), T.ToTensor(), T.Normalize(MEAN, STD)])
+        worst_out, worst_in, erased, drawn = 0.0, 0.0, 0, []
+        for k in range(len(raw) // rec):
+            idx = int(np.frombuffer(raw, np.int64, 1, k * rec)[0])
+            ours = torch.from_numpy(np.frombuffer(raw, np.float32, 3 * 48 * 40,
+                                                  k * rec + 8).copy()).view(3, 48, 40)
+            with Image.open(files[idx]) as im:
+                ref = tf(im.convert("RGB"))
+            inside = torch.zeros(3, 48, 40, dtype=torch.bool)
+            if boxes[idx] != "-":
+                x, y, w, h = (int(v) for v in boxes[idx].split())
+                erased += 1
+                inside[:, y:y + h, x:x + w] = True
+                if value == "random":
+                    drawn.append(ours[inside].numpy())
+                else:
+                    ref = TF.erase(ref, y, x, h, w, torch.tensor([float(value)]))
+                    worst_in = max(worst_in, float((ours - ref)[inside].abs().max()))
+            d = (ours - ref)[~inside].abs()
+            worst_out = max(worst_out, float(d.max()) if d.numel() else 0.0)
+        good = worst_out < 1e-5 and worst_in == 0 and erased > 0
+        extra = ""
+        if value == "random":
+            v = np.concatenate(drawn)
+            extra = f", erased values mean {v.mean():.4f} std {v.std():.4f} ({len(v)})"
+            good = good and abs(v.mean()) < 0.05 and abs(v.std() - 1) < 0.05
+        print(f"erasing {op} after normalize: {n} images, {erased} erased; max diff "
+              f"outside {worst_out:.2e} (limit 1e-5), inside {worst_in} (limit 0){extra}"
+              + ("" if good else "  MISMATCH"))
+        ok = ok and good
+    return ok
+
+
 def main():
     probe, gen = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
@@ -176,6 +267,8 @@ def main():
         ok = parity_policy(probe, root, files, tmp, "rand_augment(2, 9)", False) and ok
         ok = parity_policy(probe, root, files, tmp, "rand_augment(3, 30)", False) and ok
         ok = parity_policy(probe, root, files, tmp, "trivial_augment_wide", True) and ok
+        ok = parity_erasing_boxes(probe) and ok
+        ok = parity_erasing(probe, root, files, tmp) and ok
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if ok else 1

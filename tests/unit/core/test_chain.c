@@ -145,6 +145,28 @@ static void test_policy_ops(void) {
   char again[sizeof s.chain];
   snprintf(again, sizeof again, "%s", s.chain);
   CHECK(set(&s, "pipeline", again, err, sizeof err) == STK_OK && !strcmp(s.chain, again));
+  /* random_erasing: after normalize/to or before them, after the image ops */
+  s.dtype = STK_DTYPE_FLOAT32;
+  CHECK(stk_image_wire_spec(&s, NULL) == 1);
+  rc = set(&s, "pipeline",
+           "center_crop(224) | normalize(imagenet) | random_erasing(0.25) | "
+           "random_erasing(p=1, scale=0.1:0.2, ratio=1:2, value=random) | to(bfloat16)",
+           err, sizeof err);
+  CHECK(rc == STK_OK);
+  if (rc) fprintf(stderr, "%s\n", err);
+  want =
+      "decode | center_crop(224, 224) | random_erasing(p=0.25, "
+      "scale=0.0199999996:0.330000013, "
+      "ratio=0.300000012:3.29999995, value=0) | random_erasing(p=1, "
+      "scale=0.100000001:0.200000003, ratio=1:2, value=random)";
+  CHECK(strcmp(s.chain, want) == 0);
+  if (strcmp(s.chain, want)) fprintf(stderr, "chain: %s\n", s.chain);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  /* its values are not 8-bit levels: the floats travel */
+  CHECK(stk_image_wire_spec(&s, NULL) == 0);
+  CHECK(set(&s, "pipeline", "center_crop(224) | random_erasing(value=-0.5)", err,
+            sizeof err) == STK_OK);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
 }
 
 /* rc must be INVALID_ARGUMENT at set (or, when at_set is 0, at validate)
@@ -219,6 +241,17 @@ static void test_refusals(void) {
   refused("center_crop(224) | trivial_augment_wide(magnitude=3)", 1,
           "unknown parameter 'magnitude'");
   refused("center_crop(224) | rand_augmnt(2, 9)", 0, "did you mean 'rand_augment'");
+  refused("center_crop(224) | random_erasing(0.5) | hflip", 1,
+          "op 3 'hflip': random_erasing works on the output tensor");
+  refused("center_crop(224) | normalize(imagenet) | hflip", 1, "end the chain");
+  refused("center_crop(224) | random_erasing(1.5)", 1, "p is a probability");
+  refused("center_crop(224) | random_erasing(scale=0:0.3)", 1, "scale wants a:b");
+  refused("center_crop(224) | random_erasing(ratio=3:1)", 1, "ratio wants a:b");
+  refused("center_crop(224) | random_erasing(value=rand)", 1, "value is a number");
+  refused("center_crop(224) | random_erasing(value=random) | to(uint8)", 0,
+          "a uint8 image takes a value in 0..255");
+  refused("center_crop(224) | random_erasing(value=0.5) | to(uint8)", 0,
+          "a uint8 image takes a value in 0..255");
 
   /* height/width named after the chain must agree with it */
   stk_job_spec s;
