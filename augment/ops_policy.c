@@ -3,7 +3,8 @@
  * affine transforms with their 16.16 fixed-point and floating paths,
  * ImageEnhance blends, the SMOOTH filter behind Sharpness, ImageOps
  * lookup tables) and the policies that choose among them (RandAugment,
- * TrivialAugmentWide), drawing from the sample's generator.
+ * TrivialAugmentWide, AutoAugment's learned tables), drawing from the
+ * sample's generator.
  *
  * Owns nothing but the scratch it is handed; pure functions of their
  * arguments, so thread-safe with one scratch per thread.
@@ -359,7 +360,114 @@ double stk__policy_magnitude(int pa, int bin, int bins, uint32_t w, uint32_t h, 
   return linspace(0.0f, top, bins, bin);
 }
 
+/* AutoAugment's learned policies (torchvision's _get_policies, in its
+ * order): 25 pairs of (operation, probability, magnitude bin of 10; -1 for
+ * none) per policy: imagenet, cifar10, svhn. */
+typedef struct {
+  int8_t pa;
+  float p;
+  int8_t bin;
+} aa_step;
+static const aa_step AA_POLICIES[3][25][2] = {
+    {
+        {{STK__PA_POSTERIZE, 0.4f, 8}, {STK__PA_ROTATE, 0.6f, 9}},
+        {{STK__PA_SOLARIZE, 0.6f, 5}, {STK__PA_AUTOCONTRAST, 0.6f, -1}},
+        {{STK__PA_EQUALIZE, 0.8f, -1}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_POSTERIZE, 0.6f, 7}, {STK__PA_POSTERIZE, 0.6f, 6}},
+        {{STK__PA_EQUALIZE, 0.4f, -1}, {STK__PA_SOLARIZE, 0.2f, 4}},
+        {{STK__PA_EQUALIZE, 0.4f, -1}, {STK__PA_ROTATE, 0.8f, 8}},
+        {{STK__PA_SOLARIZE, 0.6f, 3}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_POSTERIZE, 0.8f, 5}, {STK__PA_EQUALIZE, 1.0f, -1}},
+        {{STK__PA_ROTATE, 0.2f, 3}, {STK__PA_SOLARIZE, 0.6f, 8}},
+        {{STK__PA_EQUALIZE, 0.6f, -1}, {STK__PA_POSTERIZE, 0.4f, 6}},
+        {{STK__PA_ROTATE, 0.8f, 8}, {STK__PA_COLOR, 0.4f, 0}},
+        {{STK__PA_ROTATE, 0.4f, 9}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_EQUALIZE, 0.0f, -1}, {STK__PA_EQUALIZE, 0.8f, -1}},
+        {{STK__PA_INVERT, 0.6f, -1}, {STK__PA_EQUALIZE, 1.0f, -1}},
+        {{STK__PA_COLOR, 0.6f, 4}, {STK__PA_CONTRAST, 1.0f, 8}},
+        {{STK__PA_ROTATE, 0.8f, 8}, {STK__PA_COLOR, 1.0f, 2}},
+        {{STK__PA_COLOR, 0.8f, 8}, {STK__PA_SOLARIZE, 0.8f, 7}},
+        {{STK__PA_SHARPNESS, 0.4f, 7}, {STK__PA_INVERT, 0.6f, -1}},
+        {{STK__PA_SHEAR_X, 0.6f, 5}, {STK__PA_EQUALIZE, 1.0f, -1}},
+        {{STK__PA_COLOR, 0.4f, 0}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_EQUALIZE, 0.4f, -1}, {STK__PA_SOLARIZE, 0.2f, 4}},
+        {{STK__PA_SOLARIZE, 0.6f, 5}, {STK__PA_AUTOCONTRAST, 0.6f, -1}},
+        {{STK__PA_INVERT, 0.6f, -1}, {STK__PA_EQUALIZE, 1.0f, -1}},
+        {{STK__PA_COLOR, 0.6f, 4}, {STK__PA_CONTRAST, 1.0f, 8}},
+        {{STK__PA_EQUALIZE, 0.8f, -1}, {STK__PA_EQUALIZE, 0.6f, -1}},
+    },
+    {
+        {{STK__PA_INVERT, 0.1f, -1}, {STK__PA_CONTRAST, 0.2f, 6}},
+        {{STK__PA_ROTATE, 0.7f, 2}, {STK__PA_TRANSLATE_X, 0.3f, 9}},
+        {{STK__PA_SHARPNESS, 0.8f, 1}, {STK__PA_SHARPNESS, 0.9f, 3}},
+        {{STK__PA_SHEAR_Y, 0.5f, 8}, {STK__PA_TRANSLATE_Y, 0.7f, 9}},
+        {{STK__PA_AUTOCONTRAST, 0.5f, -1}, {STK__PA_EQUALIZE, 0.9f, -1}},
+        {{STK__PA_SHEAR_Y, 0.2f, 7}, {STK__PA_POSTERIZE, 0.3f, 7}},
+        {{STK__PA_COLOR, 0.4f, 3}, {STK__PA_BRIGHTNESS, 0.6f, 7}},
+        {{STK__PA_SHARPNESS, 0.3f, 9}, {STK__PA_BRIGHTNESS, 0.7f, 9}},
+        {{STK__PA_EQUALIZE, 0.6f, -1}, {STK__PA_EQUALIZE, 0.5f, -1}},
+        {{STK__PA_CONTRAST, 0.6f, 7}, {STK__PA_SHARPNESS, 0.6f, 5}},
+        {{STK__PA_COLOR, 0.7f, 7}, {STK__PA_TRANSLATE_X, 0.5f, 8}},
+        {{STK__PA_EQUALIZE, 0.3f, -1}, {STK__PA_AUTOCONTRAST, 0.4f, -1}},
+        {{STK__PA_TRANSLATE_Y, 0.4f, 3}, {STK__PA_SHARPNESS, 0.2f, 6}},
+        {{STK__PA_BRIGHTNESS, 0.9f, 6}, {STK__PA_COLOR, 0.2f, 8}},
+        {{STK__PA_SOLARIZE, 0.5f, 2}, {STK__PA_INVERT, 0.0f, -1}},
+        {{STK__PA_EQUALIZE, 0.2f, -1}, {STK__PA_AUTOCONTRAST, 0.6f, -1}},
+        {{STK__PA_EQUALIZE, 0.2f, -1}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_COLOR, 0.9f, 9}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_AUTOCONTRAST, 0.8f, -1}, {STK__PA_SOLARIZE, 0.2f, 8}},
+        {{STK__PA_BRIGHTNESS, 0.1f, 3}, {STK__PA_COLOR, 0.7f, 0}},
+        {{STK__PA_SOLARIZE, 0.4f, 5}, {STK__PA_AUTOCONTRAST, 0.9f, -1}},
+        {{STK__PA_TRANSLATE_Y, 0.9f, 9}, {STK__PA_TRANSLATE_Y, 0.7f, 9}},
+        {{STK__PA_AUTOCONTRAST, 0.9f, -1}, {STK__PA_SOLARIZE, 0.8f, 3}},
+        {{STK__PA_EQUALIZE, 0.8f, -1}, {STK__PA_INVERT, 0.1f, -1}},
+        {{STK__PA_TRANSLATE_Y, 0.7f, 9}, {STK__PA_AUTOCONTRAST, 0.9f, -1}},
+    },
+    {
+        {{STK__PA_SHEAR_X, 0.9f, 4}, {STK__PA_INVERT, 0.2f, -1}},
+        {{STK__PA_SHEAR_Y, 0.9f, 8}, {STK__PA_INVERT, 0.7f, -1}},
+        {{STK__PA_EQUALIZE, 0.6f, -1}, {STK__PA_SOLARIZE, 0.6f, 6}},
+        {{STK__PA_INVERT, 0.9f, -1}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_EQUALIZE, 0.6f, -1}, {STK__PA_ROTATE, 0.9f, 3}},
+        {{STK__PA_SHEAR_X, 0.9f, 4}, {STK__PA_AUTOCONTRAST, 0.8f, -1}},
+        {{STK__PA_SHEAR_Y, 0.9f, 8}, {STK__PA_INVERT, 0.4f, -1}},
+        {{STK__PA_SHEAR_Y, 0.9f, 5}, {STK__PA_SOLARIZE, 0.2f, 6}},
+        {{STK__PA_INVERT, 0.9f, -1}, {STK__PA_AUTOCONTRAST, 0.8f, -1}},
+        {{STK__PA_EQUALIZE, 0.6f, -1}, {STK__PA_ROTATE, 0.9f, 3}},
+        {{STK__PA_SHEAR_X, 0.9f, 4}, {STK__PA_SOLARIZE, 0.3f, 3}},
+        {{STK__PA_SHEAR_Y, 0.8f, 8}, {STK__PA_INVERT, 0.7f, -1}},
+        {{STK__PA_EQUALIZE, 0.9f, -1}, {STK__PA_TRANSLATE_Y, 0.6f, 6}},
+        {{STK__PA_INVERT, 0.9f, -1}, {STK__PA_EQUALIZE, 0.6f, -1}},
+        {{STK__PA_CONTRAST, 0.3f, 3}, {STK__PA_ROTATE, 0.8f, 4}},
+        {{STK__PA_INVERT, 0.8f, -1}, {STK__PA_TRANSLATE_Y, 0.0f, 2}},
+        {{STK__PA_SHEAR_Y, 0.7f, 6}, {STK__PA_SOLARIZE, 0.4f, 8}},
+        {{STK__PA_INVERT, 0.6f, -1}, {STK__PA_ROTATE, 0.8f, 4}},
+        {{STK__PA_SHEAR_Y, 0.3f, 7}, {STK__PA_TRANSLATE_X, 0.9f, 3}},
+        {{STK__PA_SHEAR_X, 0.1f, 6}, {STK__PA_INVERT, 0.6f, -1}},
+        {{STK__PA_SOLARIZE, 0.7f, 2}, {STK__PA_TRANSLATE_Y, 0.6f, 7}},
+        {{STK__PA_SHEAR_Y, 0.8f, 4}, {STK__PA_INVERT, 0.8f, -1}},
+        {{STK__PA_SHEAR_X, 0.7f, 9}, {STK__PA_TRANSLATE_Y, 0.8f, 3}},
+        {{STK__PA_SHEAR_Y, 0.8f, 5}, {STK__PA_AUTOCONTRAST, 0.7f, -1}},
+        {{STK__PA_SHEAR_X, 0.7f, 2}, {STK__PA_INVERT, 0.1f, -1}},
+    },
+};
+
 int stk__policy_draw(const stk__op *op, stk_rng *rng, stk__policy_choice *ch) {
+  if (op->kind == STK__OP_AUTO_AUGMENT) {
+    /* get_params: the pair, two probabilities, two signs (a signed
+     * operation is negated when its sign is 0: u < 0.5) */
+    int id = (int)(stk_rng_uniform(rng) * 25);
+    double pr[2] = {stk_rng_uniform(rng), stk_rng_uniform(rng)};
+    double sg[2] = {stk_rng_uniform(rng), stk_rng_uniform(rng)};
+    int n = 0;
+    for (int i = 0; i < 2; i++) {
+      const aa_step *st = &AA_POLICIES[op->kw < 3 ? op->kw : 0][id][i];
+      if (!(pr[i] <= (double)st->p)) continue;
+      ch[n].pa = st->pa, ch[n].bin = st->bin < 0 ? 0 : st->bin, ch[n].neg = sg[i] < 0.5;
+      n++;
+    }
+    return n;
+  }
   int wide = op->kind == STK__OP_TRIVIAL_AUGMENT_WIDE;
   int n = wide ? 1 : (int)op->kh;
   if (n > STK__POLICY_MAX_OPS) n = STK__POLICY_MAX_OPS;
@@ -371,6 +479,12 @@ int stk__policy_draw(const stk__op *op, stk_rng *rng, stk__policy_choice *ch) {
     ch[i].pa = pa, ch[i].bin = bin, ch[i].neg = neg;
   }
   return n;
+}
+
+int stk__auto_augment_step(int policy, int row, int i, float *p, int *bin) {
+  const aa_step *st = &AA_POLICIES[policy][row][i];
+  *p = st->p, *bin = st->bin;
+  return st->pa;
 }
 
 /* The _apply_op operation of a sub-op kind. */
@@ -411,7 +525,8 @@ static int sub_op(int kind) {
 
 int stk__policy_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint32_t w,
                     uint32_t h, stk_rng *rng) {
-  if (op->kind == STK__OP_RAND_AUGMENT || op->kind == STK__OP_TRIVIAL_AUGMENT_WIDE) {
+  if (op->kind == STK__OP_RAND_AUGMENT || op->kind == STK__OP_TRIVIAL_AUGMENT_WIDE ||
+      op->kind == STK__OP_AUTO_AUGMENT) {
     int wide = op->kind == STK__OP_TRIVIAL_AUGMENT_WIDE;
     stk__policy_choice ch[STK__POLICY_MAX_OPS];
     int n = stk__policy_draw(op, rng, ch);

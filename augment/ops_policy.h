@@ -1,7 +1,8 @@
 /* ops_policy.h - what ops_policy.c offers the op chain runner: PIL's pixel
  * recipes (ImageEnhance blends, ImageOps lookup tables, nearest-neighbour
  * affine transforms) behind torchvision's autoaugment `_apply_op`, and the
- * augmentation policies built on them (RandAugment, TrivialAugmentWide).
+ * augmentation policies built on them (RandAugment, TrivialAugmentWide,
+ * AutoAugment), and random_erasing (ops_erase.c).
  * Private to augment/ (and its tests).
  */
 #ifndef STOKER_AUGMENT_OPS_POLICY_H
@@ -86,13 +87,19 @@ typedef struct stk__policy_choice {
   int pa, bin, neg;
 } stk__policy_choice;
 
-/* The draws of a rand_augment (op->kind STK__OP_RAND_AUGMENT) or
- * trivial_augment_wide op from rng into ch (at most STK__POLICY_MAX_OPS):
- * how many sub-ops it applies. rand_augment draws 2 uniforms per sub-op
- * (op index, sign), trivial_augment_wide 3 (op index, bin, sign); a sign
- * is drawn even for an op that has none. */
+/* The draws of a rand_augment (op->kind STK__OP_RAND_AUGMENT),
+ * trivial_augment_wide or auto_augment op from rng into ch (at most
+ * STK__POLICY_MAX_OPS): how many sub-ops it applies. rand_augment draws 2
+ * uniforms per sub-op (op index, sign), trivial_augment_wide 3 (op index,
+ * bin, sign), auto_augment 5 (the pair of its policy, two probabilities,
+ * two signs); a sign is drawn even for an op that has none. */
 #define STK__POLICY_MAX_OPS 16
 int stk__policy_draw(const stk__op *op, stk_rng *rng, stk__policy_choice *ch);
+
+/* Step i (0, 1) of row `row` (0..24) of AutoAugment policy `policy` (0
+ * imagenet, 1 cifar10, 2 svhn): its operation, with its probability in *p
+ * and magnitude bin in *bin (-1: none). */
+int stk__auto_augment_step(int policy, int row, int i, float *p, int *bin);
 
 /* Run a policy or sub-op (any kind stk__policy_kind accepts) on the real
  * image px (w x h RGB, size kept), drawing from rng. 0, or -1 out of
@@ -113,7 +120,7 @@ void stk__erase_apply(const stk__op *op, const stk__box *b, void *out, uint32_t 
 
 /* Whether op kind k is one stk__policy_run runs. */
 static inline int stk__policy_kind(int k) {
-  return k >= STK__OP_SHEAR_X && k <= STK__OP_TRIVIAL_AUGMENT_WIDE;
+  return k >= STK__OP_SHEAR_X && k <= STK__OP_AUTO_AUGMENT;
 }
 
 #endif

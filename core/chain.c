@@ -263,7 +263,8 @@ static const char *const op_names[] = {
     [STK__OP_IDENTITY] = "identity",
     [STK__OP_RAND_AUGMENT] = "rand_augment",
     [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
-    [STK__OP_RANDOM_ERASING] = "random_erasing"};
+    [STK__OP_RANDOM_ERASING] = "random_erasing",
+    [STK__OP_AUTO_AUGMENT] = "auto_augment"};
 #define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 int stk__plugin_name_ok(const char *name, size_t len) {
@@ -450,6 +451,15 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
     case STK__OP_RANDOM_ERASING:
       if ((rc = erasing_args(&a, cx, op))) return rc;
       break;
+    case STK__OP_AUTO_AUGMENT: {
+      const char *v = arg(&a, 0, "policy");
+      op->pad = 10;
+      if (!v || !strcmp(v, "imagenet")) op->kw = 0;
+      else if (!strcmp(v, "cifar10")) op->kw = 1;
+      else if (!strcmp(v, "svhn")) op->kw = 2;
+      else return OPFAIL(cx, "policy is imagenet, cifar10 or svhn, got '%s'", v);
+      break;
+    }
     case STK__OP_PLUGIN: {
       if (!stk__plugin_name_ok(name, strlen(name)))
         return OPFAIL(
@@ -645,6 +655,12 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
       case STK__OP_TRIVIAL_AUGMENT_WIDE:
         put(buf, len, &n, "(%u)", o->pad);
         break;
+      case STK__OP_AUTO_AUGMENT:
+        put(buf, len, &n, "(%s)",
+            o->kw == 0   ? "imagenet"
+            : o->kw == 1 ? "cifar10"
+                         : "svhn");
+        break;
       case STK__OP_RANDOM_ERASING:
         put(buf, len, &n,
             "(p=%.9g, scale=%.9g:%.9g, ratio=%.9g:%.9g, value=", (double)o->p,
@@ -760,8 +776,8 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
           "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
           "solarize, autocontrast, equalize, invert, identity, rand_augment, "
-          "trivial_augment_wide, random_erasing, normalize, to; an op from a "
-          "plugin needs plugin = %s)",
+          "trivial_augment_wide, auto_augment, random_erasing, normalize, to; an "
+          "op from a plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
           near ? "'?" : "", o->name);
   }

@@ -51,6 +51,8 @@ typedef enum stk__op_kind {
   STK__OP_RAND_AUGMENT,         /* rand_augment(num_ops, magnitude, bins):
                                    kh, kw, pad */
   STK__OP_TRIVIAL_AUGMENT_WIDE, /* trivial_augment_wide(bins): pad */
+  STK__OP_AUTO_AUGMENT,         /* auto_augment(policy): kw 0 imagenet, 1 cifar10,
+                                   2 svhn; pad 10 (its bins) */
   /* on the output tensor, after Normalize (augment/ops_erase.c); only
    * random_erasing ops may follow one */
   STK__OP_RANDOM_ERASING /* random_erasing(p, scale=a:b, ratio=a:b, value=v|random):

@@ -19,6 +19,9 @@
  *                                "op bin neg magnitude" groups, ';'-joined
  *   aug_probe chainf ROOT DATASET CHAIN OUT
  *                                as chain, float32 NCHW (normalized)
+ *   aug_probe aa_table imagenet|cifar10|svhn
+ *                                AutoAugment's policy table: 25 rows of
+ *                                two "op p bin" steps
  *   aug_probe erasing OP W H N SEED
  *                                the rectangles "x y w h" (or "-": none)
  *                                random_erasing OP draws on a W x H output
@@ -105,6 +108,18 @@ int main(int argc, char **argv) {
     fflush(stdout);
     return dump(&s, argv[2], argv[5]);
   }
+  if (argc == 3 && !strcmp(argv[1], "aa_table")) {
+    int pol = !strcmp(argv[2], "imagenet") ? 0 : !strcmp(argv[2], "cifar10") ? 1 : 2;
+    for (int row = 0; row < 25; row++) {
+      for (int i = 0; i < 2; i++) {
+        float p;
+        int bin, pa = stk__auto_augment_step(pol, row, i, &p, &bin);
+        printf("%s%d %.9g %d", i ? " " : "", pa, (double)p, bin);
+      }
+      printf("\n");
+    }
+    return 0;
+  }
   if (argc == 7 && !strcmp(argv[1], "erasing")) {
     stk__chain c;
     char err[512];
@@ -156,6 +171,8 @@ int main(int argc, char **argv) {
   fprintf(
       stderr,
       "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT | chain ROOT DATASET "
-      "CHAIN OUT | chainf ... | policy OP W H N SEED | erasing OP W H N SEED\n");
+      "CHAIN OUT | chainf ... | policy OP W H N SEED | aa_table POLICY | erasing OP W H "
+      "N "
+      "SEED\n");
   return 2;
 }

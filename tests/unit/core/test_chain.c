@@ -126,7 +126,9 @@ static void test_policy_ops(void) {
       "contrast(2) | sharpness(0) | posterize(4) | solarize(128.5) | autocontrast | "
       "equalize(0.5) | invert(p=0.1) | identity | rand_augment | "
       "rand_augment(num_ops=1, magnitude=30) | "
-      "trivial_augment_wide(num_magnitude_bins=11)";
+      "trivial_augment_wide(num_magnitude_bins=11) | auto_augment | "
+      "auto_augment(cifar10) | "
+      "auto_augment(policy=svhn)";
   int rc = set(&s, "pipeline", in, err, sizeof err);
   CHECK(rc == STK_OK);
   if (rc) fprintf(stderr, "%s\n", err);
@@ -136,7 +138,8 @@ static void test_policy_ops(void) {
       "brightness(1.5, p=1) | color(0.100000001, p=1) | contrast(2, p=1) | "
       "sharpness(0, p=1) | posterize(4, p=1) | solarize(128.5, p=1) | autocontrast(1) | "
       "equalize(0.5) | invert(0.100000001) | identity | rand_augment(2, 9, 31) | "
-      "rand_augment(1, 30, 31) | trivial_augment_wide(11)";
+      "rand_augment(1, 30, 31) | trivial_augment_wide(11) | auto_augment(imagenet) | "
+      "auto_augment(cifar10) | auto_augment(svhn)";
   CHECK(strcmp(s.chain, want) == 0);
   if (strcmp(s.chain, want)) fprintf(stderr, "chain: %s\n", s.chain);
   CHECK(s.height == 224 && s.width == 224);
@@ -245,6 +248,8 @@ static void test_refusals(void) {
           "op 3 'hflip': random_erasing works on the output tensor");
   refused("center_crop(224) | normalize(imagenet) | hflip", 1, "end the chain");
   refused("center_crop(224) | random_erasing(1.5)", 1, "p is a probability");
+  refused("center_crop(224) | auto_augment(coco)", 1,
+          "policy is imagenet, cifar10 or svhn, got 'coco'");
   refused("center_crop(224) | random_erasing(scale=0:0.3)", 1, "scale wants a:b");
   refused("center_crop(224) | random_erasing(ratio=3:1)", 1, "ratio wants a:b");
   refused("center_crop(224) | random_erasing(value=rand)", 1, "value is a number");
