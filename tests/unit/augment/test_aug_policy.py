@@ -4,7 +4,8 @@
 1. Every sub-op of the policies (shear_x ... invert) with its magnitude
    and p pinned, after center_crop(48) (square) or center_crop(48, 40),
    against torchvision's autoaugment `_apply_op` on the same PIL image
-   (NEAREST, fill 0): exact, all of them.
+   (NEAREST, fill 0): exact, all of them; shears and a rotation of images
+   32760 pixels long (PIL's floating-point affine path) likewise.
 2. rand_augment and trivial_augment_wide: `aug_probe policy` replays each
    sample's draws (op, magnitude bin, sign) from the sample's generator;
    the bins' magnitudes must be torchvision's own (within one float32 ulp:
@@ -132,6 +133,29 @@ def parity_sub_ops(probe, root, files, tmp):
                         ref = apply(base[key], name, m)
                     yield ours, np.asarray(ref.convert("RGB"))
             ok = compare(f"op {chain} on {size[0]}x{size[1]}", pairs()) and ok
+    return ok
+
+
+def parity_wide(probe, tmp):
+    """PIL's floating-point affine path: images 32760 pixels long, whose
+    sheared or rotated corners map past 32768 (the 16.16 path's range)."""
+    root = os.path.join(tmp, "wide")
+    os.makedirs(os.path.join(root, "imagefolder", "c0"))
+    rng = np.random.default_rng(0)
+    for name, shape in [("a.png", (24, 32760, 3)), ("b.png", (32760, 22, 3))]:
+        Image.fromarray(rng.integers(0, 256, shape).astype(np.uint8)).save(
+            os.path.join(root, "imagefolder", "c0", name))
+    files = listing(os.path.join(root, "imagefolder"))
+    ok = True
+    for chain, name, m in [("shear_x(0.99)", "ShearX", np.float32(0.99)),
+                           ("shear_y(-0.99)", "ShearY", np.float32(-0.99)),
+                           ("rotate_by(1)", "Rotate", 1.0)]:
+        def pairs():
+            for idx, ours in run_chain(probe, root, f"{chain} | center_crop(22, 20)", tmp):
+                with Image.open(files[idx]) as im:
+                    ref = TF.center_crop(apply(im.convert("RGB"), name, float(m)), [22, 20])
+                yield ours, np.asarray(ref)
+        ok = compare(f"op {chain} on 32760-pixel sides", pairs()) and ok
     return ok
 
 
@@ -290,6 +314,7 @@ def main():
         ok = parity_policy(probe, root, files, tmp, "rand_augment(2, 9)", False) and ok
         ok = parity_policy(probe, root, files, tmp, "rand_augment(3, 30)", False) and ok
         ok = parity_policy(probe, root, files, tmp, "trivial_augment_wide", True) and ok
+        ok = parity_wide(probe, tmp) and ok
         ok = parity_aa_table(probe) and ok
         ok = parity_policy(probe, root, files, tmp, "auto_augment", False, 6) and ok
         ok = parity_policy(probe, root, files, tmp, "auto_augment(svhn)", False, 6) and ok
