@@ -54,7 +54,7 @@ enum {
    * taps outside the image are dropped by the resampler (no zero fill) */
   OP_EVAL_CROP
 };
-_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_PLUGIN,
+_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_RANDOM_ERASING,
                "fused ops after core's kinds");
 
 struct stk__chain_run {
