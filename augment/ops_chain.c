@@ -36,6 +36,7 @@
 #include "decode.h"
 #include "ops.h"
 #include "ops_chain.h"
+#include "ops_policy.h"
 #include "plugin.h"
 #include "stoker/op.h"
 
@@ -53,7 +54,7 @@ enum {
    * taps outside the image are dropped by the resampler (no zero fill) */
   OP_EVAL_CROP
 };
-_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_PLUGIN,
+_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_RANDOM_ERASING,
                "fused ops after core's kinds");
 
 struct stk__chain_run {
@@ -69,6 +70,7 @@ struct stk__chain_run {
   uint8_t *cb; /* the box a resize of a crop reads */
   size_t ccap;
   stk__scratch sc;
+  stk__policy_scratch ps;
   const stk_op_info *pinfo[STK__CHAIN_MAX_OPS];
   void *pstate[STK__CHAIN_MAX_OPS];
 };
@@ -219,36 +221,6 @@ static int resize_to(stk__chain_run *r, view *v, stk__decoder *dec, uint32_t nw,
 }
 
 /* ---- pixel ops on the real image (PIL's integer and float recipes) ---- */
-
-static inline uint8_t luma(const uint8_t *p) {
-  return (uint8_t)((p[0] * 19595u + p[1] * 38470u + p[2] * 7471u + 0x8000u) >> 16);
-}
-
-/* Image.blend(a, b, alpha) for one value: a + alpha (b - a) in float,
- * truncated, clipped when alpha leaves [0, 1]. */
-static inline uint8_t blend(int a, int b, float alpha) {
-  float t = (float)((float)a + alpha * (float)(b - a));
-  if (alpha >= 0 && alpha <= 1) return (uint8_t)t;
-  return t <= 0 ? 0 : t >= 255 ? 255 : (uint8_t)t;
-}
-
-static void brightness(uint8_t *px, size_t n, float f) {
-  for (size_t i = 0; i < n * 3; i++) px[i] = blend(0, px[i], f);
-}
-
-static void contrast(uint8_t *px, size_t n, float f) {
-  double sum = 0;
-  for (size_t i = 0; i < n; i++) sum += luma(px + 3 * i);
-  int mean = (int)(sum / (double)n + 0.5);
-  for (size_t i = 0; i < n * 3; i++) px[i] = blend(mean, px[i], f);
-}
-
-static void saturation(uint8_t *px, size_t n, float f) {
-  for (size_t i = 0; i < n; i++) {
-    uint8_t *p = px + 3 * i, g = luma(p);
-    for (int c = 0; c < 3; c++) p[c] = blend(g, p[c], f);
-  }
-}
 
 static inline uint8_t clip8(int v) { return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v); }
 
@@ -465,6 +437,7 @@ void stk__chain_run_free(stk__chain_run *r) {
     if (r->pinfo[i] && r->pinfo[i]->destroy) r->pinfo[i]->destroy(r->pstate[i]);
   free(r->buf[0]), free(r->buf[1]), free(r->fb), free(r->cb);
   stk__scratch_free(&r->sc);
+  stk__policy_scratch_free(&r->ps);
   free(r);
 }
 
@@ -506,6 +479,7 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
                  the buffer the last sample's first one warmed */
   for (uint32_t i = 1; i < r->c.n && !rc; i++) {
     const stk__op *op = &r->c.ops[i];
+    if (op->kind == STK__OP_RANDOM_ERASING) break; /* the last ops: on the tensor */
     if (v.flip && op->kind != STK__OP_HFLIP && op->kind != OP_TRAIN_JITTER) {
       flip_h(r->buf[r->cur], v.w, v.h); /* the op reads the pixels */
       v.flip = 0;
@@ -557,7 +531,7 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
         else
           for (size_t k = 0; k < (size_t)v.w * v.h; k++) {
             uint8_t *p = px + 3 * k;
-            p[0] = p[1] = p[2] = luma(p);
+            p[0] = p[1] = p[2] = stk__luma(p);
           }
         break;
       }
@@ -602,9 +576,9 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
           int which = order[k];
           if (op->lo[which] == op->hi[which] && op->lo[which] == (which == 3 ? 0.f : 1.f))
             continue; /* off */
-          if (which == 0) brightness(px, n, f[0]);
-          else if (which == 1) contrast(px, n, f[1]);
-          else if (which == 2) saturation(px, n, f[2]);
+          if (which == 0) stk__pil_brightness(px, n, f[0]);
+          else if (which == 1) stk__pil_contrast(px, n, f[1]);
+          else if (which == 2) stk__pil_color(px, n, f[2]);
           else hue(px, n, (uint8_t)(int32_t)((double)f[3] * 255));
         }
         break;
@@ -632,6 +606,14 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
         }
         break;
       }
+      default:
+        if (!stk__policy_kind(op->kind)) break;
+        if ((rc = materialize(r, &v, dec, why, whylen))) break;
+        if (stk__policy_run(&r->ps, op, r->buf[r->cur], v.w, v.h, rng)) {
+          rc = STK_NO_MEMORY;
+          snprintf(why, whylen, "out of memory (%s)", "augmentation policy");
+        }
+        break;
       case OP_TRAIN_JITTER:
         rc = train_jitter(r, &v, op, dec, rng, why, whylen);
         break;
@@ -647,8 +629,6 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
         v.sup = fmax(fx, fy);
         break;
       }
-      default:
-        break;
     }
   }
   if (rc) return rc;
@@ -659,5 +639,11 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
     return STK_INTERNAL;
   }
   store(r, r->buf[r->cur], v.flip, out);
+  for (uint32_t i = 1; i < r->c.n; i++) {
+    const stk__op *op = &r->c.ops[i];
+    stk__box b;
+    if (op->kind == STK__OP_RANDOM_ERASING && stk__erase_draw(op, r->oh, r->ow, rng, &b))
+      stk__erase_apply(op, &b, out, r->oh, r->ow, r->dtype, r->layout, rng);
+  }
   return STK_OK;
 }

@@ -151,17 +151,120 @@ static int jitter_arg(args_t *a, const ctx_t *cx, stk__op *op, int i, const char
   return STK_OK;
 }
 
-static const char *const op_names[] = {[STK__OP_DECODE] = "decode",
-                                       [STK__OP_RRC] = "random_resized_crop",
-                                       [STK__OP_RESIZE] = "resize",
-                                       [STK__OP_CENTER_CROP] = "center_crop",
-                                       [STK__OP_RANDOM_CROP] = "random_crop",
-                                       [STK__OP_HFLIP] = "hflip",
-                                       [STK__OP_VFLIP] = "vflip",
-                                       [STK__OP_ROTATE] = "rotate",
-                                       [STK__OP_COLOR_JITTER] = "color_jitter",
-                                       [STK__OP_GRAYSCALE] = "grayscale",
-                                       [STK__OP_GAUSSIAN_BLUR] = "gaussian_blur"};
+/* A sub-op of the augmentation policies: (magnitude[, p]) with the
+ * magnitude's range checked per op; lo[0] = magnitude, p = probability. */
+static int policy_sub_op(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *v = arg(a, 0, NULL), *pv = arg(a, 1, "p");
+  double x, p = 1;
+  if (!v || num(v, &x)) return OPFAIL(cx, "wants a magnitude: %s(value[, p])", cx->name);
+  switch (op->kind) {
+    case STK__OP_SHEAR_X:
+    case STK__OP_SHEAR_Y:
+      if (fabs(x) > 10) return OPFAIL(cx, "the shear factor must be within [-10, 10]");
+      break;
+    case STK__OP_TRANSLATE_X:
+    case STK__OP_TRANSLATE_Y:
+      if (fabs(x) > STK__CHAIN_MAX_DIM)
+        return OPFAIL(cx, "the shift must be within [-%d, %d] pixels", STK__CHAIN_MAX_DIM,
+                      STK__CHAIN_MAX_DIM);
+      break;
+    case STK__OP_ROTATE_BY:
+      if (fabs(x) > 360)
+        return OPFAIL(cx, "the angle must be within [-360, 360] degrees");
+      break;
+    case STK__OP_POSTERIZE:
+      if (x != floor(x) || x < 0 || x > 8)
+        return OPFAIL(cx, "bits is a whole number in 0..8, got '%s'", v);
+      break;
+    case STK__OP_SOLARIZE:
+      if (x < 0 || x > 256) return OPFAIL(cx, "the threshold must be within [0, 256]");
+      break;
+    default: /* the enhance factors */
+      if (x < 0 || x > 100) return OPFAIL(cx, "the factor must be within [0, 100]");
+      break;
+  }
+  if (pv && (num(pv, &p) || p < 0 || p > 1))
+    return OPFAIL(cx, "p is a probability in [0, 1], got '%s'", pv);
+  op->lo[0] = op->hi[0] = (float)x;
+  op->p = (float)p;
+  return STK_OK;
+}
+
+/* random_erasing(p=0.5, scale=0.02:0.33, ratio=0.3:3.3, value=0|random). */
+static int erasing_args(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *p = arg(a, 0, "p"), *sc = arg(a, 1, "scale"), *ra = arg(a, 2, "ratio"),
+             *v = arg(a, 3, "value");
+  double x = 0.5;
+  if (p && (num(p, &x) || x < 0 || x > 1))
+    return OPFAIL(cx, "p is a probability in [0, 1], got '%s'", p);
+  op->p = (float)x;
+  op->lo[0] = 0.02f, op->hi[0] = 0.33f, op->lo[1] = 0.3f, op->hi[1] = 3.3f;
+  if (sc && (range(sc, &op->lo[0], &op->hi[0]) || !(op->lo[0] > 0) || op->hi[0] > 1))
+    return OPFAIL(cx, "scale wants a:b with 0 < a <= b <= 1, got '%s'", sc);
+  if (ra && (range(ra, &op->lo[1], &op->hi[1]) || !(op->lo[1] > 0) || op->hi[1] >= 100))
+    return OPFAIL(cx, "ratio wants a:b with 0 < a <= b < 100, got '%s'", ra);
+  if (v && !strcmp(v, "random")) {
+    op->kh = 1;
+  } else if (v) {
+    if (num(v, &x) || fabs(x) > 1e6)
+      return OPFAIL(cx, "value is a number within [-1e6, 1e6] or random, got '%s'", v);
+    op->lo[2] = (float)x;
+  }
+  return STK_OK;
+}
+
+/* rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31) and
+ * trivial_augment_wide(num_magnitude_bins=31): kh, kw, pad. */
+static int policy_args(args_t *a, const ctx_t *cx, stk__op *op) {
+  int ra = op->kind == STK__OP_RAND_AUGMENT;
+  const char *n = ra ? arg(a, 0, "num_ops") : NULL,
+             *m = ra ? arg(a, 1, "magnitude") : NULL,
+             *b = arg(a, ra ? 2 : 0, "num_magnitude_bins");
+  op->kh = 2, op->kw = 9, op->pad = 31;
+  if (b && whole(b, 2, 1000, &op->pad))
+    return OPFAIL(cx, "num_magnitude_bins is a whole number in 2..1000, got '%s'", b);
+  if (n && whole(n, 0, 16, &op->kh))
+    return OPFAIL(cx, "num_ops is a whole number in 0..16, got '%s'", n);
+  if (m && whole(m, 0, 999, &op->kw))
+    return OPFAIL(
+        cx, "magnitude is a whole number in 0..num_magnitude_bins - 1, got '%s'", m);
+  if (ra && op->kw >= op->pad)
+    return OPFAIL(cx, "magnitude %u is not below num_magnitude_bins %u", op->kw, op->pad);
+  if (!ra) op->kh = 1, op->kw = 0;
+  return STK_OK;
+}
+
+static const char *const op_names[] = {
+    [STK__OP_DECODE] = "decode",
+    [STK__OP_RRC] = "random_resized_crop",
+    [STK__OP_RESIZE] = "resize",
+    [STK__OP_CENTER_CROP] = "center_crop",
+    [STK__OP_RANDOM_CROP] = "random_crop",
+    [STK__OP_HFLIP] = "hflip",
+    [STK__OP_VFLIP] = "vflip",
+    [STK__OP_ROTATE] = "rotate",
+    [STK__OP_COLOR_JITTER] = "color_jitter",
+    [STK__OP_GRAYSCALE] = "grayscale",
+    [STK__OP_GAUSSIAN_BLUR] = "gaussian_blur",
+    [STK__OP_SHEAR_X] = "shear_x",
+    [STK__OP_SHEAR_Y] = "shear_y",
+    [STK__OP_TRANSLATE_X] = "translate_x",
+    [STK__OP_TRANSLATE_Y] = "translate_y",
+    [STK__OP_ROTATE_BY] = "rotate_by",
+    [STK__OP_BRIGHTNESS] = "brightness",
+    [STK__OP_COLOR] = "color",
+    [STK__OP_CONTRAST] = "contrast",
+    [STK__OP_SHARPNESS] = "sharpness",
+    [STK__OP_POSTERIZE] = "posterize",
+    [STK__OP_SOLARIZE] = "solarize",
+    [STK__OP_AUTOCONTRAST] = "autocontrast",
+    [STK__OP_EQUALIZE] = "equalize",
+    [STK__OP_INVERT] = "invert",
+    [STK__OP_IDENTITY] = "identity",
+    [STK__OP_RAND_AUGMENT] = "rand_augment",
+    [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
+    [STK__OP_RANDOM_ERASING] = "random_erasing",
+    [STK__OP_AUTO_AUGMENT] = "auto_augment"};
 #define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 int stk__plugin_name_ok(const char *name, size_t len) {
@@ -320,6 +423,43 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
       }
       break;
     }
+    case STK__OP_SHEAR_X:
+    case STK__OP_SHEAR_Y:
+    case STK__OP_TRANSLATE_X:
+    case STK__OP_TRANSLATE_Y:
+    case STK__OP_ROTATE_BY:
+    case STK__OP_BRIGHTNESS:
+    case STK__OP_COLOR:
+    case STK__OP_CONTRAST:
+    case STK__OP_SHARPNESS:
+    case STK__OP_POSTERIZE:
+    case STK__OP_SOLARIZE:
+      if ((rc = policy_sub_op(&a, cx, op))) return rc;
+      break;
+    case STK__OP_AUTOCONTRAST:
+    case STK__OP_EQUALIZE:
+    case STK__OP_INVERT:
+      if ((rc = prob(&a, cx, op, 1.f))) return rc;
+      break;
+    case STK__OP_IDENTITY:
+      op->p = 1;
+      break;
+    case STK__OP_RAND_AUGMENT:
+    case STK__OP_TRIVIAL_AUGMENT_WIDE:
+      if ((rc = policy_args(&a, cx, op))) return rc;
+      break;
+    case STK__OP_RANDOM_ERASING:
+      if ((rc = erasing_args(&a, cx, op))) return rc;
+      break;
+    case STK__OP_AUTO_AUGMENT: {
+      const char *v = arg(&a, 0, "policy");
+      op->pad = 10;
+      if (!v || !strcmp(v, "imagenet")) op->kw = 0;
+      else if (!strcmp(v, "cifar10")) op->kw = 1;
+      else if (!strcmp(v, "svhn")) op->kw = 2;
+      else return OPFAIL(cx, "policy is imagenet, cifar10 or svhn, got '%s'", v);
+      break;
+    }
     case STK__OP_PLUGIN: {
       if (!stk__plugin_name_ok(name, strlen(name)))
         return OPFAIL(
@@ -359,7 +499,8 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
   strcpy(buf, text);
   char *p = buf;
   unsigned index = 0;
-  int closing = 0; /* 1 after normalize, 2 after to */
+  int closing = 0;    /* 1 after normalize, 2 after to */
+  int tensor_ops = 0; /* a random_erasing came */
   for (;;) {
     char *bar = strchr(p, '|');
     if (bar) *bar = 0;
@@ -402,9 +543,14 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
       if ((rc = to ? parse_to(&a, &cx, f) : parse_normalize(&a, &cx, f))) return rc;
       closing = to ? 2 : 1;
     } else {
-      if (closing)
+      int erasing = !strcmp(name, "random_erasing");
+      if (closing && !erasing)
         return OPFAIL(
             &cx, "normalize(...) and to(...) end the chain: image ops go before them");
+      if (tensor_ops && !erasing)
+        return OPFAIL(
+            &cx, "random_erasing works on the output tensor: image ops go before it");
+      tensor_ops |= erasing;
       stk__op op;
       if ((rc = parse_op(name, inner, &op, &cx))) return rc;
       if (op.kind == STK__OP_DECODE && c->n)
@@ -484,6 +630,43 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
       case STK__OP_GAUSSIAN_BLUR:
         put(buf, len, &n, "(%u, %u, sigma=%.9g:%.9g)", o->kh, o->kw, (double)o->lo[0],
             (double)o->hi[0]);
+        break;
+      case STK__OP_SHEAR_X:
+      case STK__OP_SHEAR_Y:
+      case STK__OP_TRANSLATE_X:
+      case STK__OP_TRANSLATE_Y:
+      case STK__OP_ROTATE_BY:
+      case STK__OP_BRIGHTNESS:
+      case STK__OP_COLOR:
+      case STK__OP_CONTRAST:
+      case STK__OP_SHARPNESS:
+      case STK__OP_POSTERIZE:
+      case STK__OP_SOLARIZE:
+        put(buf, len, &n, "(%.9g, p=%.9g)", (double)o->lo[0], (double)o->p);
+        break;
+      case STK__OP_AUTOCONTRAST:
+      case STK__OP_EQUALIZE:
+      case STK__OP_INVERT:
+        put(buf, len, &n, "(%.9g)", (double)o->p);
+        break;
+      case STK__OP_RAND_AUGMENT:
+        put(buf, len, &n, "(%u, %u, %u)", o->kh, o->kw, o->pad);
+        break;
+      case STK__OP_TRIVIAL_AUGMENT_WIDE:
+        put(buf, len, &n, "(%u)", o->pad);
+        break;
+      case STK__OP_AUTO_AUGMENT:
+        put(buf, len, &n, "(%s)",
+            o->kw == 0   ? "imagenet"
+            : o->kw == 1 ? "cifar10"
+                         : "svhn");
+        break;
+      case STK__OP_RANDOM_ERASING:
+        put(buf, len, &n,
+            "(p=%.9g, scale=%.9g:%.9g, ratio=%.9g:%.9g, value=", (double)o->p,
+            (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1]);
+        if (o->kh) put(buf, len, &n, "random)");
+        else put(buf, len, &n, "%.9g)", (double)o->lo[2]);
         break;
     }
   }
@@ -590,8 +773,11 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           err, errlen, STK_INVALID_ARGUMENT,
           "pipeline op %u: unknown op '%s'%s%s%s (built in: decode, random_resized_crop, "
           "resize, center_crop, random_crop, hflip, vflip, rotate, "
-          "color_jitter, grayscale, gaussian_blur, normalize, to; an op from a "
-          "plugin needs plugin = %s)",
+          "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
+          "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
+          "solarize, autocontrast, equalize, invert, identity, rand_augment, "
+          "trivial_augment_wide, auto_augment, random_erasing, normalize, to; an "
+          "op from a plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
           near ? "'?" : "", o->name);
   }

@@ -30,7 +30,34 @@ typedef enum stk__op_kind {
   STK__OP_COLOR_JITTER,  /* color_jitter(b, c, s, h), torchvision's order */
   STK__OP_GRAYSCALE,     /* grayscale(p) */
   STK__OP_GAUSSIAN_BLUR, /* gaussian_blur(k[, kw], sigma=a:b) */
-  STK__OP_PLUGIN         /* any other name: an op a `plugin =` library defines */
+  STK__OP_PLUGIN,        /* any other name: an op a `plugin =` library defines */
+  /* torchvision's autoaugment operations (augment/ops_policy.c), each
+   * applied with probability p: lo[0] its magnitude */
+  STK__OP_SHEAR_X,              /* shear_x(m[, p]): shear factor */
+  STK__OP_SHEAR_Y,              /* shear_y(m[, p]) */
+  STK__OP_TRANSLATE_X,          /* translate_x(px[, p]) */
+  STK__OP_TRANSLATE_Y,          /* translate_y(px[, p]) */
+  STK__OP_ROTATE_BY,            /* rotate_by(degrees[, p]): size kept */
+  STK__OP_BRIGHTNESS,           /* brightness(factor[, p]) */
+  STK__OP_COLOR,                /* color(factor[, p]) */
+  STK__OP_CONTRAST,             /* contrast(factor[, p]) */
+  STK__OP_SHARPNESS,            /* sharpness(factor[, p]) */
+  STK__OP_POSTERIZE,            /* posterize(bits[, p]) */
+  STK__OP_SOLARIZE,             /* solarize(threshold[, p]) */
+  STK__OP_AUTOCONTRAST,         /* autocontrast([p]) */
+  STK__OP_EQUALIZE,             /* equalize([p]) */
+  STK__OP_INVERT,               /* invert([p]) */
+  STK__OP_IDENTITY,             /* identity() */
+  STK__OP_RAND_AUGMENT,         /* rand_augment(num_ops, magnitude, bins):
+                                   kh, kw, pad */
+  STK__OP_TRIVIAL_AUGMENT_WIDE, /* trivial_augment_wide(bins): pad */
+  STK__OP_AUTO_AUGMENT,         /* auto_augment(policy): kw 0 imagenet, 1 cifar10,
+                                   2 svhn; pad 10 (its bins) */
+  /* on the output tensor, after Normalize (augment/ops_erase.c); only
+   * random_erasing ops may follow one */
+  STK__OP_RANDOM_ERASING /* random_erasing(p, scale=a:b, ratio=a:b, value=v|random):
+                            lo/hi[0] scale, [1] ratio, lo[2] value, kh 1 =
+                            random */
 } stk__op_kind;
 
 /* One op, its parameters resolved (defaults filled in). */

@@ -606,6 +606,15 @@ static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
   if (h != s->height || w != s->width)
     VFAIL("the pipeline makes %ux%u images, but height x width is %ux%u", h, w, s->height,
           s->width);
+  for (uint32_t i = 0; i < c.n; i++) {
+    const stk__op *o = &c.ops[i];
+    if (o->kind != STK__OP_RANDOM_ERASING || s->dtype != STK_DTYPE_UINT8) continue;
+    if (o->kh || o->lo[2] != floorf(o->lo[2]) || o->lo[2] < 0 || o->lo[2] > 255)
+      VFAIL(
+          "pipeline op %u 'random_erasing': a uint8 image takes a value in 0..255, not "
+          "random or a fraction",
+          i + 1);
+  }
   stk_job_spec d;
   stk_job_spec_defaults(&d);
   if (s->resize != d.resize || s->scale_min != d.scale_min ||

@@ -71,6 +71,9 @@ int stk_image_wire_spec(const stk_job_spec *s, stk_job_spec *wire) {
   if (!((s->source == STK_SOURCE_IMAGEFOLDER || s->source == STK_SOURCE_TAR) &&
         (s->dtype == STK_DTYPE_FLOAT32 || s->dtype == STK_DTYPE_BFLOAT16)))
     return 0;
+  /* random_erasing writes values no 8-bit level stands for: floats travel */
+  if (memchr(s->chain, 0, sizeof(s->chain)) && strstr(s->chain, "| random_erasing("))
+    return 0;
   if (wire) {
     *wire = *s;
     wire->dtype = STK_DTYPE_UINT8;

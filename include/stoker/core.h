@@ -288,8 +288,9 @@ STK_EXPORT int stk_batch_layout_find(const stk_batch_layout *layout, const char 
 
 /* 1 when spec's image tensor can travel as uint8 and be rebuilt exactly
  * (an image source, imagefolder or tar, whose dtype is float32 or
- * bfloat16): then *wire (may be NULL) is spec with a uint8 image, the job
- * workers build for that form. 0 otherwise. Thread-safe. */
+ * bfloat16, with no random_erasing in its chain): then *wire (may be NULL)
+ * is spec with a uint8 image, the job workers build for that form. 0
+ * otherwise. Thread-safe. */
 STK_EXPORT int stk_image_wire_spec(const stk_job_spec *spec, stk_job_spec *wire);
 
 /* The normalize map of channel c (c < 3): float(v) = v * a[c] + b[c] with

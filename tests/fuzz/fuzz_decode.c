@@ -22,6 +22,9 @@ static const char *const chains[] = {
     "0.5)"
     " | grayscale(0.5) | gaussian_blur(5, sigma=0.1:3)",
     "decode | center_crop(48) | resize(16, 20) | color_jitter(hue=0.5) | rotate(90)",
+    "decode | random_resized_crop(20, 18) | rand_augment(4, 30) | trivial_augment_wide | "
+    "auto_augment(svhn) | sharpness(1.9, p=0.5) | rotate_by(45) | random_erasing(0.5, "
+    "value=random)",
 };
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -11,12 +11,29 @@
  *                                the op chain CHAIN (to uint8 NHWC), every
  *                                sample: OUT holds per sample int64 index +
  *                                h*w*3 bytes (h, w printed on stdout)
+ *   aug_probe policy OP W H N SEED
+ *                                the draws of the policy op OP (e.g.
+ *                                "rand_augment(2, 9)") on a W x H image as
+ *                                the first drawing op of samples 0..N-1
+ *                                (epoch 0): per sample one line of
+ *                                "op bin neg magnitude" groups, ';'-joined
+ *   aug_probe chainf ROOT DATASET CHAIN OUT
+ *                                as chain, float32 NCHW (normalized)
+ *   aug_probe aa_table imagenet|cifar10|svhn
+ *                                AutoAugment's policy table: 25 rows of
+ *                                two "op p bin" steps
+ *   aug_probe erasing OP W H N SEED
+ *                                the rectangles "x y w h" (or "-": none)
+ *                                random_erasing OP draws on a W x H output
+ *                                as the only drawing op of samples 0..N-1
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "chain.h"
 #include "ops.h"
+#include "ops_policy.h"
 #include "util.h"
 
 /* Build every sample of s (batch_size 1, epoch 0) from root into out:
@@ -74,14 +91,16 @@ int main(int argc, char **argv) {
     s.epochs = 1;
     return dump(&s, argv[2], argv[4]);
   }
-  if (argc == 6 && !strcmp(argv[1], "chain")) {
+  if (argc == 6 && (!strcmp(argv[1], "chain") || !strcmp(argv[1], "chainf"))) {
     stk_job_spec s;
     tu_spec(&s, STK_SOURCE_IMAGEFOLDER, argv[3], STK_PIPELINE_EVAL, STK_DTYPE_UINT8,
             STK_LAYOUT_NHWC, 1, 224);
     char err[512];
+    int f = argv[1][5] == 'f';
     if (stk_job_spec_set(&s, "pipeline", argv[4], err, sizeof(err)) ||
-        stk_job_spec_set(&s, "dtype", "uint8", err, sizeof(err)) ||
-        stk_job_spec_set(&s, "layout", "nhwc", err, sizeof(err))) {
+        stk_job_spec_set(&s, "dtype", f ? "float32" : "uint8", err, sizeof(err)) ||
+        stk_job_spec_set(&s, "layout", f ? "nchw" : "nhwc", err, sizeof(err)) ||
+        (f && stk_job_spec_validate(&s, err, sizeof(err)))) {
       fprintf(stderr, "%s\n", err);
       return 1;
     }
@@ -89,9 +108,71 @@ int main(int argc, char **argv) {
     fflush(stdout);
     return dump(&s, argv[2], argv[5]);
   }
+  if (argc == 3 && !strcmp(argv[1], "aa_table")) {
+    int pol = !strcmp(argv[2], "imagenet") ? 0 : !strcmp(argv[2], "cifar10") ? 1 : 2;
+    for (int row = 0; row < 25; row++) {
+      for (int i = 0; i < 2; i++) {
+        float p;
+        int bin, pa = stk__auto_augment_step(pol, row, i, &p, &bin);
+        printf("%s%d %.9g %d", i ? " " : "", pa, (double)p, bin);
+      }
+      printf("\n");
+    }
+    return 0;
+  }
+  if (argc == 7 && !strcmp(argv[1], "erasing")) {
+    stk__chain c;
+    char err[512];
+    if (stk__chain_parse(argv[2], &c, NULL, err, sizeof(err)) || c.n != 2 ||
+        c.ops[1].kind != STK__OP_RANDOM_ERASING) {
+      fprintf(stderr, "%s\n", c.n == 2 ? err : "one random_erasing op expected");
+      return 1;
+    }
+    uint32_t W = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]);
+    long n = atol(argv[5]);
+    uint64_t seed = strtoull(argv[6], NULL, 10);
+    for (long i = 0; i < n; i++) {
+      stk_rng r;
+      stk_rng_init(&r, seed, 0, (uint64_t)i);
+      stk__box b;
+      if (stk__erase_draw(&c.ops[1], H, W, &r, &b))
+        printf("%d %d %d %d\n", b.x, b.y, b.w, b.h);
+      else printf("-\n");
+    }
+    return 0;
+  }
+  if (argc == 7 && !strcmp(argv[1], "policy")) {
+    stk__chain c;
+    char err[512];
+    if (stk__chain_parse(argv[2], &c, NULL, err, sizeof(err)) || c.n != 2 ||
+        !stk__policy_kind(c.ops[1].kind)) {
+      fprintf(stderr, "%s\n", c.n == 2 ? err : "one policy op expected");
+      return 1;
+    }
+    uint32_t W = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]);
+    long n = atol(argv[5]);
+    uint64_t seed = strtoull(argv[6], NULL, 10);
+    int wide = c.ops[1].kind == STK__OP_TRIVIAL_AUGMENT_WIDE;
+    for (long i = 0; i < n; i++) {
+      stk_rng r;
+      stk_rng_init(&r, seed, 0, (uint64_t)i);
+      stk__policy_choice ch[STK__POLICY_MAX_OPS];
+      int k = stk__policy_draw(&c.ops[1], &r, ch);
+      for (int j = 0; j < k; j++) {
+        int sg;
+        double m = stk__policy_magnitude(ch[j].pa, ch[j].bin, (int)c.ops[1].pad, W, H,
+                                         wide, &sg);
+        printf("%s%d %d %d %.17g", j ? ";" : "", ch[j].pa, ch[j].bin, sg && ch[j].neg, m);
+      }
+      printf("\n");
+    }
+    return 0;
+  }
   fprintf(
       stderr,
       "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT | chain ROOT DATASET "
-      "CHAIN OUT\n");
+      "CHAIN OUT | chainf ... | policy OP W H N SEED | aa_table POLICY | erasing OP W H "
+      "N "
+      "SEED\n");
   return 2;
 }

@@ -36,7 +36,9 @@ static const char *LONG_CHAIN =
     "decode | resize(80) | random_crop(72, 64, padding=3) | rotate(0, 180) | "
     "random_resized_crop(48, 40, scale=0.3:1, ratio=0.8:1.25) | hflip(0.5) | "
     "vflip(0.3) | color_jitter(0.4, 0.4, 0.4, 0.1) | grayscale(0.2) | "
-    "gaussian_blur(3, sigma=0.1:1.5) | center_crop(40) | rotate(90)";
+    "gaussian_blur(3, sigma=0.1:1.5) | center_crop(40) | rotate(90) | "
+    "rand_augment(2, 9) | trivial_augment_wide | sharpness(1.5, p=0.5) | "
+    "shear_y(0.2, p=0.5) | equalize(0.3)";
 
 /* A job over ds/<dataset> with chain (or a named pipeline when chain is
  * NULL), then dtype/layout set. */
@@ -178,6 +180,65 @@ static void test_long_chain(void) {
     }
   free(u8);
   free(ref);
+}
+
+/* random_erasing on the tensor: deterministic, stk_build_reference's
+ * bytes, and in every dtype/layout it changes only rectangles of the
+ * chain's output without it (the erasing draws come last). */
+static void test_erasing(void) {
+  const char *base = "random_resized_crop(40) | rand_augment(2, 9)";
+  char chain[512];
+  snprintf(chain, sizeof(chain), "%s | random_erasing(0.7, value=random)", base);
+  for (int dt = 0; dt < 3; dt++)
+    for (int lay = 0; lay < 2; lay++) {
+      int dtype = dt == 0   ? STK_DTYPE_FLOAT32
+                  : dt == 1 ? STK_DTYPE_BFLOAT16
+                            : STK_DTYPE_UINT8;
+      int layout = lay ? STK_LAYOUT_NHWC : STK_LAYOUT_NCHW;
+      stk_job_spec a, b;
+      if (dtype == STK_DTYPE_UINT8)
+        snprintf(chain, sizeof(chain), "%s | random_erasing(0.7, value=7)", base);
+      spec_of(&a, STK_SOURCE_IMAGEFOLDER, chain, 0, dtype, layout, 4);
+      spec_of(&b, STK_SOURCE_IMAGEFOLDER, base, 0, dtype, layout, 4);
+      char err[512];
+      CHECK(stk_job_spec_validate(&a, err, sizeof(err)) == STK_OK);
+      CHECK(same(&a, &a, 1));
+      stk_batch_layout L;
+      stk_batch_layout_of(&a, &L);
+      uint8_t *ref = malloc(L.total_bytes);
+      CHECK(stk_build_reference(&a, root, 1, 0, 0, ref, L.total_bytes, err,
+                                sizeof(err)) == STK_OK);
+      size_t la, lb, img = L.tensors[STK_TENSOR_IMAGE].nbytes;
+      uint8_t *x = images(&a, NULL, 1, 1, &la, err, sizeof(err));
+      uint8_t *y = images(&b, NULL, 1, 1, &lb, err, sizeof(err));
+      CHECK(x && y && la == lb && la == img);
+      CHECK(x && memcmp(x, ref + L.tensors[STK_TENSOR_IMAGE].offset, img) == 0);
+      /* per sample: the differing values lie in one rectangle, per plane */
+      size_t esz = dtype == STK_DTYPE_FLOAT32 ? 4 : dtype == STK_DTYPE_BFLOAT16 ? 2 : 1;
+      size_t per = img / 4 / esz, erased = 0;
+      for (size_t smp = 0; x && y && smp < 4; smp++) {
+        int x0 = 40, y0 = 40, x1 = -1, y1 = -1;
+        size_t diff = 0;
+        for (size_t k = 0; k < per; k++) {
+          size_t o = (smp * per + k) * esz;
+          if (!memcmp(x + o, y + o, esz)) continue;
+          int px = lay ? (int)(k / 3 % 40) : (int)(k % 40);
+          int py = lay ? (int)(k / 3 / 40) : (int)(k / 40 % 40);
+          x0 = px < x0 ? px : x0, x1 = px > x1 ? px : x1;
+          y0 = py < y0 ? py : y0, y1 = py > y1 ? py : y1;
+          diff++;
+        }
+        /* nearly every value of the box differs (a random value may equal
+         * the pixel's by chance; a constant 7 may too) */
+        if (diff) {
+          size_t box = (size_t)(x1 - x0 + 1) * (size_t)(y1 - y0 + 1) * 3;
+          CHECK(diff <= box && diff * 10 >= box * (dtype == STK_DTYPE_UINT8 ? 5 : 9));
+          erased++;
+        }
+      }
+      CHECK(erased > 0);
+      free(x), free(y), free(ref);
+    }
 }
 
 static void test_plugin(void) {
@@ -394,6 +455,7 @@ int main(void) {
   }
   test_named_equivalents();
   test_long_chain();
+  test_erasing();
   test_plugin();
   test_views();
   test_hostile_corpus();

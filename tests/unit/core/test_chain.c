@@ -115,6 +115,63 @@ static void test_every_op(void) {
   CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
 }
 
+/* The augmentation policy ops and their canonical forms. */
+static void test_policy_ops(void) {
+  stk_job_spec s;
+  image_job(&s);
+  char err[512] = "";
+  const char *in =
+      "center_crop(224) | shear_x(0.3) | shear_y(-0.25, p=0.5) | translate_x(10) | "
+      "translate_y(-7.5, 0.25) | rotate_by(-30) | brightness(1.5) | color(0.1) | "
+      "contrast(2) | sharpness(0) | posterize(4) | solarize(128.5) | autocontrast | "
+      "equalize(0.5) | invert(p=0.1) | identity | rand_augment | "
+      "rand_augment(num_ops=1, magnitude=30) | "
+      "trivial_augment_wide(num_magnitude_bins=11) | auto_augment | "
+      "auto_augment(cifar10) | "
+      "auto_augment(policy=svhn)";
+  int rc = set(&s, "pipeline", in, err, sizeof err);
+  CHECK(rc == STK_OK);
+  if (rc) fprintf(stderr, "%s\n", err);
+  const char *want =
+      "decode | center_crop(224, 224) | shear_x(0.300000012, p=1) | shear_y(-0.25, "
+      "p=0.5) | translate_x(10, p=1) | translate_y(-7.5, p=0.25) | rotate_by(-30, p=1) | "
+      "brightness(1.5, p=1) | color(0.100000001, p=1) | contrast(2, p=1) | "
+      "sharpness(0, p=1) | posterize(4, p=1) | solarize(128.5, p=1) | autocontrast(1) | "
+      "equalize(0.5) | invert(0.100000001) | identity | rand_augment(2, 9, 31) | "
+      "rand_augment(1, 30, 31) | trivial_augment_wide(11) | auto_augment(imagenet) | "
+      "auto_augment(cifar10) | auto_augment(svhn)";
+  CHECK(strcmp(s.chain, want) == 0);
+  if (strcmp(s.chain, want)) fprintf(stderr, "chain: %s\n", s.chain);
+  CHECK(s.height == 224 && s.width == 224);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  /* the canonical text parses to itself */
+  char again[sizeof s.chain];
+  snprintf(again, sizeof again, "%s", s.chain);
+  CHECK(set(&s, "pipeline", again, err, sizeof err) == STK_OK && !strcmp(s.chain, again));
+  /* random_erasing: after normalize/to or before them, after the image ops */
+  s.dtype = STK_DTYPE_FLOAT32;
+  CHECK(stk_image_wire_spec(&s, NULL) == 1);
+  rc = set(&s, "pipeline",
+           "center_crop(224) | normalize(imagenet) | random_erasing(0.25) | "
+           "random_erasing(p=1, scale=0.1:0.2, ratio=1:2, value=random) | to(bfloat16)",
+           err, sizeof err);
+  CHECK(rc == STK_OK);
+  if (rc) fprintf(stderr, "%s\n", err);
+  want =
+      "decode | center_crop(224, 224) | random_erasing(p=0.25, "
+      "scale=0.0199999996:0.330000013, "
+      "ratio=0.300000012:3.29999995, value=0) | random_erasing(p=1, "
+      "scale=0.100000001:0.200000003, ratio=1:2, value=random)";
+  CHECK(strcmp(s.chain, want) == 0);
+  if (strcmp(s.chain, want)) fprintf(stderr, "chain: %s\n", s.chain);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  /* its values are not 8-bit levels: the floats travel */
+  CHECK(stk_image_wire_spec(&s, NULL) == 0);
+  CHECK(set(&s, "pipeline", "center_crop(224) | random_erasing(value=-0.5)", err,
+            sizeof err) == STK_OK);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+}
+
 /* rc must be INVALID_ARGUMENT at set (or, when at_set is 0, at validate)
  * and the message must hold `want`. */
 static void refused(const char *chain, int at_set, const char *want) {
@@ -168,6 +225,38 @@ static void test_refusals(void) {
   refused("center_crop(224) | hflip(, 0.5)", 1, "an argument is empty");
   refused("center_crop(0)", 1, "sizes are whole numbers");
   refused("center_crop(224.5)", 1, "sizes are whole numbers");
+  refused("center_crop(224) | shear_x", 1, "op 2 'shear_x': wants a magnitude");
+  refused("center_crop(224) | shear_x(11)", 1, "shear factor must be within");
+  refused("center_crop(224) | shear_y(nan)", 1, "wants a magnitude");
+  refused("center_crop(224) | translate_x(20000)", 1, "shift must be within");
+  refused("center_crop(224) | rotate_by(400)", 1, "angle must be within");
+  refused("center_crop(224) | brightness(-1)", 1, "factor must be within [0, 100]");
+  refused("center_crop(224) | posterize(9)", 1, "bits is a whole number in 0..8");
+  refused("center_crop(224) | posterize(2.5)", 1, "bits is a whole number");
+  refused("center_crop(224) | solarize(300)", 1, "threshold must be within");
+  refused("center_crop(224) | invert(2)", 1, "p is a probability");
+  refused("center_crop(224) | contrast(1, p=1.5)", 1, "p is a probability");
+  refused("center_crop(224) | identity(1)", 1, "too many arguments");
+  refused("center_crop(224) | rand_augment(2, 31)", 1, "magnitude 31 is not below");
+  refused("center_crop(224) | rand_augment(17)", 1, "num_ops is a whole number in 0..16");
+  refused("center_crop(224) | rand_augment(2, 0, 1)", 1, "num_magnitude_bins");
+  refused("center_crop(224) | trivial_augment_wide(31, 2)", 1, "too many arguments");
+  refused("center_crop(224) | trivial_augment_wide(magnitude=3)", 1,
+          "unknown parameter 'magnitude'");
+  refused("center_crop(224) | rand_augmnt(2, 9)", 0, "did you mean 'rand_augment'");
+  refused("center_crop(224) | random_erasing(0.5) | hflip", 1,
+          "op 3 'hflip': random_erasing works on the output tensor");
+  refused("center_crop(224) | normalize(imagenet) | hflip", 1, "end the chain");
+  refused("center_crop(224) | random_erasing(1.5)", 1, "p is a probability");
+  refused("center_crop(224) | auto_augment(coco)", 1,
+          "policy is imagenet, cifar10 or svhn, got 'coco'");
+  refused("center_crop(224) | random_erasing(scale=0:0.3)", 1, "scale wants a:b");
+  refused("center_crop(224) | random_erasing(ratio=3:1)", 1, "ratio wants a:b");
+  refused("center_crop(224) | random_erasing(value=rand)", 1, "value is a number");
+  refused("center_crop(224) | random_erasing(value=random) | to(uint8)", 0,
+          "a uint8 image takes a value in 0..255");
+  refused("center_crop(224) | random_erasing(value=0.5) | to(uint8)", 0,
+          "a uint8 image takes a value in 0..255");
 
   /* height/width named after the chain must agree with it */
   stk_job_spec s;
@@ -329,6 +418,7 @@ static void test_mangled(void) {
 int main(void) {
   test_issue_example();
   test_every_op();
+  test_policy_ops();
   test_refusals();
   test_plugins();
   test_named_hash_unchanged();
