@@ -43,14 +43,16 @@ static void macro(void) {
   if (fd < 0 || saved < 0) return;
   dup2(fd, 2);
   stk__log_init("stoker-worker");
-  for (int i = 0; i < 1000; i++) LOG_LIMITED(STK_LOG_WARN, 5, "stream from peer %d: bad", i);
+  for (int i = 0; i < 1000; i++)
+    LOG_LIMITED(STK_LOG_WARN, 5, "stream from peer %d: bad", i);
   dup2(saved, 2);
   close(saved);
   close(fd);
   FILE *f = fopen(path, "r");
   int lines = 0;
   char buf[512];
-  while (f && fgets(buf, sizeof(buf), f)) lines += strstr(buf, "stream from peer") != NULL;
+  while (f && fgets(buf, sizeof(buf), f))
+    lines += strstr(buf, "stream from peer") != NULL;
   if (f) fclose(f);
   unlink(path);
   CHECK_EQ_U64(lines, 5);
