@@ -32,14 +32,31 @@ void stk__rpc_shutdown(void);
 
 /* Keep glibc from handing gRPC's large receive buffers back to the kernel
  * after every message (mmap threshold 32 MiB, trim threshold 64 MiB), so
- * they are reused instead of being faulted in again. On this project's
- * 2-core VM that took the client from ~1.0 to ~0.33 CPU s per GB received
+ * they are reused instead of being faulted in again, and cap the arenas at
+ * STK__MALLOC_ARENA_MAX (glibc's default is 8 per core, each of which may
+ * keep its 64 MiB: a client on 2 cores held ~90 MiB free after 3 minutes
+ * of photo batches, ~40 MiB with the cap) unless MALLOC_ARENA_MAX is set. On this
+ * project's 2-core VM that took the client from ~1.0 to ~0.33 CPU s per GB received
  * (docs/benchmarks.md, "Transport"). Process-wide: the daemons call it at
  * start; libstoker calls it when a client opens unless the environment has
  * STOKER_MALLOC_TUNING=0, and never overrides a MALLOC_MMAP_THRESHOLD_ or
  * MALLOC_TRIM_THRESHOLD_ the user set. Idempotent, thread-safe. Returns 1
  * if it changed the settings, 0 if it left them alone. */
+#define STK__MALLOC_ARENA_MAX 4
 int stk__rpc_tune_malloc(void);
+
+/* The other half of the tuning: every STK__MALLOC_TRIM_MS, malloc_trim(0)
+ * hands the free pages inside every arena back to the kernel (the
+ * thresholds above keep up to 64 MiB free per arena otherwise, and free
+ * chunks between used ones are never returned by themselves). A trim
+ * costs a walk of the free lists plus, later, faulting in again the pages
+ * that are reused: every 10 s that is well under 0.1 % of a core. Call it
+ * from a thread that wakes periodically anyway (the daemons' main loop, a
+ * client's watch thread) with stk__now_ms(); process-wide, at most one
+ * trim per period whoever calls, nothing unless stk__rpc_tune_malloc
+ * changed the settings. Thread-safe. */
+#define STK__MALLOC_TRIM_MS 10000
+void stk__rpc_malloc_tick(int64_t now_ms);
 
 /* What a gRPC status from a peer means to stoker: the stk_status to report
  * and, in *final (may be NULL), whether the refusal is final, i.e. retrying

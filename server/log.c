@@ -1,8 +1,11 @@
 /* log.c - timestamped, levelled log lines on stderr for the daemons and
- * the stoker CLI. Owns only the program name and the level threshold.
- * Must not allocate or take locks: a whole line goes out in one write(2). */
+ * the stoker CLI, and the per-call-site rate limit (LOG_LIMITED). Owns
+ * the program name, the level threshold and the limiter's lock. stk__log
+ * must not allocate or take locks: a whole line goes out in one write(2);
+ * stk__log_allow holds its lock only to count. */
 #include "log.h"
 
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <string.h>
@@ -76,4 +79,27 @@ void stk__log(int level, const char *fmt, ...) {
   line[len++] = '\n';
   ssize_t w = write(2, line, len);
   (void)w;
+}
+
+static pthread_mutex_t limit_mu = PTHREAD_MUTEX_INITIALIZER;
+
+int stk__log_allow(stk__log_limit *l, uint32_t per_min, int64_t now_ms,
+                   uint64_t *suppressed) {
+  int ok = 0;
+  pthread_mutex_lock(&limit_mu);
+  *suppressed = 0;
+  if (!l->window_ms || now_ms - l->window_ms >= STK_LOG_LIMIT_WINDOW_MS) {
+    *suppressed = l->suppressed;
+    l->window_ms = now_ms ? now_ms : 1, l->logged = 0, l->suppressed = 0;
+  }
+  if (l->logged < per_min) l->logged++, ok = 1;
+  else l->suppressed++;
+  pthread_mutex_unlock(&limit_mu);
+  return ok;
+}
+
+int64_t stk__log_now_ms(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000;
 }

@@ -106,7 +106,7 @@ typedef struct coord_opts {
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, heartbeat_lapse_s,
       stats_interval_s, shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s,
-      linger_s;
+      linger_s, metrics_rank_series;
   int print_job, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;

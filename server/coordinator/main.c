@@ -48,6 +48,7 @@ static int run_job(stk__rpc_server *srv) {
     }
     stk__notify_tick(now);
     stk__health_tick(now);
+    stk__rpc_malloc_tick(now);
     check_heartbeats();
     publish_tick(now);
     watch_pump_all();

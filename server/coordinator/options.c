@@ -102,6 +102,10 @@ stk__option options[] = {
     STK__OPT_LOG_LEVEL(opt.log_level),
     STK__SERVE_OPTIONS(opt.serve),
     STK__OPT_METRICS_LISTEN(opt.metrics_listen),
+    {"metrics-rank-series", OPT_INT, "64", NULL,
+     "/metrics: per-rank series (stoker_rank_*) for ranks below this only, so a job of "
+     "thousands of ranks keeps a bounded number of series; 0 = none",
+     &opt.metrics_rank_series, 0, 1000000},
     {"max-bad-fraction", OPT_DOUBLE, "0", NULL,
      "fail the job (as an abort: exit 4, workers exit 5) once a worker has found more "
      "than this fraction of the dataset's samples bad; 0 = off (bad samples are "

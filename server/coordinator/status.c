@@ -307,7 +307,11 @@ void coord_metrics(metrics_buf *b, void *ud) {
             {"stoker_rank_batches_total", "counter", "batches handed to a rank's loop"}};
   for (int k = 0; k < 3; k++) {
     metrics_family(b, rf[k].name, rf[k].type, rf[k].help);
-    for (uint32_t r = 0; r < C.spec.world_size; r++) {
+    /* bounded: ranks below --metrics-rank-series only (stable series) */
+    uint32_t nrank = C.spec.world_size;
+    if ((long long)nrank > opt.metrics_rank_series)
+      nrank = (uint32_t)opt.metrics_rank_series;
+    for (uint32_t r = 0; r < nrank; r++) {
       const struct crank *c = &C.ranks[r];
       if (!c->at_ms) continue;
       char rank[16];

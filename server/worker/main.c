@@ -223,6 +223,7 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
     notify_progress(sess, stats_due);
     stk__notify_tick(now);
     stk__health_tick(now);
+    stk__rpc_malloc_tick(now);
     if (stats_due) {
       log_stats(srv, now, lost != 0, &last);
       next_stats = now + opt.stats_interval_s * 1000;

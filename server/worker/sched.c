@@ -273,8 +273,9 @@ static void *builder_main(void *arg) {
      * UNAVAILABLE and the client asks again (streams.c). */
     int retries = 0;
     for (; rc == STK_UNAVAILABLE && retries < SCHED_TRANSIENT_RETRIES; retries++) {
-      LOG_WARN("%s (retry %d of %d)", inject ? injected : stk_builder_error(bb),
-               retries + 1, SCHED_TRANSIENT_RETRIES);
+      LOG_LIMITED(STK_LOG_WARN, 20, "%s (retry %d of %d)",
+                  inject ? injected : stk_builder_error(bb), retries + 1,
+                  SCHED_TRANSIENT_RETRIES);
       stk__sleep_ms(10 << (3 * retries)); /* 10 ms, 80 ms */
       rc = inject ? STK_UNAVAILABLE
                   : stk_builder_build_at(bb, r.epoch, r.offset, r.rank, r.step, buf->data,
@@ -297,8 +298,9 @@ static void *builder_main(void *arg) {
                  (unsigned long long)r.epoch, r.rank, (unsigned long long)r.step,
                  inject ? injected : stk_builder_error(bb));
     }
-    if (rc == STK_UNAVAILABLE) LOG_WARN("%s", d ? d->err : stk_builder_error(bb));
-    else if (rc) LOG_ERROR("%s", d ? d->err : stk_builder_error(bb));
+    if (rc == STK_UNAVAILABLE)
+      LOG_LIMITED(STK_LOG_WARN, 20, "%s", d ? d->err : stk_builder_error(bb));
+    else if (rc) LOG_LIMITED(STK_LOG_ERROR, 20, "%s", d ? d->err : stk_builder_error(bb));
 
     int drop = 0;
     pthread_mutex_lock(&s->mu);

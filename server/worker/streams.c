@@ -239,7 +239,7 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
     }
   }
   if (code) {
-    LOG_WARN("stream from %s: %s", stk__rpc_call_peer(call), msg);
+    LOG_LIMITED(STK_LOG_WARN, 20, "stream from %s: %s", stk__rpc_call_peer(call), msg);
     __atomic_add_fetch(&W.stream_errors, 1, __ATOMIC_RELAXED);
     sched_stream_kill(x->st);
     pthread_mutex_lock(&x->mu);

@@ -31,10 +31,27 @@ Checks:
           each process that lived at least --min-span-s after warm-up (the
           value in the middle is printed too, not judged):
           end <= start * 1.2 + 8 MiB (see README.md for why).
+
+--profile long (the multi-day check, README.md "Long profile"): 2 workers
+with 2 builder threads over photo-sized JPEGs (375..500 px), pipeline train
+at 224x224, batch 32, one float32 rank and one uint8 rank at full rate (no
+step), 120 minutes, a worker other than w0 killed every ~300 s
+(--kills off: none), no client crash. Every --metrics-every-s (60) it
+samples each process: RSS and anonymous RSS, threads (/proc/PID/status),
+fds (/proc/PID/fd) and glibc's heap in use and held (the daemons' /metrics stoker_heap_bytes,
+the ranks' own "heap" lines); at the end it prints them as a table, writes
+metrics.tsv and soak.svg (one panel per metric, one line per process) into
+the kept run directory, and judges each process that lived past the
+warm-up (--warmup-s, 600): its RSS after the warm-up never exceeds its
+value at the warm-up (the largest sample within --ref-window-s, 60 s, of
+it: the periodic malloc_trim makes RSS a saw-tooth) by more than 2 % or
+2 MiB, whichever is larger.
+
 Every process runs in its own session with PR_SET_PDEATHSIG, and is killed
 and reaped when the script ends, however it ends. Every wait is bounded.
 
 Usage: soak.py [--bin-dir build/rel] [--minutes 10] [--seed N] [--keep]
+       soak.py --profile long [--minutes 120] [--kills on|off]
 Exit 0 passed, 1 failed, 2 usage or setup error.
 """
 import argparse
@@ -42,18 +59,35 @@ import atexit
 import ctypes
 import os
 import random
+import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
+import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import wait_port  # noqa: E402
 
 MIB = 1024 * 1024
 RSS_FACTOR, RSS_SLACK_MIB = 1.2, 8
+LONG_FRAC, LONG_SLACK_MIB = 0.02, 2  # long profile: RSS after warm-up
+
+# What each profile sets for the options left unset on the command line.
+PROFILES = {
+    "short": dict(minutes=10.0, workers=3, kill_every_s=20.0, samples=1024, batch=16,
+                  step_ms=10, size=40, min_side=40, max_side=160, builders=1,
+                  chunk_bytes=16384, verify_every=1, sample_s=0.5, metrics_every_s=0.0,
+                  converts=("none", "none")),
+    "long": dict(minutes=120.0, workers=2, kill_every_s=300.0, samples=512, batch=32,
+                 step_ms=0, size=224, min_side=375, max_side=500, builders=2,
+                 chunk_bytes=0, verify_every=16, sample_s=1.0, metrics_every_s=60.0,
+                 converts=("float32", "none"), client_crashes=0, warmup_s=600.0),
+}
+METRICS = (("rss", "RSS (MiB)"), ("anon", "anonymous RSS (MiB)"), ("heap_use", "heap in use (MiB)"),
+           ("heap_held", "heap held (MiB)"), ("fds", "open fds"), ("threads", "threads"))
 
 T0 = time.monotonic()
 
@@ -77,6 +111,8 @@ class Proc:
 
     def __init__(self, name, argv, logpath, killable=False):
         self.name, self.argv, self.log = name, argv, logpath
+        self.slot = name.split(".")[0]  # w1.3 -> w1: the line it is drawn on
+        self.metrics_port = None
         self.killable = killable  # SIGKILLed on purpose: -9 is its expected end
         self.killed = False
         self.samples = []  # (monotonic, bytes)
@@ -110,6 +146,52 @@ class Proc:
                         return
         except (FileNotFoundError, ProcessLookupError, ValueError):
             pass
+
+    def proc_counts(self):
+        """(threads, fds, RssAnon bytes) from /proc, or Nones once gone.
+        RssAnon leaves out file pages (the dataset, libraries): the heap,
+        stacks and anonymous maps, where a leak shows."""
+        try:
+            threads = anon = None
+            with open("/proc/%d/status" % self.pid) as f:
+                for line in f:
+                    if line.startswith("Threads:"):
+                        threads = int(line.split()[1])
+                    elif line.startswith("RssAnon:"):
+                        anon = int(line.split()[1]) * 1024
+            return threads, len(os.listdir("/proc/%d/fd" % self.pid)), anon
+        except (OSError, ValueError):
+            return None, None, None
+
+    def heap(self):
+        """(in use, held) bytes of glibc's heap, or (None, None): a daemon's
+        /metrics stoker_heap_bytes, a rank's last 'heap' line."""
+        if self.slot.startswith("rank"):
+            for ln in reversed(self.tail(4000).splitlines()):
+                f = ln.split()
+                if len(f) == 4 and f[0] == "heap":
+                    return int(f[2]), int(f[2]) + int(f[3])
+            return None, None
+        if self.metrics_port is None:
+            m = re.search(r"metrics on http://\S+ \(port (\d+)\)", self.tail(1 << 16))
+            if not m:
+                return None, None
+            self.metrics_port = int(m.group(1))
+        try:
+            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
+                                        timeout=5) as r:
+                text = r.read().decode()
+        except OSError:
+            return None, None
+        use = free = None
+        for ln in text.splitlines():
+            if ln.startswith('stoker_heap_bytes{state="in_use"}'):
+                use = float(ln.split()[-1])
+            elif ln.startswith('stoker_heap_bytes{state="free"}'):
+                free = float(ln.split()[-1])
+        if use is None or free is None:
+            return None, None
+        return int(use), int(use + free)
 
     def kill(self, timeout=10):
         """SIGKILL the process group and reap; the exit code (or None)."""
@@ -173,6 +255,7 @@ class Soak:
         self.rank_gen = {}
         self.dead_until = {}  # worker slot -> restart time
         self.events = {"worker_kills": 0, "worker_restarts": 0, "client_crashes": 0}
+        self.table = []  # (t s, Proc, {metric: value or None}) every metrics_every_s
 
     def fail(self, what):
         log("FAIL " + what)
@@ -189,30 +272,34 @@ class Soak:
         root = self.path("data")
         r = subprocess.run([self.bins["dataset"], "gen", "--out", root, "--count",
                             str(self.a.samples), "--seed", str(self.a.seed % 1000),
-                            "--layout", "tar", "--per-shard", "256", "--min-side", "40",
-                            "--max-side", "160"], capture_output=True, text=True,
+                            "--layout", "tar", "--per-shard", "256", "--min-side",
+                            str(self.a.min_side), "--max-side", str(self.a.max_side)],
+                           capture_output=True, text=True,
                            timeout=300)
         if r.returncode != 0:
             raise SystemExit("soak.py: stoker-dataset gen failed: %s" % r.stderr)
         self.root = root
         with open(self.path("job.conf"), "w") as f:
             f.write("name = soak\nsource = tar\ndataset = shards\nnum_samples = 0\n"
-                    "pipeline = train\nheight = 40\nwidth = 40\nbatch_size = %d\n"
+                    "pipeline = train\nheight = %d\nwidth = %d\nbatch_size = %d\n"
                     "world_size = 2\nepochs = 1000000\nseed = %d\n"
-                    % (self.a.batch, self.a.seed))
+                    % (self.a.size, self.a.size, self.a.batch, self.a.seed))
         self.stop_file = self.path("stop")
 
     def start_coordinator(self):
         pf = self.path("coordinator.port")
         argv = [self.bins["coordinator"], "--listen", "127.0.0.1:0", "--port-file", pf,
                 "--job", self.path("job.conf"), "--stats-interval-s", "10",
-                "--idle-timeout-s", "300"]
+                "--idle-timeout-s", "300"] + self.metrics_argv()
         self.coord = Proc("coordinator", argv, self.path("coordinator.log"))
         ALL.append(self.coord)
         self.port = wait_port(pf, self.coord, timeout=30, or_none=True)
         if not self.port:
             raise RuntimeError("coordinator did not start:\n" + self.coord.tail())
         log("coordinator pid %d on port %d" % (self.coord.pid, self.port))
+
+    def metrics_argv(self):
+        return ["--metrics-listen", "127.0.0.1:0"] if self.a.metrics_every_s > 0 else []
 
     def start_worker(self, slot):
         g = self.worker_gen.get(slot, -1) + 1
@@ -221,7 +308,10 @@ class Soak:
         pf = self.path(name + ".port")
         argv = [self.bins["worker"], "--coordinator", "127.0.0.1:%d" % self.port,
                 "--listen", "127.0.0.1:0", "--port-file", pf, "--data-root", self.root,
-                "--threads", "1", "--chunk-bytes", "16384", "--stats-interval-s", "10"]
+                "--threads", str(self.a.builders), "--stats-interval-s", "10"]
+        if self.a.chunk_bytes:
+            argv += ["--chunk-bytes", str(self.a.chunk_bytes)]
+        argv += self.metrics_argv()
         p = Proc(name, argv, self.path(name + ".log"), killable=slot != 0)
         ALL.append(p)
         self.workers[slot] = p
@@ -237,7 +327,10 @@ class Soak:
                 str(r), "--world-size", "2", "--state-file", self.path("rank%d.state" % r),
                 "--digest-file", self.path("rank%d.digest" % r), "--stop-file",
                 self.stop_file, "--data-root", self.root, "--step-ms", str(self.a.step_ms),
-                "--prefetch", "6"]
+                "--prefetch", "6", "--convert", self.a.converts[r], "--verify-every",
+                str(self.a.verify_every)]
+        if self.a.metrics_every_s > 0:
+            argv += ["--heap-every-s", str(min(10.0, self.a.metrics_every_s))]
         p = Proc(name, argv, self.path(name + ".log"), killable=True)
         ALL.append(p)
         self.ranks[r] = p
@@ -263,6 +356,16 @@ class Soak:
     def sample_all(self):
         for p in ALL:
             p.sample()
+
+    def sample_metrics(self, t):
+        """One row per live process into self.table (t: seconds into the run)."""
+        for p in [self.coord] + list(self.workers.values()) + list(self.ranks.values()):
+            if not p.alive() or not p.samples:
+                continue
+            threads, fds, anon = p.proc_counts()
+            use, held = p.heap()
+            self.table.append((t, p, {"rss": p.samples[-1][1], "anon": anon, "heap_use": use,
+                                      "heap_held": held, "fds": fds, "threads": threads}))
 
     def check_unexpected_exits(self):
         for p in list(self.workers.values()) + list(self.ranks.values()) + [self.coord]:
@@ -326,6 +429,8 @@ class Soak:
                          for _ in range(a.client_crashes))
         last_lines, last_progress = -1, time.monotonic()
         next_report = t_start + 30
+        self.t_start = t_start
+        next_metrics = t_start + (a.metrics_every_s if a.metrics_every_s > 0 else 1e18)
         while time.monotonic() < deadline:
             time.sleep(a.sample_s)
             now = time.monotonic()
@@ -337,7 +442,10 @@ class Soak:
                     del self.dead_until[slot]
                     self.start_worker(slot)
                     self.events["worker_restarts"] += 1
-            if now >= next_kill:
+            if now >= next_metrics:
+                next_metrics += a.metrics_every_s
+                self.sample_metrics(now - t_start)
+            if a.kills == "on" and now >= next_kill:
                 self.kill_worker()
                 next_kill = now + self.rng.uniform(0.5, 1.5) * a.kill_every_s
             if crashes and now >= crashes[0]:
@@ -416,7 +524,7 @@ class Soak:
                 seq = e * spe + s
                 if pos is None or seq != pos:
                     return self.fail(where + ": out of order (expected %s)" % pos)
-                if ok != "ok":
+                if ok not in ("ok", "-"):  # "-": not compared (--verify-every)
                     return self.fail(where + ": differs from the reference")
                 if seq in seen:
                     if seen[seq] != d:
@@ -441,6 +549,68 @@ class Soak:
         log("stream rank %d: epochs 0..%d, %d steps/epoch, %d batches all equal to the "
             "reference, in order; %d start(s), %d batch(es) delivered again after a crash "
             "(same digest)" % (r, stop, spe, want, starts, dups))
+
+    def check_rss_long(self):
+        """Long profile: each process that lived --min-span-s past its warm-up
+        must keep its RSS within 2 % or 2 MiB (the larger) of its value at
+        the warm-up: the largest sample within --ref-window-s of it, since
+        the periodic malloc_trim makes RSS a saw-tooth (its peaks are the
+        level to compare; a trough is not)."""
+        a = self.a
+        log("RSS (MiB) after the warm-up of %.0f s: bound max <= at-warm-up (max within %.0f s "
+            "of it) + max(%.0f %%, %d MiB)" % (a.warmup_s, a.ref_window_s, LONG_FRAC * 100,
+                                              LONG_SLACK_MIB))
+        print("  %-12s %7s %8s %9s %8s %8s %9s %7s  %s" % (
+            "process", "pid", "lived s", "at warm", "max", "end", "MiB/h", "exit", "verdict"))
+        for p in ALL:
+            t0 = max(p.started, self.t_start) + a.warmup_s
+            t1 = min(p.ended or self.end_at, self.end_at)
+            lived = (p.ended or time.monotonic()) - p.started
+            ref = [v for t, v in p.samples if abs(t - t0) <= a.ref_window_s]
+            after = [(t, v) for t, v in p.samples if t0 <= t <= t1]
+            if t1 - t0 < a.min_span_s or not ref or len(after) < 2:
+                print("  %-12s %7d %8.0f %9s %8s %8s %9s %7s  not judged (%.0f s after "
+                      "warm-up)" % (p.name, p.pid, lived, "-", "-", "-", "-", p.code,
+                                    max(0, t1 - t0)))
+                continue
+            r = max(ref)
+            top = max(v for _, v in after)
+            bound = r + max(LONG_FRAC * r, LONG_SLACK_MIB * MIB)
+            n = len(after)  # least-squares slope: growth that goes on
+            mt = sum(t for t, _ in after) / n
+            mv = sum(v for _, v in after) / n
+            var = sum((t - mt) ** 2 for t, _ in after)
+            slope = sum((t - mt) * (v - mv) for t, v in after) / var if var else 0.0
+            okk = top <= bound
+            if not okk:
+                self.fail("RSS of %s grew from %.2f to %.2f MiB after the warm-up (bound "
+                          "%.2f)" % (p.name, r / MIB, top / MIB, bound / MIB))
+            print("  %-12s %7d %8.0f %9.2f %8.2f %8.2f %9.3f %7s  %s" % (
+                p.name, p.pid, lived, r / MIB, top / MIB, after[-1][1] / MIB,
+                slope * 3600 / MIB, p.code, "flat" if okk else "GREW"), flush=True)
+
+    def report_metrics(self):
+        """The per-process table on stdout, metrics.tsv and soak.svg in the run
+        directory."""
+        if not self.table:
+            return
+        def fmt(k, v):
+            if v is None:
+                return "-"
+            return "%.2f" % (v / MIB) if k in ("rss", "anon", "heap_use", "heap_held") else str(v)
+        head = ["t_s", "process", "pid"] + [k for k, _ in METRICS]
+        print("  " + "%7s %-12s %7s %9s %9s %9s %9s %5s %7s" % tuple(head))
+        with open(self.path("metrics.tsv"), "w") as f:
+            f.write("\t".join(head) + "\n")
+            for t, p, m in self.table:
+                row = ["%.0f" % t, p.name, str(p.pid)] + [fmt(k, m[k]) for k, _ in METRICS]
+                print("  " + "%7s %-12s %7s %9s %9s %9s %9s %5s %7s" % tuple(row))
+                f.write("\t".join(row) + "\n")
+        with open(self.path("soak.svg"), "w") as f:
+            f.write(svg_plot(self.table, self.a.warmup_s, "stoker soak, seed %d, %s"
+                             % (self.a.seed, time.strftime("%Y-%m-%d %H:%M UTC",
+                                                           time.gmtime()))))
+        log("metrics: %s, plot: %s" % (self.path("metrics.tsv"), self.path("soak.svg")))
 
     def check_rss(self):
         a = self.a
@@ -472,21 +642,97 @@ class Soak:
                                                               p.code, verdict), flush=True)
 
 
+COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2",
+          "#17becf", "#7f7f7f", "#bcbd22")
+
+
+def svg_plot(table, warmup_s, title):
+    """An SVG (text) of the metrics table: one panel per metric (x: minutes,
+    y: its range over the run), one colour per process slot (w1 over its
+    restarts), one polyline per process instance; a dashed line at the
+    warm-up. Standard library only."""
+    slots = sorted({p.slot for _, p, _ in table}, key=lambda s: (s[0] != "c", s))
+    color = {s: COLORS[i % len(COLORS)] for i, s in enumerate(slots)}
+    W, H, L, R, T = 960, 190, 70, 110, 30
+    tmax = max(t for t, _, _ in table) or 1.0
+    out = ['<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" '
+           'font-family="sans-serif" font-size="11">' % (W, T + len(METRICS) * (H + 20)),
+           '<rect width="100%" height="100%" fill="white"/>',
+           '<text x="%d" y="18" font-size="14">%s</text>' % (L, title)]
+    for i, (key, label) in enumerate(METRICS):
+        y0 = T + i * (H + 20)
+        pw, ph = W - L - R, H - 30
+        vals = [m[key] for _, _, m in table if m[key] is not None]
+        lo, hi = (min(vals), max(vals)) if vals else (0, 1)
+        scale = MIB if key in ("rss", "anon", "heap_use", "heap_held") else 1
+        pad = max((hi - lo) * 0.05, scale * 0.5)
+        lo, hi = lo - pad, hi + pad
+        X = lambda t: L + pw * t / tmax  # noqa: E731
+        Y = lambda v: y0 + 10 + ph * (1 - (v - lo) / (hi - lo))  # noqa: E731
+        out.append('<rect x="%d" y="%d" width="%d" height="%d" fill="none" stroke="#999"/>'
+                   % (L, y0 + 10, pw, ph))
+        out.append('<text x="%d" y="%d">%s</text>' % (L, y0 + 6, label))
+        for v in (lo, (lo + hi) / 2, hi):
+            out.append('<text x="%d" y="%.1f" text-anchor="end">%.2f</text>'
+                       % (L - 4, Y(v) + 4, v / scale))
+        for k in range(5):
+            t = tmax * k / 4
+            out.append('<text x="%.1f" y="%d" text-anchor="middle">%.0f min</text>'
+                       % (X(t), y0 + ph + 24, t / 60))
+        if warmup_s < tmax:
+            out.append('<line x1="%.1f" y1="%d" x2="%.1f" y2="%d" stroke="#888" '
+                       'stroke-dasharray="4,3"/>' % (X(warmup_s), y0 + 10, X(warmup_s),
+                                                     y0 + 10 + ph))
+        lines = {}
+        for t, p, m in table:
+            if m[key] is not None:
+                lines.setdefault(p, []).append((t, m[key]))
+        for p, pts in lines.items():
+            pts_s = " ".join("%.1f,%.1f" % (X(t), Y(v)) for t, v in pts)
+            if len(pts) == 1:
+                out.append('<circle cx="%.1f" cy="%.1f" r="2" fill="%s"/>'
+                           % (X(pts[0][0]), Y(pts[0][1]), color[p.slot]))
+            else:
+                out.append('<polyline fill="none" stroke="%s" stroke-width="1.5" '
+                           'points="%s"/>' % (color[p.slot], pts_s))
+        for j, s in enumerate(slots):
+            out.append('<text x="%d" y="%d" fill="%s">%s</text>'
+                       % (W - R + 8, y0 + 24 + 14 * j, color[s], s))
+    out.append("</svg>")
+    return "\n".join(out) + "\n"
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     here = os.path.dirname(os.path.abspath(__file__))
     ap.add_argument("--bin-dir", default=os.path.join(here, "..", "..", "build", "rel"))
-    ap.add_argument("--minutes", type=float, default=10.0)
+    ap.add_argument("--profile", choices=sorted(PROFILES), default="short",
+                    help="short: the fault soak (the defaults below); long: the "
+                         "multi-day check (photo-sized images, full rate, metrics "
+                         "table and plot, a 2 %% / 2 MiB RSS bound)")
+    ap.add_argument("--minutes", type=float, default=None, help="short 10, long 120")
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--workers", type=int, default=3)
-    ap.add_argument("--kill-every-s", type=float, default=20.0)
-    ap.add_argument("--client-crashes", type=int, default=None)
-    ap.add_argument("--samples", type=int, default=1024, help="dataset size")
-    ap.add_argument("--batch", type=int, default=16, help="batch size per rank")
-    ap.add_argument("--step-ms", type=int, default=10, help="simulated training step")
-    ap.add_argument("--sample-s", type=float, default=0.5, help="RSS sampling period")
+    ap.add_argument("--workers", type=int, default=None, help="short 3, long 2")
+    ap.add_argument("--kills", choices=("on", "off"), default="on",
+                    help="kill workers other than w0 at random")
+    ap.add_argument("--kill-every-s", type=float, default=None, help="short 20, long 300")
+    ap.add_argument("--client-crashes", type=int, default=None,
+                    help="short: 1 per 5 minutes (at least 1), long: 0")
+    ap.add_argument("--samples", type=int, default=None, help="dataset size (1024, 512)")
+    ap.add_argument("--batch", type=int, default=None, help="batch size per rank (16, 32)")
+    ap.add_argument("--step-ms", type=int, default=None,
+                    help="simulated training step (10, long 0)")
+    ap.add_argument("--verify-every", type=int, default=None,
+                    help="compare every Nth batch with the reference (1, long 16)")
+    ap.add_argument("--sample-s", type=float, default=None,
+                    help="RSS sampling period (0.5, long 1)")
+    ap.add_argument("--metrics-every-s", type=float, default=None,
+                    help="metrics table period (short off, long 60)")
     ap.add_argument("--warmup-s", type=float, default=None,
-                    help="default: 30 s, or 10%% of the run if longer")
+                    help="short: 30 s, or 10%% of the run if longer; long: 600 s")
+    ap.add_argument("--ref-window-s", type=float, default=60.0,
+                    help="long profile: the RSS at warm-up is the largest sample within "
+                         "this many seconds of it")
     ap.add_argument("--min-span-s", type=float, default=None,
                     help="judge the RSS of a process that lived this long after warm-up "
                          "(default: a quarter of the run, at least 20 s)")
@@ -495,6 +741,9 @@ def main():
     ap.add_argument("--end-timeout-s", type=int, default=300)
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
+    for k, v in PROFILES[a.profile].items():
+        if getattr(a, k, None) is None:
+            setattr(a, k, v)
     if a.minutes <= 0 or a.minutes > 24 * 60 or not 2 <= a.workers <= 16:
         ap.error("--minutes in (0, 1440], --workers in 2..16")
     if a.seed is None:
@@ -504,16 +753,19 @@ def main():
     if a.warmup_s is None:
         a.warmup_s = max(30.0, a.minutes * 6)
     if a.min_span_s is None:
-        a.min_span_s = max(20.0, a.minutes * 15)
+        a.min_span_s = max(20.0, a.minutes * 15 if a.profile == "short"
+                           else (a.minutes * 60 - a.warmup_s) / 4)
     a.bin_dir = os.path.abspath(a.bin_dir)
     atexit.register(reap_all)
     for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
         signal.signal(s, _on_signal)
 
     soak = Soak(a)
-    log("soak: %.1f min, seed %d, %d workers, 2 ranks, a worker killed every ~%.0f s, "
-        "%d client crash(es), tmp %s" % (a.minutes, a.seed, a.workers, a.kill_every_s,
-                                         a.client_crashes, soak.tmp))
+    log("soak (%s): %.1f min, seed %d, %d workers x %d builders, 2 ranks (%s), %dx%d, "
+        "batch %d, step %d ms, worker kills %s (~%.0f s), %d client crash(es), warm-up "
+        "%.0f s, tmp %s" % (a.profile, a.minutes, a.seed, a.workers, a.builders,
+                            "/".join(a.converts), a.size, a.size, a.batch, a.step_ms,
+                            a.kills, a.kill_every_s, a.client_crashes, a.warmup_s, soak.tmp))
     try:
         soak.run()
     except RuntimeError as e:
@@ -523,14 +775,20 @@ def main():
     if hasattr(soak, "stop_epoch"):  # the run got to its stop: check what arrived
         for r in range(2):
             soak.check_stream(r)
+    soak.report_metrics()
     if hasattr(soak, "end_at"):
-        soak.check_rss()
+        if a.profile == "long":
+            soak.check_rss_long()
+        else:
+            soak.check_rss()
     for p in ALL:
         if p.name.startswith("rank") and p.code == 0:
             for ln in p.tail().splitlines():
                 if ln.startswith("summary"):
                     print("  " + ln)
-    if soak.fails or a.keep:
+    if soak.fails or a.keep or a.profile == "long":
+        if a.profile == "long":  # the dataset is regenerated from the seed
+            shutil.rmtree(soak.path("data"), ignore_errors=True)
         print("soak.py: logs kept in %s" % soak.tmp)
     else:
         shutil.rmtree(soak.tmp, ignore_errors=True)
