@@ -42,7 +42,8 @@ typedef struct jerr {
 static void on_error(j_common_ptr c) { longjmp(((jerr *)c->err)->jb, 1); }
 static void on_message(j_common_ptr c, int level) {
   /* a warning means corrupt data: refuse to transcode such a file */
-  if (level < 0 && c->err->msg_code != JWRN_EXTRANEOUS_DATA) longjmp(((jerr *)c->err)->jb, 1);
+  if (level < 0 && c->err->msg_code != JWRN_EXTRANEOUS_DATA)
+    longjmp(((jerr *)c->err)->jb, 1);
 }
 
 static int read_file(const char *path, uint8_t **data, size_t *len) {
@@ -112,8 +113,8 @@ unsigned stk__prepare_interval(unsigned mcus_per_row, unsigned max_interval) {
   return mcus_per_row;
 }
 
-int stk__prepare_jpeg(const uint8_t *in, size_t inlen, unsigned max_interval, uint8_t **out,
-                      size_t *outlen) {
+int stk__prepare_jpeg(const uint8_t *in, size_t inlen, unsigned max_interval,
+                      uint8_t **out, size_t *outlen) {
   struct jpeg_decompress_struct s;
   struct jpeg_compress_struct d;
   jerr es, ed;
@@ -307,11 +308,12 @@ static void progress(job *j, int final) {
           "%.1f MB -> %.1f MB%s",
           atomic_load(&j->done), j->n, atomic_load(&j->transcoded), atomic_load(&j->kept),
           atomic_load(&j->copied), atomic_load(&j->failed),
-          (double)atomic_load(&j->bytes_in) / 1e6, (double)atomic_load(&j->bytes_out) / 1e6,
-          final ? "\n" : "");
+          (double)atomic_load(&j->bytes_in) / 1e6,
+          (double)atomic_load(&j->bytes_out) / 1e6, final ? "\n" : "");
 }
 
-int stk__prepare_dir(const char *src, const char *dst, unsigned interval, unsigned threads) {
+int stk__prepare_dir(const char *src, const char *dst, unsigned interval,
+                     unsigned threads) {
   job j;
   memset(&j, 0, sizeof(j));
   j.src = src, j.dst = dst, j.interval = interval ? interval : 8;

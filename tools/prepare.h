@@ -18,8 +18,8 @@ unsigned stk__prepare_interval(unsigned mcus_per_row, unsigned max_interval);
  * optimized Huffman tables, APPn/COM kept) with a restart interval from
  * stk__prepare_interval. *out is malloc'd (the caller frees). 0, or -1
  * when libjpeg refuses the file or warns about corrupt data. */
-int stk__prepare_jpeg(const uint8_t *in, size_t inlen, unsigned max_interval, uint8_t **out,
-                      size_t *outlen);
+int stk__prepare_jpeg(const uint8_t *in, size_t inlen, unsigned max_interval,
+                      uint8_t **out, size_t *outlen);
 
 /* Prepare every file under src into dst (same relative paths) with
  * `threads` threads: JPEGs transcoded and verified (the output decodes
@@ -27,6 +27,7 @@ int stk__prepare_jpeg(const uint8_t *in, size_t inlen, unsigned max_interval, ui
  * verify are kept. Writes dst/.stoker-prepared. Prints a progress line
  * and errors to stderr. 0, or -1 when a file could not be read or
  * written. */
-int stk__prepare_dir(const char *src, const char *dst, unsigned interval, unsigned threads);
+int stk__prepare_dir(const char *src, const char *dst, unsigned interval,
+                     unsigned threads);
 
 #endif
