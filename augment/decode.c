@@ -503,8 +503,15 @@ static int decode_cut(stk__decoder *d, int x0, int x1, int y0, int y1, stk__roi 
   c->out_color_space = out, c->dct_method = dct, c->do_fancy_upsampling = fancy;
   c->scale_num = num, c->scale_denom = den;
   jpeg_start_decompress(c);
-  int ox0 = (int)X0 * s / 8, oy0 = (int)Y0 * s / 8;
-  if (ox0 > x0 || ox0 + (int)c->output_width < x1 || oy0 + (int)c->output_height < y1) {
+  int ox0 = (int)X0 * s / 8, oy0 = (int)Y0 * s / 8, sw0 = (int)c->output_width;
+  /* the intervals' extra columns are Huffman-decoded, not transformed */
+  int lx0 = x0 - ctx - ox0 < 0 ? 0 : x0 - ctx - ox0;
+  int lx1 = x1 + ctx - ox0 > sw0 ? sw0 : x1 + ctx - ox0;
+  JDIMENSION xoff = (JDIMENSION)lx0, cw = (JDIMENSION)(lx1 - lx0);
+  if (lx1 > lx0 && (xoff != 0 || cw != c->output_width))
+    jpeg_crop_scanline(c, &xoff, &cw);
+  int hx0 = ox0 + (int)xoff;
+  if (hx0 > x0 || hx0 + (int)c->output_width < x1 || oy0 + (int)c->output_height < y1) {
     snprintf(d->msg, sizeof(d->msg), "restart-interval cut left the region");
     return fail(d, STK_INTERNAL, why, whylen);
   }
@@ -513,7 +520,7 @@ static int decode_cut(stk__decoder *d, int x0, int x1, int y0, int y1, stk__roi 
   int rc = room(d, (size_t)c->output_width * comps, rows, why, whylen);
   if (rc) return rc;
   if ((rc = read_rows(d, y0 - oy0, y1 - oy0, 0))) return fail(d, rc, why, whylen);
-  keep_columns(d, c->output_width, ox0, x0, x1, rows, comps);
+  keep_columns(d, c->output_width, hx0, x0, x1, rows, comps);
   roi->px = d->buf;
   roi->w = (uint32_t)(x1 - x0);
   roi->h = (uint32_t)rows;
