@@ -1,5 +1,5 @@
 /* prepare.c - `stoker-dataset prepare`: a lossless transcode of an
- * ImageFolder dataset into the same layout with JPEG restart markers every
+ * ImageFolder or tar-shard dataset into the same layout with JPEG restart markers every
  * few MCUs, so the worker can cut the part of the entropy-coded data a
  * crop needs (augment/decode.c) instead of Huffman-decoding the whole
  * image above and beside it.
@@ -12,8 +12,10 @@
  * divides the MCUs per row (N >= 2 unless max_interval is 1), else a whole
  * row. Every output is decoded and compared with its input's pixels before
  * it is renamed into place; files that are not JPEG, or that libjpeg
- * cannot transcode, are copied unchanged. An output that exists and
- * decodes to its input's pixels is kept (the run resumes). Not a library:
+ * cannot transcode, are copied unchanged. In `*.tar` shards the .jpg/.jpeg
+ * members are transcoded the same way, members kept in order with their
+ * headers (but for the size). An output that exists and decodes to its
+ * input's pixels is kept (the run resumes). Not a library:
  * errors go to stderr.
  */
 #include <dirent.h>
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <strings.h>
 #include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
@@ -252,7 +255,146 @@ static int is_jpeg(const uint8_t *p, size_t n) {
   return n >= 3 && p[0] == 0xFF && p[1] == 0xD8 && p[2] == 0xFF;
 }
 
+/* ---- tar shards --------------------------------------------------------- */
+
+static int tar_name(const char *rel) {
+  size_t n = strlen(rel);
+  return n > 4 && !strcmp(rel + n - 4, ".tar");
+}
+
+/* Read one 512-byte header and its data (malloc'd into *data) from f:
+ * 1 with a member, 0 at the end (zero block or EOF), -1 on a damaged or
+ * unsupported header. */
+static int tar_next(FILE *f, uint8_t h[512], uint8_t **data, size_t *len) {
+  *data = NULL;
+  size_t got = fread(h, 1, 512, f);
+  if (got == 0) return 0;
+  if (got != 512) return -1;
+  int zero = 1;
+  for (int i = 0; i < 512 && zero; i++) zero = h[i] == 0;
+  if (zero) return 0;
+  if (h[124] & 0x80) return -1; /* base-256 sizes: not written by tar for < 8 GiB */
+  char oct[13];
+  memcpy(oct, h + 124, 12);
+  oct[12] = 0;
+  char *end;
+  unsigned long long sz = strtoull(oct, &end, 8);
+  if (end == oct || sz > (1ull << 33)) return -1;
+  size_t padded = (size_t)(sz + 511) / 512 * 512;
+  *data = malloc(padded ? padded : 1);
+  if (!*data || fread(*data, 1, padded, f) != padded) {
+    free(*data), *data = NULL;
+    return -1;
+  }
+  *len = (size_t)sz;
+  return 1;
+}
+
+/* Write header h with size len (checksum recomputed) and data, padded. */
+static int tar_put(FILE *f, uint8_t h[512], const uint8_t *data, size_t len) {
+  snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)len);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++) sum += h[i];
+  snprintf((char *)h + 148, 8, "%06o", sum);
+  h[155] = ' ';
+  static const uint8_t zero[512];
+  size_t pad = (512 - len % 512) % 512;
+  return fwrite(h, 1, 512, f) == 512 && fwrite(data, 1, len, f) == len &&
+                 fwrite(zero, 1, pad, f) == pad
+             ? 0
+             : -1;
+}
+
+/* A regular member whose name ends in .jpg/.jpeg (any case). */
+static int tar_jpeg_member(const uint8_t h[512]) {
+  char name[101];
+  memcpy(name, h, 100);
+  name[100] = 0;
+  size_t n = strlen(name);
+  if (h[156] != '0' && h[156] != 0) return 0;
+  return (n > 4 && !strcasecmp(name + n - 4, ".jpg")) ||
+         (n > 5 && !strcasecmp(name + n - 5, ".jpeg"));
+}
+
+/* dst (if it exists) holds src's members in order, each JPEG member
+ * decoding to the same pixels and the rest identical. */
+static int tar_verify(const char *sp, const char *dp) {
+  FILE *a = fopen(sp, "rb"), *b = fopen(dp, "rb");
+  int ok = a && b;
+  while (ok) {
+    uint8_t ha[512], hb[512], *da, *db;
+    size_t la = 0, lb = 0;
+    int ra = tar_next(a, ha, &da, &la), rb = tar_next(b, hb, &db, &lb);
+    ok = ra == rb && ra >= 0;
+    if (ok && ra == 1) {
+      ok = !memcmp(ha, hb, 100) && ha[156] == hb[156];
+      if (ok && tar_jpeg_member(ha) && is_jpeg(da, la))
+        ok = same_pixels(da, la, db, lb) || (la == lb && !memcmp(da, db, la));
+      else if (ok) ok = la == lb && !memcmp(da, db, la);
+    }
+    free(da), free(db);
+    if (ra != 1) break;
+  }
+  if (a) fclose(a);
+  if (b) fclose(b);
+  return ok;
+}
+
+/* Transcode the JPEG members of tar sp into dp (via a temp file):
+ * members in the same order, headers kept but for their size. 0 or -1. */
+static int tar_prepare(job *j, const char *sp, const char *dp) {
+  char tmp[PATH_MAX + 340];
+  snprintf(tmp, sizeof(tmp), "%s.tmp%ld", dp, (long)getpid());
+  FILE *in = fopen(sp, "rb"), *out = fopen(tmp, "wb");
+  int rc = in && out ? 0 : -1;
+  while (rc == 0) {
+    uint8_t h[512], *d = NULL, *t = NULL;
+    size_t len = 0, tlen = 0;
+    int r = tar_next(in, h, &d, &len);
+    if (r < 0) rc = -1;
+    if (r != 1) break;
+    const uint8_t *w = d;
+    size_t wlen = len;
+    if (tar_jpeg_member(h) && is_jpeg(d, len) &&
+        stk__prepare_jpeg(d, len, j->interval, &t, &tlen) == 0 &&
+        same_pixels(d, len, t, tlen))
+      w = t, wlen = tlen;
+    rc = tar_put(out, h, w, wlen);
+    free(d), free(t);
+  }
+  static const uint8_t zero[1024];
+  if (rc == 0 && fwrite(zero, 1, sizeof(zero), out) != sizeof(zero)) rc = -1;
+  if (in) fclose(in);
+  if (out && fclose(out)) rc = -1;
+  if (rc == 0 && rename(tmp, dp)) rc = -1;
+  if (rc) unlink(tmp);
+  return rc;
+}
+
+static void one_tar(job *j, const char *rel) {
+  char sp[PATH_MAX + 300], dp[PATH_MAX + 300];
+  snprintf(sp, sizeof(sp), "%s/%s", j->src, rel);
+  snprintf(dp, sizeof(dp), "%s/%s", j->dst, rel);
+  struct stat st;
+  if (stat(sp, &st) == 0) atomic_fetch_add(&j->bytes_in, (uint64_t)st.st_size);
+  if (access(dp, F_OK) == 0 && tar_verify(sp, dp)) {
+    atomic_fetch_add(&j->kept, 1);
+  } else if (mkdirs_for(dp) || tar_prepare(j, sp, dp)) {
+    fprintf(stderr, "\nstoker-dataset prepare: %s: cannot transcode into %s\n", sp, dp);
+    atomic_fetch_add(&j->failed, 1);
+    return;
+  } else {
+    atomic_fetch_add(&j->transcoded, 1);
+  }
+  if (stat(dp, &st) == 0) atomic_fetch_add(&j->bytes_out, (uint64_t)st.st_size);
+}
+
 static void one_file(job *j, const char *rel) {
+  if (tar_name(rel)) {
+    one_tar(j, rel);
+    return;
+  }
   char sp[PATH_MAX + 300], dp[PATH_MAX + 300];
   snprintf(sp, sizeof(sp), "%s/%s", j->src, rel);
   snprintf(dp, sizeof(dp), "%s/%s", j->dst, rel);

@@ -1,5 +1,5 @@
 /* prepare.h - `stoker-dataset prepare` (prepare.c): the lossless transcode
- * of an ImageFolder dataset's JPEGs into files with restart markers every
+ * of an ImageFolder's or tar shards' JPEGs into files with restart markers every
  * few MCUs, which the worker's region decode cuts at. Not thread-safe per
  * call, but calls may run in parallel (no shared state).
  */
@@ -22,8 +22,9 @@ int stk__prepare_jpeg(const uint8_t *in, size_t inlen, unsigned max_interval,
                       uint8_t **out, size_t *outlen);
 
 /* Prepare every file under src into dst (same relative paths) with
- * `threads` threads: JPEGs transcoded and verified (the output decodes
- * to the input's pixels), other files copied; outputs that exist and
+ * `threads` threads: JPEGs, and the JPEG members of *.tar shards,
+ * transcoded and verified (the output decodes to the input's pixels),
+ * other files copied; outputs that exist and
  * verify are kept. Writes dst/.stoker-prepared. Prints a progress line
  * and errors to stderr. 0, or -1 when a file could not be read or
  * written. */

@@ -32,7 +32,8 @@ static const char *index_help =
 
 static const char *prepare_help =
     "usage: stoker-dataset prepare SRC DST [--interval N] [--threads T]\n"
-    "Copies the ImageFolder dataset SRC to DST with every JPEG transcoded\n"
+    "Copies the ImageFolder or tar-shard dataset SRC to DST with every JPEG\n"
+    "(files, and .jpg members of *.tar shards) transcoded\n"
     "losslessly (same DCT coefficients; progressive files become sequential)\n"
     "with restart markers every N MCUs, N <= 8 (--interval: the most) dividing\n"
     "the MCUs per row, else one per MCU row, so workers decode only the part\n"
@@ -272,7 +273,7 @@ int main(int argc, char **argv) {
       "usage: stoker-dataset gen|index|prepare|tokens|tokens-check|tokens-dump [--help]\n"
       "  gen           write a procedural JPEG dataset (ImageFolder and tar shards)\n"
       "  index         build the index cache of a tar shard directory\n"
-      "  prepare       copy an ImageFolder with restart markers in its JPEGs (lossless)\n"
+      "  prepare       copy a dataset with restart markers in its JPEGs (lossless)\n"
       "  tokens        write a Megatron .bin/.idx token dataset (text or synthetic)\n"
       "  tokens-check  check a .bin/.idx pair with the worker's parser\n"
       "  tokens-dump   print the samples of a token job as a worker builds them\n",
