@@ -223,8 +223,10 @@ static void test_roi_exact(void) {
 static uint8_t *batches(const char *ds_name, int named, const char *chain,
                         uint64_t epochs, size_t *len) {
   stk_job_spec s;
-  tu_spec(&s, STK_SOURCE_IMAGEFOLDER, ds_name, named, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, 8,
-          64);
+  int tar = strstr(ds_name, "shards") != NULL;
+  tu_spec(&s, tar ? STK_SOURCE_TAR : STK_SOURCE_IMAGEFOLDER, ds_name, named,
+          STK_DTYPE_UINT8, STK_LAYOUT_NHWC, 8, 64);
+  if (tar) s.num_classes = 4;
   s.epochs = (uint32_t)epochs;
   char err[512];
   if (chain) s.resize = 256; /* the default: a chain gives its own sizes */
