@@ -3,13 +3,16 @@
  * benchmarks); `index` builds the tar index cache of a shard directory so
  * workers start without scanning; `tokens`, `tokens-check` and
  * `tokens-dump` write, check and read back Megatron .bin/.idx token
- * datasets. A thin command line over gen.c, tokens.c and stk_tar_index.
+ * datasets; `prepare` transcodes an ImageFolder's JPEGs losslessly with
+ * restart markers. A thin command line over gen.c, tokens.c, prepare.c and
+ * stk_tar_index.
  */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "gen.h"
+#include "prepare.h"
 #include "stoker/augment.h"
 #include "tokens.h"
 
@@ -26,6 +29,17 @@ static const char *index_help =
     "usage: stoker-dataset index DIR\n"
     "Builds DIR/.stoker-index, the sample index of the *.tar shards in DIR\n"
     "(workers rebuild it themselves when it is missing or stale).\n";
+
+static const char *prepare_help =
+    "usage: stoker-dataset prepare SRC DST [--interval N] [--threads T]\n"
+    "Copies the ImageFolder or tar-shard dataset SRC to DST with every JPEG\n"
+    "(files, and .jpg members of *.tar shards) transcoded\n"
+    "losslessly (same DCT coefficients; progressive files become sequential)\n"
+    "with restart markers every N MCUs, N <= 8 (--interval: the most) dividing\n"
+    "the MCUs per row, else one per MCU row, so workers decode only the part\n"
+    "of a file a crop needs. Each output is checked to decode to its input's\n"
+    "pixels; other files are copied unchanged. Outputs that exist and check\n"
+    "out are kept, so an interrupted run resumes. T threads (default 2).\n";
 
 static int parse_u64(const char *s, unsigned long long *v) {
   char *end;
@@ -82,6 +96,32 @@ static int cmd_gen(int argc, char **argv) {
   return 0;
 usage:
   fputs(gen_help, stderr);
+  return 2;
+}
+
+static int cmd_prepare(int argc, char **argv) {
+  const char *src = NULL, *dst = NULL;
+  unsigned long long interval = 8, threads = 2;
+  for (int i = 1; i < argc; i++) {
+    const char *a = argv[i], *val = i + 1 < argc ? argv[i + 1] : NULL;
+    if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+      fputs(prepare_help, stdout);
+      return 0;
+    }
+    if (!strcmp(a, "--interval")) {
+      if (!val || parse_u64(val, &interval) || !interval || interval > 64) goto usage;
+      i++;
+    } else if (!strcmp(a, "--threads")) {
+      if (!val || parse_u64(val, &threads) || !threads || threads > 256) goto usage;
+      i++;
+    } else if (!src) src = a;
+    else if (!dst) dst = a;
+    else goto usage;
+  }
+  if (!src || !dst) goto usage;
+  return stk__prepare_dir(src, dst, (unsigned)interval, (unsigned)threads) ? 1 : 0;
+usage:
+  fputs(prepare_help, stderr);
   return 2;
 }
 
@@ -220,6 +260,7 @@ usage:
 
 int main(int argc, char **argv) {
   if (argc >= 2 && !strcmp(argv[1], "gen")) return cmd_gen(argc - 1, argv + 1);
+  if (argc >= 2 && !strcmp(argv[1], "prepare")) return cmd_prepare(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "index")) return cmd_index(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "tokens")) return cmd_tokens(argc - 1, argv + 1);
   if (argc >= 2 && !strcmp(argv[1], "tokens-check"))
@@ -229,9 +270,10 @@ int main(int argc, char **argv) {
   FILE *f = argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) ? stdout
                                                                                 : stderr;
   fputs(
-      "usage: stoker-dataset gen|index|tokens|tokens-check|tokens-dump [--help]\n"
+      "usage: stoker-dataset gen|index|prepare|tokens|tokens-check|tokens-dump [--help]\n"
       "  gen           write a procedural JPEG dataset (ImageFolder and tar shards)\n"
       "  index         build the index cache of a tar shard directory\n"
+      "  prepare       copy a dataset with restart markers in its JPEGs (lossless)\n"
       "  tokens        write a Megatron .bin/.idx token dataset (text or synthetic)\n"
       "  tokens-check  check a .bin/.idx pair with the worker's parser\n"
       "  tokens-dump   print the samples of a token job as a worker builds them\n",

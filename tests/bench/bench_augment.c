@@ -12,6 +12,10 @@
  * ratios and medians are printed. --worker adds a real stoker-worker with
  * 1 and 2 builder threads (alternating) serving the same pipeline to
  * libstoker in this process: images/s and the scaling from 1 to 2.
+ * --prepared PDIR adds the pipeline over PDIR, the same dataset after
+ * `stoker-dataset prepare` (restart markers: the region decode cuts the
+ * intervals a crop needs), in the same alternation; its ratio is against
+ * the full decode of the original files.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -53,6 +57,9 @@ static const char *help =
     "  --batch B     samples per batch (default 32)\n"
     "  --rounds R    alternating rounds (default 3, at most 15)\n"
     "  --no-torch    skip torchvision\n"
+    "  --prepared PDIR  also the pipeline over PDIR, DIR after `stoker-dataset\n"
+    "                prepare` (same files, restart markers), against the full\n"
+    "                decode of DIR's files\n"
     "  --worker      also a real stoker-worker with --threads 1 and 2,\n"
     "                alternating R rounds each, serving the pipeline with uint8\n"
     "                output to libstoker here: images/s (wall) and 2 / 1 threads\n"
@@ -179,7 +186,7 @@ out:
 }
 
 int bench_augment_main(int argc, char **argv) {
-  const char *dir = NULL, *bindir = NULL;
+  const char *dir = NULL, *bindir = NULL, *pdir = NULL;
   size_t nimg = 1000;
   uint32_t B = 32;
   int torch = 1, rounds = 3, worker = 0;
@@ -193,6 +200,7 @@ int bench_augment_main(int argc, char **argv) {
       B = (uint32_t)strtoul(argv[++i], NULL, 10);
     else if (!strcmp(argv[i], "--rounds") && i + 1 < argc) rounds = atoi(argv[++i]);
     else if (!strcmp(argv[i], "--bindir") && i + 1 < argc) bindir = argv[++i];
+    else if (!strcmp(argv[i], "--prepared") && i + 1 < argc) pdir = argv[++i];
     else if (!strcmp(argv[i], "--no-torch")) torch = 0;
     else if (!strcmp(argv[i], "--worker")) worker = 1;
     else if (!dir && argv[i][0] != '-') dir = argv[i];
@@ -241,6 +249,32 @@ int bench_augment_main(int argc, char **argv) {
     return 1;
   }
   uint64_t n = stk_dataset_size(ds);
+  /* the prepared copy: a dataset of its own under its parent directory */
+  stk_dataset *pds = NULL;
+  stk_builder *pb = NULL, *pb8 = NULL;
+  stk_job_spec ps = s, ps8 = s8;
+  if (pdir) {
+    char preal[PATH_MAX], pparent[PATH_MAX], pbase[PATH_MAX];
+    if (!realpath(pdir, preal)) {
+      perror(pdir);
+      return 1;
+    }
+    snprintf(pparent, sizeof(pparent), "%s", preal);
+    snprintf(pbase, sizeof(pbase), "%s", preal);
+    snprintf(ps.dataset, sizeof(ps.dataset), "%s", basename(pbase));
+    snprintf(ps8.dataset, sizeof(ps8.dataset), "%s", ps.dataset);
+    if (stk_dataset_open(&ps, dirname(pparent), NULL, &pds, err, sizeof(err)) ||
+        stk_builder_create(pds, &ps, &pb, err, sizeof(err)) ||
+        stk_builder_create(pds, &ps8, &pb8, err, sizeof(err))) {
+      fprintf(stderr, "stoker-bench augment: %s: %s\n", pdir, err);
+      return 1;
+    }
+    if (stk_dataset_size(pds) != n) {
+      fprintf(stderr, "stoker-bench augment: %s has %llu samples, %s %llu\n", pdir,
+              (unsigned long long)stk_dataset_size(pds), dir, (unsigned long long)n);
+      return 1;
+    }
+  }
   uint64_t steps = nimg / B ? nimg / B : 1;
   if (steps > stk_steps_per_epoch(&s, n)) steps = stk_steps_per_epoch(&s, n);
   char **paths;
@@ -282,6 +316,8 @@ int bench_augment_main(int argc, char **argv) {
   stk_build_info info;
   stk_builder_build(b, 0, 0, 0, buf, L.total_bytes, &info);
   stk_builder_build(b8, 0, 0, 0, buf, L.total_bytes, &info);
+  if (pb) stk_builder_build(pb, 0, 0, 0, buf, L.total_bytes, &info);
+  if (pb8) stk_builder_build(pb8, 0, 0, 0, buf, L.total_bytes, &info);
 
   printf(
       "stoker-bench augment: %s, %llu samples; %zu images per round (%llu batches of "
@@ -289,7 +325,9 @@ int bench_augment_main(int argc, char **argv) {
       real, (unsigned long long)n, nsel, (unsigned long long)steps, B, rounds);
   printf("images/s per CPU second of one thread (wall-clock rate in brackets):\n");
   double ours[MAX_ROUNDS], full[MAX_ROUNDS], tv[MAX_ROUNDS], rf[MAX_ROUNDS],
-      rt[MAX_ROUNDS], ours8[MAX_ROUNDS], rf8[MAX_ROUNDS], rt8[MAX_ROUNDS];
+      rt[MAX_ROUNDS], ours8[MAX_ROUNDS], rf8[MAX_ROUNDS], rt8[MAX_ROUNDS],
+      prep[MAX_ROUNDS], prep8[MAX_ROUNDS], rp[MAX_ROUNDS], rp8[MAX_ROUNDS],
+      rpo[MAX_ROUNDS];
   uint64_t subst = 0;
   int have_tv = torch;
   for (int r = 0; r < rounds; r++) {
@@ -297,6 +335,12 @@ int bench_augment_main(int argc, char **argv) {
     ours[r] = pipeline_round(b, steps, B, buf, L.total_bytes, &ow, &subst);
     ours8[r] = pipeline_round(b8, steps, B, buf, L.total_bytes, &ow8, &subst);
     if (ours[r] < 0 || ours8[r] < 0) return 1;
+    double pw = 0, pw8 = 0;
+    if (pb) {
+      prep[r] = pipeline_round(pb, steps, B, buf, L.total_bytes, &pw, &subst);
+      prep8[r] = pipeline_round(pb8, steps, B, buf, L.total_bytes, &pw8, &subst);
+      if (prep[r] < 0 || prep8[r] < 0) return 1;
+    }
     full[r] = full_decode(real, sel, nsel);
     fw = last_wall_rate;
     tv[r] = have_tv ? torch_round(list, &tw) : 0;
@@ -307,6 +351,11 @@ int bench_augment_main(int argc, char **argv) {
     rt8[r] = have_tv ? ours8[r] / tv[r] : 0;
     printf("  round %d: stoker %7.1f (%.1f) | u8 %7.1f (%.1f) | full decode %7.1f (%.1f)",
            r + 1, ours[r], ow, ours8[r], ow8, full[r], fw);
+    if (pb) {
+      rp[r] = prep[r] / full[r], rp8[r] = prep8[r] / full[r], rpo[r] = prep[r] / ours[r];
+      printf(" | prepared %7.1f (%.1f) u8 %7.1f (%.1f) | prepared/full %.2fx (u8 %.2fx)",
+             prep[r], pw, prep8[r], pw8, rp[r], rp8[r]);
+    }
     if (have_tv) printf(" | torchvision %6.1f (%.1f)", tv[r], tw);
     printf(" | stoker/full %.2fx (u8 %.2fx)", rf[r], rf8[r]);
     if (have_tv) printf(", stoker/torchvision %.2fx (u8 %.2fx)", rt[r], rt8[r]);
@@ -316,6 +365,9 @@ int bench_augment_main(int argc, char **argv) {
   stk_builder_destroy(b);
   stk_builder_destroy(b8);
   stk_dataset_close(ds);
+  stk_builder_destroy(pb);
+  stk_builder_destroy(pb8);
+  if (pds) stk_dataset_close(pds);
   free(buf);
   printf("median of %d rounds [%llu substituted, %s]:\n", rounds,
          (unsigned long long)subst, io == 2 ? "io_uring" : "pread");
@@ -336,6 +388,15 @@ int bench_augment_main(int argc, char **argv) {
       bu_median(ours, rounds) / bu_median(full, rounds), bu_median(rf, rounds));
   printf("  uint8 output:               %.2fx (per-round %.2fx)\n",
          bu_median(ours8, rounds) / bu_median(full, rounds), bu_median(rf8, rounds));
+  if (pb) {
+    printf("  stoker on the prepared files, f32: %8.1f, uint8: %8.1f\n",
+           bu_median(prep, rounds), bu_median(prep8, rounds));
+    printf(
+        "ratio stoker on prepared files / full decode of the originals: %.2fx (per-round "
+        "%.2fx; u8 %.2fx); prepared / original files %.2fx\n",
+        bu_median(prep, rounds) / bu_median(full, rounds), bu_median(rp, rounds),
+        bu_median(rp8, rounds), bu_median(rpo, rounds));
+  }
   if (have_tv) {
     printf(
         "ratio stoker / torchvision:  %.2fx (median of the per-round ratios %.2fx; "

@@ -8,7 +8,9 @@
  * accesses. One builder builds several different addresses of both
  * pipelines, through pread (valgrind does not model io_uring's writes), and
  * every output byte is handed to write(2) so an uninitialised byte in a
- * batch is reported too.
+ * batch is reported too. The same over the dataset's copy made by
+ * `stoker-dataset prepare` (restart markers: the region decode cuts the
+ * intervals it needs into a smaller JPEG).
  */
 #include <fcntl.h>
 #include <stdio.h>
@@ -18,11 +20,12 @@
 
 #include "check.h"
 #include "gen.h"
+#include "prepare.h"
 #include "util.h"
 
-static void run(const char *root, int pipeline) {
+static void run(const char *root, const char *dataset, int pipeline) {
   stk_job_spec s;
-  tu_spec(&s, STK_SOURCE_IMAGEFOLDER, "imagefolder", pipeline, STK_DTYPE_FLOAT32,
+  tu_spec(&s, STK_SOURCE_IMAGEFOLDER, dataset, pipeline, STK_DTYPE_FLOAT32,
           STK_LAYOUT_NCHW, 4, 64);
   s.world_size = 2;
   stk_limits lim;
@@ -62,8 +65,14 @@ int main(void) {
   o.min_side = 120, o.max_side = 320; /* small: valgrind is slow */
   char err[256];
   CHECK(stk__gen_dataset(&o, err, sizeof err) == 0);
-  run(root, STK_PIPELINE_TRAIN);
-  run(root, STK_PIPELINE_EVAL);
+  run(root, "imagefolder", STK_PIPELINE_TRAIN);
+  run(root, "imagefolder", STK_PIPELINE_EVAL);
+  char src[600], dst[600];
+  snprintf(src, sizeof src, "%s/imagefolder", root);
+  snprintf(dst, sizeof dst, "%s/prepared", root);
+  CHECK(stk__prepare_dir(src, dst, 8, 1) == 0);
+  run(root, "prepared", STK_PIPELINE_TRAIN);
+  run(root, "prepared", STK_PIPELINE_EVAL);
   tu_rmtree(root);
   CHECK_DONE();
 }
