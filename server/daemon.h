@@ -149,9 +149,14 @@ int stk__host_of(const char *hostport, char *out, size_t len);
  * 0 no (resolved to the text of
  * up to four addresses in resolved, for the message), -1 when the host
  * does not resolve or either text is malformed (reason in resolved). A
- * peer that is no IP (a unix socket) matches any host. May block on DNS
- * (getaddrinfo); thread-safe. */
-int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len);
+ * peer that is no IP (a unix socket) matches any host. On 1, numeric (may
+ * be NULL) gets the matching address with addr's port in numeric form
+ * ("10.0.0.5:7000", "[fd00::5]:7000"; addr itself when the peer is no
+ * IP): what clients dial, so they reach the address that was checked
+ * without resolving the name again. May block on DNS (getaddrinfo): call
+ * it off the serving threads; thread-safe. */
+int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len,
+                      char *numeric, size_t nlen);
 
 /* The bearer token of a daemon or CLI command, per stk__token_resolve
  * (common/secret.h): token (--token), else token_file (--token-file),

@@ -220,6 +220,11 @@ int main(int argc, char **argv) {
     goto out;
   }
   publish_tick(stk__now_ms()); /* the first version (empty) before any join */
+  if (resolver_start((int)opt.resolve_threads, opt.resolve_timeout_ms)) {
+    LOG_ERROR("cannot start the resolver threads");
+    code = EXIT_FAIL;
+    goto out;
+  }
   stk__rpc_server *srv = NULL;
   if (start_server(&srv, err, sizeof(err))) {
     LOG_ERROR("%s", err);
@@ -247,6 +252,7 @@ out:
   free(C.expect);
   for (uint32_t i = 0; C.classes && i < C.nclasses; i++) free(C.classes[i]);
   free(C.classes);
+  resolver_stop(); /* after the server: no session holds a check */
   journal_close();
   publish_free();
   tickets_free();

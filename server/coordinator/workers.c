@@ -37,31 +37,86 @@ static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) 
   return m->hello;
 }
 
-/* Clients dial the address a worker advertises, so a worker (or anyone
- * with a worker token) must not send them elsewhere: its host must
- * resolve to the address the session comes from. 0, or -1 when the call
- * was refused (FAILED_PRECONDITION: final for the worker). A DNS lookup
- * on this serving thread, once per session. */
-static int advertised_check(stk__rpc_call *call, const cworker *w) {
-  char res[200], msg[3200], id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], peer[300];
-  const char *p = stk__rpc_call_peer(call);
-  int m = stk__host_is_peer(w->address, p, res, sizeof(res));
-  if (m == 1) return 0;
-  stk__escape(id, sizeof(id), w->id);
-  stk__escape(addr, sizeof(addr), w->address);
-  stk__escape(peer, sizeof(peer), p);
-  snprintf(msg, sizeof(msg),
-           "advertised address %s is not the host the session comes from (%s; %s%s): "
-           "fix the worker's --advertise, or run the coordinator with "
-           "--trust-worker-addresses (NAT, proxies); worker %s",
-           addr, peer, m == 0 ? "it resolves to " : "", res, id);
-  LOG_WARN("refusing: %s", msg);
-  stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-  return -1;
+/* The rest of the first hello, once the worker's address is settled:
+ * mint its ticket and send the job. 0, or -1 when the call was refused.
+ * From a callback of the session, or from the check's answer (its phase
+ * still WS_CHECKING, under the resolver's lock). */
+static int send_job(stk__rpc_call *call, cworker *w, int checking) {
+  if (ticket_for(w->id, w->address, w->ticket)) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
+    return -1;
+  }
+  pthread_mutex_lock(&C.mu);
+  int rc = 0;
+  if (!checking || w->phase == WS_CHECKING) { /* else it ended meanwhile */
+    w->ack_hash = C.hash;
+    w->phase = WS_HELLO2;
+    rc = send_ack(call, C.canonical, C.hash, w->ticket);
+    if (rc) w->phase = WS_OVER;
+  }
+  pthread_mutex_unlock(&C.mu);
+  return rc;
 }
 
-/* The first hello: check it, fill the worker's entry (not linked yet) and
- * send the job. 0, or -1 when the call was refused (its status sent). */
+/* Clients dial the address a worker advertises, so a worker (or anyone
+ * with a worker token) must not send them elsewhere: its host must
+ * resolve to the address the session comes from. The answer of the check
+ * (resolve.c, on a resolver thread; the lookup never runs on a serving
+ * thread): on a match, the worker is listed with the checked address in
+ * numeric form (clients dial what was checked and never resolve the name
+ * again), except over TLS, where clients verify the worker's certificate
+ * against the name it advertised; else the session ends
+ * FAILED_PRECONDITION (final), or UNAVAILABLE (retry) when the lookup
+ * timed out. */
+static void address_checked(void *arg, int m, const char *numeric, const char *res) {
+  cworker *w = arg;
+  stk__rpc_call *call = w->call;
+  if (m == 1) {
+    char was[MAX_STR * 4 + 8] = "";
+    pthread_mutex_lock(&C.mu);
+    int mine = w->phase == WS_CHECKING;
+    if (mine && !C.tls && *numeric && strcmp(numeric, w->address)) {
+      stk__escape(was, sizeof(was), w->address);
+      snprintf(w->address, sizeof(w->address), "%s", numeric);
+    }
+    pthread_mutex_unlock(&C.mu);
+    if (!mine) return; /* the session ended meanwhile */
+    if (*was)
+      LOG_INFO("worker %s: advertised %s, listed as %s (the address checked)", w->id, was,
+               numeric);
+    send_job(call, w, 1);
+    return;
+  }
+  char msg[3200], id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], peer[300];
+  stk__escape(id, sizeof(id), w->id);
+  stk__escape(addr, sizeof(addr), w->address);
+  stk__escape(peer, sizeof(peer), stk__rpc_call_peer(call));
+  if (m == RESOLVE_TIMEOUT)
+    snprintf(msg, sizeof(msg),
+             "the host of the advertised address %s did not resolve in time (%s): "
+             "retry later, or advertise a numeric address; worker %s",
+             addr, res, id);
+  else
+    snprintf(msg, sizeof(msg),
+             "advertised address %s is not the host the session comes from (%s; %s%s): "
+             "fix the worker's --advertise, or run the coordinator with "
+             "--trust-worker-addresses (NAT, proxies); worker %s",
+             addr, peer, m == 0 ? "it resolves to " : "", res, id);
+  LOG_WARN("refusing: %s", msg);
+  pthread_mutex_lock(&C.mu);
+  int mine = w->phase == WS_CHECKING;
+  if (mine) w->phase = WS_OVER;
+  pthread_mutex_unlock(&C.mu);
+  if (mine)
+    stk__rpc_call_finish(
+        call,
+        m == RESOLVE_TIMEOUT ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_FAILED_PRECONDITION,
+        msg);
+}
+
+/* The first hello: check it, fill the worker's entry (not linked yet),
+ * start the address check or send the job. 0, or -1 when the call was
+ * refused (its status sent). */
 static int worker_hello(stk__rpc_call *call, cworker *w,
                         const Stoker__V1__WorkerMessage *m) {
   char msg[200];
@@ -78,7 +133,6 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
   snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
   w->cores = h->worker->cores;
-  if (!opt.trust_worker_addresses && advertised_check(call, w)) return -1;
   /* With role tokens every listed worker has a stream ticket, so a client
    * never sends its token to a worker (or to anyone holding the worker
    * token): a worker that takes no ticket (an older stoker-worker, a
@@ -92,15 +146,19 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     return -1;
   }
-  if (ticket_for(w->id, w->address, w->ticket)) {
-    stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
+  if (opt.trust_worker_addresses) return send_job(call, w, 0);
+  /* The session answers when the check does (address_checked). */
+  w->phase = WS_CHECKING;
+  if (!(w->check =
+            resolve_submit(w->address, stk__rpc_call_peer(call), address_checked, w))) {
+    snprintf(msg, sizeof(msg),
+             "%zu worker addresses are being checked (--resolve-threads %lld): retry",
+             resolve_pending(), opt.resolve_threads);
+    LOG_WARN("refusing worker for now: %s", msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, msg);
     return -1;
   }
-  pthread_mutex_lock(&C.mu);
-  w->ack_hash = C.hash;
-  int rc = send_ack(call, C.canonical, C.hash, w->ticket);
-  pthread_mutex_unlock(&C.mu);
-  return rc;
+  return 0;
 }
 
 /* An ImageFolder job's classes: the first worker to report them fixes the
@@ -365,15 +423,29 @@ const char *last_failure_locked(char *buf, size_t len) {
 static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
   cworker *w = stk__rpc_call_data(call);
   const Stoker__V1__WorkerMessage *m = (const Stoker__V1__WorkerMessage *)msg;
-  if (m && m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_FAILURE &&
-      w->phase != WS_OVER) {
+  /* While its address is checked the session's phase moves on another
+   * thread (address_checked): read it under C.mu. */
+  pthread_mutex_lock(&C.mu);
+  int phase = w->phase;
+  if (phase == WS_CHECKING) w->phase = WS_OVER;
+  pthread_mutex_unlock(&C.mu);
+  if (phase != WS_CHECKING && w->check) { /* answered: done with it */
+    resolve_release(w->check);
+    w->check = NULL;
+  }
+  if (m && m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_FAILURE && phase != WS_OVER) {
     w->phase = WS_OVER;
     worker_failure(call, w, m->failure);
     return;
   }
-  switch (w->phase) {
+  switch (phase) {
     case WS_HELLO:
-      w->phase = worker_hello(call, w, m) ? WS_OVER : WS_HELLO2;
+      if (worker_hello(call, w, m)) w->phase = WS_OVER;
+      break;
+    case WS_CHECKING:
+      if (m)
+        stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION,
+                             "a worker's second message came before RegisterAck");
       break;
     case WS_HELLO2:
       w->phase = worker_admit(call, w, m) ? WS_OVER : WS_SERVING;
@@ -391,14 +463,18 @@ static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
 /* The worker said goodbye (half-close): end the session. */
 static void session_half_close(stk__rpc_call *call) {
   cworker *w = stk__rpc_call_data(call);
-  stk__rpc_call_finish(
-      call, w->phase == WS_SERVING ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
+  pthread_mutex_lock(&C.mu);
+  int serving = w->phase == WS_SERVING;
+  if (w->phase == WS_CHECKING) w->phase = WS_OVER; /* no answer goes out now */
+  pthread_mutex_unlock(&C.mu);
+  stk__rpc_call_finish(call, serving ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
 }
 
 /* The session is over: drop the worker from the live list (a no-op if a
  * heartbeat lapse or a replacement did already). */
 static void session_closed(stk__rpc_call *call) {
   cworker *w = stk__rpc_call_data(call);
+  resolve_release(w->check); /* no answer comes after this */
   /* Out of the journal before it leaves the list: once Status no longer
    * shows the worker, a restart does not wait for it either. journal_sync
    * writes and fsyncs inline on this serving thread; the handle stays
