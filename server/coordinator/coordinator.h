@@ -47,9 +47,11 @@
  * layer's own locks). The state journal has a thread of its own (the
  * writer, persist.c): Join of a new rank and Finish hold their call, and
  * a watch whose re-announcement taught something waits unstarted; they
- * are answered from it once their change is on disk (journal_after). A
- * worker's registration and departure and the main loop wait for it
- * (journal_sync, without C.mu). Its lock is taken
+ * are answered from it once their change is on disk (journal_after); so
+ * is a worker's registration listed, and its departure unlisted, from it
+ * (workers.c). The main loop and an abort wait for it (journal_sync,
+ * without C.mu). Advertised-address lookups run on resolver threads
+ * (resolve.c; lock order: the resolver's lock, then C.mu). Its lock is taken
  * without C.mu. The main loop (main.c: heartbeats, publication, watches,
  * timeouts) and the /metrics thread (status.c, coord_metrics) take C.mu
  * like any handler. A function named
@@ -125,7 +127,7 @@ extern const char exit_codes_text[];
 /* ---- State (state.c) ----------------------------------------------------- */
 
 /* The phases of a worker session (Coordinator.WorkerSession). */
-enum { WS_HELLO, WS_CHECKING, WS_HELLO2, WS_SERVING, WS_OVER };
+enum { WS_HELLO, WS_CHECKING, WS_HELLO2, WS_ADMITTING, WS_SERVING, WS_OVER };
 
 /* One worker session (workers.c). Allocated by session_open, freed by
  * session_closed; linked into C.workers while registered (live). Fields
@@ -139,9 +141,14 @@ typedef struct cworker {
    * that takes none). Listed to clients, never logged. */
   char ticket[TICKET_HEX + 1];
   stk__rpc_call *call; /* its session; valid until session_closed (NULLed under C.mu) */
-  int phase;           /* WS_*: touched only by the call's callbacks, except that
-                          the advertised-address check's answer moves it from
-                          WS_CHECKING (read and written under C.mu in that phase) */
+  int phase;           /* WS_*: under C.mu. Moved by the call's callbacks, and
+                          from WS_CHECKING by the address check's answer
+                          (resolve.c), from WS_ADMITTING once the worker is
+                          journaled (journal_after) */
+  int journal_wait;    /* a journal_after callback will come for it (under C.mu) */
+  int gone;            /* its session is over: whoever holds it last frees it
+                          (under C.mu) */
+  int expect_added;    /* admission added it to the workers expected back */
   struct resolve_job *check; /* the pending or answered address check (resolve.c);
                                 released by the session's callbacks */
   uint64_t ack_hash; /* the job hash the RegisterAck carried (set under C.mu, read by

@@ -74,8 +74,7 @@ static void *resolver_main(void *unused) {
   for (;;) {
     resolve_job *j = NULL;
     while (!R.stop) {
-      for (j = R.jobs; j && j->taken; j = j->next) {
-      }
+      for (j = R.jobs; j && j->taken; j = j->next) {}
       if (j) break;
       pthread_cond_wait(&R.work, &R.mu);
     }
@@ -91,7 +90,8 @@ static void *resolver_main(void *unused) {
       LOG_INFO("resolver: the lookup of %s is held by the test gate",
                stk__escape(e, sizeof(e), addr));
     }
-    while (R.gate && access(R.gate, F_OK) == 0 && !__atomic_load_n(&R.stop, __ATOMIC_RELAXED))
+    while (R.gate && access(R.gate, F_OK) == 0 &&
+           !__atomic_load_n(&R.stop, __ATOMIC_RELAXED))
       stk__sleep_ms(20);
     char resolved[200], numeric[MAX_STR];
     int m = stk__host_is_peer(addr, peer, resolved, sizeof(resolved), numeric,

@@ -1,7 +1,10 @@
 /* workers.c - Coordinator.WorkerSession: a state machine per call, hello
- * (checked) -> RegisterAck with the job -> second hello (job hash,
- * dataset) -> on the live list (C.workers) -> heartbeats until the session
- * ends (session_closed drops the worker from the list); and from the main
+ * (checked; its advertised address on a resolver thread, resolve.c) ->
+ * RegisterAck with the job -> second hello (job hash, dataset) -> on the
+ * live list (C.workers; with a state journal, from the journal's writer
+ * thread once on disk) -> heartbeats until the session ends
+ * (session_closed drops the worker from the list, likewise after the
+ * journal); no serving thread waits for DNS or the disk. And from the main
  * loop, the heartbeat lapse check and the Shutdown commands. Owns the
  * worker entries (cworker), the live list and the worker failures in C,
  * under C.mu; the dataset's size and fingerprint when the first worker
@@ -16,6 +19,18 @@
 #include "coordinator.h"
 #include "log.h"
 #include "msgcheck.h"
+
+/* Set a session's phase (C.mu taken here). */
+static void set_phase(cworker *w, int phase) {
+  pthread_mutex_lock(&C.mu);
+  w->phase = phase;
+  pthread_mutex_unlock(&C.mu);
+}
+
+static void worker_free(cworker *w) {
+  if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
+  free(w);
+}
 
 static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash,
                     const char *ticket) {
@@ -254,9 +269,52 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
   return classes_check_locked(w, h, msg, len);
 }
 
+/* Put an admitted worker on the live list (a worker that comes back under
+ * the same id replaces its old entry) and tell watchers; releases C.mu
+ * (taken by the caller) and logs. */
+static void link_locked(cworker *w) {
+  for (cworker *o = C.workers; o; o = o->next)
+    if (!strcmp(o->id, w->id)) {
+      unlink_locked(o);
+      if (o->call)
+        stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
+      break;
+    }
+  w->registered_ms = w->last_hb_ms = stk__now_ms();
+  w->live = 1;
+  w->phase = WS_SERVING;
+  w->next = C.workers;
+  C.workers = w;
+  publish_change_locked(w, 0);
+  expect_remove_locked(w->id); /* it is back */
+  pthread_cond_broadcast(&C.cv);
+  size_t nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
+           nlive);
+}
+
+/* The admitted worker is in the journal (journal_after, on the writer
+ * thread): list it, unless its session ended meanwhile (then it is freed
+ * here). */
+static void admit_journaled(void *arg) {
+  cworker *w = arg;
+  pthread_mutex_lock(&C.mu);
+  w->journal_wait = 0;
+  if (w->expect_added) expect_remove_locked(w->id), w->expect_added = 0;
+  if (w->phase != WS_ADMITTING) { /* refused or ended meanwhile */
+    int gone = w->gone;
+    pthread_mutex_unlock(&C.mu);
+    if (gone) worker_free(w);
+    return;
+  }
+  link_locked(w);
+}
+
 /* The second hello: check the job hash (the one our ack carried) and the
- * dataset and put the worker on the live list. 0, or -1 when the call was
- * refused. */
+ * dataset and put the worker on the live list, at once or, with a state
+ * journal, once it is on disk (admit_journaled). 0, or -1 when the call
+ * was refused. */
 static int worker_admit(stk__rpc_call *call, cworker *w,
                         const Stoker__V1__WorkerMessage *m) {
   char msg[600];
@@ -281,35 +339,19 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     return -1;
   }
+  w->phase = WS_ADMITTING;
   if (journal_enabled()) {
     /* Journal the worker (and the dataset it taught the job) before it is
-     * on the list: whatever Status shows, a restart knows. A file write +
-     * fsync inline on this serving thread (journal_sync); the session's
-     * callbacks come one at a time, so none runs meanwhile. */
-    int pending = expect_add_locked(w->id);
+     * on the list: whatever Status shows, a restart knows. The write and
+     * fsync run on the journal's writer thread, never on this serving
+     * thread: the worker is listed from there (admit_journaled). */
+    w->expect_added = expect_add_locked(w->id);
+    w->journal_wait = 1;
     pthread_mutex_unlock(&C.mu);
-    journal_sync();
-    pthread_mutex_lock(&C.mu);
-    if (pending) expect_remove_locked(w->id);
+    journal_after(admit_journaled, w);
+    return 0;
   }
-  /* A worker that comes back under the same id replaces its old entry. */
-  for (cworker *o = C.workers; o; o = o->next)
-    if (!strcmp(o->id, w->id)) {
-      unlink_locked(o);
-      stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
-      break;
-    }
-  w->registered_ms = w->last_hb_ms = stk__now_ms();
-  w->live = 1;
-  w->next = C.workers;
-  C.workers = w;
-  publish_change_locked(w, 0);
-  expect_remove_locked(w->id); /* it is back */
-  pthread_cond_broadcast(&C.cv);
-  size_t nlive = nworkers_locked();
-  pthread_mutex_unlock(&C.mu);
-  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
-           nlive);
+  link_locked(w);
   return 0;
 }
 
@@ -423,8 +465,10 @@ const char *last_failure_locked(char *buf, size_t len) {
 static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
   cworker *w = stk__rpc_call_data(call);
   const Stoker__V1__WorkerMessage *m = (const Stoker__V1__WorkerMessage *)msg;
-  /* While its address is checked the session's phase moves on another
-   * thread (address_checked): read it under C.mu. */
+  /* The phase also moves on other threads (the address check's answer,
+   * the journal's writer): read it under C.mu. A message while the
+   * address is checked ends the session; the worker's answer to nothing
+   * cannot be taken. */
   pthread_mutex_lock(&C.mu);
   int phase = w->phase;
   if (phase == WS_CHECKING) w->phase = WS_OVER;
@@ -434,13 +478,13 @@ static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
     w->check = NULL;
   }
   if (m && m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_FAILURE && phase != WS_OVER) {
-    w->phase = WS_OVER;
+    set_phase(w, WS_OVER);
     worker_failure(call, w, m->failure);
     return;
   }
   switch (phase) {
     case WS_HELLO:
-      if (worker_hello(call, w, m)) w->phase = WS_OVER;
+      if (worker_hello(call, w, m)) set_phase(w, WS_OVER);
       break;
     case WS_CHECKING:
       if (m)
@@ -448,11 +492,12 @@ static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
                              "a worker's second message came before RegisterAck");
       break;
     case WS_HELLO2:
-      w->phase = worker_admit(call, w, m) ? WS_OVER : WS_SERVING;
+      if (worker_admit(call, w, m)) set_phase(w, WS_OVER);
       break;
+    case WS_ADMITTING: /* heartbeats before it is listed count as well */
     case WS_SERVING:
       if (!m) { /* refused by the rpc layer, which ended the call saying why */
-        w->phase = WS_OVER;
+        set_phase(w, WS_OVER);
       } else {
         worker_heartbeat(w, m);
       }
@@ -465,9 +510,22 @@ static void session_half_close(stk__rpc_call *call) {
   cworker *w = stk__rpc_call_data(call);
   pthread_mutex_lock(&C.mu);
   int serving = w->phase == WS_SERVING;
-  if (w->phase == WS_CHECKING) w->phase = WS_OVER; /* no answer goes out now */
+  if (w->phase == WS_CHECKING || w->phase == WS_ADMITTING)
+    w->phase = WS_OVER; /* no answer goes out now, it is not listed */
   pthread_mutex_unlock(&C.mu);
   stk__rpc_call_finish(call, serving ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
+}
+
+/* A listed worker whose session ended is out of the journal (journal_after,
+ * on the writer thread): off the list, freed. */
+static void leave_journaled(void *arg) {
+  cworker *w = arg;
+  pthread_mutex_lock(&C.mu);
+  int was_live = unlink_locked(w);
+  size_t nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
+  worker_free(w);
 }
 
 /* The session is over: drop the worker from the live list (a no-op if a
@@ -476,23 +534,24 @@ static void session_closed(stk__rpc_call *call) {
   cworker *w = stk__rpc_call_data(call);
   resolve_release(w->check); /* no answer comes after this */
   /* Out of the journal before it leaves the list: once Status no longer
-   * shows the worker, a restart does not wait for it either. journal_sync
-   * writes and fsyncs inline on this serving thread; the handle stays
-   * valid until we return, so the main loop may still send to it or
-   * abort it meanwhile. */
+   * shows the worker, a restart does not wait for it either. The write
+   * runs on the journal's writer thread (leave_journaled unlinks and frees
+   * it); the handle is gone once we return, so w->call is cleared now and
+   * the main loop no longer sends to it. An admission still waiting for
+   * the journal frees it there (admit_journaled). */
   pthread_mutex_lock(&C.mu);
-  int journaled = w->live && !w->leaving;
+  int journaled = w->live && !w->leaving, waiting = w->journal_wait;
   w->leaving = 1;
-  pthread_mutex_unlock(&C.mu);
-  if (journaled) journal_sync();
-  pthread_mutex_lock(&C.mu);
-  int was_live = unlink_locked(w);
   w->call = NULL;
-  size_t nlive = nworkers_locked();
+  w->gone = 1;
+  if (w->phase != WS_SERVING) w->phase = WS_OVER;
   pthread_mutex_unlock(&C.mu);
-  if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
-  if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
-  free(w);
+  if (waiting) return;
+  if (journaled) {
+    journal_after(leave_journaled, w);
+    return;
+  }
+  leave_journaled(w); /* never listed, or dropped already: no journal write */
 }
 
 const stk__rpc_stream_ops session_ops = {session_open, session_message,
@@ -503,7 +562,7 @@ const stk__rpc_stream_ops session_ops = {session_open, session_message,
 void send_shutdowns(void) {
   pthread_mutex_lock(&C.mu);
   for (cworker *w = C.workers; w; w = w->next) {
-    if (w->shutdown_sent) continue;
+    if (w->shutdown_sent || !w->call) continue; /* no call: leaving */
     w->shutdown_sent = 1;
     Stoker__V1__Shutdown sd = STOKER__V1__SHUTDOWN__INIT;
     sd.failed = C.failed;
@@ -558,7 +617,8 @@ void check_heartbeats(void) {
     }
     unlink_locked(w);
     /* The session ends; the worker reconnects and registers again. */
-    stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
+    if (w->call)
+      stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
   }
   pthread_mutex_unlock(&C.mu);
   for (int i = 0; i < nlines; i++) {

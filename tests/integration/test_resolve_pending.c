@@ -22,8 +22,8 @@
 #include "daemon_util.h"
 
 #define SESSION "/stoker.v1.Coordinator/WorkerSession"
-#define QUEUED 16 /* RESOLVE_QUEUE_PER_THREAD x --resolve-threads 1 */
-#define NSESS (1 + QUEUED + 2)
+#define QUEUED  16 /* RESOLVE_QUEUE_PER_THREAD x --resolve-threads 1 */
+#define NSESS   (1 + QUEUED + 2)
 
 static int send_hello(stk__rpc_stream *s, const char *id, const char *addr, uint64_t hash,
                       uint64_t size, uint64_t fp) {
