@@ -171,6 +171,7 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   if (so) {
     sc.threads = (int)so->threads;
     sc.max_calls = (size_t)so->max_calls;
+    sc.max_calls_per_peer = (size_t)so->max_calls_per_peer;
     sc.max_streams_per_conn = (int)so->max_streams_per_conn;
     sc.first_message_ms = (int)(so->first_message_s * 1000);
     sc.send_stall_ms = (int)(so->send_stall_s * 1000);

@@ -33,7 +33,7 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
  * inside a daemon's option table. */
 typedef struct stk__serve_opts {
   long long threads, max_calls, max_streams_per_conn, first_message_s, send_stall_s,
-      keepalive_s, health_watch_lease_s;
+      keepalive_s, health_watch_lease_s, max_calls_per_peer;
   int insecure; /* serve peers beyond loopback with neither token nor TLS */
 } stk__serve_opts;
 
@@ -55,6 +55,12 @@ typedef struct stk__serve_opts {
    "that sent no request yet, else it is refused RESOURCE_EXHAUSTED (health calls "    \
    "have a table of their own, 64)",                                                   \
    &(o).max_calls, 1, 1 << 20},                                                        \
+  {"max-calls-per-peer", OPT_INT, "0", NULL,                                           \
+   "open calls one peer address may hold (more are refused RESOURCE_EXHAUSTED); "      \
+   "0 = half of --max-calls (and of the health table) for each peer beyond "           \
+   "loopback, this host's own processes unlimited; N = N for every peer, loopback "    \
+   "included",                                                                         \
+   &(o).max_calls_per_peer, 0, 1 << 20},                                               \
   {"max-streams-per-conn", OPT_INT, "100", NULL,                                       \
    "concurrent HTTP/2 streams per client connection (more wait for a slot)",           \
    &(o).max_streams_per_conn, 1, 1 << 20},                                             \
