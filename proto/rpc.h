@@ -205,6 +205,13 @@ typedef struct stk__rpc_server_config {
                                  ends RESOURCE_EXHAUSTED */
   size_t max_free_calls;      /* open calls of no_token methods (health), counted
                                  apart from max_calls; 0 = 64 */
+  size_t max_calls_per_peer;  /* open calls one peer address (its IP) may hold,
+                                 past which its new calls end RESOURCE_EXHAUSTED;
+                                 0 = half of max_calls (and of the health table)
+                                 for each peer beyond loopback, loopback peers
+                                 (this host's own processes) unlimited; N > 0 =
+                                 N for every peer, loopback included (and at most
+                                 half the health table) */
   int max_streams_per_conn;   /* HTTP/2 concurrent streams per connection; 0 = 100 */
   int threads;                /* completion-queue threads; 0 = 2 */
   int first_message_ms;       /* a call whose first message has not come after

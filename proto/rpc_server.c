@@ -83,12 +83,22 @@ struct stk__rpc_call {
   grpc_status_code status_code;
   grpc_slice status_details;
   int close_seen, got_message, broken, opened, done, counted;
-  int counted_free; /* under the server's mu: counts in open_free */
-  int aborted;      /* cancelled with a status by us: a later abort is a no-op */
-  int deferred;     /* a unary handler holds it (stk__rpc_call_hold): no INTERNAL */
+  int counted_free;      /* under the server's mu: counts in open_free */
+  struct peer_ent *pent; /* its peer's counts (under the server's mu); NULL = none */
+  int aborted;           /* cancelled with a status by us: a later abort is a no-op */
+  int deferred;          /* a unary handler holds it (stk__rpc_call_hold): no INTERNAL */
   int64_t start_ms, send_since_ms;
   struct stk__rpc_call *prev, *next; /* the server's live list */
 };
+
+/* Open calls of one peer address (the IP, without the port), for the
+ * per-peer caps. In the server's hash table while it has any. */
+typedef struct peer_ent {
+  char key[72];
+  size_t calls, free; /* counted in open_calls / open_free */
+  struct peer_ent *next;
+} peer_ent;
+#define PEER_BUCKETS 256
 
 struct stk__rpc_server {
   grpc_server *server;
@@ -108,6 +118,12 @@ struct stk__rpc_server {
   int64_t prev_until_ms;
   size_t max_calls, max_msg, max_free;
   size_t open_free; /* under mu: open calls of no_token methods */
+  /* Per-peer caps: at most peer_calls of the call table and peer_free of
+   * the health table per peer address; for every peer (peer_all) or only
+   * those beyond loopback. */
+  size_t peer_calls, peer_free;
+  int peer_all;
+  peer_ent *peers[PEER_BUCKETS]; /* under mu */
   int first_ms, stall_ms;
   int loopback_only;
   void (*on_refused)(const char *peer, uint64_t count);
@@ -126,6 +142,8 @@ struct stk__rpc_server {
 };
 
 /* ---- Call objects ------------------------------------------------------ */
+
+static void peer_put_locked(stk__rpc_server *s, stk__rpc_call *c, int free_table);
 
 static stk__rpc_call *call_new(stk__rpc_server *s) {
   stk__rpc_call *c = calloc(1, sizeof(*c));
@@ -253,8 +271,8 @@ static void op_done(stk__rpc_call *c) {
   else s->live = c->next;
   if (c->next) c->next->prev = c->prev;
   s->ncalls--;
-  if (c->counted) s->st.open_calls--;
-  if (c->counted_free) s->open_free--;
+  if (c->counted) s->st.open_calls--, peer_put_locked(s, c, 0);
+  if (c->counted_free) s->open_free--, peer_put_locked(s, c, 1);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   call_free(c);
@@ -478,6 +496,52 @@ static void refused_remote(stk__rpc_server *s, const char *peer) {
   if (tell) s->on_refused(peer, n);
 }
 
+/* The address part of a peer ("ipv4:A", "ipv6:[A]"; a unix socket's whole
+ * text) into key. */
+static void peer_key(const char *peer, char *key, size_t len) {
+  snprintf(key, len, "%s", peer ? peer : "?");
+  char *e = NULL;
+  if (!strncmp(key, "ipv4:", 5)) e = strrchr(key, ':');
+  else if (!strncmp(key, "ipv6:[", 6) && (e = strchr(key, ']'))) e++;
+  if (e && e > key + 5) *e = 0;
+}
+
+/* The entry of c's peer, made when it has none (NULL when out of memory:
+ * the call is then not capped). Under s->mu. */
+static peer_ent *peer_get_locked(stk__rpc_server *s, const char *peer) {
+  char key[sizeof(((peer_ent *)0)->key)];
+  peer_key(peer, key, sizeof(key));
+  uint32_t h = 2166136261u;
+  for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
+  peer_ent **b = &s->peers[h % PEER_BUCKETS];
+  for (peer_ent *e = *b; e; e = e->next)
+    if (!strcmp(e->key, key)) return e;
+  peer_ent *e = calloc(1, sizeof(*e));
+  if (!e) return NULL;
+  memcpy(e->key, key, sizeof(key));
+  e->next = *b;
+  *b = e;
+  return e;
+}
+
+/* c no longer counts toward its peer (as a call or a health call); the
+ * entry goes once its peer has none. Under s->mu. */
+static void peer_put_locked(stk__rpc_server *s, stk__rpc_call *c, int free_table) {
+  peer_ent *e = c->pent;
+  if (!e) return;
+  if (free_table) e->free--;
+  else e->calls--;
+  if (e->calls || e->free) return;
+  c->pent = NULL;
+  for (size_t i = 0; i < PEER_BUCKETS; i++)
+    for (peer_ent **pp = &s->peers[i]; *pp; pp = &(*pp)->next)
+      if (*pp == e) {
+        *pp = e->next;
+        free(e);
+        return;
+      }
+}
+
 /* The call table is full and `nc` wants in: end the oldest counted call
  * that has sent no request yet (it holds a slot doing nothing; a real
  * client's first request follows its call at once) and give its slot to
@@ -499,6 +563,7 @@ static int evict_locked(stk__rpc_server *s, stk__rpc_call *nc) {
                 "request");
   pthread_mutex_unlock(&v->mu);
   v->counted = 0;
+  peer_put_locked(s, v, 0);
   s->st.open_calls--;
   s->st.evicted++;
   return 1;
@@ -544,19 +609,34 @@ static void on_new(stk__rpc_call *c) {
         !memcmp(GRPC_SLICE_START_PTR(c->details.method), s->methods[i].path, n))
       c->method = &s->methods[i];
   }
-  int full;
+  int full, peer_full = 0;
+  /* Per-peer caps: beyond loopback only, unless set for every peer. */
+  int capped = c->method && (s->peer_all || !peer_is_loopback(c->peer));
+  size_t peer_has = 0;
   pthread_mutex_lock(&s->mu);
   s->pending--;
   c->next = s->live;
   if (s->live) s->live->prev = c;
   s->live = c;
   s->ncalls++;
+  peer_ent *pe = capped ? peer_get_locked(s, c->peer) : NULL;
   if (c->method && c->method->no_token) { /* health: a small table of its own */
-    full = s->open_free >= s->max_free;
+    peer_full = pe && pe->free >= s->peer_free;
+    full = peer_full || s->open_free >= s->max_free;
     if (!full) s->open_free++, c->counted_free = 1;
+    if (!full && pe) pe->free++, c->pent = pe;
+    if (pe) peer_has = pe->free;
   } else {
-    full = c->method && s->st.open_calls >= s->max_calls && !evict_locked(s, c);
+    peer_full = pe && pe->calls >= s->peer_calls;
+    full = c->method &&
+           (peer_full || (s->st.open_calls >= s->max_calls && !evict_locked(s, c)));
     if (!full && c->method) s->st.open_calls++, s->st.calls++, c->counted = 1;
+    if (!full && pe) pe->calls++, c->pent = pe;
+    if (pe) peer_has = pe->calls;
+  }
+  if (pe && !pe->calls && !pe->free) { /* made for a call it refused */
+    c->pent = pe, pe->calls = 1;
+    peer_put_locked(s, c, 0);
   }
   if (full) s->st.refused_full++;
   int stopping = s->stopping;
@@ -592,6 +672,13 @@ static void on_new(stk__rpc_call *c) {
              "this token may not call %s: it needs %s token (roles: docs/operations.md)",
              c->method->path, role_names(c->method->roles));
     stk__rpc_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, msg);
+  } else if (peer_full) {
+    snprintf(msg, sizeof(msg),
+             "too many open calls from this peer's address (%zu; at most %zu%s): "
+             "close some, or raise --max-calls-per-peer",
+             peer_has, c->method->no_token ? s->peer_free : s->peer_calls,
+             c->method->no_token ? " health calls" : "");
+    stk__rpc_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
   } else if (full) {
     snprintf(msg, sizeof(msg),
              "too many open calls on this server (%zu, or %zu without credentials): try "
@@ -818,6 +905,10 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   s->max_msg = cfg->max_message_bytes ? cfg->max_message_bytes : DEFAULT_MAX_MSG;
   s->max_calls = cfg->max_calls ? cfg->max_calls : DEFAULT_MAX_CALLS;
   s->max_free = cfg->max_free_calls ? cfg->max_free_calls : 64;
+  s->peer_all = cfg->max_calls_per_peer > 0;
+  s->peer_calls = s->peer_all ? cfg->max_calls_per_peer : (s->max_calls + 1) / 2;
+  s->peer_free = (s->max_free + 1) / 2;
+  if (s->peer_all && s->peer_free > s->peer_calls) s->peer_free = s->peer_calls;
   s->first_ms = cfg->first_message_ms ? cfg->first_message_ms : 30000;
   s->stall_ms = cfg->send_stall_ms ? cfg->send_stall_ms : 10000;
   s->loopback_only = cfg->loopback_only;

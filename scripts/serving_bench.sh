@@ -7,7 +7,10 @@
 # (alternating runs, medians), and the worker's RSS and thread count; exits
 # non-zero when the loaded median is below 90% of the normal one or the
 # thread count grew. Raises the open-file limit (soft to hard) for itself.
-#   usage: scripts/serving_bench.sh [BUILD_DIR]   (default build/rel)
+# Then (and alone with --acceptance) one worker at its default call table
+# under 4500 silent streams and 4000 health watches: a real stream opened
+# meanwhile is served; the time to its first batch, threads and RSS.
+#   usage: scripts/serving_bench.sh [BUILD_DIR] [--acceptance]   (default build/rel)
 #   STOKER_BENCH_BATCHES=N   batches per run (default 300)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -19,5 +22,7 @@ if [ "$hard" != unlimited ] && [ "$hard" -lt "$need" ]; then
   exit 77
 fi
 ulimit -n "$hard"
+mode=--full
+[ "${2:-}" = --acceptance ] && mode=--acceptance
 exec "$B/tests/integration/test_serving_bounds" "$B/server/stoker-coordinator" \
-  "$B/server/stoker-worker" --full
+  "$B/server/stoker-worker" "$mode"

@@ -171,6 +171,7 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   if (so) {
     sc.threads = (int)so->threads;
     sc.max_calls = (size_t)so->max_calls;
+    sc.max_calls_per_peer = (size_t)so->max_calls_per_peer;
     sc.max_streams_per_conn = (int)so->max_streams_per_conn;
     sc.first_message_ms = (int)(so->first_message_s * 1000);
     sc.send_stall_ms = (int)(so->send_stall_s * 1000);
@@ -290,12 +291,17 @@ static int is_local16(const unsigned char a[16]) {
   return found;
 }
 
-int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len) {
+int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len,
+                      char *numeric, size_t nlen) {
   char host[256], pip[128];
   struct addrinfo hints, *res = NULL, *pres = NULL;
   *resolved = 0;
+  if (numeric && nlen) *numeric = 0;
   int v4 = !strncmp(peer, "ipv4:", 5), v6 = !strncmp(peer, "ipv6:", 5);
-  if (!v4 && !v6) return 1; /* unix socket, in-process: nothing to compare */
+  if (!v4 && !v6) { /* unix socket, in-process: nothing to compare */
+    if (numeric && nlen) snprintf(numeric, nlen, "%s", addr);
+    return 1;
+  }
   if (stk__host_of(peer + 5, pip, sizeof(pip)) ||
       stk__host_of(addr, host, sizeof(host))) {
     snprintf(resolved, len, "malformed address");
@@ -325,12 +331,20 @@ int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t
   for (struct addrinfo *r = res; r; r = r->ai_next) {
     if (r->ai_family != AF_INET && r->ai_family != AF_INET6) continue;
     ip16(r->ai_addr, got);
-    if (!memcmp(got, want, 16) || (here && (is_loopback16(got) || is_local16(got))))
-      match = 1;
     char t[INET6_ADDRSTRLEN];
     const void *ap = r->ai_family == AF_INET
                          ? (const void *)&((struct sockaddr_in *)r->ai_addr)->sin_addr
                          : (const void *)&((struct sockaddr_in6 *)r->ai_addr)->sin6_addr;
+    if (!match &&
+        (!memcmp(got, want, 16) || (here && (is_loopback16(got) || is_local16(got))))) {
+      match = 1;
+      /* the first address that matched, with addr's port */
+      const char *port = addr[0] == '[' ? strchr(addr, ']') : addr;
+      port = port ? strrchr(port, ':') : NULL;
+      if (numeric && nlen && inet_ntop(r->ai_family, ap, t, sizeof(t)))
+        snprintf(numeric, nlen, r->ai_family == AF_INET6 ? "[%s]%s" : "%s%s", t,
+                 port ? port : "");
+    }
     if (shown < 4 && inet_ntop(r->ai_family, ap, t, sizeof(t)) && o < len &&
         !strstr(resolved, t)) {
       o += (size_t)snprintf(resolved + o, len - o, "%s%s", shown ? ", " : "", t);

@@ -33,7 +33,7 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
  * inside a daemon's option table. */
 typedef struct stk__serve_opts {
   long long threads, max_calls, max_streams_per_conn, first_message_s, send_stall_s,
-      keepalive_s, health_watch_lease_s;
+      keepalive_s, health_watch_lease_s, max_calls_per_peer;
   int insecure; /* serve peers beyond loopback with neither token nor TLS */
 } stk__serve_opts;
 
@@ -55,6 +55,12 @@ typedef struct stk__serve_opts {
    "that sent no request yet, else it is refused RESOURCE_EXHAUSTED (health calls "    \
    "have a table of their own, 64)",                                                   \
    &(o).max_calls, 1, 1 << 20},                                                        \
+  {"max-calls-per-peer", OPT_INT, "0", NULL,                                           \
+   "open calls one peer address may hold (more are refused RESOURCE_EXHAUSTED); "      \
+   "0 = half of --max-calls (and of the health table) for each peer beyond "           \
+   "loopback, this host's own processes unlimited; N = N for every peer, loopback "    \
+   "included",                                                                         \
+   &(o).max_calls_per_peer, 0, 1 << 20},                                               \
   {"max-streams-per-conn", OPT_INT, "100", NULL,                                       \
    "concurrent HTTP/2 streams per client connection (more wait for a slot)",           \
    &(o).max_streams_per_conn, 1, 1 << 20},                                             \
@@ -149,9 +155,14 @@ int stk__host_of(const char *hostport, char *out, size_t len);
  * 0 no (resolved to the text of
  * up to four addresses in resolved, for the message), -1 when the host
  * does not resolve or either text is malformed (reason in resolved). A
- * peer that is no IP (a unix socket) matches any host. May block on DNS
- * (getaddrinfo); thread-safe. */
-int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len);
+ * peer that is no IP (a unix socket) matches any host. On 1, numeric (may
+ * be NULL) gets the matching address with addr's port in numeric form
+ * ("10.0.0.5:7000", "[fd00::5]:7000"; addr itself when the peer is no
+ * IP): what clients dial, so they reach the address that was checked
+ * without resolving the name again. May block on DNS (getaddrinfo): call
+ * it off the serving threads; thread-safe. */
+int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len,
+                      char *numeric, size_t nlen);
 
 /* The bearer token of a daemon or CLI command, per stk__token_resolve
  * (common/secret.h): token (--token), else token_file (--token-file),

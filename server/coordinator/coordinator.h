@@ -35,6 +35,8 @@
  *   workers.c  Coordinator.WorkerSession: register, heartbeats, suspect,
  *              shutdown, drop
  *   tickets.c  the workers' stream tickets (minted, never stored or logged)
+ *   resolve.c  the advertised-address checks, on resolver threads of their
+ *              own (a cap on lookups at once, a timeout)
  *   ranks.c    Join, WatchWorkers (re-announcements), Finish (and abort)
  *   status.c   ReportStats, Status, the stats line, /metrics
  *   main.c     serving, the main loop, the orderly end, main()
@@ -45,9 +47,11 @@
  * layer's own locks). The state journal has a thread of its own (the
  * writer, persist.c): Join of a new rank and Finish hold their call, and
  * a watch whose re-announcement taught something waits unstarted; they
- * are answered from it once their change is on disk (journal_after). A
- * worker's registration and departure and the main loop wait for it
- * (journal_sync, without C.mu). Its lock is taken
+ * are answered from it once their change is on disk (journal_after); so
+ * is a worker's registration listed, and its departure unlisted, from it
+ * (workers.c). The main loop and an abort wait for it (journal_sync,
+ * without C.mu). Advertised-address lookups run on resolver threads
+ * (resolve.c; lock order: the resolver's lock, then C.mu). Its lock is taken
  * without C.mu. The main loop (main.c: heartbeats, publication, watches,
  * timeouts) and the /metrics thread (status.c, coord_metrics) take C.mu
  * like any handler. A function named
@@ -106,7 +110,7 @@ typedef struct coord_opts {
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, heartbeat_lapse_s,
       stats_interval_s, shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s,
-      linger_s, metrics_rank_series;
+      linger_s, metrics_rank_series, resolve_threads, resolve_timeout_ms;
   int print_job, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;
@@ -123,7 +127,7 @@ extern const char exit_codes_text[];
 /* ---- State (state.c) ----------------------------------------------------- */
 
 /* The phases of a worker session (Coordinator.WorkerSession). */
-enum { WS_HELLO, WS_HELLO2, WS_SERVING, WS_OVER };
+enum { WS_HELLO, WS_CHECKING, WS_HELLO2, WS_ADMITTING, WS_SERVING, WS_OVER };
 
 /* One worker session (workers.c). Allocated by session_open, freed by
  * session_closed; linked into C.workers while registered (live). Fields
@@ -137,11 +141,20 @@ typedef struct cworker {
    * that takes none). Listed to clients, never logged. */
   char ticket[TICKET_HEX + 1];
   stk__rpc_call *call; /* its session; valid until session_closed (NULLed under C.mu) */
-  int phase;           /* WS_*: touched only by the call's callbacks */
-  uint64_t ack_hash;   /* the job hash the RegisterAck carried (set under C.mu, read by
-                          the session's own callbacks) */
-  int live;            /* in C.workers */
-  int leaving;         /* session over: no longer journaled, unlink next */
+  int phase;           /* WS_*: under C.mu. Moved by the call's callbacks, and
+                          from WS_CHECKING by the address check's answer
+                          (resolve.c), from WS_ADMITTING once the worker is
+                          journaled (journal_after) */
+  int journal_wait;    /* a journal_after callback will come for it (under C.mu) */
+  int gone;            /* its session is over: whoever holds it last frees it
+                          (under C.mu) */
+  int expect_added;    /* admission added it to the workers expected back */
+  struct resolve_job *check; /* the pending or answered address check (resolve.c);
+                                released by the session's callbacks */
+  uint64_t ack_hash; /* the job hash the RegisterAck carried (set under C.mu, read by
+                        the session's own callbacks) */
+  int live;          /* in C.workers */
+  int leaving;       /* session over: no longer journaled, unlink next */
   int shutdown_sent;
   int64_t registered_ms, last_hb_ms;
   /* Its heartbeats are late (over --heartbeat-misses intervals) while its
@@ -347,6 +360,38 @@ int ticket_for(const char *worker_id, const char *address, char out[TICKET_HEX +
 int tickets_on(void);
 /* Wipe the key. From main, after the server stopped. */
 void tickets_free(void);
+
+/* ---- Advertised-address checks (resolve.c) -------------------------------
+ * A worker's advertised host is looked up (stk__host_is_peer) on resolver
+ * threads, never on the rpc layer's: a slow name delays only its own
+ * session. Thread-safe; call without C.mu. */
+
+typedef struct resolve_job resolve_job;
+/* A check's answer: match as stk__host_is_peer's (1, 0, -1) or
+ * RESOLVE_TIMEOUT; numeric is the checked address in numeric form (on 1),
+ * resolved the addresses or the reason (for the message). Runs on a
+ * resolver thread under the resolver's lock: must not block; may take C.mu
+ * and send or finish calls; must not call resolve_*. */
+typedef void (*resolve_done_fn)(void *arg, int match, const char *numeric,
+                                const char *resolved);
+enum { RESOLVE_TIMEOUT = -2, RESOLVE_QUEUE_PER_THREAD = 16 };
+/* threads resolver threads (lookups at once), a check unanswered after
+ * timeout_ms is answered RESOLVE_TIMEOUT. Before serving. 0, or -1 (no
+ * thread). */
+int resolver_start(int threads, long long timeout_ms);
+/* After the server stopped: ends the threads (waits at most 2 s; a thread
+ * stuck in a lookup is left to the process's end). */
+void resolver_stop(void);
+/* Queue a check of addr against peer (both copied); done(arg, ...) comes
+ * exactly once, unless resolve_release comes first. NULL when the queue is
+ * full (RESOLVE_QUEUE_PER_THREAD per thread), stopping, or out of memory. */
+resolve_job *resolve_submit(const char *addr, const char *peer, resolve_done_fn done,
+                            void *arg);
+/* The owner is done with j (exactly once; not from done): after it returns
+ * done does not come. Accepts NULL. */
+void resolve_release(resolve_job *j);
+/* Checks not answered yet (queued or being looked up). */
+size_t resolve_pending(void);
 
 /* ---- Worker sessions (workers.c) ----------------------------------------- */
 

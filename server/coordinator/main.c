@@ -230,6 +230,11 @@ int main(int argc, char **argv) {
     goto out;
   }
   publish_tick(stk__now_ms()); /* the first version (empty) before any join */
+  if (resolver_start((int)opt.resolve_threads, opt.resolve_timeout_ms)) {
+    LOG_ERROR("cannot start the resolver threads");
+    code = EXIT_FAIL;
+    goto out;
+  }
   stk__rpc_server *srv = NULL;
   if (start_server(&srv, err, sizeof(err))) {
     LOG_ERROR("%s", err);
@@ -249,6 +254,10 @@ int main(int argc, char **argv) {
   metrics_stop(ms);
   LOG_INFO("exiting (code %d)", code);
 out:
+  /* First: the journal's writer may still list or unlist workers whose
+   * sessions ended at the stop (workers.c), which needs C whole. */
+  resolver_stop(); /* after the server: no session holds a check */
+  journal_close();
   stk__options_free(options, noptions);
   for (uint32_t r = 0; C.ranks && r < C.spec.world_size; r++) free(C.ranks[r].holder);
   free(C.canonical), free(C.joined), free(C.finished), free(C.ranks);
@@ -257,7 +266,6 @@ out:
   free(C.expect);
   for (uint32_t i = 0; C.classes && i < C.nclasses; i++) free(C.classes[i]);
   free(C.classes);
-  journal_close();
   publish_free();
   tickets_free();
   return code;

@@ -94,6 +94,15 @@ stk__option options[] = {
      "accept a worker whose advertised host does not resolve to the address its "
      "session comes from (behind NAT or a proxy)",
      &opt.trust_worker_addresses, 0, 0},
+    {"resolve-threads", OPT_INT, "4", NULL,
+     "threads that look up workers' advertised host names (off the RPC threads): at "
+     "most this many lookups at once, and 16 per thread waiting; past that a worker "
+     "is told to retry (UNAVAILABLE)",
+     &opt.resolve_threads, 1, 64},
+    {"resolve-timeout-ms", OPT_INT, "5000", NULL,
+     "a worker whose advertised host name has not resolved after this long is told "
+     "to retry (UNAVAILABLE)",
+     &opt.resolve_timeout_ms, 10, 600000},
     STK__TLS_SERVER_OPTIONS(opt.tls),
     STK__OPT_PORT_FILE(opt.port_file),
     STK__OPT_MAX_MESSAGE_MB(opt.max_message_mb, "4",

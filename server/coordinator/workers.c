@@ -1,7 +1,10 @@
 /* workers.c - Coordinator.WorkerSession: a state machine per call, hello
- * (checked) -> RegisterAck with the job -> second hello (job hash,
- * dataset) -> on the live list (C.workers) -> heartbeats until the session
- * ends (session_closed drops the worker from the list); and from the main
+ * (checked; its advertised address on a resolver thread, resolve.c) ->
+ * RegisterAck with the job -> second hello (job hash, dataset) -> on the
+ * live list (C.workers; with a state journal, from the journal's writer
+ * thread once on disk) -> heartbeats until the session ends
+ * (session_closed drops the worker from the list, likewise after the
+ * journal); no serving thread waits for DNS or the disk. And from the main
  * loop, the heartbeat lapse check and the Shutdown commands. Owns the
  * worker entries (cworker), the live list and the worker failures in C,
  * under C.mu; the dataset's size and fingerprint when the first worker
@@ -16,6 +19,18 @@
 #include "coordinator.h"
 #include "log.h"
 #include "msgcheck.h"
+
+/* Set a session's phase (C.mu taken here). */
+static void set_phase(cworker *w, int phase) {
+  pthread_mutex_lock(&C.mu);
+  w->phase = phase;
+  pthread_mutex_unlock(&C.mu);
+}
+
+static void worker_free(cworker *w) {
+  if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
+  free(w);
+}
 
 static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash,
                     const char *ticket) {
@@ -37,31 +52,86 @@ static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) 
   return m->hello;
 }
 
-/* Clients dial the address a worker advertises, so a worker (or anyone
- * with a worker token) must not send them elsewhere: its host must
- * resolve to the address the session comes from. 0, or -1 when the call
- * was refused (FAILED_PRECONDITION: final for the worker). A DNS lookup
- * on this serving thread, once per session. */
-static int advertised_check(stk__rpc_call *call, const cworker *w) {
-  char res[200], msg[3200], id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], peer[300];
-  const char *p = stk__rpc_call_peer(call);
-  int m = stk__host_is_peer(w->address, p, res, sizeof(res));
-  if (m == 1) return 0;
-  stk__escape(id, sizeof(id), w->id);
-  stk__escape(addr, sizeof(addr), w->address);
-  stk__escape(peer, sizeof(peer), p);
-  snprintf(msg, sizeof(msg),
-           "advertised address %s is not the host the session comes from (%s; %s%s): "
-           "fix the worker's --advertise, or run the coordinator with "
-           "--trust-worker-addresses (NAT, proxies); worker %s",
-           addr, peer, m == 0 ? "it resolves to " : "", res, id);
-  LOG_WARN("refusing: %s", msg);
-  stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
-  return -1;
+/* The rest of the first hello, once the worker's address is settled:
+ * mint its ticket and send the job. 0, or -1 when the call was refused.
+ * From a callback of the session, or from the check's answer (its phase
+ * still WS_CHECKING, under the resolver's lock). */
+static int send_job(stk__rpc_call *call, cworker *w, int checking) {
+  if (ticket_for(w->id, w->address, w->ticket)) {
+    stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
+    return -1;
+  }
+  pthread_mutex_lock(&C.mu);
+  int rc = 0;
+  if (!checking || w->phase == WS_CHECKING) { /* else it ended meanwhile */
+    w->ack_hash = C.hash;
+    w->phase = WS_HELLO2;
+    rc = send_ack(call, C.canonical, C.hash, w->ticket);
+    if (rc) w->phase = WS_OVER;
+  }
+  pthread_mutex_unlock(&C.mu);
+  return rc;
 }
 
-/* The first hello: check it, fill the worker's entry (not linked yet) and
- * send the job. 0, or -1 when the call was refused (its status sent). */
+/* Clients dial the address a worker advertises, so a worker (or anyone
+ * with a worker token) must not send them elsewhere: its host must
+ * resolve to the address the session comes from. The answer of the check
+ * (resolve.c, on a resolver thread; the lookup never runs on a serving
+ * thread): on a match, the worker is listed with the checked address in
+ * numeric form (clients dial what was checked and never resolve the name
+ * again), except over TLS, where clients verify the worker's certificate
+ * against the name it advertised; else the session ends
+ * FAILED_PRECONDITION (final), or UNAVAILABLE (retry) when the lookup
+ * timed out. */
+static void address_checked(void *arg, int m, const char *numeric, const char *res) {
+  cworker *w = arg;
+  stk__rpc_call *call = w->call;
+  if (m == 1) {
+    char was[MAX_STR * 4 + 8] = "";
+    pthread_mutex_lock(&C.mu);
+    int mine = w->phase == WS_CHECKING;
+    if (mine && !C.tls && *numeric && strcmp(numeric, w->address)) {
+      stk__escape(was, sizeof(was), w->address);
+      snprintf(w->address, sizeof(w->address), "%s", numeric);
+    }
+    pthread_mutex_unlock(&C.mu);
+    if (!mine) return; /* the session ended meanwhile */
+    if (*was)
+      LOG_INFO("worker %s: advertised %s, listed as %s (the address checked)", w->id, was,
+               numeric);
+    send_job(call, w, 1);
+    return;
+  }
+  char msg[3200], id[MAX_STR * 4 + 8], addr[MAX_STR * 4 + 8], peer[300];
+  stk__escape(id, sizeof(id), w->id);
+  stk__escape(addr, sizeof(addr), w->address);
+  stk__escape(peer, sizeof(peer), stk__rpc_call_peer(call));
+  if (m == RESOLVE_TIMEOUT)
+    snprintf(msg, sizeof(msg),
+             "the host of the advertised address %s did not resolve in time (%s): "
+             "retry later, or advertise a numeric address; worker %s",
+             addr, res, id);
+  else
+    snprintf(msg, sizeof(msg),
+             "advertised address %s is not the host the session comes from (%s; %s%s): "
+             "fix the worker's --advertise, or run the coordinator with "
+             "--trust-worker-addresses (NAT, proxies); worker %s",
+             addr, peer, m == 0 ? "it resolves to " : "", res, id);
+  LOG_WARN("refusing: %s", msg);
+  pthread_mutex_lock(&C.mu);
+  int mine = w->phase == WS_CHECKING;
+  if (mine) w->phase = WS_OVER;
+  pthread_mutex_unlock(&C.mu);
+  if (mine)
+    stk__rpc_call_finish(
+        call,
+        m == RESOLVE_TIMEOUT ? GRPC_STATUS_UNAVAILABLE : GRPC_STATUS_FAILED_PRECONDITION,
+        msg);
+}
+
+/* The first hello: check it, fill the worker's entry (not linked yet),
+ * start the address check or send the job. 0, or -1 when the call was
+ * refused (its status sent). */
 static int worker_hello(stk__rpc_call *call, cworker *w,
                         const Stoker__V1__WorkerMessage *m) {
   char msg[200];
@@ -78,7 +148,6 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
   snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
   w->cores = h->worker->cores;
-  if (!opt.trust_worker_addresses && advertised_check(call, w)) return -1;
   /* With role tokens every listed worker has a stream ticket, so a client
    * never sends its token to a worker (or to anyone holding the worker
    * token): a worker that takes no ticket (an older stoker-worker, a
@@ -92,15 +161,19 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     return -1;
   }
-  if (ticket_for(w->id, w->address, w->ticket)) {
-    stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
+  if (opt.trust_worker_addresses) return send_job(call, w, 0);
+  /* The session answers when the check does (address_checked). */
+  w->phase = WS_CHECKING;
+  if (!(w->check =
+            resolve_submit(w->address, stk__rpc_call_peer(call), address_checked, w))) {
+    snprintf(msg, sizeof(msg),
+             "%zu worker addresses are being checked (--resolve-threads %lld): retry",
+             resolve_pending(), opt.resolve_threads);
+    LOG_WARN("refusing worker for now: %s", msg);
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, msg);
     return -1;
   }
-  pthread_mutex_lock(&C.mu);
-  w->ack_hash = C.hash;
-  int rc = send_ack(call, C.canonical, C.hash, w->ticket);
-  pthread_mutex_unlock(&C.mu);
-  return rc;
+  return 0;
 }
 
 /* An ImageFolder job's classes: the first worker to report them fixes the
@@ -196,9 +269,52 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
   return classes_check_locked(w, h, msg, len);
 }
 
+/* Put an admitted worker on the live list (a worker that comes back under
+ * the same id replaces its old entry) and tell watchers; releases C.mu
+ * (taken by the caller) and logs. */
+static void link_locked(cworker *w) {
+  for (cworker *o = C.workers; o; o = o->next)
+    if (!strcmp(o->id, w->id)) {
+      unlink_locked(o);
+      if (o->call)
+        stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
+      break;
+    }
+  w->registered_ms = w->last_hb_ms = stk__now_ms();
+  w->live = 1;
+  w->phase = WS_SERVING;
+  w->next = C.workers;
+  C.workers = w;
+  publish_change_locked(w, 0);
+  expect_remove_locked(w->id); /* it is back */
+  pthread_cond_broadcast(&C.cv);
+  size_t nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
+           nlive);
+}
+
+/* The admitted worker is in the journal (journal_after, on the writer
+ * thread): list it, unless its session ended meanwhile (then it is freed
+ * here). */
+static void admit_journaled(void *arg) {
+  cworker *w = arg;
+  pthread_mutex_lock(&C.mu);
+  w->journal_wait = 0;
+  if (w->expect_added) expect_remove_locked(w->id), w->expect_added = 0;
+  if (w->phase != WS_ADMITTING) { /* refused or ended meanwhile */
+    int gone = w->gone;
+    pthread_mutex_unlock(&C.mu);
+    if (gone) worker_free(w);
+    return;
+  }
+  link_locked(w);
+}
+
 /* The second hello: check the job hash (the one our ack carried) and the
- * dataset and put the worker on the live list. 0, or -1 when the call was
- * refused. */
+ * dataset and put the worker on the live list, at once or, with a state
+ * journal, once it is on disk (admit_journaled). 0, or -1 when the call
+ * was refused. */
 static int worker_admit(stk__rpc_call *call, cworker *w,
                         const Stoker__V1__WorkerMessage *m) {
   char msg[600];
@@ -223,35 +339,19 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     return -1;
   }
+  w->phase = WS_ADMITTING;
   if (journal_enabled()) {
     /* Journal the worker (and the dataset it taught the job) before it is
-     * on the list: whatever Status shows, a restart knows. A file write +
-     * fsync inline on this serving thread (journal_sync); the session's
-     * callbacks come one at a time, so none runs meanwhile. */
-    int pending = expect_add_locked(w->id);
+     * on the list: whatever Status shows, a restart knows. The write and
+     * fsync run on the journal's writer thread, never on this serving
+     * thread: the worker is listed from there (admit_journaled). */
+    w->expect_added = expect_add_locked(w->id);
+    w->journal_wait = 1;
     pthread_mutex_unlock(&C.mu);
-    journal_sync();
-    pthread_mutex_lock(&C.mu);
-    if (pending) expect_remove_locked(w->id);
+    journal_after(admit_journaled, w);
+    return 0;
   }
-  /* A worker that comes back under the same id replaces its old entry. */
-  for (cworker *o = C.workers; o; o = o->next)
-    if (!strcmp(o->id, w->id)) {
-      unlink_locked(o);
-      stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
-      break;
-    }
-  w->registered_ms = w->last_hb_ms = stk__now_ms();
-  w->live = 1;
-  w->next = C.workers;
-  C.workers = w;
-  publish_change_locked(w, 0);
-  expect_remove_locked(w->id); /* it is back */
-  pthread_cond_broadcast(&C.cv);
-  size_t nlive = nworkers_locked();
-  pthread_mutex_unlock(&C.mu);
-  LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
-           nlive);
+  link_locked(w);
   return 0;
 }
 
@@ -365,22 +465,39 @@ const char *last_failure_locked(char *buf, size_t len) {
 static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
   cworker *w = stk__rpc_call_data(call);
   const Stoker__V1__WorkerMessage *m = (const Stoker__V1__WorkerMessage *)msg;
-  if (m && m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_FAILURE &&
-      w->phase != WS_OVER) {
-    w->phase = WS_OVER;
+  /* The phase also moves on other threads (the address check's answer,
+   * the journal's writer): read it under C.mu. A message while the
+   * address is checked ends the session; the worker's answer to nothing
+   * cannot be taken. */
+  pthread_mutex_lock(&C.mu);
+  int phase = w->phase;
+  if (phase == WS_CHECKING) w->phase = WS_OVER;
+  pthread_mutex_unlock(&C.mu);
+  if (phase != WS_CHECKING && w->check) { /* answered: done with it */
+    resolve_release(w->check);
+    w->check = NULL;
+  }
+  if (m && m->kind_case == STOKER__V1__WORKER_MESSAGE__KIND_FAILURE && phase != WS_OVER) {
+    set_phase(w, WS_OVER);
     worker_failure(call, w, m->failure);
     return;
   }
-  switch (w->phase) {
+  switch (phase) {
     case WS_HELLO:
-      w->phase = worker_hello(call, w, m) ? WS_OVER : WS_HELLO2;
+      if (worker_hello(call, w, m)) set_phase(w, WS_OVER);
+      break;
+    case WS_CHECKING:
+      if (m)
+        stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION,
+                             "a worker's second message came before RegisterAck");
       break;
     case WS_HELLO2:
-      w->phase = worker_admit(call, w, m) ? WS_OVER : WS_SERVING;
+      if (worker_admit(call, w, m)) set_phase(w, WS_OVER);
       break;
+    case WS_ADMITTING: /* heartbeats before it is listed count as well */
     case WS_SERVING:
       if (!m) { /* refused by the rpc layer, which ended the call saying why */
-        w->phase = WS_OVER;
+        set_phase(w, WS_OVER);
       } else {
         worker_heartbeat(w, m);
       }
@@ -391,32 +508,50 @@ static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {
 /* The worker said goodbye (half-close): end the session. */
 static void session_half_close(stk__rpc_call *call) {
   cworker *w = stk__rpc_call_data(call);
-  stk__rpc_call_finish(
-      call, w->phase == WS_SERVING ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
+  pthread_mutex_lock(&C.mu);
+  int serving = w->phase == WS_SERVING;
+  if (w->phase == WS_CHECKING || w->phase == WS_ADMITTING)
+    w->phase = WS_OVER; /* no answer goes out now, it is not listed */
+  pthread_mutex_unlock(&C.mu);
+  stk__rpc_call_finish(call, serving ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
+}
+
+/* A listed worker whose session ended is out of the journal (journal_after,
+ * on the writer thread): off the list, freed. */
+static void leave_journaled(void *arg) {
+  cworker *w = arg;
+  pthread_mutex_lock(&C.mu);
+  int was_live = unlink_locked(w);
+  size_t nlive = nworkers_locked();
+  pthread_mutex_unlock(&C.mu);
+  if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
+  worker_free(w);
 }
 
 /* The session is over: drop the worker from the live list (a no-op if a
  * heartbeat lapse or a replacement did already). */
 static void session_closed(stk__rpc_call *call) {
   cworker *w = stk__rpc_call_data(call);
+  resolve_release(w->check); /* no answer comes after this */
   /* Out of the journal before it leaves the list: once Status no longer
-   * shows the worker, a restart does not wait for it either. journal_sync
-   * writes and fsyncs inline on this serving thread; the handle stays
-   * valid until we return, so the main loop may still send to it or
-   * abort it meanwhile. */
+   * shows the worker, a restart does not wait for it either. The write
+   * runs on the journal's writer thread (leave_journaled unlinks and frees
+   * it); the handle is gone once we return, so w->call is cleared now and
+   * the main loop no longer sends to it. An admission still waiting for
+   * the journal frees it there (admit_journaled). */
   pthread_mutex_lock(&C.mu);
-  int journaled = w->live && !w->leaving;
+  int journaled = w->live && !w->leaving, waiting = w->journal_wait;
   w->leaving = 1;
-  pthread_mutex_unlock(&C.mu);
-  if (journaled) journal_sync();
-  pthread_mutex_lock(&C.mu);
-  int was_live = unlink_locked(w);
   w->call = NULL;
-  size_t nlive = nworkers_locked();
+  w->gone = 1;
+  if (w->phase != WS_SERVING) w->phase = WS_OVER;
   pthread_mutex_unlock(&C.mu);
-  if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
-  if (w->hb) protobuf_c_message_free_unpacked(&w->hb->base, NULL);
-  free(w);
+  if (waiting) return;
+  if (journaled) {
+    journal_after(leave_journaled, w);
+    return;
+  }
+  leave_journaled(w); /* never listed, or dropped already: no journal write */
 }
 
 const stk__rpc_stream_ops session_ops = {session_open, session_message,
@@ -427,7 +562,7 @@ const stk__rpc_stream_ops session_ops = {session_open, session_message,
 void send_shutdowns(void) {
   pthread_mutex_lock(&C.mu);
   for (cworker *w = C.workers; w; w = w->next) {
-    if (w->shutdown_sent) continue;
+    if (w->shutdown_sent || !w->call) continue; /* no call: leaving */
     w->shutdown_sent = 1;
     Stoker__V1__Shutdown sd = STOKER__V1__SHUTDOWN__INIT;
     sd.failed = C.failed;
@@ -482,7 +617,8 @@ void check_heartbeats(void) {
     }
     unlink_locked(w);
     /* The session ends; the worker reconnects and registers again. */
-    stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
+    if (w->call)
+      stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");
   }
   pthread_mutex_unlock(&C.mu);
   for (int i = 0; i < nlines; i++) {

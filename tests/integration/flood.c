@@ -28,7 +28,7 @@ typedef struct fcall {
   grpc_call *call;
   grpc_channel *ch;
   int64_t start_ms; /* a stalled call's start (reopen_stalled_ms) */
-  int stalled, sent, status_done, send_pending, cancelled;
+  int stalled, health, sent, status_done, send_pending, cancelled;
   grpc_status_code status;
   grpc_slice details;
   grpc_metadata_array trail, init;
@@ -94,6 +94,46 @@ static void send_next(fcall *c) {
     c->sent++;
   }
   grpc_byte_buffer_destroy(bb); /* the core holds its own reference */
+}
+
+/* A health watch: the request (empty: the server's own status), the
+ * half-close, the first answer taken; then it stays until its lease or a
+ * refusal ends it. */
+static void start_watch(flood *f, fcall *c, grpc_channel *ch) {
+  c->f = f;
+  c->ch = ch;
+  c->health = 1;
+  c->t_status.kind = T_STATUS, c->t_status.c = c;
+  c->details = grpc_empty_slice();
+  grpc_metadata_array_init(&c->trail);
+  grpc_metadata_array_init(&c->init);
+  grpc_slice m = grpc_slice_from_static_string("/grpc.health.v1.Health/Watch");
+  c->call = grpc_channel_create_call(ch, NULL, GRPC_PROPAGATE_DEFAULTS, f->cq, m, NULL,
+                                     gpr_inf_future(GPR_CLOCK_REALTIME), NULL);
+  grpc_byte_buffer *req = grpc_raw_byte_buffer_create(NULL, 0);
+  grpc_op ops[6];
+  memset(ops, 0, sizeof(ops));
+  ops[0].op = GRPC_OP_SEND_INITIAL_METADATA;
+  ops[1].op = GRPC_OP_SEND_MESSAGE;
+  ops[1].data.send_message.send_message = req;
+  ops[2].op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  ops[3].op = GRPC_OP_RECV_INITIAL_METADATA;
+  ops[3].data.recv_initial_metadata.recv_initial_metadata = &c->init;
+  ops[4].op = GRPC_OP_RECV_MESSAGE;
+  ops[4].data.recv_message.recv_message = &c->recv;
+  ops[5].op = GRPC_OP_RECV_STATUS_ON_CLIENT;
+  ops[5].data.recv_status_on_client.trailing_metadata = &c->trail;
+  ops[5].data.recv_status_on_client.status = &c->status;
+  ops[5].data.recv_status_on_client.status_details = &c->details;
+  grpc_call_error e = grpc_call_start_batch(c->call, ops, 6, &c->t_status, NULL);
+  grpc_byte_buffer_destroy(req);
+  if (e != GRPC_CALL_OK) {
+    c->status_done = 1;
+    return;
+  }
+  pthread_mutex_lock(&f->mu);
+  f->st.health_started++;
+  pthread_mutex_unlock(&f->mu);
 }
 
 static void start_call(flood *f, fcall *c, grpc_channel *ch, int stalled) {
@@ -176,6 +216,12 @@ static void on_event(flood *f, int kind, fcall *c, int success) {
     return;
   }
   c->status_done = 1;
+  if (c->health) {
+    f->st.health_ended++;
+    if (c->status == GRPC_STATUS_RESOURCE_EXHAUSTED) f->st.health_exhausted++;
+    pthread_mutex_unlock(&f->mu);
+    return;
+  }
   f->st.calls_ended++;
   if (c->stalled) f->st.stalled_ended++;
   else if (c->status == GRPC_STATUS_DEADLINE_EXCEEDED) f->st.ended_deadline++;
@@ -268,9 +314,10 @@ int flood_start(const flood_config *cfg, flood **out, char *err, size_t errlen) 
   f->st.conns_open = f->nfds;
   int per = cfg->streams_per_channel > 0 ? cfg->streams_per_channel : 50;
   int nsilent_ch = (cfg->silent_streams + per - 1) / per;
-  f->nchans = nsilent_ch + cfg->stalled_streams;
+  int nhealth_ch = (cfg->health_watches + per - 1) / per;
+  f->nchans = nsilent_ch + cfg->stalled_streams + nhealth_ch;
   f->chans = calloc((size_t)f->nchans + 1, sizeof(*f->chans));
-  f->ncalls = cfg->silent_streams + cfg->stalled_streams;
+  f->ncalls = cfg->silent_streams + cfg->stalled_streams + cfg->health_watches;
   f->calls = calloc((size_t)f->ncalls + 1, sizeof(fcall));
   f->cq = grpc_completion_queue_create_for_next(NULL);
   grpc_arg a[2];
@@ -291,6 +338,9 @@ int flood_start(const flood_config *cfg, flood **out, char *err, size_t errlen) 
     start_call(f, &f->calls[i], f->chans[i / per], 0);
   for (int i = 0; i < cfg->stalled_streams; i++)
     start_call(f, &f->calls[cfg->silent_streams + i], f->chans[nsilent_ch + i], 1);
+  for (int i = 0; i < cfg->health_watches; i++)
+    start_watch(f, &f->calls[cfg->silent_streams + cfg->stalled_streams + i],
+                f->chans[nsilent_ch + cfg->stalled_streams + i / per]);
   if (pthread_create(&f->thread, NULL, flood_main, f)) {
     snprintf(err, errlen, "cannot start a thread");
     __atomic_store_n(&f->stop, 1, __ATOMIC_RELEASE);

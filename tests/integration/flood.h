@@ -1,7 +1,8 @@
 /* flood.h - a hostile load on one stoker-worker, for the serving-bounds
  * test and its full-scale benchmark: plain TCP connections that never say
- * a word, Worker.Stream calls that never send a request ("silent"), and
- * streams that ask for batches and never read them ("stalled"). Driven by
+ * a word, Worker.Stream calls that never send a request ("silent"),
+ * streams that ask for batches and never read them ("stalled"), and
+ * health watches that stay open. Driven by
  * the gRPC C core directly (one completion queue, one thread), so it can
  * hold thousands of calls cheaply. Test code only.
  */
@@ -26,6 +27,9 @@ typedef struct flood_config {
                               one, so stalled_streams of them are there for
                               the whole run (a stalled call never sees the
                               worker end it: it never reads) */
+  int health_watches;      /* grpc.health.v1.Health/Watch calls (no token
+                              needed) that take the first answer and then
+                              stay, streams_per_channel per connection */
   uint64_t job_hash;       /* for the stalled streams' requests */
   uint32_t world_size;
   uint64_t steps; /* per epoch: requests are for steps 0.. of epoch 0 */
@@ -42,6 +46,9 @@ typedef struct flood_stats {
   int requests_sent;    /* stalled streams' requests that went out */
   int stalled_reopened; /* stalled streams replaced (reopen_stalled) */
   int ended_other;      /* any other status */
+  int health_started;   /* health watches started (not in calls_started) */
+  int health_ended;     /* of those, ended (status received) */
+  int health_exhausted; /* of those, RESOURCE_EXHAUSTED (their table is full) */
 } flood_stats;
 
 typedef struct flood flood;

@@ -11,7 +11,8 @@
  * (--send-stall-s), calls past --max-calls evict the oldest silent call
  * (RESOURCE_EXHAUSTED for it), a real stream opened while the call table
  * is full of silent calls (first-message deadline 600 s) is served at
- * once by evicting one,
+ * once by evicting one, a per-peer cap (--max-calls-per-peer) refuses an
+ * address's calls past it, saying so,
  * and the worker's thread count and RSS (printed) stay within bounds: the
  * thread count does not grow with the number of calls.
  *
@@ -24,7 +25,12 @@
  * rounds, medians printed (and the 10% bound checked), with the worker's
  * RSS and threads.
  *
- * usage: test_serving_bounds <stoker-coordinator> <stoker-worker> [--full]
+ * --acceptance (also at the end of --full): one worker at its default
+ * call table under 4500 silent streams and 4000 health watches; a real
+ * stream opened meanwhile is served; threads, RSS and the time to its
+ * first batch printed.
+ *
+ * usage: test_serving_bounds <stoker-coordinator> <stoker-worker> [--full|--acceptance]
  *        test_serving_bounds <coord> <worker> --flood TARGET JOB_HASH  (full's load)
  */
 #include <signal.h>
@@ -102,6 +108,10 @@ static int exhausted_n(const flood_stats *st, const void *arg) {
   return st->ended_exhausted >= *(const int *)arg;
 }
 
+static int health_exhausted_n(const flood_stats *st, const void *arg) {
+  return st->health_exhausted >= *(const int *)arg;
+}
+
 /* 3. A second worker whose call table (--max-calls 300) is full of silent
  * streams that would stay for 600 s: a real stream opened then is served
  * at once (its call evicts the oldest silent one), byte-exact. */
@@ -118,10 +128,10 @@ static void full_table(int cport, uint64_t hash) {
   memset(&fc, 0, sizeof fc);
   fc.target = target;
   fc.silent_streams = 400;
-  flood *f = NULL;
+  flood *f = NULL, *hf = NULL;
   char err[256];
   CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
-  int n = 400, over = 100;
+  int n = 400, over = 100, hover = 36;
   /* Every silent call started, and the 100 past the table ended
    * RESOURCE_EXHAUSTED: evicted by a later one, or (one that came while
    * every other call was still being set up) refused. The table then holds
@@ -133,6 +143,13 @@ static void full_table(int cport, uint64_t hash) {
   long evicted = wait_counter(&w, "calls_evicted=", 1, 15000);
   fprintf(stderr, "full table: %ld silent calls evicted by later ones\n", evicted);
   CHECK(evicted >= 1);
+  /* 100 health watches on top: their table holds 64, so 36 are refused,
+   * and none takes a slot of the full call table. */
+  memset(&fc, 0, sizeof fc);
+  fc.target = target;
+  fc.health_watches = 100;
+  CHECK(flood_start(&fc, &hf, err, sizeof err) == 0);
+  if (hf) CHECK(wait_flood(hf, health_exhausted_n, &hover, 90000) == 0);
   stk__rpc_channel *wc = du_channel(wport);
   stk__rpc_stream *s = NULL;
   CHECK(wc && stk__rpc_stream_open(wc, "/stoker.v1.Worker/Stream", 30000, &s) == 0);
@@ -155,7 +172,85 @@ static void full_table(int cport, uint64_t hash) {
   if (proc_usage(w.pid, &th, &rss) == 0)
     fprintf(stderr, "full table: a real stream served; worker threads=%ld rss=%ld KiB\n",
             th, rss);
+  if (hf) {
+    flood_stats st;
+    flood_stats_get(hf, &st);
+    fprintf(stderr, "full table: health watches %d started, %d refused\n",
+            st.health_started, st.health_exhausted);
+    CHECK_EQ_U64(st.health_exhausted, 36);
+  }
+  flood_stop(hf);
   flood_stop(f);
+  stk__rpc_channel_close(cc);
+  stk__rpc_channel_close(wc);
+  proc_signal(&w, SIGTERM);
+  CHECK(proc_wait(&w, 20000) == 0);
+  if (check_failures) proc_dump_log(&w);
+}
+
+/* 4. A per-peer cap (--max-calls-per-peer 8, which applies to loopback
+ * peers too): 12 silent streams from one address leave exactly 4
+ * refused RESOURCE_EXHAUSTED, a real stream from the same address is
+ * refused saying why, and once the silent ones are gone it is served. */
+static void peer_cap(int cport, uint64_t hash) {
+  const char *wargs[] = {
+      "--threads", "1", "--max-calls-per-peer", "8", "--first-message-s", "600", NULL};
+  stk_proc w;
+  int wport = du_start_worker(&w, "worker-peer", cport, wargs);
+  CHECK(wport > 0);
+  if (wport <= 0) return;
+  char target[64], det[256], err[256];
+  snprintf(target, sizeof target, "127.0.0.1:%d", wport);
+  flood_config fc;
+  memset(&fc, 0, sizeof fc);
+  fc.target = target;
+  fc.silent_streams = 12;
+  flood *f = NULL;
+  CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
+  int n = 12, over = 4;
+  if (f) CHECK(wait_flood(f, started_n, &n, 90000) == 0);
+  if (f) CHECK(wait_flood(f, exhausted_n, &over, 90000) == 0);
+  stk__rpc_channel *wc = du_channel(wport);
+  stk__rpc_stream *s = NULL;
+  CHECK(wc && stk__rpc_stream_open(wc, "/stoker.v1.Worker/Stream", 0, &s) == 0);
+  if (s) {
+    /* Bounds for a hang only (a loaded host under a sanitizer). */
+    grpc_byte_buffer *bb = NULL;
+    CHECK(stk__rpc_stream_recv(s, &bb, 90000) == 0);
+    if (bb) grpc_byte_buffer_destroy(bb);
+    CHECK(stk__rpc_stream_status(s, 30000, det, sizeof det) ==
+          GRPC_STATUS_RESOURCE_EXHAUSTED);
+    fprintf(stderr, "per-peer cap: a real stream from the same address: %s\n", det);
+    CHECK(strstr(det, "from this peer's address") != NULL);
+    stk__rpc_stream_destroy(s);
+  }
+  if (f) {
+    flood_stats st;
+    flood_stats_get(f, &st);
+    CHECK_EQ_U64(st.ended_exhausted, 4);
+  }
+  flood_stop(f); /* the 8 silent calls end: the address holds none */
+  stk_job_spec spec;
+  stk_job_spec_defaults(&spec);
+  stk__rpc_channel *cc = du_channel(cport);
+  Stoker__V1__StatusResponse *sr = du_status(cc);
+  CHECK(sr && sr->job &&
+        stk_job_spec_parse(&spec, sr->job->canonical, NULL, 0) == STK_OK);
+  if (sr) protobuf_c_message_free_unpacked(&sr->base, NULL);
+  int served = 0;
+  for (int i = 0; i < 200 && !served; i++) { /* bounded: the cancels reach the worker */
+    s = NULL;
+    if (stk__rpc_stream_open(wc, "/stoker.v1.Worker/Stream", 30000, &s)) break;
+    if (du_send_request(s, hash, 0, 0, 3) == 0) {
+      grpc_byte_buffer *bb = NULL;
+      int r = stk__rpc_stream_recv(s, &bb, 30000);
+      if (bb) grpc_byte_buffer_destroy(bb);
+      served = r == 1;
+    }
+    stk__rpc_stream_destroy(s);
+    if (!served) stk__sleep_ms(100);
+  }
+  CHECK(served);
   stk__rpc_channel_close(cc);
   stk__rpc_channel_close(wc);
   proc_signal(&w, SIGTERM);
@@ -356,6 +451,7 @@ static void ci_run(void) {
           "KiB); client stall %.1f%%\n",
           th_max, th0, rss_max, rss0, 100 * r.stats.stall_fraction);
   full_table(cport, hash);
+  peer_cap(cport, hash);
   /* No thread per call: 400 calls and 200 connections add none of their
    * own (gRPC's own pools may add a few). */
   CHECK(th_max <= th0 + 6);
@@ -374,6 +470,103 @@ static void ci_run(void) {
 }
 
 /* ---- Full scale (scripts/serving_bench.sh) ---------------------------- */
+
+/* Open a stream on wc, ask for step (epoch 0, rank 0) and check the
+ * batch: ms from the open to the checked batch, or -1 (a check failed). */
+static int64_t first_batch_ms(stk__rpc_channel *wc, uint64_t hash,
+                              const stk_job_spec *spec, uint64_t step) {
+  char det[256];
+  stk__rpc_stream *s = NULL;
+  int64_t t0 = stk__now_ms(), ms = -1;
+  CHECK(wc && stk__rpc_stream_open(wc, "/stoker.v1.Worker/Stream", 60000, &s) == 0);
+  if (!s) return -1;
+  CHECK(du_send_request(s, hash, 0, 0, step) == 0);
+  if (du_recv_batch_checked(s, spec, 0, 0, step) == 0) ms = stk__now_ms() - t0;
+  CHECK(ms >= 0);
+  stk__rpc_stream_close_send(s);
+  CHECK(du_stream_end(s, det, sizeof det) == GRPC_STATUS_OK);
+  stk__rpc_stream_destroy(s);
+  return ms;
+}
+
+/* --acceptance (and the end of --full): one worker at its default table
+ * (--max-calls 4096, health table 64) under 4500 silent Worker.Stream
+ * calls and 4000 health watches that stay (--first-message-s 600): a real
+ * stream opened then is served (its first batch checked), the time to it,
+ * the refusals, and the worker's threads and RSS printed. */
+static void acceptance_run(void) {
+  raise_nofile();
+  const char *job[] = {"--set", "num_samples=100000", "--set", "batch_size=32",
+                       "--set", "height=128",         "--set", "width=128",
+                       "--set", "world_size=1",       NULL};
+  const char *wargs[] = {"--first-message-s", "600", NULL};
+  stk_proc coord, w;
+  int cport = du_start_coordinator(&coord, "acc-coordinator", job);
+  int wport = du_start_worker(&w, "acc-worker", cport, wargs);
+  CHECK(cport > 0 && wport > 0);
+  if (cport <= 0 || wport <= 0) return;
+  stk__rpc_channel *ch = du_channel(cport);
+  CHECK(du_wait_workers(ch, 1, 20000) == 0);
+  Stoker__V1__JoinResponse *jr = NULL;
+  char det[256], target[64], err[256];
+  CHECK(du_join(ch, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof det) == 0);
+  uint64_t hash = jr && jr->job ? jr->job->hash : 0;
+  stk_job_spec spec;
+  stk_job_spec_defaults(&spec);
+  CHECK(jr && stk_job_spec_parse(&spec, jr->job->canonical, NULL, 0) == STK_OK);
+  if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+  stk__rpc_channel *wc = du_channel(wport);
+  /* The baseline: a stream's first batch with nothing else open. */
+  int64_t base_ms = first_batch_ms(wc, hash, &spec, 1);
+  long th0 = 0, rss0 = 0, th = 0, rss = 0;
+  proc_usage(w.pid, &th0, &rss0);
+  snprintf(target, sizeof target, "127.0.0.1:%d", wport);
+  flood_config fc;
+  memset(&fc, 0, sizeof fc);
+  fc.target = target;
+  fc.silent_streams = 4500;
+  fc.health_watches = 4000;
+  flood *f = NULL;
+  CHECK(flood_start(&fc, &f, err, sizeof err) == 0);
+  int n = 4500, over = 4500 - 4096, hover = 4000 - 64;
+  if (f) CHECK(wait_flood(f, started_n, &n, 120000) == 0);
+  if (f) CHECK(wait_flood(f, exhausted_n, &over, 120000) == 0);
+  if (f) CHECK(wait_flood(f, health_exhausted_n, &hover, 120000) == 0);
+  proc_usage(w.pid, &th, &rss);
+  fprintf(
+      stderr,
+      "acceptance: 4500 silent streams + 4000 health watches in place; worker threads "
+      "%ld -> %ld, rss %ld -> %ld KiB\n",
+      th0, th, rss0, rss);
+  int64_t load_ms = first_batch_ms(wc, hash, &spec, 2);
+  fprintf(
+      stderr,
+      "acceptance: a real stream's first batch (checked) after %lld ms under the load, "
+      "%lld ms before it\n",
+      (long long)load_ms, (long long)base_ms);
+  proc_usage(w.pid, &th, &rss);
+  if (f) {
+    flood_stats st;
+    flood_stats_get(f, &st);
+    fprintf(stderr,
+            "acceptance: silent started %d, ended RESOURCE_EXHAUSTED %d (evicted or "
+            "refused); health started %d, refused %d; worker threads %ld, rss %ld KiB; "
+            "evicted (worker's count) %ld\n",
+            st.calls_started, st.ended_exhausted, st.health_started, st.health_exhausted,
+            th, rss, wait_counter(&w, "calls_evicted=", over + 1, 15000));
+  }
+  flood_stop(f);
+  stk__rpc_channel_close(wc);
+  stk__rpc_channel_close(ch);
+  proc_signal(&w, SIGTERM);
+  proc_signal(&coord, SIGTERM);
+  CHECK(proc_wait(&w, 30000) == 0);
+  CHECK(proc_wait(&coord, 30000) == 0);
+  if (check_failures) {
+    proc_dump_log(&w);
+    proc_dump_log(&coord);
+  }
+}
 
 static char self_exe[4096]; /* this binary: the flood runs as a child of it */
 
@@ -531,7 +724,8 @@ int main(int argc, char **argv) {
   if (argc > 5 && !strcmp(argv[3], "--flood")) return flood_proc(argv[4], argv[5]);
   ssize_t len = readlink("/proc/self/exe", self_exe, sizeof self_exe - 1);
   self_exe[len > 0 ? len : 0] = 0;
-  if (argc > 3 && !strcmp(argv[3], "--full")) full_run();
+  if (argc > 3 && !strcmp(argv[3], "--full")) full_run(), acceptance_run();
+  else if (argc > 3 && !strcmp(argv[3], "--acceptance")) acceptance_run();
   else ci_run();
   CHECK_DONE();
 }
