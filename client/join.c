@@ -439,8 +439,9 @@ void stk__coord_close(stk_client *c) {
 
 /* ---- Finish ---------------------------------------------------------- */
 
-#define FINISH_MS     60000 /* keep trying Finish this long */
-#define FINISH_TRY_MS 5000  /* the first attempt's deadline */
+#define FINISH_MS      30000 /* keep trying Finish this long */
+#define FINISH_SLOW_MS 60000 /* ... or this long once an attempt timed out */
+#define FINISH_TRY_MS  5000  /* the first attempt's deadline */
 
 int stk_client_finish(stk_client *c, int shutdown_job) {
   if (!c) return STK_INVALID_ARGUMENT;
@@ -462,12 +463,15 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
    * growing, jittered pause between them (spread, not synchronised); an
    * attempt that got no answer in time doubles the next one's deadline
    * (slow is not gone: see join_ask). A Finish lost here leaves the
-   * job's end to the coordinator's idle timeout, so the attempts go on for
-   * a minute. They stay on the rank's own connection: a new one needs a
-   * handshake, which a coordinator starved of CPU completes last
+   * job's end to the coordinator's idle timeout, so against a coordinator
+   * that answers late the attempts go on for a minute; against one that is
+   * gone (refused connections) for 30 s; after the job has ended (the
+   * watch said so) not at all: there is nothing left to finish. They stay on the rank's
+   * own connection: a new one needs a handshake, which a coordinator starved of CPU
+   * completes last
    * ("connection attempt timed out before receiving SETTINGS frame" on
    * every fresh connection while the established one still delivered). */
-  int64_t deadline = stk__now_ms() + FINISH_MS;
+  int64_t start = stk__now_ms(), deadline = start + FINISH_MS;
   int pause = 200, attempt = 0, try_ms = FINISH_TRY_MS;
   for (;;) {
     int64_t left = deadline - stk__now_ms();
@@ -478,7 +482,8 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
                               &stoker__v1__finish_response__descriptor, &m, tmo, details,
                               sizeof(details));
     if (m) protobuf_c_message_free_unpacked(m, NULL);
-    if (code == GRPC_STATUS_DEADLINE_EXCEEDED) try_ms *= 2;
+    if (code == GRPC_STATUS_DEADLINE_EXCEEDED)
+      try_ms *= 2, deadline = start + FINISH_SLOW_MS;
     int final;
     stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) return STK_OK;
@@ -486,6 +491,14 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
       return stk__errf(c->errs.last, sizeof(c->errs.last), STK_INVALID_ARGUMENT,
                        "finish refused: %s", details);
     stk__clog(c, "Finish attempt %d failed: gRPC status %d (%s)", attempt, code, details);
+    pthread_mutex_lock(&c->mu);
+    int ended = c->coord.job_ended, failed = c->coord.job_failed;
+    pthread_mutex_unlock(&c->mu);
+    if (ended && !failed) return STK_OK; /* the job is over: nothing to finish */
+    if (ended)
+      return stk__errf(c->errs.last, sizeof(c->errs.last), STK_CANCELLED,
+                       "finish: the job already ended as failed (%s)",
+                       c->coord.job_end_reason);
     if (stk__now_ms() >= deadline) {
       snprintf(
           c->errs.last, sizeof(c->errs.last),

@@ -272,11 +272,13 @@ STK_EXPORT int stk_client_state_at(const stk_client *c, uint64_t epoch, void *bu
 /* Tell the coordinator this rank has finished. When all ranks have, the
  * coordinator shuts every worker down and the job ends (every daemon exits
  * 0). With shutdown_job non-zero (rank 0 only), end the whole job now.
- * Retried for up to 60 s (the first attempt waits 5 s for the answer,
- * each attempt that got none in time twice as long as the one before,
- * with jittered pauses between), so thousands of ranks ending at once
- * against a busy coordinator get through; STK_UNAVAILABLE if it cannot be
- * reached in that time (the job's idle timeout still ends it).
+ * Retried with jittered pauses for up to 30 s, or 60 s once an attempt
+ * got no answer in time (the first attempt waits 5 s, each one after a
+ * timeout twice as long), so thousands of ranks ending at once against a
+ * busy coordinator get through; STK_UNAVAILABLE if it cannot be reached in
+ * that time (the job's idle timeout still ends it). Once the job has ended
+ * (the coordinator said so), a failed attempt is not retried: STK_OK, or
+ * STK_CANCELLED with the reason if the job ended as failed.
  * What ends a rank: this call, and nothing else in the C API -- not
  * STK_END_OF_DATA, not stk_client_close. Call it once the rank is done,
  * whether it consumed every epoch or stopped early (max steps, early
