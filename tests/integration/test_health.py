@@ -50,30 +50,45 @@ say_passes()  # every check printed, ok or FAIL
 
 
 def ping_flood(port, pings=20):
-    """Open a raw HTTP/2 connection, send the preface, empty SETTINGS and
-    `pings` PINGs with no call; return the GOAWAY the server answers as
-    (error code, debug text), or None if the connection closed (or 30 s
-    passed) without one."""
+    """Open a raw HTTP/2 connection, send the preface, empty SETTINGS and up
+    to `pings` PINGs with no call, one at a time: each waits for its ACK
+    before the next goes, so nothing of ours is unread at the server when
+    it closes the connection (unread bytes would make the kernel reset it,
+    and a reset can discard the GOAWAY before we read it). Returns the
+    GOAWAY the server answers as (error code, debug text), or None if the
+    connection closed (or 30 s passed) without one."""
     s = socket.create_connection(("127.0.0.1", port), timeout=30)
+    buf = b""
+
+    def frame():
+        """The next frame as (type, flags, body); None at the end."""
+        nonlocal buf
+        while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
+            chunk = s.recv(65536)
+            if not chunk:
+                return None
+            buf += chunk
+        n = int.from_bytes(buf[:3], "big")
+        f = (buf[3], buf[4], buf[9:9 + n])
+        buf = buf[9 + n:]
+        return f
+
     try:
         s.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + struct.pack(">I", 0)[1:] +
                   b"\x04\x00\x00\x00\x00\x00")
         for i in range(pings):
             s.sendall(struct.pack(">I", 8)[1:] + b"\x06\x00\x00\x00\x00\x00" +
                       struct.pack(">Q", i))
-        buf = b""
-        while True:
-            while len(buf) >= 9:
-                n = int.from_bytes(buf[:3], "big")
-                if len(buf) < 9 + n:
-                    break
-                ftype, body, buf = buf[3], buf[9:9 + n], buf[9 + n:]
+            while True:
+                f = frame()
+                if f is None:
+                    return None
+                ftype, flags, body = f
                 if ftype == 7:  # GOAWAY: last stream, error code, debug data
                     return struct.unpack(">I", body[4:8])[0], body[8:].decode(errors="replace")
-            chunk = s.recv(65536)
-            if not chunk:
-                return None
-            buf += chunk
+                if ftype == 6 and flags & 1:  # our PING's ACK: send the next
+                    break
+        return None
     except (OSError, socket.timeout):
         return None
     finally:
