@@ -97,8 +97,13 @@ def main():
               "Finish still answers 1 of %d finished (%s)" % (RANKS, fin))
         check(end["state"] == warm["state"], "journal size %d bytes, %d when warm"
               % (end["state"], warm["state"]))
-        check(end["rss"] <= warm["rss"] + 2 * MIB, "coordinator RSS %.2f MiB, %.2f when warm"
-              % (end["rss"] / MIB, warm["rss"] / MIB))
+        # Under ASan freed memory waits in its quarantine (up to 256 MiB), so
+        # RSS says nothing there: printed, judged only without sanitizers.
+        rss = "coordinator RSS %.2f MiB, %.2f when warm" % (end["rss"] / MIB, warm["rss"] / MIB)
+        if os.environ.get("STOKER_SANITIZED") == "1":
+            print("info " + rss + " (not judged under sanitizers)")
+        else:
+            check(end["rss"] <= warm["rss"] + 2 * MIB, rss)
         check(end["fds"] <= warm["fds"] + 4, "fds %d, %d when warm" % (end["fds"], warm["fds"]))
         check(end["threads"] <= warm["threads"] + 2, "threads %d, %d when warm"
               % (end["threads"], warm["threads"]))
