@@ -20,28 +20,11 @@
 #include <signal.h>
 
 #include "daemon_util.h"
+#include "rogue_util.h"
 
 #define SESSION "/stoker.v1.Coordinator/WorkerSession"
 #define QUEUED  16 /* RESOLVE_QUEUE_PER_THREAD x --resolve-threads 1 */
 #define NSESS   (1 + QUEUED + 2)
-
-static int send_hello(stk__rpc_stream *s, const char *id, const char *addr, uint64_t hash,
-                      uint64_t size, uint64_t fp) {
-  Stoker__V1__WorkerInfo info = STOKER__V1__WORKER_INFO__INIT;
-  info.worker_id = (char *)id;
-  info.address = (char *)addr;
-  info.cores = 1;
-  Stoker__V1__Register reg = STOKER__V1__REGISTER__INIT;
-  reg.worker = &info;
-  reg.protocol_version = STK_PROTOCOL_VERSION;
-  reg.job_hash = hash;
-  reg.dataset_size = size;
-  reg.dataset_fingerprint = fp;
-  Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
-  m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
-  m.hello = &reg;
-  return stk__rpc_stream_send_msg(s, &m.base);
-}
 
 /* The RegisterAck's job hash, 0 when the next message is not one. */
 static uint64_t recv_ack(stk__rpc_stream *s, int timeout_ms) {
@@ -91,14 +74,14 @@ int main(int argc, char **argv) {
   stk__rpc_stream *s[NSESS] = {0};
   char id[32], addr[64];
   CHECK(stk__rpc_stream_open(c, SESSION, 0, &s[0]) == 0);
-  CHECK(send_hello(s[0], "w0", "localhost:7100", 0, 0, 0) == 0);
+  CHECK(rogue_hello(s[0], "w0", "localhost:7100", 0, 0, 0) == 0);
   CHECK(wait_log_count(&coord, "held by the test gate", 1) == 0);
   /* The queue takes 16 more; the two after are told to retry. */
   for (int i = 1; i < NSESS; i++) {
     snprintf(id, sizeof(id), "w%d", i);
     snprintf(addr, sizeof(addr), "127.0.0.1:%d", 7100 + i);
     CHECK(stk__rpc_stream_open(c, SESSION, 0, &s[i]) == 0);
-    CHECK(send_hello(s[i], id, addr, 0, 0, 0) == 0);
+    CHECK(rogue_hello(s[i], id, addr, 0, 0, 0) == 0);
   }
   /* Which two is up to the order the serving threads took the hellos in. */
   int ended[NSESS] = {0}, refused = 0;
@@ -147,7 +130,7 @@ int main(int argc, char **argv) {
           pending);
   /* A second message before RegisterAck ends the session. */
   CHECK(early > 0);
-  CHECK(send_hello(s[early], "early", "127.0.0.1:7199", 1, 64, 0xf00d) == 0);
+  CHECK(rogue_hello(s[early], "early", "127.0.0.1:7199", 1, 64, 0xf00d) == 0);
   CHECK(du_stream_end(s[early], det, sizeof(det)) == GRPC_STATUS_FAILED_PRECONDITION);
   CHECK(strstr(det, "before RegisterAck") != NULL);
   ended[early] = 1;
@@ -165,7 +148,7 @@ int main(int argc, char **argv) {
   }
   CHECK(acks == QUEUED);
   /* w0 completes its registration: listed with the checked address. */
-  CHECK(send_hello(s[0], "w0", "localhost:7100", h, 64, 0xf00d) == 0);
+  CHECK(rogue_hello(s[0], "w0", "localhost:7100", h, 64, 0xf00d) == 0);
   CHECK(du_wait_workers(c, 1, 20000) == 0);
   Stoker__V1__StatusResponse *st = du_status(c);
   CHECK(st && st->n_workers == 1);
@@ -191,7 +174,7 @@ int main(int argc, char **argv) {
   stk__rpc_channel *ch2 = du_channel(port2);
   stk__rpc_stream *t = NULL;
   CHECK(stk__rpc_stream_open(ch2, SESSION, 0, &t) == 0);
-  CHECK(send_hello(t, "slow", "localhost:7200", 0, 0, 0) == 0);
+  CHECK(rogue_hello(t, "slow", "localhost:7200", 0, 0, 0) == 0);
   CHECK(du_stream_end(t, det, sizeof(det)) == GRPC_STATUS_UNAVAILABLE);
   fprintf(stderr, "a lookup past the timeout: %s\n", det);
   CHECK(strstr(det, "did not resolve in time") != NULL);
