@@ -36,7 +36,11 @@ Checks:
 with 2 builder threads over photo-sized JPEGs (375..500 px), pipeline train
 at 224x224, batch 32, one float32 rank and one uint8 rank at full rate (no
 step), 120 minutes, a worker other than w0 killed every ~300 s
-(--kills off: none), no client crash. Every --metrics-every-s (60) it
+(--kills off: none), no client crash. Its ranks compare nothing
+in-process: every --verify-every'th batch's digest is compared with its
+reference after the run, by a separate process (stoker-soak-rank
+--check-digests), so the ranks' heaps hold only what a training rank's
+does. Every --metrics-every-s (60) it
 samples each process: RSS and anonymous RSS, threads (/proc/PID/status),
 fds (/proc/PID/fd) and glibc's heap in use and held (the daemons' /metrics stoker_heap_bytes,
 the ranks' own "heap" lines); at the end it prints them as a table, writes
@@ -80,11 +84,12 @@ PROFILES = {
     "short": dict(minutes=10.0, workers=3, kill_every_s=20.0, samples=1024, batch=16,
                   step_ms=10, size=40, min_side=40, max_side=160, builders=1,
                   chunk_bytes=16384, verify_every=1, sample_s=0.5, metrics_every_s=0.0,
-                  converts=("none", "none")),
+                  converts=("none", "none"), verify_after=False),
     "long": dict(minutes=120.0, workers=2, kill_every_s=300.0, samples=512, batch=32,
                  step_ms=0, size=224, min_side=375, max_side=500, builders=2,
                  chunk_bytes=0, verify_every=16, sample_s=1.0, metrics_every_s=60.0,
-                 converts=("float32", "none"), client_crashes=0, warmup_s=600.0),
+                 converts=("float32", "none"), client_crashes=0, warmup_s=600.0,
+                 verify_after=True),
 }
 METRICS = (("rss", "RSS (MiB)"), ("anon", "anonymous RSS (MiB)"), ("heap_use", "heap in use (MiB)"),
            ("heap_held", "heap held (MiB)"), ("fds", "open fds"), ("threads", "threads"))
@@ -328,7 +333,7 @@ class Soak:
                 "--digest-file", self.path("rank%d.digest" % r), "--stop-file",
                 self.stop_file, "--data-root", self.root, "--step-ms", str(self.a.step_ms),
                 "--prefetch", "6", "--convert", self.a.converts[r], "--verify-every",
-                str(self.a.verify_every)]
+                str(0 if self.a.verify_after else self.a.verify_every)]
         if self.a.metrics_every_s > 0:
             argv += ["--heap-every-s", str(min(10.0, self.a.metrics_every_s))]
         p = Proc(name, argv, self.path(name + ".log"), killable=True)
@@ -546,9 +551,29 @@ class Soak:
         want = (stop + 1) * spe
         if len(seen) != want or min(seen) != 0 or max(seen) != want - 1:
             return self.fail("rank %d: %d distinct batches, want %d" % (r, len(seen), want))
-        log("stream rank %d: epochs 0..%d, %d steps/epoch, %d batches all equal to the "
-            "reference, in order; %d start(s), %d batch(es) delivered again after a crash "
-            "(same digest)" % (r, stop, spe, want, starts, dups))
+        log("stream rank %d: epochs 0..%d, %d steps/epoch, %d batches in order, %s; %d "
+            "start(s), %d batch(es) delivered again after a crash (same digest)"
+            % (r, stop, spe, want, "every %dth compared with the reference after the run"
+               % self.a.verify_every if self.a.verify_after else
+               "every %dth equal to the reference" % self.a.verify_every, starts, dups))
+
+    def check_after(self, r):
+        """Long profile: every --verify-every'th batch line of rank r's digest
+        file compared with its reference, built after the run by a separate
+        process (stoker-soak-rank --check-digests), so that the rank whose
+        memory is judged does only what a training rank does."""
+        argv = [self.bins["rank"], "--check-digests", self.path("rank%d.digest" % r), "--job",
+                self.path("job.conf"), "--rank", str(r), "--world-size", "2", "--data-root",
+                self.root, "--verify-every", str(self.a.verify_every)]
+        try:
+            p = subprocess.run(argv, capture_output=True, text=True, timeout=3600)
+        except subprocess.TimeoutExpired:
+            return self.fail("rank %d: the check after the run took over an hour" % r)
+        out = (p.stdout + p.stderr).strip()
+        log(out.splitlines()[-1] if out else "rank %d: the check printed nothing" % r)
+        if p.returncode != 0:
+            self.fail("rank %d: batches differ from the reference (exit %d):\n%s"
+                      % (r, p.returncode, out[-2000:]))
 
     def check_rss_long(self):
         """Long profile: each process that lived --min-span-s past its warm-up
@@ -775,6 +800,8 @@ def main():
     if hasattr(soak, "stop_epoch"):  # the run got to its stop: check what arrived
         for r in range(2):
             soak.check_stream(r)
+            if a.verify_after:
+                soak.check_after(r)
     soak.report_metrics()
     if hasattr(soak, "end_at"):
         if a.profile == "long":

@@ -20,6 +20,16 @@
  * --heap-every-s S prints "heap SECONDS IN_USE FREE" on stdout every S
  * seconds (glibc's mallinfo2 over every arena: bytes in use by the program,
  * bytes free but held by the allocator), read by soak.py's long profile.
+ * --verify-every 0 compares nothing in-process: the long profile measures
+ * a rank's memory, and building references in the rank would put the
+ * decoder's allocations (every size from 64 KiB to 1 MiB, libjpeg's and
+ * the builder's) between the client's in the same heap, which a training
+ * rank never does. Its batches are checked after the run instead:
+ *   stoker-soak-rank --check-digests FILE --job JOB --rank R --world-size W
+ *                    [--data-root DIR] [--verify-every N]
+ * builds, in a local client (no daemons), the reference of every Nth
+ * batch line of FILE (each address once) and compares its FNV-1a digest
+ * with the line's; prints how many it checked.
  * Exit 1 on any mismatch, order error or client error (said on
  * stderr), 2 on bad usage. Test code: not installed.
  */
@@ -128,14 +138,96 @@ static void usage(void) {
           "usage: stoker-soak-rank --coordinator HOST:PORT --rank R --world-size W\n"
           "         --state-file F --digest-file F --stop-file F [--data-root DIR]\n"
           "         [--step-ms N] [--prefetch N] [--convert none|float32]\n"
-          "         [--verify-every N] [--heap-every-s S]\n");
+          "         [--verify-every N] [--heap-every-s S]\n"
+          "       stoker-soak-rank --check-digests F --job JOB --rank R --world-size W\n"
+          "         [--data-root DIR] [--verify-every N]\n");
+}
+
+/* The whole of a small text file (the job), NUL-terminated; NULL on error
+ * (said on stderr). Caller frees. */
+static char *read_text(const char *path) {
+  FILE *f = fopen(path, "r");
+  if (!f) {
+    perror(path);
+    return NULL;
+  }
+  char *buf = calloc(1, 65536);
+  size_t n = buf ? fread(buf, 1, 65535, f) : 0;
+  fclose(f);
+  if (buf && n == 65535) {
+    fprintf(stderr, "stoker-soak-rank: %s: over 64 KiB\n", path);
+    free(buf);
+    return NULL;
+  }
+  return buf;
+}
+
+/* --check-digests: the reference of every Nth "b" line of the digest file
+ * (each address once) built by a local client of the same job and rank,
+ * its digest compared with the line's. 0 all equal, 1 otherwise. */
+static int check_digests(stk_client_config *cfg, const char *path, const char *job_path,
+                         const char *data_root, long every) {
+  char *job = read_text(job_path);
+  FILE *f = fopen(path, "r");
+  if (!job || !f) {
+    if (!f) perror(path);
+    free(job);
+    if (f) fclose(f);
+    return 1;
+  }
+  char err[512];
+  stk_client *c = NULL;
+  cfg->prefetch = 1; /* its builder thread only needs to stay out of the way */
+  cfg->slots = 2;
+  int rc = stk_client_open_local(cfg, job, data_root, &c, err, sizeof(err));
+  free(job);
+  if (rc) {
+    fprintf(stderr, "stoker-soak-rank: open_local: %s: %s\n", stk_strerror(rc), err);
+    fclose(f);
+    return 1;
+  }
+  size_t plen = (size_t)stk_client_payload_bytes(c);
+  uint64_t spe = stk_client_steps_per_epoch(c);
+  unsigned char *ref = malloc(plen);
+  unsigned char *done = calloc(1, 1 << 20); /* seqs checked, a bit each (8 Mi) */
+  uint64_t lines = 0, checked = 0, bad = 0;
+  char ln[256];
+  while (ref && done && fgets(ln, sizeof(ln), f)) {
+    unsigned long long e, s, d;
+    if (sscanf(ln, "b %llu %llu %llx", &e, &s, &d) != 3) continue;
+    if (lines++ % (uint64_t)every) continue;
+    uint64_t seq = e * spe + s;
+    if (seq < (8u << 20)) {
+      if (done[seq >> 3] & (1u << (seq & 7))) continue;
+      done[seq >> 3] |= (unsigned char)(1u << (seq & 7));
+    }
+    rc = stk_client_reference(c, e, s, data_root, ref, plen);
+    checked++;
+    if (rc != STK_OK || fnv1a(ref, plen) != d) {
+      if (bad++ < 5)
+        fprintf(stderr, "rank %u: epoch %llu step %llu: %s\n", cfg->rank, e, s,
+                rc != STK_OK ? stk_client_error(c) : "differs from the reference");
+    }
+  }
+  fclose(f);
+  if (!ref || !done) fprintf(stderr, "stoker-soak-rank: out of memory\n");
+  printf("rank %u: checked %llu of %llu batches against the reference: %s\n", cfg->rank,
+         (unsigned long long)checked, (unsigned long long)lines,
+         !ref || !done ? "FAILED"
+         : bad         ? "DIFFER"
+                       : "all equal");
+  int ok = ref && done && !bad && checked > 0;
+  free(ref);
+  free(done);
+  stk_client_close(c);
+  return ok ? 0 : 1;
 }
 
 int main(int argc, char **argv) {
   stk_client_config cfg;
   stk_client_config_defaults(&cfg);
   const char *state_path = NULL, *digest_path = NULL, *stop_path = NULL;
-  const char *data_root = NULL;
+  const char *data_root = NULL, *check_path = NULL, *job_path = NULL;
   long step_ms = 0, verify_every = 1;
   double heap_every = 0;
   static const struct option opts[] = {{"coordinator", 1, 0, 'c'},
@@ -150,6 +242,8 @@ int main(int argc, char **argv) {
                                        {"convert", 1, 0, 'C'},
                                        {"verify-every", 1, 0, 'V'},
                                        {"heap-every-s", 1, 0, 'H'},
+                                       {"check-digests", 1, 0, 'K'},
+                                       {"job", 1, 0, 'J'},
                                        {0, 0, 0, 0}};
   int o;
   while ((o = getopt_long(argc, argv, "", opts, NULL)) != -1) {
@@ -195,14 +289,29 @@ int main(int argc, char **argv) {
       case 'H':
         heap_every = strtod(optarg, NULL);
         break;
+      case 'K':
+        check_path = optarg;
+        break;
+      case 'J':
+        job_path = optarg;
+        break;
       default:
         usage();
         return 2;
     }
   }
+  if (check_path) {
+    if (!job_path || cfg.rank == STK_RANK_FROM_ENV || cfg.world_size == 0 ||
+        verify_every < 1) {
+      usage();
+      return 2;
+    }
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    return check_digests(&cfg, check_path, job_path, data_root, verify_every);
+  }
   if (!cfg.coordinator || !state_path || !digest_path || !stop_path ||
       cfg.rank == STK_RANK_FROM_ENV || cfg.world_size == 0 || step_ms < 0 ||
-      verify_every < 1 || !(heap_every >= 0)) {
+      verify_every < 0 || !(heap_every >= 0)) {
     usage();
     return 2;
   }
@@ -280,7 +389,7 @@ int main(int argc, char **argv) {
     uint64_t be = stk_batch_epoch(b), bs = stk_batch_step(b);
     size_t len = 0;
     const void *p = stk_batch_payload(b, &len);
-    int check = delivered++ % (uint64_t)verify_every == 0;
+    int check = verify_every > 0 && delivered++ % (uint64_t)verify_every == 0;
     int same =
         len == plen &&
         (!check || (stk_client_reference(c, be, bs, data_root, ref, plen) == STK_OK &&
