@@ -9,6 +9,7 @@ tests/ first on sys.path:
 
 Standard library only; no test logic of its own."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -166,3 +167,27 @@ def reap(term_s=5):
         except subprocess.TimeoutExpired:
             _signal(p, signal.SIGKILL)
             p.wait()
+
+
+def metrics_port(log_text):
+    """The /metrics port a daemon printed at start ("metrics on http://...
+    (port N)", --metrics-listen ...:0), or None."""
+    m = re.search(r"metrics on http://\S+ \(port (\d+)\)", log_text)
+    return int(m.group(1)) if m else None
+
+
+def daemon_heap(port, timeout=5):
+    """(in use, held) bytes of a daemon's glibc heap from its /metrics
+    (stoker_heap_bytes in_use and in_use + free), or (None, None)."""
+    import urllib.request
+    try:
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % port,
+                                    timeout=timeout) as r:
+            text = r.read().decode()
+    except OSError:
+        return None, None
+    got = dict(re.findall(r'^stoker_heap_bytes\{state="(\w+)"\} (\S+)$', text, re.M))
+    if "in_use" not in got or "free" not in got:
+        return None, None
+    use = float(got["in_use"])
+    return int(use), int(use + float(got["free"]))

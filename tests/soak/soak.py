@@ -63,17 +63,15 @@ import atexit
 import ctypes
 import os
 import random
-import re
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
-from harness import wait_port  # noqa: E402
+from harness import daemon_heap, metrics_port, wait_port  # noqa: E402
 
 MIB = 1024 * 1024
 RSS_FACTOR, RSS_SLACK_MIB = 1.2, 8
@@ -178,25 +176,10 @@ class Proc:
                     return int(f[2]), int(f[2]) + int(f[3])
             return None, None
         if self.metrics_port is None:
-            m = re.search(r"metrics on http://\S+ \(port (\d+)\)", self.tail(1 << 16))
-            if not m:
+            self.metrics_port = metrics_port(self.tail(1 << 16))
+            if self.metrics_port is None:
                 return None, None
-            self.metrics_port = int(m.group(1))
-        try:
-            with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port,
-                                        timeout=5) as r:
-                text = r.read().decode()
-        except OSError:
-            return None, None
-        use = free = None
-        for ln in text.splitlines():
-            if ln.startswith('stoker_heap_bytes{state="in_use"}'):
-                use = float(ln.split()[-1])
-            elif ln.startswith('stoker_heap_bytes{state="free"}'):
-                free = float(ln.split()[-1])
-        if use is None or free is None:
-            return None, None
-        return int(use), int(use + free)
+        return daemon_heap(self.metrics_port)
 
     def kill(self, timeout=10):
         """SIGKILL the process group and reap; the exit code (or None)."""
