@@ -186,7 +186,8 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
   }
   int st = check_config(cfg, local, err, errlen);
   if (st) return st;
-  if (!local) stk__rpc_tune_malloc(); /* opt out: STOKER_MALLOC_TUNING=0 */
+  if (!local)
+    stk__rpc_tune_malloc(STK__MALLOC_ARENAS_CLIENT); /* opt out: STOKER_MALLOC_TUNING=0 */
   stk__resume rs;
   memset(&rs, 0, sizeof(rs));
   if (cfg->resume_state) {

@@ -350,7 +350,6 @@ static void *watch_main(void *arg) {
     pthread_mutex_unlock(&c->mu);
     while (ok) {
       report_stats(c, &rs);
-      stk__rpc_malloc_tick(stk__now_ms());
       grpc_byte_buffer *bb = NULL;
       int rc = stk__rpc_stream_recv(s, &bb, REPORT_MS); /* stop cancels the stream */
       if (rc == -2) {

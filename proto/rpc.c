@@ -35,7 +35,7 @@ void stk__rpc_shutdown(void) { grpc_shutdown(); }
 static int malloc_tuned;         /* stk__rpc_tune_malloc changed the settings */
 static int64_t malloc_next_trim; /* stk__rpc_malloc_tick's next trim, ms */
 
-int stk__rpc_tune_malloc(void) {
+int stk__rpc_tune_malloc(int max_arenas) {
   const char *opt = getenv("STOKER_MALLOC_TUNING");
   if ((opt && strcmp(opt, "0") == 0) || getenv("MALLOC_MMAP_THRESHOLD_") ||
       getenv("MALLOC_TRIM_THRESHOLD_"))
@@ -44,7 +44,7 @@ int stk__rpc_tune_malloc(void) {
   if (__atomic_exchange_n(&malloc_tuned, 1, __ATOMIC_ACQ_REL)) return 1;
   mallopt(M_MMAP_THRESHOLD, 32 << 20);
   mallopt(M_TRIM_THRESHOLD, 64 << 20);
-  if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, STK__MALLOC_ARENA_MAX);
+  if (!getenv("MALLOC_ARENA_MAX")) mallopt(M_ARENA_MAX, max_arenas > 0 ? max_arenas : 1);
   return 1;
 #else
   return 0;

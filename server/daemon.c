@@ -397,7 +397,7 @@ int stk__daemon_token(const char *token, const char *token_file, int argc, char 
 int stk__daemon_init(const char *program, stk__option *opts, size_t nopts, int argc,
                      char **argv, const char *synopsis, const char *exit_codes) {
   stk__log_init(program);
-  stk__rpc_tune_malloc(); /* reuse gRPC's message buffers (rpc.h) */
+  stk__rpc_tune_malloc(STK__MALLOC_ARENAS_DAEMON); /* reuse gRPC's buffers (rpc.h) */
   return stk__options_parse(opts, nopts, argc, argv, program, synopsis, exit_codes);
 }
 

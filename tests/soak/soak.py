@@ -112,7 +112,7 @@ def _child_setup():
 class Proc:
     """One process instance: its Popen, log, and VmRSS samples."""
 
-    def __init__(self, name, argv, logpath, killable=False):
+    def __init__(self, name, argv, logpath, killable=False, env=None):
         self.name, self.argv, self.log = name, argv, logpath
         self.slot = name.split(".")[0]  # w1.3 -> w1: the line it is drawn on
         self.metrics_port = None
@@ -125,7 +125,8 @@ class Proc:
         with open(logpath, "ab") as out:
             self.p = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT,
                                       stdin=subprocess.DEVNULL, start_new_session=True,
-                                      preexec_fn=_child_setup)
+                                      preexec_fn=_child_setup,
+                                      env=dict(os.environ, **env) if env else None)
         self.pid = self.p.pid
 
     def alive(self):
@@ -319,7 +320,8 @@ class Soak:
                 str(0 if self.a.verify_after else self.a.verify_every)]
         if self.a.metrics_every_s > 0:
             argv += ["--heap-every-s", str(min(10.0, self.a.metrics_every_s))]
-        p = Proc(name, argv, self.path(name + ".log"), killable=True)
+        p = Proc(name, argv, self.path(name + ".log"), killable=True,
+                 env=dict(kv.split("=", 1) for kv in self.a.rank_env))
         ALL.append(p)
         self.ranks[r] = p
         log("%s pid %d" % (name, p.pid))
@@ -747,6 +749,10 @@ def main():
     ap.add_argument("--stall-s", type=float, default=90.0,
                     help="fail when no batch arrives for this long")
     ap.add_argument("--end-timeout-s", type=int, default=300)
+    ap.add_argument("--rank-env", action="append", default=[], metavar="NAME=VALUE",
+                    help="set in the ranks' environment only (repeatable), e.g. "
+                         "MALLOC_ARENA_MAX=4 or STOKER_MALLOC_TUNING=0 to compare "
+                         "allocator settings")
     ap.add_argument("--keep", action="store_true", help="keep the temporary directory")
     a = ap.parse_args()
     for k, v in PROFILES[a.profile].items():
@@ -754,6 +760,8 @@ def main():
             setattr(a, k, v)
     if a.minutes <= 0 or a.minutes > 24 * 60 or not 2 <= a.workers <= 16:
         ap.error("--minutes in (0, 1440], --workers in 2..16")
+    if any("=" not in kv for kv in a.rank_env):
+        ap.error("--rank-env takes NAME=VALUE")
     if a.seed is None:
         a.seed = random.randrange(1, 1 << 30)
     if a.client_crashes is None:
@@ -771,9 +779,10 @@ def main():
     soak = Soak(a)
     log("soak (%s): %.1f min, seed %d, %d workers x %d builders, 2 ranks (%s), %dx%d, "
         "batch %d, step %d ms, worker kills %s (~%.0f s), %d client crash(es), warm-up "
-        "%.0f s, tmp %s" % (a.profile, a.minutes, a.seed, a.workers, a.builders,
+        "%.0f s, rank env %s, tmp %s" % (a.profile, a.minutes, a.seed, a.workers, a.builders,
                             "/".join(a.converts), a.size, a.size, a.batch, a.step_ms,
-                            a.kills, a.kill_every_s, a.client_crashes, a.warmup_s, soak.tmp))
+                            a.kills, a.kill_every_s, a.client_crashes, a.warmup_s,
+                            " ".join(a.rank_env) or "-", soak.tmp))
     try:
         soak.run()
     except RuntimeError as e:
