@@ -143,6 +143,9 @@ typedef struct stk__worker {
    * before its next stream. */
   char ticket[STK_MAX_TICKET_BYTES];
   int ticket_new;
+  /* The worker refused this ticket as expired: the runner waits for the
+   * list's next one (ticket_new) before it opens another stream. */
+  int ticket_expired;
   int listed;  /* in the coordinator's current list */
   int dropped; /* not used again by this client (workers.c, stk__worker_drop) */
   /* The working set (workers.c, stk__workers_tick / recompute): see

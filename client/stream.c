@@ -239,9 +239,14 @@ static void stream_ended(stk_client *c, stk__worker *w, int code, const char *de
    * listed, never a reason to drop it for good. */
   if (code == GRPC_STATUS_UNIMPLEMENTED) final = 0;
   /* A worker that refuses its ticket has a newer one (its coordinator
-   * restarted and our list is behind): retried while listed, and the next
-   * list's ticket reopens the channel. */
-  if (code == GRPC_STATUS_UNAUTHENTICATED && w->ticket[0]) final = 0;
+   * restarted and our list is behind), or the ticket expired (the list
+   * carries a fresh one from half-way through its life): retried while
+   * listed, and the next list's ticket reopens the channel; after an
+   * expiry, not before that ticket comes. */
+  if (code == GRPC_STATUS_UNAUTHENTICATED && w->ticket[0]) {
+    final = 0;
+    if (strstr(det, "ticket expired")) w->ticket_expired = 1;
+  }
   if (!final) return;
   char why[256];
   snprintf(why, sizeof(why), "it refused the stream (gRPC %s %d): %.150s",
@@ -522,13 +527,14 @@ static int scan_pass(stk_client *c) {
     } else if (r->state == RUN_BACKOFF) {
       if (stop || !stk__worker_wanted(c, w)) {
         r->state = RUN_EXITING;
-      } else if (now >= r->retry_ns) {
+      } else if (now >= r->retry_ns && !(w->ticket_expired && !w->ticket_new)) {
         /* Its stream ticket when listed with one (the worker never sees
          * our token), else our token (an older coordinator or worker). A
          * new ticket (a restarted coordinator) means a new channel. */
         r->state = RUN_CONNECTING;
         r->reopen = w->ticket_new;
         w->ticket_new = 0;
+        w->ticket_expired = 0;
         memcpy(r->bearer, w->ticket, sizeof(r->bearer));
       } else {
         continue;

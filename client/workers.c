@@ -293,6 +293,7 @@ static void ticket_set(stk__worker *w, const char *t) {
   if (!strcmp(w->ticket, t)) return;
   snprintf(w->ticket, sizeof(w->ticket), "%s", t);
   w->ticket_new = 1;
+  w->ticket_expired = 0;
 }
 
 /* Under mu: w's working-set score and coverage for this rank. */

@@ -252,16 +252,17 @@ typedef struct stk__rpc_server_config {
 
 /* Counters of a server (all cumulative except open_calls). */
 typedef struct stk__rpc_server_stats {
-  uint64_t open_calls;     /* now */
-  uint64_t calls;          /* accepted */
-  uint64_t refused_full;   /* RESOURCE_EXHAUSTED: max_calls (or the no-token
-                              cap) reached and nothing to evict */
-  uint64_t evicted;        /* silent calls ended to make room (max_calls) */
-  uint64_t first_msg_late; /* ended by the first-message deadline */
-  uint64_t send_stalled;   /* cancelled by the send-stall bound */
-  uint64_t refused_remote; /* PERMISSION_DENIED: protected mode, not loopback */
-  uint64_t shed;           /* unary calls whose deadline passed before a
-                              serving thread took them: not handled */
+  uint64_t open_calls;      /* now */
+  uint64_t calls;           /* accepted */
+  uint64_t refused_full;    /* RESOURCE_EXHAUSTED: max_calls (or the no-token
+                               cap) reached and nothing to evict */
+  uint64_t evicted;         /* silent calls ended to make room (max_calls) */
+  uint64_t first_msg_late;  /* ended by the first-message deadline */
+  uint64_t send_stalled;    /* cancelled by the send-stall bound */
+  uint64_t refused_remote;  /* PERMISSION_DENIED: protected mode, not loopback */
+  uint64_t shed;            /* unary calls whose deadline passed before a
+                               serving thread took them: not handled */
+  uint64_t tickets_expired; /* UNAUTHENTICATED: a stream ticket of ours, expired */
 } stk__rpc_server_stats;
 
 /* Bind and start serving. *port gets the bound port. Returns 0, or -1 with
@@ -272,19 +273,25 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
  * wait until every call is over (its closed callback returned), join the
  * server's threads and free it. Not from a callback. Accepts NULL. */
 void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms);
-/* Stream tickets (a worker's, from its coordinator): from now on a call
- * whose bearer is ticket grants roles, and so does one with the previous
- * ticket for grace_ms more (clients that have not seen the new list yet);
- * the server's token (stk__rpc_server_config.token, the shared one) no
- * longer grants anything, its creds still do. The same ticket again
- * changes nothing; "" ends tickets (the previous one still holds for
- * grace_ms, and the token grants again) and returns 1 when there was
- * none. ticket is copied (at most STK__RPC_TICKET_MAX bytes); 0, or -1
- * when it is NULL or too long (nothing changed). Compared in constant
- * time like every token; never logged. Thread-safe. */
-#define STK__RPC_TICKET_MAX 127
-int stk__rpc_server_set_ticket(stk__rpc_server *s, const char *ticket, unsigned roles,
-                               int grace_ms);
+/* Stream tickets (a worker's, from its coordinator; format in ticket.h):
+ * from now on a call whose bearer is a ticket of key (64 hex digits) that
+ * has not expired grants roles, and so does one of the previous key for
+ * grace_ms more (clients of a coordinator that restarted); an expired
+ * one is refused UNAUTHENTICATED, saying so. coordinator_ms (0 = keep
+ * what we had): the coordinator's clock, unix ms, as it is now; expiry
+ * is judged on that clock carried on by ours, with the margin of
+ * ticket.h. The server's token (stk__rpc_server_config.token, the shared
+ * one) no longer grants anything, its creds still do. The same key again
+ * changes only the clock; "" ends tickets (the previous key still holds
+ * for grace_ms, and the token grants again) and returns 1 when there was
+ * none. key is copied; 0, or -1 when it is NULL or not 64 bytes (nothing
+ * changed). Never logged. Thread-safe. */
+int stk__rpc_server_set_ticket_key(stk__rpc_server *s, const char *key, unsigned roles,
+                                   int grace_ms, uint64_t coordinator_ms);
+/* 1 when the calling thread is one of a server's serving threads (where
+ * every callback runs), else 0: for checks that a serving thread never
+ * blocks on something slow. Any thread. */
+int stk__rpc_server_on_thread(void);
 /* Thread-safe snapshot of the counters. */
 void stk__rpc_server_stats_get(stk__rpc_server *s, stk__rpc_server_stats *out);
 

@@ -13,6 +13,7 @@
 #include <grpc/support/alloc.h>
 #include <arpa/inet.h>
 #include <grpc/support/time.h>
+#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -23,6 +24,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "rpc.h"
+#include "ticket.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -110,12 +112,14 @@ struct stk__rpc_server {
   stk__rpc_cred *creds; /* tokens owned (strdup), the legacy one first */
   size_t ncreds;
   int has_legacy; /* creds[0] is cfg->token (the shared one) */
-  /* Stream tickets (stk__rpc_server_set_ticket), under mu: the current and
-   * the previous one (honoured until prev_until_ms), NUL-terminated; ""
-   * = none. Once a ticket is set the legacy token grants nothing. */
-  char ticket[STK__RPC_TICKET_MAX + 1], prev_ticket[STK__RPC_TICKET_MAX + 1];
+  /* Stream tickets (stk__rpc_server_set_ticket_key, ticket.h), under mu:
+   * the current key and the previous one (honoured until prev_until_ms),
+   * NUL-terminated; "" = none. Once a key is set the legacy token grants
+   * nothing. The coordinator's clock in ms = stk__now_ms() + clock_ms,
+   * learnt at clock_at_ms (our monotonic clock). */
+  char tkey[STK__TICKET_KEY_HEX + 1], prev_tkey[STK__TICKET_KEY_HEX + 1];
   unsigned ticket_roles;
-  int64_t prev_until_ms;
+  int64_t prev_until_ms, clock_ms, clock_at_ms;
   size_t max_calls, max_msg, max_free;
   size_t open_free; /* under mu: open calls of no_token methods */
   /* Per-peer caps: at most peer_calls of the call table and peer_free of
@@ -394,18 +398,23 @@ static int bearer_is(const unsigned char *p, size_t n, const char *token) {
 
 /* The roles the call's bearer token grants: every role when the server
  * has no token, 0 when it carries none or an unknown one. Every token is
- * compared, so the time does not tell which one matched. */
-static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md) {
-  char cur[STK__RPC_TICKET_MAX + 1], prev[STK__RPC_TICKET_MAX + 1];
+ * compared, so the time does not tell which one matched. A stream ticket
+ * of ours that has expired grants nothing, is counted, and says so in
+ * why (whylen bytes; else why is left as it is). */
+static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md, char *why,
+                           size_t whylen) {
+  char cur[STK__TICKET_KEY_HEX + 1], prev[STK__TICKET_KEY_HEX + 1];
   pthread_mutex_lock(&s->mu);
-  memcpy(cur, s->ticket, sizeof(cur));
-  int prev_ok = s->prev_ticket[0] && stk__now_ms() < s->prev_until_ms;
-  memcpy(prev, prev_ok ? s->prev_ticket : "", prev_ok ? sizeof(prev) : 1);
+  int64_t now = stk__now_ms();
+  memcpy(cur, s->tkey, sizeof(cur));
+  int prev_ok = s->prev_tkey[0] && now < s->prev_until_ms;
+  memcpy(prev, prev_ok ? s->prev_tkey : "", prev_ok ? sizeof(prev) : 1);
   unsigned troles = s->ticket_roles;
+  int64_t coord_ms = now + s->clock_ms, since_ms = now - s->clock_at_ms;
   pthread_mutex_unlock(&s->mu);
   unsigned roles = 0;
   if (!s->ncreds && !cur[0]) return STK__ROLE_ANY;
-  /* With a ticket the shared token (the worker's own) opens nothing. */
+  /* With a ticket key the shared token (the worker's own) opens nothing. */
   size_t first = cur[0] && s->has_legacy ? 1 : 0;
   for (size_t i = 0; i < md->count; i++) {
     grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
@@ -416,8 +425,31 @@ static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md) {
     size_t n = GRPC_SLICE_LENGTH(v);
     for (size_t j = first; j < s->ncreds; j++)
       if (bearer_is(p, n, s->creds[j].token)) roles |= s->creds[j].roles;
-    if (cur[0] && bearer_is(p, n, cur)) roles |= troles;
-    if (prev[0] && bearer_is(p, n, prev)) roles |= troles;
+    uint64_t exp = 0;
+    int is_ticket = 0;
+    if (n > 7 && !memcmp(p, "Bearer ", 7)) {
+      uint64_t e;
+      if (cur[0] && stk__ticket_check(cur, p + 7, n - 7, &e)) is_ticket = 1, exp = e;
+      if (prev[0] && stk__ticket_check(prev, p + 7, n - 7, &e)) is_ticket = 1, exp = e;
+    }
+    if (is_ticket) {
+      /* Expired when its expiry, plus the skew margin, is behind the
+       * coordinator's clock as we carry it on (ticket.h). */
+      int64_t margin = STK__TICKET_SKEW_MS + (since_ms > 0 ? since_ms / 1000 : 0);
+      if (exp <= (uint64_t)INT64_MAX / 2000 && (int64_t)exp * 1000 + margin >= coord_ms) {
+        roles |= troles;
+      } else {
+        pthread_mutex_lock(&s->mu);
+        s->st.tickets_expired++;
+        pthread_mutex_unlock(&s->mu);
+        snprintf(why, whylen,
+                 "stream ticket expired: valid until %" PRIu64
+                 " (unix s, the coordinator's clock), now %" PRId64 " (allowing %" PRId64
+                 " ms of clock skew): open the stream with the "
+                 "fresh ticket of the coordinator's worker list (Join or WatchWorkers)",
+                 exp, coord_ms / 1000, margin);
+      }
+    }
     break;
   }
   explicit_bzero(cur, sizeof(cur));
@@ -425,19 +457,24 @@ static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md) {
   return roles;
 }
 
-int stk__rpc_server_set_ticket(stk__rpc_server *s, const char *ticket, unsigned roles,
-                               int grace_ms) {
-  if (!ticket || strlen(ticket) > STK__RPC_TICKET_MAX) return -1;
-  size_t n = strlen(ticket);
+int stk__rpc_server_set_ticket_key(stk__rpc_server *s, const char *key, unsigned roles,
+                                   int grace_ms, uint64_t coordinator_ms) {
+  if (!key || (*key && strlen(key) != STK__TICKET_KEY_HEX)) return -1;
+  size_t n = strlen(key);
   pthread_mutex_lock(&s->mu);
-  if (!n && !s->ticket[0]) {
+  if (!n && !s->tkey[0]) {
     pthread_mutex_unlock(&s->mu);
     return 1;
   }
-  if (strcmp(s->ticket, ticket) != 0) {
-    memcpy(s->prev_ticket, s->ticket, sizeof(s->prev_ticket));
-    s->prev_until_ms = stk__now_ms() + (grace_ms > 0 ? grace_ms : 0);
-    memcpy(s->ticket, ticket, n + 1);
+  int64_t now = stk__now_ms();
+  if (strcmp(s->tkey, key) != 0) {
+    memcpy(s->prev_tkey, s->tkey, sizeof(s->prev_tkey));
+    s->prev_until_ms = now + (grace_ms > 0 ? grace_ms : 0);
+    memcpy(s->tkey, key, n + 1);
+  }
+  if (coordinator_ms && coordinator_ms < (uint64_t)INT64_MAX / 2) {
+    s->clock_ms = (int64_t)coordinator_ms - now;
+    s->clock_at_ms = now;
   }
   s->ticket_roles = roles;
   pthread_mutex_unlock(&s->mu);
@@ -652,8 +689,9 @@ static void on_new(stk__rpc_call *c) {
   if (start_locked(c, &op, 1, &c->t_close)) c->close_seen = 1; /* cannot happen */
   pthread_mutex_unlock(&c->mu);
 
-  char msg[300];
-  unsigned roles = c->method && !c->method->no_token ? call_roles(s, &c->md) : 0;
+  char msg[400] = "missing or wrong bearer token";
+  unsigned roles =
+      c->method && !c->method->no_token ? call_roles(s, &c->md, msg, sizeof(msg)) : 0;
   if (!c->method) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
   } else if (s->loopback_only && !c->method->no_token && !peer_is_loopback(c->peer)) {
@@ -665,7 +703,7 @@ static void on_new(stk__rpc_call *c) {
         "--tls-*, "
         "or with --insecure on a network only you can reach");
   } else if (!c->method->no_token && !roles) {
-    stk__rpc_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, "missing or wrong bearer token");
+    stk__rpc_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, msg);
   } else if (!c->method->no_token && c->method->roles &&
              !(roles & (c->method->roles | STK__ROLE_ADMIN))) {
     snprintf(msg, sizeof(msg),
@@ -831,9 +869,14 @@ static void maybe_sweep(stk__rpc_server *s) {
   }
 }
 
+static __thread int on_server_thread; /* 1 on a server's threads (cq_main) */
+
+int stk__rpc_server_on_thread(void) { return on_server_thread; }
+
 static void *cq_main(void *arg) {
   stk__rpc_server *s = arg;
   stk__thread_name("stk-rpc");
+  on_server_thread = 1;
   for (;;) {
     gpr_timespec dl = gpr_time_add(gpr_now(GPR_CLOCK_MONOTONIC),
                                    gpr_time_from_millis(SWEEP_MS, GPR_TIMESPAN));

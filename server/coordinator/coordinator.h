@@ -75,6 +75,7 @@
 #include "rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
+#include "ticket.h"
 #include "wire_limits.h"
 
 #define PROGRAM "stoker-coordinator"
@@ -88,8 +89,7 @@ enum {
 };
 
 #define MAX_STR      STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
-#define TICKET_HEX   64 /* hex digits of a stream ticket (HMAC-SHA256, tickets.c) */
-#define MAX_FAILURES 8  /* worker failures kept for Status */
+#define MAX_FAILURES 8                /* worker failures kept for Status */
 /* The worker list's publication (publish.c): at most one version per
  * PUB_MIN_MS, and the deltas of the last PUB_HISTORY versions kept while
  * they fit PUB_HISTORY_BYTES (a watcher further behind gets the whole
@@ -110,7 +110,7 @@ typedef struct coord_opts {
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, heartbeat_lapse_s,
       stats_interval_s, shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s,
-      linger_s, metrics_rank_series, resolve_threads, resolve_timeout_ms;
+      linger_s, metrics_rank_series, resolve_threads, resolve_timeout_ms, ticket_ttl_s;
   int print_job, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;
@@ -126,6 +126,17 @@ extern const char exit_codes_text[];
 
 /* ---- State (state.c) ----------------------------------------------------- */
 
+/* A journal_after callback (persist.c). */
+typedef void (*journal_done_fn)(void *arg);
+/* A place in the journal's queue, embedded in the object that waits (so
+ * queueing never allocates and cannot fail). The journal owns it from
+ * journal_after until just before fn runs (fn may free its object). */
+typedef struct journal_waiter {
+  journal_done_fn fn;
+  void *arg;
+  struct journal_waiter *next;
+} journal_waiter;
+
 /* The phases of a worker session (Coordinator.WorkerSession). */
 enum { WS_HELLO, WS_CHECKING, WS_HELLO2, WS_ADMITTING, WS_SERVING, WS_OVER };
 
@@ -137,15 +148,21 @@ typedef struct cworker {
    * come one at a time); read-only once linked. */
   char id[MAX_STR], address[MAX_STR];
   uint32_t cores;
-  /* Its stream ticket (tickets.c; "" = none: no role tokens, or a worker
-   * that takes none). Listed to clients, never logged. */
-  char ticket[TICKET_HEX + 1];
+  /* Its stream ticket key (tickets.c; "" = none: no role tokens), written
+   * before it is linked like the above; and its current ticket, minted
+   * from the key, under C.mu once linked (tickets_tick mints it again
+   * every half TTL). Listed to clients, never logged. */
+  char key[STK__TICKET_KEY_HEX + 1];
+  char ticket[STK__TICKET_MAX];
+  uint64_t ticket_expiry; /* of ticket: unix s, the coordinator's clock */
   stk__rpc_call *call; /* its session; valid until session_closed (NULLed under C.mu) */
   int phase;           /* WS_*: under C.mu. Moved by the call's callbacks, and
                           from WS_CHECKING by the address check's answer
                           (resolve.c), from WS_ADMITTING once the worker is
                           journaled (journal_after) */
   int journal_wait;    /* a journal_after callback will come for it (under C.mu) */
+  journal_waiter jw;   /* its place in the journal's queue: an admission or a
+                          leave, never both at once */
   int gone;            /* its session is over: whoever holds it last frees it
                           (under C.mu) */
   int expect_added;    /* admission added it to the workers expected back */
@@ -179,7 +196,7 @@ struct watcher; /* an open WatchWorkers call (ranks.c) */
 /* A change of the live list, recorded for the next publication
  * (publish_change_locked): a copy, so the worker may be freed meanwhile. */
 typedef struct pub_change {
-  char id[MAX_STR], address[MAX_STR], ticket[TICKET_HEX + 1];
+  char id[MAX_STR], address[MAX_STR], ticket[STK__TICKET_MAX];
   uint32_t cores;
   int removed; /* the id left the list (else: listed with these fields) */
   size_t seq;  /* its order among the changes (publish.c) */
@@ -318,19 +335,25 @@ int journal_enabled(void);
 /* Put the state as of now in the journal (nothing without --state-dir):
  * returns once a snapshot holding every change made before the call is on
  * disk. Joins the writer thread's next group commit. A failed write is
- * logged and the job goes on. Blocks on a file write + fsync; call
- * without C.mu, from any thread but a journal_after callback. */
+ * logged and the job goes on. Blocks on a file write + fsync: for the
+ * main loop only (a serving thread uses journal_after). Call without
+ * C.mu. */
 void journal_sync(void);
-typedef void (*journal_done_fn)(void *arg);
 /* fn(arg) once a snapshot holding every change made before this call is
  * on disk (or its write failed: logged, the job goes on). Runs on the
  * journal's writer thread, without C.mu, in the order queued; fn must not
  * block (it may take C.mu, answer a held call, log). Without --state-dir
- * fn runs at once, on the caller's thread. Returns 0. Call without C.mu. */
-int journal_after(journal_done_fn fn, void *arg);
+ * fn runs at once, on the caller's thread. jw: not queued already. Never
+ * writes on the caller's thread while the server runs. Call without
+ * C.mu. */
+void journal_after(journal_waiter *jw, journal_done_fn fn, void *arg);
 /* Snapshots written since start and callers they answered (group
- * commit), for the figures. Any thread. */
-void journal_figures(uint64_t *writes, uint64_t *waiters);
+ * commit), for the figures; and the snapshots written on each kind of
+ * thread: by[0] the journal's writer, by[2] any other (main, at start and
+ * at the end), by[1] the snapshots written or waited for (journal_sync)
+ * on a serving (RPC) thread, which never happens (the tests check it).
+ * Any thread. */
+void journal_figures(uint64_t *writes, uint64_t *waiters, uint64_t by[3]);
 /* Stop the writer (after it answered everything queued) and release the
  * state dir (its lock). From main, after the server stopped. */
 void journal_close(void);
@@ -346,15 +369,28 @@ void expect_expire(void);
 
 /* ---- Stream tickets (tickets.c) ------------------------------------------ */
 
-/* Draw the ticket key when on (role tokens are set); off, ticket_for
- * gives "". 0, or -1 when the system gave no random bytes. From main,
- * before the server starts. */
-int tickets_init(int on);
-/* The stream ticket of worker worker_id at address into out ("" when
+/* Draw the secret when on (role tokens are set); off, ticket_key_for and
+ * ticket_mint give "". ttl_s: --ticket-ttl-s. 0, or -1 when the system
+ * gave no random bytes. From main, before the server starts. */
+int tickets_init(int on, long long ttl_s);
+/* The coordinator's clock in unix ms: its wall clock at tickets_init
+ * carried on by the monotonic clock (what ticket expiries and
+ * RegisterAck.coordinator_time_ms use). Any thread after tickets_init. */
+uint64_t tickets_clock_ms(void);
+/* The ticket key of worker worker_id at address into out ("" when
  * tickets are off): the same for that pair while this process runs. 0, or
  * -1 (out "") when a string is longer than MAX_STR - 1 or the MAC failed.
  * Any thread after tickets_init; never logs it. */
-int ticket_for(const char *worker_id, const char *address, char out[TICKET_HEX + 1]);
+int ticket_key_for(const char *worker_id, const char *address,
+                   char out[STK__TICKET_KEY_HEX + 1]);
+/* A ticket of key (from ticket_key_for; "" gives "") valid for half to
+ * all of --ticket-ttl-s from now, the same for every call in the same
+ * half TTL; its expiry (unix s) in *expiry_s. 0, or -1 (out "") when the
+ * MAC failed. Any thread after tickets_init; never logs it. */
+int ticket_mint(const char *key, char out[STK__TICKET_MAX], uint64_t *expiry_s);
+/* Mint again, and publish, the ticket of every listed worker whose
+ * ticket is of an earlier half TTL (C.mu taken here). Main loop only. */
+void tickets_tick(void);
 /* 1 when tickets are minted (role tokens are set). Any thread after
  * tickets_init. */
 int tickets_on(void);

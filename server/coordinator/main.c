@@ -50,6 +50,7 @@ static int run_job(stk__rpc_server *srv) {
     stk__health_tick(now);
     stk__rpc_malloc_tick(now);
     check_heartbeats();
+    tickets_tick();
     publish_tick(now);
     watch_pump_all();
     expect_expire();
@@ -203,7 +204,7 @@ int main(int argc, char **argv) {
         "the shared one still grants every role");
   /* With role tokens, clients stream with per-worker tickets (tickets.c)
    * and workers never see the client token. */
-  if (tickets_init(roles.n > 0)) {
+  if (tickets_init(roles.n > 0, opt.ticket_ttl_s)) {
     LOG_ERROR("cannot draw the stream ticket key: getrandom failed");
     code = EXIT_FAIL;
     goto out;
@@ -252,6 +253,13 @@ int main(int argc, char **argv) {
   shut_down_workers();
   stk__rpc_server_stop(srv, 1000);
   metrics_stop(ms);
+  if (journal_enabled()) {
+    uint64_t jw, jn, by[3];
+    journal_figures(&jw, &jn, by);
+    LOG_INFO("state journal: %" PRIu64 " snapshots written by its writer thread, %" PRIu64
+             " by main, %" PRIu64 " written or waited for by serving threads",
+             by[0], by[2], by[1]);
+  }
   LOG_INFO("exiting (code %d)", code);
 out:
   /* First: the journal's writer may still list or unlist workers whose

@@ -90,6 +90,12 @@ stk__option options[] = {
     {"admin-token-file", OPT_STR, "", NULL,
      "role separation: a token that may call everything (stoker abort, status)",
      &opt.admin_token_file, 0, 0},
+    {"ticket-ttl-s", OPT_INT, "3600", NULL,
+     "with role tokens: a stream ticket's lifetime; the worker list carries a fresh "
+     "one from half-way through, and workers refuse a ticket past its expiry (on "
+     "this coordinator's clock, with a margin of 5 s for clock skew) when a stream "
+     "opens",
+     &opt.ticket_ttl_s, 2, 30 * 86400},
     {"trust-worker-addresses", OPT_BOOL, "false", NULL,
      "accept a worker whose advertised host does not resolve to the address its "
      "session comes from (behind NAT or a proxy)",

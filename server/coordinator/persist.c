@@ -8,11 +8,12 @@
  *
  * Owns J (below) and C.expect. Writes are group commits on a thread of
  * their own (the writer): a caller queues (journal_after: a callback, so
- * a serving thread never waits on the disk; journal_sync: blocks until
- * written), and one snapshot, taken once the writer picks the queue up,
- * answers every caller queued before it. The snapshot is a copy taken
- * under C.mu (the rank flags and worker ids, memcpy); formatting, the
- * write and the fsync are made without any lock of C. */
+ * a serving thread never waits on the disk, and its place in the queue is
+ * embedded in its own object, so queueing never allocates; journal_sync,
+ * the main loop's: blocks until written), and one snapshot, taken once the writer picks
+ * the queue up, answers every caller queued before it. The snapshot is a copy taken under
+ * C.mu (the rank flags and worker ids, memcpy); formatting, the write and the fsync are
+ * made without any lock of C. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,14 +25,6 @@
 #include "coordinator.h"
 #include "journal.h"
 #include "log.h"
-
-/* A caller waiting for the journal: fn(arg) once a snapshot taken after
- * it queued is on disk. */
-typedef struct jwait {
-  journal_done_fn fn;
-  void *arg;
-  struct jwait *next;
-} jwait;
 
 /* The state journal (--state-dir). One thread (the writer) takes every
  * snapshot and writes it: group commit, so a thousand Finish calls
@@ -46,11 +39,13 @@ static struct {
   pthread_t writer;
   int running; /* the writer thread was started (main's thread only) */
   /* under mu: */
-  jwait *head, **tail; /* queued, oldest first */
+  journal_waiter *head, **tail; /* queued, oldest first */
   int stop;
   uint64_t writes;  /* snapshots written (for the sync waits) */
   int failing;      /* the last write failed (logged once) */
   uint64_t waiters; /* callers served, for the figures */
+  uint64_t by[3];   /* snapshots written by thread kind, and waits on a
+                       serving thread in by[1] (journal_figures) */
 } J = {.mu = PTHREAD_MUTEX_INITIALIZER,
        .cv = PTHREAD_COND_INITIALIZER,
        .done = PTHREAD_COND_INITIALIZER};
@@ -103,9 +98,15 @@ static int snap_take_locked(jsnap *s) {
   return 0;
 }
 
+static __thread int on_writer; /* 1 on the writer thread (writer_main) */
+
 /* Take a snapshot now and write it. Logs a failure (once until a write
  * succeeds again). Call without C.mu and J.mu. */
 static void write_snapshot(void) {
+  /* Which kind of thread writes: the test suite reads these (/metrics) to
+   * check that no serving thread ever waits on the disk. */
+  int kind = on_writer ? 0 : stk__rpc_server_on_thread() ? 1 : 2;
+  if (kind == 1) LOG_ERROR("state journal: written on a serving thread (a bug)");
   jsnap s;
   char *text = NULL;
   size_t len = 0;
@@ -120,6 +121,7 @@ static void write_snapshot(void) {
   if (!rc) rc = stk__state_dir_write(J.dir, text, len, err, sizeof(err));
   free(text);
   pthread_mutex_lock(&J.mu);
+  J.by[kind]++;
   int was = J.failing;
   J.failing = rc != 0;
   pthread_mutex_unlock(&J.mu);
@@ -136,19 +138,19 @@ static void write_snapshot(void) {
 static void *writer_main(void *arg) {
   (void)arg;
   stk__thread_name("stk-journal");
+  on_writer = 1;
   pthread_mutex_lock(&J.mu);
   for (;;) {
     while (!J.head && !J.stop) pthread_cond_wait(&J.cv, &J.mu);
     if (!J.head) break; /* stop, and nobody waits */
-    jwait *batch = J.head;
+    journal_waiter *batch = J.head;
     J.head = NULL, J.tail = &J.head;
     pthread_mutex_unlock(&J.mu);
     write_snapshot();
     uint64_t n = 0;
-    for (jwait *w = batch, *next; w; w = next, n++) {
-      next = w->next;
+    for (journal_waiter *w = batch, *next; w; w = next, n++) {
+      next = w->next; /* fn may free w's object */
       w->fn(w->arg);
-      free(w);
     }
     pthread_mutex_lock(&J.mu);
     J.writes++;
@@ -159,31 +161,23 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-int journal_after(journal_done_fn fn, void *arg) {
+void journal_after(journal_waiter *jw, journal_done_fn fn, void *arg) {
   if (!J.dir) {
     fn(arg);
-    return 0;
+    return;
   }
-  jwait *w = malloc(sizeof(*w));
-  if (!w) {
-    journal_sync();
-    fn(arg);
-    return 0;
-  }
-  w->fn = fn, w->arg = arg, w->next = NULL;
+  jw->fn = fn, jw->arg = arg, jw->next = NULL;
   pthread_mutex_lock(&J.mu);
-  if (!J.running) { /* no writer (it could not start): write inline */
+  if (!J.running) { /* the writer has stopped: only main is left to call */
     pthread_mutex_unlock(&J.mu);
-    free(w);
     write_snapshot();
     fn(arg);
-    return 0;
+    return;
   }
-  *J.tail = w;
-  J.tail = &w->next;
+  *J.tail = jw;
+  J.tail = &jw->next;
   pthread_cond_signal(&J.cv);
   pthread_mutex_unlock(&J.mu);
-  return 0;
 }
 
 /* journal_sync's waiter: flags its done word (under J.mu: the writer
@@ -199,30 +193,34 @@ static void sync_done(void *arg) {
  * disk, so a call answered after it survives a kill -9. Joins the
  * writer's next group commit. A failed write is logged (once until one
  * succeeds again) and the job goes on from memory: a disk problem must
- * not end a running job. Call without C.mu. */
+ * not end a running job. Main loop only; call without C.mu. */
 void journal_sync(void) {
   if (!J.dir) return;
+  if (stk__rpc_server_on_thread()) { /* counted like a write there */
+    LOG_ERROR("state journal: waited for on a serving thread (a bug)");
+    pthread_mutex_lock(&J.mu);
+    J.by[1]++;
+    pthread_mutex_unlock(&J.mu);
+  }
+  int done = 0;
+  journal_waiter jw = {sync_done, &done, NULL};
   pthread_mutex_lock(&J.mu);
-  int running = J.running;
-  pthread_mutex_unlock(&J.mu);
-  jwait *w = running ? malloc(sizeof(*w)) : NULL;
-  if (!w) {
+  if (!J.running) {
+    pthread_mutex_unlock(&J.mu);
     write_snapshot();
     return;
   }
-  int done = 0;
-  w->fn = sync_done, w->arg = &done, w->next = NULL;
-  pthread_mutex_lock(&J.mu);
-  *J.tail = w;
-  J.tail = &w->next;
+  *J.tail = &jw;
+  J.tail = &jw.next;
   pthread_cond_signal(&J.cv);
   while (!done) pthread_cond_wait(&J.done, &J.mu);
   pthread_mutex_unlock(&J.mu);
 }
 
-void journal_figures(uint64_t *writes, uint64_t *waiters) {
+void journal_figures(uint64_t *writes, uint64_t *waiters, uint64_t by[3]) {
   pthread_mutex_lock(&J.mu);
   *writes = J.writes, *waiters = J.waiters;
+  memcpy(by, J.by, sizeof(J.by));
   pthread_mutex_unlock(&J.mu);
 }
 
@@ -394,21 +392,30 @@ int journal_open(char *err, size_t errlen) {
   free(text);
   if (r) return stk__errf(err, errlen, EXIT_FAIL, "--state-dir: %s", msg);
   J.tail = &J.head;
-  if (pthread_create(&J.writer, NULL, writer_main, NULL) == 0) J.running = 1;
-  else LOG_WARN("state journal: cannot start its writer thread; writing inline");
+  /* Without its writer no serving thread could answer without waiting on
+   * the disk: refuse to start rather than write inline. */
+  if (pthread_create(&J.writer, NULL, writer_main, NULL) != 0)
+    return stk__errf(err, errlen, EXIT_FAIL,
+                     "--state-dir: cannot start the state journal's writer thread");
+  pthread_mutex_lock(&J.mu);
+  J.running = 1;
+  pthread_mutex_unlock(&J.mu);
   return EXIT_OK;
 }
 
 int journal_enabled(void) { return J.dir != NULL; }
 
 void journal_close(void) {
-  if (J.running) {
-    pthread_mutex_lock(&J.mu);
-    J.stop = 1;
-    pthread_cond_signal(&J.cv);
-    pthread_mutex_unlock(&J.mu);
+  pthread_mutex_lock(&J.mu);
+  int running = J.running;
+  J.stop = 1;
+  pthread_cond_signal(&J.cv);
+  pthread_mutex_unlock(&J.mu);
+  if (running) {
     pthread_join(J.writer, NULL);
+    pthread_mutex_lock(&J.mu);
     J.running = 0;
+    pthread_mutex_unlock(&J.mu);
   }
   stk__state_dir_close(J.dir);
   J.dir = NULL;

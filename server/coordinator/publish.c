@@ -42,7 +42,7 @@
 /* A published entry: what clients see of a worker, and its packed
  * WorkerInfo (main loop thread only). */
 typedef struct pentry {
-  char id[MAX_STR], address[MAX_STR], ticket[TICKET_HEX + 1];
+  char id[MAX_STR], address[MAX_STR], ticket[STK__TICKET_MAX];
   uint32_t cores;
   uint8_t *packed;
   size_t plen;

@@ -5,7 +5,8 @@
  * job), and Finish (a rank done, rank 0 ending the job, or any rank
  * aborting it). Owns the rank tables and holders, the watches and the
  * watch list in C, under C.mu. Joins, re-announcements and finishes are
- * journaled (journal_sync, without C.mu) before they are answered. */
+ * journaled (journal_after: answered from the journal's writer thread
+ * once on disk) before they are answered. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -65,6 +66,8 @@ typedef struct held_reply {
    * here) */
   uint32_t rank, nf, world;
   int ends_job;
+  int aborted;       /* a Finish{abort_job}: answered without the log line */
+  journal_waiter jw; /* its place in the journal's queue */
 } held_reply;
 
 /* journal_after's callback: send the reply, end the call OK, release it.
@@ -82,6 +85,14 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   char msg[400];
   int code = 0;
   int64_t now = stk__now_ms();
+  /* A new rank's reply waits for the journal: its place is taken before
+   * anything changes, so running out of memory refuses the call (the
+   * client retries) instead of writing on this serving thread. */
+  held_reply *h = NULL;
+  if (journal_enabled() && !(h = malloc(sizeof(*h)))) {
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "out of memory: retry");
+    return;
+  }
   pthread_mutex_lock(&C.mu);
   touch_locked();
   if (q->protocol_version != STK_PROTOCOL_VERSION) {
@@ -136,6 +147,7 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   }
   if (code) {
     pthread_mutex_unlock(&C.mu);
+    free(h);
     LOG_WARN("join from %s rejected: %s", stk__rpc_call_peer(call), msg);
     stk__rpc_call_finish(call, (grpc_status_code)code, msg);
     return;
@@ -159,21 +171,19 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
              was == 1 ? "rejoined" : "joined", q->client_id ? q->client_id : "",
              stk__rpc_call_peer(call), version);
   if (!bb) {
+    free(h);
     stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
     return;
   }
   /* A new rank is on disk before it is answered: the reply waits for the
    * journal's next group commit, without holding this serving thread. */
-  if (newly && journal_enabled()) {
-    held_reply *h = malloc(sizeof(*h));
-    if (h) {
-      h->call = call, h->bb = bb;
-      stk__rpc_call_hold(call);
-      journal_after(held_reply_send, h);
-      return;
-    }
-    journal_sync();
+  if (newly && h) {
+    h->call = call, h->bb = bb;
+    stk__rpc_call_hold(call);
+    journal_after(&h->jw, held_reply_send, h);
+    return;
   }
+  free(h);
   if (stk__rpc_call_send(call, bb) == 0) stk__rpc_call_finish(call, GRPC_STATUS_OK, "");
 }
 
@@ -199,6 +209,7 @@ typedef struct watcher {
    * starts once that is on disk (journal_after). closed: the call ended
    * meanwhile, so the journal's callback frees the watcher. */
   int journaling, closed;
+  journal_waiter jw; /* its place in the journal's queue (journaling) */
   /* From its request, kept for the start: the rank's holder (client_id,
    * "" when none or too long to be one) and, for the log, what the
    * re-announcement said. */
@@ -420,7 +431,7 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
    * meanwhile, so the main loop's pump leaves it alone. */
   wt->journaling = 1;
   pthread_mutex_unlock(&C.mu);
-  journal_after(watch_journaled, wt);
+  journal_after(&wt->jw, watch_journaled, wt);
 }
 
 static void watch_half_close(stk__rpc_call *call) {
@@ -499,7 +510,14 @@ static void finish_answer(stk__rpc_call *call, uint32_t rank, uint32_t nf, uint3
 /* journal_after's callback for a held Finish. */
 static void finish_done(void *arg) {
   held_reply *h = arg;
-  finish_answer(h->call, h->rank, h->nf, h->world, h->ends_job);
+  if (h->aborted) {
+    Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
+    resp.ranks_finished = h->nf;
+    resp.world_size = h->world;
+    stk__rpc_call_reply(h->call, &resp.base);
+  } else {
+    finish_answer(h->call, h->rank, h->nf, h->world, h->ends_job);
+  }
   stk__rpc_call_release(h->call);
   free(h);
 }
@@ -507,17 +525,27 @@ static void finish_done(void *arg) {
 void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   const Stoker__V1__FinishRequest *q = (const Stoker__V1__FinishRequest *)req;
   char msg[300];
+  /* Its place in the journal's queue, taken before anything changes:
+   * out of memory refuses the call (the client retries) instead of
+   * writing on this serving thread. */
+  held_reply *h = malloc(sizeof(*h));
+  if (!h) {
+    stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "out of memory: retry");
+    return;
+  }
   pthread_mutex_lock(&C.mu);
   touch_locked();
   uint32_t W = C.spec.world_size;
   if (q->rank >= W) {
     pthread_mutex_unlock(&C.mu);
+    free(h);
     snprintf(msg, sizeof(msg), "rank %u is outside the job's world_size %u", q->rank, W);
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
     return;
   }
   if (q->shutdown_job && q->rank != 0) {
     pthread_mutex_unlock(&C.mu);
+    free(h);
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT,
                          "only rank 0 may end the whole job (shutdown_job)");
     return;
@@ -527,6 +555,7 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
              "finish for job %016" PRIx64 ", this coordinator runs job %016" PRIx64,
              q->job_hash, C.hash);
     pthread_mutex_unlock(&C.mu);
+    free(h);
     LOG_WARN("finish from %s refused: %s", stk__rpc_call_peer(call), msg);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     return;
@@ -535,11 +564,12 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
     abort_job_locked(q->rank, q->reason, stk__rpc_call_peer(call));
     uint32_t nf = C.nfinished;
     pthread_mutex_unlock(&C.mu);
-    journal_sync(); /* the end is on disk before anyone hears of it */
-    Stoker__V1__FinishResponse resp = STOKER__V1__FINISH_RESPONSE__INIT;
-    resp.ranks_finished = nf;
-    resp.world_size = W;
-    stk__rpc_call_reply(call, &resp.base);
+    /* The end is on disk before anyone hears of it: answered from the
+     * journal's next group commit, not on this serving thread. */
+    h->call = call, h->bb = NULL, h->aborted = 1;
+    h->rank = q->rank, h->nf = nf, h->world = W, h->ends_job = 1;
+    stk__rpc_call_hold(call);
+    journal_after(&h->jw, finish_done, h);
     return;
   }
   /* A client's Finish (it carries the job hash) for a rank that never
@@ -550,18 +580,12 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
   else if (nf == W) request_shutdown_locked(EXIT_OK, "every rank finished");
   pthread_mutex_unlock(&C.mu);
-  held_reply *h = malloc(sizeof(*h));
-  if (!h) {
-    journal_sync();
-    finish_answer(call, q->rank, nf, W, q->shutdown_job);
-    return;
-  }
   /* An answered Finish survives a restart: on disk first. The answer
    * waits for the journal's next group commit (thousands of ranks
    * finishing together share a few writes), without holding this serving
    * thread; without --state-dir it goes at once. */
-  h->call = call, h->bb = NULL;
+  h->call = call, h->bb = NULL, h->aborted = 0;
   h->rank = q->rank, h->nf = nf, h->world = W, h->ends_job = q->shutdown_job;
   stk__rpc_call_hold(call);
-  journal_after(finish_done, h);
+  journal_after(&h->jw, finish_done, h);
 }

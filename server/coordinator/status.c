@@ -327,14 +327,24 @@ void coord_metrics(metrics_buf *b, void *ud) {
   uint32_t nr;
   verdict_locked(now, &v, &stall, &nr);
   pthread_mutex_unlock(&C.mu);
-  uint64_t jwrites, jwaiters;
-  journal_figures(&jwrites, &jwaiters);
+  uint64_t jwrites, jwaiters, jby[3];
+  journal_figures(&jwrites, &jwaiters, jby);
   metrics_family(b, "stoker_coordinator_journal_writes_total", "counter",
                  "state journal snapshots written (--state-dir; group commits)");
   metrics_sample(b, "stoker_coordinator_journal_writes_total", NULL, (double)jwrites);
   metrics_family(b, "stoker_coordinator_journal_waiters_total", "counter",
                  "calls answered after a journal write (several share one write)");
   metrics_sample(b, "stoker_coordinator_journal_waiters_total", NULL, (double)jwaiters);
+  metrics_family(
+      b, "stoker_coordinator_journal_snapshots_total", "counter",
+      "state journal snapshots by the thread that wrote them: the journal's "
+      "writer, main (at start and at the end), rpc (written or waited for on a "
+      "serving thread: never)");
+  static const char *const jkind[3] = {"thread=\"writer\"", "thread=\"rpc\"",
+                                       "thread=\"main\""};
+  for (int k = 0; k < 3; k++)
+    metrics_sample(b, "stoker_coordinator_journal_snapshots_total", jkind[k],
+                   (double)jby[k]);
   metrics_family(b, "stoker_job_workers_needed", "gauge",
                  "input-bound: data workers that would remove the stall (0 otherwise)");
   metrics_sample(b, "stoker_job_workers_needed", NULL,

@@ -1,65 +1,96 @@
 /* tickets.c - the stream tickets the coordinator mints for its workers
- * (RegisterAck.stream_ticket, WorkerInfo.stream_ticket): with role tokens,
- * a client presents worker w's ticket on its Worker.Stream calls to w, so
- * no worker ever receives the client or admin token. A ticket is
- * HMAC-SHA256(key, worker id NUL address) in hex, the key 32 random bytes
- * drawn at start and kept only in memory: the same worker gets the same
- * ticket for the coordinator's life (a re-registration after a reconnect
- * keeps it), one that takes over its id from another address gets
- * another, a restarted coordinator mints new ones (clients reopen with
- * those), and a ticket of one worker says nothing of another's. Owns the key; must not
- * log a ticket or the key. */
+ * (format: proto/ticket.h): with role tokens, a client presents worker
+ * w's ticket (WorkerInfo.stream_ticket) on its Worker.Stream calls to w,
+ * so no worker ever receives the client or admin token, and w checks it
+ * with its ticket key (RegisterAck.stream_ticket_key), expiry included.
+ * The coordinator's secret is 32 random bytes drawn at start and kept
+ * only in memory: a worker's key is the same for its (id, address) for
+ * the coordinator's life (a re-registration after a reconnect keeps it),
+ * one that takes over its id from another address gets another, a
+ * restarted coordinator hands out new ones (clients reopen with the new
+ * tickets), and one worker's key or ticket says nothing of another's.
+ *
+ * Expiry: time is cut into periods of half --ticket-ttl-s on the
+ * coordinator's clock (its wall clock at start carried on by its
+ * monotonic clock, so a wall-clock step does not move it); a ticket
+ * minted in period k expires at the end of period k + 1, so it has half
+ * to all of the TTL left, and every ticket is minted again (and listed,
+ * tickets_tick) when a period begins, half a TTL before the previous one
+ * expires. Owns the secret; must not log a key or a ticket. */
 #include <openssl/crypto.h>
-#include <openssl/evp.h>
-#include <openssl/hmac.h>
 #include <string.h>
 #include <sys/random.h>
+#include <time.h>
 
+#include "common/clock.h"
 #include "coordinator.h"
 
-static unsigned char key[32]; /* written once by tickets_init, before serving */
-static int enabled;           /* idem */
+static unsigned char secret[32]; /* written once by tickets_init, before serving */
+static int enabled;              /* idem */
+static int64_t clock_base_ms;    /* idem: unix ms at start minus stk__now_ms() */
+static uint64_t period_s = 1;    /* idem: half the TTL, at least 1 */
 
-int tickets_init(int on) {
+int tickets_init(int on, long long ttl_s) {
   enabled = 0;
   if (!on) return 0;
   size_t got = 0;
-  while (got < sizeof(key)) {
-    ssize_t n = getrandom(key + got, sizeof(key) - got, 0);
+  while (got < sizeof(secret)) {
+    ssize_t n = getrandom(secret + got, sizeof(secret) - got, 0);
     if (n < 0) return -1; /* EINTR included: once at start, fail loudly */
     got += (size_t)n;
   }
+  struct timespec ts;
+  clock_gettime(CLOCK_REALTIME, &ts);
+  clock_base_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - stk__now_ms();
+  period_s = ttl_s >= 2 ? (uint64_t)ttl_s / 2 : 1;
   enabled = 1;
   return 0;
 }
 
-int ticket_for(const char *worker_id, const char *address, char out[TICKET_HEX + 1]) {
+uint64_t tickets_clock_ms(void) {
+  int64_t t = stk__now_ms() + clock_base_ms;
+  return t > 0 ? (uint64_t)t : 0;
+}
+
+int ticket_key_for(const char *worker_id, const char *address,
+                   char out[STK__TICKET_KEY_HEX + 1]) {
   out[0] = 0;
   if (!enabled) return 0;
-  /* id NUL address: no two (id, address) pairs give the same input */
-  unsigned char in[2 * MAX_STR];
-  size_t il = strlen(worker_id), al = strlen(address);
-  if (il >= MAX_STR || al >= MAX_STR) return -1;
-  memcpy(in, worker_id, il + 1);
-  memcpy(in + il + 1, address, al);
-  unsigned char mac[EVP_MAX_MD_SIZE];
-  unsigned int len = 0;
-  if (!HMAC(EVP_sha256(), key, (int)sizeof(key), in, il + 1 + al, mac, &len) ||
-      len * 2 < TICKET_HEX)
-    return -1;
-  static const char hex[] = "0123456789abcdef";
-  for (unsigned i = 0; i < TICKET_HEX / 2; i++) {
-    out[2 * i] = hex[mac[i] >> 4];
-    out[2 * i + 1] = hex[mac[i] & 15];
+  if (strlen(worker_id) >= MAX_STR || strlen(address) >= MAX_STR) return -1;
+  return stk__ticket_key(secret, sizeof(secret), worker_id, address, out);
+}
+
+int ticket_mint(const char *key, char out[STK__TICKET_MAX], uint64_t *expiry_s) {
+  out[0] = 0;
+  *expiry_s = 0;
+  if (!enabled || !*key) return 0;
+  uint64_t k = tickets_clock_ms() / 1000 / period_s;
+  *expiry_s = (k + 2) * period_s;
+  return stk__ticket_mint(key, *expiry_s, out);
+}
+
+void tickets_tick(void) {
+  if (!enabled) return;
+  uint64_t due = (tickets_clock_ms() / 1000 / period_s + 2) * period_s;
+  pthread_mutex_lock(&C.mu);
+  /* Every listed worker whose ticket is of an earlier period (one listed
+   * just now may have been minted in the previous one). */
+  for (cworker *w = C.workers; w; w = w->next) {
+    if (!w->key[0] || w->ticket_expiry == due) continue;
+    char t[STK__TICKET_MAX];
+    uint64_t e;
+    if (ticket_mint(w->key, t, &e)) continue; /* keeps the one it has */
+    memcpy(w->ticket, t, sizeof(t));
+    w->ticket_expiry = e;
+    OPENSSL_cleanse(t, sizeof(t));
+    publish_change_locked(w, 0);
   }
-  out[TICKET_HEX] = 0;
-  OPENSSL_cleanse(mac, sizeof(mac));
-  return 0;
+  pthread_mutex_unlock(&C.mu);
 }
 
 int tickets_on(void) { return enabled; }
 
 void tickets_free(void) {
-  OPENSSL_cleanse(key, sizeof(key));
+  OPENSSL_cleanse(secret, sizeof(secret));
   enabled = 0;
 }

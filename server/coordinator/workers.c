@@ -33,14 +33,15 @@ static void worker_free(cworker *w) {
 }
 
 static int send_ack(stk__rpc_call *call, const char *canonical, uint64_t hash,
-                    const char *ticket) {
+                    const char *key) {
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   job.canonical = (char *)canonical;
   job.hash = hash;
   Stoker__V1__RegisterAck ack = STOKER__V1__REGISTER_ACK__INIT;
   ack.job = &job;
   ack.heartbeat_interval_ms = (uint32_t)opt.heartbeat_interval_ms;
-  ack.stream_ticket = (char *)ticket;
+  ack.stream_ticket_key = (char *)key;
+  ack.coordinator_time_ms = tickets_on() ? tickets_clock_ms() : 0;
   Stoker__V1__CoordinatorCommand cmd = STOKER__V1__COORDINATOR_COMMAND__INIT;
   cmd.kind_case = STOKER__V1__COORDINATOR_COMMAND__KIND_ACK;
   cmd.ack = &ack;
@@ -53,11 +54,13 @@ static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) 
 }
 
 /* The rest of the first hello, once the worker's address is settled:
- * mint its ticket and send the job. 0, or -1 when the call was refused.
- * From a callback of the session, or from the check's answer (its phase
- * still WS_CHECKING, under the resolver's lock). */
+ * derive its ticket key, mint its first ticket and send the job. 0, or -1
+ * when the call was refused. From a callback of the session, or from the
+ * check's answer (its phase still WS_CHECKING, under the resolver's
+ * lock). */
 static int send_job(stk__rpc_call *call, cworker *w, int checking) {
-  if (ticket_for(w->id, w->address, w->ticket)) {
+  if (ticket_key_for(w->id, w->address, w->key) ||
+      ticket_mint(w->key, w->ticket, &w->ticket_expiry)) {
     stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
     return -1;
   }
@@ -66,7 +69,7 @@ static int send_job(stk__rpc_call *call, cworker *w, int checking) {
   if (!checking || w->phase == WS_CHECKING) { /* else it ended meanwhile */
     w->ack_hash = C.hash;
     w->phase = WS_HELLO2;
-    rc = send_ack(call, C.canonical, C.hash, w->ticket);
+    rc = send_ack(call, C.canonical, C.hash, w->key);
     if (rc) w->phase = WS_OVER;
   }
   pthread_mutex_unlock(&C.mu);
@@ -150,13 +153,13 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   w->cores = h->worker->cores;
   /* With role tokens every listed worker has a stream ticket, so a client
    * never sends its token to a worker (or to anyone holding the worker
-   * token): a worker that takes no ticket (an older stoker-worker, a
-   * stock client) is refused. A re-registration of the same id at the
-   * same address gets the same ticket. */
-  if (tickets_on() && !h->takes_ticket) {
+   * token): a worker that does not check tickets (an older stoker-worker,
+   * a stock client) is refused. A re-registration of the same id at the
+   * same address gets the same ticket key. */
+  if (tickets_on() && !h->checks_tickets) {
     snprintf(msg, sizeof(msg),
              "this coordinator has role tokens, so clients stream with per-worker "
-             "tickets: this worker takes none (upgrade stoker-worker)");
+             "tickets: this worker does not check them (upgrade stoker-worker)");
     LOG_WARN("refusing worker: %s", msg);
     stk__rpc_call_finish(call, GRPC_STATUS_FAILED_PRECONDITION, msg);
     return -1;
@@ -348,7 +351,7 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
     w->expect_added = expect_add_locked(w->id);
     w->journal_wait = 1;
     pthread_mutex_unlock(&C.mu);
-    journal_after(admit_journaled, w);
+    journal_after(&w->jw, admit_journaled, w);
     return 0;
   }
   link_locked(w);
@@ -548,7 +551,7 @@ static void session_closed(stk__rpc_call *call) {
   pthread_mutex_unlock(&C.mu);
   if (waiting) return;
   if (journaled) {
-    journal_after(leave_journaled, w);
+    journal_after(&w->jw, leave_journaled, w);
     return;
   }
   leave_journaled(w); /* never listed, or dropped already: no journal write */

@@ -158,29 +158,29 @@ static int check_usage(void) {
   return 0;
 }
 
-/* The coordinator's stream ticket (session thread): from now on
- * Worker.Stream takes it (and the previous one for TICKET_GRACE_MS), the
- * worker's own token no longer opens streams, and --client-token-file's
- * token still does (for clients of an older coordinator). Logged as a
- * short hash only. */
+/* The coordinator's stream ticket key and clock (session thread): from
+ * now on Worker.Stream takes the tickets of that key until they expire
+ * (and those of the previous key for TICKET_GRACE_MS), the worker's own
+ * token no longer opens streams, and --client-token-file's token still
+ * does (for clients of an older coordinator). Logged as a short hash only. */
 #define TICKET_GRACE_MS 120000
 static pthread_mutex_t srv_mu = PTHREAD_MUTEX_INITIALIZER; /* guards W.srv */
-static void on_ticket(const char *ticket) {
+static void on_ticket(const char *key, uint64_t coordinator_ms) {
   pthread_mutex_lock(&srv_mu);
-  int rc =
-      W.srv ? stk__rpc_server_set_ticket(W.srv, ticket, STK__ROLE_CLIENT, TICKET_GRACE_MS)
-            : -1;
+  int rc = W.srv ? stk__rpc_server_set_ticket_key(W.srv, key, STK__ROLE_CLIENT,
+                                                  TICKET_GRACE_MS, coordinator_ms)
+                 : -1;
   pthread_mutex_unlock(&srv_mu);
-  if (rc) return; /* no server, or no ticket before and none now */
-  if (!*ticket) {
+  if (rc) return; /* no server, or no key before and none now */
+  if (!*key) {
     LOG_INFO(
-        "the coordinator gives no stream ticket now: streams take this worker's "
-        "tokens again (the previous ticket for %d s)",
+        "the coordinator gives no stream tickets now: streams take this worker's "
+        "tokens again (the previous key's tickets for %d s)",
         TICKET_GRACE_MS / 1000);
     return;
   }
-  uint32_t h = stk_crc32c(0, ticket, strlen(ticket));
-  LOG_INFO("streams take the coordinator's ticket (crc32c %08" PRIx32 ")", h);
+  uint32_t h = stk_crc32c(0, key, strlen(key));
+  LOG_INFO("streams take the coordinator's tickets (key crc32c %08" PRIx32 ")", h);
 }
 
 /* Serve until a signal, the coordinator's Shutdown, a rejection or the
@@ -309,8 +309,8 @@ int main(int argc, char **argv) {
   char err[512];
   /* With --client-token-file, streams may carry the clients' token (for
    * older clients and coordinators), and the worker's own (its coordinator
-   * credential) no longer opens them; the coordinator's ticket, once it
-   * comes (on_ticket), opens them too. */
+   * credential) no longer opens them; the coordinator's tickets, once their key
+   * comes (on_ticket), open them too. */
   stk__role_tokens roles;
   if (stk__daemon_role_tokens(NULL, opt.client_token_file, NULL, &roles)) {
     code = EXIT_USAGE;

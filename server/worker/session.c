@@ -18,6 +18,7 @@
 #include "common/clock.h"
 #include "daemon.h"
 #include "log.h"
+#include "ticket.h"
 #include "rpc.h"
 #include "wire_limits.h"
 #include "stoker/version.h"
@@ -87,6 +88,7 @@ static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64
   reg.dataset_size = size;
   reg.dataset_fingerprint = fp;
   reg.takes_ticket = s->hooks.on_ticket != NULL;
+  reg.checks_tickets = s->hooks.on_ticket != NULL;
   if (job_hash && s->hooks.fill_hello) s->hooks.fill_hello(&reg);
   Stoker__V1__WorkerMessage m = STOKER__V1__WORKER_MESSAGE__INIT;
   m.kind_case = STOKER__V1__WORKER_MESSAGE__KIND_HELLO;
@@ -145,13 +147,12 @@ static void session_unreachable(session *s, stk__rpc_stream *st) {
            s->cfg.coordinator, code, det, stk__tls_hint(s->cfg.tls, det));
 }
 
-/* 1 when a stream ticket can travel as a bearer token: printable ASCII
- * without spaces, shorter than STK_MAX_TICKET_BYTES. */
-static int ticket_ok(const char *t) {
+/* 1 when t is a stream ticket key: STK__TICKET_KEY_HEX lowercase hex digits. */
+static int ticket_key_ok(const char *t) {
   size_t n = strlen(t);
-  if (!n || n >= STK_MAX_TICKET_BYTES) return 0;
+  if (n != STK__TICKET_KEY_HEX) return 0;
   for (size_t i = 0; i < n; i++)
-    if (t[i] <= ' ' || t[i] > '~') return 0;
+    if (!((t[i] >= '0' && t[i] <= '9') || (t[i] >= 'a' && t[i] <= 'f'))) return 0;
   return 1;
 }
 
@@ -179,14 +180,15 @@ static int64_t session_register(session *s, stk__rpc_stream *st) {
   s->warned_ms = 0;
   uint64_t job_hash = 0, size = 0, fp = 0;
   char err[512];
-  const char *ticket = cmd->ack->stream_ticket ? cmd->ack->stream_ticket : "";
+  const char *key = cmd->ack->stream_ticket_key ? cmd->ack->stream_ticket_key : "";
   if (s->hooks.on_ticket) {
-    if (!*ticket || ticket_ok(ticket)) s->hooks.on_ticket(ticket);
+    if (!*key || ticket_key_ok(key))
+      s->hooks.on_ticket(key, cmd->ack->coordinator_time_ms);
     else
       LOG_WARN(
-          "the coordinator's stream ticket is not printable text under %d bytes: "
-          "ignored (clients that present it will be refused)",
-          STK_MAX_TICKET_BYTES);
+          "the coordinator's stream ticket key is not %d hex digits: ignored (clients "
+          "that present its tickets will be refused)",
+          STK__TICKET_KEY_HEX);
   }
   int64_t interval = cmd->ack->heartbeat_interval_ms;
   if (interval < 50) interval = 50;

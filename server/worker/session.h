@@ -30,11 +30,12 @@ typedef struct session_hooks {
   /* NULL, or: add what else the second hello says (the class names); the
    * pointers it sets must stay valid while the job is loaded. */
   void (*fill_hello)(Stoker__V1__Register *reg);
-  /* NULL, or: the coordinator's stream ticket for this worker, from every
-   * RegisterAck ("" when it carries none: a coordinator without role
-   * tokens; else printable, shorter than STK_MAX_TICKET_BYTES, checked).
-   * Valid during the call; never log it. */
-  void (*on_ticket)(const char *ticket);
+  /* NULL, or: the key of this worker's stream tickets (proto/ticket.h)
+   * and the coordinator's clock (unix ms; 0 = not sent), from every
+   * RegisterAck (key "" when it carries none: a coordinator without role
+   * tokens; else 64 hex digits, checked). Valid during the call; never
+   * log the key. */
+  void (*on_ticket)(const char *key, uint64_t coordinator_ms);
 } session_hooks;
 
 typedef struct session session;

@@ -61,14 +61,16 @@ void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last) {
       "substituted=%" PRIu64 " build_errors=%" PRIu64 " transient_errors=%" PRIu64
       " transient_retries=%" PRIu64 " reread=%" PRIu64 " stream_errors=%" PRIu64
       " calls=%" PRIu64 " calls_refused=%" PRIu64 " calls_evicted=%" PRIu64
-      " first_msg_late=%" PRIu64 " send_stalled=%" PRIu64 " coordinator=%s",
+      " first_msg_late=%" PRIu64 " send_stalled=%" PRIu64
+      " coordinator=%s"
+      " tickets_expired=%" PRIu64,
       s ? "serving" : "waiting", st.active_streams, st.queued_requests, st.free_buffers,
       st.nbuffers, st.batches_built, (double)(st.batches_built - last->built) / dt,
       (double)(bytes - last->bytes) / dt / 1e6, st.samples_substituted, st.build_errors,
       st.transient_errors, st.transient_retries, st.samples_reread,
       __atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED), rs.open_calls, rs.refused_full,
       rs.evicted, rs.first_msg_late, rs.send_stalled + st.send_stalled,
-      lost ? "lost" : "ok");
+      lost ? "lost" : "ok", rs.tickets_expired);
   last->bytes = bytes, last->built = st.batches_built, last->ms = now;
 }
 

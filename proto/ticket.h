@@ -1,0 +1,39 @@
+/* ticket.h - stream tickets: what a coordinator mints for a worker and
+ * what that worker checks on Worker.Stream, without asking anyone.
+ *
+ * A worker's ticket key is HMAC-SHA256(coordinator secret, worker id NUL
+ * address) in hex (the coordinator hands it to that worker alone, in
+ * RegisterAck). A ticket is "<expiry>.<mac>": expiry in unix seconds on
+ * the coordinator's clock, mac = hex HMAC-SHA256(key, "<expiry>"). So a
+ * ticket names its own expiry, cannot be made without the key, and one
+ * worker's key says nothing of another's. Never logged. */
+#ifndef STK_PROTO_TICKET_H
+#define STK_PROTO_TICKET_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define STK__TICKET_KEY_HEX 64 /* hex digits of a ticket key */
+/* The longest ticket, with its NUL: 20 digits, '.', 64 hex digits. */
+#define STK__TICKET_MAX 88
+/* A worker judges expiry on the coordinator's clock as it learnt it at
+ * registration (RegisterAck.coordinator_time_ms, carried on by its own
+ * monotonic clock), and allows this margin, plus 1 ms per second since
+ * it learnt it (0.1%: far beyond the rate error of a working clock). */
+#define STK__TICKET_SKEW_MS 5000
+
+/* key = hex HMAC-SHA256(secret[0..len), id NUL address); out gets
+ * STK__TICKET_KEY_HEX digits and a NUL. 0, or -1 (id or address longer
+ * than 1024 bytes, HMAC failed; out = ""). Thread-safe. */
+int stk__ticket_key(const unsigned char *secret, size_t len, const char *id,
+                    const char *address, char out[STK__TICKET_KEY_HEX + 1]);
+/* The ticket for key expiring at expiry_s (unix seconds) into out. 0, or
+ * -1 (HMAC failed; out = ""). Thread-safe. */
+int stk__ticket_mint(const char *key, uint64_t expiry_s, char out[STK__TICKET_MAX]);
+/* Whether tok[0..n) is a ticket of key: 1 (its expiry in *expiry_s), or
+ * 0 (not one: malformed, or another key's). The mac is compared in
+ * constant time. Thread-safe. */
+int stk__ticket_check(const char *key, const unsigned char *tok, size_t n,
+                      uint64_t *expiry_s);
+
+#endif
