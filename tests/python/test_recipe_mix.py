@@ -14,7 +14,9 @@ compares), and the three runs must deliver the same bytes, step for step
 (sha256 of each payload). The loop yields (images, targets): targets is
 the float32 [6, 4] soft-target tensor, each row summing to 1 within
 float32 rounding, and the dict's "label" the rows' own classes. The
-coordinator exits 0 after the last step of each run.
+coordinator exits 0 after the last step of each run. Last, the same job
+for stoker-train-loop --verify against two workers: every batch
+verified, exit 0.
 Exit 77 without torch, or under sanitizers whose runtime cannot be
 preloaded."""
 import hashlib
@@ -28,9 +30,10 @@ import tempfile
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 from harness import check, fails, reap, require, spawn, wait_exit, wait_port  # noqa: E402
 
-COORD, WORKER, DATASET = require(torch=True, bins=("STOKER_COORDINATOR_BIN",
-                                                   "STOKER_WORKER_BIN",
-                                                   "STOKER_DATASET_BIN"))
+COORD, WORKER, DATASET, LOOP = require(torch=True, bins=("STOKER_COORDINATOR_BIN",
+                                                         "STOKER_WORKER_BIN",
+                                                         "STOKER_DATASET_BIN",
+                                                         "STOKER_TRAIN_LOOP_BIN"))
 import torch  # noqa: E402
 import stoker  # noqa: E402
 
@@ -52,27 +55,53 @@ seed = 27
 N, B, C = 50, 6, 4  # samples: ceil(50 / 6) = 9 steps per epoch, the last padded
 
 
+def start(tmp, root, tag, nworkers):
+    """A coordinator of the job and nworkers workers: (coordinator
+    process, its address, the workers)."""
+    job = os.path.join(tmp, "job.conf")
+    with open(job, "w") as f:
+        f.write(JOB)
+    pf = os.path.join(tmp, tag + ".port")
+    c = spawn([COORD, "--listen", "127.0.0.1:0", "--port-file", pf, "--job", job,
+               "--idle-timeout-s", "60"], os.path.join(tmp, tag + "-coord.log"))
+    coord = "127.0.0.1:%d" % wait_port(pf, c, 15 * SLOW)
+    ws = []
+    for i in range(nworkers):
+        wpf = os.path.join(tmp, "%s-w%d.port" % (tag, i))
+        w = spawn([WORKER, "--coordinator", coord, "--listen", "127.0.0.1:0",
+                   "--port-file", wpf, "--threads", "1", "--data-root", root],
+                  os.path.join(tmp, "%s-w%d.log" % (tag, i)))
+        wait_port(wpf, w, 15 * SLOW)
+        ws.append(w)
+    return c, coord, ws
+
+
+def run_loop(tmp, root):
+    """stoker-train-loop --verify (rank 0 of 1) against two workers: exit 0
+    only if every batch equals its reference."""
+    try:
+        c, coord, _ = start(tmp, root, "loop", 2)
+        out = os.path.join(tmp, "loop.log")
+        p = spawn([LOOP, "--coordinator", coord, "--rank", "0", "--world-size", "1",
+                   "--verify", "--data-root", root], out)
+        code = wait_exit(p, 120 * SLOW)
+        with open(out, errors="replace") as f:
+            summary = [ln for ln in f if "summary" in ln]
+        check(code == 0 and summary and "batches 18 " in summary[0] and
+              "verify_failures 0" in summary[0],
+              "stoker-train-loop --verify: exit %s, %s" % (code, summary))
+        check(wait_exit(c, 30 * SLOW) == 0, "loop: the coordinator exits 0")
+    finally:
+        reap()
+
+
 def run(tmp, root, nworkers, kill_after=None):
     """One job: a coordinator, nworkers workers, a Loader over every step.
     Returns the payloads' sha256 in step order."""
     tag = "w%d%s" % (nworkers, "-kill" if kill_after else "")
     digests = []
     try:
-        job = os.path.join(tmp, "job.conf")
-        with open(job, "w") as f:
-            f.write(JOB)
-        pf = os.path.join(tmp, tag + ".port")
-        c = spawn([COORD, "--listen", "127.0.0.1:0", "--port-file", pf, "--job", job,
-                   "--idle-timeout-s", "60"], os.path.join(tmp, tag + "-coord.log"))
-        coord = "127.0.0.1:%d" % wait_port(pf, c, 15 * SLOW)
-        ws = []
-        for i in range(nworkers):
-            wpf = os.path.join(tmp, "%s-w%d.port" % (tag, i))
-            w = spawn([WORKER, "--coordinator", coord, "--listen", "127.0.0.1:0",
-                       "--port-file", wpf, "--threads", "1", "--data-root", root],
-                      os.path.join(tmp, "%s-w%d.log" % (tag, i)))
-            wait_port(wpf, w, 15 * SLOW)
-            ws.append(w)
+        c, coord, ws = start(tmp, root, tag, nworkers)
         L = stoker.Loader(coord, rank=0, world_size=1, with_meta=True, prefetch=4,
                           join_timeout_ms=15000 * SLOW)
         n, mixed = 0, [0]
@@ -121,6 +150,7 @@ def main():
         one = run(tmp, root, 1)
         three = run(tmp, root, 3)
         killed = run(tmp, root, 3, kill_after=3)
+        run_loop(tmp, root)
         check(len(one) == 18, "18 batches from one worker, got %d" % len(one))
         check(one == three, "one worker and three deliver the same bytes")
         check(one == killed, "three workers with one killed deliver the same bytes")
