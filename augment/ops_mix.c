@@ -94,11 +94,13 @@ void stk__mix_draw(const stk__op *op, uint32_t h, uint32_t w, stk_rng *rng, stk_
    * the box clipped to the image; then the weight is the part kept */
   double ratio = sqrt(1.0 - m->lam);
   int64_t ch = (int64_t)(h * ratio), cw = (int64_t)(w * ratio);
-  int64_t cy = (int64_t)(stk_rng_uniform(rng) * h), cx = (int64_t)(stk_rng_uniform(rng) * w);
+  int64_t cy = (int64_t)(stk_rng_uniform(rng) * h),
+          cx = (int64_t)(stk_rng_uniform(rng) * w);
   m->cy = (uint32_t)cy, m->cx = (uint32_t)cx;
   m->y0 = clip_box(cy - ch / 2, h), m->y1 = clip_box(cy + ch / 2, h);
   m->x0 = clip_box(cx - cw / 2, w), m->x1 = clip_box(cx + cw / 2, w);
-  m->weight = 1.0 - (double)((uint64_t)(m->y1 - m->y0) * (m->x1 - m->x0)) / (double)(h * w);
+  m->weight =
+      1.0 - (double)((uint64_t)(m->y1 - m->y0) * (m->x1 - m->x0)) / (double)(h * w);
 }
 
 static inline float bf16_float(uint16_t v) {
@@ -190,8 +192,9 @@ void stk__mix_apply(const stk__op *op, const stk__mix *m, const stk_job_spec *sp
   }
 }
 
-void stk__mix_batch(const stk__op *op, const stk_job_spec *spec, const stk_batch_layout *L,
-                    uint64_t epoch, uint64_t pos0, unsigned char *buf) {
+void stk__mix_batch(const stk__op *op, const stk_job_spec *spec,
+                    const stk_batch_layout *L, uint64_t epoch, uint64_t pos0,
+                    unsigned char *buf) {
   stk_rng r;
   stk__mix m;
   stk__mix_rng(&r, spec->seed, epoch, pos0);

@@ -50,7 +50,8 @@ void stk__mix_apply(const stk__op *op, const stk__mix *m, const stk_job_spec *sp
 
 /* Draw and apply op for the batch at pos0 of epoch: what a builder runs
  * after every sample of the batch is stored. */
-void stk__mix_batch(const stk__op *op, const stk_job_spec *spec, const stk_batch_layout *L,
-                    uint64_t epoch, uint64_t pos0, unsigned char *buf);
+void stk__mix_batch(const stk__op *op, const stk_job_spec *spec,
+                    const stk_batch_layout *L, uint64_t epoch, uint64_t pos0,
+                    unsigned char *buf);
 
 #endif
