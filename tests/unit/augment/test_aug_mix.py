@@ -210,7 +210,6 @@ def parity_batches(probe, root, tmp):
 def parity_draws(probe):
     ok = True
     n = 20000
-    crit = 1.95 * np.sqrt(2.0 / n)  # alpha = 0.001
     rng = np.random.default_rng(7)
     for op, alpha, p, switch in [("mixup(0.2)", 0.2, 1, 0), ("mixup(0.8, p=0.7)", 0.8, .7, 0),
                                  ("cutmix(1)", 1.0, 1, 1), ("mixup(4)", 4.0, 1, 0),
@@ -222,7 +221,7 @@ def parity_draws(probe):
         lam = d[drawn, 2]
         ref = rng.beta(alpha, alpha, size=len(lam))
         k = ks(lam, ref)
-        c2 = 1.95 * np.sqrt(2.0 / len(lam))
+        c2 = 1.95 * np.sqrt(2.0 / len(lam))  # alpha = 0.001
         rate, cut = drawn.mean(), d[drawn, 1].mean()
         good = k < c2 and abs(rate - p) < 0.02 and abs(cut - switch) < 0.02
         msg = f"{op}: lam KS {k:.4f} (critical {c2:.4f}), mixed {rate:.3f} (p {p}), " \
@@ -235,7 +234,6 @@ def parity_draws(probe):
             msg += f", centres KS {kc:.4f} (critical {cc:.4f})"
         print(msg + ("" if good else "  MISMATCH"))
         ok = ok and good
-    del crit
     return ok
 
 
