@@ -42,6 +42,7 @@
 #include "jpegsrc.h"
 #include "ops.h" /* stk__grow */
 #include "ops_chain.h"
+#include "ops_mix.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
 #define FD_WINDOW      STK_BUILDER_MAX_FILES /* ImageFolder: files open at once */
@@ -563,5 +564,8 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
       memcpy(buf + tl->offset + 8ull * k, &label, 8);
     }
   }
+  /* 3. a batch op (mixup, cutmix) on the whole batch, with its own draws */
+  const stk__op *mix = stk__chain_run_batch_op(jp->chain);
+  if (mix) stk__mix_batch(mix, s, &b->layout, epoch, b->pos0, buf);
   return STK_OK;
 }

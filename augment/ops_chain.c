@@ -54,7 +54,7 @@ enum {
    * taps outside the image are dropped by the resampler (no zero fill) */
   OP_EVAL_CROP
 };
-_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_RANDOM_ERASING,
+_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_MIXUP_CUTMIX,
                "fused ops after core's kinds");
 
 struct stk__chain_run {
@@ -431,6 +431,11 @@ int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
   return STK_OK;
 }
 
+const stk__op *stk__chain_run_batch_op(const stk__chain_run *r) {
+  const stk__op *last = &r->c.ops[r->c.n - 1]; /* a batch op ends the chain */
+  return stk__op_is_batch(last->kind) ? last : NULL;
+}
+
 void stk__chain_run_free(stk__chain_run *r) {
   if (!r) return;
   for (uint32_t i = 0; i < r->c.n; i++)
@@ -479,7 +484,8 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
                  the buffer the last sample's first one warmed */
   for (uint32_t i = 1; i < r->c.n && !rc; i++) {
     const stk__op *op = &r->c.ops[i];
-    if (op->kind == STK__OP_RANDOM_ERASING) break; /* the last ops: on the tensor */
+    if (op->kind == STK__OP_RANDOM_ERASING || stk__op_is_batch(op->kind))
+      break; /* the last ops: on the tensor, then on the batch */
     if (v.flip && op->kind != STK__OP_HFLIP && op->kind != OP_TRAIN_JITTER) {
       flip_h(r->buf[r->cur], v.w, v.h); /* the op reads the pixels */
       v.flip = 0;

@@ -22,6 +22,9 @@ typedef struct stk__chain_run stk__chain_run;
 int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
                           const stk_job_spec *spec, char *err, size_t errlen);
 void stk__chain_run_free(stk__chain_run *r);
+/* The chain's batch op (mixup, cutmix, mixup_cutmix: its last op), which
+ * the builder runs on the whole batch (ops_mix.h), or NULL. */
+const struct stk__op *stk__chain_run_batch_op(const stk__chain_run *r);
 /* Run the chain on the image whose header dec has read (W x H), drawing
  * from rng, and write the sample at out in the job's dtype and layout.
  * STK_OK; STK_NO_MEMORY (transient); STK_CORRUPT, STK_LIMIT (the decoder's)

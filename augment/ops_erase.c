@@ -32,9 +32,7 @@ int stk__erase_draw(const stk__op *op, uint32_t oh, uint32_t ow, stk_rng *rng,
   return 0; /* torchvision returns the image as it is */
 }
 
-/* A standard normal value (Box-Muller on two uniforms; the second of each
- * pair is kept in *spare). */
-static double normal(stk_rng *rng, double *spare, int *have) {
+double stk__normal(stk_rng *rng, double *spare, int *have) {
   if (*have) {
     *have = 0;
     return *spare;
@@ -55,7 +53,7 @@ void stk__erase_apply(const stk__op *op, const stk__box *b, void *out, uint32_t 
   for (int c = 0; c < 3; c++)
     for (int32_t y = b->y; y < b->y + b->h; y++)
       for (int32_t x = b->x; x < b->x + b->w; x++) {
-        float v = op->kh ? (float)normal(rng, &spare, &have) : op->lo[2];
+        float v = op->kh ? (float)stk__normal(rng, &spare, &have) : op->lo[2];
         size_t k = layout == STK_LAYOUT_NCHW
                        ? (size_t)c * plane + (size_t)y * ow + (size_t)x
                        : ((size_t)y * ow + (size_t)x) * 3 + (size_t)c;

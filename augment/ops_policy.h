@@ -107,6 +107,10 @@ int stk__auto_augment_step(int policy, int row, int i, float *p, int *bin);
 int stk__policy_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint32_t w,
                     uint32_t h, stk_rng *rng);
 
+/* A standard normal value, ops_erase.c (Box-Muller on two uniforms of rng; the second
+ * of each pair waits in *spare while *have is 1: start with *have = 0). */
+double stk__normal(stk_rng *rng, double *spare, int *have);
+
 /* random_erasing (ops_erase.c). stk__erase_draw: op's draws on an oh x ow
  * output (one against p, up to 10 tries of scale and log ratio, then top
  * and left): 1 with the rectangle in *b, 0 when nothing is erased.

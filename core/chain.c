@@ -213,6 +213,41 @@ static int erasing_args(args_t *a, const ctx_t *cx, stk__op *op) {
   return STK_OK;
 }
 
+/* A batch op's arguments: mixup(alpha=1, p=1, smoothing=0.1),
+ * cutmix(alpha=1, p=1, smoothing=0.1), mixup_cutmix(mixup=0.8, cutmix=1,
+ * p=1, switch=0.5, smoothing=0.1) (timm's Mixup defaults and recipe). */
+static int mix_args(args_t *a, const ctx_t *cx, stk__op *op) {
+  int both = op->kind == STK__OP_MIXUP_CUTMIX;
+  const char *ma = both ? arg(a, 0, "mixup") : NULL,
+             *ca = both ? arg(a, 1, "cutmix") : NULL,
+             *al = both ? NULL : arg(a, 0, "alpha"), *p = arg(a, both ? 2 : 1, "p"),
+             *sw = both ? arg(a, 3, "switch") : NULL,
+             *sm = arg(a, both ? 4 : 2, "smoothing");
+  double m = both ? 0.8 : op->kind == STK__OP_MIXUP ? 1 : 0;
+  double c = both ? 1 : op->kind == STK__OP_CUTMIX ? 1 : 0, x;
+  if (al && (num(al, &x) || !(x > 0) || x > 1000))
+    return OPFAIL(cx, "alpha must be in (0, 1000], got '%s'", al);
+  if (al && op->kind == STK__OP_MIXUP) m = x;
+  if (al && op->kind == STK__OP_CUTMIX) c = x;
+  if (ma && (num(ma, &m) || m < 0 || m > 1000))
+    return OPFAIL(cx, "mixup is an alpha in [0, 1000] (0: off), got '%s'", ma);
+  if (ca && (num(ca, &c) || c < 0 || c > 1000))
+    return OPFAIL(cx, "cutmix is an alpha in [0, 1000] (0: off), got '%s'", ca);
+  if (!(m > 0) && !(c > 0)) return OPFAIL(cx, "mixup or cutmix needs an alpha > 0");
+  op->lo[0] = (float)m, op->lo[1] = (float)c;
+  op->p = 1, op->lo[2] = 0.5f, op->lo[3] = 0.1f;
+  if (p && (num(p, &x) || x < 0 || x > 1))
+    return OPFAIL(cx, "p is a probability in [0, 1], got '%s'", p);
+  if (p) op->p = (float)x;
+  if (sw && (num(sw, &x) || x < 0 || x > 1))
+    return OPFAIL(cx, "switch is a probability in [0, 1], got '%s'", sw);
+  if (sw) op->lo[2] = (float)x;
+  if (sm && (num(sm, &x) || x < 0 || x >= 1))
+    return OPFAIL(cx, "smoothing must be in [0, 1), got '%s'", sm);
+  if (sm) op->lo[3] = (float)x;
+  return STK_OK;
+}
+
 /* rand_augment(num_ops=2, magnitude=9, num_magnitude_bins=31) and
  * trivial_augment_wide(num_magnitude_bins=31): kh, kw, pad. */
 static int policy_args(args_t *a, const ctx_t *cx, stk__op *op) {
@@ -264,7 +299,10 @@ static const char *const op_names[] = {
     [STK__OP_RAND_AUGMENT] = "rand_augment",
     [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
     [STK__OP_RANDOM_ERASING] = "random_erasing",
-    [STK__OP_AUTO_AUGMENT] = "auto_augment"};
+    [STK__OP_AUTO_AUGMENT] = "auto_augment",
+    [STK__OP_MIXUP] = "mixup",
+    [STK__OP_CUTMIX] = "cutmix",
+    [STK__OP_MIXUP_CUTMIX] = "mixup_cutmix"};
 #define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 int stk__plugin_name_ok(const char *name, size_t len) {
@@ -451,6 +489,11 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
     case STK__OP_RANDOM_ERASING:
       if ((rc = erasing_args(&a, cx, op))) return rc;
       break;
+    case STK__OP_MIXUP:
+    case STK__OP_CUTMIX:
+    case STK__OP_MIXUP_CUTMIX:
+      if ((rc = mix_args(&a, cx, op))) return rc;
+      break;
     case STK__OP_AUTO_AUGMENT: {
       const char *v = arg(&a, 0, "policy");
       op->pad = 10;
@@ -501,6 +544,7 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
   unsigned index = 0;
   int closing = 0;    /* 1 after normalize, 2 after to */
   int tensor_ops = 0; /* a random_erasing came */
+  int batch_op = 0;   /* a batch op came: nothing may follow it */
   for (;;) {
     char *bar = strchr(p, '|');
     if (bar) *bar = 0;
@@ -533,6 +577,10 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
       return OPFAIL(&cx, "unexpected '%.20s' after the name", q);
     }
     int rc;
+    if (batch_op)
+      return OPFAIL(&cx,
+                    "a batch op (mixup, cutmix, mixup_cutmix) ends the chain: "
+                    "normalize(...) and to(...) go before it");
     if (!strcmp(name, "normalize") || !strcmp(name, "to")) {
       int to = name[0] == 't';
       if (closing >= (to ? 2 : 1))
@@ -544,10 +592,12 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
       closing = to ? 2 : 1;
     } else {
       int erasing = !strcmp(name, "random_erasing");
-      if (closing && !erasing)
+      batch_op = !strcmp(name, "mixup") || !strcmp(name, "cutmix") ||
+                 !strcmp(name, "mixup_cutmix");
+      if (closing && !erasing && !batch_op)
         return OPFAIL(
             &cx, "normalize(...) and to(...) end the chain: image ops go before them");
-      if (tensor_ops && !erasing)
+      if (tensor_ops && !erasing && !batch_op)
         return OPFAIL(
             &cx, "random_erasing works on the output tensor: image ops go before it");
       tensor_ops |= erasing;
@@ -668,6 +718,17 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
         if (o->kh) put(buf, len, &n, "random)");
         else put(buf, len, &n, "%.9g)", (double)o->lo[2]);
         break;
+      case STK__OP_MIXUP:
+      case STK__OP_CUTMIX:
+        put(buf, len, &n, "(%.9g, p=%.9g, smoothing=%.9g)",
+            (double)o->lo[o->kind == STK__OP_CUTMIX], (double)o->p, (double)o->lo[3]);
+        break;
+      case STK__OP_MIXUP_CUTMIX:
+        put(buf, len, &n,
+            "(mixup=%.9g, cutmix=%.9g, p=%.9g, switch=%.9g, smoothing=%.9g)",
+            (double)o->lo[0], (double)o->lo[1], (double)o->p, (double)o->lo[2],
+            (double)o->lo[3]);
+        break;
     }
   }
   return n;
@@ -776,7 +837,8 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
           "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
           "solarize, autocontrast, equalize, invert, identity, rand_augment, "
-          "trivial_augment_wide, auto_augment, random_erasing, normalize, to; an "
+          "trivial_augment_wide, auto_augment, random_erasing, mixup, cutmix, "
+          "mixup_cutmix, normalize, to; an "
           "op from a plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
           near ? "'?" : "", o->name);

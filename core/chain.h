@@ -12,6 +12,7 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <string.h>
 
 #define STK__CHAIN_MAX_OPS 32
 #define STK__OP_NAME_MAX   32  /* a plugin op's name, with its NUL */
@@ -54,11 +55,30 @@ typedef enum stk__op_kind {
   STK__OP_AUTO_AUGMENT,         /* auto_augment(policy): kw 0 imagenet, 1 cifar10,
                                    2 svhn; pad 10 (its bins) */
   /* on the output tensor, after Normalize (augment/ops_erase.c); only
-   * random_erasing ops may follow one */
-  STK__OP_RANDOM_ERASING /* random_erasing(p, scale=a:b, ratio=a:b, value=v|random):
+   * random_erasing ops and a batch op may follow one */
+  STK__OP_RANDOM_ERASING, /* random_erasing(p, scale=a:b, ratio=a:b, value=v|random):
                             lo/hi[0] scale, [1] ratio, lo[2] value, kh 1 =
                             random */
+  /* batch ops (augment/ops_mix.c): on the whole batch, after every
+   * sample's ops; at most one, and it ends the chain. lo[0] mixup's alpha
+   * (0: off), lo[1] cutmix's, p the probability a batch is mixed, lo[2]
+   * the probability of cutmix when both are on, lo[3] label smoothing */
+  STK__OP_MIXUP,       /* mixup(alpha, p, smoothing) */
+  STK__OP_CUTMIX,      /* cutmix(alpha, p, smoothing) */
+  STK__OP_MIXUP_CUTMIX /* mixup_cutmix(mixup=a, cutmix=b, p, switch=s, smoothing) */
 } stk__op_kind;
+
+/* 1 when kind is a batch op. */
+static inline int stk__op_is_batch(int kind) {
+  return kind == STK__OP_MIXUP || kind == STK__OP_CUTMIX || kind == STK__OP_MIXUP_CUTMIX;
+}
+
+/* 1 when a chain's canonical text (NUL-terminated) ends in a batch op:
+ * the job's batch then carries the soft-target tensor `target`. */
+static inline int stk__chain_text_mixes(const char *canon) {
+  return strstr(canon, "| mixup(") || strstr(canon, "| cutmix(") ||
+         strstr(canon, "| mixup_cutmix(");
+}
 
 /* One op, its parameters resolved (defaults filled in). */
 typedef struct stk__op {

@@ -32,6 +32,13 @@ static inline uint64_t stk__view_seed(uint64_t seed, uint32_t v) {
   return v ? stk__mix64(seed + 0x9e3779b97f4a7c15ull * v) : seed;
 }
 
+/* The seed of a batch's own generator (the batch ops' draws), keyed with
+ * (epoch, epoch position of the batch's first slot): a stream apart from
+ * every sample's and view's. */
+static inline uint64_t stk__batch_seed(uint64_t seed) {
+  return stk__mix64(seed ^ 0x6d69787570626174ull); /* "mixupbat" */
+}
+
 /* stk__trim: common/text.h (the job text and the op chain grammar use it). */
 
 /* Bytes per element of an stk_dtype; 0 for an unknown one. */

@@ -608,6 +608,22 @@ static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
           s->width);
   for (uint32_t i = 0; i < c.n; i++) {
     const stk__op *o = &c.ops[i];
+    if (stk__op_is_batch(o->kind)) {
+      /* the soft targets are B x num_classes: the count must be known
+       * from the job alone (imagefolder's 0 is resolved from the data) */
+      if (!s->num_classes)
+        VFAIL(
+            "pipeline op %u '%s': soft targets need num_classes (the dataset's class "
+            "count)",
+            i + 1,
+            o->kind == STK__OP_MIXUP    ? "mixup"
+            : o->kind == STK__OP_CUTMIX ? "cutmix"
+                                        : "mixup_cutmix");
+      if (s->views > 1) VFAIL("pipeline op %u: a batch op needs views = 1", i + 1);
+      if ((uint64_t)s->batch_size * s->num_classes * 4 > (1ull << 30))
+        VFAIL(
+            "the soft targets (batch_size x num_classes float32) may hold at most 1 GiB");
+    }
     if (o->kind != STK__OP_RANDOM_ERASING || s->dtype != STK_DTYPE_UINT8) continue;
     if (o->kh || o->lo[2] != floorf(o->lo[2]) || o->lo[2] < 0 || o->lo[2] > 255)
       VFAIL(

@@ -1,5 +1,6 @@
 /* layout.c - the batch layout: where each tensor sits in a batch payload
- * (image jobs: image (or image0..image{V-1}), label, mask, index; token
+ * (image jobs: image (or image0..image{V-1}), label, mask, index, and
+ * target when the chain ends in a batch op; token
  * jobs: tokens, labels and
  * the optional loss_mask, position_ids, index), derived from a valid job
  * spec alone, so every batch of a job has the same shapes and offsets.
@@ -9,6 +10,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "chain.h"
 #include "core_internal.h"
 
 static void add_tensor(stk_batch_layout *L, const char *name, int dtype, uint32_t ndim,
@@ -57,6 +59,9 @@ int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
   add_tensor(L, "label", STK_DTYPE_INT64, 1, B, 0);
   add_tensor(L, "mask", STK_DTYPE_UINT8, 1, B, 0);
   add_tensor(L, "index", STK_DTYPE_INT64, 1, B, 0);
+  /* a batch op (mixup, cutmix) mixes the labels into soft targets */
+  if (s->pipeline == STK_PIPELINE_CHAIN && stk__chain_text_mixes(s->chain))
+    add_tensor(L, "target", STK_DTYPE_FLOAT32, 2, B, s->num_classes);
   return STK_OK;
 }
 
@@ -71,8 +76,10 @@ int stk_image_wire_spec(const stk_job_spec *s, stk_job_spec *wire) {
   if (!((s->source == STK_SOURCE_IMAGEFOLDER || s->source == STK_SOURCE_TAR) &&
         (s->dtype == STK_DTYPE_FLOAT32 || s->dtype == STK_DTYPE_BFLOAT16)))
     return 0;
-  /* random_erasing writes values no 8-bit level stands for: floats travel */
-  if (memchr(s->chain, 0, sizeof(s->chain)) && strstr(s->chain, "| random_erasing("))
+  /* random_erasing and the batch ops write values no 8-bit level stands
+   * for: floats travel */
+  if (memchr(s->chain, 0, sizeof(s->chain)) &&
+      (strstr(s->chain, "| random_erasing(") || stk__chain_text_mixes(s->chain)))
     return 0;
   if (wire) {
     *wire = *s;

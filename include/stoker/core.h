@@ -238,11 +238,12 @@ enum {
   STK_TENSOR_IMAGE = 0,
   STK_TENSOR_LABEL = 1,
   STK_TENSOR_MASK = 2,
-  STK_TENSOR_INDEX = 3
+  STK_TENSOR_INDEX = 3,
+  STK_TENSOR_TARGET = 4 /* only when the chain ends in a batch op */
 };
 
 typedef struct stk_tensor_desc {
-  char name[16]; /* "image", "label", "mask", "index" */
+  char name[16]; /* "image", "label", "mask", "index", "target", ... */
   int32_t dtype; /* stk_dtype */
   uint32_t ndim;
   uint64_t shape[STK_MAX_DIMS];
@@ -263,7 +264,10 @@ typedef struct stk_batch_layout {
  * real sample, 0 = padding); index: int64 [B] (ids STK_TENSOR_*). With
  * views = V > 1 the image is V tensors image0 .. image{V-1} (the same
  * sample under independent random draws; image0 is the one-view job's
- * image), then label, mask, index.
+ * image), then label, mask, index. A chain that ends in a batch op
+ * (mixup, cutmix, mixup_cutmix) adds a fifth, target: float32 [B,
+ * num_classes], the soft targets of the mixed images (label keeps each
+ * row's own class).
  *
  * Token jobs (source = megatron), in this order: tokens [B, seq_len] and
  * labels [B, seq_len] of token_dtype; then loss_mask float32 [B, seq_len]

@@ -13,7 +13,11 @@ Default: the timm-style recipe
   random_resized_crop(224) | hflip(0.5) | rand_augment(2, 9) |
   normalize(imagenet) | random_erasing(0.25)
 and, as a reference in the same rounds, the chain without its two
-policies (random_resized_crop | hflip | normalize).
+policies (random_resized_crop | hflip | normalize); then the recipe with
+timm's Mixup/CutMix, `| mixup_cutmix(0.8, 1.0)`, in batches of --batch
+(`aug_probe mix`: float32 NCHW, the dataset's 4 classes) against torchvision's
+Compose, torch.stack and timm's Mixup formula in torch (batch mode,
+flip pairing, mixup_target) on the stacked batch.
 """
 import argparse
 import os
@@ -23,6 +27,8 @@ import subprocess
 import sys
 import tempfile
 import time
+
+import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "unit",
                                 "augment"))
@@ -42,12 +48,66 @@ RECIPES = [
 ]
 
 
+def timm_mix(x, target, num_classes, rng):
+    """timm's Mixup(0.8, 1.0, switch_prob=0.5, label_smoothing=0.1) on a
+    stacked float32 batch, in torch (timm/data/mixup.py, batch mode)."""
+    use_cutmix = rng.random() < 0.5
+    lam = float(rng.beta(1.0, 1.0) if use_cutmix else rng.beta(0.8, 0.8))
+    if use_cutmix:
+        H, W = x.shape[-2:]
+        ratio = np.sqrt(1 - lam)
+        ch, cw = int(H * ratio), int(W * ratio)
+        cy, cx = rng.integers(0, H), rng.integers(0, W)
+        yl, yh = np.clip(cy - ch // 2, 0, H), np.clip(cy + ch // 2, 0, H)
+        xl, xh = np.clip(cx - cw // 2, 0, W), np.clip(cx + cw // 2, 0, W)
+        x[:, :, yl:yh, xl:xh] = x.flip(0)[:, :, yl:yh, xl:xh]
+        lam = 1. - (yh - yl) * (xh - xl) / float(H * W)
+    else:
+        x_flipped = x.flip(0).mul_(1. - lam)
+        x.mul_(lam).add_(x_flipped)
+    off = 0.1 / num_classes
+    y1 = torch.full((len(target), num_classes), off).scatter_(1, target.view(-1, 1),
+                                                              1. - 0.1 + off)
+    y2 = y1.flip(0)
+    return x, y1 * lam + y2 * (1. - lam)
+
+
+def bench_mix(a, root, files):
+    """The recipe with mixup_cutmix in batches: (stoker, torchvision) img/s
+    medians."""
+    chain = RECIPES[0][1] + " | mixup_cutmix(0.8, 1.0)"
+    tf = RECIPES[0][2]
+    B = a.batch
+    steps = len(files) // B
+    n = steps * B
+    labels = torch.tensor([int(os.path.basename(os.path.dirname(f))[-3:])
+                           for f in files], dtype=torch.int64)
+    rng = np.random.default_rng(1)
+    rs, rt = [], []
+    for r in range(a.rounds):
+        t0 = time.perf_counter()
+        subprocess.run([a.probe, "mix", root, "imagefolder", chain, "float32", "nchw",
+                        "4", str(B), str(steps), "/dev/null"], check=True,
+                       stdout=subprocess.DEVNULL)
+        rs.append(n / (time.perf_counter() - t0))
+        t0 = time.perf_counter()
+        for s in range(steps):
+            xs = []
+            for f in files[s * B:(s + 1) * B]:
+                with Image.open(f) as im:
+                    xs.append(tf(im.convert("RGB")))
+            timm_mix(torch.stack(xs), labels[s * B:(s + 1) * B], 4, rng)
+        rt.append(n / (time.perf_counter() - t0))
+    return statistics.median(rs), statistics.median(rt), chain, n
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("probe")
     ap.add_argument("gen")
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--batch", type=int, default=32)
     a = ap.parse_args()
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="stoker-recipe-")
@@ -75,6 +135,10 @@ def main():
             print(f"{name}: {chain}\n  stoker {s:.0f} img/s, torchvision {t:.0f} img/s, "
                   f"ratio {s / t:.2f}x (medians of {a.rounds} alternating rounds, "
                   f"{len(files)} images, one thread)")
+        s, t, chain, n = bench_mix(a, root, files)
+        print(f"recipe+mix: {chain}\n  stoker {s:.0f} img/s, torchvision+timm Mixup {t:.0f} "
+              f"img/s, ratio {s / t:.2f}x (medians of {a.rounds} alternating rounds, {n} "
+              f"images in batches of {a.batch}, one thread)")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

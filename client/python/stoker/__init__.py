@@ -38,6 +38,12 @@ jobs; the token tensors for token jobs). For a token job the first two
 tensors are tokens and labels, so the tuple form works there too. A job
 with views = V > 1 yields images as a list of V tensors (image0 ..
 image{V-1}: the same samples under independent random draws).
+A job whose op chain ends in a batch op (mixup, cutmix, mixup_cutmix)
+yields (images, targets): targets is the float32 [B, num_classes] tensor
+"target" of soft targets, what timm's SoftTargetCrossEntropy (or
+torch.nn.CrossEntropyLoss with probabilities) takes; each row's own
+class stays in the dict's "label" and in batch.label (batch.target is
+the soft targets, None for other jobs).
 
 Epochs: one `for` = one epoch. set_epoch(e) before the loop behaves as
 with DistributedSampler: e equal to the epoch the loader is at continues it
@@ -601,10 +607,16 @@ class Loader:
             images, labels = tensors[0], tensors[1]
             mask = tensors[2] if len(tensors) > 2 else None
             index = tensors[3] if len(tensors) > 3 else None
+        # a chain ending in mixup/cutmix: the soft targets stand for the labels
+        label = labels
+        target = tensors[4] if len(tensors) > 4 and names[4] == "target" else None
+        if target is not None:
+            labels = target
         return types.SimpleNamespace(
             epoch=int(lib.stk_batch_epoch(b)), step=int(lib.stk_batch_step(b)),
             sample_offset=int(lib.stk_batch_sample_offset(b)),
-            images=images, labels=labels, mask=mask, index=index,
+            images=images, labels=labels, label=label, target=target, mask=mask,
+            index=index,
             tensors=list(zip(names, tensors)),
             pointers=[t.data for t in ts], payload_ptr=payload,
             payload_len=n.value)

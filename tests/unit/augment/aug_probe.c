@@ -22,6 +22,17 @@
  *   aug_probe aa_table imagenet|cifar10|svhn
  *                                AutoAugment's policy table: 25 rows of
  *                                two "op p bin" steps
+ *   aug_probe mix ROOT DATASET CHAIN DTYPE LAYOUT NCLASSES B STEPS OUT
+ *                                steps 0..STEPS-1 of epoch 0 (world 1,
+ *                                batch B) of the chain in DTYPE/LAYOUT: OUT
+ *                                holds per step the image, label and (when
+ *                                the chain ends in a batch op) target
+ *                                tensors; stdout "H W", then per step the
+ *                                batch op's draws as mixdraws prints them
+ *   aug_probe mixdraws OP H W N SEED
+ *                                the draws of batch op OP on an H x W batch
+ *                                at epoch positions 0..N-1 of epoch 0:
+ *                                "mixed cutmix lam weight cy cx y0 y1 x0 x1"
  *   aug_probe erasing OP W H N SEED
  *                                the rectangles "x y w h" (or "-": none)
  *                                random_erasing OP draws on a W x H output
@@ -33,6 +44,7 @@
 
 #include "chain.h"
 #include "ops.h"
+#include "ops_mix.h"
 #include "ops_policy.h"
 #include "util.h"
 
@@ -70,7 +82,93 @@ static int dump(const stk_job_spec *s, const char *root, const char *out) {
   return rc;
 }
 
+static void print_mix(const stk__mix *m) {
+  printf("%d %d %.17g %.17g %u %u %u %u %u %u\n", m->mixed, m->cutmix, m->lam, m->weight,
+         m->cy, m->cx, m->y0, m->y1, m->x0, m->x1);
+}
+
+/* aug_probe mix: see the top of the file. 0, or 1 with a message. */
+static int mix_dump(char **argv) {
+  stk_job_spec s;
+  tu_spec(&s, STK_SOURCE_IMAGEFOLDER, argv[3], STK_PIPELINE_EVAL, STK_DTYPE_UINT8,
+          STK_LAYOUT_NHWC, 1, 224);
+  char err[512];
+  if (stk_job_spec_set(&s, "pipeline", argv[4], err, sizeof(err)) ||
+      stk_job_spec_set(&s, "dtype", argv[5], err, sizeof(err)) ||
+      stk_job_spec_set(&s, "layout", argv[6], err, sizeof(err)) ||
+      stk_job_spec_set(&s, "num_classes", argv[7], err, sizeof(err)) ||
+      stk_job_spec_set(&s, "batch_size", argv[8], err, sizeof(err)) ||
+      stk_job_spec_set(&s, "drop_last", "false", err, sizeof(err)) ||
+      stk_job_spec_validate(&s, err, sizeof(err))) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  stk__chain c;
+  if (stk__chain_parse(s.chain, &c, NULL, err, sizeof(err))) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  const stk__op *op = stk__op_is_batch(c.ops[c.n - 1].kind) ? &c.ops[c.n - 1] : NULL;
+  stk_dataset *ds;
+  stk_builder *b;
+  if (stk_dataset_open(&s, argv[2], NULL, &ds, err, sizeof(err)) ||
+      stk_builder_create(ds, &s, &b, err, sizeof(err))) {
+    fprintf(stderr, "%s\n", err);
+    return 1;
+  }
+  printf("%u %u\n", s.height, s.width);
+  stk_batch_layout L;
+  stk_batch_layout_of(&s, &L);
+  uint8_t *buf = malloc(L.total_bytes);
+  FILE *f = fopen(argv[10], "wb");
+  int rc = !buf || !f;
+  long steps = atol(argv[9]);
+  for (long st = 0; !rc && st < steps; st++) {
+    if (stk_builder_build(b, 0, 0, (uint64_t)st, buf, L.total_bytes, NULL)) {
+      fprintf(stderr, "build %ld failed: %s\n", st, stk_builder_error(b));
+      rc = 1;
+      break;
+    }
+    for (uint32_t t = 0; t < L.ntensors; t++)
+      if (strcmp(L.tensors[t].name, "mask") && strcmp(L.tensors[t].name, "index"))
+        fwrite(buf + L.tensors[t].offset, 1, L.tensors[t].nbytes, f);
+    if (op) {
+      stk_rng r;
+      stk__mix m;
+      stk__mix_rng(&r, s.seed, 0, (uint64_t)st * s.batch_size);
+      stk__mix_draw(op, s.height, s.width, &r, &m);
+      print_mix(&m);
+    }
+  }
+  if (f) fclose(f);
+  free(buf);
+  stk_builder_destroy(b);
+  stk_dataset_close(ds);
+  return rc;
+}
+
 int main(int argc, char **argv) {
+  if (argc == 11 && !strcmp(argv[1], "mix")) return mix_dump(argv);
+  if (argc == 7 && !strcmp(argv[1], "mixdraws")) {
+    stk__chain c;
+    char err[512];
+    if (stk__chain_parse(argv[2], &c, NULL, err, sizeof(err)) || c.n != 2 ||
+        !stk__op_is_batch(c.ops[1].kind)) {
+      fprintf(stderr, "%s\n", c.n == 2 ? err : "one batch op expected");
+      return 1;
+    }
+    uint32_t H = (uint32_t)atoi(argv[3]), W = (uint32_t)atoi(argv[4]);
+    long n = atol(argv[5]);
+    uint64_t seed = strtoull(argv[6], NULL, 10);
+    for (long i = 0; i < n; i++) {
+      stk_rng r;
+      stk__mix m;
+      stk__mix_rng(&r, seed, 0, (uint64_t)i);
+      stk__mix_draw(&c.ops[1], H, W, &r, &m);
+      print_mix(&m);
+    }
+    return 0;
+  }
   if (argc == 6 && !strcmp(argv[1], "boxes")) {
     uint32_t W = (uint32_t)atoi(argv[2]), H = (uint32_t)atoi(argv[3]);
     long n = atol(argv[4]);

@@ -6,7 +6,8 @@
  * bad or extra argument, decode not first, an op after to, a size that
  * depends on the image, a size that disagrees with height/width, a plugin
  * op whose library is not named, the train keys set beside a chain); views
- * (image0.. tensors, only for random image pipelines); and
+ * (image0.. tensors, only for random image pipelines); batch ops
+ * (mixup, cutmix: the target tensor, floats on the wire, refusals); and
  * thousands of mangled chains never crash the parser.
  */
 #include <stdio.h>
@@ -375,6 +376,88 @@ static void test_views(void) {
   CHECK(strstr(t, "views") == NULL);
 }
 
+/* Batch ops: canonical text, the target tensor in the layout, floats on
+ * the wire, and the refusals (not last, a second one, no num_classes,
+ * views, bad arguments). */
+static void test_batch_ops(void) {
+  stk_job_spec s;
+  image_job(&s);
+  s.num_classes = 1000;
+  s.batch_size = 64;
+  char err[512] = "";
+  int rc =
+      set(&s, "pipeline",
+          "random_resized_crop(224) | hflip | rand_augment(2, 9) | normalize(imagenet) "
+          "| random_erasing(0.25) | to(float32) | mixup_cutmix(0.8, 1.0)",
+          err, sizeof err);
+  CHECK(rc == STK_OK);
+  if (rc) fprintf(stderr, "%s\n", err);
+  const char *want =
+      "decode | random_resized_crop(224, 224, scale=0.0799999982:1, "
+      "ratio=0.75:1.33333337) | hflip(0.5) | rand_augment(2, 9, 31) | "
+      "random_erasing(p=0.25, scale=0.0199999996:0.330000013, "
+      "ratio=0.300000012:3.29999995, value=0) | mixup_cutmix(mixup=0.800000012, "
+      "cutmix=1, "
+      "p=1, switch=0.5, smoothing=0.100000001)";
+  CHECK(strcmp(s.chain, want) == 0);
+  if (strcmp(s.chain, want)) fprintf(stderr, "chain: %s\n", s.chain);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  stk_batch_layout L;
+  CHECK(stk_batch_layout_of(&s, &L) == STK_OK);
+  CHECK_EQ_U64(L.ntensors, 5);
+  CHECK(stk_batch_layout_find(&L, "target") == STK_TENSOR_TARGET);
+  CHECK(stk_batch_layout_find(&L, "label") == STK_TENSOR_LABEL);
+  const stk_tensor_desc *t = &L.tensors[STK_TENSOR_TARGET];
+  CHECK(t->dtype == STK_DTYPE_FLOAT32 && t->ndim == 2 && t->shape[0] == 64 &&
+        t->shape[1] == 1000 && t->nbytes == 64ull * 1000 * 4 && t->offset % 64 == 0);
+  CHECK(stk_image_wire_spec(&s, NULL) == 0); /* mixed values: the floats travel */
+  /* the canonical text parses to itself; mixup and cutmix spelled out */
+  char again[sizeof s.chain];
+  snprintf(again, sizeof again, "%s", s.chain);
+  CHECK(set(&s, "pipeline", again, err, sizeof err) == STK_OK && !strcmp(s.chain, again));
+  CHECK(set(&s, "pipeline", "center_crop(32) | mixup(0.2, p=0.5, smoothing=0)", err,
+            sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | mixup(0.200000003, p=0.5, "
+               "smoothing=0)") == 0);
+  CHECK(set(&s, "pipeline", "center_crop(32) | to(uint8) | cutmix", err, sizeof err) ==
+        STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | cutmix(1, p=1, smoothing=0.100000001)") ==
+        0);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  CHECK(stk_batch_layout_of(&s, &L) == STK_OK && L.ntensors == 5);
+  /* without a batch op: four tensors, as before */
+  CHECK(set(&s, "pipeline", "center_crop(32)", err, sizeof err) == STK_OK);
+  CHECK(stk_batch_layout_of(&s, &L) == STK_OK && L.ntensors == 4);
+
+  refused("center_crop(32) | mixup(0.2) | hflip", 1,
+          "op 3 'hflip': a batch op (mixup, cutmix, mixup_cutmix) ends the chain");
+  refused("center_crop(32) | mixup(0.2) | normalize(imagenet)", 1, "ends the chain");
+  refused("center_crop(32) | mixup(0.2) | cutmix", 1, "ends the chain");
+  refused("center_crop(32) | mixup(0)", 1, "alpha must be in (0, 1000]");
+  refused("center_crop(32) | mixup_cutmix(0, 0)", 1, "needs an alpha > 0");
+  refused("center_crop(32) | mixup_cutmix(0.8, 1, switch=2)", 1,
+          "switch is a probability");
+  refused("center_crop(32) | cutmix(1, smoothing=1)", 1, "smoothing must be in [0, 1)");
+  refused("center_crop(32) | mixup(1, q=2)", 1, "unknown parameter 'q'");
+  /* imagefolder's num_classes 0 (from the data) cannot size the targets */
+  image_job(&s);
+  s.num_classes = 0;
+  CHECK(set(&s, "pipeline", "center_crop(32) | mixup(0.2)", err, sizeof err) == STK_OK);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "op 3 'mixup': soft targets need num_classes") != NULL);
+  image_job(&s);
+  s.num_classes = 10;
+  s.views = 2;
+  CHECK(set(&s, "pipeline", "random_crop(32) | cutmix", err, sizeof err) == STK_OK);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "a batch op needs views = 1") != NULL);
+  s.views = 1, s.num_classes = 100000, s.batch_size = 4096;
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "at most 1 GiB") != NULL);
+}
+
 /* Mangled chains: every byte position cut, flipped or doubled; the parser
  * answers OK or INVALID_ARGUMENT with a message, and an accepted chain's
  * canonical text parses back to itself. */
@@ -423,6 +506,7 @@ int main(void) {
   test_plugins();
   test_named_hash_unchanged();
   test_views();
+  test_batch_ops();
   test_mangled();
   CHECK_DONE();
 }
