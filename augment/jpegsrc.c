@@ -130,6 +130,25 @@ void stk__jds_finish(stk_dataset *ds, stk__jds *j) {
     h = hash_bytes(h, &j->size[i], sizeof(j->size[i]));
     h = hash_bytes(h, &j->label[i], sizeof(j->label[i]));
   }
+  /* a copy `stoker-dataset prepare` made says so in .stoker-prepared: its
+   * restart-interval bound goes into the hash, so the fingerprint names a
+   * prepared dataset as one (a regular file only; anything else is not
+   * the mark) */
+  int fd = stk__open_beneath(j->dirfd, ".stoker-prepared");
+  if (fd >= 0) {
+    struct stat st;
+    char rec[256];
+    ssize_t r =
+        fstat(fd, &st) == 0 && S_ISREG(st.st_mode) ? read(fd, rec, sizeof(rec) - 1) : -1;
+    close(fd);
+    unsigned interval = 0;
+    if (r > 0) {
+      rec[r] = 0;
+      if (sscanf(rec, "restart-interval-max %u", &interval) != 1) interval = 0;
+      h = hash_bytes(h, "prepared", 8);
+      h = hash_bytes(h, &interval, sizeof(interval));
+    }
+  }
   ds->fingerprint = stk__mix64(h);
 }
 

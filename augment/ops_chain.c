@@ -12,9 +12,11 @@
  * does. The image is made real (decoded, resampled, rounded to 8 bits, as
  * a PIL image would be after each torchvision transform) before every
  * pixel op, before a second resize, before a crop that reaches outside the
- * image (zero fill) and at the end. A horizontal flip of the real image
- * stays pending until an op reads the pixels: the store writes the rows
- * mirrored (stk__post_store), so `train` costs no flip pass. Pixel ops
+ * image (zero fill) and at the end; at the end the resampler's rows go
+ * straight into the batch (stk__store_row) while they are in cache. A
+ * horizontal flip stays pending until an op reads the pixels: a resample
+ * writes its rows mirrored (the horizontal pass), else the store does, so
+ * `train` costs no flip pass. Pixel ops
  * follow torchvision on PIL
  * images: ImageEnhance blends for brightness/contrast/saturation, PIL's
  * HSV round trip for hue, PIL's luma for grayscale, torchvision's
@@ -69,6 +71,8 @@ struct stk__chain_run {
   size_t fcap;
   uint8_t *cb; /* the box a resize of a crop reads */
   size_t ccap;
+  uint16_t tb[3][256]; /* bfloat16 tables of norm */
+  stk__post post;      /* the store's settings (no flip, no jitter) */
   stk__scratch sc;
   stk__policy_scratch ps;
   const stk_op_info *pinfo[STK__CHAIN_MAX_OPS];
@@ -84,7 +88,8 @@ typedef struct {
   uint32_t w, h;
   int fast;   /* the pending resize comes from random_resized_crop: decode
                  as the train pipeline does */
-  int flip;   /* real and to be mirrored horizontally (pending hflip) */
+  int flip;   /* to be mirrored horizontally (pending hflip): by the
+                 resample or crop that makes it real, else by the store */
   double sup; /* > 0: the resampling support to size the decode margin
                  by (eval's crop sets it as eval always computed it) */
   int clip;   /* a crop came before the pending resize: the resize reads
@@ -102,14 +107,34 @@ static int scaled(const view *v) {
   return v->x1 - v->x0 != v->w || v->y1 - v->y0 != v->h;
 }
 
-/* Make v real in buf[cur]. STK_OK, STK_NO_MEMORY or the decoder's error. */
-static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
-                       size_t whylen) {
+static void flip_h(uint8_t *px, uint32_t w, uint32_t h);
+
+/* The sample's last rows: each resampled row stored into the batch. */
+typedef struct {
+  stk__chain_run *r;
+  stk__post p;
+  void *out;
+} row_store;
+
+static void store_row_cb(void *ctx, uint32_t y, const uint8_t *row) {
+  row_store *rs = ctx;
+  stk__store_row(&rs->p, (const uint16_t(*)[256])rs->r->tb, rs->r->ow, rs->r->oh, y, row,
+                 rs->out);
+}
+
+/* Make v real in buf[cur], mirrored when v->flip (then cleared) if it
+ * resamples or crops; nothing to do leaves the flip pending. With rs, a
+ * resample writes its rows into the batch instead (*stored = 1, buf
+ * untouched). STK_OK, STK_NO_MEMORY or the decoder's error. */
+static int materialize_to(stk__chain_run *r, view *v, stk__decoder *dec, row_store *rs,
+                          int *stored, char *why, size_t whylen) {
   int sub = v->x0 != 0 || v->y0 != 0 || v->x1 != v->sw || v->y1 != v->sh;
   if (v->real && !scaled(v) && !sub) return STK_OK;
   size_t bytes = (size_t)v->w * v->h * 3;
-  uint8_t *o = next_buf(r, bytes);
-  if (!o) return snprintf(why, whylen, "out of memory (chain)"), STK_NO_MEMORY;
+  int to_batch = rs && (!v->real || scaled(v));
+  uint8_t *o = to_batch ? NULL : next_buf(r, bytes);
+  if (!o && !to_batch)
+    return snprintf(why, whylen, "out of memory (chain)"), STK_NO_MEMORY;
   const uint8_t *src;
   uint32_t srcw, srch;
   double bx0 = v->x0, by0 = v->y0, bx1 = v->x1, by1 = v->y1; /* in src pixels */
@@ -155,14 +180,27 @@ static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
     for (uint32_t y = 0; y < v->h; y++)
       memcpy(o + (size_t)y * v->w * 3, src + (((size_t)by0 + y) * srcw + (size_t)bx0) * 3,
              (size_t)v->w * 3);
+    if (v->flip) flip_h(o, v->w, v->h);
   } else {
-    if (stk__resample(&r->sc, src, srcw, srch, bx0, by0, bx1, by1, v->w, v->h, o))
+    if (stk__resample_rows(&r->sc, src, srcw, srch, bx0, by0, bx1, by1, v->w, v->h,
+                           STK__FILTER_BILINEAR, v->flip, o, rs ? store_row_cb : NULL,
+                           rs))
       return snprintf(why, whylen, "out of memory (resampling)"), STK_NO_MEMORY;
+  }
+  v->flip = 0;
+  if (to_batch) {
+    *stored = 1;
+    return STK_OK;
   }
   r->cur = !r->cur;
   v->real = 1, v->sw = v->w, v->sh = v->h, v->fast = v->clip = 0, v->sup = 0;
   v->x0 = v->y0 = 0, v->x1 = v->w, v->y1 = v->h;
   return STK_OK;
+}
+
+static int materialize(stk__chain_run *r, view *v, stk__decoder *dec, char *why,
+                       size_t whylen) {
+  return materialize_to(r, v, dec, NULL, NULL, why, whylen);
 }
 
 /* Crop (x, y, cw, ch) of the current w x h image; parts outside it are
@@ -407,6 +445,13 @@ int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
   r->dtype = spec->dtype, r->layout = spec->layout;
   r->oh = spec->height, r->ow = spec->width;
   stk_normalize_table(spec, r->norm);
+  stk__bf16_tables((const float(*)[256])r->norm, r->tb);
+  r->post.bright = r->post.contrast = r->post.satur = 1;
+  r->post.dtype = r->dtype, r->post.layout = r->layout;
+  r->post.norm = (const float(*)[256])r->norm;
+  float na[3], nb[3];
+  stk_normalize_coeffs(spec, na, nb);
+  stk__post_affine(&r->post, na, nb);
   for (uint32_t i = 0; i < r->c.n; i++) {
     const stk__op *op = &r->c.ops[i];
     if (op->kind != STK__OP_PLUGIN) continue;
@@ -450,13 +495,11 @@ void stk__chain_run_free(stk__chain_run *r) {
  * place in the batch: the 8-bit fast store, rows mirrored as they are
  * written. */
 static void store(stk__chain_run *r, const uint8_t *px, int flip, void *out) {
-  stk__post p;
-  memset(&p, 0, sizeof(p));
+  stk__post p = r->post;
   p.flip = flip;
-  p.bright = p.contrast = p.satur = 1;
-  p.dtype = r->dtype, p.layout = r->layout;
-  p.norm = (const float(*)[256])r->norm;
-  stk__post_store(&r->sc, r->ow, r->oh, &p, px, out);
+  for (uint32_t y = 0; y < r->oh; y++)
+    stk__store_row(&p, (const uint16_t(*)[256])r->tb, r->ow, r->oh, y,
+                   px + (size_t)y * r->ow * 3, out);
 }
 
 /* train's jitter (OP_TRAIN_JITTER): its draws, then the factors applied
@@ -487,7 +530,9 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
     if (op->kind == STK__OP_RANDOM_ERASING || stk__op_is_batch(op->kind))
       break; /* the last ops: on the tensor, then on the batch */
     if (v.flip && op->kind != STK__OP_HFLIP && op->kind != OP_TRAIN_JITTER) {
-      flip_h(r->buf[r->cur], v.w, v.h); /* the op reads the pixels */
+      /* the op reads the pixels: a pending resample or crop mirrors them */
+      if ((rc = materialize(r, &v, dec, why, whylen))) break;
+      if (v.flip) flip_h(r->buf[r->cur], v.w, v.h);
       v.flip = 0;
     }
     switch (op->kind) {
@@ -525,15 +570,25 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
         rc = crop(r, &v, dec, x - op->pad, y - op->pad, op->w, op->h, why, whylen);
         break;
       }
-      case STK__OP_HFLIP:
+      case STK__OP_HFLIP: {
+        /* pending; over a pending resample too when the next op makes the
+         * image real anyway (the end, train's jitter, another flip): the
+         * resampler then writes the rows mirrored */
+        double u = stk_rng_uniform(rng);
+        int nk = i + 1 < r->c.n ? r->c.ops[i + 1].kind : (int)STK__OP_RANDOM_ERASING;
+        if (nk != STK__OP_RANDOM_ERASING && nk != OP_TRAIN_JITTER &&
+            nk != STK__OP_HFLIP && (rc = materialize(r, &v, dec, why, whylen)))
+          break;
+        if (u < op->p) v.flip = !v.flip;
+        break;
+      }
       case STK__OP_VFLIP:
       case STK__OP_GRAYSCALE: {
         double u = stk_rng_uniform(rng);
         if ((rc = materialize(r, &v, dec, why, whylen))) break;
         if (u >= op->p) break;
         uint8_t *px = r->buf[r->cur];
-        if (op->kind == STK__OP_HFLIP) v.flip = !v.flip; /* pending */
-        else if (op->kind == STK__OP_VFLIP) flip_v(px, v.w, v.h);
+        if (op->kind == STK__OP_VFLIP) flip_v(px, v.w, v.h);
         else
           for (size_t k = 0; k < (size_t)v.w * v.h; k++) {
             uint8_t *p = px + 3 * k;
@@ -638,13 +693,16 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
     }
   }
   if (rc) return rc;
-  if ((rc = materialize(r, &v, dec, why, whylen))) return rc;
   if (v.w != r->ow || v.h != r->oh) {
     snprintf(why, whylen, "chain made %ux%u, the job wants %ux%u", v.h, v.w, r->oh,
              r->ow);
     return STK_INTERNAL;
   }
-  store(r, r->buf[r->cur], v.flip, out);
+  /* the last resample writes its rows straight into the batch */
+  row_store rs = {r, r->post, out};
+  int stored = 0;
+  if ((rc = materialize_to(r, &v, dec, &rs, &stored, why, whylen))) return rc;
+  if (!stored) store(r, r->buf[r->cur], v.flip, out);
   for (uint32_t i = 1; i < r->c.n; i++) {
     const stk__op *op = &r->c.ops[i];
     stk__box b;

@@ -59,8 +59,9 @@ STK_EXPORT int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
                                 const stk_limits *limits, stk_dataset **out, char *err,
                                 size_t errlen);
 STK_EXPORT uint64_t stk_dataset_size(const stk_dataset *ds);
-/* Hash of the index (sample count, names, sizes, labels): workers of one
- * job must agree on it. */
+/* Hash of the index (sample count, names, sizes, labels, and for a copy
+ * made by `stoker-dataset prepare` its .stoker-prepared record): workers
+ * of one job must agree on it. */
 STK_EXPORT uint64_t stk_dataset_fingerprint(const stk_dataset *ds);
 /* ImageFolder: the number of classes (class folders) and the name of
  * class i (label i), valid until stk_dataset_close; 0 and NULL for other

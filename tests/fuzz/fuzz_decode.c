@@ -33,6 +33,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
   static stk__decoder *d;
   static stk__scratch sc;
   static float out[32 * 32 * 3];
+  static uint8_t img8[32 * 32 * 3];
   if (!d) {
     stk_limits l;
     memset(&l, 0, sizeof(l));
@@ -54,7 +55,8 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                        data[1] & 1, &roi, NULL, 0) == STK_OK) {
     if (stk__resample(&sc, roi.px, roi.w, roi.h, b.x * roi.sx - roi.x0,
                       b.y * roi.sy - roi.y0, (b.x + b.w) * roi.sx - roi.x0,
-                      (b.y + b.h) * roi.sy - roi.y0, ow, oh, NULL) == 0) {
+                      (b.y + b.h) * roi.sy - roi.y0, ow, oh, data[3] >> 1 & 1,
+                      img8) == 0) {
       static float norm[3][256];
       if (norm[0][1] == 0) { /* mean 0.5, std 0.25 */
         stk_job_spec js;
@@ -69,7 +71,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
                      .dtype = STK_DTYPE_FLOAT32,
                      .layout = STK_LAYOUT_NCHW,
                      .norm = (const float(*)[256])norm};
-      stk__post_store(&sc, ow, oh, &p, NULL, out);
+      (void)stk__post_store(&sc, ow, oh, &p, img8, out);
     }
   }
   if (stk__decoder_header(d, data, size, &w, &h, NULL, 0) == STK_OK) {

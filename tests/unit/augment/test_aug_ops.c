@@ -1,7 +1,9 @@
 /* test_aug_ops.c - each image op against an independent reference:
  * RandomResizedCrop's box rule (bounds, the center fallback, determinism
- * per (seed, epoch, index)), antialiased resampling against a float64
- * implementation of the same filter, flip and normalize exactness,
+ * per (seed, epoch, index)), resampling against a plain transcription of
+ * Pillow's fixed-point arithmetic (both kernel sets; flip and the row
+ * callback) and within a level of a float64 filter, the row store against
+ * the whole-image store, flip and normalize exactness,
  * bfloat16 rounding, and ROI decode against full decode + crop
  * (baseline, progressive, grayscale and CMYK inputs).
  */
@@ -42,7 +44,7 @@ static void test_rrc(void) {
   (void)fallbacks;
 }
 
-/* float64 reference of the antialiased triangle filter over a box */
+/* float64 reference of the antialiased triangle filter */
 static double tri(double x) {
   x = fabs(x);
   return x < 1 ? 1 - x : 0;
@@ -60,6 +62,64 @@ static void ref_weights(double in0, double in1, int size, int out, int i, double
   *lo = a, *n = b - a;
 }
 
+/* Pillow's precompute_coeffs (Resample.c) for the bilinear filter. */
+static void pil_weights(double in0, double in1, int size, int out, int i, double *w,
+                        int *lo, int *n) {
+  double scale = (in1 - in0) / out, fs = scale < 1 ? 1 : scale, ss = 1.0 / fs;
+  double center = in0 + (i + 0.5) * scale, ww = 0;
+  int xmin = (int)(center - fs + 0.5), xmax = (int)(center + fs + 0.5);
+  if (xmin < 0) xmin = 0;
+  if (xmax > size) xmax = size;
+  xmax -= xmin;
+  for (int x = 0; x < xmax; x++) ww += w[x] = tri((x + xmin - center + 0.5) * ss);
+  for (int x = 0; x < xmax; x++)
+    if (ww != 0.0) w[x] /= ww;
+  *lo = xmin, *n = xmax;
+}
+
+/* Pillow's ImagingResample for RGB, bilinear, written plainly from
+ * Resample.c: weights in 22-bit fixed point, the horizontal pass over all
+ * source rows into 8 bits, then the vertical pass. */
+static void ref_pil(const uint8_t *src, int sw, int sh, double x0, double y0, double x1,
+                    double y1, int ow, int oh, uint8_t *out) {
+  uint8_t *mid = malloc((size_t)ow * sh * 3);
+  double w[1024];
+  for (int pass = 0; pass < 2; pass++) {
+    int outn = pass ? oh : ow, size = pass ? sh : sw;
+    double in0 = pass ? y0 : x0, in1 = pass ? y1 : x1;
+    for (int i = 0; i < outn; i++) {
+      int lo, n;
+      pil_weights(in0, in1, size, outn, i, w, &lo, &n);
+      int32_t k[1024];
+      for (int t = 0; t < n; t++) k[t] = (int32_t)(0.5 + w[t] * (1 << 22));
+      int lines = pass ? ow : sh;
+      for (int l = 0; l < lines; l++)
+        for (int c = 0; c < 3; c++) {
+          int32_t acc = 1 << 21;
+          for (int t = 0; t < n; t++)
+            acc += k[t] * (pass ? mid[((size_t)(lo + t) * ow + l) * 3 + c]
+                                : src[((size_t)l * sw + lo + t) * 3 + c]);
+          acc >>= 22;
+          uint8_t v = (uint8_t)(acc < 0 ? 0 : acc > 255 ? 255 : acc);
+          if (pass) out[((size_t)i * ow + l) * 3 + c] = v;
+          else mid[((size_t)l * ow + i) * 3 + c] = v;
+        }
+    }
+  }
+  free(mid);
+}
+
+typedef struct {
+  uint8_t *buf;
+  uint32_t ow, rows;
+} rows_seen;
+static void collect(void *ctx, uint32_t y, const uint8_t *row) {
+  rows_seen *rs = ctx;
+  CHECK(y == rs->rows);
+  memcpy(rs->buf + (size_t)y * rs->ow * 3, row, (size_t)rs->ow * 3);
+  rs->rows++;
+}
+
 static void test_resample(void) {
   enum { SW = 173, SH = 131 };
   uint8_t *src = malloc(SW * SH * 3);
@@ -70,38 +130,77 @@ static void test_resample(void) {
     double x0, y0, x1, y1;
     uint32_t ow, oh;
   } cases[] = {
-      {0, 0, SW, SH, 64, 48},                                    /* downscale */
-      {10.5, 7.25, 90.5, 100, 40, 40}, {20, 20, 50, 40, 96, 64}, /* upscale */
-      {0, 0, SW, SH, SW, SH},                                    /* identity */
-      {3, 1, 170, 130, 17, 111},                                 /* mixed */
+      {0, 0, SW, SH, 64, 48}, /* downscale */
+      {10.5, 7.25, 90.5, 100, 40, 40},
+      {20, 20, 50, 40, 96, 64},  /* upscale */
+      {0, 0, SW, SH, SW, SH},    /* identity */
+      {3, 1, 170, 130, 17, 111}, /* mixed */
+      {0, 0, SW, SH, 5, 3},
+      {0, 0, SW, SH, 1, 1},   /* far down */
+      {0, 0, SW, SH, 700, 9}, /* wide */
   };
   double wx[1024], wy[1024];
-  for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
-    uint32_t ow = cases[t].ow, oh = cases[t].oh;
-    CHECK(stk__resample(&sc, src, SW, SH, cases[t].x0, cases[t].y0, cases[t].x1,
-                        cases[t].y1, ow, oh, NULL) == 0);
-    double maxd = 0;
-    for (uint32_t y = 0; y < oh; y++) {
-      int ya, yn;
-      ref_weights(cases[t].y0, cases[t].y1, SH, (int)oh, (int)y, wy, &ya, &yn);
-      for (uint32_t x = 0; x < ow; x++) {
-        int xa, xn;
-        ref_weights(cases[t].x0, cases[t].x1, SW, (int)ow, (int)x, wx, &xa, &xn);
-        for (int c = 0; c < 3; c++) {
-          double v = 0;
-          for (int j = 0; j < yn; j++)
-            for (int i = 0; i < xn; i++)
-              v += wy[j] * wx[i] * src[((size_t)(ya + j) * SW + xa + i) * 3 + c];
-          double d = fabs(v - sc.img[((size_t)y * ow + x) * 3 + c]);
-          if (d > maxd) maxd = d;
+  int kernels = 0;
+  for (int use_c = 0; use_c < 2; use_c++) {
+    stk__resample_force_c(use_c);
+    printf("resample: kernels %s\n", stk__resample_kernels());
+    kernels += use_c || strcmp(stk__resample_kernels(), "c") != 0;
+    for (size_t t = 0; t < sizeof(cases) / sizeof(cases[0]); t++) {
+      uint32_t ow = cases[t].ow, oh = cases[t].oh;
+      size_t vals = (size_t)ow * oh * 3;
+      uint8_t *o8 = malloc(vals), *fl = malloc(vals), *ref = malloc(vals),
+              *em = malloc(vals);
+      CHECK(stk__resample(&sc, src, SW, SH, cases[t].x0, cases[t].y0, cases[t].x1,
+                          cases[t].y1, ow, oh, 0, o8) == 0);
+      ref_pil(src, SW, SH, cases[t].x0, cases[t].y0, cases[t].x1, cases[t].y1, (int)ow,
+              (int)oh, ref);
+      size_t differ = 0;
+      for (size_t i = 0; i < vals; i++) differ += o8[i] != ref[i];
+      if (differ)
+        fprintf(stderr, "case %zu: %zu values differ from Pillow's\n", t, differ);
+      CHECK(differ == 0);
+      /* mirrored, through the row callback too */
+      rows_seen rs = {em, ow, 0};
+      CHECK(stk__resample_rows(&sc, src, SW, SH, cases[t].x0, cases[t].y0, cases[t].x1,
+                               cases[t].y1, ow, oh, STK__FILTER_BILINEAR, 1, fl, collect,
+                               &rs) == 0);
+      CHECK(rs.rows == oh && memcmp(fl, em, vals) == 0);
+      int bad = 0;
+      for (uint32_t y = 0; y < oh; y++)
+        for (uint32_t x = 0; x < ow; x++)
+          bad += memcmp(fl + ((size_t)y * ow + x) * 3,
+                        o8 + ((size_t)y * ow + ow - 1 - x) * 3, 3) != 0;
+      CHECK(bad == 0);
+      /* within a level of the float64 filter (8-bit rounding twice) */
+      double maxd = 0;
+      for (uint32_t y = 0; y < oh; y++) {
+        int ya, yn;
+        ref_weights(cases[t].y0, cases[t].y1, SH, (int)oh, (int)y, wy, &ya, &yn);
+        for (uint32_t x = 0; x < ow; x++) {
+          int xa, xn;
+          ref_weights(cases[t].x0, cases[t].x1, SW, (int)ow, (int)x, wx, &xa, &xn);
+          for (int c = 0; c < 3; c++) {
+            double v = 0;
+            for (int j = 0; j < yn; j++)
+              for (int i = 0; i < xn; i++)
+                v += wy[j] * wx[i] * src[((size_t)(ya + j) * SW + xa + i) * 3 + c];
+            double d = fabs(v - o8[((size_t)y * ow + x) * 3 + c]);
+            if (d > maxd) maxd = d;
+          }
         }
       }
+      if (maxd > 1.0) fprintf(stderr, "case %zu: max diff %g from float64\n", t, maxd);
+      CHECK(maxd <= 1.0);
+      free(o8), free(fl), free(ref), free(em);
     }
-    if (maxd > 0.01) fprintf(stderr, "case %zu: max diff %g\n", t, maxd);
-    CHECK(maxd <= 0.01);
   }
-  /* identity resampling returns the source exactly after quantization */
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
+  stk__resample_force_c(0);
+  printf("resample: %zu boxes exact against Pillow's arithmetic, %d kernel sets\n",
+         sizeof(cases) / sizeof(cases[0]), kernels);
+  /* identity resampling returns the source exactly */
+  uint8_t *img8 = malloc(SW * SH * 3);
+  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, 0, img8) == 0);
+  CHECK(memcmp(img8, src, SW * SH * 3) == 0);
   uint8_t *out = malloc(SW * SH * 3);
   stk__post p = {.flip = 0,
                  .bright = 1,
@@ -109,13 +208,12 @@ static void test_resample(void) {
                  .satur = 1,
                  .dtype = STK_DTYPE_UINT8,
                  .layout = STK_LAYOUT_NHWC};
-  stk__post_store(&sc, SW, SH, &p, NULL, out);
+  CHECK(stk__post_store(&sc, SW, SH, &p, img8, out) == 0);
   CHECK(memcmp(out, src, SW * SH * 3) == 0);
-  /* flip is an exact mirror */
+  /* the store's flip is an exact mirror */
   uint8_t *fl = malloc(SW * SH * 3);
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
   p.flip = 1;
-  stk__post_store(&sc, SW, SH, &p, NULL, fl);
+  CHECK(stk__post_store(&sc, SW, SH, &p, img8, fl) == 0);
   int bad = 0;
   for (int y = 0; y < SH; y++)
     for (int x = 0; x < SW; x++)
@@ -135,8 +233,7 @@ static void test_resample(void) {
                  .dtype = STK_DTYPE_FLOAT32,
                  .layout = STK_LAYOUT_NCHW,
                  .norm = (const float(*)[256])norm};
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
-  stk__post_store(&sc, SW, SH, &q, NULL, f);
+  CHECK(stk__post_store(&sc, SW, SH, &q, img8, f) == 0);
   double maxe = 0;
   for (int c = 0; c < 3; c++)
     for (int i = 0; i < SW * SH; i++) {
@@ -145,26 +242,38 @@ static void test_resample(void) {
       if (e > maxe) maxe = e;
     }
   CHECK(maxe < 1e-5);
-  /* jitter with factors 1 is the identity; brightness 0.5 halves */
-  CHECK(stk__resample(&sc, src, SW, SH, 0, 0, SW, SH, SW, SH, NULL) == 0);
+  /* jitter with brightness 0.5 halves */
   stk__post jb = {.flip = 0,
                   .bright = 0.5f,
                   .contrast = 1,
                   .satur = 1,
                   .dtype = STK_DTYPE_UINT8,
                   .layout = STK_LAYOUT_NHWC};
-  stk__post_store(&sc, SW, SH, &jb, NULL, out);
+  CHECK(stk__post_store(&sc, SW, SH, &jb, img8, out) == 0);
   bad = 0;
   for (int i = 0; i < SW * SH * 3; i++)
     bad += abs(out[i] - (int)floor(src[i] * 0.5 + 0.5)) > 1;
   CHECK(bad == 0);
-  free(f), free(fl), free(out), free(src);
+  free(f), free(fl), free(out), free(src), free(img8);
   stk__scratch_free(&sc);
 }
 
-/* The 8-bit path (stk__resample rounding each row into out8, the store
- * reading it) writes the same bytes as the float image path, for every
- * dtype, layout and flip, over scales down, up and mixed. */
+/* The row store (what the chain's last resample feeds: flip done by the
+ * resampler, float32 computed from the normalize coefficients) writes the
+ * bytes stk__post_store writes from the whole image (flip by the store,
+ * float32 from the table), for every dtype, layout and flip, over scales
+ * down, up and mixed. */
+typedef struct {
+  stk__post *p;
+  const uint16_t (*tb)[256];
+  uint32_t ow, oh;
+  void *out;
+} row_ctx;
+static void row_to_store(void *ctx, uint32_t y, const uint8_t *row) {
+  row_ctx *c = ctx;
+  stk__store_row(c->p, c->tb, c->ow, c->oh, y, row, c->out);
+}
+
 static void test_resample8(void) {
   enum { SW = 301, SH = 203 };
   uint8_t *src = malloc(SW * SH * 3);
@@ -173,10 +282,14 @@ static void test_resample8(void) {
   stk_job_spec_defaults(&js);
   float norm[3][256];
   stk_normalize_table(&js, norm);
+  uint16_t tb[3][256];
+  stk__bf16_tables((const float(*)[256])norm, tb);
+  float na[3], nb[3];
+  stk_normalize_coeffs(&js, na, nb);
   const uint32_t sizes[][2] = {{224, 224}, {300, 17}, {33, 410}, {600, 250}};
   const int dtypes[] = {STK_DTYPE_UINT8, STK_DTYPE_FLOAT32, STK_DTYPE_BFLOAT16};
-  stk__scratch a, b;
-  memset(&a, 0, sizeof(a)), memset(&b, 0, sizeof(b));
+  stk__scratch a;
+  memset(&a, 0, sizeof(a));
   int bad = 0, n = 0;
   for (size_t z = 0; z < sizeof(sizes) / sizeof(sizes[0]); z++) {
     uint32_t ow = sizes[z][0], oh = sizes[z][1];
@@ -192,10 +305,17 @@ static void test_resample8(void) {
                          .dtype = dtypes[d],
                          .layout = lay ? STK_LAYOUT_NHWC : STK_LAYOUT_NCHW,
                          .norm = (const float(*)[256])norm};
-          CHECK(stk__resample(&a, src, SW, SH, 5.5, 3, 290, 200.5, ow, oh, NULL) == 0);
-          stk__post_store(&a, ow, oh, &p, NULL, o1);
-          CHECK(stk__resample(&b, src, SW, SH, 5.5, 3, 290, 200.5, ow, oh, img8) == 0);
-          stk__post_store(&b, ow, oh, &p, img8, o2);
+          CHECK(stk__resample(&a, src, SW, SH, 5.5, 3, 290, 200.5, ow, oh, 0, img8) == 0);
+          CHECK(stk__post_store(&a, ow, oh, &p, img8, o1) == 0);
+          /* flip fused into the resampler, the rows stored as they come */
+          stk__post q = p;
+          q.flip = 0;
+          stk__post_affine(&q, na, nb); /* float32 computed, not looked up */
+          CHECK(q.affine);
+          row_ctx c = {&q, (const uint16_t(*)[256])tb, ow, oh, o2};
+          CHECK(stk__resample_rows(&a, src, SW, SH, 5.5, 3, 290, 200.5, ow, oh,
+                                   STK__FILTER_BILINEAR, flip, NULL, row_to_store,
+                                   &c) == 0);
           size_t bytes = vals * (dtypes[d] == STK_DTYPE_UINT8     ? 1
                                  : dtypes[d] == STK_DTYPE_FLOAT32 ? 4
                                                                   : 2);
@@ -205,7 +325,7 @@ static void test_resample8(void) {
   }
   printf("resample8: %d of %d dtype/layout/flip/size cases differ\n", bad, n);
   CHECK(bad == 0);
-  stk__scratch_free(&a), stk__scratch_free(&b), free(src);
+  stk__scratch_free(&a), free(src);
 }
 
 static void test_bf16(void) {

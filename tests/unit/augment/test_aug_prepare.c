@@ -295,6 +295,36 @@ static void test_batches(void) {
   free(a), free(b);
 }
 
+/* The fingerprint of a dataset `ds_name` under base (0 on failure). */
+static uint64_t fingerprint(const char *ds_name) {
+  stk_job_spec s;
+  tu_spec(&s, STK_SOURCE_IMAGEFOLDER, ds_name, STK_PIPELINE_TRAIN, STK_DTYPE_UINT8,
+          STK_LAYOUT_NHWC, 8, 64);
+  stk_dataset *ds;
+  char err[512];
+  if (stk_dataset_open(&s, base, NULL, &ds, err, sizeof(err))) return 0;
+  uint64_t fp = stk_dataset_fingerprint(ds);
+  stk_dataset_close(ds);
+  return fp;
+}
+
+/* The prepared copy's .stoker-prepared record is part of its fingerprint:
+ * without it (the same files) the fingerprint differs, with it back it is
+ * the same again. */
+static void test_fingerprint(void) {
+  char mark[600], moved[600];
+  snprintf(mark, sizeof(mark), "%s/prepared/.stoker-prepared", base);
+  snprintf(moved, sizeof(moved), "%s/stoker-prepared.away", base);
+  uint64_t with = fingerprint("prepared");
+  CHECK(with != 0 && rename(mark, moved) == 0);
+  uint64_t without = fingerprint("prepared");
+  CHECK(rename(moved, mark) == 0);
+  CHECK(without != 0 && without != with && fingerprint("prepared") == with);
+  CHECK(fingerprint("gen/imagefolder") != with);
+  printf("fingerprint: prepared %016llx, without its record %016llx\n",
+         (unsigned long long)with, (unsigned long long)without);
+}
+
 /* Damaged prepared files (bytes changed in and after the header, the
  * file cut short) through the region decode: any result but a crash. */
 static void test_damaged(void) {
@@ -344,6 +374,7 @@ int main(void) {
   test_prepare_dir();
   test_roi_exact();
   test_batches();
+  test_fingerprint();
   test_damaged();
   tu_rmtree(base);
   CHECK_DONE();

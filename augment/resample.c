@@ -1,0 +1,378 @@
+/* resample.c - the pipelines' resampler: Pillow's separable 8-bit
+ * fixed-point resampling (Resample.c's precompute_coeffs,
+ * normalize_coeffs_8bpc, ImagingResampleHorizontal_8bpc and _Vertical_8bpc)
+ * of a box of an RGB image, so that a resize matches a PIL image resized
+ * by torchvision byte for byte when both start from the same pixels.
+ *
+ * The horizontal pass runs first, over the source rows the vertical pass
+ * needs, into 8-bit rows (rounded and clipped as PIL's intermediate image
+ * is), mirrored as it writes when asked; the vertical pass then makes each
+ * output row and either writes it to the caller's buffer or hands it to a
+ * callback (the batch store) while it is in cache. Weights are Pillow's
+ * doubles rounded to 22-bit fixed point; sums are exact in 32-bit integers,
+ * so every code path (portable C, the AVX2 build of the same loops chosen
+ * at run time) gives the same bytes.
+ *
+ * Owns nothing but the scratch it is handed (buffers only grow: no
+ * allocation per image in steady state); thread-safe with one scratch per
+ * thread.
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "ops.h"
+
+#define PREC  22 /* Pillow's PRECISION_BITS: 32 - 8 - 2 */
+#define SLACK 16 /* bytes a horizontal pass may read past a row's last tap */
+
+/* Pillow's filters (Resample.c), with their supports. */
+static double filter_bilinear(double x) {
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return 1.0 - x;
+  return 0.0;
+}
+static double filter_bicubic(double x) {
+  const double a = -0.5;
+  if (x < 0.0) x = -x;
+  if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1;
+  if (x < 2.0) return (((x - 5) * x + 8) * x - 4) * a;
+  return 0.0;
+}
+static double sinc(double x) {
+  if (x == 0.0) return 1.0;
+  x = x * M_PI;
+  return sin(x) / x;
+}
+static double filter_lanczos(double x) {
+  if (-3.0 <= x && x < 3.0) return sinc(x) * sinc(x / 3);
+  return 0.0;
+}
+
+/* Pillow's precompute_coeffs + normalize_coeffs_8bpc for one axis: per
+ * output, the first tap and the tap count (*bounds, 2 per output) and
+ * ksize fixed-point weights (*kk + i * ksize, zero past the count; the
+ * bounds follow the weights in the same block). *w_: one output's double
+ * weights. 0, or -1 out of memory or an absurd support. */
+static int coeffs(int32_t **bounds, int32_t **kk, size_t *cap, double **w_, size_t *wcap,
+                  double in0, double in1, uint32_t size, uint32_t out, int filter,
+                  int *ksize_out) {
+  double (*f)(double) = filter == STK__FILTER_BICUBIC   ? filter_bicubic
+                        : filter == STK__FILTER_LANCZOS ? filter_lanczos
+                                                        : filter_bilinear;
+  double fsupport = filter == STK__FILTER_BICUBIC   ? 2.0
+                    : filter == STK__FILTER_LANCZOS ? 3.0
+                                                    : 1.0;
+  double scale = (in1 - in0) / out, filterscale = scale < 1.0 ? 1.0 : scale;
+  double support = fsupport * filterscale;
+  if (!(support < 1e6)) return -1; /* a box no sane job asks for */
+  int ksize = (int)ceil(support) * 2 + 1;
+  size_t need =
+      (size_t)out * (size_t)ksize * sizeof(int32_t) + (size_t)out * 2 * sizeof(int32_t);
+  if (stk__grow((void **)kk, cap, need) ||
+      stk__grow((void **)w_, wcap, (size_t)ksize * sizeof(double)))
+    return -1;
+  int32_t *k = *kk, *b = k + (size_t)out * ksize;
+  double *w = *w_;
+  for (uint32_t i = 0; i < out; i++) {
+    double center = in0 + (i + 0.5) * scale, ww = 0.0, ss = 1.0 / filterscale;
+    double lo = center - support + 0.5, hi = center + support + 0.5;
+    int xmin = lo < 0 ? 0 : (int)lo;
+    int xmax = hi > (double)size ? (int)size : hi < 0 ? 0 : (int)hi;
+    xmax -= xmin;
+    if (xmax < 0) xmax = 0;
+    if (xmax > ksize) xmax = ksize;
+    for (int x = 0; x < xmax; x++) {
+      double v = f((x + xmin - center + 0.5) * ss);
+      w[x] = v;
+      ww += v;
+    }
+    int32_t *ki = k + (size_t)i * ksize;
+    for (int x = 0; x < xmax; x++) {
+      double v = ww != 0.0 ? w[x] / ww : w[x];
+      ki[x] =
+          v < 0 ? (int32_t)(-0.5 + v * (1 << PREC)) : (int32_t)(0.5 + v * (1 << PREC));
+    }
+    for (int x = xmax; x < ksize; x++) ki[x] = 0;
+    b[2 * i] = xmin;
+    b[2 * i + 1] = xmax;
+  }
+  *bounds = b;
+  *ksize_out = ksize;
+  return 0;
+}
+
+static inline uint8_t clip8(int32_t v) {
+  v >>= PREC; /* arithmetic: a negative sum clips to 0 */
+  return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+}
+
+typedef int32_t v4si __attribute__((vector_size(16)));
+typedef uint8_t v4qu __attribute__((vector_size(4)));
+
+/* The loops, written once and compiled twice (portable and AVX2). */
+#define ALWAYS_INLINE static inline __attribute__((always_inline))
+
+/* Horizontal pass of rows [0, rows) of src (stride sst bytes) into dst
+ * (ow RGB pixels a row, packed); output i goes to ow - 1 - i when flip.
+ * Each tap loads 4 bytes (RGB + the next pixel's R, weighted into a lane
+ * that is dropped): src must be readable 1 byte past each row's taps. */
+ALWAYS_INLINE void hpass_body(uint8_t *restrict dst, const uint8_t *restrict src,
+                              size_t sst, uint32_t rows, uint32_t ow,
+                              const int32_t *restrict b, const int32_t *restrict kk,
+                              int ksize, int flip) {
+  for (uint32_t y = 0; y < rows; y++) {
+    const uint8_t *in = src + (size_t)y * sst;
+    uint8_t *o = dst + (size_t)y * ow * 3;
+    for (uint32_t i = 0; i < ow; i++) {
+      const int32_t *k = kk + (size_t)i * ksize;
+      const uint8_t *p = in + (size_t)b[2 * i] * 3;
+      int32_t n = b[2 * i + 1];
+      v4si acc = {1 << (PREC - 1), 1 << (PREC - 1), 1 << (PREC - 1), 1 << (PREC - 1)};
+      for (int32_t t = 0; t < n; t++, p += 3) {
+        v4qu u;
+        memcpy(&u, p, 4);
+        acc += __builtin_convertvector(u, v4si) * k[t];
+      }
+      uint8_t *q = o + 3 * (size_t)(flip ? ow - 1 - i : i);
+      q[0] = clip8(acc[0]), q[1] = clip8(acc[1]), q[2] = clip8(acc[2]);
+    }
+  }
+}
+
+/* One output row of the vertical pass: n rows of `len` bytes, `st` apart,
+ * from r, weighted by k, into o. acc: len int32 of scratch. */
+ALWAYS_INLINE void vrow_body(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
+                             size_t len, const int32_t *restrict k, int32_t n,
+                             int32_t *restrict acc) {
+  int32_t k0 = n > 0 ? k[0] : 0;
+  for (size_t i = 0; i < len; i++) acc[i] = (1 << (PREC - 1)) + r[i] * k0;
+  int32_t t = 1;
+  for (; t + 1 < n; t += 2) { /* two taps a sweep: half the acc traffic */
+    const uint8_t *restrict a = r + (size_t)t * st, *restrict c = a + st;
+    int32_t ka = k[t], kc = k[t + 1];
+    for (size_t i = 0; i < len; i++) acc[i] += a[i] * ka + c[i] * kc;
+  }
+  if (t < n) {
+    const uint8_t *restrict a = r + (size_t)t * st;
+    int32_t ka = k[t];
+    for (size_t i = 0; i < len; i++) acc[i] += a[i] * ka;
+  }
+  for (size_t i = 0; i < len; i++) {
+    int32_t v = acc[i] >> PREC;
+    o[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
+  }
+}
+
+static void hpass_c(uint8_t *restrict dst, const uint8_t *restrict src, size_t sst,
+                    uint32_t rows, uint32_t ow, const int32_t *restrict b,
+                    const int32_t *restrict kk, int ksize, int flip) {
+  hpass_body(dst, src, sst, rows, ow, b, kk, ksize, flip);
+}
+static void vrow_c(uint8_t *restrict o, const uint8_t *restrict r, size_t st, size_t len,
+                   const int32_t *restrict k, int32_t n, int32_t *restrict acc) {
+  vrow_body(o, r, st, len, k, n, acc);
+}
+
+#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#define HAVE_AVX2_BUILD 1
+#include <immintrin.h>
+
+/* AVX2 horizontal pass, exact: Pillow's 22-bit weights split as
+ * k = hi * 2^11 + lo (lo in [0, 2^11)), both halves 16-bit, so vpmaddwd
+ * multiplies two taps of three channels at once; 4 taps per 256-bit step
+ * (taps 0-1 in the low lane, 2-3 in the high), the sum rebuilt exactly as
+ * (sum_hi << 11) + sum_lo in 32 bits. kv: per output, per group of 4 taps,
+ * the hi and the lo vector (see prep_avx2). A group's 16-byte load reaches
+ * 13 bytes past the last tap: src rows need that much slack. */
+/* One output pixel's sums (hi << 11) + lo, still split over the two
+ * 128-bit lanes. */
+__attribute__((target("avx2"), always_inline)) static inline __m256i hsum8(
+    const uint8_t *p, const __m256i *k, int32_t n, __m256i shuf) {
+  __m256i ah = _mm256_setzero_si256(), al = _mm256_setzero_si256();
+  for (int32_t t = 0; t < n; t += 4, p += 12, k += 2) {
+    __m256i px = _mm256_shuffle_epi8(
+        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
+        shuf);
+    ah = _mm256_add_epi32(ah, _mm256_madd_epi16(px, _mm256_load_si256(k)));
+    al = _mm256_add_epi32(al, _mm256_madd_epi16(px, _mm256_load_si256(k + 1)));
+  }
+  /* wrapping 32-bit sums: exact, as the whole fits in 32 bits */
+  return _mm256_add_epi32(_mm256_slli_epi32(ah, 11), al);
+}
+
+__attribute__((target("avx2"))) static void hpass_avx2(
+    uint8_t *restrict dst, const uint8_t *restrict src, size_t sst, uint32_t rows,
+    uint32_t ow, const int32_t *restrict b, const __m256i *restrict kv, int groups,
+    int flip) {
+  const __m256i shuf =
+      _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 6, -1, 9,
+                       -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+  const __m256i half = _mm256_set1_epi32(1 << (PREC - 1));
+  size_t kstep = (size_t)groups * 2;
+  for (uint32_t y = 0; y < rows; y++) {
+    const uint8_t *in = src + (size_t)y * sst;
+    uint8_t *o = dst + (size_t)y * ow * 3;
+    /* output positions j, j + 1 (from outputs i0, i1: mirrored when
+     * flip) in one vector; each writes 4 bytes, the 4th rewritten by the
+     * next position (past the last one: the next row, or the buffer's
+     * spare byte) */
+    uint32_t j = 0;
+    for (; j + 1 < ow; j += 2) {
+      uint32_t i0 = flip ? ow - 1 - j : j, i1 = flip ? ow - 2 - j : j + 1;
+      __m256i a = hsum8(in + (size_t)b[2 * i0] * 3, kv + i0 * kstep, b[2 * i0 + 1], shuf);
+      __m256i c = hsum8(in + (size_t)b[2 * i1] * 3, kv + i1 * kstep, b[2 * i1 + 1], shuf);
+      __m256i v = _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20),
+                                   _mm256_permute2x128_si256(a, c, 0x31));
+      v = _mm256_srai_epi32(_mm256_add_epi32(v, half), PREC);
+      v = _mm256_packus_epi16(_mm256_packs_epi32(v, v), v); /* clip to 0..255 */
+      uint32_t u0 = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(v));
+      uint32_t u1 = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
+      memcpy(o + 3 * (size_t)j, &u0, 4);
+      memcpy(o + 3 * (size_t)j + 3, &u1, 4);
+    }
+    if (j < ow) {
+      uint32_t i0 = flip ? ow - 1 - j : j;
+      __m256i a = hsum8(in + (size_t)b[2 * i0] * 3, kv + i0 * kstep, b[2 * i0 + 1], shuf);
+      __m128i v =
+          _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
+      v = _mm_srai_epi32(_mm_add_epi32(v, _mm256_castsi256_si128(half)), PREC);
+      v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
+      uint32_t u = (uint32_t)_mm_cvtsi128_si32(v);
+      memcpy(o + 3 * (size_t)j, &u, 3);
+    }
+  }
+}
+
+/* The AVX2 pass's weight vectors from Pillow's (kk, ksize a row) into kv
+ * (ow * groups * 2 vectors, groups = ceil(ksize / 4)). */
+static void prep_avx2(__m256i *kv, const int32_t *kk, int ksize, uint32_t ow,
+                      int groups) {
+  for (uint32_t i = 0; i < ow; i++) {
+    const int32_t *k = kk + (size_t)i * ksize;
+    for (int g = 0; g < groups; g++) {
+      int32_t hi[8], lo[8];
+      for (int half = 0; half < 2; half++) {
+        int t = 4 * g + 2 * half;
+        int32_t k0 = t < ksize ? k[t] : 0, k1 = t + 1 < ksize ? k[t + 1] : 0;
+        /* arithmetic shift: hi * 2^11 + (k & 2047) == k for negatives too */
+        uint32_t h =
+            (uint16_t)(int16_t)(k0 >> 11) | (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16;
+        uint32_t l = (uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16;
+        for (int d = 0; d < 4; d++)
+          hi[4 * half + d] = (int32_t)h, lo[4 * half + d] = (int32_t)l;
+      }
+      memcpy(&kv[((size_t)i * groups + g) * 2], hi, 32);
+      memcpy(&kv[((size_t)i * groups + g) * 2 + 1], lo, 32);
+    }
+  }
+}
+
+__attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
+                                                      const uint8_t *restrict r,
+                                                      size_t st, size_t len,
+                                                      const int32_t *restrict k,
+                                                      int32_t n, int32_t *restrict acc) {
+  vrow_body(o, r, st, len, k, n, acc);
+}
+#endif
+
+static int chosen; /* 0 unknown, 1 C, 2 AVX2 */
+
+void stk__resample_force_c(int on) {
+  __atomic_store_n(&chosen, on ? 1 : 0, __ATOMIC_RELAXED);
+}
+
+/* 2: the AVX2 kernels run here (and STOKER_RESAMPLE is not "c"), else 1.
+ * Chosen on first use; a race picks the same. */
+static int pick(void) {
+#ifdef HAVE_AVX2_BUILD
+  int k = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
+  if (!k) {
+    const char *e = getenv("STOKER_RESAMPLE");
+    __builtin_cpu_init();
+    k = (e && !strcmp(e, "c")) || !__builtin_cpu_supports("avx2") ? 1 : 2;
+    __atomic_store_n(&chosen, k, __ATOMIC_RELAXED);
+  }
+  return k;
+#else
+  return 1;
+#endif
+}
+
+const char *stk__resample_kernels(void) { return pick() == 2 ? "avx2" : "c"; }
+
+int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
+                       double bx0, double by0, double bx1, double by1, uint32_t ow,
+                       uint32_t oh, int filter, int flip, uint8_t *out8, stk__row_fn emit,
+                       void *ctx) {
+  if (!ow || !oh || !sw || !sh) return 0;
+  int kn = pick();
+  int kx, ky;
+  int32_t *xb, *yb;
+  if (coeffs(&xb, &s->xk, &s->xcap, &s->kw, &s->kwcap, bx0, bx1, sw, ow, filter, &kx))
+    return -1;
+  if (coeffs(&yb, &s->yk, &s->ycap, &s->kw, &s->kwcap, by0, by1, sh, oh, filter, &ky))
+    return -1;
+  /* the source rows the vertical pass reads (Pillow's ybox) */
+  int32_t y0 = INT32_MAX, y1 = 0;
+  for (uint32_t j = 0; j < oh; j++) {
+    if (!yb[2 * j + 1]) continue;
+    if (yb[2 * j] < y0) y0 = yb[2 * j];
+    if (yb[2 * j] + yb[2 * j + 1] > y1) y1 = yb[2 * j] + yb[2 * j + 1];
+  }
+  if (y1 <= y0) y0 = y1 = 0;
+  size_t rowlen = (size_t)ow * 3, rows = (size_t)(y1 - y0);
+  if (stk__grow((void **)&s->tmp, &s->tcap, rows * rowlen + 1) ||
+      stk__grow((void **)&s->acc, &s->acap, rowlen * sizeof(int32_t)) ||
+      stk__grow((void **)&s->row, &s->rcap, rowlen + 1) ||
+      stk__grow((void **)&s->last, &s->lcap, (size_t)sw * 3 + SLACK))
+    return -1;
+  size_t sst = (size_t)sw * 3;
+#ifdef HAVE_AVX2_BUILD
+  int groups = (kx + 3) / 4;
+  __m256i *kv = NULL;
+  if (kn == 2) {
+    /* 32-byte aligned inside the block */
+    size_t bytes = (size_t)ow * groups * 2 * sizeof(__m256i) + 32;
+    if (stk__grow((void **)&s->kv, &s->kvcap, bytes)) return -1;
+    kv = (__m256i *)(void *)(((uintptr_t)s->kv + 31) & ~(uintptr_t)31);
+    prep_avx2(kv, s->xk, kx, ow, groups);
+  }
+#define HPASS(d, sp, n)                                          \
+  (kn == 2 ? hpass_avx2(d, sp, sst, n, ow, xb, kv, groups, flip) \
+           : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
+#define VROW(...) (kn == 2 ? vrow_avx2(__VA_ARGS__) : vrow_c(__VA_ARGS__))
+#else
+#define HPASS(d, sp, n) hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip)
+#define VROW(...)       vrow_c(__VA_ARGS__)
+#endif
+  if (rows) {
+    /* the taps' loads read past a row's last tap (SLACK bytes at most):
+     * the source's last row goes through a copy with spare bytes */
+    uint32_t direct = (uint32_t)rows - ((uint32_t)y1 == sh);
+    HPASS(s->tmp, src + (size_t)y0 * sst, direct);
+    if (direct < rows) {
+      memcpy(s->last, src + (size_t)(sh - 1) * sst, sst);
+      memset(s->last + sst, 0, SLACK);
+      HPASS(s->tmp + direct * rowlen, s->last, 1);
+    }
+  }
+  for (uint32_t j = 0; j < oh; j++) {
+    uint8_t *o = out8 ? out8 + (size_t)j * rowlen : s->row;
+    int32_t n = yb[2 * j + 1];
+    if (!n) memset(o, 0, rowlen); /* no tap: Pillow's empty sum, 0 */
+    else
+      VROW(o, s->tmp + (size_t)(yb[2 * j] - y0) * rowlen, rowlen, rowlen,
+           s->yk + (size_t)j * ky, n, s->acc);
+    if (emit) emit(ctx, j, o);
+  }
+  return 0;
+}
+
+int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
+                  double bx0, double by0, double bx1, double by1, uint32_t ow,
+                  uint32_t oh, int flip, uint8_t *out8) {
+  return stk__resample_rows(s, src, sw, sh, bx0, by0, bx1, by1, ow, oh,
+                            STK__FILTER_BILINEAR, flip, out8, NULL, NULL);
+}
