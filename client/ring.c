@@ -24,9 +24,17 @@
 #include "common/error.h"
 #include "internal.h"
 
-/* Host memory for a payload from the backend (pinned for CUDA). */
+/* Host memory for a payload from the backend (pinned for CUDA). Ordinary
+ * host memory is touched here, every page, so a rank's RSS reaches its
+ * bound at open: the pool's buffers move between requests, hedges and
+ * slots, and a buffer first used an hour in (a hedge's, when hedging
+ * first fires) would otherwise raise RSS by a batch then, for good.
+ * (Pinned memory is resident once allocated.) */
 static void *alloc_host(stk_client *c, size_t n) {
-  return c->cuda ? stk__cuda_host_alloc(c, n) : stk__host_alloc(c, n);
+  if (c->cuda) return stk__cuda_host_alloc(c, n);
+  void *p = stk__host_alloc(c, n);
+  if (p) memset(p, 0, n);
+  return p;
 }
 /* Free what alloc_host returned (NULL-safe). */
 static void free_host(stk_client *c, void *p) {

@@ -375,6 +375,11 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
                (unsigned long long)s->layout.total_bytes);
       goto fail;
     }
+    /* Touched now, every page: the free list hands out the buffer freed
+     * last, so the deepest one is first used when a slow client holds the
+     * others, possibly an hour in, and the worker's RSS would rise by a
+     * batch then. Resident from the start, RSS stays flat. */
+    memset(b->data, 0, s->layout.total_bytes);
     b->next_free = s->free_bufs;
     s->free_bufs = b;
     s->nfree++;
