@@ -22,6 +22,7 @@
 #include <string.h>
 
 #include "ops.h"
+#include "prof.h"
 
 #define PREC  22 /* Pillow's PRECISION_BITS: 32 - 8 - 2 */
 #define SLACK 16 /* bytes a horizontal pass may read past a row's last tap */
@@ -307,6 +308,7 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
                        uint32_t oh, int filter, int flip, uint8_t *out8, stk__row_fn emit,
                        void *ctx) {
   if (!ow || !oh || !sw || !sh) return 0;
+  uint64_t t = stk__prof_start();
   int kn = pick();
   int kx, ky;
   int32_t *xb, *yb;
@@ -358,6 +360,7 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
       HPASS(s->tmp + direct * rowlen, s->last, 1);
     }
   }
+  stk__prof_lap(STK__PROF_HPASS, &t);
   for (uint32_t j = 0; j < oh; j++) {
     uint8_t *o = out8 ? out8 + (size_t)j * rowlen : s->row;
     int32_t n = yb[2 * j + 1];
@@ -365,7 +368,11 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
     else
       VROW(o, s->tmp + (size_t)(yb[2 * j] - y0) * rowlen, rowlen, rowlen,
            s->yk + (size_t)j * ky, n, s->acc);
-    if (emit) emit(ctx, j, o);
+    stk__prof_lap(STK__PROF_VPASS, &t);
+    if (emit) {
+      emit(ctx, j, o);
+      stk__prof_lap(STK__PROF_STORE, &t);
+    }
   }
   return 0;
 }
