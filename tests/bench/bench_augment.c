@@ -133,10 +133,8 @@ enum { PROF_REST = STK__PROF_N, PROF_ALL, PROF_ROWS };
 
 /* One round of the pipeline with the part timers on: CPU microseconds per
  * image of each part, the rest and the whole (us), or -1 on a build error.
- * The parts are timed on the time-stamp counter, which runs on while the
- * thread waits for a core; each part's share of the round's ticks is
- * taken as its share of the round's CPU time (under load the waits fall
- * on the parts in proportion to their length). */
+ * The parts are timed on the thread's CPU clock (augment/prof.h), the
+ * whole by the round's CPU time. */
 static int profile_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
                          size_t bytes, double us[PROF_ROWS]) {
   stk__prof p;
@@ -144,15 +142,13 @@ static int profile_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
   double wall;
   stk__prof_take(&p); /* zero the sums */
   stk__prof_enable(1);
-  uint64_t t0 = stk__prof_ticks();
   double rate = pipeline_round(b, steps, B, buf, bytes, &wall, &subst);
-  uint64_t ticks = stk__prof_ticks() - t0;
   stk__prof_enable(0);
   stk__prof_take(&p);
-  if (rate <= 0 || !ticks) return -1;
-  double per = 1e6 / rate, sum = 0;
+  if (rate <= 0) return -1;
+  double per = 1e6 / rate, sum = 0, imgs = (double)steps * B;
   for (int k = 0; k < STK__PROF_N; k++) {
-    us[k] = per * (double)p.ticks[k] / (double)ticks;
+    us[k] = (double)p.ns[k] / 1e3 / imgs;
     sum += us[k];
   }
   us[PROF_REST] = per - sum;
