@@ -102,12 +102,12 @@ static int coeffs(int32_t **bounds, int32_t **kk, size_t *cap, double **w_, size
   return 0;
 }
 
-static inline uint8_t clip8(int32_t v) {
-  v >>= PREC; /* arithmetic: a negative sum clips to 0 */
+static inline uint8_t clip8(uint32_t s) {
+  int32_t v = (int32_t)s >> PREC; /* arithmetic: a negative sum clips to 0 */
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-typedef int32_t v4si __attribute__((vector_size(16)));
+typedef uint32_t v4su __attribute__((vector_size(16)));
 typedef uint8_t v4qu __attribute__((vector_size(4)));
 
 /* The loops, written once and compiled twice (portable and AVX2). */
@@ -116,7 +116,8 @@ typedef uint8_t v4qu __attribute__((vector_size(4)));
 /* Horizontal pass of rows [0, rows) of src (stride sst bytes) into dst
  * (ow RGB pixels a row, packed); output i goes to ow - 1 - i when flip.
  * Each tap loads 4 bytes (RGB + the next pixel's R, weighted into a lane
- * that is dropped): src must be readable 1 byte past each row's taps. */
+ * that is dropped): src must be readable 1 byte past each row's taps. The
+ * sums wrap in unsigned 32-bit arithmetic, as the vertical pass's. */
 ALWAYS_INLINE void hpass_body(uint8_t *restrict dst, const uint8_t *restrict src,
                               size_t sst, uint32_t rows, uint32_t ow,
                               const int32_t *restrict b, const int32_t *restrict kk,
@@ -128,11 +129,11 @@ ALWAYS_INLINE void hpass_body(uint8_t *restrict dst, const uint8_t *restrict src
       const int32_t *k = kk + (size_t)i * ksize;
       const uint8_t *p = in + (size_t)b[2 * i] * 3;
       int32_t n = b[2 * i + 1];
-      v4si acc = {1 << (PREC - 1), 1 << (PREC - 1), 1 << (PREC - 1), 1 << (PREC - 1)};
+      v4su acc = {1u << (PREC - 1), 1u << (PREC - 1), 1u << (PREC - 1), 1u << (PREC - 1)};
       for (int32_t t = 0; t < n; t++, p += 3) {
         v4qu u;
         memcpy(&u, p, 4);
-        acc += __builtin_convertvector(u, v4si) * k[t];
+        acc += __builtin_convertvector(u, v4su) * (uint32_t)k[t];
       }
       uint8_t *q = o + 3 * (size_t)(flip ? ow - 1 - i : i);
       q[0] = clip8(acc[0]), q[1] = clip8(acc[1]), q[2] = clip8(acc[2]);
@@ -141,25 +142,29 @@ ALWAYS_INLINE void hpass_body(uint8_t *restrict dst, const uint8_t *restrict src
 }
 
 /* One output row of the vertical pass: n rows of `len` bytes, `st` apart,
- * from r, weighted by k, into o. acc: len int32 of scratch. */
+ * from r, weighted by k, into o. acc: len int32 of scratch. The sums wrap
+ * in unsigned 32-bit arithmetic: exact where Pillow's int32 sums are (a
+ * box inside the source), defined where they would overflow (weights
+ * normalized over a few taps of a box far outside it). */
 ALWAYS_INLINE void vrow_body(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
                              size_t len, const int32_t *restrict k, int32_t n,
                              int32_t *restrict acc) {
-  int32_t k0 = n > 0 ? k[0] : 0;
-  for (size_t i = 0; i < len; i++) acc[i] = (1 << (PREC - 1)) + r[i] * k0;
+  uint32_t *restrict u = (uint32_t *)acc;
+  uint32_t k0 = n > 0 ? (uint32_t)k[0] : 0;
+  for (size_t i = 0; i < len; i++) u[i] = (1u << (PREC - 1)) + r[i] * k0;
   int32_t t = 1;
   for (; t + 1 < n; t += 2) { /* two taps a sweep: half the acc traffic */
     const uint8_t *restrict a = r + (size_t)t * st, *restrict c = a + st;
-    int32_t ka = k[t], kc = k[t + 1];
-    for (size_t i = 0; i < len; i++) acc[i] += a[i] * ka + c[i] * kc;
+    uint32_t ka = (uint32_t)k[t], kc = (uint32_t)k[t + 1];
+    for (size_t i = 0; i < len; i++) u[i] += a[i] * ka + c[i] * kc;
   }
   if (t < n) {
     const uint8_t *restrict a = r + (size_t)t * st;
-    int32_t ka = k[t];
-    for (size_t i = 0; i < len; i++) acc[i] += a[i] * ka;
+    uint32_t ka = (uint32_t)k[t];
+    for (size_t i = 0; i < len; i++) u[i] += a[i] * ka;
   }
   for (size_t i = 0; i < len; i++) {
-    int32_t v = acc[i] >> PREC;
+    int32_t v = (int32_t)u[i] >> PREC;
     o[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
   }
 }
