@@ -43,6 +43,7 @@
 #include "ops.h" /* stk__grow */
 #include "ops_chain.h"
 #include "ops_mix.h"
+#include "prof.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
 #define FD_WINDOW      STK_BUILDER_MAX_FILES /* ImageFolder: files open at once */
@@ -419,7 +420,9 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
                         size_t len, void *out, uint32_t view) {
   jpipe *jp = b->impl;
   uint32_t W, H;
+  uint64_t t = stk__prof_start();
   int rc = stk__decoder_header(jp->dec, data, len, &W, &H, jp->why, sizeof(jp->why));
+  stk__prof_lap(STK__PROF_DECODE, &t);
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   stk_rng r;
   stk_rng_init(&r, stk__view_seed(b->spec.seed, view), epoch, idx);
@@ -448,6 +451,7 @@ static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t
   jpipe *jp = b->impl;
   int fd, owned;
   uint64_t off, size;
+  uint64_t t = stk__prof_start();
   int rc = locate(b, idx, &fd, &off, &size, &owned);
   if (rc) return rc;
   if (stk__grow((void **)&jp->big, &jp->bigcap, size)) {
@@ -459,6 +463,7 @@ static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t
   stk__io_req r = {fd, off, size, jp->big, 0};
   stk__io_read(&jp->io, &r, 1);
   if (owned) fd_close(jp, fd);
+  stk__prof_lap(STK__PROF_READ, &t);
   if ((rc = read_result(jp, r.res, size))) return rc;
   *bytes += size;
   return process(b, epoch, idx, jp->big, size, out);
@@ -474,6 +479,7 @@ static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t
 static void read_window(stk_builder *b, uint32_t k0, uint32_t k1) {
   jpipe *jp = b->impl;
   size_t nreq = 0;
+  uint64_t t = stk__prof_start();
   jp->window_tick = jp->tick + 1;
   for (uint32_t k = k0; k < k1; k++) {
     uint64_t idx = b->indices[k];
@@ -507,6 +513,7 @@ static void read_window(stk_builder *b, uint32_t k0, uint32_t k1) {
     jp->fds[k] = -1;
   }
   jp->window_tick = UINT64_MAX; /* no read queued: every shard may be closed */
+  stk__prof_lap(STK__PROF_READ, &t);
 }
 
 /* The batch fails as a whole: nothing was substituted for this error. */

@@ -125,8 +125,8 @@ int stk__jitter8(stk__scratch *s, uint8_t *px, size_t npix, float bright, float 
 /* The float32 values of n RGB pixels: (float)v * a[c] + b[c], the
  * product rounded to float before the sum (the file is built without
  * contraction into fused multiply-adds), so equal to the job's table.
- * plane: NCHW's plane stride, or 0 for NHWC. Vectorized by the compiler;
- * built again for AVX2 and chosen at run time. */
+ * plane: NCHW's plane stride, or 0 for NHWC. The portable loop (and the
+ * AVX2 stores' last pixels); store_f32_avx2 computes the same values. */
 #define ALWAYS_INLINE static inline __attribute__((always_inline))
 ALWAYS_INLINE void store_f32_body(const uint8_t *restrict u, uint32_t n,
                                   float *restrict o, size_t plane, const float *a,
@@ -151,20 +151,135 @@ static void store_f32_c(const uint8_t *restrict u, uint32_t n, float *restrict o
                         size_t plane, const float *a, const float *b) {
   store_f32_body(u, n, o, plane, a, b);
 }
+static void store_u8_planar_c(const uint8_t *restrict u, uint32_t n, uint8_t *restrict o,
+                              size_t plane) {
+  for (uint32_t k = 0; k < n; k++)
+    o[k] = u[3 * k], o[plane + k] = u[3 * k + 1], o[2 * plane + k] = u[3 * k + 2];
+}
 #if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
+#include <immintrin.h>
+
+/* AVX2 stores, chosen with the resampler's kernels: 16 RGB pixels (48
+ * bytes, three 16-byte loads) split into their three channels by byte
+ * shuffles, then each channel stored as bytes, or widened to float and
+ * normalized as v * a + b (a multiply, then an add: the portable loop's
+ * roundings); NHWC float32 8 pixels (24 values) at a time with the
+ * coefficients repeated in threes. The last n % 16 (n % 8) pixels go
+ * through the portable loops. */
+/* byte j of the shuffle that takes channel c's values out of load q */
+#define DI(c, q, j)                                               \
+  ((3 * (j) + (c)-16 * (q)) >= 0 && (3 * (j) + (c)-16 * (q)) < 16 \
+       ? 3 * (j) + (c)-16 * (q)                                   \
+       : -1)
+#define DI16(c, q)                                                                    \
+  _mm_setr_epi8(DI(c, q, 0), DI(c, q, 1), DI(c, q, 2), DI(c, q, 3), DI(c, q, 4),      \
+                DI(c, q, 5), DI(c, q, 6), DI(c, q, 7), DI(c, q, 8), DI(c, q, 9),      \
+                DI(c, q, 10), DI(c, q, 11), DI(c, q, 12), DI(c, q, 13), DI(c, q, 14), \
+                DI(c, q, 15))
+__attribute__((target("avx2"), always_inline)) static inline __m128i deint(__m128i a0,
+                                                                           __m128i a1,
+                                                                           __m128i a2,
+                                                                           int c) {
+  __m128i m0 = c == 0 ? DI16(0, 0) : c == 1 ? DI16(1, 0) : DI16(2, 0);
+  __m128i m1 = c == 0 ? DI16(0, 1) : c == 1 ? DI16(1, 1) : DI16(2, 1);
+  __m128i m2 = c == 0 ? DI16(0, 2) : c == 1 ? DI16(1, 2) : DI16(2, 2);
+  return _mm_or_si128(_mm_or_si128(_mm_shuffle_epi8(a0, m0), _mm_shuffle_epi8(a1, m1)),
+                      _mm_shuffle_epi8(a2, m2));
+}
+#undef DI16
+#undef DI
+
+__attribute__((target("avx2"))) static void store_u8_planar_avx2(
+    const uint8_t *restrict u, uint32_t n, uint8_t *restrict o, size_t plane) {
+  uint32_t k = 0;
+  for (; k + 16 <= n; k += 16) {
+    const uint8_t *p = u + 3 * (size_t)k;
+    __m128i a0 = _mm_loadu_si128((const __m128i *)(const void *)p),
+            a1 = _mm_loadu_si128((const __m128i *)(const void *)(p + 16)),
+            a2 = _mm_loadu_si128((const __m128i *)(const void *)(p + 32));
+    _mm_storeu_si128((__m128i *)(void *)(o + k), deint(a0, a1, a2, 0));
+    _mm_storeu_si128((__m128i *)(void *)(o + plane + k), deint(a0, a1, a2, 1));
+    _mm_storeu_si128((__m128i *)(void *)(o + 2 * plane + k), deint(a0, a1, a2, 2));
+  }
+  store_u8_planar_c(u + 3 * (size_t)k, n - k, o + k, plane);
+}
+
+/* 8 levels (the low 8 bytes of v) as v * a + b */
+__attribute__((target("avx2"), always_inline)) static inline __m256i norm8(__m128i v,
+                                                                           __m256 a,
+                                                                           __m256 b) {
+  __m256 f = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(v));
+  return _mm256_castps_si256(_mm256_add_ps(_mm256_mul_ps(f, a), b));
+}
+
 __attribute__((target("avx2"))) static void store_f32_avx2(const uint8_t *restrict u,
                                                            uint32_t n, float *restrict o,
                                                            size_t plane, const float *a,
                                                            const float *b) {
-  store_f32_body(u, n, o, plane, a, b);
+  uint32_t k = 0;
+  if (plane) {
+    const __m256 a0 = _mm256_set1_ps(a[0]), a1 = _mm256_set1_ps(a[1]),
+                 a2 = _mm256_set1_ps(a[2]), b0 = _mm256_set1_ps(b[0]),
+                 b1 = _mm256_set1_ps(b[1]), b2 = _mm256_set1_ps(b[2]);
+    for (; k + 16 <= n; k += 16) {
+      const uint8_t *p = u + 3 * (size_t)k;
+      __m128i x0 = _mm_loadu_si128((const __m128i *)(const void *)p),
+              x1 = _mm_loadu_si128((const __m128i *)(const void *)(p + 16)),
+              x2 = _mm_loadu_si128((const __m128i *)(const void *)(p + 32));
+      __m128i r = deint(x0, x1, x2, 0), g = deint(x0, x1, x2, 1),
+              bl = deint(x0, x1, x2, 2);
+      float *q = o + k;
+      _mm256_storeu_si256((__m256i *)(void *)q, norm8(r, a0, b0));
+      _mm256_storeu_si256((__m256i *)(void *)(q + 8),
+                          norm8(_mm_srli_si128(r, 8), a0, b0));
+      q += plane;
+      _mm256_storeu_si256((__m256i *)(void *)q, norm8(g, a1, b1));
+      _mm256_storeu_si256((__m256i *)(void *)(q + 8),
+                          norm8(_mm_srli_si128(g, 8), a1, b1));
+      q += plane;
+      _mm256_storeu_si256((__m256i *)(void *)q, norm8(bl, a2, b2));
+      _mm256_storeu_si256((__m256i *)(void *)(q + 8),
+                          norm8(_mm_srli_si128(bl, 8), a2, b2));
+    }
+    store_f32_body(u + 3 * (size_t)k, n - k, o + k, plane, a, b);
+  } else {
+    /* the coefficients of values 0-7, 8-15 and 16-23 of 8 pixels */
+    const __m256 ca = _mm256_setr_ps(a[0], a[1], a[2], a[0], a[1], a[2], a[0], a[1]),
+                 cb = _mm256_setr_ps(a[2], a[0], a[1], a[2], a[0], a[1], a[2], a[0]),
+                 cc = _mm256_setr_ps(a[1], a[2], a[0], a[1], a[2], a[0], a[1], a[2]),
+                 da = _mm256_setr_ps(b[0], b[1], b[2], b[0], b[1], b[2], b[0], b[1]),
+                 db = _mm256_setr_ps(b[2], b[0], b[1], b[2], b[0], b[1], b[2], b[0]),
+                 dc = _mm256_setr_ps(b[1], b[2], b[0], b[1], b[2], b[0], b[1], b[2]);
+    for (; k + 8 <= n; k += 8) {
+      const uint8_t *p = u + 3 * (size_t)k;
+      float *q = o + 3 * (size_t)k;
+      _mm256_storeu_si256(
+          (__m256i *)(void *)q,
+          norm8(_mm_loadl_epi64((const __m128i *)(const void *)p), ca, da));
+      _mm256_storeu_si256(
+          (__m256i *)(void *)(q + 8),
+          norm8(_mm_loadl_epi64((const __m128i *)(const void *)(p + 8)), cb, db));
+      _mm256_storeu_si256(
+          (__m256i *)(void *)(q + 16),
+          norm8(_mm_loadl_epi64((const __m128i *)(const void *)(p + 16)), cc, dc));
+    }
+    store_f32_body(u + 3 * (size_t)k, n - k, o + 3 * (size_t)k, 0, a, b);
+  }
 }
+static int store_avx2(void) { return !strcmp(stk__resample_kernels(), "avx2"); }
 static void store_f32(const uint8_t *restrict u, uint32_t n, float *restrict o,
                       size_t plane, const float *a, const float *b) {
-  if (!strcmp(stk__resample_kernels(), "avx2")) store_f32_avx2(u, n, o, plane, a, b);
+  if (store_avx2()) store_f32_avx2(u, n, o, plane, a, b);
   else store_f32_c(u, n, o, plane, a, b);
 }
+static void store_u8_planar(const uint8_t *restrict u, uint32_t n, uint8_t *restrict o,
+                            size_t plane) {
+  if (store_avx2()) store_u8_planar_avx2(u, n, o, plane);
+  else store_u8_planar_c(u, n, o, plane);
+}
 #else
-#define store_f32 store_f32_c
+#define store_f32       store_f32_c
+#define store_u8_planar store_u8_planar_c
 #endif
 
 void stk__post_affine(stk__post *p, const float a[3], const float b[3]) {
@@ -195,6 +310,10 @@ static void store_px(const stk__post *p, const uint8_t *restrict u, uint32_t n, 
   }
   if (!flip && p->affine && p->dtype == STK_DTYPE_FLOAT32) {
     store_f32(u, n, (float *)orow, nchw ? plane : 0, p->na, p->nb);
+    return;
+  }
+  if (!flip && nchw && p->dtype == STK_DTYPE_UINT8) {
+    store_u8_planar(u, n, (uint8_t *)orow, plane);
     return;
   }
   for (int c = 0; c < 3; c++) {

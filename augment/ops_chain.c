@@ -40,6 +40,7 @@
 #include "ops_chain.h"
 #include "ops_policy.h"
 #include "plugin.h"
+#include "prof.h"
 #include "stoker/op.h"
 
 /* Fused ops: steps of the named pipelines that no chain text spells,
@@ -148,8 +149,10 @@ static int materialize_to(stk__chain_run *r, view *v, stk__decoder *dec, row_sto
     int margin = v->fast ? 0 : (int)ceil(sup < 1 ? 1 : sup) + 1;
     uint32_t k = v->fast ? 1 : 2;
     stk__roi roi;
+    uint64_t t = stk__prof_start();
     int rc = stk__decoder_roi(dec, v->x0, v->y0, v->x1, v->y1, v->w * k, v->h * k, margin,
                               8, v->fast, &roi, why, whylen);
+    stk__prof_lap(STK__PROF_DECODE, &t);
     if (rc) return rc;
     src = roi.px, srcw = roi.w, srch = roi.h;
     bx0 = v->x0 * roi.sx - roi.x0, bx1 = v->x1 * roi.sx - roi.x0;

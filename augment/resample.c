@@ -22,9 +22,9 @@
 #include <string.h>
 
 #include "ops.h"
+#include "prof.h"
 
-#define PREC  22 /* Pillow's PRECISION_BITS: 32 - 8 - 2 */
-#define SLACK 16 /* bytes a horizontal pass may read past a row's last tap */
+#define PREC 22 /* Pillow's PRECISION_BITS: 32 - 8 - 2 */
 
 /* Pillow's filters (Resample.c), with their supports. */
 static double filter_bilinear(double x) {
@@ -102,12 +102,12 @@ static int coeffs(int32_t **bounds, int32_t **kk, size_t *cap, double **w_, size
   return 0;
 }
 
-static inline uint8_t clip8(int32_t v) {
-  v >>= PREC; /* arithmetic: a negative sum clips to 0 */
+static inline uint8_t clip8(uint32_t s) {
+  int32_t v = (int32_t)s >> PREC; /* arithmetic: a negative sum clips to 0 */
   return (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
 }
 
-typedef int32_t v4si __attribute__((vector_size(16)));
+typedef uint32_t v4su __attribute__((vector_size(16)));
 typedef uint8_t v4qu __attribute__((vector_size(4)));
 
 /* The loops, written once and compiled twice (portable and AVX2). */
@@ -116,7 +116,8 @@ typedef uint8_t v4qu __attribute__((vector_size(4)));
 /* Horizontal pass of rows [0, rows) of src (stride sst bytes) into dst
  * (ow RGB pixels a row, packed); output i goes to ow - 1 - i when flip.
  * Each tap loads 4 bytes (RGB + the next pixel's R, weighted into a lane
- * that is dropped): src must be readable 1 byte past each row's taps. */
+ * that is dropped): src must be readable 1 byte past each row's taps. The
+ * sums wrap in unsigned 32-bit arithmetic, as the vertical pass's. */
 ALWAYS_INLINE void hpass_body(uint8_t *restrict dst, const uint8_t *restrict src,
                               size_t sst, uint32_t rows, uint32_t ow,
                               const int32_t *restrict b, const int32_t *restrict kk,
@@ -128,11 +129,11 @@ ALWAYS_INLINE void hpass_body(uint8_t *restrict dst, const uint8_t *restrict src
       const int32_t *k = kk + (size_t)i * ksize;
       const uint8_t *p = in + (size_t)b[2 * i] * 3;
       int32_t n = b[2 * i + 1];
-      v4si acc = {1 << (PREC - 1), 1 << (PREC - 1), 1 << (PREC - 1), 1 << (PREC - 1)};
+      v4su acc = {1u << (PREC - 1), 1u << (PREC - 1), 1u << (PREC - 1), 1u << (PREC - 1)};
       for (int32_t t = 0; t < n; t++, p += 3) {
         v4qu u;
         memcpy(&u, p, 4);
-        acc += __builtin_convertvector(u, v4si) * k[t];
+        acc += __builtin_convertvector(u, v4su) * (uint32_t)k[t];
       }
       uint8_t *q = o + 3 * (size_t)(flip ? ow - 1 - i : i);
       q[0] = clip8(acc[0]), q[1] = clip8(acc[1]), q[2] = clip8(acc[2]);
@@ -141,25 +142,29 @@ ALWAYS_INLINE void hpass_body(uint8_t *restrict dst, const uint8_t *restrict src
 }
 
 /* One output row of the vertical pass: n rows of `len` bytes, `st` apart,
- * from r, weighted by k, into o. acc: len int32 of scratch. */
+ * from r, weighted by k, into o. acc: len int32 of scratch. The sums wrap
+ * in unsigned 32-bit arithmetic: exact where Pillow's int32 sums are (a
+ * box inside the source), defined where they would overflow (weights
+ * normalized over a few taps of a box far outside it). */
 ALWAYS_INLINE void vrow_body(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
                              size_t len, const int32_t *restrict k, int32_t n,
                              int32_t *restrict acc) {
-  int32_t k0 = n > 0 ? k[0] : 0;
-  for (size_t i = 0; i < len; i++) acc[i] = (1 << (PREC - 1)) + r[i] * k0;
+  uint32_t *restrict u = (uint32_t *)acc;
+  uint32_t k0 = n > 0 ? (uint32_t)k[0] : 0;
+  for (size_t i = 0; i < len; i++) u[i] = (1u << (PREC - 1)) + r[i] * k0;
   int32_t t = 1;
   for (; t + 1 < n; t += 2) { /* two taps a sweep: half the acc traffic */
     const uint8_t *restrict a = r + (size_t)t * st, *restrict c = a + st;
-    int32_t ka = k[t], kc = k[t + 1];
-    for (size_t i = 0; i < len; i++) acc[i] += a[i] * ka + c[i] * kc;
+    uint32_t ka = (uint32_t)k[t], kc = (uint32_t)k[t + 1];
+    for (size_t i = 0; i < len; i++) u[i] += a[i] * ka + c[i] * kc;
   }
   if (t < n) {
     const uint8_t *restrict a = r + (size_t)t * st;
-    int32_t ka = k[t];
-    for (size_t i = 0; i < len; i++) acc[i] += a[i] * ka;
+    uint32_t ka = (uint32_t)k[t];
+    for (size_t i = 0; i < len; i++) u[i] += a[i] * ka;
   }
   for (size_t i = 0; i < len; i++) {
-    int32_t v = acc[i] >> PREC;
+    int32_t v = (int32_t)u[i] >> PREC;
     o[i] = (uint8_t)(v < 0 ? 0 : v > 255 ? 255 : v);
   }
 }
@@ -178,92 +183,137 @@ static void vrow_c(uint8_t *restrict o, const uint8_t *restrict r, size_t st, si
 #define HAVE_AVX2_BUILD 1
 #include <immintrin.h>
 
-/* AVX2 horizontal pass, exact: Pillow's 22-bit weights split as
- * k = hi * 2^11 + lo (lo in [0, 2^11)), both halves 16-bit, so vpmaddwd
- * multiplies two taps of three channels at once; 4 taps per 256-bit step
- * (taps 0-1 in the low lane, 2-3 in the high), the sum rebuilt exactly as
- * (sum_hi << 11) + sum_lo in 32 bits. kv: per output, per group of 4 taps,
- * the hi and the lo vector (see prep_avx2). A group's 16-byte load reaches
- * 13 bytes past the last tap: src rows need that much slack. */
-/* One output pixel's sums (hi << 11) + lo, still split over the two
- * 128-bit lanes. */
-__attribute__((target("avx2"), always_inline)) static inline __m256i hsum8(
-    const uint8_t *p, const __m256i *k, int32_t n, __m256i shuf) {
-  __m256i ah = _mm256_setzero_si256(), al = _mm256_setzero_si256();
-  for (int32_t t = 0; t < n; t += 4, p += 12, k += 2) {
-    __m256i px = _mm256_shuffle_epi8(
-        _mm256_broadcastsi128_si256(_mm_loadu_si128((const __m128i *)(const void *)p)),
-        shuf);
-    ah = _mm256_add_epi32(ah, _mm256_madd_epi16(px, _mm256_load_si256(k)));
-    al = _mm256_add_epi32(al, _mm256_madd_epi16(px, _mm256_load_si256(k + 1)));
+/* AVX2 horizontal pass, exact, 8 output pixels at a time. Pillow's 22-bit
+ * weights split as k = hi * 2^11 + lo (lo in [0, 2^11)), both halves
+ * 16-bit, so vpmaddwd multiplies two taps of three channels at once. A
+ * group of 8 output positions (in the order they are written: the
+ * mirrored outputs when flip) runs in four vectors, vector m holding
+ * position m in its low 128-bit lane and position 4 + m in its high lane
+ * (lanes R, G, B, 0); each step adds one pair of taps to all 8 (as many
+ * steps as the group's widest output has pairs; weights past an output's
+ * taps are 0). The sums are rebuilt exactly as (sum_hi << 11) + sum_lo in
+ * 32 bits, rounded, clipped and packed, and the 24 bytes written with two
+ * 16-byte stores: a row's last group writes up to 28 bytes past its last
+ * pixel (the next row's start, written later, or the buffer's spare
+ * bytes). A step's 16-byte load reaches 10 bytes past its pair: a group
+ * reads up to 6 * steps + 10 bytes from an output's first tap. */
+typedef struct {
+  int32_t off[8]; /* each position's first tap, in bytes from the row start */
+  int32_t steps;  /* pairs of taps */
+  int32_t vec;    /* its first weight vector: steps x 4 x (hi, lo) */
+  int32_t pad[6];
+} hgroup;
+
+/* Per group of 8 positions (ceil(ow / 8) of them) its hgroup in g and
+ * its weight vectors in kv, from Pillow's bounds b and weights kk (ksize
+ * a row); positions past ow (the last group's padding) and outputs
+ * without taps read the row's start with weights 0. 0, or -1 when a
+ * weight's high half does not fit 16 bits (|k| >= 2^26: only a box
+ * reaching far outside the source, which Pillow refuses, normalizes a
+ * few taps to such weights): then the portable pass runs. */
+static int prep_avx2(hgroup *g, __m256i *kv, const int32_t *b, const int32_t *kk,
+                     int ksize, uint32_t ow, int flip) {
+  uint32_t ng = (ow + 7) / 8;
+  int32_t vec = 0;
+  for (uint32_t gi = 0; gi < ng; gi++) {
+    const int32_t *k[8];
+    int32_t n[8], steps = 0;
+    for (int q = 0; q < 8; q++) {
+      uint32_t j = 8 * gi + (uint32_t)q, i = flip ? ow - 1 - j : j;
+      n[q] = j < ow ? b[2 * i + 1] : 0;
+      k[q] = n[q] ? kk + (size_t)i * ksize : NULL;
+      g[gi].off[q] = n[q] ? b[2 * i] * 3 : 0;
+      if ((n[q] + 1) / 2 > steps) steps = (n[q] + 1) / 2;
+      for (int32_t t = 0; t < n[q]; t++)
+        if (k[q][t] >> 11 > INT16_MAX || k[q][t] >> 11 < INT16_MIN) return -1;
+    }
+    g[gi].steps = steps;
+    g[gi].vec = vec;
+    for (int32_t t = 0; t < steps; t++)
+      for (int m = 0; m < 4; m++) {
+        int32_t hi[8], lo[8];
+        for (int lane = 0; lane < 2; lane++) {
+          int q = m + 4 * lane;
+          int32_t k0 = 2 * t < n[q] ? k[q][2 * t] : 0;
+          int32_t k1 = 2 * t + 1 < n[q] ? k[q][2 * t + 1] : 0;
+          /* arithmetic shift: hi * 2^11 + (k & 2047) == k for negatives too */
+          uint32_t h = (uint16_t)(int16_t)(k0 >> 11) |
+                       (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16;
+          uint32_t l = (uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16;
+          for (int c = 0; c < 4; c++)
+            hi[4 * lane + c] = c < 3 ? (int32_t)h : 0,
+                          lo[4 * lane + c] = c < 3 ? (int32_t)l : 0;
+        }
+        memcpy(&kv[vec + (t * 4 + m) * 2], hi, 32);
+        memcpy(&kv[vec + (t * 4 + m) * 2 + 1], lo, 32);
+      }
+    vec += steps * 8;
   }
-  /* wrapping 32-bit sums: exact, as the whole fits in 32 bits */
-  return _mm256_add_epi32(_mm256_slli_epi32(ah, 11), al);
+  return 0;
 }
+
+/* The weight vectors prep_avx2 may write for ow outputs of ksize taps. */
+static size_t kv_count(uint32_t ow, int ksize) {
+  return (size_t)((ow + 7) / 8) * (size_t)((ksize + 1) / 2) * 8;
+}
+
+/* Two 16-byte loads, a in the low lane and c in the high one. */
+#define LOAD2(a, c)                                                                      \
+  _mm256_inserti128_si256(_mm256_castsi128_si256(_mm_loadu_si128((const __m128i *)(a))), \
+                          _mm_loadu_si128((const __m128i *)(c)), 1)
 
 __attribute__((target("avx2"))) static void hpass_avx2(
     uint8_t *restrict dst, const uint8_t *restrict src, size_t sst, uint32_t rows,
-    uint32_t ow, const int32_t *restrict b, const __m256i *restrict kv, int groups,
-    int flip) {
+    uint32_t ow, const hgroup *restrict gs, const __m256i *restrict kv) {
+  /* a pair of taps: R0 R1 G0 G1 B0 B1 0 0 as 16-bit values, per lane */
   const __m256i shuf =
-      _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 6, -1, 9,
-                       -1, 7, -1, 10, -1, 8, -1, 11, -1, -1, -1, -1, -1);
+      _mm256_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1, 0, -1, 3,
+                       -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1);
+  /* four RGB0 pixels to 12 packed bytes, per lane */
+  const __m256i pack =
+      _mm256_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1, 0, 1, 2, 4,
+                       5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1);
   const __m256i half = _mm256_set1_epi32(1 << (PREC - 1));
-  size_t kstep = (size_t)groups * 2;
+  uint32_t ng = (ow + 7) / 8;
   for (uint32_t y = 0; y < rows; y++) {
     const uint8_t *in = src + (size_t)y * sst;
     uint8_t *o = dst + (size_t)y * ow * 3;
-    /* output positions j, j + 1 (from outputs i0, i1: mirrored when
-     * flip) in one vector; each writes 4 bytes, the 4th rewritten by the
-     * next position (past the last one: the next row, or the buffer's
-     * spare byte) */
-    uint32_t j = 0;
-    for (; j + 1 < ow; j += 2) {
-      uint32_t i0 = flip ? ow - 1 - j : j, i1 = flip ? ow - 2 - j : j + 1;
-      __m256i a = hsum8(in + (size_t)b[2 * i0] * 3, kv + i0 * kstep, b[2 * i0 + 1], shuf);
-      __m256i c = hsum8(in + (size_t)b[2 * i1] * 3, kv + i1 * kstep, b[2 * i1 + 1], shuf);
-      __m256i v = _mm256_add_epi32(_mm256_permute2x128_si256(a, c, 0x20),
-                                   _mm256_permute2x128_si256(a, c, 0x31));
-      v = _mm256_srai_epi32(_mm256_add_epi32(v, half), PREC);
-      v = _mm256_packus_epi16(_mm256_packs_epi32(v, v), v); /* clip to 0..255 */
-      uint32_t u0 = (uint32_t)_mm_cvtsi128_si32(_mm256_castsi256_si128(v));
-      uint32_t u1 = (uint32_t)_mm_cvtsi128_si32(_mm256_extracti128_si256(v, 1));
-      memcpy(o + 3 * (size_t)j, &u0, 4);
-      memcpy(o + 3 * (size_t)j + 3, &u1, 4);
-    }
-    if (j < ow) {
-      uint32_t i0 = flip ? ow - 1 - j : j;
-      __m256i a = hsum8(in + (size_t)b[2 * i0] * 3, kv + i0 * kstep, b[2 * i0 + 1], shuf);
-      __m128i v =
-          _mm_add_epi32(_mm256_castsi256_si128(a), _mm256_extracti128_si256(a, 1));
-      v = _mm_srai_epi32(_mm_add_epi32(v, _mm256_castsi256_si128(half)), PREC);
-      v = _mm_packus_epi16(_mm_packs_epi32(v, v), v);
-      uint32_t u = (uint32_t)_mm_cvtsi128_si32(v);
-      memcpy(o + 3 * (size_t)j, &u, 3);
-    }
-  }
-}
-
-/* The AVX2 pass's weight vectors from Pillow's (kk, ksize a row) into kv
- * (ow * groups * 2 vectors, groups = ceil(ksize / 4)). */
-static void prep_avx2(__m256i *kv, const int32_t *kk, int ksize, uint32_t ow,
-                      int groups) {
-  for (uint32_t i = 0; i < ow; i++) {
-    const int32_t *k = kk + (size_t)i * ksize;
-    for (int g = 0; g < groups; g++) {
-      int32_t hi[8], lo[8];
-      for (int half = 0; half < 2; half++) {
-        int t = 4 * g + 2 * half;
-        int32_t k0 = t < ksize ? k[t] : 0, k1 = t + 1 < ksize ? k[t + 1] : 0;
-        /* arithmetic shift: hi * 2^11 + (k & 2047) == k for negatives too */
-        uint32_t h =
-            (uint16_t)(int16_t)(k0 >> 11) | (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16;
-        uint32_t l = (uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16;
-        for (int d = 0; d < 4; d++)
-          hi[4 * half + d] = (int32_t)h, lo[4 * half + d] = (int32_t)l;
+    for (uint32_t gi = 0; gi < ng; gi++, o += 24) {
+      const hgroup *g = gs + gi;
+      const __m256i *k = kv + g->vec;
+      const uint8_t *p0 = in + g->off[0], *p1 = in + g->off[1], *p2 = in + g->off[2],
+                    *p3 = in + g->off[3], *p4 = in + g->off[4], *p5 = in + g->off[5],
+                    *p6 = in + g->off[6], *p7 = in + g->off[7];
+      __m256i h0 = _mm256_setzero_si256(), h1 = h0, h2 = h0, h3 = h0;
+      __m256i l0 = h0, l1 = h0, l2 = h0, l3 = h0;
+      for (int32_t t = 0, steps = g->steps; t < steps; t++, k += 8) {
+        size_t d = (size_t)t * 6;
+        __m256i x0 = _mm256_shuffle_epi8(LOAD2(p0 + d, p4 + d), shuf);
+        __m256i x1 = _mm256_shuffle_epi8(LOAD2(p1 + d, p5 + d), shuf);
+        __m256i x2 = _mm256_shuffle_epi8(LOAD2(p2 + d, p6 + d), shuf);
+        __m256i x3 = _mm256_shuffle_epi8(LOAD2(p3 + d, p7 + d), shuf);
+        h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(x0, _mm256_load_si256(k)));
+        l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(x0, _mm256_load_si256(k + 1)));
+        h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(x1, _mm256_load_si256(k + 2)));
+        l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(x1, _mm256_load_si256(k + 3)));
+        h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(x2, _mm256_load_si256(k + 4)));
+        l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(x2, _mm256_load_si256(k + 5)));
+        h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(x3, _mm256_load_si256(k + 6)));
+        l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(x3, _mm256_load_si256(k + 7)));
       }
-      memcpy(&kv[((size_t)i * groups + g) * 2], hi, 32);
-      memcpy(&kv[((size_t)i * groups + g) * 2 + 1], lo, 32);
+      /* wrapping 32-bit sums: exact, as the whole fits in 32 bits */
+#define FINISH(h, l) \
+  _mm256_srai_epi32( \
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), half), PREC)
+      __m256i v0 = FINISH(h0, l0), v1 = FINISH(h1, l1), v2 = FINISH(h2, l2),
+              v3 = FINISH(h3, l3);
+#undef FINISH
+      /* positions 0-3 in the low lane, 4-7 in the high one, clipped */
+      __m256i v =
+          _mm256_packus_epi16(_mm256_packs_epi32(v0, v1), _mm256_packs_epi32(v2, v3));
+      v = _mm256_shuffle_epi8(v, pack);
+      _mm_storeu_si128((__m128i *)(void *)o, _mm256_castsi256_si128(v));
+      _mm_storeu_si128((__m128i *)(void *)(o + 12), _mm256_extracti128_si256(v, 1));
     }
   }
 }
@@ -307,6 +357,7 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
                        uint32_t oh, int filter, int flip, uint8_t *out8, stk__row_fn emit,
                        void *ctx) {
   if (!ow || !oh || !sw || !sh) return 0;
+  uint64_t t = stk__prof_start();
   int kn = pick();
   int kx, ky;
   int32_t *xb, *yb;
@@ -322,42 +373,55 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
     if (yb[2 * j] + yb[2 * j + 1] > y1) y1 = yb[2 * j] + yb[2 * j + 1];
   }
   if (y1 <= y0) y0 = y1 = 0;
-  size_t rowlen = (size_t)ow * 3, rows = (size_t)(y1 - y0);
-  if (stk__grow((void **)&s->tmp, &s->tcap, rows * rowlen + 1) ||
+  size_t rowlen = (size_t)ow * 3, rows = (size_t)(y1 - y0), sst = (size_t)sw * 3;
+  /* bytes a horizontal pass may read past a row's last tap (the C loop 1,
+   * the AVX2 one 6 * steps + 10 from an output's first tap) */
+  size_t over = (size_t)3 * kx + 16;
+  if (stk__grow((void **)&s->tmp, &s->tcap, rows * rowlen + 32) ||
       stk__grow((void **)&s->acc, &s->acap, rowlen * sizeof(int32_t)) ||
       stk__grow((void **)&s->row, &s->rcap, rowlen + 1) ||
-      stk__grow((void **)&s->last, &s->lcap, (size_t)sw * 3 + SLACK))
+      stk__grow((void **)&s->last, &s->lcap, sst + over))
     return -1;
-  size_t sst = (size_t)sw * 3;
 #ifdef HAVE_AVX2_BUILD
-  int groups = (kx + 3) / 4;
+  hgroup *hg = NULL;
   __m256i *kv = NULL;
   if (kn == 2) {
-    /* 32-byte aligned inside the block */
-    size_t bytes = (size_t)ow * groups * 2 * sizeof(__m256i) + 32;
+    /* the groups, then the vectors, 32-byte aligned inside the block */
+    size_t ng = (ow + 7) / 8;
+    size_t bytes = ng * sizeof(hgroup) + kv_count(ow, kx) * sizeof(__m256i) + 32;
     if (stk__grow((void **)&s->kv, &s->kvcap, bytes)) return -1;
-    kv = (__m256i *)(void *)(((uintptr_t)s->kv + 31) & ~(uintptr_t)31);
-    prep_avx2(kv, s->xk, kx, ow, groups);
+    hg = (hgroup *)(void *)(((uintptr_t)s->kv + 31) & ~(uintptr_t)31);
+    kv = (__m256i *)(void *)(hg + ng);
+    if (prep_avx2(hg, kv, xb, s->xk, kx, ow, flip)) hg = NULL;
   }
-#define HPASS(d, sp, n)                                          \
-  (kn == 2 ? hpass_avx2(d, sp, sst, n, ow, xb, kv, groups, flip) \
-           : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
+#define HPASS(d, sp, n)                       \
+  (hg ? hpass_avx2(d, sp, sst, n, ow, hg, kv) \
+      : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
 #define VROW(...) (kn == 2 ? vrow_avx2(__VA_ARGS__) : vrow_c(__VA_ARGS__))
 #else
 #define HPASS(d, sp, n) hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip)
 #define VROW(...)       vrow_c(__VA_ARGS__)
 #endif
   if (rows) {
-    /* the taps' loads read past a row's last tap (SLACK bytes at most):
-     * the source's last row goes through a copy with spare bytes */
-    uint32_t direct = (uint32_t)rows - ((uint32_t)y1 == sh);
+    /* a row's loads may reach `over` bytes past its last tap: the rows
+     * within that of the source's end go through a copy with spare bytes,
+     * one at a time */
+    size_t tail = (over + sst - 1) / sst;
+    uint32_t safe = sh > tail ? sh - (uint32_t)tail : 0;
+    uint32_t direct = (uint32_t)y1 <= safe  ? (uint32_t)rows
+                      : safe > (uint32_t)y0 ? safe - (uint32_t)y0
+                                            : 0;
     HPASS(s->tmp, src + (size_t)y0 * sst, direct);
-    if (direct < rows) {
-      memcpy(s->last, src + (size_t)(sh - 1) * sst, sst);
-      memset(s->last + sst, 0, SLACK);
-      HPASS(s->tmp + direct * rowlen, s->last, 1);
+    for (uint32_t r = direct; r < rows; r++) {
+      memcpy(s->last, src + (size_t)(y0 + r) * sst, sst);
+      memset(s->last + sst, 0, over);
+      HPASS(s->tmp + r * rowlen, s->last, 1);
     }
   }
+  stk__prof_lap(STK__PROF_HPASS, &t);
+  /* the vertical pass and the store, row by row: timed together, split
+   * by their ticks */
+  uint64_t tv = 0, ts = 0, c = t ? stk__prof_ticks() : 0;
   for (uint32_t j = 0; j < oh; j++) {
     uint8_t *o = out8 ? out8 + (size_t)j * rowlen : s->row;
     int32_t n = yb[2 * j + 1];
@@ -365,8 +429,19 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
     else
       VROW(o, s->tmp + (size_t)(yb[2 * j] - y0) * rowlen, rowlen, rowlen,
            s->yk + (size_t)j * ky, n, s->acc);
-    if (emit) emit(ctx, j, o);
+    if (t) {
+      uint64_t now = stk__prof_ticks();
+      tv += now - c, c = now;
+    }
+    if (emit) {
+      emit(ctx, j, o);
+      if (t) {
+        uint64_t now = stk__prof_ticks();
+        ts += now - c, c = now;
+      }
+    }
   }
+  stk__prof_split(STK__PROF_VPASS, STK__PROF_STORE, &t, tv, ts);
   return 0;
 }
 

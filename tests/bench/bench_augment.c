@@ -15,7 +15,9 @@
  * --prepared PDIR adds the pipeline over PDIR, the same dataset after
  * `stoker-dataset prepare` (restart markers: the region decode cuts the
  * intervals a crop needs), in the same alternation; its ratio is against
- * the full decode of the original files.
+ * the full decode of the original files. --profile adds rounds with the
+ * pipeline's part timers on (augment/prof.h), alternating with the full
+ * decode: each part's time per image and its fraction of a full decode.
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -30,6 +32,7 @@
 #include <unistd.h>
 
 #include "bench_util.h"
+#include "prof.h"
 #include "stoker/augment.h"
 #include "stoker/client.h"
 
@@ -60,6 +63,12 @@ static const char *help =
     "  --prepared PDIR  also the pipeline over PDIR, DIR after `stoker-dataset\n"
     "                prepare` (same files, restart markers), against the full\n"
     "                decode of DIR's files\n"
+    "  --profile     then R more rounds with the pipeline's part timers on:\n"
+    "                per image, the time of reading, header + region decode,\n"
+    "                the horizontal and vertical resampling passes, the store\n"
+    "                (dtype, layout, normalize) and the rest, and each as a\n"
+    "                fraction of a full decode (the rates above run without\n"
+    "                timers)\n"
     "  --worker      also a real stoker-worker with --threads 1 and 2,\n"
     "                alternating R rounds each, serving the pipeline with uint8\n"
     "                output to libstoker here: images/s (wall) and 2 / 1 threads\n"
@@ -117,6 +126,80 @@ static double pipeline_round(stk_builder *b, uint64_t steps, uint32_t B, void *b
   double imgs = (double)steps * B;
   *wall_rate = imgs / (bu_now_s() - w0);
   return imgs / (bu_thread_cpu_s() - t0);
+}
+
+/* The profile's columns: the parts of augment/prof.h, the rest, the whole. */
+enum { PROF_REST = STK__PROF_N, PROF_ALL, PROF_ROWS };
+
+/* One round of the pipeline with the part timers on: CPU microseconds per
+ * image of each part, the rest and the whole (us), or -1 on a build error.
+ * The parts are timed on the thread's CPU clock (augment/prof.h), the
+ * whole by the round's CPU time. */
+static int profile_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
+                         size_t bytes, double us[PROF_ROWS]) {
+  stk__prof p;
+  uint64_t subst = 0;
+  double wall;
+  stk__prof_take(&p); /* zero the sums */
+  stk__prof_enable(1);
+  double rate = pipeline_round(b, steps, B, buf, bytes, &wall, &subst);
+  stk__prof_enable(0);
+  stk__prof_take(&p);
+  if (rate <= 0) return -1;
+  double per = 1e6 / rate, sum = 0, imgs = (double)steps * B;
+  for (int k = 0; k < STK__PROF_N; k++) {
+    us[k] = (double)p.ns[k] / 1e3 / imgs;
+    sum += us[k];
+  }
+  us[PROF_REST] = per - sum;
+  us[PROF_ALL] = per;
+  return 0;
+}
+
+/* --profile: R rounds of every pipeline with the part timers on, each
+ * round followed by a full decode of the same files; prints the medians
+ * of each part's time per image and of its per-round fraction of a full
+ * decode. pbs: the builders (ncol of them, named cols). 0, or -1. */
+static int profile_rounds(stk_builder *const *pbs, const char *const *cols, int ncol,
+                          int rounds, uint64_t steps, uint32_t B, void *buf, size_t bytes,
+                          const char *real, char *const *sel, size_t nsel) {
+  static const char *names[PROF_ROWS] = {"read (open, stat, batched read)",
+                                         "JPEG header + region decode",
+                                         "resample, horizontal pass",
+                                         "resample, vertical pass",
+                                         "store (dtype, layout, normalize)",
+                                         "the rest (chain, batch, ...)",
+                                         "whole pipeline"};
+  static double us[4][PROF_ROWS][MAX_ROUNDS], fr[4][PROF_ROWS][MAX_ROUNDS];
+  double fd[MAX_ROUNDS];
+  for (int r = 0; r < rounds; r++) {
+    double one[PROF_ROWS];
+    for (int c = 0; c < ncol; c++) {
+      if (profile_round(pbs[c], steps, B, buf, bytes, one)) return -1;
+      for (int k = 0; k < PROF_ROWS; k++) us[c][k][r] = one[k];
+    }
+    fd[r] = 1e6 / full_decode(real, sel, nsel);
+    for (int c = 0; c < ncol; c++)
+      for (int k = 0; k < PROF_ROWS; k++) fr[c][k][r] = us[c][k][r] / fd[r];
+  }
+  printf(
+      "profile, %d rounds with the part timers on: CPU microseconds per image and the "
+      "fraction of one full decode of the original files (medians of the per-round "
+      "values):\n",
+      rounds);
+  printf("  %-34s", "part");
+  for (int c = 0; c < ncol; c++) printf(" | %18s", cols[c]);
+  printf("\n");
+  for (int k = 0; k < PROF_ROWS; k++) {
+    printf("  %-34s", names[k]);
+    for (int c = 0; c < ncol; c++)
+      printf(" | %8.1f us %5.3f", bu_median(us[c][k], rounds),
+             bu_median(fr[c][k], rounds));
+    printf("\n");
+  }
+  printf("  %-34s   %8.1f us 1.000\n", "full decode (TurboJPEG, with read)",
+         bu_median(fd, rounds));
+  return 0;
 }
 
 /* One torchvision round over the files listed in `list`: images per CPU
@@ -189,7 +272,7 @@ int bench_augment_main(int argc, char **argv) {
   const char *dir = NULL, *bindir = NULL, *pdir = NULL;
   size_t nimg = 1000;
   uint32_t B = 32;
-  int torch = 1, rounds = 3, worker = 0;
+  int torch = 1, rounds = 3, worker = 0, profile = 0;
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(help, stdout);
@@ -203,6 +286,7 @@ int bench_augment_main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--prepared") && i + 1 < argc) pdir = argv[++i];
     else if (!strcmp(argv[i], "--no-torch")) torch = 0;
     else if (!strcmp(argv[i], "--worker")) worker = 1;
+    else if (!strcmp(argv[i], "--profile")) profile = 1;
     else if (!dir && argv[i][0] != '-') dir = argv[i];
     else {
       fputs(help, stderr);
@@ -360,6 +444,13 @@ int bench_augment_main(int argc, char **argv) {
     printf(" | stoker/full %.2fx (u8 %.2fx)", rf[r], rf8[r]);
     if (have_tv) printf(", stoker/torchvision %.2fx (u8 %.2fx)", rt[r], rt8[r]);
     printf("\n");
+  }
+  if (profile) {
+    stk_builder *pbs[4] = {b, b8, pb, pb8};
+    const char *cols[4] = {"f32", "u8", "prepared f32", "prepared u8"};
+    if (profile_rounds(pbs, cols, pb ? 4 : 2, rounds, steps, B, buf, L.total_bytes, real,
+                       sel, nsel))
+      return 1;
   }
   int io = stk_builder_io_mode(b);
   stk_builder_destroy(b);

@@ -10,9 +10,10 @@ trap 'rm -rf "$tmp"' EXIT
 "$dataset" gen --out "$tmp/data" --count 48 --classes 3 --layout imagefolder \
   --min-side 64 --max-side 160 >/dev/null
 out=$("$bench" augment "$tmp/data/imagefolder" --images 48 --batch 8 --rounds 2 \
-  --no-torch --worker 2>&1) || { echo "$out"; echo "augment failed"; exit 1; }
+  --no-torch --worker --profile 2>&1) || { echo "$out"; echo "augment failed"; exit 1; }
 echo "$out"
-for want in "round 2: stoker" "ratio stoker / full decode" "2 threads" "2/1"; do
+for want in "round 2: stoker" "ratio stoker / full decode" "2 threads" "2/1" \
+  "resample, horizontal pass" "whole pipeline"; do
   grep -q "$want" <<<"$out" || { echo "augment: no line with '$want'"; exit 1; }
 done
 out=$("$bench" transport --batches 3 --rounds 2 --batch-size 4 2>&1) ||

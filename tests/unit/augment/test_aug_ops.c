@@ -323,9 +323,62 @@ static void test_resample8(void) {
         }
     free(img8), free(o1), free(o2);
   }
-  printf("resample8: %d of %d dtype/layout/flip/size cases differ\n", bad, n);
+  printf("resample8 (%s): %d of %d dtype/layout/flip/size cases differ\n",
+         stk__resample_kernels(), bad, n);
   CHECK(bad == 0);
   stk__scratch_free(&a), free(src);
+}
+
+/* The AVX2 and the portable kernels give the same bytes over random
+ * sources (1 to 400 pixels wide, exactly allocated: a sanitizer build sees
+ * any read past them), boxes (inside, at the edges, partly outside),
+ * output sizes (multiples of the AVX2 pass's 8 positions and not), every
+ * filter (negative weights, up to 2 * 3 * scale + 1 taps) and flip. */
+static void test_resample_kernels(void) {
+  stk__resample_force_c(0);
+  if (!strcmp(stk__resample_kernels(), "c")) {
+    printf("resample kernels: no AVX2 here, nothing to compare\n");
+    return;
+  }
+  stk__scratch a, c;
+  memset(&a, 0, sizeof(a));
+  memset(&c, 0, sizeof(c));
+  uint64_t st = 12345;
+#define RND(n) \
+  ((uint32_t)((st = st * 6364136223846793005ull + 1442695040888963407ull) >> 33) % (n))
+  int cases = 0, bad = 0;
+  for (int it = 0; it < 600; it++) {
+    uint32_t sw = 1 + RND(it % 3 ? 400 : 12), sh = 1 + RND(it % 5 ? 120 : 6);
+    uint8_t *src = malloc((size_t)sw * sh * 3);
+    stk__gen_image(src, sw, sh, 3, (uint32_t)it);
+    double x0 = RND(sw * 4) / 4.0, y0 = RND(sh * 4) / 4.0;
+    double x1 = x0 + (1 + RND(sw * 4)) / 4.0, y1 = y0 + (1 + RND(sh * 4)) / 4.0;
+    if (it % 7 == 0) x0 = 0, x1 = sw, y0 = 0, y1 = sh; /* the whole source */
+    uint32_t ow = 1 + RND(it % 4 ? 300 : 17), oh = 1 + RND(40);
+    int filter = (int)RND(3), flip = (int)RND(2);
+    size_t vals = (size_t)ow * oh * 3;
+    uint8_t *o1 = malloc(vals), *o2 = malloc(vals);
+    stk__resample_force_c(0);
+    CHECK(stk__resample_rows(&a, src, sw, sh, x0, y0, x1, y1, ow, oh, filter, flip, o1,
+                             NULL, NULL) == 0);
+    stk__resample_force_c(1);
+    CHECK(stk__resample_rows(&c, src, sw, sh, x0, y0, x1, y1, ow, oh, filter, flip, o2,
+                             NULL, NULL) == 0);
+    if (memcmp(o1, o2, vals)) {
+      fprintf(stderr,
+              "kernels differ: %ux%u box %g,%g,%g,%g to %ux%u filter %d flip %d\n", sw,
+              sh, x0, y0, x1, y1, ow, oh, filter, flip);
+      bad++;
+    }
+    cases++;
+    free(o1), free(o2), free(src);
+  }
+#undef RND
+  stk__resample_force_c(0);
+  printf("resample kernels: %d of %d random cases differ between AVX2 and C\n", bad,
+         cases);
+  CHECK(bad == 0);
+  stk__scratch_free(&a), stk__scratch_free(&c);
 }
 
 static void test_bf16(void) {
@@ -418,6 +471,10 @@ int main(void) {
   test_rrc();
   test_resample();
   test_resample8();
+  stk__resample_force_c(1); /* the portable resampler and stores too */
+  test_resample8();
+  stk__resample_force_c(0);
+  test_resample_kernels();
   test_bf16();
   test_roi();
   CHECK_DONE();
