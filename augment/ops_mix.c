@@ -38,9 +38,7 @@ void stk__mix_rng(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t pos0) {
   stk_rng_init(r, stk__batch_seed(seed), epoch, pos0);
 }
 
-/* log of a Gamma(a, 1) draw: Marsaglia and Tsang's method for a >= 1;
- * below 1, Gamma(a + 1) * U^(1/a). */
-static double log_gamma_draw(stk_rng *rng, double a) {
+double stk__log_gamma(stk_rng *rng, double a) {
   double boost = 0;
   if (a < 1) {
     double u = 1.0 - stk_rng_uniform(rng); /* (0, 1] */
@@ -61,7 +59,7 @@ static double log_gamma_draw(stk_rng *rng, double a) {
 }
 
 double stk__beta_sym(stk_rng *rng, double a) {
-  double lx = log_gamma_draw(rng, a), ly = log_gamma_draw(rng, a);
+  double lx = stk__log_gamma(rng, a), ly = stk__log_gamma(rng, a);
   return 1.0 / (1.0 + exp(ly - lx)); /* X / (X + Y) */
 }
 

@@ -28,6 +28,10 @@ typedef struct stk__mix {
  * `seed`. */
 void stk__mix_rng(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t pos0);
 
+/* The log of a Gamma(a, 1) draw from rng: Marsaglia and Tsang's method
+ * for a >= 1; below 1, Gamma(a + 1) * U^(1/a); a in (0, 1000]. */
+double stk__log_gamma(stk_rng *rng, double a);
+
 /* A Beta(a, a) draw from rng (two Gamma(a) draws, Marsaglia-Tsang, in
  * log space so that small alphas stay finite); a in (0, 1000]. */
 double stk__beta_sym(stk_rng *rng, double a);

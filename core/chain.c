@@ -269,6 +269,31 @@ static int policy_args(args_t *a, const ctx_t *cx, stk__op *op) {
   return STK_OK;
 }
 
+/* aug_mix(severity=3, width=3, depth=-1, alpha=1, all_ops=1): kh, kw,
+ * pad (depth; 0 for -1), lo[0], lo[1]. */
+static int augmix_args(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *sv = arg(a, 0, "severity"), *wd = arg(a, 1, "width"),
+             *dp = arg(a, 2, "depth"), *al = arg(a, 3, "alpha"),
+             *ao = arg(a, 4, "all_ops");
+  op->kh = 3, op->kw = 3, op->pad = 0, op->lo[0] = 1, op->lo[1] = 1;
+  double x;
+  if (sv && whole(sv, 1, 10, &op->kh))
+    return OPFAIL(cx, "severity is a whole number in 1..10, got '%s'", sv);
+  if (wd && whole(wd, 1, 16, &op->kw))
+    return OPFAIL(cx, "width is a whole number in 1..16, got '%s'", wd);
+  if (dp && (num(dp, &x) || x != -1) && whole(dp, 1, 16, &op->pad))
+    return OPFAIL(cx, "depth is -1 (1..3 drawn) or a whole number in 1..16, got '%s'",
+                  dp);
+  if (al && (num(al, &x) || !(x > 0) || x > 1000))
+    return OPFAIL(cx, "alpha must be in (0, 1000], got '%s'", al);
+  if (al) op->lo[0] = (float)x;
+  if (ao && strcmp(ao, "0") && strcmp(ao, "1"))
+    return OPFAIL(cx, "all_ops is 0 or 1, got '%s'", ao);
+  if (ao) op->lo[1] = ao[0] == '1';
+  op->p = 1;
+  return STK_OK;
+}
+
 static const char *const op_names[] = {
     [STK__OP_DECODE] = "decode",
     [STK__OP_RRC] = "random_resized_crop",
@@ -300,6 +325,7 @@ static const char *const op_names[] = {
     [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
     [STK__OP_RANDOM_ERASING] = "random_erasing",
     [STK__OP_AUTO_AUGMENT] = "auto_augment",
+    [STK__OP_AUG_MIX] = "aug_mix",
     [STK__OP_MIXUP] = "mixup",
     [STK__OP_CUTMIX] = "cutmix",
     [STK__OP_MIXUP_CUTMIX] = "mixup_cutmix"};
@@ -493,6 +519,9 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
     case STK__OP_CUTMIX:
     case STK__OP_MIXUP_CUTMIX:
       if ((rc = mix_args(&a, cx, op))) return rc;
+      break;
+    case STK__OP_AUG_MIX:
+      if ((rc = augmix_args(&a, cx, op))) return rc;
       break;
     case STK__OP_AUTO_AUGMENT: {
       const char *v = arg(&a, 0, "policy");
@@ -711,6 +740,10 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
             : o->kw == 1 ? "cifar10"
                          : "svhn");
         break;
+      case STK__OP_AUG_MIX:
+        put(buf, len, &n, "(severity=%u, width=%u, depth=%d, alpha=%.9g, all_ops=%d)",
+            o->kh, o->kw, o->pad ? (int)o->pad : -1, (double)o->lo[0], o->lo[1] != 0);
+        break;
       case STK__OP_RANDOM_ERASING:
         put(buf, len, &n,
             "(p=%.9g, scale=%.9g:%.9g, ratio=%.9g:%.9g, value=", (double)o->p,
@@ -837,7 +870,7 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
           "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
           "solarize, autocontrast, equalize, invert, identity, rand_augment, "
-          "trivial_augment_wide, auto_augment, random_erasing, mixup, cutmix, "
+          "trivial_augment_wide, auto_augment, aug_mix, random_erasing, mixup, cutmix, "
           "mixup_cutmix, normalize, to; an "
           "op from a plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",

@@ -54,6 +54,9 @@ typedef enum stk__op_kind {
   STK__OP_TRIVIAL_AUGMENT_WIDE, /* trivial_augment_wide(bins): pad */
   STK__OP_AUTO_AUGMENT,         /* auto_augment(policy): kw 0 imagenet, 1 cifar10,
                                    2 svhn; pad 10 (its bins) */
+  STK__OP_AUG_MIX,              /* aug_mix(severity, width, depth, alpha, all_ops):
+                                   kh severity, kw width, pad depth (0: 1..3
+                                   drawn), lo[0] alpha, lo[1] all_ops */
   /* on the output tensor, after Normalize (augment/ops_erase.c); only
    * random_erasing ops and a batch op may follow one */
   STK__OP_RANDOM_ERASING, /* random_erasing(p, scale=a:b, ratio=a:b, value=v|random):
