@@ -27,15 +27,19 @@
 /* AugMix's augmentation space, in torchvision's order (its dict's key
  * order; the last four only with all_ops). */
 static const int SPACE[STK__AUGMIX_SPACE] = {
-    STK__PA_SHEAR_X,    STK__PA_SHEAR_Y,  STK__PA_TRANSLATE_X, STK__PA_TRANSLATE_Y,
-    STK__PA_ROTATE,     STK__PA_POSTERIZE, STK__PA_SOLARIZE,   STK__PA_AUTOCONTRAST,
-    STK__PA_EQUALIZE,   STK__PA_BRIGHTNESS, STK__PA_COLOR,     STK__PA_CONTRAST,
+    STK__PA_SHEAR_X,  STK__PA_SHEAR_Y,    STK__PA_TRANSLATE_X, STK__PA_TRANSLATE_Y,
+    STK__PA_ROTATE,   STK__PA_POSTERIZE,  STK__PA_SOLARIZE,    STK__PA_AUTOCONTRAST,
+    STK__PA_EQUALIZE, STK__PA_BRIGHTNESS, STK__PA_COLOR,       STK__PA_CONTRAST,
     STK__PA_SHARPNESS};
 
-int stk__augmix_space_op(int i) { return i >= 0 && i < STK__AUGMIX_SPACE ? SPACE[i] : -1; }
+int stk__augmix_space_op(int i) {
+  return i >= 0 && i < STK__AUGMIX_SPACE ? SPACE[i] : -1;
+}
 
 /* Whether op pa has magnitude bins (and a sign, for the first set). */
-static int has_bins(int pa) { return pa != STK__PA_AUTOCONTRAST && pa != STK__PA_EQUALIZE; }
+static int has_bins(int pa) {
+  return pa != STK__PA_AUTOCONTRAST && pa != STK__PA_EQUALIZE;
+}
 static int is_signed(int pa) {
   return pa != STK__PA_POSTERIZE && pa != STK__PA_SOLARIZE && has_bins(pa);
 }
@@ -214,7 +218,8 @@ int stk__augmix_apply_op(stk__policy_scratch *s, uint8_t *px, uint32_t w, uint32
         /* center (0, 0): relative to the image center, (-w/2, -h/2) */
         double deg = atan(mag) * (180.0 / M_PI);
         inverse_affine(m, -(double)w * 0.5, -(double)h * 0.5, 0, 0, 0,
-                       pa == STK__PA_SHEAR_X ? deg : 0.0, pa == STK__PA_SHEAR_Y ? deg : 0.0);
+                       pa == STK__PA_SHEAR_X ? deg : 0.0,
+                       pa == STK__PA_SHEAR_Y ? deg : 0.0);
       } else if (pa == STK__PA_ROTATE) {
         inverse_affine(m, 0, 0, -mag, 0, 0, 0, 0);
       } else {
