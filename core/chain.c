@@ -213,26 +213,34 @@ static int erasing_args(args_t *a, const ctx_t *cx, stk__op *op) {
   return STK_OK;
 }
 
-/* A batch op's arguments: mixup(alpha=1, p=1, smoothing=0.1),
- * cutmix(alpha=1, p=1, smoothing=0.1), mixup_cutmix(mixup=0.8, cutmix=1,
- * p=1, switch=0.5, smoothing=0.1) (timm's Mixup defaults and recipe). */
+/* A batch op's arguments: mixup(alpha=1, p=1, smoothing=0.1, mode=batch),
+ * cutmix(alpha=1, p=1, smoothing=0.1, mode=batch, minmax=none),
+ * mixup_cutmix(mixup=0.8, cutmix=1, p=1, switch=0.5, smoothing=0.1,
+ * mode=batch, minmax=none) (timm's Mixup defaults and recipe). kh: the mode
+ * (0 batch, 1 pair, 2 elem); hi[0], hi[1]: cutmix_minmax (hi[1] 0: none),
+ * which sets cutmix's alpha to 1 as timm does. */
 static int mix_args(args_t *a, const ctx_t *cx, stk__op *op) {
-  int both = op->kind == STK__OP_MIXUP_CUTMIX;
+  int both = op->kind == STK__OP_MIXUP_CUTMIX, cut = op->kind == STK__OP_CUTMIX;
   const char *ma = both ? arg(a, 0, "mixup") : NULL,
              *ca = both ? arg(a, 1, "cutmix") : NULL,
              *al = both ? NULL : arg(a, 0, "alpha"), *p = arg(a, both ? 2 : 1, "p"),
              *sw = both ? arg(a, 3, "switch") : NULL,
-             *sm = arg(a, both ? 4 : 2, "smoothing");
+             *sm = arg(a, both ? 4 : 2, "smoothing"), *md = arg(a, both ? 5 : 3, "mode"),
+             *mm = both || cut ? arg(a, both ? 6 : 4, "minmax") : NULL;
   double m = both ? 0.8 : op->kind == STK__OP_MIXUP ? 1 : 0;
-  double c = both ? 1 : op->kind == STK__OP_CUTMIX ? 1 : 0, x;
+  double c = both ? 1 : cut ? 1 : 0, x;
   if (al && (num(al, &x) || !(x > 0) || x > 1000))
     return OPFAIL(cx, "alpha must be in (0, 1000], got '%s'", al);
   if (al && op->kind == STK__OP_MIXUP) m = x;
-  if (al && op->kind == STK__OP_CUTMIX) c = x;
+  if (al && cut) c = x;
   if (ma && (num(ma, &m) || m < 0 || m > 1000))
     return OPFAIL(cx, "mixup is an alpha in [0, 1000] (0: off), got '%s'", ma);
   if (ca && (num(ca, &c) || c < 0 || c > 1000))
     return OPFAIL(cx, "cutmix is an alpha in [0, 1000] (0: off), got '%s'", ca);
+  if (mm && (range(mm, &op->hi[0], &op->hi[1]) || op->hi[0] < 0 ||
+             !(op->hi[1] > op->hi[0]) || op->hi[1] > 1))
+    return OPFAIL(cx, "minmax wants a:b with 0 <= a < b <= 1, got '%s'", mm);
+  if (mm) c = 1; /* timm: cutmix_minmax forces cutmix_alpha = 1 */
   if (!(m > 0) && !(c > 0)) return OPFAIL(cx, "mixup or cutmix needs an alpha > 0");
   op->lo[0] = (float)m, op->lo[1] = (float)c;
   op->p = 1, op->lo[2] = 0.5f, op->lo[3] = 0.1f;
@@ -245,6 +253,9 @@ static int mix_args(args_t *a, const ctx_t *cx, stk__op *op) {
   if (sm && (num(sm, &x) || x < 0 || x >= 1))
     return OPFAIL(cx, "smoothing must be in [0, 1), got '%s'", sm);
   if (sm) op->lo[3] = (float)x;
+  if (md && strcmp(md, "batch") && strcmp(md, "pair") && strcmp(md, "elem"))
+    return OPFAIL(cx, "mode is batch, pair or elem, got '%s'", md);
+  op->kh = !md || !strcmp(md, "batch") ? 0 : !strcmp(md, "pair") ? 1 : 2;
   return STK_OK;
 }
 
@@ -753,14 +764,20 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
         break;
       case STK__OP_MIXUP:
       case STK__OP_CUTMIX:
-        put(buf, len, &n, "(%.9g, p=%.9g, smoothing=%.9g)",
-            (double)o->lo[o->kind == STK__OP_CUTMIX], (double)o->p, (double)o->lo[3]);
-        break;
       case STK__OP_MIXUP_CUTMIX:
-        put(buf, len, &n,
-            "(mixup=%.9g, cutmix=%.9g, p=%.9g, switch=%.9g, smoothing=%.9g)",
-            (double)o->lo[0], (double)o->lo[1], (double)o->p, (double)o->lo[2],
-            (double)o->lo[3]);
+        if (o->kind == STK__OP_MIXUP_CUTMIX)
+          put(buf, len, &n,
+              "(mixup=%.9g, cutmix=%.9g, p=%.9g, switch=%.9g, smoothing=%.9g",
+              (double)o->lo[0], (double)o->lo[1], (double)o->p, (double)o->lo[2],
+              (double)o->lo[3]);
+        else
+          put(buf, len, &n, "(%.9g, p=%.9g, smoothing=%.9g",
+              (double)o->lo[o->kind == STK__OP_CUTMIX], (double)o->p, (double)o->lo[3]);
+        /* timm's defaults (batch mode, no minmax) are left unwritten */
+        if (o->kh) put(buf, len, &n, ", mode=%s", o->kh == 1 ? "pair" : "elem");
+        if (o->hi[1] > 0)
+          put(buf, len, &n, ", minmax=%.9g:%.9g", (double)o->hi[0], (double)o->hi[1]);
+        put(buf, len, &n, ")");
         break;
     }
   }

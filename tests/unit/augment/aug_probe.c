@@ -29,6 +29,8 @@
  *                                the chain ends in a batch op) target
  *                                tensors; stdout "H W", then per step the
  *                                batch op's draws as mixdraws prints them
+ *                                (pair and elem modes: each row's draw,
+ *                                stk__mix_row, ';'-joined)
  *   aug_probe mixdraws OP H W N SEED
  *                                the draws of batch op OP on an H x W batch
  *                                at epoch positions 0..N-1 of epoch 0:
@@ -92,9 +94,9 @@ static int dump(const stk_job_spec *s, const char *root, const char *out) {
   return rc;
 }
 
-static void print_mix(const stk__mix *m) {
-  printf("%d %d %.17g %.17g %u %u %u %u %u %u\n", m->mixed, m->cutmix, m->lam, m->weight,
-         m->cy, m->cx, m->y0, m->y1, m->x0, m->x1);
+static void print_mix(const stk__mix *m, char end) {
+  printf("%d %d %.17g %.17g %u %u %u %u %u %u%c", m->mixed, m->cutmix, m->lam, m->weight,
+         m->cy, m->cx, m->y0, m->y1, m->x0, m->x1, end);
 }
 
 /* aug_probe mix: see the top of the file. 0, or 1 with a message. */
@@ -142,12 +144,19 @@ static int mix_dump(char **argv) {
     for (uint32_t t = 0; t < L.ntensors; t++)
       if (strcmp(L.tensors[t].name, "mask") && strcmp(L.tensors[t].name, "index"))
         fwrite(buf + L.tensors[t].offset, 1, L.tensors[t].nbytes, f);
-    if (op) {
+    if (op && op->kh) { /* pair, elem: each row's draw, ';'-joined */
+      for (uint32_t i = 0; i < s.batch_size; i++) {
+        stk__mix m;
+        stk__mix_row(op, s.batch_size, s.height, s.width, s.seed, 0,
+                     (uint64_t)st * s.batch_size, i, &m);
+        print_mix(&m, i + 1 < s.batch_size ? ';' : '\n');
+      }
+    } else if (op) {
       stk_rng r;
       stk__mix m;
       stk__mix_rng(&r, s.seed, 0, (uint64_t)st * s.batch_size);
       stk__mix_draw(op, s.height, s.width, &r, &m);
-      print_mix(&m);
+      print_mix(&m, '\n');
     }
   }
   if (f) fclose(f);
@@ -175,7 +184,7 @@ int main(int argc, char **argv) {
       stk__mix m;
       stk__mix_rng(&r, seed, 0, (uint64_t)i);
       stk__mix_draw(&c.ops[1], H, W, &r, &m);
-      print_mix(&m);
+      print_mix(&m, '\n');
     }
     return 0;
   }

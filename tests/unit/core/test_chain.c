@@ -436,6 +436,31 @@ static void test_batch_ops(void) {
         0);
   CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
   CHECK(stk_batch_layout_of(&s, &L) == STK_OK && L.ntensors == 5);
+  /* timm's modes and cutmix_minmax (which sets cutmix's alpha to 1); the
+   * defaults (batch, no minmax) stay unwritten */
+  CHECK(set(&s, "pipeline", "center_crop(32) | cutmix(0.5, mode=pair, minmax=0.2:0.8)",
+            err, sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | cutmix(1, p=1, smoothing=0.100000001, "
+               "mode=pair, minmax=0.200000003:0.800000012)") == 0);
+  snprintf(again, sizeof again, "%s", s.chain);
+  CHECK(set(&s, "pipeline", again, err, sizeof err) == STK_OK && !strcmp(s.chain, again));
+  CHECK(set(&s, "pipeline",
+            "center_crop(32) | mixup_cutmix(0.8, 0, 1, 0.5, 0.1, elem, 0:1)", err,
+            sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | mixup_cutmix(mixup=0.800000012, cutmix=1, "
+               "p=1, switch=0.5, smoothing=0.100000001, mode=elem, minmax=0:1)") == 0);
+  CHECK(set(&s, "pipeline", "center_crop(32) | mixup(0.2, mode=batch)", err,
+            sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | mixup(0.200000003, p=1, "
+               "smoothing=0.100000001)") == 0);
+  refused("center_crop(32) | mixup(0.2, mode=pairs)", 1, "mode is batch, pair or elem");
+  refused("center_crop(32) | mixup(0.2, minmax=0.2:0.8)", 1,
+          "unknown parameter 'minmax'");
+  refused("center_crop(32) | cutmix(minmax=0.5:0.5)", 1, "minmax wants a:b");
+  refused("center_crop(32) | cutmix(minmax=0.5:1.5)", 1, "minmax wants a:b");
   /* without a batch op: four tensors, as before */
   CHECK(set(&s, "pipeline", "center_crop(32)", err, sizeof err) == STK_OK);
   CHECK(stk_batch_layout_of(&s, &L) == STK_OK && L.ntensors == 4);
