@@ -1,6 +1,7 @@
 /* ops_mix.c - the batch ops: mixup, cutmix and timm's switch between them
- * (mixup_cutmix), as timm.data.Mixup does them in its default batch mode,
- * with torchvision v2's MixUp/CutMix formulas as the special cases.
+ * (mixup_cutmix), as timm.data.Mixup does them in its batch, pair and
+ * elem modes, with cutmix_minmax, and torchvision v2's MixUp/CutMix
+ * formulas as the special cases.
  *
  * After every sample of a batch is stored (normalized, erased), one set of
  * draws for the whole batch from the batch's own generator (keyed by the
@@ -10,7 +11,11 @@
  * pasting a box of the paired row whose area follows the weight (cutmix,
  * the weight then corrected to the box's area), and the target tensor gets
  * timm's mixup_target: weight * smoothed one-hot(label_i) + (1 - weight) *
- * smoothed one-hot(label_{B-1-i}).
+ * smoothed one-hot(label_{B-1-i}). In pair mode each pair (i, B-1-i), in
+ * elem mode each row, has draws of its own, from the generator of its
+ * slot's epoch position (pos0 + i; pair: the pair's first row), its
+ * weight kept in float32 as timm's lam_batch; a row mixes with its
+ * partner's values from before the mix.
  *
  * Arithmetic is timm's on the tensor's dtype, operation by operation
  * (compiled without floating-point contraction: no fused multiply-add may
@@ -28,6 +33,8 @@
 #include "ops_mix.h"
 
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "core_internal.h"
@@ -38,9 +45,7 @@ void stk__mix_rng(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t pos0) {
   stk_rng_init(r, stk__batch_seed(seed), epoch, pos0);
 }
 
-/* log of a Gamma(a, 1) draw: Marsaglia and Tsang's method for a >= 1;
- * below 1, Gamma(a + 1) * U^(1/a). */
-static double log_gamma_draw(stk_rng *rng, double a) {
+double stk__log_gamma(stk_rng *rng, double a) {
   double boost = 0;
   if (a < 1) {
     double u = 1.0 - stk_rng_uniform(rng); /* (0, 1] */
@@ -61,12 +66,30 @@ static double log_gamma_draw(stk_rng *rng, double a) {
 }
 
 double stk__beta_sym(stk_rng *rng, double a) {
-  double lx = log_gamma_draw(rng, a), ly = log_gamma_draw(rng, a);
+  double lx = stk__log_gamma(rng, a), ly = stk__log_gamma(rng, a);
   return 1.0 / (1.0 + exp(ly - lx)); /* X / (X + Y) */
 }
 
 static uint32_t clip_box(int64_t v, uint32_t n) {
   return v < 0 ? 0 : v > (int64_t)n ? n : (uint32_t)v;
+}
+
+/* The shortest decimal that gives back the float32 x, as a double: the
+ * number the user wrote (0.7, not 0.699999988), as timm holds it. */
+static double written(float x) {
+  char b[32];
+  for (int p = 1; p < 10; p++) {
+    snprintf(b, sizeof(b), "%.*g", p, (double)x);
+    double d = strtod(b, NULL);
+    if ((float)d == x) return d;
+  }
+  return x;
+}
+
+/* numpy.random.randint(lo, hi) from one uniform: lo when the range is
+ * empty (where numpy would raise). */
+static int64_t randint(stk_rng *rng, int64_t lo, int64_t hi) {
+  return hi > lo ? lo + (int64_t)(stk_rng_uniform(rng) * (double)(hi - lo)) : lo;
 }
 
 void stk__mix_draw(const stk__op *op, uint32_t h, uint32_t w, stk_rng *rng, stk__mix *m) {
@@ -83,24 +106,55 @@ void stk__mix_draw(const stk__op *op, uint32_t h, uint32_t w, stk_rng *rng, stk_
     m->cutmix = 1;
     m->lam = stk__beta_sym(rng, ca);
   }
-  if (m->lam == 1.0) { /* timm: nothing to mix */
+  if (op->kh) m->lam = (float)m->lam; /* pair, elem: timm's lam_batch is float32 */
+  if (m->lam == 1.0) {                /* timm: nothing to mix */
     m->cutmix = 0;
     return;
   }
   m->mixed = 1;
   m->weight = m->lam;
   if (!m->cutmix) return;
-  /* rand_bbox: cut = int(side * sqrt(1 - lam)), centre randint(0, side),
-   * the box clipped to the image; then the weight is the part kept */
-  double ratio = sqrt(1.0 - m->lam);
-  int64_t ch = (int64_t)(h * ratio), cw = (int64_t)(w * ratio);
-  int64_t cy = (int64_t)(stk_rng_uniform(rng) * h),
-          cx = (int64_t)(stk_rng_uniform(rng) * w);
-  m->cy = (uint32_t)cy, m->cx = (uint32_t)cx;
-  m->y0 = clip_box(cy - ch / 2, h), m->y1 = clip_box(cy + ch / 2, h);
-  m->x0 = clip_box(cx - cw / 2, w), m->x1 = clip_box(cx + cw / 2, w);
+  if (op->hi[1] > 0) {
+    /* rand_bbox_minmax: the cut's height and width drawn within the
+     * minmax fractions, then its top and left */
+    double lo = written(op->hi[0]), hi = written(op->hi[1]);
+    int64_t ch = randint(rng, (int64_t)(h * lo), (int64_t)(h * hi));
+    int64_t cw = randint(rng, (int64_t)(w * lo), (int64_t)(w * hi));
+    int64_t y0 = randint(rng, 0, (int64_t)h - ch), x0 = randint(rng, 0, (int64_t)w - cw);
+    m->cy = (uint32_t)y0, m->cx = (uint32_t)x0;
+    m->y0 = clip_box(y0, h), m->y1 = clip_box(y0 + ch, h);
+    m->x0 = clip_box(x0, w), m->x1 = clip_box(x0 + cw, w);
+  } else {
+    /* rand_bbox: cut = int(side * sqrt(1 - lam)), centre randint(0, side),
+     * the box clipped to the image */
+    double ratio = sqrt(1.0 - m->lam);
+    int64_t ch = (int64_t)(h * ratio), cw = (int64_t)(w * ratio);
+    int64_t cy = (int64_t)(stk_rng_uniform(rng) * h),
+            cx = (int64_t)(stk_rng_uniform(rng) * w);
+    m->cy = (uint32_t)cy, m->cx = (uint32_t)cx;
+    m->y0 = clip_box(cy - ch / 2, h), m->y1 = clip_box(cy + ch / 2, h);
+    m->x0 = clip_box(cx - cw / 2, w), m->x1 = clip_box(cx + cw / 2, w);
+  }
+  /* then the weight is the part kept */
   m->weight =
       1.0 - (double)((uint64_t)(m->y1 - m->y0) * (m->x1 - m->x0)) / (double)(h * w);
+  if (op->kh) m->weight = (float)m->weight;
+}
+
+void stk__mix_row(const stk__op *op, uint32_t B, uint32_t h, uint32_t w, uint64_t seed,
+                  uint64_t epoch, uint64_t pos0, uint32_t i, stk__mix *m) {
+  uint32_t src = i;
+  if (op->kh == 1) { /* pair: row B-1-i takes row i's draw; an odd middle none */
+    src = i < B - 1 - i ? i : B - 1 - i;
+    if (src == B - 1 - src) {
+      memset(m, 0, sizeof(*m));
+      m->lam = m->weight = 1;
+      return;
+    }
+  }
+  stk_rng r;
+  stk__mix_rng(&r, seed, epoch, pos0 + src);
+  stk__mix_draw(op, h, w, &r, m);
 }
 
 static inline float bf16_float(uint16_t v) {
@@ -146,6 +200,9 @@ static void swap_bytes(unsigned char *a, unsigned char *b, size_t n) {
   }
 }
 
+static void targets(const stk__op *op, const stk__mix *m, const stk_job_spec *spec,
+                    const stk_batch_layout *L, unsigned char *buf);
+
 void stk__mix_apply(const stk__op *op, const stk__mix *m, const stk_job_spec *spec,
                     const stk_batch_layout *L, unsigned char *buf) {
   uint32_t B = spec->batch_size, H = spec->height, W = spec->width;
@@ -172,23 +229,131 @@ void stk__mix_apply(const stk__op *op, const stk__mix *m, const stk_job_spec *sp
       }
     }
   }
+  targets(op, m, spec, L, buf);
+}
+
+/* Row i's soft target: weight l of its own label li, r of its partner's
+ * lj (y1 * w + y2 * (1 - w), element by element, as torch computes it). */
+static void target_row(float *row, uint32_t C, int64_t li, int64_t lj, float on,
+                       float off, float l, float r) {
+  float base = off * l + off * r;
+  for (uint32_t c = 0; c < C; c++) row[c] = base;
+  if (li >= 0 && li < C) row[li] = on * l + (li == lj ? on : off) * r;
+  if (lj >= 0 && lj < C && lj != li) row[lj] = off * l + on * r;
+}
+
+/* The target tensor from the label tensor, every row weighted by m. */
+static void targets(const stk__op *op, const stk__mix *m, const stk_job_spec *spec,
+                    const stk_batch_layout *L, unsigned char *buf) {
   int tt = stk_batch_layout_find(L, "target"), tl = stk_batch_layout_find(L, "label");
   if (tt < 0 || tl < 0) return;
-  uint32_t C = spec->num_classes;
+  uint32_t B = spec->batch_size, C = spec->num_classes;
   double s = op->lo[3], offd = s / C;
   float off = (float)offd, on = (float)(1.0 - s + offd);
   float *t = (float *)(buf + L->tensors[tt].offset);
   const unsigned char *lab = buf + L->tensors[tl].offset;
-  float offl = off * l, offr = off * r, base = offl + offr;
   for (uint32_t i = 0; i < B; i++) {
     int64_t li, lj;
     memcpy(&li, lab + 8ull * i, 8);
     memcpy(&lj, lab + 8ull * (B - 1 - i), 8);
-    float *row = t + (size_t)i * C;
-    for (uint32_t c = 0; c < C; c++) row[c] = base;
-    /* y1 * w + y2 * (1 - w), element by element, as torch computes it */
-    if (li >= 0 && li < C) row[li] = on * l + (li == lj ? on : off) * r;
-    if (lj >= 0 && lj < C && lj != li) row[lj] = off * l + on * r;
+    target_row(t + (size_t)i * C, C, li, lj, on, off, (float)m->weight,
+               (float)(1.0 - m->weight));
+  }
+}
+
+static inline float load(int dtype, const unsigned char *p, size_t k) {
+  if (dtype == STK_DTYPE_FLOAT32) {
+    float v;
+    memcpy(&v, p + 4 * k, 4);
+    return v;
+  }
+  if (dtype == STK_DTYPE_BFLOAT16) {
+    uint16_t v;
+    memcpy(&v, p + 2 * k, 2);
+    return bf16_float(v);
+  }
+  return p[k];
+}
+
+static inline void put(int dtype, unsigned char *p, size_t k, float v) {
+  if (dtype == STK_DTYPE_FLOAT32) {
+    memcpy(p + 4 * k, &v, 4);
+  } else if (dtype == STK_DTYPE_BFLOAT16) {
+    uint16_t b = stk__bf16(v);
+    memcpy(p + 2 * k, &b, 2);
+  } else {
+    p[k] = (uint8_t)v; /* a level, or a blend rounded and clipped */
+  }
+}
+
+/* One row's new value under its draw d: a its own old value, b its
+ * partner's, inside: the element lies in d's box. */
+static inline float row_value(int dtype, const stk__mix *d, float a, float b, int inside,
+                              float l, float r) {
+  if (!d->mixed) return a;
+  if (d->cutmix) return inside ? b : a;
+  float v = a * l + b * r;
+  if (dtype == STK_DTYPE_UINT8) {
+    v = nearbyintf(v);
+    v = v < 0 ? 0 : v > 255 ? 255 : v;
+  }
+  return v;
+}
+
+static inline int in_box(const stk__mix *d, uint32_t y, uint32_t x) {
+  return y >= d->y0 && y < d->y1 && x >= d->x0 && x < d->x1;
+}
+
+/* Rows a and b (a == b: the middle row of an odd batch) mixed each under
+ * its own draw, from both rows' old values, element by element. */
+static void mix_two(const stk_job_spec *spec, unsigned char *a, unsigned char *b,
+                    const stk__mix *da, const stk__mix *db) {
+  uint32_t H = spec->height, W = spec->width;
+  int dt = spec->dtype, nhwc = spec->layout == STK_LAYOUT_NHWC;
+  float la = (float)da->weight, ra = (float)(1.0 - da->weight);
+  float lb = (float)db->weight, rb = (float)(1.0 - db->weight);
+  if (!da->mixed && (a == b || !db->mixed)) return;
+  for (uint32_t y = 0; y < H; y++)
+    for (uint32_t x = 0; x < W; x++) {
+      int ia = in_box(da, y, x), ib = in_box(db, y, x);
+      for (uint32_t c = 0; c < 3; c++) {
+        size_t k = nhwc ? ((size_t)y * W + x) * 3 + c : ((size_t)c * H + y) * W + x;
+        float va = load(dt, a, k), vb = load(dt, b, k);
+        put(dt, a, k, row_value(dt, da, va, vb, ia, la, ra));
+        if (a != b) put(dt, b, k, row_value(dt, db, vb, va, ib, lb, rb));
+      }
+    }
+}
+
+/* pair and elem modes: each row (pair) drawn from its own generator
+ * (stk__mix_row), the rows mixed pair by pair, the targets row by row. */
+static void mix_rows(const stk__op *op, const stk_job_spec *spec,
+                     const stk_batch_layout *L, uint64_t epoch, uint64_t pos0,
+                     unsigned char *buf) {
+  uint32_t B = spec->batch_size, H = spec->height, W = spec->width;
+  size_t per = (size_t)H * W * 3 * stk__dtype_size(spec->dtype);
+  unsigned char *img = buf + L->tensors[STK_TENSOR_IMAGE].offset;
+  int tt = stk_batch_layout_find(L, "target"), tl = stk_batch_layout_find(L, "label");
+  uint32_t C = spec->num_classes;
+  double s = op->lo[3], offd = s / C;
+  float off = (float)offd, on = (float)(1.0 - s + offd);
+  for (uint32_t i = 0; i <= (B - 1) / 2; i++) {
+    uint32_t j = B - 1 - i;
+    stk__mix di, dj;
+    stk__mix_row(op, B, H, W, spec->seed, epoch, pos0, i, &di);
+    stk__mix_row(op, B, H, W, spec->seed, epoch, pos0, j, &dj);
+    mix_two(spec, img + per * i, img + per * j, &di, &dj);
+    if (tt < 0 || tl < 0) continue;
+    float *t = (float *)(buf + L->tensors[tt].offset);
+    const unsigned char *lab = buf + L->tensors[tl].offset;
+    int64_t li, lj;
+    memcpy(&li, lab + 8ull * i, 8);
+    memcpy(&lj, lab + 8ull * j, 8);
+    target_row(t + (size_t)i * C, C, li, lj, on, off, (float)di.weight,
+               (float)(1.0 - di.weight));
+    if (j != i)
+      target_row(t + (size_t)j * C, C, lj, li, on, off, (float)dj.weight,
+                 (float)(1.0 - dj.weight));
   }
 }
 
@@ -197,6 +362,10 @@ void stk__mix_batch(const stk__op *op, const stk_job_spec *spec,
                     unsigned char *buf) {
   stk_rng r;
   stk__mix m;
+  if (op->kh) {
+    mix_rows(op, spec, L, epoch, pos0, buf);
+    return;
+  }
   stk__mix_rng(&r, spec->seed, epoch, pos0);
   stk__mix_draw(op, spec->height, spec->width, &r, &m);
   stk__mix_apply(op, &m, spec, L, buf);

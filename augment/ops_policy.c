@@ -38,6 +38,8 @@ void stk__pil_color(uint8_t *px, size_t n, float f) {
 
 void stk__policy_scratch_free(stk__policy_scratch *s) {
   free(s->tmp);
+  free(s->aug);
+  free(s->mix);
   memset(s, 0, sizeof(*s));
 }
 
@@ -315,8 +317,7 @@ int stk__policy_apply_op(stk__policy_scratch *s, uint8_t *px, uint32_t w, uint32
   return 0;
 }
 
-/* torch.linspace(start, end, bins)[i] in float32 (the scalar formula). */
-static float linspace(float start, float end, int bins, int i) {
+float stk__linspace(float start, float end, int bins, int i) {
   float step = (end - start) / (float)(bins - 1);
   return i < bins / 2 ? start + step * (float)i : end - step * (float)(bins - 1 - i);
 }
@@ -352,12 +353,12 @@ double stk__policy_magnitude(int pa, int bin, int bins, uint32_t w, uint32_t h, 
       return 8 - (int)nearbyintf((float)bin / d);
     }
     case STK__PA_SOLARIZE:
-      return linspace(255.0f, 0.0f, bins, bin);
+      return stk__linspace(255.0f, 0.0f, bins, bin);
     default:
       return 0;
   }
   *signed_out = 1;
-  return linspace(0.0f, top, bins, bin);
+  return stk__linspace(0.0f, top, bins, bin);
 }
 
 /* AutoAugment's learned policies (torchvision's _get_policies, in its
@@ -540,6 +541,7 @@ int stk__policy_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint
     return 0;
   }
   if (op->kind == STK__OP_IDENTITY) return 0;
+  if (op->kind == STK__OP_AUG_MIX) return stk__augmix_run(s, op, px, w, h, rng);
   /* a sub-op: one draw against p, then the op with its magnitude; the
    * enhance factors are 1 + _apply_op's magnitude */
   if (stk_rng_uniform(rng) >= op->p) return 0;

@@ -2,7 +2,7 @@
  * recipes (ImageEnhance blends, ImageOps lookup tables, nearest-neighbour
  * affine transforms) behind torchvision's autoaugment `_apply_op`, and the
  * augmentation policies built on them (RandAugment, TrivialAugmentWide,
- * AutoAugment), and random_erasing (ops_erase.c).
+ * AutoAugment; AugMix, ops_augmix.c), and random_erasing (ops_erase.c).
  * Private to augment/ (and its tests).
  */
 #ifndef STOKER_AUGMENT_OPS_POLICY_H
@@ -39,8 +39,9 @@ void stk__pil_color(uint8_t *px, size_t n, float f);
 /* Buffers the policy ops keep between samples (they only grow). Owned by
  * the chain run; stk__policy_scratch_free frees them. */
 typedef struct stk__policy_scratch {
-  uint8_t *tmp;
-  size_t cap;
+  uint8_t *tmp, *aug; /* tmp: an op's copy; aug: an aug_mix chain's image */
+  float *mix;         /* aug_mix's float32 sum */
+  size_t cap, acap, mcap;
 } stk__policy_scratch;
 void stk__policy_scratch_free(stk__policy_scratch *s);
 
@@ -73,6 +74,10 @@ enum {
  * untouched). */
 int stk__policy_apply_op(stk__policy_scratch *s, uint8_t *px, uint32_t w, uint32_t h,
                          int pa, double magnitude);
+
+/* torch.linspace(start, end, bins)[i] in float32 (the scalar formula:
+ * start + step * i below the middle, end - step * (bins - 1 - i) from it). */
+float stk__linspace(float start, float end, int bins, int i);
 
 /* The magnitude of bin `bin` of op pa in a policy's space with `bins` bins
  * on a w x h image (torchvision's float32 linspace, computed as
@@ -122,9 +127,56 @@ int stk__erase_draw(const stk__op *op, uint32_t oh, uint32_t ow, stk_rng *rng,
 void stk__erase_apply(const stk__op *op, const stk__box *b, void *out, uint32_t oh,
                       uint32_t ow, int dtype, int layout, stk_rng *rng);
 
+/* aug_mix (ops_augmix.c), torchvision's AugMix on the tensor kernels its
+ * PIL input is converted to. STK__AUGMIX_SPACE: the size of its
+ * augmentation space (the last four, brightness ... sharpness, only with
+ * all_ops); STK__AUGMIX_MAX: the most chains, and ops per chain. */
+#define STK__AUGMIX_SPACE 13
+#define STK__AUGMIX_MAX   16
+
+/* One aug_mix draw: the Beta weights of the original and the augmented
+ * image (float32, as torch samples them), the Dirichlet weights of the
+ * chains, and each chain's ops (pa, bin, neg). */
+typedef struct stk__augmix {
+  float m[2];
+  float d[STK__AUGMIX_MAX];
+  int width, depth[STK__AUGMIX_MAX];
+  stk__policy_choice ch[STK__AUGMIX_MAX][STK__AUGMIX_MAX];
+} stk__augmix;
+
+/* The op (STK__PA_*) at index i of AugMix's augmentation space; -1 out of
+ * range. */
+int stk__augmix_space_op(int i);
+
+/* The magnitude of bin `bin` (of AugMix's 10) of op pa on a w x h image. */
+double stk__augmix_magnitude(int pa, int bin, uint32_t w, uint32_t h);
+
+/* aug_mix op's draws from rng into *d, in torchvision's order: two
+ * log-Gamma(alpha) draws (the Beta), width more (the Dirichlet), then per
+ * chain its depth (one uniform, when op's depth is random) and per op one
+ * uniform for the op, one for the bin (ops with bins) and one for the
+ * sign (signed ops). */
+void stk__augmix_draw(const stk__op *op, stk_rng *rng, stk__augmix *d);
+
+/* One operation of AugMix's space as torchvision's tensor kernels apply
+ * it (`_apply_op` on a uint8 tensor, bilinear, fill 0) to the w x h RGB
+ * image px in place; magnitude as for stk__policy_apply_op. 0, or -1 out
+ * of memory. */
+int stk__augmix_apply_op(stk__policy_scratch *s, uint8_t *px, uint32_t w, uint32_t h,
+                         int pa, double magnitude);
+
+/* AugMix.forward with the draws *d on px (w x h RGB, in place). 0, or -1
+ * out of memory (px untouched). */
+int stk__augmix_mix(stk__policy_scratch *s, const stk__augmix *d, uint8_t *px, uint32_t w,
+                    uint32_t h);
+
+/* Draw and run aug_mix op on px. 0, or -1 out of memory. */
+int stk__augmix_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint32_t w,
+                    uint32_t h, stk_rng *rng);
+
 /* Whether op kind k is one stk__policy_run runs. */
 static inline int stk__policy_kind(int k) {
-  return k >= STK__OP_SHEAR_X && k <= STK__OP_AUTO_AUGMENT;
+  return k >= STK__OP_SHEAR_X && k <= STK__OP_AUG_MIX;
 }
 
 #endif

@@ -213,26 +213,34 @@ static int erasing_args(args_t *a, const ctx_t *cx, stk__op *op) {
   return STK_OK;
 }
 
-/* A batch op's arguments: mixup(alpha=1, p=1, smoothing=0.1),
- * cutmix(alpha=1, p=1, smoothing=0.1), mixup_cutmix(mixup=0.8, cutmix=1,
- * p=1, switch=0.5, smoothing=0.1) (timm's Mixup defaults and recipe). */
+/* A batch op's arguments: mixup(alpha=1, p=1, smoothing=0.1, mode=batch),
+ * cutmix(alpha=1, p=1, smoothing=0.1, mode=batch, minmax=none),
+ * mixup_cutmix(mixup=0.8, cutmix=1, p=1, switch=0.5, smoothing=0.1,
+ * mode=batch, minmax=none) (timm's Mixup defaults and recipe). kh: the mode
+ * (0 batch, 1 pair, 2 elem); hi[0], hi[1]: cutmix_minmax (hi[1] 0: none),
+ * which sets cutmix's alpha to 1 as timm does. */
 static int mix_args(args_t *a, const ctx_t *cx, stk__op *op) {
-  int both = op->kind == STK__OP_MIXUP_CUTMIX;
+  int both = op->kind == STK__OP_MIXUP_CUTMIX, cut = op->kind == STK__OP_CUTMIX;
   const char *ma = both ? arg(a, 0, "mixup") : NULL,
              *ca = both ? arg(a, 1, "cutmix") : NULL,
              *al = both ? NULL : arg(a, 0, "alpha"), *p = arg(a, both ? 2 : 1, "p"),
              *sw = both ? arg(a, 3, "switch") : NULL,
-             *sm = arg(a, both ? 4 : 2, "smoothing");
+             *sm = arg(a, both ? 4 : 2, "smoothing"), *md = arg(a, both ? 5 : 3, "mode"),
+             *mm = both || cut ? arg(a, both ? 6 : 4, "minmax") : NULL;
   double m = both ? 0.8 : op->kind == STK__OP_MIXUP ? 1 : 0;
-  double c = both ? 1 : op->kind == STK__OP_CUTMIX ? 1 : 0, x;
+  double c = both ? 1 : cut ? 1 : 0, x;
   if (al && (num(al, &x) || !(x > 0) || x > 1000))
     return OPFAIL(cx, "alpha must be in (0, 1000], got '%s'", al);
   if (al && op->kind == STK__OP_MIXUP) m = x;
-  if (al && op->kind == STK__OP_CUTMIX) c = x;
+  if (al && cut) c = x;
   if (ma && (num(ma, &m) || m < 0 || m > 1000))
     return OPFAIL(cx, "mixup is an alpha in [0, 1000] (0: off), got '%s'", ma);
   if (ca && (num(ca, &c) || c < 0 || c > 1000))
     return OPFAIL(cx, "cutmix is an alpha in [0, 1000] (0: off), got '%s'", ca);
+  if (mm && (range(mm, &op->hi[0], &op->hi[1]) || op->hi[0] < 0 ||
+             !(op->hi[1] > op->hi[0]) || op->hi[1] > 1))
+    return OPFAIL(cx, "minmax wants a:b with 0 <= a < b <= 1, got '%s'", mm);
+  if (mm) c = 1; /* timm: cutmix_minmax forces cutmix_alpha = 1 */
   if (!(m > 0) && !(c > 0)) return OPFAIL(cx, "mixup or cutmix needs an alpha > 0");
   op->lo[0] = (float)m, op->lo[1] = (float)c;
   op->p = 1, op->lo[2] = 0.5f, op->lo[3] = 0.1f;
@@ -245,6 +253,9 @@ static int mix_args(args_t *a, const ctx_t *cx, stk__op *op) {
   if (sm && (num(sm, &x) || x < 0 || x >= 1))
     return OPFAIL(cx, "smoothing must be in [0, 1), got '%s'", sm);
   if (sm) op->lo[3] = (float)x;
+  if (md && strcmp(md, "batch") && strcmp(md, "pair") && strcmp(md, "elem"))
+    return OPFAIL(cx, "mode is batch, pair or elem, got '%s'", md);
+  op->kh = !md || !strcmp(md, "batch") ? 0 : !strcmp(md, "pair") ? 1 : 2;
   return STK_OK;
 }
 
@@ -266,6 +277,31 @@ static int policy_args(args_t *a, const ctx_t *cx, stk__op *op) {
   if (ra && op->kw >= op->pad)
     return OPFAIL(cx, "magnitude %u is not below num_magnitude_bins %u", op->kw, op->pad);
   if (!ra) op->kh = 1, op->kw = 0;
+  return STK_OK;
+}
+
+/* aug_mix(severity=3, width=3, depth=-1, alpha=1, all_ops=1): kh, kw,
+ * pad (depth; 0 for -1), lo[0], lo[1]. */
+static int augmix_args(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *sv = arg(a, 0, "severity"), *wd = arg(a, 1, "width"),
+             *dp = arg(a, 2, "depth"), *al = arg(a, 3, "alpha"),
+             *ao = arg(a, 4, "all_ops");
+  op->kh = 3, op->kw = 3, op->pad = 0, op->lo[0] = 1, op->lo[1] = 1;
+  double x;
+  if (sv && whole(sv, 1, 10, &op->kh))
+    return OPFAIL(cx, "severity is a whole number in 1..10, got '%s'", sv);
+  if (wd && whole(wd, 1, 16, &op->kw))
+    return OPFAIL(cx, "width is a whole number in 1..16, got '%s'", wd);
+  if (dp && (num(dp, &x) || x != -1) && whole(dp, 1, 16, &op->pad))
+    return OPFAIL(cx, "depth is -1 (1..3 drawn) or a whole number in 1..16, got '%s'",
+                  dp);
+  if (al && (num(al, &x) || !(x > 0) || x > 1000))
+    return OPFAIL(cx, "alpha must be in (0, 1000], got '%s'", al);
+  if (al) op->lo[0] = (float)x;
+  if (ao && strcmp(ao, "0") && strcmp(ao, "1"))
+    return OPFAIL(cx, "all_ops is 0 or 1, got '%s'", ao);
+  if (ao) op->lo[1] = ao[0] == '1';
+  op->p = 1;
   return STK_OK;
 }
 
@@ -300,6 +336,7 @@ static const char *const op_names[] = {
     [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
     [STK__OP_RANDOM_ERASING] = "random_erasing",
     [STK__OP_AUTO_AUGMENT] = "auto_augment",
+    [STK__OP_AUG_MIX] = "aug_mix",
     [STK__OP_MIXUP] = "mixup",
     [STK__OP_CUTMIX] = "cutmix",
     [STK__OP_MIXUP_CUTMIX] = "mixup_cutmix"};
@@ -493,6 +530,9 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
     case STK__OP_CUTMIX:
     case STK__OP_MIXUP_CUTMIX:
       if ((rc = mix_args(&a, cx, op))) return rc;
+      break;
+    case STK__OP_AUG_MIX:
+      if ((rc = augmix_args(&a, cx, op))) return rc;
       break;
     case STK__OP_AUTO_AUGMENT: {
       const char *v = arg(&a, 0, "policy");
@@ -711,6 +751,10 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
             : o->kw == 1 ? "cifar10"
                          : "svhn");
         break;
+      case STK__OP_AUG_MIX:
+        put(buf, len, &n, "(severity=%u, width=%u, depth=%d, alpha=%.9g, all_ops=%d)",
+            o->kh, o->kw, o->pad ? (int)o->pad : -1, (double)o->lo[0], o->lo[1] != 0);
+        break;
       case STK__OP_RANDOM_ERASING:
         put(buf, len, &n,
             "(p=%.9g, scale=%.9g:%.9g, ratio=%.9g:%.9g, value=", (double)o->p,
@@ -720,14 +764,20 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
         break;
       case STK__OP_MIXUP:
       case STK__OP_CUTMIX:
-        put(buf, len, &n, "(%.9g, p=%.9g, smoothing=%.9g)",
-            (double)o->lo[o->kind == STK__OP_CUTMIX], (double)o->p, (double)o->lo[3]);
-        break;
       case STK__OP_MIXUP_CUTMIX:
-        put(buf, len, &n,
-            "(mixup=%.9g, cutmix=%.9g, p=%.9g, switch=%.9g, smoothing=%.9g)",
-            (double)o->lo[0], (double)o->lo[1], (double)o->p, (double)o->lo[2],
-            (double)o->lo[3]);
+        if (o->kind == STK__OP_MIXUP_CUTMIX)
+          put(buf, len, &n,
+              "(mixup=%.9g, cutmix=%.9g, p=%.9g, switch=%.9g, smoothing=%.9g",
+              (double)o->lo[0], (double)o->lo[1], (double)o->p, (double)o->lo[2],
+              (double)o->lo[3]);
+        else
+          put(buf, len, &n, "(%.9g, p=%.9g, smoothing=%.9g",
+              (double)o->lo[o->kind == STK__OP_CUTMIX], (double)o->p, (double)o->lo[3]);
+        /* timm's defaults (batch mode, no minmax) are left unwritten */
+        if (o->kh) put(buf, len, &n, ", mode=%s", o->kh == 1 ? "pair" : "elem");
+        if (o->hi[1] > 0)
+          put(buf, len, &n, ", minmax=%.9g:%.9g", (double)o->hi[0], (double)o->hi[1]);
+        put(buf, len, &n, ")");
         break;
     }
   }
@@ -837,7 +887,7 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
           "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
           "solarize, autocontrast, equalize, invert, identity, rand_augment, "
-          "trivial_augment_wide, auto_augment, random_erasing, mixup, cutmix, "
+          "trivial_augment_wide, auto_augment, aug_mix, random_erasing, mixup, cutmix, "
           "mixup_cutmix, normalize, to; an "
           "op from a plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",

@@ -54,6 +54,9 @@ typedef enum stk__op_kind {
   STK__OP_TRIVIAL_AUGMENT_WIDE, /* trivial_augment_wide(bins): pad */
   STK__OP_AUTO_AUGMENT,         /* auto_augment(policy): kw 0 imagenet, 1 cifar10,
                                    2 svhn; pad 10 (its bins) */
+  STK__OP_AUG_MIX,              /* aug_mix(severity, width, depth, alpha, all_ops):
+                                   kh severity, kw width, pad depth (0: 1..3
+                                   drawn), lo[0] alpha, lo[1] all_ops */
   /* on the output tensor, after Normalize (augment/ops_erase.c); only
    * random_erasing ops and a batch op may follow one */
   STK__OP_RANDOM_ERASING, /* random_erasing(p, scale=a:b, ratio=a:b, value=v|random):
@@ -62,10 +65,13 @@ typedef enum stk__op_kind {
   /* batch ops (augment/ops_mix.c): on the whole batch, after every
    * sample's ops; at most one, and it ends the chain. lo[0] mixup's alpha
    * (0: off), lo[1] cutmix's, p the probability a batch is mixed, lo[2]
-   * the probability of cutmix when both are on, lo[3] label smoothing */
-  STK__OP_MIXUP,       /* mixup(alpha, p, smoothing) */
-  STK__OP_CUTMIX,      /* cutmix(alpha, p, smoothing) */
-  STK__OP_MIXUP_CUTMIX /* mixup_cutmix(mixup=a, cutmix=b, p, switch=s, smoothing) */
+   * the probability of cutmix when both are on, lo[3] label smoothing, kh
+   * timm's mode (0 batch, 1 pair, 2 elem), hi[0]:hi[1] its cutmix_minmax
+   * (hi[1] 0: none) */
+  STK__OP_MIXUP,       /* mixup(alpha, p, smoothing, mode) */
+  STK__OP_CUTMIX,      /* cutmix(alpha, p, smoothing, mode, minmax=a:b) */
+  STK__OP_MIXUP_CUTMIX /* mixup_cutmix(mixup=a, cutmix=b, p, switch=s, smoothing,
+                          mode, minmax) */
 } stk__op_kind;
 
 /* 1 when kind is a batch op. */

@@ -1,7 +1,7 @@
 #!/usr/bin/python3
-"""recipe_chain_bench.py - images per second of an op chain against
-torchvision's same recipe on the same files, one thread each, alternating
-rounds, medians.
+"""recipe_chain_bench.py - images per second of the recipe chains
+against torchvision's same recipes on the same files, one thread each,
+alternating rounds, medians and per-round ratios.
 
 stoker builds each sample through `aug_probe chainf` (a builder with
 batch size 1, float32 NCHW, output to /dev/null: the process start and the
@@ -9,11 +9,20 @@ dataset open are timed too, amortized over the round); torchvision runs the
 Compose on PIL images in this process (torch.set_num_threads(1)).
 
 usage: recipe_chain_bench.py AUG_PROBE STOKER_DATASET [--count N] [--rounds R]
-Default: the timm-style recipe
-  random_resized_crop(224) | hflip(0.5) | rand_augment(2, 9) |
-  normalize(imagenet) | random_erasing(0.25)
-and, as a reference in the same rounds, the chain without its two
-policies (random_resized_crop | hflip | normalize); then the recipe with
+                              [--batch B] [--files DIR] [--only NAME,...]
+The recipes (each round runs every one, stoker then torchvision):
+  recipe   timm's: random_resized_crop(224) | hflip(0.5) |
+           rand_augment(2, 9) | normalize(imagenet) | random_erasing(0.25)
+  base     the same without its two policies (a reference)
+  tawide   torchvision's ResNet-50 v2 image part: random_resized_crop(176) |
+           hflip(0.5) | trivial_augment_wide | normalize(imagenet) |
+           random_erasing(0.1) (TrivialAugmentWide's default NEAREST)
+  autoaug  random_resized_crop(224) | hflip(0.5) | auto_augment |
+           normalize(imagenet)
+  augmix   random_resized_crop(224) | hflip(0.5) | aug_mix |
+           normalize(imagenet)
+--files DIR times an ImageFolder of your own (real photos) instead of
+--count generated JPEGs. Then the recipe with
 timm's Mixup/CutMix, `| mixup_cutmix(0.8, 1.0)`, in batches of --batch
 (`aug_probe mix`: float32 NCHW, the dataset's 4 classes) against torchvision's
 Compose, torch.stack and timm's Mixup formula in torch (batch mode,
@@ -45,7 +54,46 @@ RECIPES = [
     ("base", "random_resized_crop(224) | hflip(0.5) | normalize(imagenet)",
      T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.ToTensor(),
                 T.Normalize(MEAN, STD)])),
+    ("tawide", "random_resized_crop(176) | hflip(0.5) | trivial_augment_wide | "
+     "normalize(imagenet) | random_erasing(0.1)",
+     T.Compose([T.RandomResizedCrop(176), T.RandomHorizontalFlip(), T.TrivialAugmentWide(),
+                T.ToTensor(), T.Normalize(MEAN, STD), T.RandomErasing(0.1)])),
+    ("autoaug", "random_resized_crop(224) | hflip(0.5) | auto_augment | normalize(imagenet)",
+     T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.AutoAugment(),
+                T.ToTensor(), T.Normalize(MEAN, STD)])),
+    ("augmix", "random_resized_crop(224) | hflip(0.5) | aug_mix | normalize(imagenet)",
+     T.Compose([T.RandomResizedCrop(224), T.RandomHorizontalFlip(), T.AugMix(),
+                T.ToTensor(), T.Normalize(MEAN, STD)])),
 ]
+
+
+def recipe_rates(a, root, files, recipes):
+    """Every recipe, stoker then torchvision, in each of a.rounds rounds:
+    {(name, "stoker" | "torchvision"): [img/s per round]}."""
+    rates = {(n, w): [] for n, _, _ in recipes for w in ("stoker", "torchvision")}
+    for r in range(a.rounds):
+        for name, chain, tf in recipes:
+            t0 = time.perf_counter()
+            subprocess.run([a.probe, "chainf", root, a.ds, chain, "/dev/null"], check=True,
+                           stdout=subprocess.DEVNULL)
+            rates[(name, "stoker")].append(len(files) / (time.perf_counter() - t0))
+            t0 = time.perf_counter()
+            for f in files:
+                with Image.open(f) as im:
+                    tf(im.convert("RGB"))
+            rates[(name, "torchvision")].append(len(files) / (time.perf_counter() - t0))
+    return rates
+
+
+def report(a, files, recipes, rates):
+    for name, chain, _ in recipes:
+        rs, rt = rates[(name, "stoker")], rates[(name, "torchvision")]
+        s, t = statistics.median(rs), statistics.median(rt)
+        per = [x / y for x, y in zip(rs, rt)]
+        print(f"{name}: {chain}\n  stoker {s:.0f} img/s, torchvision {t:.0f} img/s, "
+              f"ratio of medians {s / t:.2f}x, per-round ratios "
+              f"{' '.join(f'{v:.2f}' for v in per)} (median {statistics.median(per):.2f}x); "
+              f"{a.rounds} alternating rounds, {len(files)} images, one thread")
 
 
 def timm_mix(x, target, num_classes, rng):
@@ -74,20 +122,21 @@ def timm_mix(x, target, num_classes, rng):
 
 def bench_mix(a, root, files):
     """The recipe with mixup_cutmix in batches: (stoker, torchvision) img/s
-    medians."""
+    per round."""
     chain = RECIPES[0][1] + " | mixup_cutmix(0.8, 1.0)"
     tf = RECIPES[0][2]
     B = a.batch
     steps = len(files) // B
     n = steps * B
-    labels = torch.tensor([int(os.path.basename(os.path.dirname(f))[-3:])
+    classes = sorted({os.path.basename(os.path.dirname(f)) for f in files})
+    labels = torch.tensor([classes.index(os.path.basename(os.path.dirname(f)))
                            for f in files], dtype=torch.int64)
     rng = np.random.default_rng(1)
     rs, rt = [], []
     for r in range(a.rounds):
         t0 = time.perf_counter()
-        subprocess.run([a.probe, "mix", root, "imagefolder", chain, "float32", "nchw",
-                        "4", str(B), str(steps), "/dev/null"], check=True,
+        subprocess.run([a.probe, "mix", root, a.ds, chain, "float32", "nchw",
+                        str(len(classes)), str(B), str(steps), "/dev/null"], check=True,
                        stdout=subprocess.DEVNULL)
         rs.append(n / (time.perf_counter() - t0))
         t0 = time.perf_counter()
@@ -96,9 +145,9 @@ def bench_mix(a, root, files):
             for f in files[s * B:(s + 1) * B]:
                 with Image.open(f) as im:
                     xs.append(tf(im.convert("RGB")))
-            timm_mix(torch.stack(xs), labels[s * B:(s + 1) * B], 4, rng)
+            timm_mix(torch.stack(xs), labels[s * B:(s + 1) * B], len(classes), rng)
         rt.append(n / (time.perf_counter() - t0))
-    return statistics.median(rs), statistics.median(rt), chain, n
+    return rs, rt, chain, n
 
 
 def main():
@@ -108,37 +157,33 @@ def main():
     ap.add_argument("--count", type=int, default=200)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--batch", type=int, default=32)
+    ap.add_argument("--files", help="an ImageFolder root to time instead of generated JPEGs")
+    ap.add_argument("--only", help="recipes to run, comma-separated (mix: the batch one)")
     a = ap.parse_args()
     torch.set_num_threads(1)
     tmp = tempfile.mkdtemp(prefix="stoker-recipe-")
     try:
-        subprocess.run([a.gen, "gen", "--out", os.path.join(tmp, "d"), "--count",
-                        str(a.count), "--classes", "4", "--layout", "imagefolder",
-                        "--seed", "3"], check=True, stdout=subprocess.DEVNULL)
         root = os.path.join(tmp, "d")
-        files = listing(os.path.join(root, "imagefolder"))
-        rates = {(n, w): [] for n, _, _ in RECIPES for w in ("stoker", "torchvision")}
-        for r in range(a.rounds):
-            for name, chain, tf in RECIPES:
-                t0 = time.perf_counter()
-                subprocess.run([a.probe, "chainf", root, "imagefolder", chain, "/dev/null"],
-                               check=True, stdout=subprocess.DEVNULL)
-                rates[(name, "stoker")].append(len(files) / (time.perf_counter() - t0))
-                t0 = time.perf_counter()
-                for f in files:
-                    with Image.open(f) as im:
-                        tf(im.convert("RGB"))
-                rates[(name, "torchvision")].append(len(files) / (time.perf_counter() - t0))
-        for name, chain, _ in RECIPES:
-            s = statistics.median(rates[(name, "stoker")])
-            t = statistics.median(rates[(name, "torchvision")])
-            print(f"{name}: {chain}\n  stoker {s:.0f} img/s, torchvision {t:.0f} img/s, "
-                  f"ratio {s / t:.2f}x (medians of {a.rounds} alternating rounds, "
-                  f"{len(files)} images, one thread)")
-        s, t, chain, n = bench_mix(a, root, files)
-        print(f"recipe+mix: {chain}\n  stoker {s:.0f} img/s, torchvision+timm Mixup {t:.0f} "
-              f"img/s, ratio {s / t:.2f}x (medians of {a.rounds} alternating rounds, {n} "
-              f"images in batches of {a.batch}, one thread)")
+        a.ds = "imagefolder"
+        if a.files:  # the probe reads ROOT/DATASET
+            d = os.path.abspath(a.files).rstrip("/")
+            root, a.ds = os.path.dirname(d), os.path.basename(d)
+        else:
+            subprocess.run([a.gen, "gen", "--out", root, "--count", str(a.count), "--classes",
+                            "4", "--layout", "imagefolder", "--seed", "3"], check=True,
+                           stdout=subprocess.DEVNULL)
+        files = listing(os.path.join(root, a.ds))
+        recipes = [r for r in RECIPES if not a.only or r[0] in a.only.split(",")]
+        report(a, files, recipes, recipe_rates(a, root, files, recipes))
+        if a.only and "mix" not in a.only.split(","):
+            return
+        rs, rt, chain, n = bench_mix(a, root, files)
+        s, t = statistics.median(rs), statistics.median(rt)
+        per = [x / y for x, y in zip(rs, rt)]
+        print(f"mix: {chain}\n  stoker {s:.0f} img/s, torchvision+timm Mixup {t:.0f} img/s, "
+              f"ratio of medians {s / t:.2f}x, per-round ratios "
+              f"{' '.join(f'{v:.2f}' for v in per)} (median {statistics.median(per):.2f}x); "
+              f"{a.rounds} alternating rounds, {n} images in batches of {a.batch}, one thread")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 

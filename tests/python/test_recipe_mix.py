@@ -8,15 +8,22 @@ through real daemons:
 on a generated ImageFolder (4 classes), float32, B = 6, two epochs, the
 last step padded. A stoker.Loader (rank 0 of 1) consumes every step from
 1 worker, then from 3, then from 3 of which one is SIGKILLed after the
-third batch. Every batch must equal the client's reference build
+third batch; then the same for the chain with aug_mix and timm's elem
+mode with cutmix_minmax,
+
+  pipeline = random_resized_crop(32) | hflip | aug_mix |
+             normalize(imagenet) |
+             mixup_cutmix(0.8, 1.0, mode=elem, minmax=0.2:0.8)
+
+from 1 worker and from 3 with a kill. Every batch must equal the client's reference build
 (Loader.reference, stk_client_reference: what stoker-train-loop --verify
 compares), and the three runs must deliver the same bytes, step for step
 (sha256 of each payload). The loop yields (images, targets): targets is
 the float32 [6, 4] soft-target tensor, each row summing to 1 within
 float32 rounding, and the dict's "label" the rows' own classes. The
 coordinator exits 0 after the last step of each run. Last, the same job
-for stoker-train-loop --verify against two workers: every batch
-verified, exit 0.
+for stoker-train-loop --verify against two workers (both chains): every
+batch verified, exit 0.
 Exit 77 without torch, or under sanitizers whose runtime cannot be
 preloaded."""
 import hashlib
@@ -40,6 +47,8 @@ import stoker  # noqa: E402
 SLOW = 3 if os.environ.get("STOKER_SANITIZED") == "1" else 1
 CHAIN = ("random_resized_crop(32) | hflip | rand_augment(2, 9) | normalize(imagenet) | "
          "random_erasing(0.25) | mixup_cutmix(0.8, 1.0)")
+CHAIN_ELEM = ("random_resized_crop(32) | hflip | aug_mix | normalize(imagenet) | "
+              "mixup_cutmix(0.8, 1.0, mode=elem, minmax=0.2:0.8)")
 JOB = """name = recipe-mix
 source = imagefolder
 dataset = imagefolder
@@ -51,16 +60,16 @@ world_size = 1
 epochs = 2
 drop_last = false
 seed = 27
-""" % CHAIN
+"""
 N, B, C = 50, 6, 4  # samples: ceil(50 / 6) = 9 steps per epoch, the last padded
 
 
-def start(tmp, root, tag, nworkers):
-    """A coordinator of the job and nworkers workers: (coordinator
-    process, its address, the workers)."""
-    job = os.path.join(tmp, "job.conf")
+def start(tmp, root, tag, nworkers, chain):
+    """A coordinator of the job with chain and nworkers workers:
+    (coordinator process, its address, the workers)."""
+    job = os.path.join(tmp, tag + "-job.conf")
     with open(job, "w") as f:
-        f.write(JOB)
+        f.write(JOB % chain)
     pf = os.path.join(tmp, tag + ".port")
     c = spawn([COORD, "--listen", "127.0.0.1:0", "--port-file", pf, "--job", job,
                "--idle-timeout-s", "60"], os.path.join(tmp, tag + "-coord.log"))
@@ -76,12 +85,12 @@ def start(tmp, root, tag, nworkers):
     return c, coord, ws
 
 
-def run_loop(tmp, root):
+def run_loop(tmp, root, chain, tag):
     """stoker-train-loop --verify (rank 0 of 1) against two workers: exit 0
     only if every batch equals its reference."""
     try:
-        c, coord, _ = start(tmp, root, "loop", 2)
-        out = os.path.join(tmp, "loop.log")
+        c, coord, _ = start(tmp, root, tag, 2, chain)
+        out = os.path.join(tmp, tag + ".log")
         p = spawn([LOOP, "--coordinator", coord, "--rank", "0", "--world-size", "1",
                    "--verify", "--data-root", root], out)
         code = wait_exit(p, 120 * SLOW)
@@ -89,19 +98,19 @@ def run_loop(tmp, root):
             summary = [ln for ln in f if "summary" in ln]
         check(code == 0 and summary and "batches 18 " in summary[0] and
               "verify_failures 0" in summary[0],
-              "stoker-train-loop --verify: exit %s, %s" % (code, summary))
-        check(wait_exit(c, 30 * SLOW) == 0, "loop: the coordinator exits 0")
+              "%s: stoker-train-loop --verify: exit %s, %s" % (tag, code, summary))
+        check(wait_exit(c, 30 * SLOW) == 0, "%s: the coordinator exits 0" % tag)
     finally:
         reap()
 
 
-def run(tmp, root, nworkers, kill_after=None):
+def run(tmp, root, nworkers, kill_after=None, chain=CHAIN, name=""):
     """One job: a coordinator, nworkers workers, a Loader over every step.
     Returns the payloads' sha256 in step order."""
-    tag = "w%d%s" % (nworkers, "-kill" if kill_after else "")
+    tag = "%sw%d%s" % (name, nworkers, "-kill" if kill_after else "")
     digests = []
     try:
-        c, coord, ws = start(tmp, root, tag, nworkers)
+        c, coord, ws = start(tmp, root, tag, nworkers, chain)
         L = stoker.Loader(coord, rank=0, world_size=1, with_meta=True, prefetch=4,
                           join_timeout_ms=15000 * SLOW)
         n, mixed = 0, [0]
@@ -150,12 +159,20 @@ def main():
         one = run(tmp, root, 1)
         three = run(tmp, root, 3)
         killed = run(tmp, root, 3, kill_after=3)
-        run_loop(tmp, root)
+        run_loop(tmp, root, CHAIN, "loop")
         check(len(one) == 18, "18 batches from one worker, got %d" % len(one))
         check(one == three, "one worker and three deliver the same bytes")
         check(one == killed, "three workers with one killed deliver the same bytes")
         print("%d batches, identical across 1, 3 and 3-with-a-kill workers: %s" %
               (len(one), one == three == killed))
+        e_one = run(tmp, root, 1, chain=CHAIN_ELEM, name="elem-")
+        e_killed = run(tmp, root, 3, kill_after=3, chain=CHAIN_ELEM, name="elem-")
+        run_loop(tmp, root, CHAIN_ELEM, "loop-elem")
+        check(len(e_one) == 18 and e_one == e_killed,
+              "aug_mix + elem mode: 1 worker and 3 with a kill deliver the same bytes")
+        check(e_one != one, "the two chains make different batches")
+        print("aug_mix + elem mode: %d batches, identical across 1 and 3-with-a-kill "
+              "workers: %s" % (len(e_one), e_one == e_killed))
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     if fails:

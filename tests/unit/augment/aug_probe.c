@@ -29,10 +29,22 @@
  *                                the chain ends in a batch op) target
  *                                tensors; stdout "H W", then per step the
  *                                batch op's draws as mixdraws prints them
+ *                                (pair and elem modes: each row's draw,
+ *                                stk__mix_row, ';'-joined)
  *   aug_probe mixdraws OP H W N SEED
  *                                the draws of batch op OP on an H x W batch
  *                                at epoch positions 0..N-1 of epoch 0:
  *                                "mixed cutmix lam weight cy cx y0 y1 x0 x1"
+ *   aug_probe augmix OP W H N SEED
+ *                                the draws of aug_mix op OP on a W x H
+ *                                image as the first drawing op of samples
+ *                                0..N-1 (epoch 0): per sample one line
+ *                                "m0 m1/d0 d1 .../chain/chain...", a chain
+ *                                being ','-joined "op bin neg magnitude"
+ *   aug_probe tensor_op OP MAGNITUDE W H IN OUT
+ *                                aug_mix's tensor kernel of op OP (an
+ *                                STK__PA_* number) on each W x H RGB image
+ *                                of the file IN, written to OUT
  *   aug_probe erasing OP W H N SEED
  *                                the rectangles "x y w h" (or "-": none)
  *                                random_erasing OP draws on a W x H output
@@ -82,9 +94,9 @@ static int dump(const stk_job_spec *s, const char *root, const char *out) {
   return rc;
 }
 
-static void print_mix(const stk__mix *m) {
-  printf("%d %d %.17g %.17g %u %u %u %u %u %u\n", m->mixed, m->cutmix, m->lam, m->weight,
-         m->cy, m->cx, m->y0, m->y1, m->x0, m->x1);
+static void print_mix(const stk__mix *m, char end) {
+  printf("%d %d %.17g %.17g %u %u %u %u %u %u%c", m->mixed, m->cutmix, m->lam, m->weight,
+         m->cy, m->cx, m->y0, m->y1, m->x0, m->x1, end);
 }
 
 /* aug_probe mix: see the top of the file. 0, or 1 with a message. */
@@ -132,12 +144,19 @@ static int mix_dump(char **argv) {
     for (uint32_t t = 0; t < L.ntensors; t++)
       if (strcmp(L.tensors[t].name, "mask") && strcmp(L.tensors[t].name, "index"))
         fwrite(buf + L.tensors[t].offset, 1, L.tensors[t].nbytes, f);
-    if (op) {
+    if (op && op->kh) { /* pair, elem: each row's draw, ';'-joined */
+      for (uint32_t i = 0; i < s.batch_size; i++) {
+        stk__mix m;
+        stk__mix_row(op, s.batch_size, s.height, s.width, s.seed, 0,
+                     (uint64_t)st * s.batch_size, i, &m);
+        print_mix(&m, i + 1 < s.batch_size ? ';' : '\n');
+      }
+    } else if (op) {
       stk_rng r;
       stk__mix m;
       stk__mix_rng(&r, s.seed, 0, (uint64_t)st * s.batch_size);
       stk__mix_draw(op, s.height, s.width, &r, &m);
-      print_mix(&m);
+      print_mix(&m, '\n');
     }
   }
   if (f) fclose(f);
@@ -165,7 +184,7 @@ int main(int argc, char **argv) {
       stk__mix m;
       stk__mix_rng(&r, seed, 0, (uint64_t)i);
       stk__mix_draw(&c.ops[1], H, W, &r, &m);
-      print_mix(&m);
+      print_mix(&m, '\n');
     }
     return 0;
   }
@@ -239,6 +258,55 @@ int main(int argc, char **argv) {
     }
     return 0;
   }
+  if (argc == 7 && !strcmp(argv[1], "augmix")) {
+    stk__chain c;
+    char err[512];
+    if (stk__chain_parse(argv[2], &c, NULL, err, sizeof(err)) || c.n != 2 ||
+        c.ops[1].kind != STK__OP_AUG_MIX) {
+      fprintf(stderr, "%s\n", c.n == 2 ? err : "one aug_mix op expected");
+      return 1;
+    }
+    uint32_t W = (uint32_t)atoi(argv[3]), H = (uint32_t)atoi(argv[4]);
+    long n = atol(argv[5]);
+    uint64_t seed = strtoull(argv[6], NULL, 10);
+    for (long i = 0; i < n; i++) {
+      stk_rng r;
+      stk__augmix d;
+      stk_rng_init(&r, seed, 0, (uint64_t)i);
+      stk__augmix_draw(&c.ops[1], &r, &d);
+      printf("%.9g %.9g/", (double)d.m[0], (double)d.m[1]);
+      for (int k = 0; k < d.width; k++) printf("%s%.9g", k ? " " : "", (double)d.d[k]);
+      for (int k = 0; k < d.width; k++) {
+        printf("/");
+        for (int j = 0; j < d.depth[k]; j++) {
+          const stk__policy_choice *ch = &d.ch[k][j];
+          printf("%s%d %d %d %.17g", j ? "," : "", ch->pa, ch->bin, ch->neg,
+                 stk__augmix_magnitude(ch->pa, ch->bin, W, H));
+        }
+      }
+      printf("\n");
+    }
+    return 0;
+  }
+  if (argc == 8 && !strcmp(argv[1], "tensor_op")) {
+    int pa = atoi(argv[2]);
+    double mag = strtod(argv[3], NULL);
+    uint32_t W = (uint32_t)atoi(argv[4]), H = (uint32_t)atoi(argv[5]);
+    size_t bytes = (size_t)W * H * 3;
+    FILE *in = fopen(argv[6], "rb"), *out = fopen(argv[7], "wb");
+    uint8_t *px = malloc(bytes ? bytes : 1);
+    stk__policy_scratch ps = {0};
+    int rc = !in || !out || !px;
+    while (!rc && fread(px, 1, bytes, in) == bytes) {
+      rc = stk__augmix_apply_op(&ps, px, W, H, pa, mag) != 0;
+      if (!rc) rc = fwrite(px, 1, bytes, out) != bytes;
+    }
+    stk__policy_scratch_free(&ps);
+    free(px);
+    if (in) fclose(in);
+    if (out && fclose(out)) rc = 1;
+    return rc;
+  }
   if (argc == 7 && !strcmp(argv[1], "policy")) {
     stk__chain c;
     char err[512];
@@ -270,7 +338,6 @@ int main(int argc, char **argv) {
       stderr,
       "usage: aug_probe boxes W H N SEED | eval ROOT DATASET OUT | chain ROOT DATASET "
       "CHAIN OUT | chainf ... | policy OP W H N SEED | aa_table POLICY | erasing OP W H "
-      "N "
-      "SEED\n");
+      "N SEED | augmix OP W H N SEED | tensor_op OP MAGNITUDE W H IN OUT\n");
   return 2;
 }

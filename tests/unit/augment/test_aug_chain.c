@@ -38,7 +38,7 @@ static const char *LONG_CHAIN =
     "vflip(0.3) | color_jitter(0.4, 0.4, 0.4, 0.1) | grayscale(0.2) | "
     "gaussian_blur(3, sigma=0.1:1.5) | center_crop(40) | rotate(90) | "
     "rand_augment(2, 9) | trivial_augment_wide | sharpness(1.5, p=0.5) | "
-    "shear_y(0.2, p=0.5) | equalize(0.3)";
+    "shear_y(0.2, p=0.5) | equalize(0.3) | aug_mix(severity=4, width=2)";
 
 /* A job over ds/<dataset> with chain (or a named pipeline when chain is
  * NULL), then dtype/layout set. */

@@ -1,9 +1,10 @@
 #!/usr/bin/python3
 """test_aug_mix.py - the batch ops (mixup, cutmix, mixup_cutmix) against a
-NumPy reimplementation of timm's Mixup (timm/data/mixup.py, batch mode:
-rand_bbox, cutmix_bbox_and_lam, mixup_target, x.flip(0) pairing;
-FastCollateMixup's rounding for uint8; for bfloat16 the float32 formula
-on x.float() cast back with torch).
+NumPy reimplementation of timm's Mixup (timm/data/mixup.py: batch mode
+(_mix_batch), pair and elem modes (_mix_pair, _mix_elem, float32
+lam_batch), rand_bbox, rand_bbox_minmax, cutmix_bbox_and_lam,
+mixup_target, x.flip(0) pairing; FastCollateMixup's rounding for uint8;
+for bfloat16 the float32 formula on x.float() cast back with torch).
 
 1. `aug_probe mix` builds batches of a chain with and without its batch
    op and prints each batch's draws (lam, the cutmix centre); the formula
@@ -11,12 +12,16 @@ on x.float() cast back with torch).
    images and the soft targets byte for byte: float32 NCHW and NHWC,
    bfloat16, uint8, with random_erasing before the mix, an odd batch,
    p < 1 (batches left unmixed keep their images, targets smoothed
-   one-hot).
+   one-hot); in pair and elem modes each row's draws replayed (`aug_probe
+   mix` prints them row by row), with and without cutmix minmax, odd
+   batches (pair: the middle row unmixed; elem: mixed with itself).
 2. The draws (`aug_probe mixdraws`) over 20,000 batch positions: lam
    against numpy.random.beta (Kolmogorov-Smirnov below the alpha 0.001
    critical value) for alphas 0.2, 0.8, 1 and 4; the rates of mixed
    batches (p) and of cutmix (switch) within 0.02; cutmix centres uniform
-   (KS against numpy.random.randint).
+   (KS against numpy.random.randint); with minmax, the cut's height
+   against numpy.random.randint over timm's range (KS), its top within
+   range.
 
 usage: test_aug_mix.py AUG_PROBE STOKER_DATASET. Exit 77 (skip) without
 numpy/torch.
@@ -40,6 +45,18 @@ NCLASSES = 3  # the generated ImageFolder's class folders
 
 
 # ---- timm's formulas (timm/data/mixup.py), in NumPy ------------------------
+def rand_bbox_minmax(shape, minmax, cut_h, cut_w, yl, xl):
+    """timm's rand_bbox_minmax with its four randint draws pinned (checked
+    to lie in the ranges numpy would draw them from)."""
+    img_h, img_w = shape[-2:]
+    lo_h, hi_h = int(img_h * minmax[0]), int(img_h * minmax[1])
+    lo_w, hi_w = int(img_w * minmax[0]), int(img_w * minmax[1])
+    assert lo_h <= cut_h < max(hi_h, lo_h + 1), (cut_h, lo_h, hi_h)
+    assert lo_w <= cut_w < max(hi_w, lo_w + 1), (cut_w, lo_w, hi_w)
+    assert 0 <= yl < max(img_h - cut_h, 1) and 0 <= xl < max(img_w - cut_w, 1)
+    return yl, yl + cut_h, xl, xl + cut_w
+
+
 def rand_bbox(shape, lam, cy, cx):
     """timm's rand_bbox with the centre pinned (randint's draws)."""
     ratio = np.sqrt(1 - lam)
@@ -52,8 +69,12 @@ def rand_bbox(shape, lam, cy, cx):
     return yl, yh, xl, xh
 
 
-def cutmix_bbox_and_lam(shape, lam, cy, cx):
-    yl, yu, xl, xu = rand_bbox(shape, lam, cy, cx)
+def cutmix_bbox_and_lam(shape, lam, cy, cx, minmax=None, box=None):
+    if minmax is not None:  # box: the probe's y0 y1 x0 x1
+        yl, yu, xl, xu = rand_bbox_minmax(shape, minmax, box[1] - box[0], box[3] - box[2],
+                                          cy, cx)
+    else:
+        yl, yu, xl, xu = rand_bbox(shape, lam, cy, cx)
     bbox_area = (yu - yl) * (xu - xl)
     lam = 1. - bbox_area / float(shape[-2] * shape[-1])  # correct_lam=True
     return (yl, yu, xl, xu), lam
@@ -73,13 +94,13 @@ def mixup_target(target, num_classes, lam, smoothing):
     return y1 * np.float32(lam) + y2 * np.float32(1. - lam)
 
 
-def mix_batch(x, lam, use_cutmix, cy, cx, dtype):
+def mix_batch(x, lam, use_cutmix, cy, cx, dtype, minmax=None, box=None):
     """Mixup._mix_batch on x ([B, C, H, W], the job's dtype as NumPy float32,
     uint8, or a torch bfloat16 tensor); returns (x, lam)."""
     if lam == 1.:
         return x, 1.
     if use_cutmix:
-        (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, cy, cx)
+        (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(x.shape, lam, cy, cx, minmax, box)
         x = x.copy() if dtype != "bfloat16" else x.clone()
         flipped = x[::-1].copy() if dtype != "bfloat16" else x.flip(0)
         x[:, :, yl:yh, xl:xh] = flipped[:, :, yl:yh, xl:xh]
@@ -96,6 +117,62 @@ def mix_batch(x, lam, use_cutmix, cy, cx, dtype):
     return x, lam
 
 
+def blend_rows(xi, xj, lam, dtype):
+    """timm's x[i] * lam + x_orig[j] * (1 - lam) with lam a float32 element of
+    lam_batch (1 - lam a float64, multiplied in float32); FastCollateMixup's
+    rint for uint8; the float32 formula cast back for bfloat16."""
+    if dtype == "bfloat16":
+        return (xi.float() * float(lam) + xj.float() * float(1 - lam)).bfloat16()
+    m = xi.astype(np.float32) * lam + xj.astype(np.float32) * (1 - lam)
+    if dtype == "uint8":
+        np.rint(m, out=m)
+        return m.astype(np.uint8)
+    return m
+
+
+def mix_rows(x, rows, mode, dtype, minmax=None):
+    """Mixup._mix_elem / _mix_pair (FastCollateMixup's for uint8) on x, with
+    row i's draws pinned to rows[i] (mixed, cutmix, lam, weight, cy, cx, y0,
+    y1, x0, x1); returns (x, lam_batch as timm's [B] float32, odd pair batches
+    with 1 for their middle row)."""
+    B = len(x)
+    n = B if mode == "elem" else B // 2
+    lam_batch = np.array([float(r[2]) for r in rows[:n]], dtype=np.float32)
+    x_orig = x.clone() if dtype == "bfloat16" else x.copy()
+    x = x.clone() if dtype == "bfloat16" else x.copy()
+    for i in range(n):
+        j = B - i - 1
+        lam = lam_batch[i]
+        r = rows[i]
+        if lam != 1.:
+            if int(r[1]):
+                (yl, yh, xl, xh), lam = cutmix_bbox_and_lam(
+                    x[i].shape, lam, int(r[4]), int(r[5]), minmax,
+                    [int(v) for v in r[6:10]])
+                x[i][:, yl:yh, xl:xh] = x_orig[j][:, yl:yh, xl:xh]
+                if mode == "pair":
+                    x[j][:, yl:yh, xl:xh] = x_orig[i][:, yl:yh, xl:xh]
+                lam_batch[i] = lam
+            else:
+                x[i] = blend_rows(x_orig[i], x_orig[j], lam, dtype)
+                if mode == "pair":
+                    x[j] = blend_rows(x_orig[j], x_orig[i], lam, dtype)
+    if mode == "pair":
+        mid = [np.float32(1)] if B % 2 else []
+        lam_batch = np.concatenate((lam_batch, mid, lam_batch[::-1])).astype(np.float32)
+    return x, lam_batch
+
+
+def mixup_target_rows(target, num_classes, lam, smoothing):
+    """mixup_target with lam a float32 [B, 1] tensor."""
+    off_value = smoothing / num_classes
+    on_value = 1. - smoothing + off_value
+    y1 = one_hot(target, num_classes, on_value, off_value)
+    y2 = one_hot(target[::-1], num_classes, on_value, off_value)
+    lam = lam.reshape(-1, 1)
+    return y1 * lam + y2 * (np.float32(1) - lam)
+
+
 # ---- the probe's batches ----------------------------------------------------
 ESIZE = {"float32": 4, "bfloat16": 2, "uint8": 1}
 
@@ -106,7 +183,8 @@ def probe_batches(probe, root, chain, dtype, layout, B, steps, out):
                          check=True, capture_output=True, text=True)
     lines = res.stdout.split("\n")
     H, W = (int(v) for v in lines[0].split())
-    draws = [ln.split() for ln in lines[1:] if ln]
+    draws = [[r.split() for r in ln.split(";")] if ";" in ln else ln.split()
+             for ln in lines[1:] if ln]
     with open(out, "rb") as f:
         data = f.read()
     n_img = B * 3 * H * W * ESIZE[dtype]
@@ -160,7 +238,35 @@ CASES = [
     ("cutmix(0.5)", "random_resized_crop(24) | normalize(imagenet)", "bfloat16", "nhwc", 4),
     ("mixup(0.4)", "random_resized_crop(24) | hflip(0.5)", "uint8", "nhwc", 6),
     ("mixup_cutmix(1, 1)", "random_resized_crop(24) | hflip(0.5)", "uint8", "nchw", 7),
+    ("cutmix(1, minmax=0.3:0.7)", "random_resized_crop(24, 20) | normalize(imagenet)",
+     "float32", "nchw", 6),
+    ("mixup_cutmix(0.8, 1, minmax=0.2:0.8, mode=batch)",
+     "random_resized_crop(20) | hflip(0.5)", "uint8", "nhwc", 4),
+    # pair and elem modes
+    ("mixup(0.8, mode=elem)", "random_resized_crop(32) | hflip(0.5) | normalize(imagenet)",
+     "float32", "nchw", 8),
+    ("cutmix(1, mode=pair)", "random_resized_crop(28, 24) | normalize(imagenet)",
+     "float32", "nhwc", 6),
+    ("mixup_cutmix(0.8, 1, p=0.8, mode=elem, minmax=0.2:0.8)",
+     "random_resized_crop(24) | normalize(imagenet) | random_erasing(0.25)",
+     "float32", "nchw", 7),
+    ("mixup_cutmix(1, 1, mode=pair, minmax=0.25:0.75)", "random_resized_crop(24) | hflip(0.5)",
+     "uint8", "nhwc", 6),
+    ("mixup_cutmix(0.4, 1, smoothing=0, mode=elem)", "random_resized_crop(24) | hflip(0.5)",
+     "uint8", "nchw", 5),
+    ("cutmix(0.5, mode=elem)", "random_resized_crop(24) | normalize(imagenet)", "bfloat16",
+     "nchw", 5),
+    ("mixup(0.4, mode=pair)", "random_resized_crop(24) | normalize(imagenet)", "bfloat16",
+     "nhwc", 5),
 ]
+
+
+def op_minmax(op):
+    """The minmax the op text holds, as the decimals written (timm's floats)."""
+    if "minmax=" not in op:
+        return None
+    a, b = op.split("minmax=")[1].split(")")[0].split(",")[0].split(":")
+    return float(a), float(b)
 
 
 def parity_batches(probe, root, tmp):
@@ -175,18 +281,40 @@ def parity_batches(probe, root, tmp):
         ws = subprocess.run([probe, "mixdraws", op, "4", "4", "0", "0"], check=True,
                             capture_output=True, text=True)  # parses op
         smoothing = float(np.float32(
-            float(op.split("smoothing=")[1].rstrip(")")) if "smoothing=" in op else 0.1))
+            float(op.split("smoothing=")[1].split(",")[0].rstrip(")")) if "smoothing=" in op
+            else 0.1))
         bad = []
         nmixed = ncut = 0
+        mode = "elem" if "mode=elem" in op else "pair" if "mode=pair" in op else "batch"
+        minmax = op_minmax(op)
         for s in range(steps):
             img_m, lab_m, tgt_m = mixed[s]
             img_p, lab_p, _ = plain[s]
+            if mode != "batch":
+                rows = draws[s]
+                x = as_nchw(img_p, dtype, layout, B, H, W)
+                ref, lam_b = mix_rows(x, rows, mode, dtype, minmax)
+                got = as_nchw(img_m, dtype, layout, B, H, W)
+                tgt_ref = mixup_target_rows(lab_p, NCLASSES, lam_b, smoothing)
+                nmixed += sum(int(r[0]) for r in rows)
+                ncut += sum(int(r[1]) for r in rows)
+                if not np.array_equal(lab_m, lab_p):
+                    bad.append(f"step {s}: labels differ")
+                if not same(got, ref):
+                    bad.append(f"step {s}: images differ")
+                if not same(tgt_m, tgt_ref):
+                    bad.append(f"step {s}: targets differ (max "
+                               f"{np.abs(tgt_m - tgt_ref).max():.3g})")
+                if any(np.float32(float(r[3])) != lam_b[i] for i, r in enumerate(rows)):
+                    bad.append(f"step {s}: row weights differ from timm's lam_batch")
+                continue
             is_mixed, use_cutmix = int(draws[s][0]), int(draws[s][1])
             lam, cy, cx = float(draws[s][2]), int(draws[s][4]), int(draws[s][5])
             nmixed += is_mixed
             ncut += use_cutmix
             x = as_nchw(img_p, dtype, layout, B, H, W)
-            ref, lam_t = mix_batch(x, lam, use_cutmix, cy, cx, dtype)
+            ref, lam_t = mix_batch(x, lam, use_cutmix, cy, cx, dtype, minmax,
+                                   [int(v) for v in draws[s][6:10]])
             got = as_nchw(img_m, dtype, layout, B, H, W)
             tgt_ref = mixup_target(lab_p, NCLASSES, lam_t, smoothing)
             if not np.array_equal(lab_m, lab_p):
@@ -200,8 +328,9 @@ def parity_batches(probe, root, tmp):
                            f"{np.abs(tgt_m - tgt_ref).max():.3g})")
             if float(draws[s][3]) != lam_t:
                 bad.append(f"step {s}: weight {draws[s][3]} != timm's lam {lam_t!r}")
+        unit = "batches" if mode == "batch" else f"batches of rows ({mode})"
         print(f"{op} after {chain.split(' | ')[-1]}, {dtype} {layout}, B={B}: "
-              f"{steps} batches ({nmixed} mixed, {ncut} cutmix) " +
+              f"{steps} {unit} ({nmixed} mixed, {ncut} cutmix) " +
               ("exact" if not bad else "MISMATCH: " + "; ".join(bad[:4])))
         ok = ok and not bad and ws.returncode == 0
     return ok
@@ -237,6 +366,28 @@ def parity_draws(probe):
     return ok
 
 
+def parity_minmax_draws(probe):
+    n = 20000
+    rng = np.random.default_rng(9)
+    res = subprocess.run([probe, "mixdraws", "cutmix(1, minmax=0.2:0.8)", "224", "160",
+                          str(n), "5"], check=True, capture_output=True, text=True)
+    d = np.array([[int(float(v)) for v in ln.split()] for ln in res.stdout.split("\n") if ln])
+    d = d[d[:, 1] == 1]
+    cut_h, cut_w = d[:, 7] - d[:, 6], d[:, 9] - d[:, 8]
+    lo_h, hi_h, lo_w, hi_w = int(224 * 0.2), int(224 * 0.8), int(160 * 0.2), int(160 * 0.8)
+    in_range = (cut_h.min() >= lo_h and cut_h.max() < hi_h and cut_w.min() >= lo_w and
+                cut_w.max() < hi_w and np.all(d[:, 4] < 224 - cut_h) and
+                np.all(d[:, 5] < 160 - cut_w))
+    k = max(ks(cut_h, rng.integers(lo_h, hi_h, len(cut_h))),
+            ks(cut_w, rng.integers(lo_w, hi_w, len(cut_w))))
+    c2 = 1.95 * np.sqrt(2.0 / len(cut_h))
+    good = in_range and k < c2
+    print(f"cutmix(1, minmax=0.2:0.8) boxes: {len(cut_h)}, sides within timm's ranges "
+          f"{'yes' if in_range else 'NO'}, KS {k:.4f} (critical {c2:.4f})"
+          + ("" if good else "  MISMATCH"))
+    return good
+
+
 def main():
     probe, gen = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
@@ -248,6 +399,7 @@ def main():
         root = os.path.join(tmp, "d")
         ok = parity_batches(probe, root, tmp)
         ok = parity_draws(probe) and ok
+        ok = parity_minmax_draws(probe) and ok
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if ok else 1

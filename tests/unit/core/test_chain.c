@@ -129,7 +129,8 @@ static void test_policy_ops(void) {
       "rand_augment(num_ops=1, magnitude=30) | "
       "trivial_augment_wide(num_magnitude_bins=11) | auto_augment | "
       "auto_augment(cifar10) | "
-      "auto_augment(policy=svhn)";
+      "auto_augment(policy=svhn) | aug_mix | aug_mix(1, 16, 16, 0.5, 0) | "
+      "aug_mix(depth=-1, alpha=1e-3, all_ops=1)";
   int rc = set(&s, "pipeline", in, err, sizeof err);
   CHECK(rc == STK_OK);
   if (rc) fprintf(stderr, "%s\n", err);
@@ -140,7 +141,10 @@ static void test_policy_ops(void) {
       "sharpness(0, p=1) | posterize(4, p=1) | solarize(128.5, p=1) | autocontrast(1) | "
       "equalize(0.5) | invert(0.100000001) | identity | rand_augment(2, 9, 31) | "
       "rand_augment(1, 30, 31) | trivial_augment_wide(11) | auto_augment(imagenet) | "
-      "auto_augment(cifar10) | auto_augment(svhn)";
+      "auto_augment(cifar10) | auto_augment(svhn) | "
+      "aug_mix(severity=3, width=3, depth=-1, alpha=1, all_ops=1) | "
+      "aug_mix(severity=1, width=16, depth=16, alpha=0.5, all_ops=0) | "
+      "aug_mix(severity=3, width=3, depth=-1, alpha=0.00100000005, all_ops=1)";
   CHECK(strcmp(s.chain, want) == 0);
   if (strcmp(s.chain, want)) fprintf(stderr, "chain: %s\n", s.chain);
   CHECK(s.height == 224 && s.width == 224);
@@ -249,6 +253,11 @@ static void test_refusals(void) {
           "op 3 'hflip': random_erasing works on the output tensor");
   refused("center_crop(224) | normalize(imagenet) | hflip", 1, "end the chain");
   refused("center_crop(224) | random_erasing(1.5)", 1, "p is a probability");
+  refused("center_crop(224) | aug_mix(11)", 1, "severity is a whole number in 1..10");
+  refused("center_crop(224) | aug_mix(width=0)", 1, "width is a whole number in 1..16");
+  refused("center_crop(224) | aug_mix(depth=0)", 1, "depth is -1");
+  refused("center_crop(224) | aug_mix(alpha=0)", 1, "alpha must be in (0, 1000]");
+  refused("center_crop(224) | aug_mix(all_ops=2)", 1, "all_ops is 0 or 1");
   refused("center_crop(224) | auto_augment(coco)", 1,
           "policy is imagenet, cifar10 or svhn, got 'coco'");
   refused("center_crop(224) | random_erasing(scale=0:0.3)", 1, "scale wants a:b");
@@ -427,6 +436,31 @@ static void test_batch_ops(void) {
         0);
   CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
   CHECK(stk_batch_layout_of(&s, &L) == STK_OK && L.ntensors == 5);
+  /* timm's modes and cutmix_minmax (which sets cutmix's alpha to 1); the
+   * defaults (batch, no minmax) stay unwritten */
+  CHECK(set(&s, "pipeline", "center_crop(32) | cutmix(0.5, mode=pair, minmax=0.2:0.8)",
+            err, sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | cutmix(1, p=1, smoothing=0.100000001, "
+               "mode=pair, minmax=0.200000003:0.800000012)") == 0);
+  snprintf(again, sizeof again, "%s", s.chain);
+  CHECK(set(&s, "pipeline", again, err, sizeof err) == STK_OK && !strcmp(s.chain, again));
+  CHECK(set(&s, "pipeline",
+            "center_crop(32) | mixup_cutmix(0.8, 0, 1, 0.5, 0.1, elem, 0:1)", err,
+            sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | mixup_cutmix(mixup=0.800000012, cutmix=1, "
+               "p=1, switch=0.5, smoothing=0.100000001, mode=elem, minmax=0:1)") == 0);
+  CHECK(set(&s, "pipeline", "center_crop(32) | mixup(0.2, mode=batch)", err,
+            sizeof err) == STK_OK);
+  CHECK(strcmp(s.chain,
+               "decode | center_crop(32, 32) | mixup(0.200000003, p=1, "
+               "smoothing=0.100000001)") == 0);
+  refused("center_crop(32) | mixup(0.2, mode=pairs)", 1, "mode is batch, pair or elem");
+  refused("center_crop(32) | mixup(0.2, minmax=0.2:0.8)", 1,
+          "unknown parameter 'minmax'");
+  refused("center_crop(32) | cutmix(minmax=0.5:0.5)", 1, "minmax wants a:b");
+  refused("center_crop(32) | cutmix(minmax=0.5:1.5)", 1, "minmax wants a:b");
   /* without a batch op: four tensors, as before */
   CHECK(set(&s, "pipeline", "center_crop(32)", err, sizeof err) == STK_OK);
   CHECK(stk_batch_layout_of(&s, &L) == STK_OK && L.ntensors == 4);
