@@ -94,10 +94,11 @@ int main(int argc, char **argv) {
   /* prefetch requests + slots + hedge buffers (a quarter of prefetch, at
    * least 2: client/ring.c) */
   double pool = (double)(cfg.prefetch + cfg.slots + 2) * (double)L.total_bytes;
-  printf("rank: pool %.1f MiB (%u + %u + 2 buffers of %llu bytes); VmRSS %ld -> %ld KiB "
-         "(+%.1f MiB)\n",
-         pool / 1048576.0, cfg.prefetch, cfg.slots, (unsigned long long)L.total_bytes,
-         before, after, (after - before) / 1024.0);
+  printf(
+      "rank: pool %.1f MiB (%u + %u + 2 buffers of %llu bytes); VmRSS %ld -> %ld KiB "
+      "(+%.1f MiB)\n",
+      pool / 1048576.0, cfg.prefetch, cfg.slots, (unsigned long long)L.total_bytes,
+      before, after, (after - before) / 1024.0);
   CHECK(before > 0 && (after - before) * 1024.0 >= 0.95 * pool);
 
   uint64_t got = 0;
