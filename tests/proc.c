@@ -220,3 +220,16 @@ int proc_log_count(const stk_proc *p, const char *needle) {
   free(log);
   return n;
 }
+
+int proc_wait_log(const stk_proc *p, const char *needle, int n, int timeout_ms) {
+  for (int64_t until = stk__now_ms() + timeout_ms;;) {
+    int have = proc_log_count(p, needle);
+    if (have >= n) return 0;
+    if (stk__now_ms() >= until) {
+      fprintf(stderr, "proc_wait_log: %d of %d lines with '%s' in %s\n", have, n, needle,
+              p->log);
+      return -1;
+    }
+    stk__sleep_ms(50);
+  }
+}

@@ -44,6 +44,9 @@ void proc_dump_log(const stk_proc *p);
 char *proc_read_log(const stk_proc *p);
 /* How many times needle occurs in p's log so far (0 when unreadable). */
 int proc_log_count(const stk_proc *p, const char *needle);
+/* Poll (every 50 ms, at most timeout_ms) until p's log holds needle at
+ * least n times; 0, or -1 with the count it saw printed to stderr. */
+int proc_wait_log(const stk_proc *p, const char *needle, int n, int timeout_ms);
 /* Kill -9 and reap every process still running (also runs at exit). */
 void proc_reap_all(void);
 

@@ -92,6 +92,14 @@ static inline int du_start_worker(stk_proc *p, const char *name, int coord_port,
   return port;
 }
 
+/* Wait (bounded) until the worker p has registered with its coordinator
+ * and holds the job: before that its port is open but every stream is
+ * refused UNAVAILABLE ("no job yet"), and a load opened at once only
+ * tests that refusal. 0 or -1. */
+static inline int du_wait_registered(const stk_proc *p, int timeout_ms) {
+  return proc_wait_log(p, "registered with coordinator", 1, timeout_ms);
+}
+
 static inline stk__rpc_channel *du_channel_token(int port, const char *token) {
   char target[64];
   snprintf(target, sizeof(target), "127.0.0.1:%d", port);

@@ -40,15 +40,6 @@ static uint64_t recv_ack(stk__rpc_stream *s, int timeout_ms) {
   return h;
 }
 
-/* Wait (bounded) until the coordinator's log has n lines with needle. */
-static int wait_log_count(const stk_proc *p, const char *needle, int n) {
-  for (int i = 0; i < 600; i++) { /* bounded: 30 s */
-    if (proc_log_count(p, needle) >= n) return 0;
-    stk__sleep_ms(50);
-  }
-  return -1;
-}
-
 static const char *job_args[] = {
     "--set", "source=imagefolder", "--set", "dataset=imgs", "--set", "num_samples=0",
     "--set", "pipeline=train",     "--set", "batch_size=4", "--set", "world_size=2",
@@ -75,7 +66,7 @@ int main(int argc, char **argv) {
   char id[32], addr[64];
   CHECK(stk__rpc_stream_open(c, SESSION, 0, &s[0]) == 0);
   CHECK(rogue_hello(s[0], "w0", "localhost:7100", 0, 0, 0) == 0);
-  CHECK(wait_log_count(&coord, "held by the test gate", 1) == 0);
+  CHECK(proc_wait_log(&coord, "held by the test gate", 1, 30000) == 0);
   /* The queue takes 16 more; the two after are told to retry. */
   for (int i = 1; i < NSESS; i++) {
     snprintf(id, sizeof(id), "w%d", i);

@@ -341,25 +341,6 @@ static void restart_case(int which) {
   proc_reap_all();
 }
 
-/* Poll (bounded) until p's log has n lines with needle; 0 or -1. */
-static int wait_log(const stk_proc *p, const char *needle, int n, int timeout_ms) {
-  for (int64_t until = stk__now_ms() + timeout_ms;;) {
-    int have = 0;
-    FILE *f = fopen(p->log, "rb");
-    char line[2048];
-    while (f && fgets(line, sizeof line, f))
-      if (strstr(line, needle)) have++;
-    if (f) fclose(f);
-    if (have >= n) return 0;
-    if (stk__now_ms() >= until) {
-      fprintf(stderr, "wait_log: %d of %d lines with '%s' in %s\n", have, n, needle,
-              p->log);
-      return -1;
-    }
-    stk__sleep_ms(50);
-  }
-}
-
 /* Case 4a: killed during the shutdown, after every worker was sent its
  * Shutdown (one of them stopped, so it has not acted on it, and may not
  * even have it): the restarted coordinator reads that the job ended and
@@ -390,9 +371,9 @@ static void during_shutdown_told(void) {
   CHECK(proc_wait(&p[2], 15000) == 0); /* w1 took its Shutdown */
   /* ... and the coordinator saw its session end: out of the journal
    * before that log line (a kill before it would keep w1 "to tell") */
-  CHECK(wait_log(&p[0], ") left; ", 1, 15000) == 0);
+  CHECK(proc_wait_log(&p[0], ") left; ", 1, 15000) == 0);
   /* Both told (journaled before the log line); still waiting for w2. */
-  CHECK(wait_log(&p[0], "sent shutdown to worker", 2, 15000) == 0);
+  CHECK(proc_wait_log(&p[0], "sent shutdown to worker", 2, 15000) == 0);
   CHECK(proc_wait(&p[0], 0) == -1);
   int64_t t0 = stk__now_ms();
   const char *rejoin[] = {"--rejoin-wait-s", "5", "--linger-s", "2", NULL};
@@ -440,11 +421,11 @@ static void during_shutdown_untold(void) {
   CHECK(du_finish(ch, 1, 0, &nf, det, sizeof det) == GRPC_STATUS_OK);
   stk__rpc_channel_close(ch);
   CHECK(proc_wait(&p[3], 15000) == 0); /* w1 took its Shutdown */
-  CHECK(wait_log(&p[1], "sent shutdown to worker", 1, 15000) == 0);
+  CHECK(proc_wait_log(&p[1], "sent shutdown to worker", 1, 15000) == 0);
   /* The coordinator saw w1's session end (journaled before this line):
    * killed before that, the restart would still count w1 "to tell" (a
    * flake found by scripts/stress.sh) */
-  CHECK(wait_log(&p[1], ") left; ", 1, 15000) == 0);
+  CHECK(proc_wait_log(&p[1], ") left; ", 1, 15000) == 0);
   want draining = {0, 0, 2, 3, "draining"};
   CHECK(wait_status(port, &draining, 15000) == 0);
   CHECK(proc_wait(&p[1], 0) == -1); /* waiting for w2 */
@@ -503,7 +484,7 @@ static void end_before_workers_back(int with_state) {
   CHECK(rank_wait(&r[0], &r[0].finished, 60000) == 0);
   CHECK(rank_wait(&r[1], &r[1].finished, 60000) == 0);
   /* The end is decided (every rank finished) with no worker registered. */
-  CHECK(wait_log(&p[1], "staying up", 1, 15000) == 0);
+  CHECK(proc_wait_log(&p[1], "staying up", 1, 15000) == 0);
   proc_signal(&p[2], SIGCONT);
   proc_signal(&p[3], SIGCONT);
   int64_t last = r[0].finish_ms > r[1].finish_ms ? r[0].finish_ms : r[1].finish_ms;

@@ -112,6 +112,8 @@ static int health_exhausted_n(const flood_stats *st, const void *arg) {
   return st->health_exhausted >= *(const int *)arg;
 }
 
+static void print_flood(const char *what, flood *f);
+
 /* 3. A second worker whose call table (--max-calls 300) is full of silent
  * streams that would stay for 600 s: a real stream opened then is served
  * at once (its call evicts the oldest silent one), byte-exact. */
@@ -122,6 +124,7 @@ static void full_table(int cport, uint64_t hash) {
   int wport = du_start_worker(&w, "worker-full", cport, wargs);
   CHECK(wport > 0);
   if (wport <= 0) return;
+  CHECK(du_wait_registered(&w, 30000) == 0);
   char target[64], det[256];
   snprintf(target, sizeof target, "127.0.0.1:%d", wport);
   flood_config fc;
@@ -140,6 +143,7 @@ static void full_table(int cport, uint64_t hash) {
    * last 50 took over 20 s to reach the worker. */
   if (f) CHECK(wait_flood(f, started_n, &n, 90000) == 0);
   if (f) CHECK(wait_flood(f, exhausted_n, &over, 90000) == 0);
+  if (f) print_flood("full table", f);
   long evicted = wait_counter(&w, "calls_evicted=", 1, 15000);
   fprintf(stderr, "full table: %ld silent calls evicted by later ones\n", evicted);
   CHECK(evicted >= 1);
@@ -199,6 +203,7 @@ static void peer_cap(int cport, uint64_t hash) {
   int wport = du_start_worker(&w, "worker-peer", cport, wargs);
   CHECK(wport > 0);
   if (wport <= 0) return;
+  CHECK(du_wait_registered(&w, 30000) == 0);
   char target[64], det[256], err[256];
   snprintf(target, sizeof target, "127.0.0.1:%d", wport);
   flood_config fc;
@@ -210,6 +215,7 @@ static void peer_cap(int cport, uint64_t hash) {
   int n = 12, over = 4;
   if (f) CHECK(wait_flood(f, started_n, &n, 90000) == 0);
   if (f) CHECK(wait_flood(f, exhausted_n, &over, 90000) == 0);
+  if (f) print_flood("per-peer cap", f);
   stk__rpc_channel *wc = du_channel(wport);
   stk__rpc_stream *s = NULL;
   CHECK(wc && stk__rpc_stream_open(wc, "/stoker.v1.Worker/Stream", 0, &s) == 0);
