@@ -24,6 +24,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "rpc_tsan.h"
 #include "stoker/status.h"
 #include "wire_limits.h"
 
@@ -643,6 +644,15 @@ static atag *atag_of(stk__rpc_astream *s, int kind) {
   return &s->tags[kind - STK__RPC_AS_RECV];
 }
 
+/* Before a batch of s starts (rpc_tsan.h): release on its tag, which the
+ * event acquires first (to read the tag), and on s, which it acquires
+ * next (for everything written before any of s's batches). */
+static void astream_handover(stk__rpc_astream *s, int kind) {
+  (void)s, (void)kind;
+  TAG_HANDOVER(atag_of(s, kind));
+  TAG_HANDOVER(s);
+}
+
 int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
                           const char *method, void *user, stk__rpc_astream **out) {
   *out = NULL;
@@ -670,6 +680,7 @@ int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
   ops[1].data.recv_status_on_client.trailing_metadata = &s->trail_md;
   ops[1].data.recv_status_on_client.status = &s->status;
   ops[1].data.recv_status_on_client.status_details = &s->details;
+  astream_handover(s, STK__RPC_AS_STATUS);
   if (grpc_call_start_batch(s->call, ops, 2, atag_of(s, STK__RPC_AS_STATUS), NULL) !=
       GRPC_CALL_OK) {
     grpc_call_cancel(s->call, NULL);
@@ -686,6 +697,7 @@ int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
 int stk__rpc_astream_recv(stk__rpc_astream *s) {
   grpc_op ops[2];
   size_t n = recv_ops(ops, s->got_md, &s->init_md, &s->recv_bb);
+  astream_handover(s, STK__RPC_AS_RECV);
   if (grpc_call_start_batch(s->call, ops, n, atag_of(s, STK__RPC_AS_RECV), NULL) !=
       GRPC_CALL_OK)
     return -1;
@@ -706,6 +718,7 @@ int stk__rpc_astream_send(stk__rpc_astream *s, grpc_byte_buffer *msg) {
   op.op = GRPC_OP_SEND_MESSAGE;
   op.data.send_message.send_message = msg;
   s->send_bb = msg;
+  astream_handover(s, STK__RPC_AS_SEND);
   if (grpc_call_start_batch(s->call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) !=
       GRPC_CALL_OK) {
     s->send_bb = NULL;
@@ -723,6 +736,7 @@ int stk__rpc_astream_close_send(stk__rpc_astream *s) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  astream_handover(s, STK__RPC_AS_SEND);
   return grpc_call_start_batch(s->call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) ==
                  GRPC_CALL_OK
              ? 0
@@ -789,6 +803,7 @@ int stk__rpc_waker_kick(stk__rpc_waker *w) {
   ops[1].data.recv_status_on_client.trailing_metadata = &k->trail_md;
   ops[1].data.recv_status_on_client.status = &k->status;
   ops[1].data.recv_status_on_client.status_details = &k->details;
+  TAG_HANDOVER(k);
   if (grpc_call_start_batch(k->call, ops, 2, &k->t, NULL) != GRPC_CALL_OK) {
     wake_op_free(k);
     return -1;
@@ -806,6 +821,7 @@ void stk__rpc_waker_free(stk__rpc_waker *w) {
 int stk__rpc_astream_event(const grpc_event *ev, stk__rpc_aevent *out) {
   if (ev->type != GRPC_OP_COMPLETE || !ev->tag) return -1;
   const atag *t = ev->tag;
+  TAG_TAKEOVER(t); /* a wake_op's tag is its first member: the whole kick */
   if (t->magic != ASTREAM_MAGIC) return -1;
   if (t->kind == STK__RPC_AS_WAKE) {
     wake_op_free((wake_op *)ev->tag);
@@ -815,6 +831,7 @@ int stk__rpc_astream_event(const grpc_event *ev, stk__rpc_aevent *out) {
     return 0;
   }
   stk__rpc_astream *s = t->s;
+  TAG_TAKEOVER(s); /* astream_handover */
   out->s = s;
   out->user = s->user;
   out->kind = t->kind;

@@ -24,24 +24,8 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "rpc.h"
+#include "rpc_tsan.h"
 #include "ticket.h"
-
-#if defined(__SANITIZE_THREAD__)
-#include <sanitizer/tsan_interface.h>
-/* ThreadSanitizer builds only (scripts/tsan.sh). A tag given to gRPC
- * (grpc_call_start_batch, grpc_server_request_call) comes back from
- * grpc_completion_queue_next, maybe on another thread, and gRPC's
- * completion queue orders everything before the start of the operation
- * before the event. gRPC is built without TSan, so TSan cannot see that
- * order and reports the call object, written before the start and read
- * after the event, as a race. Say it: handing a tag to gRPC releases, the
- * event for it acquires, on the tag's address. */
-#define TAG_HANDOVER(t) __tsan_release(t)
-#define TAG_TAKEOVER(t) __tsan_acquire(t)
-#else
-#define TAG_HANDOVER(t) ((void)0)
-#define TAG_TAKEOVER(t) ((void)0)
-#endif
 
 #define DEFAULT_MAX_MSG   (16u << 20)
 #define DEFAULT_MAX_CALLS 4096
