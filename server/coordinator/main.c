@@ -167,6 +167,9 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
            C.spec.name, C.hash, C.spec.world_size, C.spec.batch_size,
            C.resolved ? "known" : "unknown until a worker registers", opt.listen, port,
            stk__tls_describe(C.tls));
+  /* The idle clock runs from here: a slow start (a journal replayed, a
+   * loaded host) does not spend the time clients have to arrive. */
+  touch_locked();
   pthread_mutex_unlock(&C.mu);
   stk__health_set(1); /* accepting joins (grpc.health.v1) until the shutdown */
   return 0;

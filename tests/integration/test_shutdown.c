@@ -17,6 +17,7 @@
  *
  * usage: test_shutdown <stoker-coordinator> <stoker-worker>
  */
+#include <pthread.h>
 #include <signal.h>
 
 #include "daemon_util.h"
@@ -24,6 +25,26 @@
 static const char *const job_args[] = {"--set", "num_samples=64", "--set", "batch_size=4",
                                        "--set", "height=16",      "--set", "width=16",
                                        "--set", "world_size=2",   NULL};
+
+/* Touches a job (a refused Join every 50 ms) until stop, at most 120 s. */
+typedef struct idle_toucher {
+  int port;
+  int stop;
+} idle_toucher;
+
+static void *idle_touch(void *arg) {
+  idle_toucher *t = arg;
+  stk__rpc_channel *c = du_channel(t->port);
+  for (int i = 0; c && i < 2400 && !__atomic_load_n(&t->stop, __ATOMIC_ACQUIRE); i++) {
+    Stoker__V1__JoinResponse *jr = NULL;
+    char det[256];
+    du_join(c, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof(det));
+    if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+    stk__sleep_ms(50);
+  }
+  stk__rpc_channel_close(c);
+  return NULL;
+}
 
 static void fail_dump(stk_proc *ps, int n) {
   for (int i = 0; i < n; i++) proc_dump_log(&ps[i]);
@@ -90,20 +111,20 @@ static void idle_timeout(void) {
   int cport = du_start_coordinator2(&p[0], "idle-coord", job_args, more);
   CHECK(cport > 0);
   if (cport <= 0) return;
+  /* Until the worker has registered, keep the job touched (a Join, even a
+   * refused one, counts; Status does not), from a thread of its own that
+   * starts before the worker does, so the idle clock cannot run out during
+   * a slow worker start; from the last touch it must. */
+  idle_toucher t = {.port = cport};
+  pthread_t th;
+  int have_thread = pthread_create(&th, NULL, idle_touch, &t) == 0;
+  CHECK(have_thread);
   const char *wargs[] = {"--threads", "1", NULL};
   CHECK(du_start_worker(&p[1], "idle-w", cport, wargs) > 0);
-  /* Until the worker has registered, keep the job touched (a Join, even a
-   * refused one, counts; Status does not), so the idle clock cannot run
-   * out before a slow worker start; from the last touch it must. */
   stk__rpc_channel *c = du_channel(cport);
-  int registered = 0;
-  for (int i = 0; i < 1200 && !registered; i++) { /* bounded: 60 s (TSan is slow) */
-    Stoker__V1__JoinResponse *jr = NULL;
-    char det[256];
-    du_join(c, 0, 1, STK_PROTOCOL_VERSION + 1, 0, &jr, det, sizeof(det));
-    if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
-    registered = du_wait_workers(c, 1, 50) == 0;
-  }
+  int registered = du_wait_workers(c, 1, 60000) == 0; /* bounded: TSan is slow */
+  __atomic_store_n(&t.stop, 1, __ATOMIC_RELEASE);
+  if (have_thread) pthread_join(th, NULL);
   CHECK(registered);
   stk__rpc_channel_close(c);
   CHECK(proc_wait(&p[0], 10000) == 3); /* idle */
