@@ -6,6 +6,8 @@ seeded numpy Generator and the op's extra arguments, and returns a uint8
 array. The faulty ones misbehave on purpose: raise_some raises on some
 samples, bad_result returns a wrong shape or dtype, crash and hang fail a
 given number of times (counted in a marker file) and then behave as noise.
+Used by tests/unit/augment/test_aug_pyop.c, tests/integration/
+test_e2e_pyop.c and tests/bench/bench_pyop.c.
 """
 import os
 import signal
@@ -63,8 +65,20 @@ def _fail_now(marker, times):
     return 1
 
 
-def crash(img, rng, marker, times=1, how="exit"):
-    if _fail_now(marker, times):
+def _parent_is(name):
+    """1 when this runner's parent process is called name (its comm)."""
+    try:
+        with open("/proc/%d/comm" % os.getppid()) as f:
+            return f.read().strip() == name
+    except OSError:
+        return 0
+
+
+def crash(img, rng, marker, times=1, how="exit", only=None):
+    """Fails `times` times in all (counted in marker): exits (how=exit) or
+    kills itself (how=kill); with only=NAME, only in runners of a process
+    called NAME (e.g. stoker-worker, not a rank's reference builds)."""
+    if (only is None or _parent_is(only)) and _fail_now(marker, times):
         if how == "kill":
             os.kill(os.getpid(), signal.SIGKILL)
         os._exit(3)
