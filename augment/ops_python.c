@@ -17,7 +17,8 @@
  * Failures: an exception in the function (or a result of the wrong shape
  * or dtype) makes the sample bad (STK_CORRUPT, the exception's last line
  * in why). A runner that exits, is killed, or does not answer within the
- * timeout ($STOKER_PYTHON_TIMEOUT seconds, default 30) is killed with
+ * timeout ($STOKER_PYTHON_TIMEOUT seconds, default 30; at least 30 s for
+ * the start, which imports numpy and the modules) is killed with
  * SIGKILL and reaped at once, and the call returns STK_UNAVAILABLE (the
  * batch is retried, nothing is substituted); the next call starts a new
  * runner.
@@ -61,6 +62,7 @@ extern char **environ;
 #define REQ_MAGIC     0x504b5453u /* "STKP" */
 #define REPLY_MSG_MAX 1024
 #define SHM_ALIGN     ((size_t)1 << 20)
+#define START_MIN_MS  30000
 
 enum { ST_OK = 0, ST_SAMPLE = 1, ST_SETUP = 2 };
 
@@ -202,14 +204,14 @@ static void stop(stk__pyop *p) {
 
 /* Exactly n bytes from the runner within deadline (stk__now_ms). 0, or -1
  * with why (EOF: the runner exited; timeout). */
-static int recv_all(stk__pyop *p, void *buf, size_t n, int64_t deadline, char *why,
-                    size_t whylen) {
+static int recv_all(stk__pyop *p, void *buf, size_t n, int64_t deadline, int64_t bound_ms,
+                    char *why, size_t whylen) {
   size_t got = 0;
   while (got < n) {
     int64_t left = deadline - stk__now_ms();
     if (left <= 0) {
-      snprintf(why, whylen, "python op: no answer within %lld s (runner killed)",
-               (long long)(p->timeout_ms / 1000));
+      snprintf(why, whylen, "python op: no answer within %.3g s (runner killed)",
+               (double)bound_ms / 1000);
       return -1;
     }
     struct pollfd pf = {p->sock, POLLIN, 0};
@@ -253,15 +255,16 @@ static int recv_all(stk__pyop *p, void *buf, size_t n, int64_t deadline, char *w
 
 /* One reply: 0 with *status and p->msg, or -1 (the runner is gone or
  * hung: stopped). */
-static int read_reply(stk__pyop *p, uint32_t *status, char *why, size_t whylen) {
-  int64_t deadline = stk__now_ms() + p->timeout_ms;
+static int read_reply(stk__pyop *p, uint32_t *status, int64_t timeout_ms, char *why,
+                      size_t whylen) {
+  int64_t deadline = stk__now_ms() + timeout_ms;
   reply_t r;
-  if (recv_all(p, &r, sizeof(r), deadline, why, whylen)) return stop(p), -1;
+  if (recv_all(p, &r, sizeof(r), deadline, timeout_ms, why, whylen)) return stop(p), -1;
   if (r.magic != REQ_MAGIC || r.len > REPLY_MSG_MAX) {
     snprintf(why, whylen, "python op: the runner's reply is garbled (runner killed)");
     return stop(p), -1;
   }
-  if (recv_all(p, p->msg, r.len, deadline, why, whylen)) return stop(p), -1;
+  if (recv_all(p, p->msg, r.len, deadline, timeout_ms, why, whylen)) return stop(p), -1;
   p->msg[r.len] = 0;
   *status = r.status;
   return 0;
@@ -312,7 +315,10 @@ static int start(stk__pyop *p, char *why, size_t whylen) {
   p->pid = pid, p->sock = sv[0];
   p->starts++;
   uint32_t st;
-  if (read_reply(p, &st, why, whylen)) {
+  /* starting (the interpreter, numpy, the modules) may take longer than
+   * a call on a loaded host: at least START_MIN_MS */
+  int64_t t = p->timeout_ms > START_MIN_MS ? p->timeout_ms : START_MIN_MS;
+  if (read_reply(p, &st, t, why, whylen)) {
     if (strstr(why, "status 127"))
       snprintf(why, whylen, "python op: cannot run %s (exit status 127)", p->python);
     return STK_UNAVAILABLE;
@@ -416,7 +422,7 @@ int stk__pyop_apply(stk__pyop *p, uint32_t op, const uint8_t *in, uint32_t w, ui
     sent += (size_t)k;
   }
   uint32_t st;
-  if (read_reply(p, &st, why, whylen)) return STK_UNAVAILABLE;
+  if (read_reply(p, &st, p->timeout_ms, why, whylen)) return STK_UNAVAILABLE;
   if (st == ST_OK) {
     memcpy(out, p->map, ob);
     return STK_OK;

@@ -6,10 +6,11 @@
  *  - a chain with python(stk_test_ops:noise) between C ops: every batch
  *    delivered once, in order, equal to the reference;
  *  - python(stk_test_ops:crash, MARKER, 2, only=stoker-worker): the
- *    workers' runners exit twice (the second time on the sample's retry,
- *    so that build fails STK_UNAVAILABLE and the worker's scheduler asks
- *    again); still every batch equal to the reference (noise's bytes),
- *    the marker counting both crashes;
+ *    workers' runners exit twice (each time the sample is retried alone
+ *    by a new runner; when both fall on one sample its build fails
+ *    STK_UNAVAILABLE and the worker's scheduler asks again); still every
+ *    batch equal to the reference (noise's bytes), the marker counting
+ *    both crashes;
  * and after each job every process exits 0 and no runner is left (no
  * process whose command line names the job's python op).
  * Skipped (77) without /usr/bin/python3 and numpy.
@@ -108,24 +109,24 @@ int main(int argc, char **argv) {
   char root[600];
   snprintf(root, sizeof root, "%s/data", proc_tmpdir());
   char *gen[] = {argv[3],      "gen",       "--out",      root,       "--count",
-                 "48",         "--classes", "4",          "--layout", "imagefolder",
+                 "24",         "--classes", "4",          "--layout", "imagefolder",
                  "--min-side", "60",        "--max-side", "160",      NULL};
   stk_proc g;
   CHECK(proc_spawn(&g, "gen", gen) == 0);
   CHECK(proc_wait(&g, 60000) == 0);
   setenv("STOKER_PYTHON_PATH", PYOPS_DIR, 1);
-  /* 48 samples, 2 x 6 per step: 4 steps per epoch, 2 epochs */
+  /* 24 samples, 2 x 6 per step: 2 steps per epoch, 2 epochs */
   run_job("noise",
           "random_resized_crop(32, scale=0.3:1) | python(stk_test_ops:noise, 25) | "
           "hflip(0.5) | to(uint8, nhwc)",
-          root, "stk_test_ops:noise", 2 * 4);
+          root, "stk_test_ops:noise", 2 * 2);
   char marker[700], chain[1200];
   snprintf(marker, sizeof marker, "%s/crash-marker", proc_tmpdir());
   snprintf(chain, sizeof chain,
            "resize(32, 32) | python(stk_test_ops:crash, %s, 2, only=stoker-worker) | "
            "to(uint8, nhwc)",
            marker);
-  run_job("crash", chain, root, marker, 2 * 4);
+  run_job("crash", chain, root, marker, 2 * 2);
   FILE *f = fopen(marker, "r");
   int crashes = -1;
   CHECK(f && fscanf(f, "%d", &crashes) == 1 && crashes == 2);
