@@ -16,7 +16,9 @@
  *    substituted) and the next build gives noise's bytes; the op's own
  *    calls return STK_UNAVAILABLE and restart the process;
  *  - refusals at open: no Python path, a module outside it, a missing
- *    function; no child process and no descriptor left after teardown.
+ *    function; no child process and no descriptor left after teardown;
+ *    a runner holds nothing but stdin/out/err, its socket and the memfd,
+ *    in a process group of its own.
  * PYOPS_DIR comes from the build.
  */
 #include <dirent.h>
@@ -382,6 +384,35 @@ static void test_restart(void) {
   CHECK(stk__pyop_apply(p, 1, in, 5, 4, out, 5, 4, 1, why, sizeof(why)) == STK_OK);
   CHECK(stk__pyop_apply(p, 1, in, 5, 4, out, 5, 4, 1, why, sizeof(why)) == STK_OK);
   CHECK(stk__pyop_starts(p) == 2);
+  /* the runner holds stdin/out/err, its socket and the memfd (Python's
+   * mmap keeps a dup of it) and nothing else of this process, and has
+   * left our process group */
+  char path[128];
+  snprintf(path, sizeof path, "/proc/self/task/%d/children", (int)getpid());
+  FILE *f = fopen(path, "r");
+  int child = 0;
+  CHECK(f && fscanf(f, "%d", &child) == 1 && child > 0);
+  if (f) fclose(f);
+  snprintf(path, sizeof path, "/proc/%d/fd", child);
+  DIR *d = opendir(path);
+  int nfd = 0, others = 0;
+  for (struct dirent *e; d && (e = readdir(d));) {
+    if (e->d_name[0] == '.' || atoi(e->d_name) < 3) continue;
+    char fp[400], to[300] = "";
+    snprintf(fp, sizeof fp, "%s/%s", path, e->d_name);
+    ssize_t k = readlink(fp, to, sizeof to - 1);
+    to[k > 0 ? k : 0] = 0;
+    nfd++;
+    if (strncmp(to, "socket:", 7) && strncmp(to, "/memfd:stoker-pyop", 18)) {
+      fprintf(stderr, "runner descriptor %s -> %s\n", e->d_name, to);
+      others++;
+    }
+  }
+  if (d) closedir(d);
+  fprintf(stderr, "runner %d: %d descriptors past 2, process group %d\n", child, nfd,
+          (int)getpgid(child));
+  CHECK(nfd >= 2 && others == 0);
+  CHECK(getpgid(child) == child && getpgid(child) != getpgrp());
   /* a bigger image grows the shared memory */
   size_t big = (size_t)900 * 700 * 3;
   uint8_t *bi = malloc(big), *bo = malloc(big);
