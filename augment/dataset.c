@@ -10,6 +10,7 @@
 
 #include "common/error.h"
 #include "internal.h"
+#include "ops_python.h"
 #include "plugin.h"
 
 static void limits_defaults(stk_limits *l) {
@@ -18,6 +19,21 @@ static void limits_defaults(stk_limits *l) {
   if (!l->max_dimension) l->max_dimension = 32768;
   if (!l->max_scans) l->max_scans = 500;
   if (!l->max_decoder_bytes) l->max_decoder_bytes = 512ull << 20;
+}
+
+/* The job's python ops (ops_python.c): the Python path kept (the
+ * caller's limits are read during open only), and every op's module and
+ * function found once, so that a missing one refuses the job here. */
+static int python_ops_check(stk_dataset *ds, char *err, size_t errlen) {
+  const char *path = stk__pyop_path(ds->limits.python_path);
+  ds->limits.python_path = NULL;
+  if (path && strlen(path) >= sizeof(ds->python_path))
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "Python path too long");
+  snprintf(ds->python_path, sizeof(ds->python_path), "%s", path ? path : "");
+  if (ds->spec.pipeline != STK_PIPELINE_CHAIN) return STK_OK;
+  static _Thread_local stk__chain c;
+  int rc = stk__chain_parse(ds->spec.chain, &c, NULL, err, errlen);
+  return rc ? rc : stk__pyop_check(&c, ds->python_path, err, errlen);
 }
 
 int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
@@ -49,7 +65,9 @@ int stk_dataset_open(const stk_job_spec *spec, const char *data_root,
   if (data_root) snprintf(ds->root, sizeof(ds->root), "%s", data_root);
   ds->ops = ops;
   rc = stk__plugins_load(ds, err, errlen);
+  if (!rc) rc = python_ops_check(ds, err, errlen);
   if (rc) {
+    stk__plugins_unload(ds);
     free(ds);
     return rc;
   }

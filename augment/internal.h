@@ -34,6 +34,7 @@ struct stk_dataset {
   void *log_ud;
   stk__plugin *plugins; /* the job's plugin libraries, loaded at open */
   uint32_t nplugins;
+  char python_path[4096]; /* python ops' module path (ops_python.c), "" none */
   /* ImageFolder: the class folder names in label order (set by its open,
    * freed by stk_dataset_close); NULL and 0 for other sources. */
   char **classes;

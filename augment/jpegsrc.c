@@ -427,7 +427,9 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
   stk_rng r;
   stk_rng_init(&r, stk__view_seed(b->spec.seed, view), epoch, idx);
   rc = stk__chain_run_sample(jp->chain, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
-  return rc == STK_OK ? RES_OK : rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
+  return rc == STK_OK                                   ? RES_OK
+         : rc == STK_NO_MEMORY || rc == STK_UNAVAILABLE ? RES_AGAIN
+                                                        : RES_BAD;
 }
 
 /* Every view of sample idx (out: its place in the first image tensor; the

@@ -39,6 +39,7 @@
 #include "ops.h"
 #include "ops_chain.h"
 #include "ops_policy.h"
+#include "ops_python.h"
 #include "plugin.h"
 #include "prof.h"
 #include "stoker/op.h"
@@ -57,7 +58,7 @@ enum {
    * taps outside the image are dropped by the resampler (no zero fill) */
   OP_EVAL_CROP
 };
-_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_MIXUP_CUTMIX,
+_Static_assert((int)OP_TRAIN_JITTER > (int)STK__OP_PYTHON,
                "fused ops after core's kinds");
 
 struct stk__chain_run {
@@ -78,6 +79,7 @@ struct stk__chain_run {
   stk__policy_scratch ps;
   const stk_op_info *pinfo[STK__CHAIN_MAX_OPS];
   void *pstate[STK__CHAIN_MAX_OPS];
+  stk__pyop *py; /* the python ops' process (ops_python.c), NULL without one */
 };
 
 /* The image between ops: virtual (a box of the JPEG or of buf[cur] to be
@@ -455,6 +457,11 @@ int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
   float na[3], nb[3];
   stk_normalize_coeffs(spec, na, nb);
   stk__post_affine(&r->post, na, nb);
+  if ((rc = stk__pyop_create(&r->py, &r->c, stk__pyop_path(ds ? ds->python_path : NULL),
+                             err, errlen))) {
+    stk__chain_run_free(r);
+    return rc;
+  }
   for (uint32_t i = 0; i < r->c.n; i++) {
     const stk__op *op = &r->c.ops[i];
     if (op->kind != STK__OP_PLUGIN) continue;
@@ -488,6 +495,7 @@ void stk__chain_run_free(stk__chain_run *r) {
   if (!r) return;
   for (uint32_t i = 0; i < r->c.n; i++)
     if (r->pinfo[i] && r->pinfo[i]->destroy) r->pinfo[i]->destroy(r->pstate[i]);
+  stk__pyop_free(r->py);
   free(r->buf[0]), free(r->buf[1]), free(r->fb), free(r->cb);
   stk__scratch_free(&r->sc);
   stk__policy_scratch_free(&r->ps);
@@ -668,6 +676,27 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
           snprintf(why, whylen, "plugin op %s: %s", op->name, msg[0] ? msg : "failed");
           rc = STK_CORRUPT;
         }
+        break;
+      }
+      case STK__OP_PYTHON: {
+        /* a seed for the function's numpy Generator, drawn as a plugin
+         * op's is; the output is op->h x op->w (0: the input's size) */
+        uint64_t seed = (uint64_t)stk_rng_u32(rng) << 32;
+        seed |= stk_rng_u32(rng);
+        if ((rc = materialize(r, &v, dec, why, whylen))) break;
+        uint32_t nw = op->h ? op->w : v.w, nh = op->h ? op->h : v.h;
+        uint8_t *o = next_buf(r, (size_t)nw * nh * 3);
+        if (!o) {
+          rc = STK_NO_MEMORY;
+          snprintf(why, whylen, "out of memory (chain)");
+          break;
+        }
+        if ((rc = stk__pyop_apply(r->py, i, r->buf[r->cur], v.w, v.h, o, nw, nh, seed,
+                                  why, whylen)))
+          break;
+        r->cur = !r->cur;
+        v.w = v.sw = nw, v.h = v.sh = nh;
+        v.x1 = nw, v.y1 = nh;
         break;
       }
       default:

@@ -14,8 +14,10 @@
 typedef struct stk__chain_run stk__chain_run;
 /* The per-builder runner of spec's image pipeline: its op chain (spec's
  * chain text, or for train and eval the canonical chain each is), buffers,
- * and a state of each plugin op (created from ds's loaded plugins; ds may
- * be NULL for a chain without plugin ops). Owned by the caller, freed
+ * a state of each plugin op (created from ds's loaded plugins; ds may
+ * be NULL for a chain without plugin ops), and the python ops' process
+ * (ops_python.h: started on first use, with ds's Python path, else
+ * $STOKER_PYTHON_PATH). Owned by the caller, freed
  * with stk__chain_run_free (NULL is fine); one per thread. STK_OK,
  * STK_NO_MEMORY, or STK_INVALID_ARGUMENT (bad chain text, a plugin
  * refused its arguments) with err. */
@@ -27,8 +29,10 @@ void stk__chain_run_free(stk__chain_run *r);
 const struct stk__op *stk__chain_run_batch_op(const stk__chain_run *r);
 /* Run the chain on the image whose header dec has read (W x H), drawing
  * from rng, and write the sample at out in the job's dtype and layout.
- * STK_OK; STK_NO_MEMORY (transient); STK_CORRUPT, STK_LIMIT (the decoder's)
- * or STK_CORRUPT from a plugin op (the sample is bad); why says what. */
+ * STK_OK; STK_NO_MEMORY or STK_UNAVAILABLE (transient: a python op's
+ * process crashed or hung, ask again); STK_CORRUPT, STK_LIMIT (the
+ * decoder's) or STK_CORRUPT from a plugin or python op (the sample is
+ * bad); why says what. */
 int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint32_t H,
                           stk_rng *rng, void *out, char *why, size_t whylen);
 

@@ -339,7 +339,8 @@ static const char *const op_names[] = {
     [STK__OP_AUG_MIX] = "aug_mix",
     [STK__OP_MIXUP] = "mixup",
     [STK__OP_CUTMIX] = "cutmix",
-    [STK__OP_MIXUP_CUTMIX] = "mixup_cutmix"};
+    [STK__OP_MIXUP_CUTMIX] = "mixup_cutmix",
+    [STK__OP_PYTHON] = "python"};
 #define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
 
 int stk__plugin_name_ok(const char *name, size_t len) {
@@ -411,6 +412,55 @@ static int parse_to(args_t *a, const ctx_t *cx, stk__chain_fields *f) {
   else if (l && strcmp(l, "nchw")) return OPFAIL(cx, "layout must be nchw or nhwc");
   f->has_to = 1;
   return all_used(a, cx);
+}
+
+/* The arguments of a plugin or python op not yet taken, canonical: each
+ * trimmed, joined by ", " into out (STK__OP_ARGS_MAX bytes); all taken. */
+static int canon_args(args_t *a, const ctx_t *cx, char *out) {
+  size_t n = 0;
+  out[0] = 0;
+  for (int i = 0; i < a->n; i++) {
+    if (a->used[i]) continue;
+    int w = snprintf(out + n, STK__OP_ARGS_MAX - n, "%s%s%s%s", n ? ", " : "",
+                     a->key[i] ? a->key[i] : "", a->key[i] ? "=" : "", a->val[i]);
+    if (w < 0 || (size_t)w >= STK__OP_ARGS_MAX - n)
+      return OPFAIL(cx, "arguments longer than %d bytes", STK__OP_ARGS_MAX - 1);
+    n += (size_t)w;
+    a->used[i] = 1;
+  }
+  for (const char *p = out; *p; p++)
+    if (strchr("|()#", *p) || iscntrl((unsigned char)*p))
+      return OPFAIL(cx,
+                    "arguments may not hold '|', '(', ')', '#' or control characters");
+  return STK_OK;
+}
+
+/* "h:w", both whole numbers in 1..STK__CHAIN_MAX_DIM. 0 or -1. */
+static int size_pair(const char *v, uint32_t *h, uint32_t *w) {
+  const char *colon = strchr(v, ':');
+  char a[32];
+  size_t n = colon ? (size_t)(colon - v) : 0;
+  if (!colon || n >= sizeof(a)) return -1;
+  memcpy(a, v, n), a[n] = 0;
+  return whole(stk__trim(a), 1, STK__CHAIN_MAX_DIM, h) ||
+                 whole(colon + 1, 1, STK__CHAIN_MAX_DIM, w)
+             ? -1
+             : 0;
+}
+
+/* module:function, each a Python identifier ([A-Za-z_][A-Za-z0-9_]*), the
+ * function not private ('_' first). */
+static int python_target_ok(const char *v) {
+  const char *colon = strchr(v, ':');
+  if (!colon || colon == v || !colon[1] || colon[1] == '_') return 0;
+  for (const char *p = v; *p; p++) {
+    if (p == colon) continue;
+    int first = p == v || p == colon + 1;
+    if (!(isalpha((unsigned char)*p) || *p == '_' ||
+          (!first && isdigit((unsigned char)*p))))
+      return 0;
+  }
+  return 1;
 }
 
 /* One built-in or plugin op from name and its argument text. */
@@ -549,20 +599,22 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
             cx, "unknown op (a plugin op's name is [a-z][a-z0-9_]*, at most %d bytes)",
             STK__OP_NAME_MAX - 1);
       memcpy(op->name, name, strlen(name) + 1); /* checked: < STK__OP_NAME_MAX */
-      /* its arguments, canonical: each trimmed, joined by ", " */
-      size_t n = 0;
-      for (int i = 0; i < a.n; i++) {
-        int w = snprintf(op->args + n, sizeof(op->args) - n, "%s%s%s%s", i ? ", " : "",
-                         a.key[i] ? a.key[i] : "", a.key[i] ? "=" : "", a.val[i]);
-        if (w < 0 || (size_t)w >= sizeof(op->args) - n)
-          return OPFAIL(cx, "arguments longer than %d bytes", STK__OP_ARGS_MAX - 1);
-        n += (size_t)w;
-        a.used[i] = 1;
-      }
-      for (const char *p = op->args; *p; p++)
-        if (strchr("|()#", *p) || iscntrl((unsigned char)*p))
-          return OPFAIL(
-              cx, "arguments may not hold '|', '(', ')', '#' or control characters");
+      if ((rc = canon_args(&a, cx, op->args))) return rc;
+      break;
+    }
+    case STK__OP_PYTHON: {
+      /* python(module:function, args..., size=h:w): the size is the op's
+       * own, the rest goes to the function as written */
+      const char *sz = arg(&a, -1, "size");
+      if (sz && size_pair(sz, &op->h, &op->w))
+        return OPFAIL(cx, "size wants height:width (whole numbers in 1..%d), got '%s'",
+                      STK__CHAIN_MAX_DIM, sz);
+      const char *fn = a.n && !a.key[0] ? a.val[0] : NULL;
+      if (!fn || !python_target_ok(fn))
+        return OPFAIL(cx,
+                      "wants module:function first (Python names; the function's "
+                      "not starting with '_'), e.g. python(my_ops:jitter, 0.5)");
+      if ((rc = canon_args(&a, cx, op->args))) return rc;
       break;
     }
   }
@@ -680,6 +732,12 @@ size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
     if (i) put(buf, len, &n, " | ");
     if (o->kind == STK__OP_PLUGIN) {
       put(buf, len, &n, "%s(%s)", o->name, o->args);
+      continue;
+    }
+    if (o->kind == STK__OP_PYTHON) {
+      put(buf, len, &n, "python(%s", o->args);
+      if (o->h) put(buf, len, &n, ", size=%u:%u", o->h, o->w);
+      put(buf, len, &n, ")");
       continue;
     }
     put(buf, len, &n, "%s", o->kind > 0 && o->kind < NKINDS ? op_names[o->kind] : "?");
@@ -803,6 +861,9 @@ int stk__chain_size(const stk__chain *c, uint32_t *h, uint32_t *w, char *err,
           stk__resize_short(cw, ch, o->h, &cw, &ch);
         }
         break;
+      case STK__OP_PYTHON:
+        if (o->h) fixed = 1, ch = o->h, cw = o->w;
+        break;
       case STK__OP_ROTATE: {
         int odd = (o->angles & 0xa) != 0, even = (o->angles & 0x5) != 0;
         if (fixed && ch != cw && odd && even)
@@ -888,7 +949,7 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
           "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
           "solarize, autocontrast, equalize, invert, identity, rand_augment, "
           "trivial_augment_wide, auto_augment, aug_mix, random_erasing, mixup, cutmix, "
-          "mixup_cutmix, normalize, to; an "
+          "mixup_cutmix, python, normalize, to; an "
           "op from a plugin needs plugin = %s)",
           i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
           near ? "'?" : "", o->name);

@@ -68,10 +68,15 @@ typedef enum stk__op_kind {
    * the probability of cutmix when both are on, lo[3] label smoothing, kh
    * timm's mode (0 batch, 1 pair, 2 elem), hi[0]:hi[1] its cutmix_minmax
    * (hi[1] 0: none) */
-  STK__OP_MIXUP,       /* mixup(alpha, p, smoothing, mode) */
-  STK__OP_CUTMIX,      /* cutmix(alpha, p, smoothing, mode, minmax=a:b) */
-  STK__OP_MIXUP_CUTMIX /* mixup_cutmix(mixup=a, cutmix=b, p, switch=s, smoothing,
+  STK__OP_MIXUP,        /* mixup(alpha, p, smoothing, mode) */
+  STK__OP_CUTMIX,       /* cutmix(alpha, p, smoothing, mode, minmax=a:b) */
+  STK__OP_MIXUP_CUTMIX, /* mixup_cutmix(mixup=a, cutmix=b, p, switch=s, smoothing,
                           mode, minmax) */
+  /* python(module:function[, arg...][, size=h:w]) (augment/ops_python.c):
+   * a user's NumPy function in a Python process of the builder's; args as
+   * canonical text (module:function first), h, w the declared output size
+   * (0: the input's) */
+  STK__OP_PYTHON
 } stk__op_kind;
 
 /* 1 when kind is a batch op. */
@@ -97,7 +102,8 @@ typedef struct stk__op {
   float lo[4], hi[4];          /* rrc: [0] scale, [1] ratio; jitter: b, c, s, h;
                                   blur: [0] sigma */
   char name[STK__OP_NAME_MAX]; /* plugin: the op's name */
-  char args[STK__OP_ARGS_MAX]; /* plugin: its arguments as written, "" if none */
+  char args[STK__OP_ARGS_MAX]; /* plugin, python: its arguments as written (python:
+                                  without size=), "" if none */
 } stk__op;
 
 typedef struct stk__chain {

@@ -44,7 +44,12 @@ typedef struct stk_limits {
    * stoker/op.h); NULL: $STOKER_PLUGIN_DIR; neither: jobs that name a
    * plugin are refused. Only read during stk_dataset_open. */
   const char *plugin_dir;
-  uint8_t reserved[56];
+  /* Where python ops' modules live (directories joined by ':'; a chain's
+   * `python(module:function)` imports module from them only); NULL:
+   * $STOKER_PYTHON_PATH; neither: jobs with a python op are refused. Only
+   * read during stk_dataset_open. */
+  const char *python_path;
+  uint8_t reserved[48];
 } stk_limits;
 
 typedef struct stk_dataset stk_dataset;

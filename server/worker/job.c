@@ -144,6 +144,7 @@ int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     lim.max_file_bytes = (uint64_t)opt.max_file_mb << 20;
     lim.max_pixels = (uint64_t)opt.max_pixels;
     lim.plugin_dir = *opt.plugin_dir ? opt.plugin_dir : NULL;
+    lim.python_path = *opt.python_path ? opt.python_path : NULL;
     stk_dataset *ds = NULL;
     if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds, msg,
                          sizeof(msg))) {

@@ -68,6 +68,11 @@ static stk__option options[] = {
      "directory of plugin ops (a job's plugin = NAME loads DIR/NAME.so; default "
      "$STOKER_PLUGIN_DIR; none: jobs naming a plugin are refused)",
      &opt.plugin_dir, 0, 0},
+    {"python-path", OPT_STR, "", NULL,
+     "directories of python ops' modules, joined by ':' (a chain's "
+     "python(module:function) imports module from them only; default "
+     "$STOKER_PYTHON_PATH; none: jobs with a python op are refused)",
+     &opt.python_path, 0, 0},
     {"threads", OPT_INT, "0", NULL, "batch builder threads (0 = number of cores)",
      &opt.threads, 0, 1024},
     {"batch-buffers", OPT_INT, "0", NULL,

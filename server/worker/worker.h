@@ -27,7 +27,7 @@
  * only afterwards, so every thread reads them without a lock. */
 typedef struct worker_opts {
   char *coordinator, *listen, *advertise, *data_root, *token, *token_file, *port_file,
-      *log_level, *metrics_listen, *client_token_file, *plugin_dir;
+      *log_level, *metrics_listen, *client_token_file, *plugin_dir, *python_path;
   stk__tls_opts tls;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
