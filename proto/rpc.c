@@ -680,8 +680,9 @@ int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
   ops[1].data.recv_status_on_client.trailing_metadata = &s->trail_md;
   ops[1].data.recv_status_on_client.status = &s->status;
   ops[1].data.recv_status_on_client.status_details = &s->details;
+  grpc_call *call = s->call; /* nothing of s is read after the hand-over */
   astream_handover(s, STK__RPC_AS_STATUS);
-  if (grpc_call_start_batch(s->call, ops, 2, atag_of(s, STK__RPC_AS_STATUS), NULL) !=
+  if (grpc_call_start_batch(call, ops, 2, atag_of(s, STK__RPC_AS_STATUS), NULL) !=
       GRPC_CALL_OK) {
     grpc_call_cancel(s->call, NULL);
     grpc_call_unref(s->call);
@@ -697,11 +698,15 @@ int stk__rpc_astream_open(stk__rpc_channel *ch, grpc_completion_queue *cq,
 int stk__rpc_astream_recv(stk__rpc_astream *s) {
   grpc_op ops[2];
   size_t n = recv_ops(ops, s->got_md, &s->init_md, &s->recv_bb);
+  int had_md = s->got_md;
+  s->got_md = 1; /* before the hand-over: the next receive may be elsewhere */
+  grpc_call *call = s->call;
   astream_handover(s, STK__RPC_AS_RECV);
-  if (grpc_call_start_batch(s->call, ops, n, atag_of(s, STK__RPC_AS_RECV), NULL) !=
-      GRPC_CALL_OK)
+  if (grpc_call_start_batch(call, ops, n, atag_of(s, STK__RPC_AS_RECV), NULL) !=
+      GRPC_CALL_OK) {
+    s->got_md = had_md; /* no event comes: still ours */
     return -1;
-  s->got_md = 1;
+  }
   return 0;
 }
 
@@ -718,8 +723,9 @@ int stk__rpc_astream_send(stk__rpc_astream *s, grpc_byte_buffer *msg) {
   op.op = GRPC_OP_SEND_MESSAGE;
   op.data.send_message.send_message = msg;
   s->send_bb = msg;
+  grpc_call *call = s->call;
   astream_handover(s, STK__RPC_AS_SEND);
-  if (grpc_call_start_batch(s->call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) !=
+  if (grpc_call_start_batch(call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) !=
       GRPC_CALL_OK) {
     s->send_bb = NULL;
     grpc_byte_buffer_destroy(msg);
@@ -736,8 +742,9 @@ int stk__rpc_astream_close_send(stk__rpc_astream *s) {
   grpc_op op;
   memset(&op, 0, sizeof(op));
   op.op = GRPC_OP_SEND_CLOSE_FROM_CLIENT;
+  grpc_call *call = s->call;
   astream_handover(s, STK__RPC_AS_SEND);
-  return grpc_call_start_batch(s->call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) ==
+  return grpc_call_start_batch(call, &op, 1, atag_of(s, STK__RPC_AS_SEND), NULL) ==
                  GRPC_CALL_OK
              ? 0
              : -1;
@@ -803,8 +810,9 @@ int stk__rpc_waker_kick(stk__rpc_waker *w) {
   ops[1].data.recv_status_on_client.trailing_metadata = &k->trail_md;
   ops[1].data.recv_status_on_client.status = &k->status;
   ops[1].data.recv_status_on_client.status_details = &k->details;
+  grpc_call *call = k->call; /* k may be freed once handed over */
   TAG_HANDOVER(k);
-  if (grpc_call_start_batch(k->call, ops, 2, &k->t, NULL) != GRPC_CALL_OK) {
+  if (grpc_call_start_batch(call, ops, 2, &k->t, NULL) != GRPC_CALL_OK) {
     wake_op_free(k);
     return -1;
   }
