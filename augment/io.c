@@ -24,11 +24,13 @@
  * learns that a freed ring's pages are gone, so a ring that another thread
  * maps later at the same address looks like a race with the old ring's
  * last accesses. Order the end of a ring before the start of any ring
- * mapped at the same address (a sync object per mapping address, so no
- * other accesses are ordered by this). */
+ * mapped at the same address: a sync object per mapping address, and one
+ * for all rings (a ring's pages may come back at another of the new
+ * ring's addresses); only TSan builds are ordered by it. */
+static char ring_tsan_any; /* every ring's end before any later ring's start */
 static void ring_tsan_sync(struct io_uring *ring, int start) {
-  void *at[3] = {ring->sq.ring_ptr, ring->sq.sqes, ring->cq.ring_ptr};
-  for (int i = 0; i < 3; i++) {
+  void *at[4] = {ring->sq.ring_ptr, ring->sq.sqes, ring->cq.ring_ptr, &ring_tsan_any};
+  for (int i = 0; i < 4; i++) {
     if (!at[i]) continue;
     if (start) __tsan_acquire(at[i]);
     else __tsan_release(at[i]);
