@@ -66,10 +66,12 @@ static void test_interval(void) {
   CHECK(stk__prepare_interval(32, 8) == 8);
   CHECK(stk__prepare_interval(30, 8) == 6);
   CHECK(stk__prepare_interval(35, 8) == 7);
-  CHECK(stk__prepare_interval(31, 8) == 31); /* prime: a row */
-  CHECK(stk__prepare_interval(5, 8) == 5);   /* shorter than 8: a row */
+  CHECK(stk__prepare_interval(31, 8) == 1); /* prime: every MCU */
+  CHECK(stk__prepare_interval(5, 8) == 5);  /* shorter than 8: a row */
   CHECK(stk__prepare_interval(31, 1) == 1);
   CHECK(stk__prepare_interval(30, 4) == 3);
+  CHECK(stk__prepare_interval(35, 4) == 1); /* 5 x 7: every MCU */
+  CHECK(stk__prepare_interval(35, 8) == 7);
 }
 
 static char src[512], dst[512], base[256];
@@ -372,7 +374,7 @@ static int encode(const uint8_t *rgb, uint32_t w, uint32_t h, int comps, int hs,
   return 0;
 }
 
-/* The awkward set: MCUs per row prime (a restart interval of a whole row),
+/* The awkward set: MCUs per row prime (a restart interval of one MCU),
  * with few divisors or one MCU; every chroma sampling libjpeg writes;
  * progressive, grayscale and CMYK files; originals that already have
  * restart markers (an interval that divides the row and one that does
