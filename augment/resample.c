@@ -384,6 +384,54 @@ static void hpass_sse2(uint8_t *restrict dst, const uint8_t *restrict src, size_
   }
 }
 
+/* SSE2 vertical pass row (vrow_body's sums): 16 bytes of the row at a
+ * time, their sums kept in registers over all taps, two taps a step with
+ * pmaddwd on the weights' 11-bit halves (as the horizontal passes), the
+ * last odd tap paired with a weight of 0; the row's last len % 16 bytes
+ * as vrow_body. A weight whose high half does not fit 16 bits (see
+ * prep_avx2) sends the row to vrow_body. */
+static void vrow_sse2(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
+                      size_t len, const int32_t *restrict k, int32_t n,
+                      int32_t *restrict acc) {
+  for (int32_t t = 0; t < n; t++)
+    if (k[t] >> 11 > INT16_MAX || k[t] >> 11 < INT16_MIN) {
+      vrow_body(o, r, st, len, k, n, acc);
+      return;
+    }
+  const __m128i z = _mm_setzero_si128(), half = _mm_set1_epi32(1 << (PREC - 1));
+  size_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    __m128i s0 = half, s1 = half, s2 = half, s3 = half;
+    for (int32_t t = 0; t < n; t += 2) {
+      int32_t k0 = k[t], k1 = t + 1 < n ? k[t + 1] : 0;
+      const uint8_t *pa = r + (size_t)t * st + i, *pc = t + 1 < n ? pa + st : pa;
+      __m128i kh =
+          _mm_set1_epi32((int32_t)((uint32_t)(uint16_t)(int16_t)(k0 >> 11) |
+                                   (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16));
+      __m128i kl =
+          _mm_set1_epi32((int32_t)((uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16));
+      __m128i a = _mm_loadu_si128((const __m128i *)(const void *)pa);
+      __m128i c = _mm_loadu_si128((const __m128i *)(const void *)pc);
+      __m128i lo = _mm_unpacklo_epi8(a, c), hi = _mm_unpackhi_epi8(a, c);
+      __m128i w0 = _mm_unpacklo_epi8(lo, z), w1 = _mm_unpackhi_epi8(lo, z);
+      __m128i w2 = _mm_unpacklo_epi8(hi, z), w3 = _mm_unpackhi_epi8(hi, z);
+#define STEP(sum, w)                                                                \
+  sum = _mm_add_epi32(sum, _mm_add_epi32(_mm_slli_epi32(_mm_madd_epi16(w, kh), 11), \
+                                         _mm_madd_epi16(w, kl)))
+      STEP(s0, w0);
+      STEP(s1, w1);
+      STEP(s2, w2);
+      STEP(s3, w3);
+#undef STEP
+    }
+    s0 = _mm_srai_epi32(s0, PREC), s1 = _mm_srai_epi32(s1, PREC);
+    s2 = _mm_srai_epi32(s2, PREC), s3 = _mm_srai_epi32(s3, PREC);
+    _mm_storeu_si128((__m128i *)(void *)(o + i),
+                     _mm_packus_epi16(_mm_packs_epi32(s0, s1), _mm_packs_epi32(s2, s3)));
+  }
+  if (i < len) vrow_body(o + i, r + i, st, len - i, k, n, acc);
+}
+
 __attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
                                                       const uint8_t *restrict r,
                                                       size_t st, size_t len,
@@ -470,7 +518,10 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
   (hg && kn == 2 ? hpass_avx2(d, sp, sst, n, ow, hg, kv) \
    : hg          ? hpass_sse2(d, sp, sst, n, ow, hg, kv) \
                  : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
-#define VROW(...) (kn == 2 ? vrow_avx2(__VA_ARGS__) : vrow_c(__VA_ARGS__))
+#define VROW(...)                     \
+  (kn == 2   ? vrow_avx2(__VA_ARGS__) \
+   : kn == 3 ? vrow_sse2(__VA_ARGS__) \
+             : vrow_c(__VA_ARGS__))
 #else
 #define HPASS(d, sp, n) hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip)
 #define VROW(...)       vrow_c(__VA_ARGS__)
