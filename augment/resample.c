@@ -10,8 +10,9 @@
  * output row and either writes it to the caller's buffer or hands it to a
  * callback (the batch store) while it is in cache. Weights are Pillow's
  * doubles rounded to 22-bit fixed point; sums are exact in 32-bit integers,
- * so every code path (portable C, the AVX2 build of the same loops chosen
- * at run time) gives the same bytes.
+ * so every code path (portable C; the AVX2 build of the same loops and an
+ * 8-wide AVX2 horizontal pass, or on x86-64 CPUs without AVX2 an SSE2
+ * horizontal pass, chosen at run time) gives the same bytes.
  *
  * Owns nothing but the scratch it is handed (buffers only grow: no
  * allocation per image in steady state); thread-safe with one scratch per
@@ -318,6 +319,119 @@ __attribute__((target("avx2"))) static void hpass_avx2(
   }
 }
 
+/* SSE2 horizontal pass, exact, on prep_avx2's groups and weights (for
+ * x86-64 CPUs without AVX2): the same arithmetic as hpass_avx2, one output
+ * position per 128-bit vector (lanes R, G, B, 0), four at a time, the
+ * group's half of each weight vector. SSE2 has no byte shuffle, so a pair
+ * of taps is interleaved by unpacking: each tap's 4 bytes (RGB and the
+ * next pixel's R, weighted 0) widened to 16 bits, then the two taps'
+ * words interleaved (R0 R1 G0 G1 B0 B1 x x). Its loads reach 7 bytes past
+ * a pair's first byte, within hpass_avx2's bound; its writes are
+ * hpass_avx2's (24 bytes a group). */
+static inline __m128i sse2_pair(const uint8_t *p) {
+  int32_t a, b;
+  memcpy(&a, p, 4);
+  memcpy(&b, p + 3, 4);
+  const __m128i z = _mm_setzero_si128();
+  __m128i x = _mm_unpacklo_epi8(_mm_cvtsi32_si128(a), z);
+  __m128i y = _mm_unpacklo_epi8(_mm_cvtsi32_si128(b), z);
+  return _mm_unpacklo_epi16(x, y);
+}
+
+static void hpass_sse2(uint8_t *restrict dst, const uint8_t *restrict src, size_t sst,
+                       uint32_t rows, uint32_t ow, const hgroup *restrict gs,
+                       const __m256i *restrict kv) {
+  const __m128i half = _mm_set1_epi32(1 << (PREC - 1));
+  uint32_t ng = (ow + 7) / 8;
+  for (uint32_t y = 0; y < rows; y++) {
+    const uint8_t *in = src + (size_t)y * sst;
+    uint8_t *o = dst + (size_t)y * ow * 3;
+    for (uint32_t gi = 0; gi < ng; gi++, o += 24) {
+      const hgroup *g = gs + gi;
+      for (int lane = 0; lane < 2; lane++) {
+        /* positions 4 * lane + m: lane `lane` of the weight vectors */
+        const __m128i *k = (const __m128i *)(const void *)(kv + g->vec) + lane;
+        const uint8_t *p0 = in + g->off[4 * lane], *p1 = in + g->off[4 * lane + 1],
+                      *p2 = in + g->off[4 * lane + 2], *p3 = in + g->off[4 * lane + 3];
+        __m128i h0 = _mm_setzero_si128(), h1 = h0, h2 = h0, h3 = h0;
+        __m128i l0 = h0, l1 = h0, l2 = h0, l3 = h0;
+        for (int32_t t = 0, steps = g->steps; t < steps; t++, k += 16) {
+          size_t d = (size_t)t * 6;
+          __m128i x0 = sse2_pair(p0 + d), x1 = sse2_pair(p1 + d);
+          __m128i x2 = sse2_pair(p2 + d), x3 = sse2_pair(p3 + d);
+          /* vector j of the step (j = 2m hi, 2m + 1 lo) is 2 __m128i */
+          h0 = _mm_add_epi32(h0, _mm_madd_epi16(x0, _mm_load_si128(k)));
+          l0 = _mm_add_epi32(l0, _mm_madd_epi16(x0, _mm_load_si128(k + 2)));
+          h1 = _mm_add_epi32(h1, _mm_madd_epi16(x1, _mm_load_si128(k + 4)));
+          l1 = _mm_add_epi32(l1, _mm_madd_epi16(x1, _mm_load_si128(k + 6)));
+          h2 = _mm_add_epi32(h2, _mm_madd_epi16(x2, _mm_load_si128(k + 8)));
+          l2 = _mm_add_epi32(l2, _mm_madd_epi16(x2, _mm_load_si128(k + 10)));
+          h3 = _mm_add_epi32(h3, _mm_madd_epi16(x3, _mm_load_si128(k + 12)));
+          l3 = _mm_add_epi32(l3, _mm_madd_epi16(x3, _mm_load_si128(k + 14)));
+        }
+#define FINISH(h, l) \
+  _mm_srai_epi32(_mm_add_epi32(_mm_add_epi32(_mm_slli_epi32(h, 11), l), half), PREC)
+        __m128i v = _mm_packus_epi16(_mm_packs_epi32(FINISH(h0, l0), FINISH(h1, l1)),
+                                     _mm_packs_epi32(FINISH(h2, l2), FINISH(h3, l3)));
+#undef FINISH
+        uint8_t px[16];
+        _mm_storeu_si128((__m128i *)(void *)px, v);
+        uint8_t *q = o + 12 * lane;
+        memcpy(q, px, 3), memcpy(q + 3, px + 4, 3);
+        memcpy(q + 6, px + 8, 3), memcpy(q + 9, px + 12, 3);
+      }
+    }
+  }
+}
+
+/* SSE2 vertical pass row (vrow_body's sums): 16 bytes of the row at a
+ * time, their sums kept in registers over all taps, two taps a step with
+ * pmaddwd on the weights' 11-bit halves (as the horizontal passes), the
+ * last odd tap paired with a weight of 0; the row's last len % 16 bytes
+ * as vrow_body. A weight whose high half does not fit 16 bits (see
+ * prep_avx2) sends the row to vrow_body. */
+static void vrow_sse2(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
+                      size_t len, const int32_t *restrict k, int32_t n,
+                      int32_t *restrict acc) {
+  for (int32_t t = 0; t < n; t++)
+    if (k[t] >> 11 > INT16_MAX || k[t] >> 11 < INT16_MIN) {
+      vrow_body(o, r, st, len, k, n, acc);
+      return;
+    }
+  const __m128i z = _mm_setzero_si128(), half = _mm_set1_epi32(1 << (PREC - 1));
+  size_t i = 0;
+  for (; i + 16 <= len; i += 16) {
+    __m128i s0 = half, s1 = half, s2 = half, s3 = half;
+    for (int32_t t = 0; t < n; t += 2) {
+      int32_t k0 = k[t], k1 = t + 1 < n ? k[t + 1] : 0;
+      const uint8_t *pa = r + (size_t)t * st + i, *pc = t + 1 < n ? pa + st : pa;
+      __m128i kh =
+          _mm_set1_epi32((int32_t)((uint32_t)(uint16_t)(int16_t)(k0 >> 11) |
+                                   (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16));
+      __m128i kl =
+          _mm_set1_epi32((int32_t)((uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16));
+      __m128i a = _mm_loadu_si128((const __m128i *)(const void *)pa);
+      __m128i c = _mm_loadu_si128((const __m128i *)(const void *)pc);
+      __m128i lo = _mm_unpacklo_epi8(a, c), hi = _mm_unpackhi_epi8(a, c);
+      __m128i w0 = _mm_unpacklo_epi8(lo, z), w1 = _mm_unpackhi_epi8(lo, z);
+      __m128i w2 = _mm_unpacklo_epi8(hi, z), w3 = _mm_unpackhi_epi8(hi, z);
+#define STEP(sum, w)                                                                \
+  sum = _mm_add_epi32(sum, _mm_add_epi32(_mm_slli_epi32(_mm_madd_epi16(w, kh), 11), \
+                                         _mm_madd_epi16(w, kl)))
+      STEP(s0, w0);
+      STEP(s1, w1);
+      STEP(s2, w2);
+      STEP(s3, w3);
+#undef STEP
+    }
+    s0 = _mm_srai_epi32(s0, PREC), s1 = _mm_srai_epi32(s1, PREC);
+    s2 = _mm_srai_epi32(s2, PREC), s3 = _mm_srai_epi32(s3, PREC);
+    _mm_storeu_si128((__m128i *)(void *)(o + i),
+                     _mm_packus_epi16(_mm_packs_epi32(s0, s1), _mm_packs_epi32(s2, s3)));
+  }
+  if (i < len) vrow_body(o + i, r + i, st, len - i, k, n, acc);
+}
+
 __attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
                                                       const uint8_t *restrict r,
                                                       size_t st, size_t len,
@@ -327,21 +441,24 @@ __attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
 }
 #endif
 
-static int chosen; /* 0 unknown, 1 C, 2 AVX2 */
+static int chosen; /* 0 unknown, 1 C, 2 AVX2, 3 SSE2 */
 
 void stk__resample_force_c(int on) {
   __atomic_store_n(&chosen, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
-/* 2: the AVX2 kernels run here (and STOKER_RESAMPLE is not "c"), else 1.
- * Chosen on first use; a race picks the same. */
+/* 2 where the AVX2 kernels run, else 3 (SSE2: every x86-64 CPU);
+ * STOKER_RESAMPLE=c picks 1 (portable), =sse2 picks 3. Chosen on first use
+ * (again after stk__resample_force_c(0)); a race picks the same. */
 static int pick(void) {
 #ifdef HAVE_AVX2_BUILD
   int k = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
   if (!k) {
     const char *e = getenv("STOKER_RESAMPLE");
     __builtin_cpu_init();
-    k = (e && !strcmp(e, "c")) || !__builtin_cpu_supports("avx2") ? 1 : 2;
+    k = e && !strcmp(e, "c")                                           ? 1
+        : (e && !strcmp(e, "sse2")) || !__builtin_cpu_supports("avx2") ? 3
+                                                                       : 2;
     __atomic_store_n(&chosen, k, __ATOMIC_RELAXED);
   }
   return k;
@@ -350,7 +467,10 @@ static int pick(void) {
 #endif
 }
 
-const char *stk__resample_kernels(void) { return pick() == 2 ? "avx2" : "c"; }
+const char *stk__resample_kernels(void) {
+  int k = pick();
+  return k == 2 ? "avx2" : k == 3 ? "sse2" : "c";
+}
 
 int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
                        double bx0, double by0, double bx1, double by1, uint32_t ow,
@@ -385,7 +505,7 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
 #ifdef HAVE_AVX2_BUILD
   hgroup *hg = NULL;
   __m256i *kv = NULL;
-  if (kn == 2) {
+  if (kn == 2 || kn == 3) {
     /* the groups, then the vectors, 32-byte aligned inside the block */
     size_t ng = (ow + 7) / 8;
     size_t bytes = ng * sizeof(hgroup) + kv_count(ow, kx) * sizeof(__m256i) + 32;
@@ -394,10 +514,14 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
     kv = (__m256i *)(void *)(hg + ng);
     if (prep_avx2(hg, kv, xb, s->xk, kx, ow, flip)) hg = NULL;
   }
-#define HPASS(d, sp, n)                       \
-  (hg ? hpass_avx2(d, sp, sst, n, ow, hg, kv) \
-      : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
-#define VROW(...) (kn == 2 ? vrow_avx2(__VA_ARGS__) : vrow_c(__VA_ARGS__))
+#define HPASS(d, sp, n)                                  \
+  (hg && kn == 2 ? hpass_avx2(d, sp, sst, n, ow, hg, kv) \
+   : hg          ? hpass_sse2(d, sp, sst, n, ow, hg, kv) \
+                 : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
+#define VROW(...)                     \
+  (kn == 2   ? vrow_avx2(__VA_ARGS__) \
+   : kn == 3 ? vrow_sse2(__VA_ARGS__) \
+             : vrow_c(__VA_ARGS__))
 #else
 #define HPASS(d, sp, n) hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip)
 #define VROW(...)       vrow_c(__VA_ARGS__)

@@ -9,9 +9,10 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* The restart interval for a row of mcus_per_row MCUs: the largest
- * N <= max_interval dividing it (N >= 2 unless max_interval is 1), else
- * the whole row. */
+/* The restart interval for a row of mcus_per_row MCUs: the whole row when
+ * it has at most max_interval MCUs, else the largest N in
+ * [2, max_interval] dividing it, else 1 (every MCU). The worker's region
+ * decode cuts only at intervals that divide the row. */
 unsigned stk__prepare_interval(unsigned mcus_per_row, unsigned max_interval);
 
 /* Transcode in[0..inlen) losslessly (same DCT coefficients, sequential,

@@ -35,11 +35,12 @@ static const char *prepare_help =
     "Copies the ImageFolder or tar-shard dataset SRC to DST with every JPEG\n"
     "(files, and .jpg members of *.tar shards) transcoded\n"
     "losslessly (same DCT coefficients; progressive files become sequential)\n"
-    "with restart markers every N MCUs, N <= 8 (--interval: the most) dividing\n"
-    "the MCUs per row, else one per MCU row, so workers decode only the part\n"
-    "of a file a crop needs. Each output is checked to decode to its input's\n"
-    "pixels; other files are copied unchanged. Outputs that exist and check\n"
-    "out are kept, so an interrupted run resumes. T threads (default 2).\n";
+    "with restart markers every N MCUs, the largest N <= 8 (--interval: the\n"
+    "most) dividing the MCUs per row, else every MCU (a prime row, say), so\n"
+    "workers decode only the part of a file a crop needs. Each output is\n"
+    "checked to decode to its input's pixels; other files are copied\n"
+    "unchanged. Outputs that exist and check out are kept, so an interrupted\n"
+    "run resumes. T threads (default 2).\n";
 
 static int parse_u64(const char *s, unsigned long long *v) {
   char *end;

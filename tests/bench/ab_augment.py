@@ -10,6 +10,11 @@ decode; then NEW / OLD of the medians.
     tests/bench/ab_augment.py OLD/stoker-bench NEW/stoker-bench --pairs 7 -- \\
         /tmp/photos500 --prepared /tmp/p500 --images 288 --no-torch --profile
 
+--new-prepared PDIR gives NEW's runs PDIR in place of ARGS's --prepared
+directory: with the same build as OLD and NEW, two prepared copies of one
+dataset (e.g. `stoker-dataset prepare --interval 8` and `--interval 4`)
+against each other, each run against its own full decode of the originals.
+
 Each run's ratios are per CPU second of one thread, against a baseline in
 the same process a moment apart, so the load of a shared machine falls on
 both alike; the pairs alternate so that it falls on both builds alike.
@@ -58,14 +63,20 @@ def main():
     ap.add_argument("old")
     ap.add_argument("new")
     ap.add_argument("--pairs", type=int, default=5)
+    ap.add_argument("--new-prepared", metavar="PDIR")
     argv = sys.argv[1:]
     cut = argv.index("--") if "--" in argv else len(argv)
     a = ap.parse_args(argv[:cut])
     args = argv[cut + 1:]
+    new_args = list(args)
+    if a.new_prepared:
+        if "--prepared" not in args[:-1]:
+            sys.exit("--new-prepared: ARGS have no --prepared PDIR")
+        new_args[args.index("--prepared") + 1] = a.new_prepared
     runs = {"old": [], "new": []}
     for p in range(a.pairs):
         for which in ("old", "new"):
-            got = run(getattr(a, which), args)
+            got = run(getattr(a, which), new_args if which == "new" else args)
             runs[which].append(got)
             short = ", ".join(f"{k} {v:.2f}x" for k, v in got.items() if "/" in k)
             print(f"pair {p + 1} {which}: {short}", flush=True)

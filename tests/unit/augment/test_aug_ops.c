@@ -329,15 +329,17 @@ static void test_resample8(void) {
   stk__scratch_free(&a), free(src);
 }
 
-/* The AVX2 and the portable kernels give the same bytes over random
- * sources (1 to 400 pixels wide, exactly allocated: a sanitizer build sees
- * any read past them), boxes (inside, at the edges, partly outside),
- * output sizes (multiples of the AVX2 pass's 8 positions and not), every
- * filter (negative weights, up to 2 * 3 * scale + 1 taps) and flip. */
-static void test_resample_kernels(void) {
+/* The chosen (AVX2 or SSE2) and the portable kernels give the same bytes
+ * over random sources (1 to 400 pixels wide, exactly allocated: a
+ * sanitizer build sees any read past them), boxes (inside, at the edges,
+ * partly outside), output sizes (multiples of the 8 positions of a group
+ * and not), every filter (negative weights, up to 2 * 3 * scale + 1 taps)
+ * and flip. */
+static void kernels_against_c(void) {
   stk__resample_force_c(0);
-  if (!strcmp(stk__resample_kernels(), "c")) {
-    printf("resample kernels: no AVX2 here, nothing to compare\n");
+  const char *kn = stk__resample_kernels();
+  if (!strcmp(kn, "c")) {
+    printf("resample kernels: only the portable ones here, nothing to compare\n");
     return;
   }
   stk__scratch a, c;
@@ -375,10 +377,23 @@ static void test_resample_kernels(void) {
   }
 #undef RND
   stk__resample_force_c(0);
-  printf("resample kernels: %d of %d random cases differ between AVX2 and C\n", bad,
-         cases);
+  printf("resample kernels: %d of %d random cases differ between %s and C\n", bad, cases,
+         kn);
   CHECK(bad == 0);
   stk__scratch_free(&a), stk__scratch_free(&c);
+}
+
+/* The run time's choice (AVX2 where the CPU has it), then SSE2 as
+ * STOKER_RESAMPLE=sse2 picks it, each against the portable kernels. */
+static void test_resample_kernels(void) {
+  kernels_against_c();
+  setenv("STOKER_RESAMPLE", "sse2", 1);
+  stk__resample_force_c(0);
+  CHECK(strcmp(stk__resample_kernels(), "sse2") == 0 ||
+        strcmp(stk__resample_kernels(), "c") == 0); /* not x86-64 */
+  kernels_against_c();
+  unsetenv("STOKER_RESAMPLE");
+  stk__resample_force_c(0);
 }
 
 static void test_bf16(void) {
