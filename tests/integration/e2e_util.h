@@ -97,8 +97,10 @@ static inline void *rank_main(void *arg) {
   cfg.token = r->token;
   if (r->cuda) cfg.device = STK_DEVICE_CUDA;
   stk_client *c = NULL;
-  r->final_status = stk_client_open(&cfg, &c, r->error, sizeof r->error);
-  if (r->final_status != STK_OK) return NULL;
+  int os = stk_client_open(&cfg, &c, r->error, sizeof r->error);
+  /* atomic: a watching thread may poll it (test_client_fanout) */
+  __atomic_store_n(&r->final_status, os, __ATOMIC_RELEASE);
+  if (os != STK_OK) return NULL;
   pthread_mutex_lock(&r->mu);
   r->client = c;
   pthread_mutex_unlock(&r->mu);
@@ -119,7 +121,7 @@ static inline void *rank_main(void *arg) {
       continue;
     }
     if (s != STK_OK) {
-      r->final_status = s;
+      __atomic_store_n(&r->final_status, (int)s, __ATOMIC_RELEASE);
       if (s != STK_END_OF_DATA)
         snprintf(r->error, sizeof r->error, "%s: %s", stk_strerror(s),
                  stk_client_error(c));

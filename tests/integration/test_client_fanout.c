@@ -88,7 +88,8 @@ static void run(int n, int *threads, int *stk) {
   pthread_t t;
   pthread_create(&t, NULL, rank_main, &r);
   *threads = *stk = -1;
-  while (__atomic_load_n(&r.progress, __ATOMIC_ACQUIRE) < STEPS && r.final_status == 0) {
+  while (__atomic_load_n(&r.progress, __ATOMIC_ACQUIRE) < STEPS &&
+         __atomic_load_n(&r.final_status, __ATOMIC_ACQUIRE) == 0) {
     stk_stats st;
     if (rank_stats(&r, &st) == 0 && st.workers_alive == (uint32_t)n) {
       int ours = 0, k = thread_count(&ours);
