@@ -12,7 +12,8 @@ One case per run (argv[1]); ctest runs each as its own test:
   metrics   /metrics of both daemons while two ranks train, validated by
             `promtool check metrics` (and a strict exposition-format parser
             here), then `stoker status --json` parsed: every worker's rate
-            and busy fraction, every rank's stall, the verdict
+            and busy fraction, every rank's stall, the verdict; the ranks
+            exit without Finish, so the job runs until `stoker finish`
   bad       a generated ImageFolder with corrupt files: the worker log names
             every corrupt file exactly once (dataset-relative path),
             `stoker status --json` counts them by reason with the last
@@ -371,7 +372,7 @@ def promtool_ok(text, what):
 
 def case_metrics(P, tmp):
     job = ["--set", "num_samples=8192", "--set", "height=16", "--set", "width=16",
-           "--set", "batch_size=4", "--set", "world_size=2", "--idle-timeout-s", "60",
+           "--set", "batch_size=4", "--set", "world_size=2", "--idle-timeout-s", "300",
            "--metrics-listen", "127.0.0.1:0"]
     cport = start_coordinator(P, tmp, "coord", job)
     if not check(cport, "coordinator started"):
@@ -381,9 +382,13 @@ def case_metrics(P, tmp):
     if not check(cm and wm, "both daemons log their metrics port"):
         return
     wait_for(lambda: live_workers(cport, 1), 20, "worker registered")
-    for r in (0, 1):  # slow training steps: the job lasts while we look
+    # The ranks exit without Finish (--no-finish): the job stays running,
+    # both ranks known, however long the looking below takes (a sanitizer,
+    # a loaded host); the test finishes them at the end (stoker finish).
+    for r in (0, 1):
         P.spawn("rank%d" % r, [BIN["loop"], "--coordinator", "127.0.0.1:%d" % cport,
-                               "--rank", str(r), "--world-size", "2", "--step-ms", "5"])
+                               "--rank", str(r), "--world-size", "2", "--step-ms", "5",
+                               "--no-finish"])
 
     def figures():
         c, w = scrape(cm), scrape(wm)
@@ -448,7 +453,9 @@ def case_metrics(P, tmp):
         rc, out, _ = cli(["status", "--coordinator", "127.0.0.1:%d" % cport])
         check(rc == 0 and "verdict" in out and "STALL" in out, "status table: ranks, verdict")
     for r in (0, 1):
-        check(P.wait("rank%d" % r, 120) == 0, "rank %d trained to the end" % r)
+        check(P.wait("rank%d" % r, 120 * SLOW) == 0, "rank %d trained to the end" % r)
+    rc, out, err = cli(["finish", "--coordinator", "127.0.0.1:%d" % cport, "--ranks", "0,1"])
+    check(rc == 0, "stoker finish --ranks 0,1: rc %d %s" % (rc, err[-200:]))
     check(P.wait("coord", 30) == 0 and P.wait("worker", 30) == 0, "daemons exit 0")
 
 
