@@ -155,6 +155,21 @@ static int run_job(const char *name, int nw, int late) {
       }
       CHECK(seen);
     }
+    /* and, in each rank whose set it entered, the new worker's stream is
+     * up: from then on the steps the rank gives it are built by it, so the
+     * coverage check below does not race the other workers serving the
+     * rest of the epoch while its connection is still being made */
+    for (uint32_t i = 0; i < NR; i++) {
+      if (!in[i][nw - 1]) continue;
+      stk_stats st;
+      int up = 0;
+      for (int k = 0; k < 6000 && !up; k++) { /* bounded: 30 s */
+        int wi = rank_stats(&r[i], &st) == 0 ? worker_index(&st, ports[nw - 1]) : -1;
+        up = wi >= 0 && st.workers[wi].alive;
+        if (!up) stk__sleep_ms(5);
+      }
+      CHECK(up);
+    }
     for (uint32_t i = 0; i < NR; i++)
       __atomic_store_n(&r[i].release, 1, __ATOMIC_RELEASE);
   }
