@@ -198,6 +198,7 @@ typedef struct jpipe {
   uint64_t window_tick;        /* shards used since this tick serve queued reads */
   unsigned open_fds, peak_fds; /* descriptors this builder holds (not the ring) */
   stk__chain_run *chain;       /* the image pipeline: the job's chain */
+  stk__chain_run *vchain[3];   /* views 1..3 with chains of their own, else NULL */
   char why[200];
 } jpipe;
 
@@ -244,6 +245,24 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
     stk__jpeg_builder_free(b);
     return rc;
   }
+  /* a view with a chain of its own: a runner for it, made from the job as
+   * if that chain were the pipeline (same normalize, dtype, layout) */
+  for (uint32_t v = 1; v < b->spec.views && v <= 3; v++) {
+    if (!b->spec.view_chain[v - 1]) continue;
+    stk_job_spec *vs = malloc(sizeof(*vs));
+    if (!vs) rc = STK_NO_MEMORY;
+    else {
+      *vs = b->spec;
+      snprintf(vs->chain, sizeof(vs->chain), "%s", stk__view_chain(&b->spec, v));
+      stk__view_hw(&b->spec, v, &vs->height, &vs->width);
+      rc = stk__chain_run_create(&jp->vchain[v - 1], b->ds, vs, err, errlen);
+      free(vs);
+    }
+    if (rc) {
+      stk__jpeg_builder_free(b);
+      return rc;
+    }
+  }
   rc = stk__decoder_create(&jp->dec, &b->ds->limits);
   if (rc) {
     snprintf(err, errlen, "out of memory");
@@ -259,6 +278,7 @@ void stk__jpeg_builder_free(stk_builder *b) {
   stk__io_free(&jp->io);
   stk__decoder_destroy(jp->dec);
   stk__chain_run_free(jp->chain);
+  for (int v = 0; v < 3; v++) stk__chain_run_free(jp->vchain[v]);
   for (uint32_t i = 0; jp->slot && i < jp->nslots; i++) free(jp->slot[i]);
   for (uint32_t i = 0; jp->fds && i < jp->nslots; i++)
     if (jp->fds[i] >= 0) close(jp->fds[i]);
@@ -413,9 +433,9 @@ static int read_result(jpipe *jp, ssize_t res, size_t len) {
   return res < 0 ? errno_result((int)-res) : RES_BAD;
 }
 
-/* Decode view `view` of sample idx from data through the job's image
- * pipeline and write it at out: RES_OK, RES_BAD (the data is bad) or
- * RES_AGAIN (out of memory). */
+/* Decode view `view` of sample idx from data through the view's image
+ * pipeline (its own chain, or the job's) and write it at out: RES_OK,
+ * RES_BAD (the data is bad) or RES_AGAIN (out of memory). */
 static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
                         size_t len, void *out, uint32_t view) {
   jpipe *jp = b->impl;
@@ -426,22 +446,24 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   stk_rng r;
   stk_rng_init(&r, stk__view_seed(b->spec.seed, view), epoch, idx);
-  rc = stk__chain_run_sample(jp->chain, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
+  stk__chain_run *run =
+      view >= 1 && view <= 3 && jp->vchain[view - 1] ? jp->vchain[view - 1] : jp->chain;
+  rc = stk__chain_run_sample(run, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
   return rc == STK_OK                                   ? RES_OK
          : rc == STK_NO_MEMORY || rc == STK_UNAVAILABLE ? RES_AGAIN
                                                         : RES_BAD;
 }
 
-/* Every view of sample idx (out: its place in the first image tensor; the
- * others follow the layout). RES_OK, or the first view's failure: a
- * sample is bad or not as a whole. */
+/* Every view of sample idx into slot k of each image tensor of the batch
+ * buf (each view's tensor has its own sample size). RES_OK, or the first
+ * view's failure: a sample is bad or not as a whole. */
 static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *data,
-                   size_t len, void *out) {
+                   size_t len, unsigned char *buf, uint32_t k) {
   uint32_t views = b->spec.views > 1 ? b->spec.views : 1;
   const stk_tensor_desc *t = b->layout.tensors;
   for (uint32_t v = 0; v < views; v++) {
-    int r = process_view(b, epoch, idx, data, len,
-                         (unsigned char *)out + (t[v].offset - t[0].offset), v);
+    unsigned char *out = buf + t[v].offset + t[v].nbytes / b->spec.batch_size * k;
+    int r = process_view(b, epoch, idx, data, len, out, v);
     if (r != RES_OK) return r;
   }
   return RES_OK;
@@ -449,7 +471,8 @@ static int process(stk_builder *b, uint64_t epoch, uint64_t idx, const uint8_t *
 
 /* Read and process one sample with the one-at-a-time buffer: RES_OK, RES_BAD
  * or RES_AGAIN. */
-static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t *bytes) {
+static int one(stk_builder *b, uint64_t epoch, uint64_t idx, unsigned char *buf,
+               uint32_t k, uint64_t *bytes) {
   jpipe *jp = b->impl;
   int fd, owned;
   uint64_t off, size;
@@ -468,7 +491,7 @@ static int one(stk_builder *b, uint64_t epoch, uint64_t idx, void *out, uint64_t
   stk__prof_lap(STK__PROF_READ, &t);
   if ((rc = read_result(jp, r.res, size))) return rc;
   *bytes += size;
-  return process(b, epoch, idx, jp->big, size, out);
+  return process(b, epoch, idx, jp->big, size, buf, k);
 }
 
 /* Read the files of slots [k0, k1) in one batched read: every slot ends in
@@ -537,10 +560,8 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
   const stk_job_spec *s = &b->spec;
   uint64_t n = b->ds->n;
   uint32_t B = s->batch_size;
-  const stk_tensor_desc *ti = &b->layout.tensors[STK_TENSOR_IMAGE];
   const stk_tensor_desc *tl =
       &b->layout.tensors[stk_batch_layout_find(&b->layout, "label")];
-  size_t per = ti->nbytes / B;
   stk_perm perm;
   stk_perm_init(&perm, n, s->seed, epoch);
 
@@ -552,23 +573,22 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
     size_t q = 0;
     for (uint32_t k = k0; k < k1; k++) {
       uint64_t idx = b->indices[k], got = idx;
-      unsigned char *out = buf + ti->offset + per * k;
       int r = RES_BAD;
       if (jp->state[k] == 0) {
         stk__io_req *rq = &jp->reqs[q++];
         r = read_result(jp, rq->res, rq->len);
         if (r == RES_OK) {
           info->bytes_read += rq->len;
-          r = process(b, epoch, idx, jp->slot[k], rq->len, out);
+          r = process(b, epoch, idx, jp->slot[k], rq->len, buf, k);
         }
         if (r == RES_AGAIN) { /* once more, alone */
           info->reread++;
-          r = one(b, epoch, idx, out, &info->bytes_read);
+          r = one(b, epoch, idx, buf, k, &info->bytes_read);
         }
         if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
       } else if (jp->state[k] == 1 || jp->state[k] == 3) {
         info->reread += jp->state[k] == 3;
-        r = one(b, epoch, idx, out, &info->bytes_read);
+        r = one(b, epoch, idx, buf, k, &info->bytes_read);
         if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
       }
       if (r == RES_AGAIN) return fail_transient(b, epoch, idx);
@@ -576,7 +596,7 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
         uint64_t p = (b->pos0 + k) % n;
         for (uint64_t t = 1; t < n && r != RES_OK; t++) {
           got = stk_perm_apply(&perm, (p + t) % n);
-          r = one(b, epoch, got, out, &info->bytes_read);
+          r = one(b, epoch, got, buf, k, &info->bytes_read);
           if (r == RES_AGAIN) return fail_transient(b, epoch, got);
           if (r == RES_BAD) report_bad(b->ds, got, jp->why);
         }

@@ -370,6 +370,8 @@ int stk__cuda_fill_convert(stk_client *c, stk_batch *s, const stk_batch_layout *
       continue;
     }
     unsigned char *din = (unsigned char *)s->dev_in + ti->offset;
+    uint32_t vh, vw; /* the view's own size */
+    stk__image_hw(ti, sp->layout, &vh, &vw);
     r = cerr(
         c, rt.cudaMemcpyAsync(din, src + ti->offset, (size_t)ti->nbytes, MEMCPY_H2D, st),
         "cudaMemcpyAsync");
@@ -377,7 +379,7 @@ int stk__cuda_fill_convert(stk_client *c, stk_batch *s, const stk_batch_layout *
     stk__gather_args a = {din,
                           (unsigned char *)s->dev + to->offset,
                           k->table,
-                          (unsigned long long)sp->height * sp->width,
+                          (unsigned long long)vh * vw,
                           sp->batch_size,
                           sp->channels,
                           (sp->layout == STK_LAYOUT_NHWC ? STK__GATHER_IN_NHWC : 0u) |

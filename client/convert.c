@@ -17,6 +17,11 @@ uint32_t stk__image_tensors(const stk_job_spec *spec) {
   return spec->views > 1 ? spec->views : 1;
 }
 
+void stk__image_hw(const stk_tensor_desc *d, int layout, uint32_t *h, uint32_t *w) {
+  *h = (uint32_t)(layout == STK_LAYOUT_NHWC ? d->shape[1] : d->shape[2]);
+  *w = (uint32_t)(layout == STK_LAYOUT_NHWC ? d->shape[2] : d->shape[3]);
+}
+
 int stk__wire_convert(const stk_job_spec *spec) {
   return spec->dtype == STK_DTYPE_FLOAT32 ? STK_CONVERT_FLOAT32 : STK_CONVERT_BFLOAT16;
 }
@@ -30,12 +35,13 @@ int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout 
   uint64_t esz = convert == STK_CONVERT_FLOAT32 ? 4 : 2;
   for (uint32_t v = 0; v < stk__image_tensors(spec); v++) {
     stk_tensor_desc *img = &out->tensors[v];
+    uint32_t h, w; /* a view's own chain may make another size */
+    stk__image_hw(img, spec->layout, &h, &w);
     img->dtype = convert == STK_CONVERT_FLOAT32 ? STK_DTYPE_FLOAT32 : STK_DTYPE_BFLOAT16;
     img->shape[1] = spec->channels;
-    img->shape[2] = spec->height;
-    img->shape[3] = spec->width;
-    img->nbytes =
-        (uint64_t)spec->batch_size * spec->channels * spec->height * spec->width * esz;
+    img->shape[2] = h;
+    img->shape[3] = w;
+    img->nbytes = (uint64_t)spec->batch_size * spec->channels * h * w * esz;
   }
   uint64_t off = 0;
   for (uint32_t t = 0; t < out->ntensors; t++) {
@@ -54,10 +60,12 @@ static uint16_t to_bf16(float f) {
   return (uint16_t)(u >> 16);
 }
 
-/* One image tensor, img (the wire or uint8 form) into o. */
-static void convert_image(const stk_job_spec *spec, int convert, const float lut[4][256],
-                          const unsigned char *img, unsigned char *o, int out_nhwc) {
-  uint32_t B = spec->batch_size, C = spec->channels, H = spec->height, W = spec->width;
+/* One image tensor, img (the wire or uint8 form, described by d) into o. */
+static void convert_image(const stk_job_spec *spec, const stk_tensor_desc *d, int convert,
+                          const float lut[4][256], const unsigned char *img,
+                          unsigned char *o, int out_nhwc) {
+  uint32_t B = spec->batch_size, C = spec->channels, H, W;
+  stk__image_hw(d, spec->layout, &H, &W);
   int nhwc = spec->layout == STK_LAYOUT_NHWC;
   size_t plane = (size_t)H * W, per = plane * C;
   if (convert == STK_CONVERT_FLOAT32 && !nhwc && !out_nhwc && C == 3) {
@@ -121,7 +129,7 @@ void stk__convert_batch(const stk_job_spec *spec, int convert, const stk_batch_l
   float_table(spec, lut);
   uint32_t nimg = stk__image_tensors(spec);
   for (uint32_t t = 0; t < nimg; t++)
-    convert_image(spec, convert, lut, src + in->tensors[t].offset,
+    convert_image(spec, &in->tensors[t], convert, lut, src + in->tensors[t].offset,
                   dst + out->tensors[t].offset, out_nhwc);
   for (uint32_t t = nimg; t < in->ntensors && t < out->ntensors; t++)
     memcpy(dst + out->tensors[t].offset, src + in->tensors[t].offset,

@@ -697,6 +697,9 @@ const char *stk__cuda_error(stk_client *c);
 int stk__convert_layout(const stk_job_spec *spec, int convert, stk_batch_layout *out);
 /* The image tensors of a job: the first views (1..4) ones. */
 uint32_t stk__image_tensors(const stk_job_spec *spec);
+/* The height and width of image tensor d in the given stk_layout (views may
+ * differ in size). */
+void stk__image_hw(const stk_tensor_desc *d, int layout, uint32_t *h, uint32_t *w);
 /* The conversion that rebuilds a float job's images from their 8-bit wire
  * form: STK_CONVERT_FLOAT32 or STK_CONVERT_BFLOAT16, the job's dtype. */
 int stk__wire_convert(const stk_job_spec *spec);

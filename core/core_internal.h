@@ -32,6 +32,24 @@ static inline uint64_t stk__view_seed(uint64_t seed, uint32_t v) {
   return v ? stk__mix64(seed + 0x9e3779b97f4a7c15ull * v) : seed;
 }
 
+/* View v's op chain text: its own (job key "viewV") or the pipeline's.
+ * For a spec that passed stk_job_spec_validate. */
+static inline const char *stk__view_chain(const stk_job_spec *s, uint32_t v) {
+  if (v >= 1 && v <= 3 && s->view_chain[v - 1] && s->view_chain[v - 1] < sizeof(s->chain))
+    return s->chain + s->view_chain[v - 1];
+  return s->chain;
+}
+
+/* View v's output size: its own chain's, or height x width. */
+static inline void stk__view_hw(const stk_job_spec *s, uint32_t v, uint32_t *h,
+                                uint32_t *w) {
+  if (v >= 1 && v <= 3 && s->view_chain[v - 1]) {
+    *h = s->view_height[v - 1], *w = s->view_width[v - 1];
+  } else {
+    *h = s->height, *w = s->width;
+  }
+}
+
 /* The seed of a batch's own generator (the batch ops' draws), keyed with
  * (epoch, epoch position of the batch's first slot): a stream apart from
  * every sample's and view's. */

@@ -33,7 +33,8 @@ typedef enum {
   T_ENUM,
   T_TOKEN,
   T_PIPE,
-  T_VIEWS /* a uint32 left out of the canonical text while 1 */
+  T_VIEWS,    /* a uint32 left out of the canonical text while 1 */
+  T_VIEWCHAIN /* a view's own chain (view_chain[]), left out while it has none */
 } opt_type;
 
 typedef struct {
@@ -83,6 +84,10 @@ static const job_opt job_opts[] = {
      "plugin libraries whose ops the chain names: name[,name]"},
     {"views", T_VIEWS, OFF(views), 0, NULL,
      "views per sample (1..4): tensors image0.. from independent random draws"},
+    {"view1", T_VIEWCHAIN, OFF(view_chain[0]), 1, NULL,
+     "view 1's own op chain (its own size; normalize/to come from pipeline)"},
+    {"view2", T_VIEWCHAIN, OFF(view_chain[1]), 2, NULL, "view 2's own op chain"},
+    {"view3", T_VIEWCHAIN, OFF(view_chain[2]), 3, NULL, "view 3's own op chain"},
     {"height", T_U32, OFF(height), 0, NULL, "output image height"},
     {"width", T_U32, OFF(width), 0, NULL, "output image width"},
     {"channels", T_U32, OFF(channels), 0, NULL, "output channels (3)"},
@@ -188,33 +193,140 @@ static int parse_f32(const char *v, float *out) {
   return 0;
 }
 
+/* The chains' texts of s: texts[0] the pipeline's, texts[v] view v's own
+ * ("" when it has none), pointing into copy (a copy of s->chain, so that
+ * the texts survive a repack of s->chain). Offsets out of the buffer or
+ * texts without a NUL (a spec not set through this file) read as "". */
+static void chain_texts(const stk_job_spec *s, char copy[sizeof(s->chain)],
+                        const char *texts[4]) {
+  memcpy(copy, s->chain, sizeof(s->chain));
+  copy[sizeof(s->chain) - 1] = 0;
+  texts[0] = copy;
+  for (uint32_t v = 1; v <= 3; v++) {
+    uint16_t off = s->view_chain[v - 1];
+    texts[v] = off && off < sizeof(s->chain) ? copy + off : "";
+  }
+}
+
+/* Lay texts into s->chain: texts[0] (the pipeline's) first, then each
+ * view's own after the NUL of the one before (view_chain[] their
+ * offsets, 0 for ""; views with equal texts share one), the rest of the
+ * buffer zeroed, so that equal jobs have equal bytes. s is unchanged when
+ * they do not fit. */
+static int pack_chains(stk_job_spec *s, const char *const texts[4], char *err,
+                       size_t errlen) {
+  char buf[sizeof(s->chain)] = {0};
+  uint16_t offs[3] = {0, 0, 0};
+  size_t at = 0;
+  for (uint32_t v = 0; v <= 3; v++) {
+    size_t l = strlen(texts[v]);
+    if (v && !l) continue;
+    uint32_t u = 1; /* a view's text equal to an earlier view's is stored once */
+    while (u < v && strcmp(texts[u], texts[v])) u++;
+    if (v && u < v) {
+      offs[v - 1] = offs[u - 1];
+      continue;
+    }
+    if (l >= sizeof(buf) - at)
+      return stk__errf(
+          err, errlen, STK_INVALID_ARGUMENT,
+          "%s: the canonical texts of pipeline and view1..view3 together are "
+          "over %zu bytes (a NUL after each)",
+          v ? "view chain" : "pipeline", sizeof(buf));
+    if (v) offs[v - 1] = (uint16_t)at;
+    memcpy(buf + at, texts[v], l + 1);
+    at += l + 1;
+  }
+  memcpy(s->chain, buf, sizeof(buf));
+  memcpy(s->view_chain, offs, sizeof(offs));
+  return STK_OK;
+}
+
 /* pipeline = train | eval | raw, or a chain: its canonical text goes to
- * s->chain, its closing normalize/to set mean, std, dtype and layout, and
- * its output size (when fixed) sets height and width. */
+ * s->chain (before the views' own chains), its closing normalize/to set
+ * mean, std, dtype and layout, and its output size (when fixed) sets
+ * height and width. */
 static int set_pipeline(stk_job_spec *s, const char *value, char *err, size_t errlen) {
+  char copy[sizeof(s->chain)];
+  const char *texts[4];
+  chain_texts(s, copy, texts);
   for (const enum_name *e = pipeline_names; e->name; e++)
     if (!strcmp(e->name, value)) {
-      s->pipeline = e->value;
-      s->chain[0] = 0;
-      return STK_OK;
+      texts[0] = "";
+      int rc = pack_chains(s, texts, err, errlen);
+      if (rc == STK_OK) s->pipeline = e->value;
+      return rc;
     }
   static _Thread_local stk__chain c; /* 10 KiB: off the caller's stack */
+  static _Thread_local char canon[sizeof(s->chain) + 1];
   stk__chain_fields f;
   int rc = stk__chain_parse(value, &c, &f, err, errlen);
   if (rc) return rc;
-  size_t n = stk__chain_format(&c, s->chain, sizeof(s->chain));
-  if (n >= sizeof(s->chain)) {
-    s->chain[0] = 0;
+  size_t n = stk__chain_format(&c, canon, sizeof(canon));
+  if (n >= sizeof(s->chain))
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                      "pipeline: the chain's canonical text is over %zu bytes",
                      sizeof(s->chain) - 1);
-  }
+  texts[0] = canon;
+  if ((rc = pack_chains(s, texts, err, errlen))) return rc;
   s->pipeline = STK_PIPELINE_CHAIN;
   if (f.has_norm)
     memcpy(s->mean, f.mean, sizeof(s->mean)), memcpy(s->std, f.std, sizeof(s->std));
   if (f.has_to) s->dtype = f.dtype, s->layout = f.layout;
   uint32_t h, w;
   if (stk__chain_size(&c, &h, &w, NULL, 0) == STK_OK) s->height = h, s->width = w;
+  return STK_OK;
+}
+
+/* An error of the chain grammar (why, "pipeline op N ...") for the chain
+ * of label: as it is for the pipeline's, "viewV op N ..." for a view's
+ * own. Returns rc. */
+static int chain_err(char *err, size_t errlen, int rc, const char *label,
+                     const char *why) {
+  if (!strcmp(label, "pipeline")) return stk__errf(err, errlen, rc, "%s", why);
+  if (!strncmp(why, "pipeline ", 9))
+    return stk__errf(err, errlen, rc, "%s %s", label, why + 9);
+  return stk__errf(err, errlen, rc, "%s: %s", label, why);
+}
+
+/* viewV = chain: view v's own chain (canonical text packed after the
+ * pipeline's) and its output size; "pipeline" (or nothing) takes it back
+ * to the pipeline's chain. Its normalize and to would be the job's, shared
+ * by every view: they are given once, in pipeline. */
+static int set_view_chain(stk_job_spec *s, uint32_t v, const char *value, char *err,
+                          size_t errlen) {
+  char copy[sizeof(s->chain)];
+  const char *texts[4];
+  chain_texts(s, copy, texts);
+  if (!value[0] || !strcmp(value, "pipeline")) {
+    texts[v] = "";
+    int rc = pack_chains(s, texts, err, errlen);
+    if (rc == STK_OK) s->view_height[v - 1] = s->view_width[v - 1] = 0;
+    return rc;
+  }
+  static _Thread_local stk__chain c;
+  static _Thread_local char canon[sizeof(s->chain) + 1];
+  stk__chain_fields f;
+  char why[1024], label[8];
+  snprintf(label, sizeof(label), "view%u", v);
+  int rc = stk__chain_parse(value, &c, &f, why, sizeof(why));
+  if (rc) return chain_err(err, errlen, rc, label, why);
+  if (f.has_norm || f.has_to)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "view%u: normalize and to apply to every view: give them once, in "
+                     "pipeline (or with mean, std, dtype and layout)",
+                     v);
+  uint32_t h, w;
+  if ((rc = stk__chain_size(&c, &h, &w, why, sizeof(why))))
+    return chain_err(err, errlen, rc, label, why);
+  size_t n = stk__chain_format(&c, canon, sizeof(canon));
+  if (n >= sizeof(s->chain))
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "view%u: the chain's canonical text is over %zu bytes", v,
+                     sizeof(s->chain) - 1);
+  texts[v] = canon;
+  if ((rc = pack_chains(s, texts, err, errlen))) return rc;
+  s->view_height[v - 1] = h, s->view_width[v - 1] = w;
   return STK_OK;
 }
 
@@ -251,6 +363,8 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
   switch (o->type) {
     case T_PIPE:
       return set_pipeline(s, value, err, errlen);
+    case T_VIEWCHAIN:
+      return set_view_chain(s, (uint32_t)o->size, value, err, errlen);
     case T_STR:
     case T_OPTSTR:
       if (strlen(value) >= o->size)
@@ -467,6 +581,14 @@ size_t stk_job_spec_format(const stk_job_spec *s, char *buf, size_t len) {
         snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
                  *(const uint32_t *)field);
         break;
+      case T_VIEWCHAIN: {
+        uint16_t off = *(const uint16_t *)field;
+        if (off && off < sizeof(s->chain))
+          snprintf(tmp, sizeof(tmp), "%s = %.*s\n", o->name,
+                   (int)(sizeof(s->chain) - off), s->chain + off);
+        else tmp[0] = 0;
+        break;
+      }
       case T_VIEWS:
         if (*(const uint32_t *)field != 1)
           snprintf(tmp, sizeof(tmp), "%s = %" PRIu32 "\n", o->name,
@@ -563,14 +685,111 @@ static int validate_tokens(const stk_job_spec *s, char *err, size_t errlen) {
   return STK_OK;
 }
 
+/* One chain of a job (the pipeline's, label "pipeline", or view v's own,
+ * "viewV"): in canonical form without normalize/to, every plugin op's
+ * library named, its output size h x w, a batch op (mixup, cutmix) only
+ * in the pipeline of a one-view job, random_erasing's value one a uint8
+ * image can hold. */
+static int validate_one_chain(const stk_job_spec *s, const char *text, const char *label,
+                              uint32_t want_h, uint32_t want_w, char *err,
+                              size_t errlen) {
+  static _Thread_local stk__chain c; /* 10 KiB: off the caller's stack */
+  static _Thread_local char canon[sizeof(s->chain) + 1];
+  stk__chain_fields f;
+  char why[1024];
+  int rc = stk__chain_parse(text, &c, &f, why, sizeof(why));
+  if (rc) return chain_err(err, errlen, rc, label, why);
+  if (f.has_norm || f.has_to)
+    VFAIL(
+        "%s: the stored chain may not hold normalize or to (they set mean/std and "
+        "dtype/layout)",
+        label);
+  stk__chain_format(&c, canon, sizeof(canon));
+  if (strcmp(canon, text))
+    VFAIL(
+        "%s: chain is not in canonical form (set it with stk_job_spec_set(spec, "
+        "\"%s\", ...))",
+        label, label);
+  if ((rc = stk__chain_check_plugins(&c, s->plugin, why, sizeof(why))))
+    return chain_err(err, errlen, rc, label, why);
+  uint32_t h, w;
+  if ((rc = stk__chain_size(&c, &h, &w, why, sizeof(why))))
+    return chain_err(err, errlen, rc, label, why);
+  if (h != want_h || w != want_w)
+    VFAIL("%s%s makes %ux%u images, but %s is %ux%u", label[0] == 'p' ? "the " : "",
+          label, h, w, label[0] == 'p' ? "height x width" : "its stored size", want_h,
+          want_w);
+  for (uint32_t i = 0; i < c.n; i++) {
+    const stk__op *o = &c.ops[i];
+    if (stk__op_is_batch(o->kind)) {
+      /* the soft targets are B x num_classes: the count must be known
+       * from the job alone (imagefolder's 0 is resolved from the data) */
+      if (!s->num_classes)
+        VFAIL(
+            "%s op %u '%s': soft targets need num_classes (the dataset's class "
+            "count)",
+            label, i + 1,
+            o->kind == STK__OP_MIXUP    ? "mixup"
+            : o->kind == STK__OP_CUTMIX ? "cutmix"
+                                        : "mixup_cutmix");
+      if (s->views > 1) VFAIL("%s op %u: a batch op needs views = 1", label, i + 1);
+      if ((uint64_t)s->batch_size * s->num_classes * 4 > (1ull << 30))
+        VFAIL(
+            "the soft targets (batch_size x num_classes float32) may hold at most 1 GiB");
+    }
+    if (o->kind != STK__OP_RANDOM_ERASING || s->dtype != STK_DTYPE_UINT8) continue;
+    if (o->kh || o->lo[2] != floorf(o->lo[2]) || o->lo[2] < 0 || o->lo[2] > 255)
+      VFAIL(
+          "%s op %u 'random_erasing': a uint8 image takes a value in 0..255, not "
+          "random or a fraction",
+          label, i + 1);
+  }
+  return STK_OK;
+}
+
+/* The views' own chains: each one a view of the job has (v < views), of
+ * a job whose pipeline is a chain, packed after the pipeline's text;
+ * views without one leave their size at 0. */
+static int validate_view_chains(const stk_job_spec *s, char *err, size_t errlen) {
+  if (s->pad0) VFAIL("job spec padding is not zero");
+  size_t end0 = strlen(s->chain) + 1;
+  for (uint32_t v = 1; v <= 3; v++) {
+    uint16_t off = s->view_chain[v - 1];
+    char label[8];
+    snprintf(label, sizeof(label), "view%u", v);
+    if (!off) {
+      if (s->view_height[v - 1] || s->view_width[v - 1])
+        VFAIL("%s has a size but no chain of its own", label);
+      continue;
+    }
+    if (s->pipeline != STK_PIPELINE_CHAIN)
+      VFAIL("%s: a view's own chain needs the pipeline given as an op chain", label);
+    if (v >= s->views)
+      VFAIL("%s has a chain of its own, but views = %u (views 0..%u)", label, s->views,
+            s->views ? s->views - 1 : 0);
+    if (off < end0 || off >= sizeof(s->chain) ||
+        !memchr(s->chain + off, 0, sizeof(s->chain) - off))
+      VFAIL(
+          "%s: its chain text is not where the pipeline's ends (set it with "
+          "stk_job_spec_set(spec, \"%s\", ...))",
+          label, label);
+    int rc = validate_one_chain(s, s->chain + off, label, s->view_height[v - 1],
+                                s->view_width[v - 1], err, errlen);
+    if (rc) return rc;
+  }
+  return STK_OK;
+}
+
 /* pipeline = chain: an image source, the chain in canonical form, its
  * output size equal to height x width, every plugin op's library named,
- * and the named pipelines' own keys left at their defaults (a value there
- * would silently do nothing). Other pipelines leave chain and plugin
- * empty. */
+ * the views' own chains likewise, and the named pipelines' own keys left
+ * at their defaults (a value there would silently do nothing). Other
+ * pipelines leave chain and plugin empty. */
 static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
   if (!memchr(s->chain, 0, sizeof(s->chain)) || !memchr(s->plugin, 0, sizeof(s->plugin)))
     VFAIL("job spec strings are not terminated");
+  int rc = validate_view_chains(s, err, errlen);
+  if (rc) return rc;
   if (s->pipeline != STK_PIPELINE_CHAIN) {
     if (s->chain[0] || s->plugin[0])
       VFAIL("chain and plugin belong to a pipeline given as an op chain");
@@ -578,20 +797,6 @@ static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
   }
   if (s->source != STK_SOURCE_IMAGEFOLDER && s->source != STK_SOURCE_TAR)
     VFAIL("an op chain needs an image source (imagefolder or tar)");
-  static _Thread_local stk__chain c; /* 10 KiB: off the caller's stack */
-  static _Thread_local char canon[sizeof(s->chain) + 1];
-  stk__chain_fields f;
-  int rc = stk__chain_parse(s->chain, &c, &f, err, errlen);
-  if (rc) return rc;
-  if (f.has_norm || f.has_to)
-    VFAIL(
-        "the stored chain may not hold normalize or to (they set mean/std and "
-        "dtype/layout)");
-  stk__chain_format(&c, canon, sizeof(canon));
-  if (strcmp(canon, s->chain))
-    VFAIL(
-        "chain is not in canonical form (set it with stk_job_spec_set(spec, "
-        "\"pipeline\", ...))");
   /* Unknown ops first: a typo is named as such, not as a geometry error. */
   for (const char *p = s->plugin; *p;) {
     const char *e = strchr(p, ',');
@@ -600,37 +805,9 @@ static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
       VFAIL("plugin wants name[,name...], each [a-z][a-z0-9_]*, no spaces");
     p += l + (e ? 1 : 0);
   }
-  if ((rc = stk__chain_check_plugins(&c, s->plugin, err, errlen))) return rc;
-  uint32_t h, w;
-  if ((rc = stk__chain_size(&c, &h, &w, err, errlen))) return rc;
-  if (h != s->height || w != s->width)
-    VFAIL("the pipeline makes %ux%u images, but height x width is %ux%u", h, w, s->height,
-          s->width);
-  for (uint32_t i = 0; i < c.n; i++) {
-    const stk__op *o = &c.ops[i];
-    if (stk__op_is_batch(o->kind)) {
-      /* the soft targets are B x num_classes: the count must be known
-       * from the job alone (imagefolder's 0 is resolved from the data) */
-      if (!s->num_classes)
-        VFAIL(
-            "pipeline op %u '%s': soft targets need num_classes (the dataset's class "
-            "count)",
-            i + 1,
-            o->kind == STK__OP_MIXUP    ? "mixup"
-            : o->kind == STK__OP_CUTMIX ? "cutmix"
-                                        : "mixup_cutmix");
-      if (s->views > 1) VFAIL("pipeline op %u: a batch op needs views = 1", i + 1);
-      if ((uint64_t)s->batch_size * s->num_classes * 4 > (1ull << 30))
-        VFAIL(
-            "the soft targets (batch_size x num_classes float32) may hold at most 1 GiB");
-    }
-    if (o->kind != STK__OP_RANDOM_ERASING || s->dtype != STK_DTYPE_UINT8) continue;
-    if (o->kh || o->lo[2] != floorf(o->lo[2]) || o->lo[2] < 0 || o->lo[2] > 255)
-      VFAIL(
-          "pipeline op %u 'random_erasing': a uint8 image takes a value in 0..255, not "
-          "random or a fraction",
-          i + 1);
-  }
+  if ((rc =
+           validate_one_chain(s, s->chain, "pipeline", s->height, s->width, err, errlen)))
+    return rc;
   stk_job_spec d;
   stk_job_spec_defaults(&d);
   if (s->resize != d.resize || s->scale_min != d.scale_min ||
@@ -703,8 +880,12 @@ int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (s->batch_size < 1 || s->batch_size > 65536) VFAIL("batch_size must be in 1..65536");
   if (s->world_size < 1 || s->world_size > 65536) VFAIL("world_size must be in 1..65536");
   if (s->epochs < 1 || s->epochs > 1000000) VFAIL("epochs must be in 1..1000000");
-  uint64_t img = (uint64_t)s->height * s->width * s->channels *
-                 stk__dtype_size(s->dtype) * s->batch_size * (s->views ? s->views : 1);
+  uint64_t img = 0;
+  for (uint32_t v = 0; v < s->views; v++) {
+    uint32_t h, w;
+    stk__view_hw(s, v, &h, &w);
+    img += (uint64_t)h * w * s->channels * stk__dtype_size(s->dtype) * s->batch_size;
+  }
   if (img > (2ull << 30) && s->source != STK_SOURCE_MEGATRON)
     VFAIL("a batch may hold at most 2 GiB of image data");
   if (s->pipeline == STK_PIPELINE_EVAL && (s->resize < 1 || s->resize > 16384))

@@ -1,5 +1,6 @@
 /* layout.c - the batch layout: where each tensor sits in a batch payload
- * (image jobs: image (or image0..image{V-1}), label, mask, index, and
+ * (image jobs: image (or image0..image{V-1}, each view of its own chain's
+ * size), label, mask, index, and
  * target when the chain ends in a batch op; token
  * jobs: tokens, labels and
  * the optional loss_mask, position_ids, index), derived from a valid job
@@ -49,12 +50,14 @@ int stk_batch_layout_of(const stk_job_spec *s, stk_batch_layout *L) {
     char name[16];
     if (V > 1) snprintf(name, sizeof(name), "image%u", v);
     else snprintf(name, sizeof(name), "image");
+    uint32_t h, w; /* the view's own chain may make another size */
+    stk__view_hw(s, v, &h, &w);
     /* B x (one sample's elements), then the shape proper */
-    add_tensor(L, name, s->dtype, 4, B, (uint64_t)s->height * s->width * s->channels);
+    add_tensor(L, name, s->dtype, 4, B, (uint64_t)h * w * s->channels);
     stk_tensor_desc *d = &L->tensors[L->ntensors - 1];
     if (s->layout == STK_LAYOUT_NHWC)
-      d->shape[1] = s->height, d->shape[2] = s->width, d->shape[3] = s->channels;
-    else d->shape[1] = s->channels, d->shape[2] = s->height, d->shape[3] = s->width;
+      d->shape[1] = h, d->shape[2] = w, d->shape[3] = s->channels;
+    else d->shape[1] = s->channels, d->shape[2] = h, d->shape[3] = w;
   }
   add_tensor(L, "label", STK_DTYPE_INT64, 1, B, 0);
   add_tensor(L, "mask", STK_DTYPE_UINT8, 1, B, 0);
@@ -78,9 +81,12 @@ int stk_image_wire_spec(const stk_job_spec *s, stk_job_spec *wire) {
     return 0;
   /* random_erasing and the batch ops write values no 8-bit level stands
    * for: floats travel */
-  if (memchr(s->chain, 0, sizeof(s->chain)) &&
-      (strstr(s->chain, "| random_erasing(") || stk__chain_text_mixes(s->chain)))
-    return 0;
+  if (!memchr(s->chain, 0, sizeof(s->chain))) return 0;
+  for (uint32_t v = 0; v < 4; v++) {
+    const char *c = stk__view_chain(s, v);
+    if (!memchr(c, 0, sizeof(s->chain) - (size_t)(c - s->chain))) return 0;
+    if (strstr(c, "| random_erasing(") || stk__chain_text_mixes(c)) return 0;
+  }
   if (wire) {
     *wire = *s;
     wire->dtype = STK_DTYPE_UINT8;

@@ -92,7 +92,17 @@ typedef struct stk_job_spec {
   char plugin[64]; /* plugin libraries the chain uses: "name[,name...]" */
   char chain[960];
   uint32_t views; /* image jobs: views per sample, 1..4 (image0.. when > 1) */
-  uint8_t reserved[224];
+  /* views > 1 and pipeline = chain: view v (1..3) with a chain of its own
+   * (job key "viewV") finds its canonical text at chain + view_chain[v-1]
+   * (after view 0's, which is the pipeline's, and its NUL) and makes
+   * view_height[v-1] x view_width[v-1] images; view_chain[v-1] = 0: view v
+   * runs the pipeline's chain at height x width. Every view shares the
+   * pipeline's normalize and to (mean, std, dtype, layout). Set through
+   * stk_job_spec_set(spec, "view1", ...), which packs the texts. */
+  uint16_t view_chain[3];
+  uint16_t pad0; /* 0 */
+  uint32_t view_height[3], view_width[3];
+  uint8_t reserved[192];
 } stk_job_spec;
 
 /* Fill *spec with the defaults (synthetic with num_samples 0, which the
@@ -264,7 +274,8 @@ typedef struct stk_batch_layout {
  * real sample, 0 = padding); index: int64 [B] (ids STK_TENSOR_*). With
  * views = V > 1 the image is V tensors image0 .. image{V-1} (the same
  * sample under independent random draws; image0 is the one-view job's
- * image), then label, mask, index. A chain that ends in a batch op
+ * image; a view with a chain of its own has that chain's height and
+ * width), then label, mask, index. A chain that ends in a batch op
  * (mixup, cutmix, mixup_cutmix) adds a fifth, target: float32 [B,
  * num_classes], the soft targets of the mixed images (label keeps each
  * row's own class).

@@ -12,9 +12,10 @@
  * received say so), the same with floats on the wire
  * (STOKER_WIRE_UINT8=0), a bfloat16 NHWC job, and a job whose pipeline
  * is a user's op chain with a plugin op (examples/plugin_cutout.c) and
- * two views per sample. The float32 NCHW and bfloat16 NHWC jobs run again
- * with CUDA slots on fake_cudart (a host-memory stand-in for the runtime
- * and driver): the 8-bit images go to the "device" and the conversion
+ * three views per sample, one with a chain and a size of its own. The
+ * float32 NCHW, bfloat16 NHWC and three-view jobs run again with CUDA
+ * slots on fake_cudart (a host-memory stand-in for the runtime and
+ * driver): the 8-bit images go to the "device" and the conversion
  * kernel's body rebuilds the floats there; every tensor's device bytes
  * must equal the reference's.
  *
@@ -182,10 +183,12 @@ int main(int argc, char **argv) {
   unsetenv("STOKER_CUDA_CONVERT");
   unsetenv("STOKER_CUDA_DRIVER");
   unsetenv("STOKER_CUDART");
-  /* A user's op chain with a plugin op (examples/plugin_cutout.c), two
-   * views per sample (image0, image1): the
-   * workers load it from --plugin-dir, the ranks' references from
-   * $STOKER_PLUGIN_DIR; every batch equals the reference. */
+  /* A user's op chain with a plugin op (examples/plugin_cutout.c), three
+   * views per sample (image0..image2), view 1 with a chain and a size of
+   * its own (32x24, float32 from 8-bit values on the wire like the
+   * others): the workers load the plugin from --plugin-dir, the ranks'
+   * references from $STOKER_PLUGIN_DIR; every batch equals the
+   * reference. */
   const char *chain[] = {
       "--set",
       "source=imagefolder",
@@ -209,15 +212,38 @@ int main(int argc, char **argv) {
       "--set",
       "seed=5",
       "--set",
-      "views=2",
+      "views=3",
+      "--set",
+      "view1=random_resized_crop(32, 24, scale=0.05:0.4) | hflip(0.5) | grayscale(0.2) | "
+      "cutout(size=4, n=1)",
       NULL};
   const char *w3[] = {"--threads",    "1",        "--data-root", root,
                       "--plugin-dir", PLUGIN_DIR, NULL};
   setenv("STOKER_PLUGIN_DIR", PLUGIN_DIR, 1);
-  js.views = 2, js.dtype = STK_DTYPE_UINT8;
+  /* the wire layout: uint8 images, view 1 of its own size */
+  char jerr[256];
+  js.pipeline = STK_PIPELINE_CHAIN, js.plugin[0] = 0;
+  CHECK(stk_job_spec_parse(&js,
+                           "plugin = cutout\n"
+                           "pipeline = random_resized_crop(64) | cutout(size=16, n=2)\n"
+                           "views = 3\n"
+                           "view1 = random_resized_crop(32, 24) | cutout(size=4, n=1)\n",
+                           jerr, sizeof jerr) == STK_OK);
+  js.dtype = STK_DTYPE_UINT8;
   stk_batch_layout l8v;
   CHECK(stk_batch_layout_of(&js, &l8v) == STK_OK);
+  CHECK(l8v.ntensors == 6 && l8v.tensors[1].nbytes == 6ull * 3 * 32 * 24);
   run_job("jpeg-chain-plugin", chain, w3, root, NULL, 2 * 10, l8v.total_bytes);
+  /* the same on CUDA slots: each view converted at its own size */
+  setenv("STOKER_CUDART", FAKE_CUDART, 1);
+  setenv("STOKER_CUDA_DRIVER", FAKE_CUDART, 1);
+  setenv("STOKER_CUDA_CONVERT", "gpu", 1);
+  cuda_slots = 1;
+  run_job("jpeg-chain-plugin-cuda", chain, w3, root, NULL, 2 * 10, l8v.total_bytes);
+  cuda_slots = 0;
+  unsetenv("STOKER_CUDA_CONVERT");
+  unsetenv("STOKER_CUDA_DRIVER");
+  unsetenv("STOKER_CUDART");
   unsetenv("STOKER_PLUGIN_DIR");
   CHECK_DONE();
 }

@@ -115,8 +115,9 @@ try:
 except stoker.StokerError as e:
     check(e.name == "INVALID_ARGUMENT", "error name %s" % e.name)
 
-# An op chain with two views over a few JPEGs written here: images is a
-# list of the two view tensors, the payload is the reference's.
+# An op chain with three views over a few JPEGs written here, the third
+# with a chain and a size of its own: images is a list of the three view
+# tensors, the payload is the reference's.
 try:
     from PIL import Image
 except ImportError:
@@ -129,14 +130,19 @@ if Image is not None:
             im = Image.new("RGB", (40 + 3 * i, 30 + 2 * i), (20 * i, 255 - 20 * i, 90))
             im.putpixel((1, 1), (255, 255, 255))
             im.save(os.path.join(root, "ds", "c0", "%d.jpg" % i))
-        JOBV = ("source = imagefolder\ndataset = ds\nbatch_size = 4\nviews = 2\n"
+        JOBV = ("source = imagefolder\ndataset = ds\nbatch_size = 4\nviews = 3\n"
                 "pipeline = random_resized_crop(16, scale=0.3:1) | hflip(0.5) | "
-                "color_jitter(0.4, 0.4) | to(float32)\n")
+                "color_jitter(0.4, 0.4) | to(float32)\n"
+                "view2 = random_resized_crop(8, 12, scale=0.05:0.4) | grayscale(0.5)\n")
         V = stoker.Loader(job=JOBV, data_root=root, rank=0, world_size=1, with_meta=True)
         views, labels, b = next(iter(V))
-        check(isinstance(views, list) and len(views) == 2, "two views")
+        check(isinstance(views, list) and len(views) == 3, "three views")
         check(all(tuple(v.shape) == (4, 3, 16, 16) and v.dtype == torch.float32
-                  for v in views), "view shapes")
+                  for v in views[:2]), "view shapes")
+        check(tuple(views[2].shape) == (4, 3, 8, 12) and views[2].dtype == torch.float32,
+              "view 2 of its own chain and size")
+        check(V.job["view2"].startswith("decode | random_resized_crop(8, 12,")
+              and list(V.job["view_height"]) == [0, 8, 0], "job dict names view2")
         check(not torch.equal(views[0], views[1]), "views differ")
         check(tuple(labels.shape) == (4,) and b.index is not None, "label and index")
         check(L.payload is not None and V.payload() == V.reference(b.epoch, b.step),

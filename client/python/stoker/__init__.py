@@ -37,7 +37,8 @@ carries with as_dict=True ({"image", "label", "mask", "index"} for image
 jobs; the token tensors for token jobs). For a token job the first two
 tensors are tokens and labels, so the tuple form works there too. A job
 with views = V > 1 yields images as a list of V tensors (image0 ..
-image{V-1}: the same samples under independent random draws).
+image{V-1}: the same samples under independent random draws; a view with
+a chain of its own, job key view1..view3, has that chain's size).
 A job whose op chain ends in a batch op (mixup, cutmix, mixup_cutmix)
 yields (images, targets): targets is the float32 [B, num_classes] tensor
 "target" of soft targets, what timm's SoftTargetCrossEntropy (or
@@ -421,13 +422,16 @@ class Loader:
 
     # Fields the job text names rather than numbers (as a job file says them).
     _NAMED = ("source", "pipeline", "dtype", "layout", "token_dtype", "drop_last",
-              "eod_mask_loss", "reset_position_ids", "loss_mask", "position_ids")
+              "eod_mask_loss", "reset_position_ids", "loss_mask", "position_ids",
+              "view1", "view2", "view3")
 
     @property
     def job(self):
         """The job spec as a dict (num_samples resolved); the enum and flag
         fields as a job file writes them ("dtype": "float32", "layout":
-        "nchw", "drop_last": True), the rest as numbers and strings."""
+        "nchw", "drop_last": True), the rest as numbers and strings; a view
+        with a chain of its own as "view1": its chain text (its size in
+        view_height/view_width)."""
         j = _lib.JobSpec()
         lib.stk_client_job(self._open(), ctypes.byref(j))
         n = lib.stk_job_spec_format(ctypes.byref(j), None, 0)
@@ -440,7 +444,7 @@ class Loader:
                 named[k] = {"true": True, "false": False}.get(v, v)
         out = {}
         for k, _ in _lib.JobSpec._fields_:
-            if k == "reserved":
+            if k in ("reserved", "view_chain", "pad0"):
                 continue
             v = getattr(j, k)
             if isinstance(v, bytes):
@@ -448,6 +452,8 @@ class Loader:
             elif not isinstance(v, (int, float)):
                 v = list(v)
             out[k] = named.get(k, v)
+        # views with chains of their own: "view1": its chain text
+        out.update({k: v for k, v in named.items() if k.startswith("view")})
         return out
 
     @property

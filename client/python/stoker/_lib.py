@@ -131,7 +131,10 @@ class JobSpec(ctypes.Structure):
         # pipeline = chain (docs/pipelines.md)
         ("plugin", ctypes.c_char * 64), ("chain", ctypes.c_char * 960),
         ("views", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 224),
+        # views 1..3 with chains of their own (job keys view1..view3)
+        ("view_chain", ctypes.c_uint16 * 3), ("pad0", ctypes.c_uint16),
+        ("view_height", ctypes.c_uint32 * 3), ("view_width", ctypes.c_uint32 * 3),
+        ("reserved", ctypes.c_uint8 * 192),
     ]
 
 

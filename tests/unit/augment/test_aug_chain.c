@@ -13,6 +13,11 @@
  *    its arguments;
  *  - views = 2, for a chain and for train: image0 equals the one-view
  *    job's image, image1 differs, the rest is the same;
+ *  - views with chains of their own (view1 = ...): each view's tensor has
+ *    its chain's size; a view's bytes equal the same view of a job whose
+ *    pipeline is that chain, a view without one those of the pipeline;
+ *    builders equal stk_build_reference; float32 normalizes every view;
+ *    the job text round-trips and refuses what cannot work;
  *  - the hostile decode corpus (tests/fuzz/corpus/decode) through the long
  *    chain: every bad file substituted and reported, nothing crashes.
  * PLUGIN_DIR and CORPUS_DIR come from the build.
@@ -380,6 +385,180 @@ static void test_views(void) {
   }
 }
 
+/* One tensor of a built batch. */
+static const uint8_t *tensor(const uint8_t *buf, const stk_batch_layout *L,
+                             const char *name, uint64_t *nbytes) {
+  int t = stk_batch_layout_find(L, name);
+  CHECK(t >= 0);
+  if (t < 0) return buf;
+  *nbytes = L->tensors[t].nbytes;
+  return buf + L->tensors[t].offset;
+}
+
+static const char *VIEW_P = "decode | random_resized_crop(40, scale=0.3:1) | hflip(0.5)";
+static const char *VIEW_X =
+    "decode | random_resized_crop(24, 16, scale=0.05:0.4) | hflip(0.5) | "
+    "color_jitter(0.4, 0.4, 0.2, 0.1) | grayscale(0.2) | gaussian_blur(3, sigma=0.1:2)";
+
+/* A 3-view job over ds/imagefolder: pipeline VIEW_P; view1 = VIEW_X when
+ * x1, view2 = VIEW_X when x2 (NULL: the pipeline's). */
+static void view_job(stk_job_spec *s, int dtype, const char *x1, const char *x2) {
+  char err[512];
+  spec_of(s, STK_SOURCE_IMAGEFOLDER, VIEW_P, 0, dtype, STK_LAYOUT_NCHW, 4);
+  s->views = 3;
+  if (x1) CHECK(stk_job_spec_set(s, "view1", x1, err, sizeof(err)) == STK_OK);
+  if (x2) CHECK(stk_job_spec_set(s, "view2", x2, err, sizeof(err)) == STK_OK);
+  int rc = stk_job_spec_validate(s, err, sizeof(err));
+  CHECK(rc == STK_OK);
+  if (rc) fprintf(stderr, "view_job: %s\n", err);
+}
+
+/* Built (epoch 1, step st) with a fresh builder; caller frees. */
+static uint8_t *built(const stk_job_spec *s, uint64_t st, stk_batch_layout *L) {
+  char err[512];
+  stk_dataset *ds;
+  stk_builder *bl;
+  stk_batch_layout_of(s, L);
+  uint8_t *buf = calloc(1, L->total_bytes);
+  CHECK(stk_dataset_open(s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
+  CHECK(stk_builder_create(ds, s, &bl, err, sizeof(err)) == STK_OK);
+  CHECK(stk_builder_build(bl, 1, 0, st, buf, L->total_bytes, NULL) == STK_OK);
+  stk_builder_destroy(bl);
+  stk_dataset_close(ds);
+  return buf;
+}
+
+static void test_view_chains(void) {
+  char err[512];
+  stk_job_spec own, same, allx;
+  view_job(&own, STK_DTYPE_UINT8, VIEW_X, NULL); /* view1 its own, view2 the pipeline's */
+  view_job(&same, STK_DTYPE_UINT8, NULL, NULL);  /* every view the pipeline's */
+  view_job(&allx, STK_DTYPE_UINT8, VIEW_X, VIEW_X); /* views 1 and 2 X */
+  stk_batch_layout L, Ls, Lx;
+  uint8_t *a = built(&own, 2, &L), *b = built(&same, 2, &Ls), *c = built(&allx, 2, &Lx);
+  /* shapes: image0 and image2 40x40, image1 24x16, NCHW */
+  CHECK(L.ntensors == 6);
+  CHECK(L.tensors[0].shape[2] == 40 && L.tensors[0].shape[3] == 40);
+  CHECK(L.tensors[1].shape[1] == 3 && L.tensors[1].shape[2] == 24 &&
+        L.tensors[1].shape[3] == 16);
+  CHECK(L.tensors[1].nbytes == 4ull * 3 * 24 * 16);
+  CHECK(L.tensors[2].shape[2] == 40 && L.tensors[2].shape[3] == 40);
+  /* view 0 and view 2 (the pipeline's) as in the job with no own chains;
+   * view 1 (X) as view 1 of the job whose views 1 and 2 run X */
+  uint64_t n0, n1, n2, m;
+  const uint8_t *i0 = tensor(a, &L, "image0", &n0), *i1 = tensor(a, &L, "image1", &n1),
+                *i2 = tensor(a, &L, "image2", &n2);
+  CHECK(memcmp(i0, tensor(b, &Ls, "image0", &m), n0) == 0 && m == n0);
+  CHECK(memcmp(i2, tensor(b, &Ls, "image2", &m), n2) == 0 && m == n2);
+  CHECK(memcmp(i1, tensor(c, &Lx, "image1", &m), n1) == 0 && m == n1);
+  CHECK(memcmp(i2, tensor(c, &Lx, "image2", &m), n2) != 0 || m != n2);
+  const char *rest[] = {"label", "mask", "index"};
+  for (int t = 0; t < 3; t++) {
+    uint64_t na, nb;
+    const uint8_t *x = tensor(a, &L, rest[t], &na), *y = tensor(b, &Ls, rest[t], &nb);
+    CHECK(na == nb && memcmp(x, y, na) == 0);
+  }
+  /* the reference builder gives the builders' bytes */
+  uint8_t *r = malloc(L.total_bytes);
+  CHECK(stk_build_reference(&own, root, 1, 0, 2, r, L.total_bytes, err, sizeof(err)) ==
+        STK_OK);
+  CHECK(memcmp(r, a, L.total_bytes) == 0);
+  /* float32: every view normalized with the pipeline's numbers (a table
+   * lookup of the uint8 view) */
+  stk_job_spec f;
+  view_job(&f, STK_DTYPE_FLOAT32, VIEW_X, NULL);
+  stk_batch_layout Lf;
+  uint8_t *fb = built(&f, 2, &Lf);
+  float table[3][256];
+  stk_normalize_table(&f, table);
+  uint64_t nf;
+  const float *f1 = (const float *)(const void *)tensor(fb, &Lf, "image1", &nf);
+  CHECK(nf == n1 * 4);
+  size_t plane = 24 * 16, bad = 0;
+  for (size_t e = 0; e < n1; e++) bad += f1[e] != table[(e / plane) % 3][i1[e]];
+  CHECK(bad == 0);
+  free(a), free(b), free(c), free(r), free(fb);
+
+  /* the job text: round trip, the hash, order, refusals */
+  char t1[16384], t2[16384];
+  stk_job_spec_format(&own, t1, sizeof(t1));
+  CHECK(strstr(t1, "\nview1 = decode | random_resized_crop(24, 16") != NULL);
+  CHECK(strstr(t1, "view2 =") == NULL);
+  stk_job_spec p;
+  stk_job_spec_defaults(&p);
+  CHECK(stk_job_spec_parse(&p, t1, err, sizeof(err)) == STK_OK);
+  stk_job_spec_format(&p, t2, sizeof(t2));
+  CHECK(strcmp(t1, t2) == 0 && memcmp(&p, &own, sizeof(p)) == 0);
+  CHECK(stk_job_spec_hash(&own) != stk_job_spec_hash(&same));
+  /* the pipeline set after view1 keeps view1's chain */
+  stk_job_spec q = own;
+  CHECK(stk_job_spec_set(&q, "pipeline", VIEW_P, err, sizeof(err)) == STK_OK);
+  CHECK(memcmp(&q, &own, sizeof(q)) == 0);
+  /* view1 = pipeline takes it back */
+  CHECK(stk_job_spec_set(&q, "view1", "pipeline", err, sizeof(err)) == STK_OK);
+  CHECK(memcmp(&q, &same, sizeof(q)) == 0);
+  /* normalize/to in a view's chain, no fixed size, a batch op, a view the
+   * job does not have, a named pipeline */
+  q = own;
+  CHECK(stk_job_spec_set(&q, "view1", "random_crop(8) | normalize(imagenet)", err,
+                         sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "view1: normalize and to apply to every view") != NULL);
+  CHECK(stk_job_spec_set(&q, "view2", "hflip", err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "view2") == err);
+  CHECK(stk_job_spec_set(&q, "view2", "random_crop(8) | noise", err, sizeof(err)) ==
+        STK_OK); /* a plugin op: checked against plugin = at validation */
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "view2 op 3: unknown op 'noise'") == err);
+  q.num_classes = 7;
+  CHECK(stk_job_spec_set(&q, "view1", "random_crop(8) | mixup(0.2)", err, sizeof(err)) ==
+        STK_OK);
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "view1 op 3: a batch op needs views = 1") != NULL);
+  q = own;
+  q.views = 2;
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_OK);
+  q.views = 1;
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "view1 has a chain of its own, but views = 1") != NULL);
+  q = own;
+  CHECK(stk_job_spec_set(&q, "pipeline", "train", err, sizeof(err)) == STK_OK);
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "needs the pipeline given as an op chain") != NULL);
+  /* a stored chain out of place or a forged size */
+  q = own;
+  q.view_chain[0] = 3;
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  q = own;
+  q.view_height[0]++;
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "view1 makes 24x16 images, but its stored size is 25x16") != NULL);
+  q = same;
+  q.view_width[2] = 5;
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  /* the texts together must fit the chain buffer */
+  char longc[700], longer[900];
+  snprintf(longc, sizeof(longc), "decode | random_crop(8)");
+  for (int k = 0; k < 8; k++) /* canonical: about 380 bytes */
+    strcat(longc, " | gaussian_blur(3, sigma=0.1:2)");
+  snprintf(longer, sizeof(longer), "%s", longc);
+  for (int k = 0; k < 6; k++) /* about 640 */
+    strcat(longer, " | gaussian_blur(3, sigma=0.1:2)");
+  q = own;
+  CHECK(stk_job_spec_set(&q, "view2", longc, err, sizeof(err)) == STK_OK);
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_OK);
+  CHECK(stk_job_spec_set(&q, "view1", longer, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+  CHECK(strstr(err, "together are over") != NULL);
+  /* views with equal chains store the text once */
+  CHECK(stk_job_spec_set(&q, "view1", longc, err, sizeof(err)) == STK_OK);
+  CHECK(q.view_chain[0] == q.view_chain[1] && q.view_chain[0] != 0);
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_OK);
+  stk_job_spec_format(&q, t1, sizeof(t1));
+  stk_job_spec_defaults(&p);
+  CHECK(stk_job_spec_parse(&p, t1, err, sizeof(err)) == STK_OK);
+  CHECK(memcmp(&p, &q, sizeof(p)) == 0);
+  CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_OK); /* unchanged */
+}
+
 static void on_bad(void *ud, const char *path, const char *why) {
   (void)path, (void)why;
   ++*(unsigned *)ud;
@@ -458,6 +637,7 @@ int main(void) {
   test_erasing();
   test_plugin();
   test_views();
+  test_view_chains();
   test_hostile_corpus();
   tu_rmtree(root);
   CHECK_DONE();
