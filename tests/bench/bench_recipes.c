@@ -65,8 +65,8 @@ unsigned ba_recipe_mask(const char *list) {
   return mask;
 }
 
-/* A builder of f's files through chain in dtype/layout (and its dataset,
- * its batch buffer); 0, or -1 with the error printed. */
+/* One chain's builder over f's files: its dataset, builder and batch
+ * buffer. */
 typedef struct chain_builder {
   stk_dataset *ds;
   stk_builder *b;
@@ -74,6 +74,9 @@ typedef struct chain_builder {
   size_t bytes;
 } chain_builder;
 
+/* Open c: chain with output dtype/layout over f's files (lim: the python
+ * path, or NULL), warmed up by one batch. 0, or -1 with the error printed;
+ * chain_close undoes it either way. */
 static int chain_open(chain_builder *c, const ba_files *f, const char *chain,
                       const char *dtype, const char *layout, const stk_limits *lim) {
   stk_job_spec s;
