@@ -18,6 +18,10 @@
  * the full decode of the original files. --profile adds rounds with the
  * pipeline's part timers on (augment/prof.h), alternating with the full
  * decode: each part's time per image and its fraction of a full decode.
+ * --recipes and --pyop run instead of all that (bench_recipes.c): the
+ * recipe chains against torchvision's same Compose, and a python op
+ * against its C twin, over the same files in the same alternation. This
+ * file parses the options and picks the files (bench_augment.h).
  */
 #define _GNU_SOURCE
 #include <fcntl.h>
@@ -27,10 +31,12 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <time.h>
 #include <turbojpeg.h>
 #include <unistd.h>
 
+#include "bench_augment.h"
 #include "bench_util.h"
 #include "prof.h"
 #include "stoker/augment.h"
@@ -39,8 +45,11 @@
 #ifndef STOKER_BENCH_DIR
 #define STOKER_BENCH_DIR "tests/bench"
 #endif
+#ifndef PYOPS_DIR /* tests/data/pyops: stk_test_ops.py for --pyop */
+#define PYOPS_DIR "tests/data/pyops"
+#endif
 
-enum { MAX_ROUNDS = 15 };
+enum { MAX_ROUNDS = BA_MAX_ROUNDS };
 
 /* Rates are per CPU second of the working thread (the machine is shared,
  * so wall time would measure the neighbours); wall-clock rates are printed
@@ -56,7 +65,8 @@ static const char *help =
     "uint8 output, what a worker builds on the 8-bit wire), a libjpeg-turbo full\n"
     "decode, and torchvision (if installed). Prints images/s per CPU second and\n"
     "the ratios of each round, then medians.\n"
-    "  --images N    about N images per round (whole batches; default 1000)\n"
+    "  --images N    about N images per round (whole batches; default 1000, 256\n"
+    "                with --recipes or --pyop)\n"
     "  --batch B     samples per batch (default 32)\n"
     "  --rounds R    alternating rounds (default 3, at most 15)\n"
     "  --no-torch    skip torchvision\n"
@@ -73,7 +83,26 @@ static const char *help =
     "                alternating R rounds each, serving the pipeline with uint8\n"
     "                output to libstoker here: images/s (wall) and 2 / 1 threads\n"
     "  --bindir DIR  where stoker-coordinator and stoker-worker are (default:\n"
-    "                next to this binary, ../../server, PATH)\n";
+    "                next to this binary, ../../server, PATH)\n"
+    "Instead of the above (either or both):\n"
+    "  --recipes [NAME,...]  the recipe chains, one builder each (float32 NCHW),\n"
+    "                against torchvision's same Compose (torchvision_baseline.py\n"
+    "                --recipe NAME), every recipe in each round, stoker then\n"
+    "                torchvision: images/s per CPU second (wall), per-round ratios,\n"
+    "                medians. NAMEs (default all): recipe (timm's: random_resized_\n"
+    "                crop(224) | hflip(0.5) | rand_augment(2, 9) | normalize(imagenet)\n"
+    "                | random_erasing(0.25)), base (the same without the two\n"
+    "                policies), tawide (torchvision's ResNet-50 v2: random_resized_\n"
+    "                crop(176), trivial_augment_wide, random_erasing(0.1)), autoaug\n"
+    "                (auto_augment), augmix (aug_mix), mix (recipe | mixup_cutmix(0.8,\n"
+    "                1.0) per batch, against timm's Mixup formula in torch)\n"
+    "  --pyop        decode | resize(224, 224) alone, | invert (C) and\n"
+    "                | python(stk_test_ops:invert), uint8 NHWC, one builder each,\n"
+    "                alternating after a warm-up round: wall and CPU (this thread\n"
+    "                plus the python process) us per image, each over the first,\n"
+    "                python - C\n"
+    "  --python-path DIR  where --pyop's stk_test_ops.py is (default: the source\n"
+    "                tree's tests/data/pyops)\n";
 
 /* Full-size decode of files paths[0..n) under dir with TurboJPEG: images
  * per CPU second (last_wall_rate: per wall second). */
@@ -110,20 +139,28 @@ static double full_decode(const char *dir, char *const *paths, size_t n) {
   return done / dt;
 }
 
-/* One round of the pipeline: steps batches of epoch 0 (images per CPU
- * second; *wall_rate per wall second), or -1 on a build error. */
-static double pipeline_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
-                             size_t bytes, double *wall_rate, uint64_t *subst) {
+void ba_spec(const ba_files *f, stk_job_spec *s) {
+  stk_job_spec_defaults(s);
+  s->source = STK_SOURCE_IMAGEFOLDER;
+  s->num_classes = 0;
+  snprintf(s->dataset, sizeof(s->dataset), "%s", f->name);
+  s->num_samples = 0;
+  s->batch_size = f->B;
+  s->seed = 1;
+}
+
+double ba_pipeline_round(stk_builder *b, const ba_files *f, void *buf, size_t bytes,
+                         double *wall_rate, uint64_t *subst) {
   stk_build_info info;
   double t0 = bu_thread_cpu_s(), w0 = bu_now_s();
-  for (uint64_t st = 0; st < steps; st++) {
+  for (uint64_t st = 0; st < f->steps; st++) {
     if (stk_builder_build(b, 0, 0, st, buf, bytes, &info)) {
       fprintf(stderr, "build: %s\n", stk_builder_error(b));
       return -1;
     }
     *subst += info.substituted;
   }
-  double imgs = (double)steps * B;
+  double imgs = (double)f->nsel;
   *wall_rate = imgs / (bu_now_s() - w0);
   return imgs / (bu_thread_cpu_s() - t0);
 }
@@ -135,18 +172,18 @@ enum { PROF_REST = STK__PROF_N, PROF_ALL, PROF_ROWS };
  * image of each part, the rest and the whole (us), or -1 on a build error.
  * The parts are timed on the thread's CPU clock (augment/prof.h), the
  * whole by the round's CPU time. */
-static int profile_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
-                         size_t bytes, double us[PROF_ROWS]) {
+static int profile_round(stk_builder *b, const ba_files *f, void *buf, size_t bytes,
+                         double us[PROF_ROWS]) {
   stk__prof p;
   uint64_t subst = 0;
   double wall;
   stk__prof_take(&p); /* zero the sums */
   stk__prof_enable(1);
-  double rate = pipeline_round(b, steps, B, buf, bytes, &wall, &subst);
+  double rate = ba_pipeline_round(b, f, buf, bytes, &wall, &subst);
   stk__prof_enable(0);
   stk__prof_take(&p);
   if (rate <= 0) return -1;
-  double per = 1e6 / rate, sum = 0, imgs = (double)steps * B;
+  double per = 1e6 / rate, sum = 0, imgs = (double)f->nsel;
   for (int k = 0; k < STK__PROF_N; k++) {
     us[k] = (double)p.ns[k] / 1e3 / imgs;
     sum += us[k];
@@ -161,8 +198,8 @@ static int profile_round(stk_builder *b, uint64_t steps, uint32_t B, void *buf,
  * of each part's time per image and of its per-round fraction of a full
  * decode. pbs: the builders (ncol of them, named cols). 0, or -1. */
 static int profile_rounds(stk_builder *const *pbs, const char *const *cols, int ncol,
-                          int rounds, uint64_t steps, uint32_t B, void *buf, size_t bytes,
-                          const char *real, char *const *sel, size_t nsel) {
+                          const ba_files *f, void *buf, size_t bytes) {
+  int rounds = f->rounds;
   static const char *names[PROF_ROWS] = {"read (open, stat, batched read)",
                                          "JPEG header + region decode",
                                          "resample, horizontal pass",
@@ -175,10 +212,10 @@ static int profile_rounds(stk_builder *const *pbs, const char *const *cols, int 
   for (int r = 0; r < rounds; r++) {
     double one[PROF_ROWS];
     for (int c = 0; c < ncol; c++) {
-      if (profile_round(pbs[c], steps, B, buf, bytes, one)) return -1;
+      if (profile_round(pbs[c], f, buf, bytes, one)) return -1;
       for (int k = 0; k < PROF_ROWS; k++) us[c][k][r] = one[k];
     }
-    fd[r] = 1e6 / full_decode(real, sel, nsel);
+    fd[r] = 1e6 / full_decode(f->real, f->sel, f->nsel);
     for (int c = 0; c < ncol; c++)
       for (int k = 0; k < PROF_ROWS; k++) fr[c][k][r] = us[c][k][r] / fd[r];
   }
@@ -202,24 +239,27 @@ static int profile_rounds(stk_builder *const *pbs, const char *const *cols, int 
   return 0;
 }
 
-/* One torchvision round over the files listed in `list`: images per CPU
- * second (*wall_rate per wall second), 0 when unavailable. */
-static double torch_round(const char *list, double *wall_rate) {
-  char cmd[PATH_MAX * 2];
+double ba_torch_round(const ba_files *f, const char *recipe, double *wall_rate) {
+  char cmd[PATH_MAX * 2], opt[96] = "";
+  if (recipe) snprintf(opt, sizeof(opt), " --recipe %s --batch %u", recipe, f->B);
   snprintf(cmd, sizeof(cmd),
-           "OMP_NUM_THREADS=1 /usr/bin/python3 %s/torchvision_baseline.py --list '%s' "
+           "OMP_NUM_THREADS=1 /usr/bin/python3 %s/torchvision_baseline.py --list '%s'%s "
            "2>&1",
-           STOKER_BENCH_DIR, list);
-  FILE *f = popen(cmd, "r");
+           STOKER_BENCH_DIR, f->list, opt);
+  FILE *p = popen(cmd, "r");
   char line[1024];
   double tv = 0, tw = 0;
-  while (f && fgets(line, sizeof(line), f)) {
+  while (p && fgets(line, sizeof(line), p)) {
     if (sscanf(line, "images_per_s=%lf wall=%lf", &tv, &tw) >= 1) continue;
     fputs("  torchvision: ", stdout);
     fputs(line, stdout);
   }
-  int rc = f ? pclose(f) : -1;
-  if (rc != 0 || tv <= 0) return 0;
+  int rc = p ? pclose(p) : -1;
+  if (rc != -1 && WIFEXITED(rc) && WEXITSTATUS(rc) == 77) return 0;
+  if (rc != 0 || tv <= 0) {
+    fprintf(stderr, "stoker-bench augment: %s failed (status %d)\n", cmd, rc);
+    return -1;
+  }
   *wall_rate = tw;
   return tv;
 }
@@ -268,11 +308,72 @@ out:
   return rate;
 }
 
+/* Fill f's files for spec s (f->n samples in f->real): the samples of
+ * epoch 0's first batches, about nimg images in whole batches (ImageFolder
+ * order is sorted classes, sorted files, as bu_list_jpegs), the file
+ * listing them and DIR's class count. 0, or -1 with a message; call
+ * files_free either way. */
+static int files_pick(ba_files *f, const stk_job_spec *s, size_t nimg) {
+  uint32_t B = f->B;
+  uint64_t per_epoch = stk_steps_per_epoch(s, f->n);
+  f->steps = nimg / B ? nimg / B : 1;
+  if (f->steps > per_epoch) f->steps = per_epoch;
+  f->nall = bu_list_jpegs(f->real, &f->all, f->n);
+  if (f->nall != f->n || f->steps == 0) {
+    fprintf(stderr,
+            "stoker-bench augment: %s: %zu .jpg/.jpeg files one level down, the dataset "
+            "has %llu samples (and %u per batch)\n",
+            f->real, f->nall, (unsigned long long)f->n, B);
+    return -1;
+  }
+  f->nsel = (size_t)(f->steps * B);
+  f->sel = calloc(f->nsel, sizeof(*f->sel));
+  uint64_t *idx = calloc(B, sizeof(*idx));
+  uint8_t *mask = calloc(B, 1);
+  snprintf(f->list, sizeof(f->list), "/tmp/stoker-bench-files-XXXXXX");
+  int lfd = mkstemp(f->list);
+  if (lfd < 0) f->list[0] = 0;
+  FILE *lf = lfd >= 0 ? fdopen(lfd, "w") : NULL;
+  if (!f->sel || !idx || !mask || !lf) {
+    fprintf(stderr, "stoker-bench augment: out of memory or no temp file\n");
+    if (lf) fclose(lf);
+    free(idx), free(mask);
+    return -1;
+  }
+  for (uint64_t st = 0; st < f->steps; st++) {
+    stk_batch_samples(s, f->n, 0, 0, st, idx, mask);
+    for (uint32_t j = 0; j < B; j++) {
+      f->sel[st * B + j] = f->all[idx[j]];
+      fprintf(lf, "%s/%s\n", f->real, f->all[idx[j]]);
+    }
+  }
+  fclose(lf);
+  free(idx), free(mask);
+  f->classes = 0; /* the paths are CLASS/FILE, sorted */
+  for (size_t i = 0; i < f->nall; i++) {
+    size_t len = strcspn(f->all[i], "/");
+    if (!i || len != strcspn(f->all[i - 1], "/") ||
+        strncmp(f->all[i], f->all[i - 1], len))
+      f->classes++;
+  }
+  return 0;
+}
+
+/* Undo files_pick: the list file and the arrays. */
+static void files_free(ba_files *f) {
+  if (f->list[0]) unlink(f->list);
+  for (size_t i = 0; i < f->nall; i++) free(f->all[i]);
+  free(f->all), free(f->sel);
+  f->all = f->sel = NULL, f->nall = f->nsel = 0, f->list[0] = 0;
+}
+
 int bench_augment_main(int argc, char **argv) {
-  const char *dir = NULL, *bindir = NULL, *pdir = NULL;
-  size_t nimg = 1000;
+  const char *dir = NULL, *bindir = NULL, *pdir = NULL, *pypath = PYOPS_DIR;
+  size_t nimg = SIZE_MAX; /* not given */
   uint32_t B = 32;
-  int torch = 1, rounds = 3, worker = 0, profile = 0;
+  int torch = 1, rounds = 3, worker = 0, profile = 0, pyop = 0;
+  unsigned recipes = 0;
+  setvbuf(stdout, NULL, _IOLBF, 0); /* each round's line as it comes, also into a pipe */
   for (int i = 1; i < argc; i++) {
     if (!strcmp(argv[i], "--help") || !strcmp(argv[i], "-h")) {
       fputs(help, stdout);
@@ -287,12 +388,27 @@ int bench_augment_main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--no-torch")) torch = 0;
     else if (!strcmp(argv[i], "--worker")) worker = 1;
     else if (!strcmp(argv[i], "--profile")) profile = 1;
+    else if (!strcmp(argv[i], "--recipes")) {
+      /* an optional list: the next argument when it names recipes only
+       * (or names something else, DIR being given already) */
+      const char *next = i + 1 < argc && argv[i + 1][0] != '-' ? argv[i + 1] : NULL;
+      if (next && (recipes = ba_recipe_mask(next))) i++;
+      else if (next && dir) {
+        fprintf(stderr,
+                "stoker-bench augment: --recipes %s: the recipes are recipe, base, "
+                "tawide, autoaug, augmix, mix (or all)\n",
+                next);
+        return 2;
+      } else recipes = ba_recipe_mask("all");
+    } else if (!strcmp(argv[i], "--pyop")) pyop = 1;
+    else if (!strcmp(argv[i], "--python-path") && i + 1 < argc) pypath = argv[++i];
     else if (!dir && argv[i][0] != '-') dir = argv[i];
     else {
       fputs(help, stderr);
       return 2;
     }
   }
+  if (nimg == SIZE_MAX) nimg = recipes || pyop ? 256 : 1000;
   if (!dir || !nimg || !B || rounds < 1 || rounds > MAX_ROUNDS) {
     fputs(help, stderr);
     return 2;
@@ -304,35 +420,49 @@ int bench_augment_main(int argc, char **argv) {
   }
   snprintf(parent, sizeof(parent), "%s", real);
   snprintf(base, sizeof(base), "%s", real);
-  const char *root = dirname(parent), *name = basename(base);
+  ba_files f = {.real = real, .root = dirname(parent), .name = basename(base), .B = B};
+  f.rounds = rounds, f.torch = torch;
+  const char *root = f.root;
 
   stk_job_spec s;
-  stk_job_spec_defaults(&s);
-  s.source = STK_SOURCE_IMAGEFOLDER;
-  s.num_classes = 0;
-  snprintf(s.dataset, sizeof(s.dataset), "%s", name);
-  s.num_samples = 0;
+  ba_spec(&f, &s);
   s.pipeline = STK_PIPELINE_TRAIN;
   s.dtype = STK_DTYPE_FLOAT32;
   s.layout = STK_LAYOUT_NCHW;
   s.height = s.width = 224;
-  s.batch_size = B;
   s.flip_p = 0.5f;
-  s.seed = 1;
   /* The same pipeline with 8-bit output: what a worker builds for a float
    * job whose client takes the 8-bit wire (libstoker's default). */
   stk_job_spec s8 = s;
   s8.dtype = STK_DTYPE_UINT8;
   stk_dataset *ds;
-  stk_builder *b, *b8;
   char err[512];
-  if (stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) ||
-      stk_builder_create(ds, &s, &b, err, sizeof(err)) ||
+  if (stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err))) {
+    fprintf(stderr, "stoker-bench augment: %s\n", err);
+    return 1;
+  }
+  f.n = stk_dataset_size(ds);
+  if (files_pick(&f, &s, nimg)) {
+    files_free(&f);
+    return 1;
+  }
+  full_decode(real, f.sel, f.nsel); /* warm-up: the page cache */
+  if (recipes || pyop) {
+    int rc = recipes ? ba_recipes(&f, recipes) : 0;
+    if (!rc && pyop) rc = ba_pyop(&f, pypath);
+    files_free(&f);
+    stk_dataset_close(ds);
+    return rc;
+  }
+  uint64_t n = f.n, steps = f.steps;
+  size_t nsel = f.nsel;
+  char **sel = f.sel;
+  stk_builder *b, *b8;
+  if (stk_builder_create(ds, &s, &b, err, sizeof(err)) ||
       stk_builder_create(ds, &s8, &b8, err, sizeof(err))) {
     fprintf(stderr, "stoker-bench augment: %s\n", err);
     return 1;
   }
-  uint64_t n = stk_dataset_size(ds);
   /* the prepared copy: a dataset of its own under its parent directory */
   stk_dataset *pds = NULL;
   stk_builder *pb = NULL, *pb8 = NULL;
@@ -359,44 +489,11 @@ int bench_augment_main(int argc, char **argv) {
       return 1;
     }
   }
-  uint64_t steps = nimg / B ? nimg / B : 1;
-  if (steps > stk_steps_per_epoch(&s, n)) steps = stk_steps_per_epoch(&s, n);
-  char **paths;
-  size_t nf = bu_list_jpegs(real, &paths, n);
-  if (nf != n || steps == 0) {
-    fprintf(stderr,
-            "stoker-bench augment: %s: %zu .jpg/.jpeg files one level down, the dataset "
-            "has %llu samples (and %u per batch)\n",
-            real, nf, (unsigned long long)n, B);
-    return 1;
-  }
-  /* The files the pipeline reads: the samples of epoch 0's first steps
-   * (ImageFolder order is sorted classes, sorted files, as bu_list_jpegs). */
-  size_t nsel = (size_t)(steps * B);
-  char **sel = calloc(nsel, sizeof(*sel));
-  uint64_t *idx = calloc(B, sizeof(*idx));
-  uint8_t *mask = calloc(B, 1);
-  char list[] = "/tmp/stoker-bench-files-XXXXXX";
-  int lfd = mkstemp(list);
-  FILE *lf = lfd >= 0 ? fdopen(lfd, "w") : NULL;
-  if (!sel || !idx || !mask || !lf) {
-    fprintf(stderr, "stoker-bench augment: out of memory or no temp file\n");
-    return 1;
-  }
-  for (uint64_t st = 0; st < steps; st++) {
-    stk_batch_samples(&s, n, 0, 0, st, idx, mask);
-    for (uint32_t j = 0; j < B; j++) {
-      sel[st * B + j] = paths[idx[j]];
-      fprintf(lf, "%s/%s\n", real, paths[idx[j]]);
-    }
-  }
-  fclose(lf);
   stk_batch_layout L;
   stk_batch_layout_of(&s, &L);
   void *buf = malloc(L.total_bytes);
   memset(buf, 0, L.total_bytes); /* fault the pages in */
-  /* Warm-up: the page cache (a decode pass) and the builders. */
-  full_decode(real, sel, nsel);
+  /* Warm-up: the builders (the page cache: above). */
   stk_build_info info;
   stk_builder_build(b, 0, 0, 0, buf, L.total_bytes, &info);
   stk_builder_build(b8, 0, 0, 0, buf, L.total_bytes, &info);
@@ -416,18 +513,18 @@ int bench_augment_main(int argc, char **argv) {
   int have_tv = torch;
   for (int r = 0; r < rounds; r++) {
     double ow = 0, ow8 = 0, fw = 0, tw = 0;
-    ours[r] = pipeline_round(b, steps, B, buf, L.total_bytes, &ow, &subst);
-    ours8[r] = pipeline_round(b8, steps, B, buf, L.total_bytes, &ow8, &subst);
+    ours[r] = ba_pipeline_round(b, &f, buf, L.total_bytes, &ow, &subst);
+    ours8[r] = ba_pipeline_round(b8, &f, buf, L.total_bytes, &ow8, &subst);
     if (ours[r] < 0 || ours8[r] < 0) return 1;
     double pw = 0, pw8 = 0;
     if (pb) {
-      prep[r] = pipeline_round(pb, steps, B, buf, L.total_bytes, &pw, &subst);
-      prep8[r] = pipeline_round(pb8, steps, B, buf, L.total_bytes, &pw8, &subst);
+      prep[r] = ba_pipeline_round(pb, &f, buf, L.total_bytes, &pw, &subst);
+      prep8[r] = ba_pipeline_round(pb8, &f, buf, L.total_bytes, &pw8, &subst);
       if (prep[r] < 0 || prep8[r] < 0) return 1;
     }
     full[r] = full_decode(real, sel, nsel);
     fw = last_wall_rate;
-    tv[r] = have_tv ? torch_round(list, &tw) : 0;
+    tv[r] = have_tv ? ba_torch_round(&f, NULL, &tw) : 0;
     if (tv[r] <= 0) have_tv = 0;
     rf[r] = ours[r] / full[r];
     rt[r] = have_tv ? ours[r] / tv[r] : 0;
@@ -448,9 +545,7 @@ int bench_augment_main(int argc, char **argv) {
   if (profile) {
     stk_builder *pbs[4] = {b, b8, pb, pb8};
     const char *cols[4] = {"f32", "u8", "prepared f32", "prepared u8"};
-    if (profile_rounds(pbs, cols, pb ? 4 : 2, rounds, steps, B, buf, L.total_bytes, real,
-                       sel, nsel))
-      return 1;
+    if (profile_rounds(pbs, cols, pb ? 4 : 2, &f, buf, L.total_bytes)) return 1;
   }
   int io = stk_builder_io_mode(b);
   stk_builder_destroy(b);
@@ -496,9 +591,7 @@ int bench_augment_main(int argc, char **argv) {
     printf("  uint8 output:               %.2fx (per-round %.2fx)\n",
            bu_median(ours8, rounds) / bu_median(tv, rounds), bu_median(rt8, rounds));
   }
-  unlink(list);
-  for (size_t i = 0; i < nf; i++) free(paths[i]);
-  free(paths), free(sel), free(idx), free(mask);
+  files_free(&f);
 
   if (worker) {
     /* The same pipeline with uint8 output (4x fewer bytes for the client

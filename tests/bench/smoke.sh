@@ -16,6 +16,38 @@ for want in "round 2: stoker" "ratio stoker / full decode" "2 threads" "2/1" \
   "resample, horizontal pass" "whole pipeline"; do
   grep -q "$want" <<<"$out" || { echo "augment: no line with '$want'"; exit 1; }
 done
+# --recipes: every chain on stoker's side; torchvision's side (when
+# installed) for one per-image recipe and the batch one
+out=$("$bench" augment "$tmp/data/imagefolder" --recipes --no-torch --images 32 --batch 8 \
+  --rounds 1 2>&1) || { echo "$out"; echo "augment --recipes failed"; exit 1; }
+echo "$out"
+for want in "round 1 augmix   stoker" "round 1 mix      stoker" "median of 1 rounds" \
+  "tawide   stoker"; do
+  grep -q "$want" <<<"$out" || { echo "augment --recipes: no line with '$want'"; exit 1; }
+done
+out=$("$bench" augment "$tmp/data/imagefolder" --recipes base,mix --images 32 --batch 8 \
+  --rounds 1 2>&1) || { echo "$out"; echo "augment --recipes base,mix failed"; exit 1; }
+echo "$out"
+for want in "round 1 base     stoker" "round 1 mix      stoker" "mix      stoker"; do
+  grep -q "$want" <<<"$out" || { echo "augment --recipes: no line with '$want'"; exit 1; }
+done
+if grep -q "torchvision: not available" <<<"$out"; then
+  echo "augment --recipes: torchvision not installed, its side not run"
+else
+  grep -q "ratio of medians" <<<"$out" ||
+    { echo "augment --recipes: no torchvision ratio"; exit 1; }
+fi
+# --pyop needs /usr/bin/python3 with numpy (the python op's process)
+if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
+  out=$("$bench" augment "$tmp/data/imagefolder" --pyop --images 32 --batch 8 \
+    --rounds 1 2>&1) || { echo "$out"; echo "augment --pyop failed"; exit 1; }
+  echo "$out"
+  for want in "round 1: base" "python op invert" "python - C"; do
+    grep -q "$want" <<<"$out" || { echo "augment --pyop: no line with '$want'"; exit 1; }
+  done
+else
+  echo "augment --pyop: skipped, /usr/bin/python3 with numpy is needed"
+fi
 out=$("$bench" transport --batches 3 --rounds 2 --batch-size 4 2>&1) ||
   { echo "$out"; echo "transport failed"; exit 1; }
 echo "$out"

@@ -15,7 +15,9 @@ static const struct {
   const char *help;
 } commands[] = {
     {"augment", bench_augment_main,
-     "RandomResizedCrop(224)+flip+Normalize images/s vs full decode and torchvision"},
+     "RandomResizedCrop(224)+flip+Normalize images/s vs full decode and torchvision;\n"
+     "                --recipes: the recipe chains vs torchvision; --pyop: a python op "
+     "vs C"},
     {"transport", bench_transport_main,
      "worker -> client batch stream GB/s and CPU s/GB vs one raw TCP stream"},
     {"tokens", bench_tokens_main,

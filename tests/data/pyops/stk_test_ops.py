@@ -7,7 +7,8 @@ array. The faulty ones misbehave on purpose: raise_some raises on some
 samples, bad_result returns a wrong shape or dtype, crash and hang fail a
 given number of times (counted in a marker file) and then behave as noise.
 Used by tests/unit/augment/test_aug_pyop.c, tests/integration/
-test_e2e_pyop.c and tests/bench/bench_pyop.c.
+test_e2e_pyop.c and `stoker-bench augment --pyop`
+(tests/bench/bench_recipes.c).
 """
 import os
 import signal
