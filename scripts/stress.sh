@@ -16,7 +16,8 @@ HOGS=${STRESS_HOGS:-1}
 hogs=()
 start_hogs() { for _ in $(seq "$HOGS"); do (while :; do :; done) & hogs+=($!); done; }
 stop_hogs() { [ ${#hogs[@]} -gt 0 ] && kill "${hogs[@]}" 2>/dev/null; wait "${hogs[@]}" 2>/dev/null; hogs=(); }
-trap stop_hogs EXIT INT TERM
+trap stop_hogs EXIT
+trap 'echo "stress.sh: interrupted"; exit 130' INT TERM # not on to the next part
 
 build() { # dir cmake-args...
   local dir=$1; shift
