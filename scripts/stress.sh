@@ -6,7 +6,11 @@
 # CPU-bound process runs"; STRESS_HOGS=N for more; one
 # per core roughly doubles the run), so a test that leans on timing shows
 # it here and not in someone else's CI run.
-#   usage: [STRESS_HOGS=N] scripts/stress.sh [ROUNDS]   (builds into build/stress-*)
+#   usage: [STRESS_HOGS=N] [STRESS_REUSE_CI=1] scripts/stress.sh [ROUNDS]
+# Builds into build/stress-release and build/stress-asan; STRESS_REUSE_CI=1
+# uses (and brings up to date) the test command's build/ci-release and
+# build/ci-asan instead, built with the same options, so a run right after
+# scripts/test.sh starts at once.
 # Prints ctest's summary of each part and exits non-zero on any failure.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -26,16 +30,18 @@ build() { # dir cmake-args...
     { echo "stress.sh: build of $dir failed (see $dir.*.log)"; exit 1; }
 }
 mkdir -p build
-build build/stress-release -DCMAKE_BUILD_TYPE=RelWithDebInfo
-build build/stress-asan -DCMAKE_BUILD_TYPE=Debug -DSTOKER_SANITIZE=address,undefined
+REL=build/stress-release ASAN=build/stress-asan
+[ "${STRESS_REUSE_CI:-0}" = 1 ] && REL=build/ci-release ASAN=build/ci-asan
+build "$REL" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+build "$ASAN" -DCMAKE_BUILD_TYPE=Debug -DSTOKER_SANITIZE=address,undefined
 
 rc=0
 start_hogs
 echo "=== release: ctest -j$JOBS --repeat until-fail:$ROUNDS, with $HOGS CPU hog(s)"
 t0=$(date +%s)
-ctest --test-dir build/stress-release -j"$JOBS" --timeout 600 --output-on-failure \
-  --repeat until-fail:"$ROUNDS" >build/stress-release.ctest.log 2>&1 || rc=1
-grep -E "tests passed|tests failed|Failed|\*\*\*" build/stress-release.ctest.log | tail -n 15
+ctest --test-dir "$REL" -j"$JOBS" --timeout 600 --output-on-failure \
+  --repeat until-fail:"$ROUNDS" >"$REL.stress.log" 2>&1 || rc=1
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$REL.stress.log" | tail -n 15
 echo "release: $(( $(date +%s) - t0 )) s"
 
 echo "=== asan+ubsan: ctest -j$JOBS once, with $HOGS CPU hog(s)"
@@ -43,10 +49,10 @@ t0=$(date +%s)
 ASAN_OPTIONS=detect_leaks=1:strict_string_checks=1:check_initialization_order=1 \
 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
 LSAN_OPTIONS=suppressions=$PWD/tests/lsan.supp:print_suppressions=0 \
-  ctest --test-dir build/stress-asan -j"$JOBS" --timeout 600 --output-on-failure \
-  >build/stress-asan.ctest.log 2>&1 || rc=1
-grep -E "tests passed|tests failed|Failed|\*\*\*" build/stress-asan.ctest.log | tail -n 15
+  ctest --test-dir "$ASAN" -j"$JOBS" --timeout 600 --output-on-failure \
+  >"$ASAN.stress.log" 2>&1 || rc=1
+grep -E "tests passed|tests failed|Failed|\*\*\*" "$ASAN.stress.log" | tail -n 15
 echo "asan+ubsan: $(( $(date +%s) - t0 )) s"
 stop_hogs
-[ $rc -eq 0 ] && echo "stress.sh: no failure" || echo "stress.sh: FAILED (logs in build/stress-*.ctest.log)"
+[ $rc -eq 0 ] && echo "stress.sh: no failure" || echo "stress.sh: FAILED (logs in $REL.stress.log, $ASAN.stress.log)"
 exit $rc
