@@ -279,11 +279,11 @@ static int set_pipeline(stk_job_spec *s, const char *value, char *err, size_t er
 }
 
 /* An error of the chain grammar (why, "pipeline op N ...") for the chain
- * of label: as it is for the pipeline's, "viewV op N ..." for a view's
- * own. Returns rc. */
+ * of label ("pipeline" or "viewV"): as it is for the pipeline's, "viewV op
+ * N ..." for a view's own. Returns rc. */
 static int chain_err(char *err, size_t errlen, int rc, const char *label,
                      const char *why) {
-  if (!strcmp(label, "pipeline")) return stk__errf(err, errlen, rc, "%s", why);
+  if (strncmp(label, "view", 4)) return stk__errf(err, errlen, rc, "%s", why);
   if (!strncmp(why, "pipeline ", 9))
     return stk__errf(err, errlen, rc, "%s %s", label, why + 9);
   return stk__errf(err, errlen, rc, "%s: %s", label, why);
