@@ -89,7 +89,8 @@ static const char *help =
     "                against torchvision's same Compose (torchvision_baseline.py\n"
     "                --recipe NAME), every recipe in each round, stoker then\n"
     "                torchvision: images/s per CPU second (wall), per-round ratios,\n"
-    "                medians. NAMEs (default all): recipe (timm's: random_resized_\n"
+    "                medians. NAMEs (default all; a directory named like one is\n"
+    "                DIR when no other DIR is given): recipe (timm's: random_resized_\n"
     "                crop(224) | hflip(0.5) | rand_augment(2, 9) | normalize(imagenet)\n"
     "                | random_erasing(0.25)), base (the same without the two\n"
     "                policies), tawide (torchvision's ResNet-50 v2: random_resized_\n"
@@ -367,6 +368,22 @@ static void files_free(ba_files *f) {
   f->all = f->sel = NULL, f->nall = f->nsel = 0, f->list[0] = 0;
 }
 
+/* 1 when argv[from..argc) holds a positional argument (not an option and
+ * not the value of one of this subcommand's options taking a value). */
+static int later_positional(char **argv, int from, int argc) {
+  static const char *const valued[] = {"--images", "--batch",    "--rounds",
+                                       "--bindir", "--prepared", "--python-path"};
+  for (int j = from; j < argc; j++) {
+    if (argv[j][0] != '-') return 1;
+    for (size_t k = 0; k < sizeof valued / sizeof *valued; k++)
+      if (!strcmp(argv[j], valued[k])) {
+        j++;
+        break;
+      }
+  }
+  return 0;
+}
+
 int bench_augment_main(int argc, char **argv) {
   const char *dir = NULL, *bindir = NULL, *pdir = NULL, *pypath = PYOPS_DIR;
   size_t nimg = SIZE_MAX; /* not given */
@@ -390,8 +407,11 @@ int bench_augment_main(int argc, char **argv) {
     else if (!strcmp(argv[i], "--profile")) profile = 1;
     else if (!strcmp(argv[i], "--recipes")) {
       /* an optional list: the next argument when it names recipes only
-       * (or names something else, DIR being given already) */
+       * (or names something else, DIR being given already). A name of
+       * recipes with no DIR before or after it is DIR (a dataset directory
+       * named like a recipe, after a bare --recipes). */
       const char *next = i + 1 < argc && argv[i + 1][0] != '-' ? argv[i + 1] : NULL;
+      if (next && !dir && !later_positional(argv, i + 2, argc)) next = NULL;
       if (next && (recipes = ba_recipe_mask(next))) i++;
       else if (next && dir) {
         fprintf(stderr,

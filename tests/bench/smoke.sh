@@ -37,6 +37,13 @@ else
   grep -q "ratio of medians" <<<"$out" ||
     { echo "augment --recipes: no torchvision ratio"; exit 1; }
 fi
+# a bare --recipes before DIR named like a recipe: DIR, every recipe
+ln -s "$tmp/data/imagefolder" "$tmp/mix"
+out=$(cd "$tmp" && "$bench" augment --recipes mix --no-torch --images 16 --batch 8 \
+  --rounds 1 2>&1) || { echo "$out"; echo "augment --recipes mix (DIR) failed"; exit 1; }
+for want in "round 1 recipe   stoker" "round 1 tawide   stoker" "round 1 mix      stoker"; do
+  grep -q "$want" <<<"$out" || { echo "augment --recipes DIR: no line with '$want'"; exit 1; }
+done
 # --pyop needs /usr/bin/python3 with numpy (the python op's process)
 if /usr/bin/python3 -c 'import numpy' 2>/dev/null; then
   out=$("$bench" augment "$tmp/data/imagefolder" --pyop --images 32 --batch 8 \
