@@ -317,7 +317,7 @@ int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t
   unsigned char want[16], got[16];
   ip16(pres->ai_addr, want);
   freeaddrinfo(pres);
-  hints.ai_flags = 0;
+  hints.ai_flags = stk__host_is_numeric(addr) ? AI_NUMERICHOST : 0; /* no DNS */
   int rc = getaddrinfo(host, NULL, &hints, &res);
   if (rc || !res) {
     snprintf(resolved, len, "does not resolve: %s", gai_strerror(rc));
@@ -353,6 +353,13 @@ int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t
   }
   freeaddrinfo(res);
   return match;
+}
+
+int stk__host_is_numeric(const char *addr) {
+  char host[256];
+  unsigned char b[16];
+  if (stk__host_of(addr, host, sizeof(host))) return 0;
+  return inet_pton(AF_INET, host, b) == 1 || inet_pton(AF_INET6, host, b) == 1;
 }
 
 /* Overwrite the value of every --token in argv (both "--token V" and

@@ -164,6 +164,12 @@ int stk__host_of(const char *hostport, char *out, size_t len);
 int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len,
                       char *numeric, size_t nlen);
 
+/* 1 when the host of addr ("host:port", "[v6]:port") is a numeric IPv4 or
+ * IPv6 address, so stk__host_is_peer answers it without any lookup (no
+ * DNS, only this host's interface list): it may then run on a serving
+ * thread. 0 for a name or a malformed address. Pure; thread-safe. */
+int stk__host_is_numeric(const char *addr);
+
 /* The bearer token of a daemon or CLI command, per stk__token_resolve
  * (common/secret.h): token (--token), else token_file (--token-file),
  * else $STOKER_TOKEN, else $STOKER_TOKEN_FILE; written into buf ("" =

@@ -101,9 +101,10 @@ stk__option options[] = {
      "session comes from (behind NAT or a proxy)",
      &opt.trust_worker_addresses, 0, 0},
     {"resolve-threads", OPT_INT, "4", NULL,
-     "threads that look up workers' advertised host names (off the RPC threads): at "
-     "most this many lookups at once, and 16 per thread waiting; past that a worker "
-     "is told to retry (UNAVAILABLE)",
+     "threads that look up workers' advertised host names (off the RPC threads; a "
+     "numeric address is checked at once, without them): at most this many lookups "
+     "at once, and 16 per thread waiting; past that a worker is told to retry "
+     "(UNAVAILABLE)",
      &opt.resolve_threads, 1, 64},
     {"resolve-timeout-ms", OPT_INT, "5000", NULL,
      "a worker whose advertised host name has not resolved after this long is told "

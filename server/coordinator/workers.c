@@ -79,13 +79,13 @@ static int send_job(stk__rpc_call *call, cworker *w, int checking) {
 /* Clients dial the address a worker advertises, so a worker (or anyone
  * with a worker token) must not send them elsewhere: its host must
  * resolve to the address the session comes from. The answer of the check
- * (resolve.c, on a resolver thread; the lookup never runs on a serving
- * thread): on a match, the worker is listed with the checked address in
- * numeric form (clients dial what was checked and never resolve the name
- * again), except over TLS, where clients verify the worker's certificate
- * against the name it advertised; else the session ends
- * FAILED_PRECONDITION (final), or UNAVAILABLE (retry) when the lookup
- * timed out. */
+ * (a host name: resolve.c, on a resolver thread, so a lookup never runs
+ * on a serving thread; a numeric address: on the spot, from the session's
+ * own callback, worker_hello): on a match, the worker is listed with the checked address
+ * in numeric form (clients dial what was checked and never resolve the name again),
+ * except over TLS, where clients verify the worker's certificate against the name it
+ * advertised; else the session ends FAILED_PRECONDITION (final), or UNAVAILABLE (retry)
+ * when the lookup timed out. */
 static void address_checked(void *arg, int m, const char *numeric, const char *res) {
   cworker *w = arg;
   stk__rpc_call *call = w->call;
@@ -165,13 +165,28 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
     return -1;
   }
   if (opt.trust_worker_addresses) return send_job(call, w, 0);
-  /* The session answers when the check does (address_checked). */
   w->phase = WS_CHECKING;
+  /* A numeric address needs no lookup: checked here, on the spot, so a
+   * burst of workers (a cluster starting) never waits for, or fills, the
+   * resolver's queue. */
+  if (stk__host_is_numeric(w->address)) {
+    char res[200], numeric[MAX_STR];
+    int m = stk__host_is_peer(w->address, stk__rpc_call_peer(call), res, sizeof(res),
+                              numeric, sizeof(numeric));
+    address_checked(w, m, numeric, res);
+    pthread_mutex_lock(&C.mu);
+    int over = w->phase == WS_OVER;
+    pthread_mutex_unlock(&C.mu);
+    return over ? -1 : 0;
+  }
+  /* A name: the session answers when its lookup does (address_checked). */
   if (!(w->check =
             resolve_submit(w->address, stk__rpc_call_peer(call), address_checked, w))) {
     snprintf(msg, sizeof(msg),
-             "%zu worker addresses are being checked (--resolve-threads %lld): retry",
-             resolve_pending(), opt.resolve_threads);
+             "%zu worker host names are being looked up, the most the queue holds "
+             "(%d per resolver thread, --resolve-threads %lld): retry; for bursts "
+             "of this size raise --resolve-threads, or advertise numeric addresses",
+             resolve_pending(), (int)RESOLVE_QUEUE_PER_THREAD, opt.resolve_threads);
     LOG_WARN("refusing worker for now: %s", msg);
     stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, msg);
     return -1;

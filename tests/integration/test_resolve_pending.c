@@ -4,9 +4,12 @@
  * thread waits while the file exists), with fake workers (raw
  * WorkerSession streams):
  *  - with one resolver thread held and its queue full (16), two more
- *    sessions are told to retry (UNAVAILABLE), and meanwhile every Status
- *    and Join is answered while no pending session has its RegisterAck
- *    (an order, not a time: the calls are answered before any ack);
+ *    sessions that advertise a host name are told to retry (UNAVAILABLE,
+ *    naming --resolve-threads), and meanwhile every Status and Join is
+ *    answered while no pending session has its RegisterAck (an order, not
+ *    a time: the calls are answered before any ack);
+ *  - meanwhile a worker that advertises a numeric address gets its
+ *    RegisterAck: it needs no lookup, so a full queue never holds it;
  *  - a second message before RegisterAck ends that session
  *    (FAILED_PRECONDITION);
  *  - once the gate opens, every pending session gets its RegisterAck, and
@@ -67,10 +70,10 @@ int main(int argc, char **argv) {
   CHECK(stk__rpc_stream_open(c, SESSION, 0, &s[0]) == 0);
   CHECK(rogue_hello(s[0], "w0", "localhost:7100", 0, 0, 0) == 0);
   CHECK(proc_wait_log(&coord, "held by the test gate", 1, 30000) == 0);
-  /* The queue takes 16 more; the two after are told to retry. */
+  /* The queue takes 16 more names; the two after are told to retry. */
   for (int i = 1; i < NSESS; i++) {
     snprintf(id, sizeof(id), "w%d", i);
-    snprintf(addr, sizeof(addr), "127.0.0.1:%d", 7100 + i);
+    snprintf(addr, sizeof(addr), "localhost:%d", 7100 + i);
     CHECK(stk__rpc_stream_open(c, SESSION, 0, &s[i]) == 0);
     CHECK(rogue_hello(s[i], id, addr, 0, 0, 0) == 0);
   }
@@ -87,10 +90,18 @@ int main(int argc, char **argv) {
       CHECK(r == 0);
       CHECK(stk__rpc_stream_status(s[i], 10000, det, sizeof(det)) ==
             GRPC_STATUS_UNAVAILABLE);
-      CHECK(strstr(det, "being checked") != NULL);
+      CHECK(strstr(det, "being looked up") != NULL);
+      CHECK(strstr(det, "raise --resolve-threads") != NULL);
       fprintf(stderr, "session %d while the queue is full: %s\n", i, det);
     }
   CHECK(refused == NSESS - 1 - QUEUED);
+  /* A numeric address is checked on the spot: its ack comes while the
+   * queue is full and the gate holds every lookup. */
+  stk__rpc_stream *num = NULL;
+  CHECK(stk__rpc_stream_open(c, SESSION, 0, &num) == 0);
+  CHECK(rogue_hello(num, "numeric", "127.0.0.1:7300", 0, 0, 0) == 0);
+  CHECK(recv_ack(num, 20000) != 0);
+  stk__rpc_stream_destroy(num);
   /* Both RPC threads are free: every other call is answered meanwhile. */
   int answered = 0;
   for (int i = 0; i < 20; i++) {

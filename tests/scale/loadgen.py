@@ -35,13 +35,19 @@ sets them from the sizes and prints which it set; --default-limits runs
 without them to show what the defaults do), and a long --watch-lease-s so
 no watch ends during the run.
 
+The workers register all at once (a cluster starting) and, like
+stoker-worker, retry a transient refusal with backoff; the report gives
+the burst: time until every worker was registered, the refusals seen and
+the most tries one worker took.
+
 Usage: loadgen.py [--bin-dir build/rel] [--ranks 10000] [--workers 1000]
                   [--conns 4] [--procs 2] [--changes 2] [--no-deltas]
-                  [--check] [--markdown]
---check exits 1 unless every join was admitted, every watch started and
-none ended, every watcher saw every change, no delta broke its chain, the
-delta-applied lists equal the whole list and no worker was dropped
-(counts, never durations). Exit 0 done (--check: passed), 1 a check
+                  [--worker-host 127.0.0.1] [--check] [--markdown]
+--check exits 1 unless every worker registered (a numeric --worker-host
+with no refusal at all: such an address needs no lookup), every join was
+admitted, every watch started and none ended, every watcher saw every
+change, no delta broke its chain, the delta-applied lists equal the whole
+list and no worker was dropped (counts, never durations). Exit 0 done (--check: passed), 1 a check
 failed, 2 setup error, 77 skipped (no grpcio, protobuf or protoc).
 """
 import argparse
@@ -79,6 +85,7 @@ message JoinPeek {
 }
 """
 FINGERPRINT = 0x5CA1E5CA1E
+REGISTER_GIVE_UP_S = 120  # a worker still refused after this long has failed
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -135,6 +142,11 @@ class Sessions:
         self.ended = 0  # sessions the coordinator ended (e.g. heartbeats lapsed)
         self.reregistered = 0
         self.max_gap = 0.0  # longest time between two heartbeats this process sent
+        # the registration burst: refusals before a first registration (the
+        # coordinator's "retry"), per code, and the most tries one worker took
+        self.refusals = {}
+        self.max_tries = 0
+        self.first_refusal = ""
 
     def stub(self, i):
         pb = self.pb
@@ -144,14 +156,28 @@ class Sessions:
             response_deserializer=pb.CoordinatorCommand.FromString)
 
     async def session(self, i, wid, registered):
-        """One worker's session, as stoker-worker runs it: register, heartbeat
-        on schedule; when the coordinator ends it (a heartbeat lapse), back
-        off (0.1 s doubling to 1 s) and register again."""
+        """One worker's session, as stoker-worker runs it (server/worker/
+        session.c): register, heartbeat on schedule; when the coordinator
+        refuses a registration with a transient code (UNAVAILABLE "retry",
+        RESOURCE_EXHAUSTED, ...) or ends the session (a heartbeat lapse),
+        back off (0.1 s doubling to 1 s) and register again; a final code
+        (FAILED_PRECONDITION, INVALID_ARGUMENT, OUT_OF_RANGE,
+        UNIMPLEMENTED, UNAUTHENTICATED, PERMISSION_DENIED: stk__rpc_status)
+        fails the worker, as it stops stoker-worker. A first registration
+        is given REGISTER_GIVE_UP_S in all."""
+        import grpc
+        final = {grpc.StatusCode.FAILED_PRECONDITION, grpc.StatusCode.INVALID_ARGUMENT,
+                 grpc.StatusCode.OUT_OF_RANGE, grpc.StatusCode.UNIMPLEMENTED,
+                 grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED}
         pb, a = self.pb, self.a
-        info = pb.WorkerInfo(worker_id=wid, address="127.0.0.1:%d" % (20000 + i % 40000),
+        info = pb.WorkerInfo(worker_id=wid, address="%s:%d" % (
+            "[%s]" % a.host if ":" in a.host and a.host[0] != "[" else a.host,
+            20000 + i % 40000),
                              cores=1)
-        backoff, was_registered = 0.1, False
+        backoff, was_registered, tries = 0.1, False, 0
+        t_start = time.monotonic()
         while True:
+            tries += 1
             call = self.stub(i)()
             self.calls[wid] = call
             try:
@@ -167,6 +193,7 @@ class Sessions:
                     self.reregistered += 1
                 was_registered, backoff = True, 0.1
                 if not registered.done():
+                    self.max_tries = max(self.max_tries, tries)
                     registered.set_result(time.monotonic())
                 reader = asyncio.ensure_future(self.reader(call))
                 # spread the beats of all sessions over the interval
@@ -188,11 +215,19 @@ class Sessions:
             except asyncio.CancelledError:
                 call.cancel()
                 raise
-            except Exception as e:  # the coordinator ended the session
+            except Exception as e:  # the coordinator refused or ended the session
                 if not registered.done():
-                    registered.set_exception(e)
-                    return
-                self.ended += 1
+                    code = e.code() if isinstance(e, grpc.aio.AioRpcError) else None
+                    if (code is None or code in final or
+                            time.monotonic() - t_start > REGISTER_GIVE_UP_S):
+                        registered.set_exception(e)
+                        return
+                    name = code.name
+                    self.refusals[name] = self.refusals.get(name, 0) + 1
+                    if not self.first_refusal:
+                        self.first_refusal = "%s %s" % (name, (e.details() or "")[:200])
+                else:
+                    self.ended += 1
             await asyncio.sleep(backoff)
             backoff = min(1.0, backoff * 2)
 
@@ -222,7 +257,9 @@ class Sessions:
         res = await asyncio.gather(*regs, return_exceptions=True)
         bad = [r for r in res if isinstance(r, Exception)]
         out({"ev": "registered", "n": len(res) - len(bad), "failed": len(bad),
-             "first_error": str(bad[0])[:300] if bad else "", "s": time.monotonic() - t0})
+             "first_error": str(bad[0])[:300] if bad else "", "s": time.monotonic() - t0,
+             "refusals": self.refusals, "max_tries": self.max_tries,
+             "first_refusal": self.first_refusal})
         extra = 0
         async for cmd in read_commands():
             if cmd["cmd"] == "add":
@@ -521,6 +558,15 @@ def rss_mb(pid):
     return 0.0
 
 
+def is_numeric(host):
+    import ipaddress
+    try:
+        ipaddress.ip_address(host.strip("[]"))
+        return True
+    except ValueError:
+        return False
+
+
 def orchestrate(a):
     t_begin = time.monotonic()
     deadline = t_begin + a.budget_s
@@ -600,7 +646,8 @@ def orchestrate(a):
         target = "127.0.0.1:%s" % open(pf).read().strip()
         me = [sys.executable, os.path.abspath(__file__), "--gen-dir", tmp, "--target", target,
               "--conns", str(a.conns), "--workers", str(a.workers), "--samples", str(samples),
-              "--world", str(a.ranks), "--inflight", str(a.inflight)]
+              "--world", str(a.ranks), "--inflight", str(a.inflight),
+              "--host", a.worker_host]
         if a.no_deltas:
             me.append("--no-deltas")
         cpu0 = cpu_s(coord.pid)
@@ -609,8 +656,19 @@ def orchestrate(a):
         children.append(sess)
         r = sess.get(deadline - time.monotonic())
         res["register_s"] = time.monotonic() - t
+        res["burst_s"] = r["s"]
+        res["refusals"] = ", ".join("%s %d" % kv for kv in sorted(r["refusals"].items())) \
+            or "none"
+        res["max_tries"] = r["max_tries"]
+        if r["first_refusal"]:
+            res["refusals"] += " (first: %s)" % r["first_refusal"][:160]
         if r["failed"]:
             fails.append("%d worker sessions failed: %s" % (r["failed"], r["first_error"]))
+        if r["refusals"] and is_numeric(a.worker_host):
+            # a numeric address needs no lookup: nothing may refuse the burst
+            fails.append("a burst of %d workers with numeric addresses was refused %d "
+                         "times: %s" % (a.workers, sum(r["refusals"].values()),
+                                        r["first_refusal"]))
         wait_for(lambda: clog_text().count(" registered at ") >= a.workers, 120,
                  "waiting for every worker on the list")
         res["register_cpu_s"] = cpu_s(coord.pid) - cpu0
@@ -794,6 +852,9 @@ def report(res, fails, a):
     rows = [("ranks x workers", "%d x %d" % (a.ranks, a.workers)),
             ("serve options the test set", res["options_set"]),
             ("workers registered in s", f("register_s")),
+            ("registration burst: all %d sessions registered in s" % a.workers, f("burst_s")),
+            ("registration burst: refusals seen (retried)", str(res.get("refusals", "-"))),
+            ("registration burst: most tries one worker took", str(res.get("max_tries", "-"))),
             ("joins admitted", "%s of %d" % (res.get("joins_admitted", "-"), a.ranks)),
             ("time to admit every join s", f("join_s")),
             ("coordinator CPU for the joins s", f("join_cpu_s")),
@@ -870,9 +931,12 @@ def main():
     ap.add_argument("--markdown", action="store_true")
     ap.add_argument("--keep", action="store_true")
     ap.add_argument("--check", action="store_true")
+    ap.add_argument("--worker-host", default="127.0.0.1",
+                    help="host the workers advertise (a name such as localhost goes "
+                         "through the coordinator's resolver threads and their queue)")
     # internal: the roles this script runs itself as
     ap.add_argument("--role", choices=("sessions", "ranks"), help=argparse.SUPPRESS)
-    for k in ("gen-dir", "target"):
+    for k in ("gen-dir", "target", "host"):
         ap.add_argument("--" + k, help=argparse.SUPPRESS)
     for k in ("samples", "world", "first-rank", "count"):
         ap.add_argument("--" + k, type=int, help=argparse.SUPPRESS)
