@@ -37,6 +37,33 @@ static inline int stk__kv_split(char *line, char **name, char **value) {
   return 1;
 }
 
+/* Edit distance (insert, delete, substitute) of a and b; 99 when either
+ * is 64 bytes or longer. For "did you mean" in messages. */
+static inline unsigned stk__edit_distance(const char *a, const char *b) {
+  unsigned row[65];
+  size_t na = strlen(a), nb = strlen(b);
+  if (na >= 64 || nb >= 64) return 99;
+  for (size_t j = 0; j <= nb; j++) row[j] = (unsigned)j;
+  for (size_t i = 1; i <= na; i++) {
+    unsigned diag = row[0];
+    row[0] = (unsigned)i;
+    for (size_t j = 1; j <= nb; j++) {
+      unsigned up = row[j], best = diag + (a[i - 1] != b[j - 1]);
+      if (up + 1 < best) best = up + 1;
+      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
+      diag = up, row[j] = best;
+    }
+  }
+  return row[nb];
+}
+
+/* 1 when a name of len bytes at edit distance d from a known one is near
+ * enough to be a typo of it: at most 2 edits (3 past 9 bytes), and fewer
+ * than its length. */
+static inline int stk__typo_near(unsigned d, size_t len) {
+  return d <= (len > 9 ? 3u : 2u) && d < len;
+}
+
 /* a is "host:port" as a worker advertises it: port 1..65535 in decimal;
  * host a DNS name or IPv4 address ([A-Za-z0-9.-], at most 253 bytes, not
  * starting with '-' or '.') or an IPv6 address in brackets ([hex:.%]).

@@ -890,26 +890,6 @@ int stk__chain_size(const stk__chain *c, uint32_t *h, uint32_t *w, char *err,
   return STK_OK;
 }
 
-/* Edit distance (insert, delete, substitute) of a and b, both shorter than
- * STK__OP_NAME_MAX. */
-static unsigned edit_distance(const char *a, const char *b) {
-  unsigned row[STK__OP_NAME_MAX + 1];
-  size_t na = strlen(a), nb = strlen(b);
-  if (na >= STK__OP_NAME_MAX || nb >= STK__OP_NAME_MAX) return 99;
-  for (size_t j = 0; j <= nb; j++) row[j] = (unsigned)j;
-  for (size_t i = 1; i <= na; i++) {
-    unsigned diag = row[0];
-    row[0] = (unsigned)i;
-    for (size_t j = 1; j <= nb; j++) {
-      unsigned up = row[j], best = diag + (a[i - 1] != b[j - 1]);
-      if (up + 1 < best) best = up + 1;
-      if (row[j - 1] + 1 < best) best = row[j - 1] + 1;
-      diag = up, row[j] = best;
-    }
-  }
-  return row[nb];
-}
-
 /* The built-in op (or normalize, to) nearest to name, if near enough to be
  * a typo of it; NULL otherwise. */
 static const char *closest_op(const char *name) {
@@ -919,11 +899,10 @@ static const char *closest_op(const char *name) {
   for (int k = 0; k < NKINDS + 2; k++) {
     const char *n = k < NKINDS ? op_names[k] : more[k - NKINDS];
     if (!n) continue;
-    unsigned d = edit_distance(name, n);
+    unsigned d = stk__edit_distance(name, n);
     if (d < bd) bd = d, best = n;
   }
-  size_t len = strlen(name);
-  return bd <= (len > 9 ? 3u : 2u) && bd < len ? best : NULL;
+  return stk__typo_near(bd, strlen(name)) ? best : NULL;
 }
 
 int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err,

@@ -330,6 +330,26 @@ static int set_view_chain(stk_job_spec *s, uint32_t v, const char *value, char *
   return STK_OK;
 }
 
+/* The error for an enum key's unknown value: the nearest allowed value
+ * when it looks like a typo of one, and every allowed value. */
+static int enum_err(char *err, size_t errlen, const job_opt *o, const char *value) {
+  char list[256] = "";
+  const char *near = NULL;
+  unsigned bd = 99;
+  size_t n = 0;
+  for (const enum_name *e = o->enums; e->name; e++) {
+    unsigned d = stk__edit_distance(value, e->name);
+    if (d < bd) bd = d, near = e->name;
+    if (n < sizeof(list))
+      n += (size_t)snprintf(list + n, sizeof(list) - n, "%s%s", n ? ", " : "", e->name);
+  }
+  if (!stk__typo_near(bd, strlen(value))) near = NULL;
+  return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                   "'%s': unknown value '%s'%s%s%s (one of: %s)", o->name, value,
+                   near ? ": did you mean '" : "", near ? near : "", near ? "'?" : "",
+                   list);
+}
+
 /* source: an ImageFolder job's num_classes defaults to 0 ("the class
  * folder count", resolved from the dataset) where other sources default to
  * 1000, so changing the source to or from imagefolder moves a num_classes
@@ -346,8 +366,7 @@ static int set_source(stk_job_spec *s, const job_opt *o, const char *value, char
       s->source = e->value;
       return STK_OK;
     }
-  return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "'%s': unknown value '%s'", o->name,
-                   value);
+  return enum_err(err, errlen, o, value);
 }
 
 int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *err,
@@ -355,8 +374,20 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
   const job_opt *o = NULL;
   for (size_t i = 0; i < NOPTS; i++)
     if (strcmp(job_opts[i].name, key) == 0) o = &job_opts[i];
-  if (!o)
-    return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "unknown job key '%s'", key);
+  if (!o) {
+    const char *near = NULL;
+    unsigned bd = 99;
+    for (size_t i = 0; i < NOPTS; i++) {
+      unsigned d = stk__edit_distance(key, job_opts[i].name);
+      if (d < bd) bd = d, near = job_opts[i].name;
+    }
+    if (!stk__typo_near(bd, strlen(key))) near = NULL;
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "unknown job key '%s'%s%s%s (docs/operations.md, \"A job\", "
+                     "lists every key)",
+                     key, near ? ": did you mean '" : "", near ? near : "",
+                     near ? "'?" : "");
+  }
   char *field = (char *)s + o->offset;
   uint64_t u;
   if (field == (char *)&s->source) return set_source(s, o, value, err, errlen);
@@ -437,8 +468,7 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
           *(int32_t *)field = e->value;
           return STK_OK;
         }
-      return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "'%s': unknown value '%s'", key,
-                       value);
+      return enum_err(err, errlen, o, value);
   }
   return STK_INTERNAL;
 }

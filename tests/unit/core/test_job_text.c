@@ -162,6 +162,12 @@ static void test_malformed(void) {
   bad("flip_p = nan", "'flip_p'", NULL);
   bad("scale_min = 1e31", "'scale_min'", NULL);
   bad("= 5", "job line 1", "unknown job key ''");
+  /* A typo gets "did you mean"; an enum lists its values. */
+  bad("bach_size = 4", "did you mean 'batch_size'?", "A job");
+  bad("frobnicate = 4", "unknown job key 'frobnicate' (", NULL);
+  bad("source = synthetc", "did you mean 'synthetic'?", "one of: synthetic, imagefolder");
+  bad("dtype = f32", "'dtype': unknown value 'f32' (one of: uint8, float32, bfloat16)",
+      NULL);
   /* A key=value line longer than 1024 bytes whose '=' lies past byte
    * 1023: refused as too long (a 1024-byte copy would lose the '='). */
   size_t n = 1100;
