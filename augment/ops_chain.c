@@ -142,18 +142,22 @@ static int materialize_to(stk__chain_run *r, view *v, stk__decoder *dec, row_sto
   uint32_t srcw, srch;
   double bx0 = v->x0, by0 = v->y0, bx1 = v->x1, by1 = v->y1; /* in src pixels */
   if (!v->real) {
-    /* as the named pipelines: the fast decode (k = 1, no margin) for a
-     * random_resized_crop, else the exact one keeping twice the output
-     * size, with a margin so that the box's edge pixels (chroma
-     * upsampling, filter taps) come out as in a full decode */
+    /* as the named pipelines: the fast decode (DCT-scaled to the output
+     * size, no margin) for a random_resized_crop, else the exact one: the
+     * box at full size, as PIL decodes it (no DCT scaling: a scaled IDCT
+     * is a filter of its own, 3-9 levels off PIL's full decode and
+     * resample on large images, and its odd scales run without SIMD, so
+     * skipping it cost only ~10% more CPU on 3-12 MP photos), with a
+     * margin so that the box's edge pixels (chroma upsampling, filter
+     * taps) come out as in a full decode */
     double sup =
         v->sup > 0 ? v->sup : fmax((v->x1 - v->x0) / v->w, (v->y1 - v->y0) / v->h);
     int margin = v->fast ? 0 : (int)ceil(sup < 1 ? 1 : sup) + 1;
-    uint32_t k = v->fast ? 1 : 2;
+    uint32_t ow = v->fast ? v->w : UINT32_MAX, oh = v->fast ? v->h : UINT32_MAX;
     stk__roi roi;
     uint64_t t = stk__prof_start();
-    int rc = stk__decoder_roi(dec, v->x0, v->y0, v->x1, v->y1, v->w * k, v->h * k, margin,
-                              8, v->fast, &roi, why, whylen);
+    int rc = stk__decoder_roi(dec, v->x0, v->y0, v->x1, v->y1, ow, oh, margin, 8, v->fast,
+                              &roi, why, whylen);
     stk__prof_lap(STK__PROF_DECODE, &t);
     if (rc) return rc;
     src = roi.px, srcw = roi.w, srch = roi.h;

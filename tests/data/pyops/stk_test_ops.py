@@ -36,9 +36,12 @@ def shrink(img, rng):
     return np.ascontiguousarray(img[::2, ::2])
 
 
-def raise_some(img, rng, k=3):
-    if int(img[0, 0, 0]) % k == 0:
-        raise ValueError("unlucky sample %d" % img[0, 0, 0])
+def raise_some(img, rng, k=2):
+    # the whole image's sum, not one pixel: which samples raise stays a
+    # pure function of the sample and does not hinge on one decoded level
+    v = int(img.sum(dtype="int64"))
+    if v % k == 0:
+        raise ValueError("unlucky sample %d" % v)
     return img.copy()
 
 

@@ -17,6 +17,17 @@
    adjustments (PIL's own integer and float recipes) and resize (down, up,
    both: Pillow's fixed-point resampling); within 1 level for
    gaussian_blur (torch sums a 2-D kernel in another order).
+4. Awkward sizes: 18 JPEGs of 1/f noise (a photo's spectrum) at sides
+   that DCT scaling does not divide (odd, prime, not multiples of 8 or
+   16; portrait and landscape; 1,000-3,001 px; 4:2:0 and 4:4:4):
+   `resize(256) | center_crop(224)` and the named eval pipeline within
+   the documented tolerance of torchvision's PIL path (mean <= 0.17/255,
+   max <= 2/255; they are exact), and train's random_resized_crop (the
+   fast decode) over the whole image against PIL's resize of the same
+   box: no geometry error (mean |difference| <= 3 levels, where a
+   sub-pixel shift of the box gave 4.6-8) and no colour bias (each
+   channel's mean difference within 0.3 levels on every image, 0.1 over
+   the corpus).
 
 usage: test_aug_parity.py AUG_PROBE STOKER_DATASET. Exit 77 (skip) without
 torch/torchvision/numpy.
@@ -188,6 +199,115 @@ def parity_ops(probe, tmp):
     return ok
 
 
+AWKWARD = [(1101, 1400), (1000, 1333), (1500, 2000), (1499, 1100), (1333, 1001),
+           (2003, 1499), (997, 1009), (1019, 3001), (3001, 2003)]
+
+
+def pink_noise(h, w, rng):
+    """An RGB image whose spectrum falls as 1/f, as photos' do."""
+    fy = np.fft.fftfreq(h)[:, None]
+    fx = np.fft.rfftfreq(w)[None, :]
+    f = np.sqrt(fx * fx + fy * fy)
+    f[0, 0] = 1
+    chans = []
+    for _ in range(3):
+        spec = (rng.normal(size=f.shape) + 1j * rng.normal(size=f.shape)) / f
+        spec[0, 0] = 0
+        im = np.fft.irfft2(spec, s=(h, w))
+        chans.append(128 + 45 * (im - im.mean()) / im.std())
+    return np.clip(np.stack(chans, -1), 0, 255).astype(np.uint8)
+
+
+def parity_sizes(probe, tmp):
+    root = os.path.join(tmp, "awk")
+    d = os.path.join(root, "imagefolder", "a")
+    os.makedirs(d)
+    rng = np.random.default_rng(5)
+    for k, (w, h) in enumerate(AWKWARD):
+        a = pink_noise(h, w, rng)
+        for ss in (0, 2):  # 4:4:4, 4:2:0
+            Image.fromarray(a).save(os.path.join(d, f"{k:02d}_{w}x{h}_{ss}.jpg"),
+                                    quality=90, subsampling=ss)
+    files = sorted(os.listdir(d))
+    ok = True
+    # eval: the chain (uint8) and the named pipeline (normalized floats)
+    out = os.path.join(tmp, "awk.bin")
+    r = subprocess.run([probe, "chain", root, "imagefolder",
+                        "decode | resize(256) | center_crop(224)", out],
+                       check=True, capture_output=True, text=True)
+    assert r.stdout.split() == ["224", "224"], r.stdout
+    raw = open(out, "rb").read()
+    rec = 8 + 224 * 224 * 3
+    tf = T.Compose([T.Resize(256), T.CenterCrop(224)])
+    worst, total = 0, 0.0
+    for k in range(len(files)):
+        idx = int(np.frombuffer(raw, np.int64, 1, k * rec)[0])
+        ours = np.frombuffer(raw, np.uint8, 224 * 224 * 3, k * rec + 8).astype(int)
+        with Image.open(os.path.join(d, files[idx])) as im:
+            ref = np.asarray(tf(im.convert("RGB"))).reshape(-1).astype(int)
+        diff = np.abs(ours - ref)
+        if diff.max() > 2:
+            print(f"  {files[idx]}: max {diff.max()}, mean {diff.mean():.3f}")
+        worst, total = max(worst, int(diff.max())), total + float(diff.mean())
+    good = worst <= 2 and total / len(files) <= 0.17
+    print(f"awkward sizes, resize(256) | center_crop(224): {len(files)} images, max "
+          f"{worst}/255 (limit 2), mean {total / len(files):.3f}/255 (limit 0.17)"
+          + ("" if good else "  MISMATCH"))
+    ok = ok and good
+    subprocess.run([probe, "eval", root, "imagefolder", out], check=True)
+    raw = open(out, "rb").read()
+    rec = 8 + 3 * 224 * 224 * 4
+    std = torch.tensor(STD).view(3, 1, 1)
+    mean_t = torch.tensor(MEAN).view(3, 1, 1)
+    worst, total = 0, 0.0
+    for k in range(len(files)):
+        idx = int(np.frombuffer(raw, np.int64, 1, k * rec)[0])
+        ours = torch.from_numpy(np.frombuffer(raw, np.float32, 3 * 224 * 224,
+                                              k * rec + 8).copy()).view(3, 224, 224)
+        with Image.open(os.path.join(d, files[idx])) as im:
+            ref = TF.pil_to_tensor(tf(im.convert("RGB"))).to(torch.int32)
+        lv = torch.round((ours * std + mean_t) * 255).to(torch.int32)
+        diff = (lv - ref).abs()
+        worst, total = max(worst, int(diff.max())), total + float(diff.float().mean())
+    good = worst <= 2 and total / len(files) <= 0.17
+    print(f"awkward sizes, pipeline = eval: {len(files)} images, max {worst}/255 "
+          f"(limit 2), mean {total / len(files):.3f}/255 (limit 0.17)"
+          + ("" if good else "  MISMATCH"))
+    ok = ok and good
+    # train: random_resized_crop pinned to the whole image (scale 1, the
+    # image's own ratio), so both sides resize the same box
+    worst_mean, bias_sum, bias_worst = 0.0, np.zeros(3), 0.0
+    for f in files:
+        one = os.path.join(tmp, "awk1")
+        shutil.rmtree(one, ignore_errors=True)
+        os.makedirs(os.path.join(one, "imagefolder", "a"))
+        shutil.copy(os.path.join(d, f), os.path.join(one, "imagefolder", "a", "x.jpg"))
+        with Image.open(os.path.join(d, f)) as im:
+            W, H = im.size
+            ref = np.asarray(im.convert("RGB").resize((224, 224), Image.BILINEAR))
+        ratio = "%.6g" % (W / H)
+        subprocess.run([probe, "chain", one, "imagefolder",
+                        f"decode | random_resized_crop(224, scale=1:1, ratio={ratio}:{ratio})",
+                        out], check=True, capture_output=True)
+        ours = np.frombuffer(open(out, "rb").read(), np.uint8, 224 * 224 * 3, 8)
+        dd = ours.reshape(-1, 3).astype(int) - ref.reshape(-1, 3).astype(int)
+        m, bias = float(np.abs(dd).mean()), dd.mean(0)
+        worst_mean = max(worst_mean, m)
+        bias_sum += bias
+        bias_worst = max(bias_worst, float(np.abs(bias).max()))
+        if m > 3 or np.abs(bias).max() > 0.3:
+            print(f"  {f}: mean |difference| {m:.3f}, bias " +
+                  " ".join(f"{b:+.3f}" for b in bias))
+    corpus = bias_sum / len(files)
+    good = worst_mean <= 3 and bias_worst <= 0.3 and float(np.abs(corpus).max()) <= 0.1
+    print(f"awkward sizes, train random_resized_crop (fast decode): worst mean "
+          f"|difference| {worst_mean:.3f} levels (limit 3), worst image bias "
+          f"{bias_worst:.3f} (limit 0.3), corpus bias R/G/B "
+          + " ".join(f"{b:+.3f}" for b in corpus) + " (limit 0.1)"
+          + ("" if good else "  MISMATCH"))
+    return ok and good
+
+
 def main():
     probe, gen = sys.argv[1], sys.argv[2]
     torch.set_num_threads(1)
@@ -196,6 +316,7 @@ def main():
         ok = parity_eval(probe, gen, tmp)
         ok = parity_boxes(probe) and ok
         ok = parity_ops(probe, tmp) and ok
+        ok = parity_sizes(probe, tmp) and ok
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return 0 if ok else 1
