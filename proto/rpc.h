@@ -331,7 +331,9 @@ void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *de
 /* How long the message being sent now has waited for the peer, in ms at
  * now_ms (stk__now_ms); 0 when no send is waiting. Thread-safe. */
 int64_t stk__rpc_call_send_wait_ms(stk__rpc_call *c, int64_t now_ms);
-/* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
+/* The peer's address, canonical (peer.h: "ipv4:127.0.0.1:5555",
+ * "ipv6:[fd00::5]:5555", "unix:/path"; a malformed peer's text as given,
+ * made printable); valid for the call's life. */
 const char *stk__rpc_call_peer(stk__rpc_call *c);
 /* The handler's own pointer (NULL until set). */
 void stk__rpc_call_set_data(stk__rpc_call *c, void *data);

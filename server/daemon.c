@@ -26,6 +26,7 @@
 #include "common/secret.h"
 #include "log.h"
 #include "notify.h"
+#include "peer.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
 
@@ -293,31 +294,28 @@ static int is_local16(const unsigned char a[16]) {
 
 int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len,
                       char *numeric, size_t nlen) {
-  char host[256], pip[128];
-  struct addrinfo hints, *res = NULL, *pres = NULL;
+  char host[256];
+  struct addrinfo hints, *res = NULL;
+  stk__peer p;
   *resolved = 0;
   if (numeric && nlen) *numeric = 0;
-  int v4 = !strncmp(peer, "ipv4:", 5), v6 = !strncmp(peer, "ipv6:", 5);
-  if (!v4 && !v6) { /* unix socket, in-process: nothing to compare */
+  int pok = stk__peer_parse(peer, &p) == 0;
+  if (pok && p.kind == STK__PEER_LOCAL) { /* unix socket: nothing to compare */
     if (numeric && nlen) snprintf(numeric, nlen, "%s", addr);
     return 1;
   }
-  if (stk__host_of(peer + 5, pip, sizeof(pip)) ||
-      stk__host_of(addr, host, sizeof(host))) {
+  if (!pok) {
+    snprintf(resolved, len, "malformed peer address");
+    return -1;
+  }
+  if (stk__host_of(addr, host, sizeof(host))) {
     snprintf(resolved, len, "malformed address");
     return -1;
   }
   memset(&hints, 0, sizeof(hints));
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST;
-  if (getaddrinfo(pip, NULL, &hints, &pres) || !pres) {
-    snprintf(resolved, len, "malformed peer address");
-    return -1;
-  }
   unsigned char want[16], got[16];
-  ip16(pres->ai_addr, want);
-  freeaddrinfo(pres);
-  hints.ai_flags = 0;
+  memcpy(want, p.ip, 16); /* IPv4 as IPv4-mapped, as ip16 makes it */
   int rc = getaddrinfo(host, NULL, &hints, &res);
   if (rc || !res) {
     snprintf(resolved, len, "does not resolve: %s", gai_strerror(rc));

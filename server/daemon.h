@@ -149,13 +149,15 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
 int stk__host_of(const char *hostport, char *out, size_t len);
 
 /* Whether the host of addr ("host:port", "[v6]:port") resolves to the IP
- * address of peer (gRPC's "ipv4:A:P" / "ipv6:[A]:P"; an IPv4-mapped IPv6
+ * address of peer (a gRPC peer string, parsed by stk__peer_parse: "ipv4:A:P",
+ * "ipv6:%5BA%5D:P" or "ipv6:[A]:P"; an IPv4-mapped IPv6
  * peer counts as its IPv4 address; a loopback peer is this host, so a
  * loopback address or one of this host's interfaces matches it): 1 yes,
  * 0 no (resolved to the text of
  * up to four addresses in resolved, for the message), -1 when the host
  * does not resolve or either text is malformed (reason in resolved). A
- * peer that is no IP (a unix socket) matches any host. On 1, numeric (may
+ * unix socket peer matches any host; any other peer that is no IP is
+ * malformed (-1). On 1, numeric (may
  * be NULL) gets the matching address with addr's port in numeric form
  * ("10.0.0.5:7000", "[fd00::5]:7000"; addr itself when the peer is no
  * IP): what clients dial, so they reach the address that was checked
