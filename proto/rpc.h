@@ -241,8 +241,9 @@ typedef struct stk__rpc_server_config {
   const stk__tls *tls;        /* NULL = plaintext; else it must have a cert (tls.h) */
   /* Protected mode: a call from a peer that is not on this host's loopback
    * (127.0.0.0/8, ::1, or a unix socket) ends PERMISSION_DENIED saying
-   * why, except methods marked no_token (health). For a daemon with
-   * neither token nor TLS. */
+   * why, except methods marked no_token (health). For a daemon with no
+   * caller credential: no token, no role tokens, no required client
+   * certificate (server-only TLS is no caller credential). */
   int loopback_only;
   /* Told (at most once a minute, with the count since) of calls refused by
    * protected mode; NULL = nobody. Called on a serving thread: must not

@@ -646,10 +646,11 @@ static void on_new(stk__rpc_call *c) {
     refused_remote(s, c->pinfo.shown);
     stk__rpc_call_finish(
         c, GRPC_STATUS_PERMISSION_DENIED,
-        "protected mode: this daemon has no token and no TLS, so it serves only peers on "
-        "its own host's loopback; start it with --token-file (or role tokens) or "
-        "--tls-*, "
-        "or with --insecure on a network only you can reach");
+        "protected mode: this daemon has no caller credential (a token, role tokens or "
+        "required client certificates; TLS alone authenticates only the server), so it "
+        "serves only peers on its own host's loopback; start it with --token-file, "
+        "role tokens or --tls-require-client-cert, or with --insecure on a network only "
+        "you can reach");
   } else if (!c->method->no_token && !roles) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, msg);
   } else if (!c->method->no_token && c->method->roles &&

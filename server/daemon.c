@@ -95,8 +95,9 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
  * minute). */
 static void refused_log(const char *peer, uint64_t count) {
   LOG_WARN("protected mode: refused a call from %s (%" PRIu64
-           " refused so far): no token and no TLS, so only loopback peers are served; "
-           "give --token-file (or role tokens) or --tls-*, or --insecure",
+           " refused so far): no caller credential, so only loopback peers are served; "
+           "give --token-file, role tokens (--worker-/--client-/--admin-token-file) or "
+           "--tls-require-client-cert with --tls-ca, or --insecure",
            peer, count);
 }
 
@@ -154,21 +155,33 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   sc.token = token && *token ? token : NULL;
   if (roles) sc.creds = roles->creds, sc.ncreds = roles->n;
   sc.tls = tls;
-  int secured = sc.token || sc.ncreds || tls;
+  /* TLS authenticates this server to its callers, not the callers to it:
+   * only a token, role tokens or required client certificates say who
+   * calls. Server-only TLS is protected mode like plaintext. */
+  int secured = sc.token || sc.ncreds || stk__tls_requires_client_cert(tls);
   sc.loopback_only = !secured && !(so && so->insecure);
   sc.on_refused = refused_log;
   const char *shown = listen ? listen : "(no address)";
-  if (sc.loopback_only && !listen_is_loopback(listen))
+  if (sc.loopback_only && !listen_is_loopback(listen) && tls)
+    LOG_WARN(
+        "protected mode: TLS with a server certificate only authenticates this daemon, "
+        "not its callers, so only peers on this host's loopback are served although %s "
+        "listens beyond it; add --token-file, role tokens "
+        "(--worker-/--client-/--admin-token-file) or --tls-require-client-cert with "
+        "--tls-ca, or --insecure on a network only you can reach",
+        shown);
+  else if (sc.loopback_only && !listen_is_loopback(listen))
     LOG_WARN(
         "protected mode: no token and no TLS, so only peers on this host's loopback "
-        "are served although %s listens beyond it; give --token-file (or role "
-        "tokens) or --tls-*, or --insecure on a network only you can reach",
+        "are served although %s listens beyond it; give --token-file, role tokens "
+        "(--worker-/--client-/--admin-token-file) or TLS with "
+        "--tls-require-client-cert, or --insecure on a network only you can reach",
         shown);
   else if (!secured && !listen_is_loopback(listen))
     LOG_WARN(
-        "INSECURE: %s serves every peer that can reach it with no token and no TLS "
+        "INSECURE: %s serves every peer that can reach it with no caller credential%s "
         "(--insecure): anyone on this network can read every batch and end the job",
-        shown);
+        shown, tls ? " (TLS authenticates only this daemon)" : " and no TLS");
   if (so) {
     sc.threads = (int)so->threads;
     sc.max_calls = (size_t)so->max_calls;

@@ -34,7 +34,7 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 typedef struct stk__serve_opts {
   long long threads, max_calls, max_streams_per_conn, first_message_s, send_stall_s,
       keepalive_s, health_watch_lease_s, max_calls_per_peer;
-  int insecure; /* serve peers beyond loopback with neither token nor TLS */
+  int insecure; /* serve peers beyond loopback with no caller credential */
 } stk__serve_opts;
 
 /* --max-calls's default (the coordinator grows it with the job's
@@ -79,8 +79,9 @@ typedef struct stk__serve_opts {
    "prober watches again",                                                             \
    &(o).health_watch_lease_s, 1, 86400},                                               \
   {"insecure", OPT_BOOL, "false", NULL,                                                \
-   "serve peers beyond this host's loopback although there is no token and no TLS "    \
-   "(without it, such a daemon refuses them: protected mode); only on a network "      \
+   "serve peers beyond this host's loopback although there is no caller credential "  \
+   "(no token, role tokens or --tls-require-client-cert; server-only TLS is none; "    \
+   "without it, such a daemon refuses them: protected mode); only on a network "      \
    "nobody else can reach",                                                            \
    &(o).insecure, 0, 0}
 /* clang-format on */
