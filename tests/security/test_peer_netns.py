@@ -11,7 +11,8 @@ them comes from that address: a peer beyond loopback).
             mode), says so at start naming the flags to add, and stays up:
             the same Status through 127.0.0.1 is served afterwards, and the
             job is not aborted. Its worker (the same TLS options) refuses
-            Worker.Stream through 10.200.0.1 the same way.
+            Worker.Stream through 10.200.0.1 the same way. With --insecure
+            the same Status is served and the log says INSECURE.
   ipv6      no credential, listening on [::]: Status over ::1 and over
             127.0.0.1 (an IPv4-mapped peer) is served; over fd00::1 and
             10.200.0.1 refused; the log names the refused peer as
@@ -201,6 +202,17 @@ def main_inside():
                 S.check("TLS with a server certificate only" in log_of("tlsonly.worker"),
                         "tlsonly: the worker's start warning says so")
                 S.stop(w)
+            S.stop(c)
+            c, port = daemon("tlsinsecure", [S.COORD, "--job", job, "--listen", "0.0.0.0:0",
+                                             "--idle-timeout-s", "120", *tls, "--insecure"])
+            if S.check(port is not None, "tlsonly: an --insecure TLS coordinator is up"):
+                got = client([{**status, "target": f"{V4A}:{port}", "ca": f"{d}/ca.pem"}])
+                S.check(got[0][0] == "OK",
+                        "tlsonly: with --insecure, Status through %s is served: %s" %
+                        (V4A, got[0]))
+                S.check("INSECURE" in log_of("tlsinsecure") and
+                        "TLS authenticates only this daemon" in log_of("tlsinsecure"),
+                        "tlsonly: an --insecure TLS coordinator says INSECURE at start")
             S.stop(c)
         else:
             skipped.append("tlsonly (no openssl)")
