@@ -241,8 +241,9 @@ typedef struct stk__rpc_server_config {
   const stk__tls *tls;        /* NULL = plaintext; else it must have a cert (tls.h) */
   /* Protected mode: a call from a peer that is not on this host's loopback
    * (127.0.0.0/8, ::1, or a unix socket) ends PERMISSION_DENIED saying
-   * why, except methods marked no_token (health). For a daemon with
-   * neither token nor TLS. */
+   * why, except methods marked no_token (health). For a daemon with no
+   * caller credential: no token, no role tokens, no required client
+   * certificate (server-only TLS is no caller credential). */
   int loopback_only;
   /* Told (at most once a minute, with the count since) of calls refused by
    * protected mode; NULL = nobody. Called on a serving thread: must not
@@ -331,7 +332,9 @@ void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *de
 /* How long the message being sent now has waited for the peer, in ms at
  * now_ms (stk__now_ms); 0 when no send is waiting. Thread-safe. */
 int64_t stk__rpc_call_send_wait_ms(stk__rpc_call *c, int64_t now_ms);
-/* The peer's address ("ipv4:127.0.0.1:5555"); valid for the call's life. */
+/* The peer's address, canonical (peer.h: "ipv4:127.0.0.1:5555",
+ * "ipv6:[fd00::5]:5555", "unix:/path"; a malformed peer's text as given,
+ * made printable); valid for the call's life. */
 const char *stk__rpc_call_peer(stk__rpc_call *c);
 /* The handler's own pointer (NULL until set). */
 void stk__rpc_call_set_data(stk__rpc_call *c, void *data);

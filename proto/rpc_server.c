@@ -11,7 +11,6 @@
  */
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
-#include <arpa/inet.h>
 #include <grpc/support/time.h>
 #include <inttypes.h>
 #include <limits.h>
@@ -23,6 +22,7 @@
 #include "common/thread.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "peer.h"
 #include "rpc.h"
 #include "rpc_tsan.h"
 #include "ticket.h"
@@ -52,7 +52,8 @@ struct stk__rpc_call {
   grpc_call_details details;
   grpc_metadata_array md;
   const stk__rpc_method *method;
-  char *peer;
+  char *peer;      /* grpc_call_get_peer's text (gpr_free) */
+  stk__peer pinfo; /* peer, parsed (peer.h): set in on_new */
   void *data;
   tag t_new, t_recv, t_send, t_status, t_close;
   pthread_mutex_t mu;
@@ -80,8 +81,8 @@ struct stk__rpc_call {
 /* Open calls of one peer address (the IP, without the port), for the
  * per-peer caps. In the server's hash table while it has any. */
 typedef struct peer_ent {
-  char key[72];
-  size_t calls, free; /* counted in open_calls / open_free */
+  char key[STK__PEER_TEXT]; /* stk__peer.key */
+  size_t calls, free;       /* counted in open_calls / open_free */
   struct peer_ent *next;
 } peer_ent;
 #define PEER_BUCKETS 256
@@ -362,7 +363,9 @@ int64_t stk__rpc_call_send_wait_ms(stk__rpc_call *c, int64_t now_ms) {
   return w;
 }
 
-const char *stk__rpc_call_peer(stk__rpc_call *c) { return c->peer ? c->peer : "?"; }
+const char *stk__rpc_call_peer(stk__rpc_call *c) {
+  return c->pinfo.shown[0] ? c->pinfo.shown : "?";
+}
 void stk__rpc_call_set_data(stk__rpc_call *c, void *data) { c->data = data; }
 void *stk__rpc_call_data(stk__rpc_call *c) { return c->data; }
 
@@ -476,35 +479,6 @@ static const char *role_names(unsigned roles) {
   }
 }
 
-/* The peer (grpc_call_get_peer: "ipv4:A:P", "ipv6:[A]:P", "unix:...") is
- * on this host's loopback: 127.0.0.0/8, ::1, ::ffff:127.x, or a unix
- * socket. Anything unparsable is not. */
-static int peer_is_loopback(const char *peer) {
-  if (!peer) return 0;
-  if (!strncmp(peer, "unix:", 5) || !strncmp(peer, "unix-abstract:", 14)) return 1;
-  char host[INET6_ADDRSTRLEN + 1];
-  const char *h, *e;
-  int v6 = 0;
-  if (!strncmp(peer, "ipv4:", 5)) {
-    h = peer + 5, e = strrchr(h, ':');
-  } else if (!strncmp(peer, "ipv6:[", 6)) {
-    h = peer + 6, e = strchr(h, ']'), v6 = 1;
-  } else {
-    return 0;
-  }
-  if (!e || e <= h || (size_t)(e - h) >= sizeof(host)) return 0;
-  memcpy(host, h, (size_t)(e - h));
-  host[e - h] = 0;
-  char *pct = strchr(host, '%'); /* a zone id */
-  if (pct) *pct = 0;
-  unsigned char a[16];
-  if (!v6) return inet_pton(AF_INET, host, a) == 1 && a[0] == 127;
-  static const unsigned char lo6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
-  static const unsigned char mapped[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
-  if (inet_pton(AF_INET6, host, a) != 1) return 0;
-  return !memcmp(a, lo6, 16) || (!memcmp(a, mapped, 12) && a[12] == 127);
-}
-
 /* Protected mode refused a call from peer: count it, and tell the owner
  * at most once a minute. */
 static void refused_remote(stk__rpc_server *s, const char *peer) {
@@ -517,21 +491,10 @@ static void refused_remote(stk__rpc_server *s, const char *peer) {
   if (tell) s->on_refused(peer, n);
 }
 
-/* The address part of a peer ("ipv4:A", "ipv6:[A]"; a unix socket's whole
- * text) into key. */
-static void peer_key(const char *peer, char *key, size_t len) {
-  snprintf(key, len, "%s", peer ? peer : "?");
-  char *e = NULL;
-  if (!strncmp(key, "ipv4:", 5)) e = strrchr(key, ':');
-  else if (!strncmp(key, "ipv6:[", 6) && (e = strchr(key, ']'))) e++;
-  if (e && e > key + 5) *e = 0;
-}
-
 /* The entry of c's peer, made when it has none (NULL when out of memory:
  * the call is then not capped). Under s->mu. */
-static peer_ent *peer_get_locked(stk__rpc_server *s, const char *peer) {
-  char key[sizeof(((peer_ent *)0)->key)];
-  peer_key(peer, key, sizeof(key));
+static peer_ent *peer_get_locked(stk__rpc_server *s, const stk__peer *peer) {
+  const char *key = peer->key;
   uint32_t h = 2166136261u;
   for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
   peer_ent **b = &s->peers[h % PEER_BUCKETS];
@@ -539,7 +502,7 @@ static peer_ent *peer_get_locked(stk__rpc_server *s, const char *peer) {
     if (!strcmp(e->key, key)) return e;
   peer_ent *e = calloc(1, sizeof(*e));
   if (!e) return NULL;
-  memcpy(e->key, key, sizeof(key));
+  snprintf(e->key, sizeof(e->key), "%s", key);
   e->next = *b;
   *b = e;
   return e;
@@ -624,6 +587,7 @@ static void on_new(stk__rpc_call *c) {
   stk__rpc_server *s = c->srv;
   c->start_ms = stk__now_ms();
   c->peer = grpc_call_get_peer(c->call);
+  stk__peer_parse(c->peer, &c->pinfo); /* malformed: never loopback */
   for (size_t i = 0; i < s->nmethods; i++) {
     size_t n = strlen(s->methods[i].path);
     if (GRPC_SLICE_LENGTH(c->details.method) == n &&
@@ -632,7 +596,7 @@ static void on_new(stk__rpc_call *c) {
   }
   int full, peer_full = 0;
   /* Per-peer caps: beyond loopback only, unless set for every peer. */
-  int capped = c->method && (s->peer_all || !peer_is_loopback(c->peer));
+  int capped = c->method && (s->peer_all || !c->pinfo.loopback);
   size_t peer_has = 0;
   pthread_mutex_lock(&s->mu);
   s->pending--;
@@ -640,7 +604,7 @@ static void on_new(stk__rpc_call *c) {
   if (s->live) s->live->prev = c;
   s->live = c;
   s->ncalls++;
-  peer_ent *pe = capped ? peer_get_locked(s, c->peer) : NULL;
+  peer_ent *pe = capped ? peer_get_locked(s, &c->pinfo) : NULL;
   if (c->method && c->method->no_token) { /* health: a small table of its own */
     peer_full = pe && pe->free >= s->peer_free;
     full = peer_full || s->open_free >= s->max_free;
@@ -678,14 +642,15 @@ static void on_new(stk__rpc_call *c) {
       c->method && !c->method->no_token ? call_roles(s, &c->md, msg, sizeof(msg)) : 0;
   if (!c->method) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
-  } else if (s->loopback_only && !c->method->no_token && !peer_is_loopback(c->peer)) {
-    refused_remote(s, c->peer);
+  } else if (s->loopback_only && !c->method->no_token && !c->pinfo.loopback) {
+    refused_remote(s, c->pinfo.shown);
     stk__rpc_call_finish(
         c, GRPC_STATUS_PERMISSION_DENIED,
-        "protected mode: this daemon has no token and no TLS, so it serves only peers on "
-        "its own host's loopback; start it with --token-file (or role tokens) or "
-        "--tls-*, "
-        "or with --insecure on a network only you can reach");
+        "protected mode: this daemon has no caller credential (a token, role tokens or "
+        "required client certificates; TLS alone authenticates only the server), so it "
+        "serves only peers on its own host's loopback; start it with --token-file, "
+        "role tokens or --tls-require-client-cert, or with --insecure on a network only "
+        "you can reach");
   } else if (!c->method->no_token && !roles) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, msg);
   } else if (!c->method->no_token && c->method->roles &&

@@ -94,6 +94,10 @@ void stk__tls_free(stk__tls *t) {
 
 int stk__tls_has_cert(const stk__tls *t) { return t && t->cert && t->key; }
 
+int stk__tls_requires_client_cert(const stk__tls *t) {
+  return t && t->require_client_cert && t->ca;
+}
+
 grpc_server_credentials *stk__tls_server_creds(const stk__tls *t) {
   if (!t) return grpc_insecure_server_credentials_create();
   if (!stk__tls_has_cert(t)) return NULL;

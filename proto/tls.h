@@ -36,6 +36,11 @@ void stk__tls_free(stk__tls *t); /* accepts NULL */
 /* 1 when t has this side's certificate and key. */
 int stk__tls_has_cert(const stk__tls *t);
 
+/* 1 when a server with t refuses clients without a certificate its CA
+ * signed (mTLS): the only TLS setting that authenticates callers, so the
+ * only one that counts as a caller credential. Thread-safe. */
+int stk__tls_requires_client_cert(const stk__tls *t);
+
 /* Credentials for a listening port: insecure when t is NULL. The caller
  * releases them (grpc_server_credentials_release). NULL when t has no
  * certificate (a server cannot do TLS without one). */

@@ -26,6 +26,7 @@
 #include "common/secret.h"
 #include "log.h"
 #include "notify.h"
+#include "peer.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
 
@@ -94,8 +95,9 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen) {
  * minute). */
 static void refused_log(const char *peer, uint64_t count) {
   LOG_WARN("protected mode: refused a call from %s (%" PRIu64
-           " refused so far): no token and no TLS, so only loopback peers are served; "
-           "give --token-file (or role tokens) or --tls-*, or --insecure",
+           " refused so far): no caller credential, so only loopback peers are served; "
+           "give --token-file, role tokens (--worker-/--client-/--admin-token-file) or "
+           "--tls-require-client-cert with --tls-ca, or --insecure",
            peer, count);
 }
 
@@ -153,21 +155,33 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
   sc.token = token && *token ? token : NULL;
   if (roles) sc.creds = roles->creds, sc.ncreds = roles->n;
   sc.tls = tls;
-  int secured = sc.token || sc.ncreds || tls;
+  /* TLS authenticates this server to its callers, not the callers to it:
+   * only a token, role tokens or required client certificates say who
+   * calls. Server-only TLS is protected mode like plaintext. */
+  int secured = sc.token || sc.ncreds || stk__tls_requires_client_cert(tls);
   sc.loopback_only = !secured && !(so && so->insecure);
   sc.on_refused = refused_log;
   const char *shown = listen ? listen : "(no address)";
-  if (sc.loopback_only && !listen_is_loopback(listen))
+  if (sc.loopback_only && !listen_is_loopback(listen) && tls)
+    LOG_WARN(
+        "protected mode: TLS with a server certificate only authenticates this daemon, "
+        "not its callers, so only peers on this host's loopback are served although %s "
+        "listens beyond it; add --token-file, role tokens "
+        "(--worker-/--client-/--admin-token-file) or --tls-require-client-cert with "
+        "--tls-ca, or --insecure on a network only you can reach",
+        shown);
+  else if (sc.loopback_only && !listen_is_loopback(listen))
     LOG_WARN(
         "protected mode: no token and no TLS, so only peers on this host's loopback "
-        "are served although %s listens beyond it; give --token-file (or role "
-        "tokens) or --tls-*, or --insecure on a network only you can reach",
+        "are served although %s listens beyond it; give --token-file, role tokens "
+        "(--worker-/--client-/--admin-token-file) or TLS with "
+        "--tls-require-client-cert, or --insecure on a network only you can reach",
         shown);
   else if (!secured && !listen_is_loopback(listen))
     LOG_WARN(
-        "INSECURE: %s serves every peer that can reach it with no token and no TLS "
+        "INSECURE: %s serves every peer that can reach it with no caller credential%s "
         "(--insecure): anyone on this network can read every batch and end the job",
-        shown);
+        shown, tls ? " (TLS authenticates only this daemon)" : " and no TLS");
   if (so) {
     sc.threads = (int)so->threads;
     sc.max_calls = (size_t)so->max_calls;
@@ -293,30 +307,28 @@ static int is_local16(const unsigned char a[16]) {
 
 int stk__host_is_peer(const char *addr, const char *peer, char *resolved, size_t len,
                       char *numeric, size_t nlen) {
-  char host[256], pip[128];
-  struct addrinfo hints, *res = NULL, *pres = NULL;
+  char host[256];
+  struct addrinfo hints, *res = NULL;
+  stk__peer p;
   *resolved = 0;
   if (numeric && nlen) *numeric = 0;
-  int v4 = !strncmp(peer, "ipv4:", 5), v6 = !strncmp(peer, "ipv6:", 5);
-  if (!v4 && !v6) { /* unix socket, in-process: nothing to compare */
+  int pok = stk__peer_parse(peer, &p) == 0;
+  if (pok && p.kind == STK__PEER_LOCAL) { /* unix socket: nothing to compare */
     if (numeric && nlen) snprintf(numeric, nlen, "%s", addr);
     return 1;
   }
-  if (stk__host_of(peer + 5, pip, sizeof(pip)) ||
-      stk__host_of(addr, host, sizeof(host))) {
+  if (!pok) {
+    snprintf(resolved, len, "malformed peer address");
+    return -1;
+  }
+  if (stk__host_of(addr, host, sizeof(host))) {
     snprintf(resolved, len, "malformed address");
     return -1;
   }
   memset(&hints, 0, sizeof(hints));
   hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_NUMERICHOST;
-  if (getaddrinfo(pip, NULL, &hints, &pres) || !pres) {
-    snprintf(resolved, len, "malformed peer address");
-    return -1;
-  }
   unsigned char want[16], got[16];
-  ip16(pres->ai_addr, want);
-  freeaddrinfo(pres);
+  memcpy(want, p.ip, 16); /* IPv4 as IPv4-mapped, as ip16 makes it */
   hints.ai_flags = stk__host_is_numeric(addr) ? AI_NUMERICHOST : 0; /* no DNS */
   int rc = getaddrinfo(host, NULL, &hints, &res);
   if (rc || !res) {

@@ -34,7 +34,7 @@ int stk__write_port_file(const char *path, int port, char *err, size_t errlen);
 typedef struct stk__serve_opts {
   long long threads, max_calls, max_streams_per_conn, first_message_s, send_stall_s,
       keepalive_s, health_watch_lease_s, max_calls_per_peer;
-  int insecure; /* serve peers beyond loopback with neither token nor TLS */
+  int insecure; /* serve peers beyond loopback with no caller credential */
 } stk__serve_opts;
 
 /* --max-calls's default (the coordinator grows it with the job's
@@ -79,8 +79,9 @@ typedef struct stk__serve_opts {
    "prober watches again",                                                             \
    &(o).health_watch_lease_s, 1, 86400},                                               \
   {"insecure", OPT_BOOL, "false", NULL,                                                \
-   "serve peers beyond this host's loopback although there is no token and no TLS "    \
-   "(without it, such a daemon refuses them: protected mode); only on a network "      \
+   "serve peers beyond this host's loopback although there is no caller credential "  \
+   "(no token, role tokens or --tls-require-client-cert; server-only TLS is none; "    \
+   "without it, such a daemon refuses them: protected mode); only on a network "      \
    "nobody else can reach",                                                            \
    &(o).insecure, 0, 0}
 /* clang-format on */
@@ -149,13 +150,15 @@ int stk__daemon_serve(const char *listen, const stk__rpc_method *methods, size_t
 int stk__host_of(const char *hostport, char *out, size_t len);
 
 /* Whether the host of addr ("host:port", "[v6]:port") resolves to the IP
- * address of peer (gRPC's "ipv4:A:P" / "ipv6:[A]:P"; an IPv4-mapped IPv6
+ * address of peer (a gRPC peer string, parsed by stk__peer_parse: "ipv4:A:P",
+ * "ipv6:%5BA%5D:P" or "ipv6:[A]:P"; an IPv4-mapped IPv6
  * peer counts as its IPv4 address; a loopback peer is this host, so a
  * loopback address or one of this host's interfaces matches it): 1 yes,
  * 0 no (resolved to the text of
  * up to four addresses in resolved, for the message), -1 when the host
  * does not resolve or either text is malformed (reason in resolved). A
- * peer that is no IP (a unix socket) matches any host. On 1, numeric (may
+ * unix socket peer matches any host; any other peer that is no IP is
+ * malformed (-1). On 1, numeric (may
  * be NULL) gets the matching address with addr's port in numeric form
  * ("10.0.0.5:7000", "[fd00::5]:7000"; addr itself when the peer is no
  * IP): what clients dial, so they reach the address that was checked

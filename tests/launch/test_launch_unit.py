@@ -333,6 +333,46 @@ class CommandLine(unittest.TestCase):
         self.assertEqual(p["ranks"], list(range(8, 16)))
         self.assertEqual(p["coordinator"], "gpu01:7070")
 
+    def test_tls_dir_server_only_is_no_credential(self):
+        """--tls-dir without client.pem authenticates the servers only: beyond
+        loopback it is refused without a token (naming what to add), taken
+        with --token-file or --insecure (which says INSECURE); with a client
+        certificate (mutual TLS) it is a credential of its own."""
+        if not BIN_DIR:
+            self.skipTest("no build directory given (the daemons' --help is read)")
+        env = {"SLURM_JOB_NODELIST_HET_GROUP_0": "cpu[1-2]",
+               "SLURM_JOB_NODELIST_HET_GROUP_1": "gpu[01-02]", "SLURMD_NODENAME": "gpu02"}
+        if os.path.exists(L.DEFAULT_RESOURCE_CONFIG):
+            self.skipTest("a real SageMaker resource config is present")
+        with tempfile.TemporaryDirectory() as d:
+            for n in ("ca.pem", "server.pem", "server.key"):
+                with open(os.path.join(d, n), "w") as f:
+                    f.write("x\n")
+            tok = os.path.join(d, "tok")
+            with open(tok, "w") as f:
+                f.write("0123456789abcdef0123\n")
+            argv = ["--job", "/dev/null", "--dry-run", "--tls-dir", d, *self.bins()]
+            r = run(*argv, "--", "true", env=env)
+            if "has no --tls-ca option" in r.stderr:
+                self.skipTest("this build has no TLS")
+            self.assertEqual(r.returncode, 2, r.stderr)
+            self.assertIn("server certificate only", r.stderr)
+            for word in ("--token-file", "--role-tokens", "client.pem", "--insecure"):
+                self.assertIn(word, r.stderr)
+            r = run(*argv, "--insecure", "--", "true", env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("INSECURE", r.stderr)
+            r = run(*argv, "--token-file", tok, "--", "true", env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertNotIn("INSECURE", r.stderr)
+            for n in ("client.pem", "client.key"):
+                with open(os.path.join(d, n), "w") as f:
+                    f.write("x\n")
+            r = run(*argv, "--", "true", env=env)
+            self.assertEqual(r.returncode, 0, r.stderr)
+            self.assertIn("mutual", r.stderr)
+            self.assertNotIn("INSECURE", r.stderr)
+
     def test_token_file_needs_support(self):
         with tempfile.TemporaryDirectory() as d:
             t = os.path.join(d, "tok")
