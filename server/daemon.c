@@ -422,12 +422,12 @@ void stk__daemon_start(void) {
 }
 
 int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud,
-                        metrics_server **ms) {
+                        const metrics_access *access, metrics_server **ms) {
   *ms = NULL;
   if (!*listen) return 0;
   char err[300];
   int port = 0;
-  if (metrics_start(listen, fn, ud, ms, &port, err, sizeof(err))) {
+  if (metrics_start(listen, fn, ud, access, ms, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     return -1;
   }

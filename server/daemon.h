@@ -212,10 +212,12 @@ int stk__daemon_tls(const stk__tls_opts *x, const char *need_cert_why, stk__tls 
 void stk__daemon_start(void);
 
 /* --metrics-listen: serve Prometheus /metrics on listen with fn (run on
- * the HTTP thread: it must take the daemon's locks itself), and log the
- * bound port ("metrics on http://LISTEN/metrics (port N)"). 0 with *ms
- * (stop it with metrics_stop), also when listen is empty (off: *ms NULL);
- * -1 after logging why, *ms NULL. */
-int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud, metrics_server **ms);
+ * the HTTP thread: it must take the daemon's locks itself) and access
+ * (who sees full scrapes; NULL = everyone, metrics.h), and log the bound
+ * port ("metrics on http://LISTEN/metrics (port N)"). 0 with *ms (stop it
+ * with metrics_stop), also when listen is empty (off: *ms NULL); -1 after
+ * logging why, *ms NULL. */
+int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud,
+                        const metrics_access *access, metrics_server **ms);
 
 #endif

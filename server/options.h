@@ -81,8 +81,9 @@ int stk__opt_loglevel(const stk__option *o, char *err, size_t errlen);
    &(dst), 0, 0}
 #define STK__OPT_METRICS_LISTEN(dst)                                                   \
   {"metrics-listen", OPT_STR, "", stk__opt_hostport,                                   \
-   "serve Prometheus /metrics on this host:port (port 0 = any free one, logged); "     \
-   "empty = off",                                                                      \
+   "serve Prometheus /metrics on this host:port (port 0 = any free one, logged): "     \
+   "loopback or a scrape network, not 0.0.0.0 (plain HTTP, 8 connections per "        \
+   "address); empty = off",                                                            \
    &(dst), 0, 0}
 /* clang-format on */
 

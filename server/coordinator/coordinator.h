@@ -517,8 +517,10 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req);
  * and *last_bytes carry the previous line's time and byte count for the
  * rate. Call without C.mu (main loop). */
 void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes);
-/* GET /metrics (metrics_fn): the job, workers and ranks. Takes C.mu; runs
- * on metrics.c's HTTP thread. */
-void coord_metrics(metrics_buf *b, void *ud);
+/* GET /metrics (metrics_fn): the job, workers and ranks. The per-worker
+ * samples (labelled with the worker's id and address, which Status
+ * withholds from the worker role) only when full. Takes C.mu; runs on
+ * metrics.c's HTTP thread. */
+void coord_metrics(metrics_buf *b, int full, void *ud);
 
 #endif
