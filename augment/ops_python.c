@@ -9,7 +9,8 @@
  * Python path (stk_limits.python_path, else $STOKER_PYTHON_PATH; only
  * modules found in those directories) and then answers one request at a
  * time: the image goes through a memfd both sides map (grown, never
- * shrunk, so there is no allocation per image after warm-up), and a
+ * shrunk, so there is no allocation per image after warm-up; sealed so
+ * that the runner cannot shrink it under us either), and a
  * fixed 48-byte header goes over a socketpair (send with MSG_NOSIGNAL: a
  * dead runner never raises SIGPIPE in the host). The reply is a 16-byte
  * header and at most REPLY_MSG_MAX bytes of message.
@@ -344,10 +345,15 @@ int stk__pyop_create(stk__pyop **out, const stk__chain *c, const char *path, cha
   stk__pyop *p = calloc(1, sizeof(*p));
   if (!p) return STK_NO_MEMORY;
   p->sock = -1;
-  p->memfd = memfd_create("stoker-pyop", MFD_CLOEXEC);
-  if (p->memfd < 0) {
+  /* Sealed against shrinking (and against more seals): the runner maps
+   * the memfd too, and one that truncated it would make our next access
+   * to the mapping SIGBUS the whole worker. It may still grow it, which
+   * costs it memory and us nothing. */
+  p->memfd = memfd_create("stoker-pyop", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (p->memfd < 0 || fcntl(p->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
     int rc = stk__errf(err, errlen, STK_UNAVAILABLE, "python op: memfd_create: %s",
                        strerror(errno));
+    if (p->memfd >= 0) close(p->memfd);
     free(p);
     return rc;
   }

@@ -7,8 +7,9 @@
  *    a plugin op's) on the chain's bytes without the op; the same bytes
  *    from one builder and from two builders on two threads; another job
  *    seed gives other bytes; size= makes another output size;
- *  - raise_some / bad_result: exactly the raising (or wrong shape/dtype)
- *    samples are substituted, counted and reported with the exception's
+ *  - raise_some / bad_result / shrink_shm_some: exactly the raising (or
+ *    wrong shape/dtype, or shrinking the sealed memfd) samples are
+ *    substituted, counted and reported with the exception's
  *    last line;
  *  - a runner that exits, kills itself or hangs (STOKER_PYTHON_TIMEOUT=2)
  *    once: the sample is retried alone and the batch's bytes equal
@@ -471,6 +472,8 @@ int main(void) {
   test_threads();
   test_bad_samples("raise_some", "ValueError: unlucky sample");
   test_bad_samples("bad_result", "the op wants uint8 (32, 32, 3)");
+  /* a runner that shrinks the memfd: refused by its seal, not a SIGBUS */
+  test_bad_samples("shrink_shm_some", "PermissionError");
   test_failures("crash", "", 1);
   test_failures("crash", "kill", 1);
   test_failures("crash", "", 2);
