@@ -45,6 +45,11 @@ int stk__ticket_key(const unsigned char *secret, size_t len, const char *id,
   return rc;
 }
 
+int64_t stk__ticket_skew_ms(int64_t since_ms) {
+  int64_t m = STK__TICKET_SKEW_MS + (since_ms > 0 ? since_ms / 1000 : 0);
+  return m < STK__TICKET_SKEW_MAX_MS ? m : STK__TICKET_SKEW_MAX_MS;
+}
+
 int stk__ticket_mint(const char *key, uint64_t expiry_s, char out[STK__TICKET_MAX]) {
   char exp[24];
   int n = snprintf(exp, sizeof(exp), "%llu", (unsigned long long)expiry_s);

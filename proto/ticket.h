@@ -18,9 +18,18 @@
 #define STK__TICKET_MAX 88
 /* A worker judges expiry on the coordinator's clock as it learnt it at
  * registration (RegisterAck.coordinator_time_ms, carried on by its own
- * monotonic clock), and allows this margin, plus 1 ms per second since
- * it learnt it (0.1%: far beyond the rate error of a working clock). */
-#define STK__TICKET_SKEW_MS 5000
+ * monotonic clock), and allows STK__TICKET_SKEW_MS, plus 1 ms per second
+ * since it learnt it (0.1%: far beyond the rate error of a working
+ * clock), at most STK__TICKET_SKEW_MAX_MS in all: a leaked ticket is good
+ * for at most the TTL and that. A ticket from the coordinator's list has
+ * half the TTL or more left, so a fresh one is taken even when the two
+ * clocks have drifted further apart than the margin. */
+#define STK__TICKET_SKEW_MS     5000
+#define STK__TICKET_SKEW_MAX_MS 60000
+
+/* The skew margin in ms after since_ms since the coordinator's clock was
+ * learnt (negative counts as 0). Pure; thread-safe. */
+int64_t stk__ticket_skew_ms(int64_t since_ms);
 
 /* key = hex HMAC-SHA256(secret[0..len), id NUL address); out gets
  * STK__TICKET_KEY_HEX digits and a NUL. 0, or -1 (id or address longer
