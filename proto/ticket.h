@@ -1,12 +1,13 @@
 /* ticket.h - stream tickets: what a coordinator mints for a worker and
  * what that worker checks on Worker.Stream, without asking anyone.
  *
- * A worker's ticket key is HMAC-SHA256(coordinator secret, worker id NUL
- * address) in hex (the coordinator hands it to that worker alone, in
+ * A worker's ticket key is 32 random bytes in hex, drawn afresh for each
+ * registration (the coordinator hands it to that worker alone, in
  * RegisterAck). A ticket is "<expiry>.<mac>": expiry in unix seconds on
  * the coordinator's clock, mac = hex HMAC-SHA256(key, "<expiry>"). So a
  * ticket names its own expiry, cannot be made without the key, and one
- * worker's key says nothing of another's. Never logged. */
+ * worker's key (or its id and address) says nothing of another's. Never
+ * logged. */
 #ifndef STK_PROTO_TICKET_H
 #define STK_PROTO_TICKET_H
 
@@ -31,11 +32,10 @@
  * learnt (negative counts as 0). Pure; thread-safe. */
 int64_t stk__ticket_skew_ms(int64_t since_ms);
 
-/* key = hex HMAC-SHA256(secret[0..len), id NUL address); out gets
- * STK__TICKET_KEY_HEX digits and a NUL. 0, or -1 (id or address longer
- * than 1024 bytes, HMAC failed; out = ""). Thread-safe. */
-int stk__ticket_key(const unsigned char *secret, size_t len, const char *id,
-                    const char *address, char out[STK__TICKET_KEY_HEX + 1]);
+/* A fresh key: 32 random bytes (getrandom) in hex into out
+ * (STK__TICKET_KEY_HEX digits and a NUL). 0, or -1 (no random bytes;
+ * out = ""). Thread-safe. */
+int stk__ticket_key_new(char out[STK__TICKET_KEY_HEX + 1]);
 /* The ticket for key expiring at expiry_s (unix seconds) into out. 0, or
  * -1 (HMAC failed; out = ""). Thread-safe. */
 int stk__ticket_mint(const char *key, uint64_t expiry_s, char out[STK__TICKET_MAX]);

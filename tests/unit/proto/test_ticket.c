@@ -1,8 +1,9 @@
 /* test_ticket.c - the stream ticket format (proto/ticket.h) without a
  * peer: a minted ticket checks under its key with its expiry and under no
- * other key, malformed or altered tickets are refused, and the clock-skew
- * margin a worker allows grows with the time since it learnt the
- * coordinator's clock but stops at STK__TICKET_SKEW_MAX_MS. */
+ * other key, malformed or altered tickets are refused, fresh keys are 64
+ * hex digits and differ, and the clock-skew margin a worker allows grows
+ * with the time since it learnt the coordinator's clock but stops at
+ * STK__TICKET_SKEW_MAX_MS. */
 #include <stdint.h>
 #include <string.h>
 
@@ -46,8 +47,22 @@ static void test_mint_check(void) {
   CHECK(stk__ticket_check(key, (const unsigned char *)"12.", 3, &e) == 0);
 }
 
+static void test_key_new(void) {
+  char a[STK__TICKET_KEY_HEX + 1], b[STK__TICKET_KEY_HEX + 1];
+  CHECK(stk__ticket_key_new(a) == 0 && stk__ticket_key_new(b) == 0);
+  CHECK(strlen(a) == STK__TICKET_KEY_HEX && strlen(b) == STK__TICKET_KEY_HEX);
+  CHECK(strspn(a, "0123456789abcdef") == STK__TICKET_KEY_HEX);
+  CHECK(strcmp(a, b) != 0);
+  char t[STK__TICKET_MAX];
+  uint64_t e;
+  CHECK(stk__ticket_mint(a, 42, t) == 0);
+  CHECK(stk__ticket_check(a, (const unsigned char *)t, strlen(t), &e) == 1 && e == 42);
+  CHECK(stk__ticket_check(b, (const unsigned char *)t, strlen(t), &e) == 0);
+}
+
 int main(void) {
   test_skew();
+  test_key_new();
   test_mint_check();
   CHECK_DONE();
 }
