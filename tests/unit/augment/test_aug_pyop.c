@@ -17,10 +17,10 @@
  *    substituted) and the next build gives noise's bytes; the op's own
  *    calls return STK_UNAVAILABLE and restart the process;
  *  - refusals at open: no Python path, a module outside it, a missing
- *    function; no child process and no descriptor left after teardown;
- *    a runner holds nothing but stdin/out/err, its socket and the memfd,
- *    in a process group of its own.
- * PYOPS_DIR comes from the build.
+ *    function, a Python path directory or a module others may write (the
+ *    worker would run their code); no child process and no descriptor left after
+ * teardown; a runner holds nothing but stdin/out/err, its socket and the memfd, in a
+ * process group of its own. PYOPS_DIR comes from the build.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -448,6 +448,33 @@ static void test_refusals(void) {
   CHECK(job_open(&j, &s, PYOPS_DIR, err, sizeof(err)) == STK_INVALID_ARGUMENT &&
         strstr(err, "no module json in the python path"));
   fprintf(stderr, "refused: %s\n", err);
+  /* A directory of the Python path, or the op's module, that others may
+   * write: refused at open, naming it; with go-w both, it opens. */
+  char dir[4300], mod[4400], src[600], cmd[9000];
+  snprintf(dir, sizeof(dir), "%s/pyunsafe", root);
+  snprintf(mod, sizeof(mod), "%s/stk_test_ops.py", dir);
+  snprintf(src, sizeof(src), "%s/stk_test_ops.py", PYOPS_DIR);
+  CHECK(mkdir(dir, 0700) == 0);
+  snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", src, mod);
+  CHECK(system(cmd) == 0);
+  spec_of(&s, "resize(32, 32) | python(stk_test_ops:noise)");
+  for (int k = 0; k < 3; k++) {
+    CHECK(chmod(dir, k == 0 ? 0777 : 0755) == 0);
+    CHECK(chmod(mod, k == 1 ? 0666 : 0644) == 0);
+    err[0] = 0;
+    rc = job_open(&j, &s, dir, err, sizeof(err));
+    if (k < 2) {
+      CHECK(rc == STK_INVALID_ARGUMENT && strstr(err, "is writable by others") &&
+            strstr(err, k ? mod : dir));
+      fprintf(stderr, "refused: %s\n", err);
+    } else {
+      CHECK(rc == STK_OK);
+      if (rc) fprintf(stderr, "go-w Python path: %s\n", err);
+      else job_close(&j);
+    }
+  }
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
 }
 
 int main(void) {
