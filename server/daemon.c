@@ -220,6 +220,16 @@ void stk__daemon_check_secret_mode(const char *what, const char *path) {
       what, path, (unsigned)(st.st_mode & 07777));
 }
 
+/* Warn when a token is too short to resist guessing (what: which one). */
+static void warn_short_token(const char *what, const char *tok) {
+  size_t n = strlen(tok);
+  if (n && n < STK__TOKEN_MIN_WARN)
+    LOG_WARN(
+        "%s is %zu bytes: a token shorter than %d bytes can be guessed; use a long "
+        "random one (e.g. openssl rand -hex 32 > FILE; chmod 600 FILE)",
+        what, n, STK__TOKEN_MIN_WARN);
+}
+
 int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
                             const char *admin_file, stk__role_tokens *out) {
   const char *files[3] = {worker_file, client_file, admin_file};
@@ -237,6 +247,9 @@ int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
     out->creds[out->n++] = (stk__rpc_cred){out->tok[i], role[i]};
     LOG_INFO("%s token from %s", name[i], files[i]);
     stk__daemon_check_secret_mode("token file", files[i]);
+    char what[32];
+    snprintf(what, sizeof(what), "the %s token", name[i]);
+    warn_short_token(what, out->tok[i]);
   }
   return 0;
 }
@@ -389,6 +402,11 @@ int stk__daemon_token(const char *token, const char *token_file, int argc, char 
   if (src == STK_TOKEN_FILE) stk__daemon_check_secret_mode("token file", token_file);
   if (src == STK_TOKEN_ENV_FILE)
     stk__daemon_check_secret_mode("token file", getenv("STOKER_TOKEN_FILE"));
+  /* a config file that holds the token is a key file too, whichever
+   * token won */
+  stk__daemon_check_secret_mode("config file (it holds token =)",
+                                stk__options_token_config());
+  warn_short_token("the bearer token", buf);
   return 0;
 }
 

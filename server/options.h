@@ -40,6 +40,10 @@ enum { OPTS_RUN = 0, OPTS_EXIT_OK = 1, OPTS_USAGE = 2 };
  * printed to stderr). Not thread-safe; call once from main. */
 int stk__options_parse(stk__option *opts, size_t n, int argc, char **argv,
                        const char *program, const char *synopsis, const char *exit_codes);
+/* The --config file (as named on the command line) that holds a
+ * `token = ...` line, or NULL; after stk__options_parse. The daemon
+ * checks its mode as it does a token file's. Main thread only. */
+const char *stk__options_token_config(void);
 /* Print "name = value" for every option to stdout. */
 void stk__options_print(const stk__option *opts, size_t n);
 /* Free every string the table owns. */
