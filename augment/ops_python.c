@@ -9,7 +9,8 @@
  * Python path (stk_limits.python_path, else $STOKER_PYTHON_PATH; only
  * modules found in those directories) and then answers one request at a
  * time: the image goes through a memfd both sides map (grown, never
- * shrunk, so there is no allocation per image after warm-up), and a
+ * shrunk, so there is no allocation per image after warm-up; sealed so
+ * that the runner cannot shrink it under us either), and a
  * fixed 48-byte header goes over a socketpair (send with MSG_NOSIGNAL: a
  * dead runner never raises SIGPIPE in the host). The reply is a 16-byte
  * header and at most REPLY_MSG_MAX bytes of message.
@@ -38,6 +39,7 @@
 #define _GNU_SOURCE
 #include "ops_python.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -55,6 +57,7 @@
 
 #include "common/clock.h"
 #include "common/error.h"
+#include "plugin.h"
 #include "stoker/status.h"
 
 extern char **environ;
@@ -344,10 +347,15 @@ int stk__pyop_create(stk__pyop **out, const stk__chain *c, const char *path, cha
   stk__pyop *p = calloc(1, sizeof(*p));
   if (!p) return STK_NO_MEMORY;
   p->sock = -1;
-  p->memfd = memfd_create("stoker-pyop", MFD_CLOEXEC);
-  if (p->memfd < 0) {
+  /* Sealed against shrinking (and against more seals): the runner maps
+   * the memfd too, and one that truncated it would make our next access
+   * to the mapping SIGBUS the whole worker. It may still grow it, which
+   * costs it memory and us nothing. */
+  p->memfd = memfd_create("stoker-pyop", MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (p->memfd < 0 || fcntl(p->memfd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_SEAL) != 0) {
     int rc = stk__errf(err, errlen, STK_UNAVAILABLE, "python op: memfd_create: %s",
                        strerror(errno));
+    if (p->memfd >= 0) close(p->memfd);
     free(p);
     return rc;
   }
@@ -431,10 +439,66 @@ int stk__pyop_apply(stk__pyop *p, uint32_t op, const uint8_t *in, uint32_t w, ui
   return STK_CORRUPT;
 }
 
+/* In directory dir: what Python may load for module mod (mod.py,
+ * mod.*.so, the package directory mod and its __init__.py, and the
+ * bytecode caches beside them) must pass stk__code_trusted. STK_OK or
+ * STK_INVALID_ARGUMENT with err. */
+static int module_trusted(const char *who, const char *dir, const char *mod, char *err,
+                          size_t errlen) {
+  char path[4096 + 600];
+  snprintf(path, sizeof(path), "%s/__pycache__", dir);
+  int rc = stk__code_trusted(who, path, err, errlen);
+  DIR *d = rc ? NULL : opendir(dir);
+  if (!d) return rc;
+  size_t ml = strlen(mod);
+  for (struct dirent *e; !rc && (e = readdir(d));) {
+    if (strncmp(e->d_name, mod, ml) || (e->d_name[ml] && e->d_name[ml] != '.')) continue;
+    snprintf(path, sizeof(path), "%s/%s", dir, e->d_name);
+    rc = stk__code_trusted(who, path, err, errlen);
+    if (!rc && !e->d_name[ml]) { /* a package: its own init and cache */
+      snprintf(path, sizeof(path), "%s/%s/__init__.py", dir, e->d_name);
+      rc = stk__code_trusted(who, path, err, errlen);
+      snprintf(path, sizeof(path), "%s/%s/__pycache__", dir, e->d_name);
+      if (!rc) rc = stk__code_trusted(who, path, err, errlen);
+    }
+  }
+  closedir(d);
+  return rc;
+}
+
+/* The code a python op runs is the operator's, as a plugin is: every
+ * directory of the Python path, and each op's module in it, must be
+ * writable only by root or the worker's own user (stk__code_trusted), or
+ * another local user could run code as the worker. Checked at open; the
+ * modules Python finds outside the path (numpy, the standard library)
+ * are the system's. STK_OK or STK_INVALID_ARGUMENT with err. */
+static int path_trusted(const stk__chain *c, const char *path, char *err, size_t errlen) {
+  char dirs[4096];
+  snprintf(dirs, sizeof(dirs), "%s", path);
+  int rc = STK_OK;
+  for (char *save = NULL, *dir = strtok_r(dirs, ":", &save); dir && !rc;
+       dir = strtok_r(NULL, ":", &save)) {
+    rc = stk__code_trusted("the Python path (--python-path)", dir, err, errlen);
+    for (uint32_t i = 0; i < c->n && !rc; i++) {
+      if (c->ops[i].kind != STK__OP_PYTHON) continue;
+      char mod[STK__OP_ARGS_MAX], who[STK__OP_ARGS_MAX + 32];
+      snprintf(mod, sizeof(mod), "%s", c->ops[i].args);
+      mod[strcspn(mod, ":,")] = 0; /* validated: [A-Za-z_][A-Za-z0-9_]* */
+      snprintf(who, sizeof(who), "python op module '%s'", mod);
+      rc = module_trusted(who, dir, mod, err, errlen);
+    }
+  }
+  return rc;
+}
+
 int stk__pyop_check(const stk__chain *c, const char *path, char *err, size_t errlen) {
   stk__pyop *p;
   int rc = stk__pyop_create(&p, c, path, err, errlen);
   if (rc || !p) return rc;
+  if ((rc = path_trusted(c, p->path, err, errlen))) {
+    stk__pyop_free(p);
+    return rc;
+  }
   char why[REPLY_MSG_MAX + 64] = "";
   rc = start(p, why, sizeof(why));
   stk__pyop_free(p);

@@ -40,19 +40,17 @@ const stk_op_info *stk__plugin_find(const stk_dataset *ds, const char *name) {
   return NULL;
 }
 
-/* Code the worker runs must be writable only by root or the worker's own
- * user: st (of what) belongs to one of them and no group or other may
- * write it. STK_OK, or STK_INVALID_ARGUMENT with a message. */
-static int trusted(const char *name, const char *what, const struct stat *st, char *err,
-                   size_t errlen) {
-  if ((st->st_uid == 0 || st->st_uid == geteuid()) && !(st->st_mode & 022)) return STK_OK;
+int stk__code_trusted(const char *who, const char *path, char *err, size_t errlen) {
+  struct stat st;
+  if (stat(path, &st) != 0) return STK_OK;
+  if ((st.st_uid == 0 || st.st_uid == geteuid()) && !(st.st_mode & 022)) return STK_OK;
   return stk__errf(
       err, errlen, STK_INVALID_ARGUMENT,
-      "plugin '%s': %s %s (mode %04o, owner uid %u): the worker loads code "
+      "%s: %s %s (mode %04o, owner uid %u): the worker loads code "
       "only from files and directories that root or its own user (uid %u) "
       "owns and nobody else may write (chmod go-w)",
-      name, what, st->st_mode & 022 ? "is writable by others" : "belongs to another user",
-      (unsigned)(st->st_mode & 07777), (unsigned)st->st_uid, (unsigned)geteuid());
+      who, path, st.st_mode & 022 ? "is writable by others" : "belongs to another user",
+      (unsigned)(st.st_mode & 07777), (unsigned)st.st_uid, (unsigned)geteuid());
 }
 
 /* Load one library into p. */
@@ -68,9 +66,10 @@ static int load_one(const char *dir, const char *name, stk__plugin *p, char *err
   if (!S_ISREG(st.st_mode))
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "plugin '%s': %s is not a file",
                      name, path);
-  int rc = trusted(name, path, &st, err, errlen);
-  struct stat ds;
-  if (!rc && stat(dir, &ds) == 0) rc = trusted(name, dir, &ds, err, errlen);
+  char who[STK__OP_NAME_MAX + 16];
+  snprintf(who, sizeof(who), "plugin '%s'", name);
+  int rc = stk__code_trusted(who, path, err, errlen);
+  if (!rc) rc = stk__code_trusted(who, dir, err, errlen);
   if (rc) return rc;
   void *h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
   if (!h) {

@@ -14,6 +14,14 @@
  * version and name, and check each chain op's arguments once. STK_OK, or
  * STK_INVALID_ARGUMENT / STK_NOT_FOUND with a message. */
 int stk__plugins_load(stk_dataset *ds, char *err, size_t errlen);
+/* Code the worker runs (a plugin library, a python op's module, the
+ * directories they come from) must be writable only by root or the
+ * worker's own user: path (followed if a link) belongs to one of them and
+ * no group or other may write it. who names the code in the message
+ * ("plugin 'cutout'"). STK_OK (also when path cannot be stat'ed: the
+ * caller says what is missing), or STK_INVALID_ARGUMENT with a message
+ * that says what to do. Thread-safe. */
+int stk__code_trusted(const char *who, const char *path, char *err, size_t errlen);
 /* dlclose what stk__plugins_load loaded and free the list (none is fine). */
 void stk__plugins_unload(stk_dataset *ds);
 /* The loaded op called name, or NULL (also for ds NULL). Thread-safe

@@ -1,7 +1,10 @@
 /* source_megatron.c - the megatron source: language-model token samples
  * from Megatron-LM/NeMo indexed datasets (PREFIX.idx + PREFIX.bin, format
- * in megatron.h), both mapped read-only with mmap and checked field by
- * field at open (stk__mg_parse), so no build reads outside a mapping.
+ * in megatron.h): the .idx read into memory of our own and checked field
+ * by field at open (stk__mg_parse), so what was checked is what every
+ * build reads, whatever happens to the file later; the .bin mapped
+ * read-only with mmap, each read checked against its size, so no build
+ * reads outside it.
  *
  * What sample p of epoch e is (docs/tokens.md says the same):
  *   - The job's dataset names one or more prefixes, "a/x" or
@@ -184,15 +187,18 @@ typedef struct mg_ds {
 } mg_ds;
 
 static void unmap_prefix(mg_prefix *p) {
-  if (p->idx_map) munmap(p->idx_map, p->idx_len);
+  free(p->idx_map);
   if (p->bin_map) munmap(p->bin_map, p->bin_len);
   p->idx_map = p->bin_map = NULL;
 }
 
-/* Map root/rel read-only after checking it resolves under root. An empty
- * file maps to NULL with *len 0. */
-static int map_file(const char *root, const char *rel, void **map, size_t *len, char *err,
-                    size_t errlen) {
+/* Map root/rel read-only after checking it resolves under root, or with
+ * copy, read it into memory of our own (malloc: free it): a mapping
+ * shows what the file holds now, even a private one for pages not yet
+ * written, so what is validated once must be a copy. An empty file gives
+ * NULL with *len 0. */
+static int map_file(const char *root, const char *rel, int copy, void **map, size_t *len,
+                    char *err, size_t errlen) {
   char joined[PATH_MAX + STK_PATH_MAX + 8], real[PATH_MAX];
   snprintf(joined, sizeof(joined), "%s/%s", root, rel);
   if (!realpath(joined, real))
@@ -210,6 +216,24 @@ static int map_file(const char *root, const char *rel, void **map, size_t *len, 
     rc = stk__errf(err, errlen, STK_INVALID_ARGUMENT, "%s is not a regular file", rel);
   } else if ((uint64_t)st.st_size > SIZE_MAX / 2) {
     rc = stk__errf(err, errlen, STK_LIMIT, "%s is too large to map", rel);
+  } else if (st.st_size > 0 && copy) {
+    size_t n = (size_t)st.st_size, got = 0;
+    unsigned char *m = malloc(n);
+    if (!m)
+      rc = stk__errf(err, errlen, STK_NO_MEMORY, "%s: no memory for %zu bytes", rel, n);
+    while (m && got < n) {
+      ssize_t k = pread(fd, m + got, n - got, (off_t)got);
+      if (k < 0 && errno == EINTR) continue;
+      if (k <= 0) {
+        rc = stk__errf(
+            err, errlen, STK_IO, "%s: %s", rel,
+            k < 0 ? strerror(errno) : "shorter than its size (changed while read)");
+        break;
+      }
+      got += (size_t)k;
+    }
+    if (rc) free(m);
+    else *map = m, *len = n;
   } else if (st.st_size > 0) {
     void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_SHARED, fd, 0);
     if (m == MAP_FAILED)
@@ -354,10 +378,10 @@ static int mg_open(stk_dataset *ds, char *err, size_t errlen) {
     mg_prefix *p = &m->p[d];
     char rel[STK_PATH_MAX + 8];
     snprintf(rel, sizeof(rel), "%s.idx", p->name);
-    rc = map_file(root, rel, &p->idx_map, &p->idx_len, err, errlen);
+    rc = map_file(root, rel, 1, &p->idx_map, &p->idx_len, err, errlen);
     if (rc) goto fail;
     snprintf(rel, sizeof(rel), "%s.bin", p->name);
-    rc = map_file(root, rel, &p->bin_map, &p->bin_len, err, errlen);
+    rc = map_file(root, rel, 0, &p->bin_map, &p->bin_len, err, errlen);
     if (rc) goto fail;
     if (stk__mg_parse(p->idx_map, p->idx_len, p->bin_len, &p->x, msg, sizeof(msg))) {
       rc = stk__errf(err, errlen, STK_CORRUPT, "%s.idx: %s", p->name, msg);
@@ -515,9 +539,8 @@ static int window(stk_builder *b, const mg_prefix *p, const mg_cum *c, uint64_t 
     uint64_t len = stk__mg_len(&p->x, seq);
     uint64_t n = len > off ? len - off : 0;
     if (n > need - got) n = need - got;
-    /* The index was checked against the .bin at open, but both are mapped
-     * live: a file rewritten in place since then must not send a read
-     * outside the .bin mapping. */
+    /* The index (our copy) was checked against the .bin's size at open;
+     * kept as a second line should the two ever disagree. */
     uint64_t ptr = stk__mg_ptr(&p->x, seq), isz = p->x.itemsize;
     if (ptr > p->bin_len || off + n > (p->bin_len - ptr) / isz) {
       snprintf(b->err, sizeof(b->err),

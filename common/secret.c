@@ -45,6 +45,15 @@ int stk__token_read_file(const char *path, char *buf, size_t buflen, char *err,
   return 0;
 }
 
+int stk__bearer_is(const unsigned char *p, size_t n, const char *token) {
+  size_t want = strlen(token), got = n > 7 ? n - 7 : 0;
+  unsigned char diff = (unsigned char)(n != want + 7);
+  diff |= (unsigned char)(n < 7 || memcmp(p, "Bearer ", 7) != 0);
+  for (size_t j = 0; j < want; j++)
+    diff |= (unsigned char)((j < got ? p[7 + j] : 0) ^ (unsigned char)token[j]);
+  return diff == 0;
+}
+
 int stk__token_resolve(const char *token, const char *token_file, char *buf,
                        size_t buflen, stk__token_source *src, char *err, size_t errlen) {
   *src = STK_TOKEN_NONE;

@@ -39,6 +39,12 @@ typedef enum {
 int stk__token_resolve(const char *token, const char *token_file, char *buf,
                        size_t buflen, stk__token_source *src, char *err, size_t errlen);
 
+/* 1 when the header value p[0..n) is "Bearer <token>", else 0. Constant
+ * time in the token's length whatever was sent: no early return on a
+ * wrong length or a differing byte. token is NUL-terminated and non-empty.
+ * Pure; thread-safe. */
+int stk__bearer_is(const unsigned char *p, size_t n, const char *token);
+
 /* "--token", "--token-file", "STOKER_TOKEN", "STOKER_TOKEN_FILE" or "none". */
 const char *stk__token_source_name(stk__token_source src);
 

@@ -422,7 +422,7 @@ static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md, char *wh
     if (is_ticket) {
       /* Expired when its expiry, plus the skew margin, is behind the
        * coordinator's clock as we carry it on (ticket.h). */
-      int64_t margin = STK__TICKET_SKEW_MS + (since_ms > 0 ? since_ms / 1000 : 0);
+      int64_t margin = stk__ticket_skew_ms(since_ms);
       if (exp <= (uint64_t)INT64_MAX / 2000 && (int64_t)exp * 1000 + margin >= coord_ms) {
         roles |= troles;
       } else {

@@ -6,8 +6,10 @@
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
+#include <sys/random.h>
 
 static void to_hex(const unsigned char *p, size_t n, char *out) {
   static const char hex[] = "0123456789abcdef";
@@ -31,18 +33,27 @@ static int mac_hex(const void *key, size_t klen, const void *in, size_t n, char 
   return 0;
 }
 
-int stk__ticket_key(const unsigned char *secret, size_t len, const char *id,
-                    const char *address, char out[STK__TICKET_KEY_HEX + 1]) {
+int stk__ticket_key_new(char out[STK__TICKET_KEY_HEX + 1]) {
+  unsigned char raw[STK__TICKET_KEY_HEX / 2];
+  size_t got = 0;
   out[0] = 0;
-  /* id NUL address: no two (id, address) pairs give the same input */
-  unsigned char in[2050];
-  size_t il = strlen(id), al = strlen(address);
-  if (il > 1024 || al > 1024) return -1;
-  memcpy(in, id, il + 1);
-  memcpy(in + il + 1, address, al);
-  int rc = mac_hex(secret, len, in, il + 1 + al, out);
-  OPENSSL_cleanse(in, sizeof(in));
-  return rc;
+  while (got < sizeof(raw)) {
+    ssize_t n = getrandom(raw + got, sizeof(raw) - got, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      OPENSSL_cleanse(raw, sizeof(raw));
+      return -1;
+    }
+    got += (size_t)n;
+  }
+  to_hex(raw, sizeof(raw), out);
+  OPENSSL_cleanse(raw, sizeof(raw));
+  return 0;
+}
+
+int64_t stk__ticket_skew_ms(int64_t since_ms) {
+  int64_t m = STK__TICKET_SKEW_MS + (since_ms > 0 ? since_ms / 1000 : 0);
+  return m < STK__TICKET_SKEW_MAX_MS ? m : STK__TICKET_SKEW_MAX_MS;
 }
 
 int stk__ticket_mint(const char *key, uint64_t expiry_s, char out[STK__TICKET_MAX]) {

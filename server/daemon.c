@@ -234,6 +234,16 @@ void stk__daemon_check_secret_mode(const char *what, const char *path) {
       what, path, (unsigned)(st.st_mode & 07777));
 }
 
+/* Warn when a token is too short to resist guessing (what: which one). */
+static void warn_short_token(const char *what, const char *tok) {
+  size_t n = strlen(tok);
+  if (n && n < STK__TOKEN_MIN_WARN)
+    LOG_WARN(
+        "%s is %zu bytes: a token shorter than %d bytes can be guessed; use a long "
+        "random one (e.g. openssl rand -hex 32 > FILE; chmod 600 FILE)",
+        what, n, STK__TOKEN_MIN_WARN);
+}
+
 int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
                             const char *admin_file, stk__role_tokens *out) {
   const char *files[3] = {worker_file, client_file, admin_file};
@@ -251,6 +261,9 @@ int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
     out->creds[out->n++] = (stk__rpc_cred){out->tok[i], role[i]};
     LOG_INFO("%s token from %s", name[i], files[i]);
     stk__daemon_check_secret_mode("token file", files[i]);
+    char what[32];
+    snprintf(what, sizeof(what), "the %s token", name[i]);
+    warn_short_token(what, out->tok[i]);
   }
   return 0;
 }
@@ -408,6 +421,11 @@ int stk__daemon_token(const char *token, const char *token_file, int argc, char 
   if (src == STK_TOKEN_FILE) stk__daemon_check_secret_mode("token file", token_file);
   if (src == STK_TOKEN_ENV_FILE)
     stk__daemon_check_secret_mode("token file", getenv("STOKER_TOKEN_FILE"));
+  /* a config file that holds the token is a key file too, whichever
+   * token won */
+  stk__daemon_check_secret_mode("config file (it holds token =)",
+                                stk__options_token_config());
+  warn_short_token("the bearer token", buf);
   return 0;
 }
 
@@ -441,12 +459,12 @@ void stk__daemon_start(void) {
 }
 
 int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud,
-                        metrics_server **ms) {
+                        const metrics_access *access, metrics_server **ms) {
   *ms = NULL;
   if (!*listen) return 0;
   char err[300];
   int port = 0;
-  if (metrics_start(listen, fn, ud, ms, &port, err, sizeof(err))) {
+  if (metrics_start(listen, fn, ud, access, ms, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     return -1;
   }

@@ -111,6 +111,9 @@ typedef struct stk__tls_opts {
    &(x).require, 0, 0}
 /* clang-format on */
 
+/* A token shorter than this draws a warning at start (it still works). */
+#define STK__TOKEN_MIN_WARN 16
+
 /* Role tokens (rpc.h, STK__ROLE_*): read from the files a daemon was
  * given (--worker-token-file, --client-token-file, --admin-token-file),
  * each granting its one role. */
@@ -125,8 +128,9 @@ typedef struct stk__role_tokens {
 void stk__daemon_check_secret_mode(const char *what, const char *path);
 
 /* Read the files that are non-empty (NULL or "" = that role has no token
- * of its own) into out. 0, or -1 after logging why (the file is named,
- * never its content). */
+ * of its own) into out; warn about a loose file mode or a token shorter
+ * than STK__TOKEN_MIN_WARN bytes. 0, or -1 after logging why (the file is
+ * named, never its content). */
 int stk__daemon_role_tokens(const char *worker_file, const char *client_file,
                             const char *admin_file, stk__role_tokens *out);
 
@@ -179,8 +183,11 @@ int stk__host_is_numeric(const char *addr);
  * none). A token from --token is logged as a warning (every local user
  * sees it in ps) and its bytes in argv are overwritten with 'x', so
  * /proc/PID/cmdline stops showing it once this returns. Logs where the
- * token came from (never its value) at info. 0, or -1 after logging why.
- * Call once from main, before threads start (it writes argv). */
+ * token came from (never its value) at info; warns about a token shorter
+ * than STK__TOKEN_MIN_WARN bytes, and checks the mode of a token file or
+ * of the --config file that holds `token =` (stk__daemon_check_secret_mode).
+ * 0, or -1 after logging why. Call once from main, before threads start
+ * (it writes argv), after stk__options_parse. */
 int stk__daemon_token(const char *token, const char *token_file, int argc, char **argv,
                       char *buf, size_t buflen);
 
@@ -221,10 +228,12 @@ int stk__daemon_tls(const stk__tls_opts *x, const char *need_cert_why, stk__tls 
 void stk__daemon_start(void);
 
 /* --metrics-listen: serve Prometheus /metrics on listen with fn (run on
- * the HTTP thread: it must take the daemon's locks itself), and log the
- * bound port ("metrics on http://LISTEN/metrics (port N)"). 0 with *ms
- * (stop it with metrics_stop), also when listen is empty (off: *ms NULL);
- * -1 after logging why, *ms NULL. */
-int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud, metrics_server **ms);
+ * the HTTP thread: it must take the daemon's locks itself) and access
+ * (who sees full scrapes; NULL = everyone, metrics.h), and log the bound
+ * port ("metrics on http://LISTEN/metrics (port N)"). 0 with *ms (stop it
+ * with metrics_stop), also when listen is empty (off: *ms NULL); -1 after
+ * logging why, *ms NULL. */
+int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud,
+                        const metrics_access *access, metrics_server **ms);
 
 #endif

@@ -1,7 +1,9 @@
 /* metrics.c - the /metrics HTTP endpoint (libmicrohttpd, internal polling
  * thread) and the exposition-format writers (see metrics.h). Owns the
- * microhttpd daemon; parses no HTTP itself. Answers GET /metrics only
- * (404 for other paths, 405 for other methods). */
+ * microhttpd daemon and a copy of the tokens that make a scrape full;
+ * parses no HTTP itself. Answers GET /metrics only (404 for other paths,
+ * 405 for other methods); holds at most METRICS_MAX_PER_ADDRESS
+ * connections from one address. Must not log a token. */
 #include "metrics.h"
 
 #include <arpa/inet.h>
@@ -19,6 +21,7 @@
 #include <unistd.h>
 
 #include "common/error.h"
+#include "common/secret.h"
 #include "daemon.h"
 #include "log.h"
 
@@ -26,6 +29,10 @@ struct metrics_server {
   struct MHD_Daemon *d;
   metrics_fn fn;
   void *ud;
+  int restricted;   /* 0: every scrape is full */
+  int open, closed; /* metrics_access's */
+  char *tokens[4];
+  size_t ntokens;
 };
 
 void metrics_printf(metrics_buf *b, const char *fmt, ...) {
@@ -144,6 +151,36 @@ static void process_metrics(metrics_buf *b) {
   metrics_sample(b, "stoker_heap_bytes", "state=\"free\"", (double)mi.fordblks);
 }
 
+/* 1 when sa is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x). */
+static int is_loopback(const struct sockaddr *sa) {
+  if (!sa) return 0;
+  if (sa->sa_family == AF_INET)
+    return (ntohl(((const struct sockaddr_in *)sa)->sin_addr.s_addr) >> 24) == 127;
+  if (sa->sa_family != AF_INET6) return 0;
+  const struct in6_addr *a = &((const struct sockaddr_in6 *)sa)->sin6_addr;
+  return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
+}
+
+/* Whether this scrape may see everything (metrics_access). Every token is
+ * compared, so the time does not tell which one matched. */
+static int scrape_full(metrics_server *m, struct MHD_Connection *conn) {
+  if (!m->restricted) return 1;
+  if (m->ntokens) {
+    const char *auth =
+        MHD_lookup_connection_value(conn, MHD_HEADER_KIND, MHD_HTTP_HEADER_AUTHORIZATION);
+    if (!auth) return 0;
+    int ok = 0;
+    for (size_t i = 0; i < m->ntokens; i++)
+      ok |= stk__bearer_is((const unsigned char *)auth, strlen(auth), m->tokens[i]);
+    return ok;
+  }
+  if (m->closed) return 0;
+  if (m->open) return 1;
+  const union MHD_ConnectionInfo *ci =
+      MHD_get_connection_info(conn, MHD_CONNECTION_INFO_CLIENT_ADDRESS);
+  return ci && is_loopback(ci->client_addr);
+}
+
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_len, void **con_cls) {
@@ -158,7 +195,7 @@ static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char
     code = MHD_HTTP_NOT_FOUND;
     metrics_printf(&b, "not found: try /metrics\n");
   } else {
-    m->fn(&b, m->ud);
+    m->fn(&b, scrape_full(m, conn), m->ud);
     process_metrics(&b);
   }
   if (b.oom) {
@@ -202,8 +239,17 @@ static int resolve(const char *listen, struct sockaddr_storage *sa, char *err,
   return 0;
 }
 
-int metrics_start(const char *listen, metrics_fn fn, void *ud, metrics_server **out,
-                  int *port, char *err, size_t errlen) {
+static void server_free(metrics_server *m) {
+  for (size_t i = 0; i < m->ntokens; i++) {
+    memset(m->tokens[i], 0, strlen(m->tokens[i]));
+    free(m->tokens[i]);
+  }
+  free(m);
+}
+
+int metrics_start(const char *listen, metrics_fn fn, void *ud,
+                  const metrics_access *access, metrics_server **out, int *port,
+                  char *err, size_t errlen) {
   *out = NULL;
   struct sockaddr_storage sa;
   memset(&sa, 0, sizeof(sa));
@@ -211,14 +257,29 @@ int metrics_start(const char *listen, metrics_fn fn, void *ud, metrics_server **
   metrics_server *m = calloc(1, sizeof(*m));
   if (!m) return stk__errf(err, errlen, -1, "out of memory");
   m->fn = fn, m->ud = ud;
+  if (access) {
+    m->restricted = 1, m->open = access->open, m->closed = access->closed;
+    for (size_t i = 0; i < access->ntokens && i < 4; i++) {
+      if (!access->tokens[i] || !*access->tokens[i]) continue;
+      if (!(m->tokens[m->ntokens] = strdup(access->tokens[i]))) {
+        server_free(m);
+        return stk__errf(err, errlen, -1, "out of memory");
+      }
+      m->ntokens++;
+    }
+  }
   unsigned flags = MHD_USE_INTERNAL_POLLING_THREAD | MHD_USE_AUTO;
   if (sa.ss_family == AF_INET6) flags |= MHD_USE_IPv6;
-  m->d =
-      MHD_start_daemon(flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR,
-                       (struct sockaddr *)&sa, MHD_OPTION_CONNECTION_LIMIT, (unsigned)32,
-                       MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)10, MHD_OPTION_END);
+  /* The global cap, and the per-address one under it: one address that
+   * opens connections and sends nothing holds at most its share, and a
+   * scrape from anywhere else is served meanwhile. */
+  m->d = MHD_start_daemon(
+      flags, 0, NULL, NULL, answer, m, MHD_OPTION_SOCK_ADDR, (struct sockaddr *)&sa,
+      MHD_OPTION_CONNECTION_LIMIT, (unsigned)METRICS_MAX_CONNECTIONS,
+      MHD_OPTION_PER_IP_CONNECTION_LIMIT, (unsigned)METRICS_MAX_PER_ADDRESS,
+      MHD_OPTION_CONNECTION_TIMEOUT, (unsigned)METRICS_IDLE_S, MHD_OPTION_END);
   if (!m->d) {
-    free(m);
+    server_free(m);
     return stk__errf(err, errlen, -1,
                      "cannot serve metrics on %s (address in use or not local?)", listen);
   }
@@ -231,5 +292,5 @@ int metrics_start(const char *listen, metrics_fn fn, void *ud, metrics_server **
 void metrics_stop(metrics_server *m) {
   if (!m) return;
   MHD_stop_daemon(m->d);
-  free(m);
+  server_free(m);
 }

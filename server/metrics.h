@@ -35,16 +35,42 @@ char *metrics_label(char *out, size_t len, const char *key, const char *value);
 /* Called for every scrape, on the HTTP thread: write every family of the
  * daemon. The endpoint adds the process's own after them (process_*:
  * resident and virtual memory, CPU seconds, open and max fds, threads;
- * stoker_heap_bytes{state="in_use"|"free"} from mallinfo2). */
-typedef void (*metrics_fn)(metrics_buf *b, void *ud);
+ * stoker_heap_bytes{state="in_use"|"free"} from mallinfo2). full is 1
+ * when the scrape may see what the daemon's Status withholds from the
+ * worker role (workers' ids and addresses; see metrics_access), else 0:
+ * then fn leaves those samples out. */
+typedef void (*metrics_fn)(metrics_buf *b, int full, void *ud);
+
+/* Connections the endpoint holds at once, in all and from one address
+ * (its IP): past the second, a new connection from that address is
+ * closed as soon as it is accepted, so one address cannot starve the
+ * scrapes of the others. An idle connection is closed after
+ * METRICS_IDLE_S seconds. */
+#define METRICS_MAX_CONNECTIONS 64
+#define METRICS_MAX_PER_ADDRESS 8
+#define METRICS_IDLE_S          10
+
+/* Which scrapes are full (metrics_fn). With tokens (ntokens > 0), a
+ * scrape is full when it carries "Authorization: Bearer T" for one of
+ * them (compared in constant time); with none, never when closed is 1,
+ * else when open is 1 (the daemon serves every peer: --insecure) or the
+ * scrape comes from a loopback address. */
+typedef struct metrics_access {
+  const char *tokens[4]; /* copied by metrics_start */
+  size_t ntokens;
+  int open, closed;
+} metrics_access;
 
 typedef struct metrics_server metrics_server;
 
-/* Serve /metrics on listen ("host:port"; port 0 = any free one). 0 with
- * *out and the bound *port, or -1 with err. fn must be thread-safe with
- * respect to the daemon (it runs on the HTTP thread). */
-int metrics_start(const char *listen, metrics_fn fn, void *ud, metrics_server **out,
-                  int *port, char *err, size_t errlen);
+/* Serve /metrics on listen ("host:port"; port 0 = any free one) with the
+ * connection limits above. access: who sees full scrapes (NULL = every
+ * scrape is full: the daemon withholds nothing). 0 with *out and the
+ * bound *port, or -1 with err. fn must be thread-safe with respect to the
+ * daemon (it runs on the HTTP thread). */
+int metrics_start(const char *listen, metrics_fn fn, void *ud,
+                  const metrics_access *access, metrics_server **out, int *port,
+                  char *err, size_t errlen);
 /* Stop serving and free. Accepts NULL. */
 void metrics_stop(metrics_server *m);
 

@@ -13,6 +13,10 @@
 #include "common/text.h"
 #include "log.h"
 
+/* The --config file whose `token =` line was read last (a pointer into
+ * argv), or NULL. Written while parsing, from main only. */
+static const char *token_config;
+
 static const char *type_name(stk__opt_type t) {
   switch (t) {
     case OPT_STR:
@@ -141,10 +145,13 @@ static int load_file(stk__option *opts, size_t n, const char *path, char *err,
       rc = -1;
       break;
     }
+    if (!strcmp(o->name, "token")) token_config = path;
   }
   fclose(f);
   return rc;
 }
+
+const char *stk__options_token_config(void) { return token_config; }
 
 static void print_help(const stk__option *opts, size_t n, const char *program,
                        const char *synopsis, const char *exit_codes) {

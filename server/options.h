@@ -40,6 +40,10 @@ enum { OPTS_RUN = 0, OPTS_EXIT_OK = 1, OPTS_USAGE = 2 };
  * printed to stderr). Not thread-safe; call once from main. */
 int stk__options_parse(stk__option *opts, size_t n, int argc, char **argv,
                        const char *program, const char *synopsis, const char *exit_codes);
+/* The --config file (as named on the command line) that holds a
+ * `token = ...` line, or NULL; after stk__options_parse. The daemon
+ * checks its mode as it does a token file's. Main thread only. */
+const char *stk__options_token_config(void);
 /* Print "name = value" for every option to stdout. */
 void stk__options_print(const stk__option *opts, size_t n);
 /* Free every string the table owns. */
@@ -81,8 +85,9 @@ int stk__opt_loglevel(const stk__option *o, char *err, size_t errlen);
    &(dst), 0, 0}
 #define STK__OPT_METRICS_LISTEN(dst)                                                   \
   {"metrics-listen", OPT_STR, "", stk__opt_hostport,                                   \
-   "serve Prometheus /metrics on this host:port (port 0 = any free one, logged); "     \
-   "empty = off",                                                                      \
+   "serve Prometheus /metrics on this host:port (port 0 = any free one, logged): "     \
+   "loopback or a scrape network, not 0.0.0.0 (plain HTTP, 8 connections per "        \
+   "address); empty = off",                                                            \
    &(dst), 0, 0}
 /* clang-format on */
 

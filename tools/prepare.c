@@ -16,9 +16,16 @@
  * transcoded the same way, members kept in order with their headers (but for the size).
  * An output that exists and decodes to its input's pixels is kept (the run resumes). Not
  * a library: errors go to stderr.
+ *
+ * Files it writes (each output's temporary, the .stoker-prepared marker)
+ * are created O_EXCL | O_NOFOLLOW under a fresh name and renamed into
+ * place, so a link planted in the destination is replaced, never written
+ * through. Tar members are streamed in TAR_CHUNK pieces; only JPEG members
+ * up to TAR_INMEM_MAX bytes (the ones it transcodes) are held in memory.
  */
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <pthread.h>
 #include <setjmp.h>
@@ -241,18 +248,47 @@ static int mkdirs_for(const char *path) {
   return 0;
 }
 
-static int write_file(const char *path, const uint8_t *data, size_t len) {
-  char tmp[PATH_MAX + 340];
-  snprintf(tmp, sizeof(tmp), "%s.tmp%ld", path, (long)getpid());
-  FILE *f = fopen(tmp, "wb");
-  if (!f) return -1;
-  int ok = fwrite(data, 1, len, f) == len;
+/* A new file beside path to write it through: tmp gets its name (tmplen
+ * bytes), created O_EXCL | O_NOFOLLOW (nothing that exists there, a
+ * planted link included, is opened or followed; a taken name is skipped
+ * for the next). The stream, or NULL with errno. */
+static FILE *create_tmp(const char *path, char *tmp, size_t tmplen) {
+  static _Atomic unsigned long seq;
+  for (int tries = 0; tries < 100; tries++) {
+    snprintf(tmp, tmplen, "%s.tmp%ld.%lu", path, (long)getpid(),
+             atomic_fetch_add(&seq, 1));
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    if (fd < 0 && errno == EEXIST) continue;
+    if (fd < 0) return NULL;
+    FILE *f = fdopen(fd, "wb");
+    if (!f) {
+      int e = errno;
+      close(fd), unlink(tmp);
+      errno = e;
+    }
+    return f;
+  }
+  errno = EEXIST;
+  return NULL;
+}
+
+/* Close f (from create_tmp's tmp) and, when ok, rename tmp to path (a link
+ * at path is replaced, not followed); else, or on an error, remove tmp.
+ * 0 or -1. */
+static int finish_tmp(FILE *f, const char *tmp, const char *path, int ok) {
   ok = (fclose(f) == 0) && ok;
   if (!ok || rename(tmp, path)) {
     unlink(tmp);
     return -1;
   }
   return 0;
+}
+
+static int write_file(const char *path, const uint8_t *data, size_t len) {
+  char tmp[PATH_MAX + 360];
+  FILE *f = create_tmp(path, tmp, sizeof(tmp));
+  if (!f) return -1;
+  return finish_tmp(f, tmp, path, fwrite(data, 1, len, f) == len);
 }
 
 static int is_jpeg(const uint8_t *p, size_t n) {
@@ -266,11 +302,16 @@ static int tar_name(const char *rel) {
   return n > 4 && !strcmp(rel + n - 4, ".tar");
 }
 
-/* Read one 512-byte header and its data (malloc'd into *data) from f:
- * 1 with a member, 0 at the end (zero block or EOF), -1 on a damaged or
- * unsupported header. */
-static int tar_next(FILE *f, uint8_t h[512], uint8_t **data, size_t *len) {
-  *data = NULL;
+/* Tar members are copied and compared in pieces of this size; a JPEG
+ * member up to TAR_INMEM_MAX bytes is read whole to be transcoded, a
+ * larger one is copied as it is. */
+#define TAR_CHUNK     ((size_t)1 << 20)
+#define TAR_INMEM_MAX ((size_t)64 << 20)
+
+/* Read one 512-byte header from f, its data's size into *len: 1 with a
+ * member (f at its data), 0 at the end (zero block or EOF), -1 on a
+ * damaged or unsupported header. */
+static int tar_head(FILE *f, uint8_t h[512], size_t *len) {
   size_t got = fread(h, 1, 512, f);
   if (got == 0) return 0;
   if (got != 512) return -1;
@@ -284,30 +325,22 @@ static int tar_next(FILE *f, uint8_t h[512], uint8_t **data, size_t *len) {
   char *end;
   unsigned long long sz = strtoull(oct, &end, 8);
   if (end == oct || sz > (1ull << 33)) return -1;
-  size_t padded = (size_t)(sz + 511) / 512 * 512;
+  *len = (size_t)sz;
+  return 1;
+}
+
+static size_t tar_padded(size_t len) { return (len + 511) / 512 * 512; }
+
+/* A member's data of len bytes (and its padding) from f, malloc'd into
+ * *data. 0, or -1 (short read, no memory; *data NULL). */
+static int tar_read(FILE *f, size_t len, uint8_t **data) {
+  size_t padded = tar_padded(len);
   *data = malloc(padded ? padded : 1);
   if (!*data || fread(*data, 1, padded, f) != padded) {
     free(*data), *data = NULL;
     return -1;
   }
-  *len = (size_t)sz;
-  return 1;
-}
-
-/* Write header h with size len (checksum recomputed) and data, padded. */
-static int tar_put(FILE *f, uint8_t h[512], const uint8_t *data, size_t len) {
-  snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)len);
-  memset(h + 148, ' ', 8);
-  unsigned sum = 0;
-  for (int i = 0; i < 512; i++) sum += h[i];
-  snprintf((char *)h + 148, 8, "%06o", sum);
-  h[155] = ' ';
-  static const uint8_t zero[512];
-  size_t pad = (512 - len % 512) % 512;
-  return fwrite(h, 1, 512, f) == 512 && fwrite(data, 1, len, f) == len &&
-                 fwrite(zero, 1, pad, f) == pad
-             ? 0
-             : -1;
+  return 0;
 }
 
 /* A regular member whose name ends in .jpg/.jpeg (any case). */
@@ -321,59 +354,121 @@ static int tar_jpeg_member(const uint8_t h[512]) {
          (n > 5 && !strcasecmp(name + n - 5, ".jpeg"));
 }
 
+/* Whether the member whose header is h (data len bytes) is read whole:
+ * a JPEG member no larger than TAR_INMEM_MAX. */
+static int tar_whole(const uint8_t h[512], size_t len) {
+  return tar_jpeg_member(h) && len <= TAR_INMEM_MAX;
+}
+
+/* Write header h with size len (checksum recomputed). */
+static int tar_put_head(FILE *f, uint8_t h[512], size_t len) {
+  snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)len);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++) sum += h[i];
+  snprintf((char *)h + 148, 8, "%06o", sum);
+  h[155] = ' ';
+  return fwrite(h, 1, 512, f) == 512 ? 0 : -1;
+}
+
+/* Write header h with size len and data, padded. */
+static int tar_put(FILE *f, uint8_t h[512], const uint8_t *data, size_t len) {
+  static const uint8_t zero[512];
+  size_t pad = tar_padded(len) - len;
+  return tar_put_head(f, h, len) == 0 && fwrite(data, 1, len, f) == len &&
+                 fwrite(zero, 1, pad, f) == pad
+             ? 0
+             : -1;
+}
+
+/* Copy n bytes from in to out through buf (TAR_CHUNK bytes). 0 or -1. */
+static int tar_copy(FILE *in, FILE *out, size_t n, uint8_t *buf) {
+  while (n) {
+    size_t k = n < TAR_CHUNK ? n : TAR_CHUNK;
+    if (fread(buf, 1, k, in) != k || fwrite(buf, 1, k, out) != k) return -1;
+    n -= k;
+  }
+  return 0;
+}
+
+/* Whether the next n bytes of a and b are equal (buffers of TAR_CHUNK). */
+static int tar_same(FILE *a, FILE *b, size_t n, uint8_t *ba, uint8_t *bb) {
+  while (n) {
+    size_t k = n < TAR_CHUNK ? n : TAR_CHUNK;
+    if (fread(ba, 1, k, a) != k || fread(bb, 1, k, b) != k || memcmp(ba, bb, k)) return 0;
+    n -= k;
+  }
+  return 1;
+}
+
 /* dst (if it exists) holds src's members in order, each JPEG member
- * decoding to the same pixels and the rest identical. */
+ * decoding to the same pixels and the rest identical (compared in
+ * pieces). */
 static int tar_verify(const char *sp, const char *dp) {
   FILE *a = fopen(sp, "rb"), *b = fopen(dp, "rb");
-  int ok = a && b;
+  uint8_t *ba = malloc(TAR_CHUNK), *bb = malloc(TAR_CHUNK);
+  int ok = a && b && ba && bb;
   while (ok) {
-    uint8_t ha[512], hb[512], *da, *db;
+    uint8_t ha[512], hb[512], *da = NULL, *db = NULL;
     size_t la = 0, lb = 0;
-    int ra = tar_next(a, ha, &da, &la), rb = tar_next(b, hb, &db, &lb);
+    int ra = tar_head(a, ha, &la), rb = tar_head(b, hb, &lb);
     ok = ra == rb && ra >= 0;
     if (ok && ra == 1) {
       ok = !memcmp(ha, hb, 100) && ha[156] == hb[156];
-      if (ok && tar_jpeg_member(ha) && is_jpeg(da, la))
-        ok = same_pixels(da, la, db, lb) || (la == lb && !memcmp(da, db, la));
-      else if (ok) ok = la == lb && !memcmp(da, db, la);
+      if (ok && tar_whole(ha, la) && tar_whole(hb, lb)) {
+        ok = tar_read(a, la, &da) == 0 && tar_read(b, lb, &db) == 0;
+        if (ok && is_jpeg(da, la))
+          ok = same_pixels(da, la, db, lb) || (la == lb && !memcmp(da, db, la));
+        else if (ok) ok = la == lb && !memcmp(da, db, la);
+      } else if (ok) {
+        ok = la == lb && tar_same(a, b, tar_padded(la), ba, bb);
+      }
     }
     free(da), free(db);
     if (ra != 1) break;
   }
+  free(ba), free(bb);
   if (a) fclose(a);
   if (b) fclose(b);
   return ok;
 }
 
 /* Transcode the JPEG members of tar sp into dp (via a temp file):
- * members in the same order, headers kept but for their size. 0 or -1. */
+ * members in the same order, headers kept but for their size; the other
+ * members (and JPEG ones over TAR_INMEM_MAX) copied in pieces. 0 or -1. */
 static int tar_prepare(job *j, const char *sp, const char *dp) {
-  char tmp[PATH_MAX + 340];
-  snprintf(tmp, sizeof(tmp), "%s.tmp%ld", dp, (long)getpid());
-  FILE *in = fopen(sp, "rb"), *out = fopen(tmp, "wb");
-  int rc = in && out ? 0 : -1;
+  char tmp[PATH_MAX + 360];
+  FILE *in = fopen(sp, "rb"), *out = create_tmp(dp, tmp, sizeof(tmp));
+  uint8_t *buf = malloc(TAR_CHUNK);
+  int rc = in && out && buf ? 0 : -1;
   while (rc == 0) {
     uint8_t h[512], *d = NULL, *t = NULL;
     size_t len = 0, tlen = 0;
-    int r = tar_next(in, h, &d, &len);
+    int r = tar_head(in, h, &len);
     if (r < 0) rc = -1;
     if (r != 1) break;
+    if (!tar_whole(h, len)) {
+      rc = tar_put_head(out, h, len) || tar_copy(in, out, tar_padded(len), buf) ? -1 : 0;
+      continue;
+    }
+    if (tar_read(in, len, &d)) {
+      rc = -1;
+      break;
+    }
     const uint8_t *w = d;
     size_t wlen = len;
-    if (tar_jpeg_member(h) && is_jpeg(d, len) &&
-        stk__prepare_jpeg(d, len, j->interval, &t, &tlen) == 0 &&
+    if (is_jpeg(d, len) && stk__prepare_jpeg(d, len, j->interval, &t, &tlen) == 0 &&
         same_pixels(d, len, t, tlen))
       w = t, wlen = tlen;
     rc = tar_put(out, h, w, wlen);
     free(d), free(t);
   }
+  free(buf);
   static const uint8_t zero[1024];
   if (rc == 0 && fwrite(zero, 1, sizeof(zero), out) != sizeof(zero)) rc = -1;
   if (in) fclose(in);
-  if (out && fclose(out)) rc = -1;
-  if (rc == 0 && rename(tmp, dp)) rc = -1;
-  if (rc) unlink(tmp);
-  return rc;
+  if (out) return finish_tmp(out, tmp, dp, rc == 0);
+  return -1;
 }
 
 static void one_tar(job *j, const char *rel) {
@@ -488,14 +583,17 @@ int stk__prepare_dir(const char *src, const char *dst, unsigned interval,
     rc = atomic_load(&j.failed) ? -1 : 0;
   }
   if (rc == 0) {
-    char mark[PATH_MAX];
+    char mark[PATH_MAX], tmp[PATH_MAX + 360];
     snprintf(mark, sizeof(mark), "%s/.stoker-prepared", dst);
-    FILE *f = fopen(mark, "w");
-    if (f) {
-      fprintf(f, "restart-interval-max %u\nfiles %zu\ntranscoded %zu\ncopied %zu\n",
-              j.interval, j.n, atomic_load(&j.transcoded) + atomic_load(&j.kept),
-              atomic_load(&j.copied));
-      fclose(f);
+    FILE *f = create_tmp(mark, tmp, sizeof(tmp));
+    if (!f ||
+        finish_tmp(
+            f, tmp, mark,
+            fprintf(f, "restart-interval-max %u\nfiles %zu\ntranscoded %zu\ncopied %zu\n",
+                    j.interval, j.n, atomic_load(&j.transcoded) + atomic_load(&j.kept),
+                    atomic_load(&j.copied)) > 0)) {
+      fprintf(stderr, "stoker-dataset prepare: %s: %s\n", mark, strerror(errno));
+      rc = -1;
     }
   }
   for (size_t i = 0; i < j.n; i++) free(j.rel[i]);

@@ -369,7 +369,7 @@ void expect_expire(void);
 
 /* ---- Stream tickets (tickets.c) ------------------------------------------ */
 
-/* Draw the secret when on (role tokens are set); off, ticket_key_for and
+/* Turn tickets on (role tokens are set); off, ticket_key_new and
  * ticket_mint give "". ttl_s: --ticket-ttl-s. 0, or -1 when the system
  * gave no random bytes. From main, before the server starts. */
 int tickets_init(int on, long long ttl_s);
@@ -377,13 +377,12 @@ int tickets_init(int on, long long ttl_s);
  * carried on by the monotonic clock (what ticket expiries and
  * RegisterAck.coordinator_time_ms use). Any thread after tickets_init. */
 uint64_t tickets_clock_ms(void);
-/* The ticket key of worker worker_id at address into out ("" when
- * tickets are off): the same for that pair while this process runs. 0, or
- * -1 (out "") when a string is longer than MAX_STR - 1 or the MAC failed.
- * Any thread after tickets_init; never logs it. */
-int ticket_key_for(const char *worker_id, const char *address,
-                   char out[STK__TICKET_KEY_HEX + 1]);
-/* A ticket of key (from ticket_key_for; "" gives "") valid for half to
+/* A fresh ticket key for one registration into out ("" when tickets are
+ * off): random, unrelated to the worker's id and address or any other
+ * key. 0, or -1 (out "") when the system gave no random bytes. Any
+ * thread after tickets_init; never logs it. */
+int ticket_key_new(char out[STK__TICKET_KEY_HEX + 1]);
+/* A ticket of key (from ticket_key_new; "" gives "") valid for half to
  * all of --ticket-ttl-s from now, the same for every call in the same
  * half TTL; its expiry (unix s) in *expiry_s. 0, or -1 (out "") when the
  * MAC failed. Any thread after tickets_init; never logs it. */
@@ -517,8 +516,10 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req);
  * and *last_bytes carry the previous line's time and byte count for the
  * rate. Call without C.mu (main loop). */
 void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes);
-/* GET /metrics (metrics_fn): the job, workers and ranks. Takes C.mu; runs
- * on metrics.c's HTTP thread. */
-void coord_metrics(metrics_buf *b, void *ud);
+/* GET /metrics (metrics_fn): the job, workers and ranks. The per-worker
+ * samples (labelled with the worker's id and address, which Status
+ * withholds from the worker role) only when full. Takes C.mu; runs on
+ * metrics.c's HTTP thread. */
+void coord_metrics(metrics_buf *b, int full, void *ud);
 
 #endif

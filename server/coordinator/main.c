@@ -245,8 +245,19 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
+  /* /metrics names the workers (id, address) only to scrapes that could
+   * read them from Status: with a token that may call it (the shared,
+   * client or admin token), or, with no token, from loopback (everyone
+   * under --insecure), as protected mode serves Status. */
+  metrics_access macc = {.open = opt.serve.insecure};
+  if (*token) macc.tokens[macc.ntokens++] = token;
+  for (size_t i = 0; i < roles.n; i++)
+    if (roles.creds[i].roles & (STK__ROLE_CLIENT | STK__ROLE_ADMIN))
+      macc.tokens[macc.ntokens++] = roles.creds[i].token;
+  /* a worker token alone: nobody may call Status, nobody sees the names */
+  macc.closed = roles.n && !macc.ntokens;
   metrics_server *ms = NULL;
-  if (stk__daemon_metrics(opt.metrics_listen, coord_metrics, NULL, &ms)) {
+  if (stk__daemon_metrics(opt.metrics_listen, coord_metrics, NULL, &macc, &ms)) {
     stk__rpc_server_stop(srv, 0);
     code = EXIT_FAIL;
     goto out;

@@ -229,8 +229,11 @@ static void verdict_locked(int64_t now, stk__verdict *v, double *max_stall,
 }
 
 /* GET /metrics (metrics.c's HTTP thread): the job, the workers as their
- * heartbeats report them, the ranks as they report themselves. */
-void coord_metrics(metrics_buf *b, void *ud) {
+ * heartbeats report them (each by id and address only in a full scrape:
+ * an anonymous one gets the counts), the ranks as they report
+ * themselves. */
+void coord_metrics(metrics_buf *b, int full, void *ud) {
+  (void)ud;
   char lab[1500];
   pthread_mutex_lock(&C.mu);
   int64_t now = stk__now_ms();
@@ -287,7 +290,7 @@ void coord_metrics(metrics_buf *b, void *ud) {
              "1 while a listed worker's heartbeats are late (its session open)"}};
   for (int k = 0; k < 3; k++) {
     metrics_family(b, wf[k].name, "gauge", wf[k].help);
-    for (cworker *w = C.workers; w; w = w->next) {
+    for (cworker *w = full ? C.workers : NULL; w; w = w->next) {
       /* the id is unique among live workers; the address may repeat */
       char id[700], addr[700];
       snprintf(lab, sizeof(lab), "%s,%s", metrics_label(id, sizeof(id), "worker", w->id),
@@ -352,5 +355,4 @@ void coord_metrics(metrics_buf *b, void *ud) {
   metrics_family(b, "stoker_job_workers_spare", "gauge",
                  "compute-bound: data workers that could go (0 otherwise)");
   metrics_sample(b, "stoker_job_workers_spare", NULL, v.workers_spare);
-  (void)ud;
 }

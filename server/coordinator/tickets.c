@@ -3,12 +3,15 @@
  * w's ticket (WorkerInfo.stream_ticket) on its Worker.Stream calls to w,
  * so no worker ever receives the client or admin token, and w checks it
  * with its ticket key (RegisterAck.stream_ticket_key), expiry included.
- * The coordinator's secret is 32 random bytes drawn at start and kept
- * only in memory: a worker's key is the same for its (id, address) for
- * the coordinator's life (a re-registration after a reconnect keeps it),
- * one that takes over its id from another address gets another, a
- * restarted coordinator hands out new ones (clients reopen with the new
- * tickets), and one worker's key or ticket says nothing of another's.
+ * A key is 32 random bytes drawn for each registration and kept only in
+ * memory (the worker's entry): a worker that registers again, after a
+ * reconnect or with the same id and address from another process, gets
+ * a new one, so holding the worker token and knowing a worker's id and
+ * address mints nothing for it. The worker keeps taking its previous
+ * key's tickets for a while, and the list carries the new ticket as soon
+ * as it is listed again, so its clients reopen streams as after a
+ * coordinator restart; one worker's key or ticket says nothing of
+ * another's.
  *
  * Expiry: time is cut into periods of half --ticket-ttl-s on the
  * coordinator's clock (its wall clock at start carried on by its
@@ -16,29 +19,25 @@
  * minted in period k expires at the end of period k + 1, so it has half
  * to all of the TTL left, and every ticket is minted again (and listed,
  * tickets_tick) when a period begins, half a TTL before the previous one
- * expires. Owns the secret; must not log a key or a ticket. */
+ * expires. Owns no key (each is in its worker's entry); must not log a
+ * key or a ticket. */
 #include <openssl/crypto.h>
 #include <string.h>
-#include <sys/random.h>
 #include <time.h>
 
 #include "common/clock.h"
 #include "coordinator.h"
 
-static unsigned char secret[32]; /* written once by tickets_init, before serving */
-static int enabled;              /* idem */
-static int64_t clock_base_ms;    /* idem: unix ms at start minus stk__now_ms() */
-static uint64_t period_s = 1;    /* idem: half the TTL, at least 1 */
+static int enabled;           /* written once by tickets_init, before serving */
+static int64_t clock_base_ms; /* idem: unix ms at start minus stk__now_ms() */
+static uint64_t period_s = 1; /* idem: half the TTL, at least 1 */
 
 int tickets_init(int on, long long ttl_s) {
   enabled = 0;
   if (!on) return 0;
-  size_t got = 0;
-  while (got < sizeof(secret)) {
-    ssize_t n = getrandom(secret + got, sizeof(secret) - got, 0);
-    if (n < 0) return -1; /* EINTR included: once at start, fail loudly */
-    got += (size_t)n;
-  }
+  char probe[STK__TICKET_KEY_HEX + 1]; /* fail at start, not at a registration */
+  if (stk__ticket_key_new(probe)) return -1;
+  OPENSSL_cleanse(probe, sizeof(probe));
   struct timespec ts;
   clock_gettime(CLOCK_REALTIME, &ts);
   clock_base_ms = (int64_t)ts.tv_sec * 1000 + ts.tv_nsec / 1000000 - stk__now_ms();
@@ -52,12 +51,9 @@ uint64_t tickets_clock_ms(void) {
   return t > 0 ? (uint64_t)t : 0;
 }
 
-int ticket_key_for(const char *worker_id, const char *address,
-                   char out[STK__TICKET_KEY_HEX + 1]) {
+int ticket_key_new(char out[STK__TICKET_KEY_HEX + 1]) {
   out[0] = 0;
-  if (!enabled) return 0;
-  if (strlen(worker_id) >= MAX_STR || strlen(address) >= MAX_STR) return -1;
-  return stk__ticket_key(secret, sizeof(secret), worker_id, address, out);
+  return enabled ? stk__ticket_key_new(out) : 0;
 }
 
 int ticket_mint(const char *key, char out[STK__TICKET_MAX], uint64_t *expiry_s) {
@@ -90,7 +86,4 @@ void tickets_tick(void) {
 
 int tickets_on(void) { return enabled; }
 
-void tickets_free(void) {
-  OPENSSL_cleanse(secret, sizeof(secret));
-  enabled = 0;
-}
+void tickets_free(void) { enabled = 0; }

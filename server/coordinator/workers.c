@@ -54,13 +54,12 @@ static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) 
 }
 
 /* The rest of the first hello, once the worker's address is settled:
- * derive its ticket key, mint its first ticket and send the job. 0, or -1
+ * draw its ticket key, mint its first ticket and send the job. 0, or -1
  * when the call was refused. From a callback of the session, or from the
  * check's answer (its phase still WS_CHECKING, under the resolver's
  * lock). */
 static int send_job(stk__rpc_call *call, cworker *w, int checking) {
-  if (ticket_key_for(w->id, w->address, w->key) ||
-      ticket_mint(w->key, w->ticket, &w->ticket_expiry)) {
+  if (ticket_key_new(w->key) || ticket_mint(w->key, w->ticket, &w->ticket_expiry)) {
     stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
     return -1;
   }

@@ -363,7 +363,7 @@ int main(int argc, char **argv) {
     goto out;
   }
   metrics_server *ms = NULL;
-  code = stk__daemon_metrics(opt.metrics_listen, worker_metrics, NULL, &ms)
+  code = stk__daemon_metrics(opt.metrics_listen, worker_metrics, NULL, NULL, &ms)
              ? EXIT_FAIL
              : run_worker(sess, srv);
   sched *s = current_sched();

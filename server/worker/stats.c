@@ -76,8 +76,8 @@ void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last) {
 
 /* GET /metrics (metrics.c's HTTP thread): the scheduler's counters, the
  * build-time histogram, the bad samples by reason. */
-void worker_metrics(metrics_buf *b, void *ud) {
-  (void)ud;
+void worker_metrics(metrics_buf *b, int full, void *ud) {
+  (void)full, (void)ud;
   sched *s = current_sched();
   sched_stats st;
   memset(&st, 0, sizeof(st));

@@ -139,8 +139,9 @@ typedef struct stats_mark {
  * main thread (the caller owns *last). */
 void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last);
 /* metrics_fn for GET /metrics (metrics.c's HTTP thread): the scheduler's
- * counters, the build-time histogram, the bad samples by reason. */
-void worker_metrics(metrics_buf *b, void *ud);
+ * counters, the build-time histogram, the bad samples by reason. Nothing
+ * in it is withheld from anyone (full is ignored). */
+void worker_metrics(metrics_buf *b, int full, void *ud);
 /* systemd: READY=1 once registered with a job (and the dataset open);
  * STATUS= with the rate when stats_due. main thread only. */
 void notify_progress(session *sess, int stats_due);

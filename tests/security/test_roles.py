@@ -22,6 +22,9 @@ daemons on loopback.
              with a message that names both addresses and exits 4; the
              same worker is accepted by a coordinator started with
              --trust-worker-addresses.
+  modes      a 0644 token file, and a 0644 --config file holding
+             `token =`, are warned about (0600 ones are not), and so is a
+             token shorter than 16 bytes; the daemon starts.
 
 Usage: test_roles.py BIN_DIR TRAIN_LOOP
 Exit 0 passed, 1 failed (each failure printed).
@@ -45,7 +48,7 @@ def tokens(d):
     for role in ("worker", "client", "admin"):
         paths[role] = f"{d}/{role}.tok"
         with open(paths[role], "w") as f:
-            f.write(f"{role}-secret-{os.getpid()}\n")
+            f.write(f"{role}-secret-{os.getpid()}-0123456789\n")
         os.chmod(paths[role], 0o600)
     return paths
 
@@ -188,7 +191,8 @@ def case_address(d):
 def case_file_modes(d):
     """A token file its group or others can read: the daemon warns (it
     still starts: a Kubernetes Secret volume is 0644 by default); a 0600
-    one draws no warning (case_roles' files)."""
+    one draws no warning (case_roles' files). Likewise a --config file
+    holding `token =`. A token shorter than 16 bytes is warned about."""
     loose = f"{d}/loose.tok"
     with open(loose, "w") as f:
         f.write("loose-secret\n")
@@ -204,7 +208,32 @@ def case_file_modes(d):
     check("can be read or written" not in open(f"{d}/roles.coord.log",
                                                errors="replace").read(),
           "modes: no warning for 0600 token files")
+    check("the bearer token is 12 bytes" in log and "openssl rand" in log,
+          "modes: it warns that a 12-byte token is short")
     stop(c)
+    check("shorter than 16 bytes" not in open(f"{d}/roles.coord.log",
+                                              errors="replace").read(),
+          "modes: no short-token warning for tokens of 16 bytes or more")
+
+    # A --config file that holds `token =` is a key file too.
+    for mode, warned in ((0o644, True), (0o600, False)):
+        conf = f"{d}/token-{mode:o}.conf"
+        with open(conf, "w") as f:
+            f.write("token = config-secret-0123456789abcdef\n")
+        os.chmod(conf, mode)
+        pf = f"{d}/conf{mode:o}.port"
+        clog = f"{d}/conf{mode:o}.coord.log"
+        c = spawn([COORD, "--config", conf, "--job", job_file(d), "--listen",
+                   "127.0.0.1:0", "--port-file", pf], clog)
+        check(wait_port(pf, c, timeout=30, or_none=True) is not None,
+              "modes: a coordinator with token = in a %04o --config starts" % mode)
+        log = open(clog, errors="replace").read()
+        check(("config file (it holds token =) %s" % conf in log and
+               "(mode %04o)" % mode in log) == warned,
+              "modes: a %04o config file holding the token %s" %
+              (mode, "is warned about" if warned else "draws no warning"))
+        check("shorter than 16 bytes" not in log, "modes: a 36-byte token is not short")
+        stop(c)
 
 
 def main():

@@ -45,6 +45,16 @@ def raise_some(img, rng, k=2):
     return img.copy()
 
 
+def shrink_shm_some(img, rng, k=3):
+    """A hostile op: truncates the shared memory it got the image in
+    (descriptor 4). The worker's memfd is sealed against shrinking, so
+    this raises PermissionError (a bad sample) instead of making the
+    worker's next access to its mapping fault."""
+    if int(img[0, 0, 0]) % k == 0:
+        os.ftruncate(4, 0)
+    return img.copy()
+
+
 def bad_result(img, rng, k=3):
     v = int(img[0, 0, 0]) % k
     if v == 0:

@@ -16,12 +16,19 @@
  * rand_augment and normalize, uint8 and float32, and give the region
  * decodes of a full decode; STOKER_TEST_SCALE=N builds N times as many
  * batches (half as many under ASan). Prepared files with damaged bytes decode or fail
- * cleanly (run it under ASan).
+ * cleanly (run it under ASan). A tar shard with an 80 MiB member is
+ * prepared (and kept by a second run) with the member streamed: the
+ * process's peak RSS grows by far less than the member, and the copy is
+ * exact. A link planted where the .stoker-prepared marker goes is
+ * replaced by the marker, its target left as it was.
  */
+#include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <jpeglib.h>
 
@@ -688,7 +695,94 @@ static void test_damaged(void) {
   stk__decoder_destroy(d);
 }
 
+/* A ustar header for a regular member name of size bytes. */
+static void tar_header(uint8_t h[512], const char *name, uint64_t size) {
+  memset(h, 0, 512);
+  snprintf((char *)h, 100, "%s", name);
+  memcpy(h + 100, "0000644", 8);
+  memcpy(h + 108, "0000000", 8);
+  memcpy(h + 116, "0000000", 8);
+  snprintf((char *)h + 124, 12, "%011llo", (unsigned long long)size);
+  memcpy(h + 136, "00000000000", 12);
+  h[156] = '0';
+  memcpy(h + 257, "ustar", 6);
+  memcpy(h + 263, "00", 2);
+  memset(h + 148, ' ', 8);
+  unsigned sum = 0;
+  for (int i = 0; i < 512; i++) sum += h[i];
+  snprintf((char *)h + 148, 8, "%06o", sum);
+}
+
+static long peak_rss_kb(void) {
+  struct rusage ru;
+  return getrusage(RUSAGE_SELF, &ru) == 0 ? ru.ru_maxrss : -1;
+}
+
+/* First, while the process is small: an 80 MiB member (zeros but for its
+ * last bytes; the source shard sparse) is streamed through, not held. */
+static void test_big_member(void) {
+  char dir[300], in[400], outdir[400], shard[500], mark[500], victim[400];
+  CHECK(tu_tmpdir(dir, sizeof(dir), "prepbig") == 0);
+  snprintf(in, sizeof(in), "%s/in", dir);
+  snprintf(outdir, sizeof(outdir), "%s/out", dir);
+  CHECK(mkdir(in, 0755) == 0 && mkdir(outdir, 0755) == 0);
+  snprintf(shard, sizeof(shard), "%s/shard-0000.tar", in);
+  const uint64_t size = (80ull << 20) + 123; /* odd: padding and chunk ends */
+  uint8_t h[512];
+  tar_header(h, "big.bin", size);
+  int fd = open(shard, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  CHECK(fd >= 0);
+  const char tail[] = "the end";
+  CHECK(pwrite(fd, h, 512, 0) == 512);
+  CHECK(pwrite(fd, tail, 7, (off_t)(512 + size - 7)) == 7);
+  CHECK(ftruncate(fd, (off_t)(512 + (size + 511) / 512 * 512 + 1024)) == 0);
+  close(fd);
+  /* a link where the marker goes, to a file outside the output */
+  snprintf(victim, sizeof(victim), "%s/victim", dir);
+  CHECK(tu_write(victim, "keep", 4) == 0);
+  snprintf(mark, sizeof(mark), "%s/.stoker-prepared", outdir);
+  CHECK(symlink(victim, mark) == 0);
+
+  long before = peak_rss_kb();
+  CHECK(stk__prepare_dir(in, outdir, 8, 1) == 0);
+  char out[600];
+  snprintf(out, sizeof(out), "%s/shard-0000.tar", outdir);
+  struct stat st0, st1;
+  CHECK(stat(out, &st0) == 0);
+  CHECK(stk__prepare_dir(in, outdir, 8, 1) == 0); /* kept: compared in pieces */
+  CHECK(stat(out, &st1) == 0 && st0.st_ino == st1.st_ino);
+  long grew = peak_rss_kb() - before;
+  printf("80 MiB tar member: peak RSS grew by %ld KiB\n", grew);
+  CHECK(before > 0 && grew < 32 * 1024);
+
+  FILE *f = fopen(out, "rb");
+  uint8_t oh[512];
+  CHECK(f && fread(oh, 1, 512, f) == 512 && memcmp(oh, h, 512) == 0);
+  static uint8_t buf[1 << 20];
+  uint64_t left = size, nonzero = 0;
+  while (f && left > 7) {
+    size_t k = left - 7 < sizeof(buf) ? (size_t)(left - 7) : sizeof(buf);
+    CHECK(fread(buf, 1, k, f) == k);
+    for (size_t i = 0; i < k; i++) nonzero += buf[i] != 0;
+    left -= k;
+  }
+  char end[8] = "";
+  CHECK(f && fread(end, 1, 7, f) == 7 && memcmp(end, tail, 7) == 0);
+  CHECK(nonzero == 0);
+  if (f) fclose(f);
+  CHECK(st0.st_size == (off_t)(512 + (size + 511) / 512 * 512 + 1024));
+
+  struct stat ms;
+  uint8_t *v = NULL;
+  size_t vn = 0;
+  CHECK(lstat(mark, &ms) == 0 && S_ISREG(ms.st_mode));
+  CHECK((v = slurp(victim, &vn)) != NULL && vn == 4 && memcmp(v, "keep", 4) == 0);
+  free(v);
+  tu_rmtree(dir);
+}
+
 int main(void) {
+  test_big_member();
   test_interval();
   test_prepare_dir();
   test_roi_exact();

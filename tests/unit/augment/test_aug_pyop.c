@@ -7,8 +7,9 @@
  *    a plugin op's) on the chain's bytes without the op; the same bytes
  *    from one builder and from two builders on two threads; another job
  *    seed gives other bytes; size= makes another output size;
- *  - raise_some / bad_result: exactly the raising (or wrong shape/dtype)
- *    samples are substituted, counted and reported with the exception's
+ *  - raise_some / bad_result / shrink_shm_some: exactly the raising (or
+ *    wrong shape/dtype, or shrinking the sealed memfd) samples are
+ *    substituted, counted and reported with the exception's
  *    last line;
  *  - a runner that exits, kills itself or hangs (STOKER_PYTHON_TIMEOUT=2)
  *    once: the sample is retried alone and the batch's bytes equal
@@ -16,10 +17,10 @@
  *    substituted) and the next build gives noise's bytes; the op's own
  *    calls return STK_UNAVAILABLE and restart the process;
  *  - refusals at open: no Python path, a module outside it, a missing
- *    function; no child process and no descriptor left after teardown;
- *    a runner holds nothing but stdin/out/err, its socket and the memfd,
- *    in a process group of its own.
- * PYOPS_DIR comes from the build.
+ *    function, a Python path directory or a module others may write (the
+ *    worker would run their code); no child process and no descriptor left after
+ * teardown; a runner holds nothing but stdin/out/err, its socket and the memfd, in a
+ * process group of its own. PYOPS_DIR comes from the build.
  */
 #include <dirent.h>
 #include <errno.h>
@@ -447,6 +448,33 @@ static void test_refusals(void) {
   CHECK(job_open(&j, &s, PYOPS_DIR, err, sizeof(err)) == STK_INVALID_ARGUMENT &&
         strstr(err, "no module json in the python path"));
   fprintf(stderr, "refused: %s\n", err);
+  /* A directory of the Python path, or the op's module, that others may
+   * write: refused at open, naming it; with go-w both, it opens. */
+  char dir[4300], mod[4400], src[600], cmd[9000];
+  snprintf(dir, sizeof(dir), "%s/pyunsafe", root);
+  snprintf(mod, sizeof(mod), "%s/stk_test_ops.py", dir);
+  snprintf(src, sizeof(src), "%s/stk_test_ops.py", PYOPS_DIR);
+  CHECK(mkdir(dir, 0700) == 0);
+  snprintf(cmd, sizeof(cmd), "cp '%s' '%s'", src, mod);
+  CHECK(system(cmd) == 0);
+  spec_of(&s, "resize(32, 32) | python(stk_test_ops:noise)");
+  for (int k = 0; k < 3; k++) {
+    CHECK(chmod(dir, k == 0 ? 0777 : 0755) == 0);
+    CHECK(chmod(mod, k == 1 ? 0666 : 0644) == 0);
+    err[0] = 0;
+    rc = job_open(&j, &s, dir, err, sizeof(err));
+    if (k < 2) {
+      CHECK(rc == STK_INVALID_ARGUMENT && strstr(err, "is writable by others") &&
+            strstr(err, k ? mod : dir));
+      fprintf(stderr, "refused: %s\n", err);
+    } else {
+      CHECK(rc == STK_OK);
+      if (rc) fprintf(stderr, "go-w Python path: %s\n", err);
+      else job_close(&j);
+    }
+  }
+  snprintf(cmd, sizeof(cmd), "rm -rf '%s'", dir);
+  CHECK(system(cmd) == 0);
 }
 
 int main(void) {
@@ -471,6 +499,8 @@ int main(void) {
   test_threads();
   test_bad_samples("raise_some", "ValueError: unlucky sample");
   test_bad_samples("bad_result", "the op wants uint8 (32, 32, 3)");
+  /* a runner that shrinks the memfd: refused by its seal, not a SIGBUS */
+  test_bad_samples("shrink_shm_some", "PermissionError");
   test_failures("crash", "", 1);
   test_failures("crash", "kill", 1);
   test_failures("crash", "", 2);
