@@ -33,7 +33,9 @@ Scenarios:
              waiting for its coordinator (exit 130)
   tls        --tls-dir with a client certificate (mutual TLS), --token-file
              and --state-dir: 1 data + 1 dnn host with 2 ranks, all exit 0,
-             every batch verified, the journal kept, no token in a log
+             every batch verified, the journal kept, no token in a log; the
+             data host's worker serves with its own HOST.pem/HOST.key, the
+             dnn host (none of its own) with the shared server pair, warned
   earlystop  the training command stops after half an epoch of a 2-epoch job
              without finishing its ranks (stoker-train-loop --steps
              --no-finish) and exits 0: the launcher finishes the host's
@@ -252,8 +254,11 @@ def scenario_tls(R):
     certs = os.path.join(os.path.dirname(R.launch), "stoker-certs")
     d = os.path.join(R.tmp, "tls")
     sans = ",".join("IP:" + R.host(i) for i in range(2)) + ",IP:127.0.0.1"
+    # the data host gets a key of its own (HOST.pem/.key), the dnn host the
+    # shared server pair (with a warning)
     for args in (["ca", d], ["issue", d, "server", sans], ["issue", d, "client",
-                                                               "DNS:client"]):
+                                                               "DNS:client"],
+                 ["issue", d, R.host(0), "IP:" + R.host(0)]):
         subprocess.run([certs, *args], check=True, stdout=subprocess.DEVNULL, timeout=60)
     tok = os.path.join(R.tmp, "token")
     with open(tok, "w") as f:
@@ -269,6 +274,12 @@ def scenario_tls(R):
     check(os.path.isdir(state) and os.listdir(state),
           "the coordinator kept its state journal in --state-dir")
     check(all("launch-tls-secret" not in R.log_of(p) for p in procs), "no token in any log")
+    dlog = R.log_of(procs[0])
+    check("this host's daemons with %s.pem" % R.host(0) in dlog and
+          "--tls-key %s/%s.key" % (d, R.host(0)) in dlog and "share server.key" not in dlog,
+          "the data host's worker uses its own key (%s.key)" % R.host(0))
+    check("this host's daemons with server.pem" in log and "share server.key" in log,
+          "the dnn host, with no key of its own, uses the shared pair and warns")
 
 
 def proc_tree(root):
