@@ -339,6 +339,11 @@ const char *stk__rpc_call_peer(stk__rpc_call *c);
 /* The handler's own pointer (NULL until set). */
 void stk__rpc_call_set_data(stk__rpc_call *c, void *data);
 void *stk__rpc_call_data(stk__rpc_call *c);
+/* The roles (STK__ROLE_*) the call's credentials granted when it was
+ * admitted: STK__ROLE_ANY where the server has no tokens (or the shared
+ * token), 0 for a method that takes no token. Fixed for the call's life;
+ * thread-safe. */
+unsigned stk__rpc_call_roles(stk__rpc_call *c);
 
 /* ---- Client ------------------------------------------------------------ */
 

@@ -74,6 +74,7 @@ struct stk__rpc_call {
   struct peer_ent *pent; /* its peer's counts (under the server's mu); NULL = none */
   int aborted;           /* cancelled with a status by us: a later abort is a no-op */
   int deferred;          /* a unary handler holds it (stk__rpc_call_hold): no INTERNAL */
+  unsigned roles;        /* call_roles at admission (stk__rpc_call_roles) */
   int64_t start_ms, send_since_ms;
   struct stk__rpc_call *prev, *next; /* the server's live list */
 };
@@ -368,6 +369,7 @@ const char *stk__rpc_call_peer(stk__rpc_call *c) {
 }
 void stk__rpc_call_set_data(stk__rpc_call *c, void *data) { c->data = data; }
 void *stk__rpc_call_data(stk__rpc_call *c) { return c->data; }
+unsigned stk__rpc_call_roles(stk__rpc_call *c) { return c->roles; }
 
 /* ---- Events -------------------------------------------------------------- */
 
@@ -640,6 +642,7 @@ static void on_new(stk__rpc_call *c) {
   char msg[400] = "missing or wrong bearer token";
   unsigned roles =
       c->method && !c->method->no_token ? call_roles(s, &c->md, msg, sizeof(msg)) : 0;
+  c->roles = roles;
   if (!c->method) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
   } else if (s->loopback_only && !c->method->no_token && !c->pinfo.loopback) {

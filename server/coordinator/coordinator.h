@@ -510,7 +510,8 @@ void watch_pump_all(void);
 
 /* Coordinator.ReportStats (unary handler). */
 void handle_report_stats(stk__rpc_call *call, const ProtobufCMessage *req);
-/* Coordinator.Status (unary handler). */
+/* Coordinator.Status (unary handler): everything to a client or admin
+ * caller; only the state, uptime and end reason to a worker-token one. */
 void handle_status(stk__rpc_call *call, const ProtobufCMessage *req);
 /* One stats line ("stats state=...") and the sd_notify STATUS=; *last_ms
  * and *last_bytes carry the previous line's time and byte count for the

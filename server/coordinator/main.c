@@ -133,8 +133,9 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
   /* {path, request type, receive limit (wire_limits.h), unary, stream,
    * no_token, roles}. The unary handlers only take C.mu briefly: they run
    * inline on the rpc layer's threads. Roles (with role tokens): workers
-   * open sessions, clients join/watch/finish/report, anyone reads Status,
-   * admin does everything. */
+   * open sessions and read the job's state (Status, cut down), clients
+   * join/watch/finish/report and read the whole Status, admin does
+   * everything. */
   static const stk__rpc_method methods[] = {
       {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor,
        STK_MAX_SESSION_MSG, NULL, &session_ops, 0, STK__ROLE_WORKER},
@@ -145,9 +146,10 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
       {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor,
        STK_MAX_CONTROL_MSG, handle_finish, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor,
-       /* the job spec, every worker's address, bad-file paths: not for the
-        * worker role (a worker needs nothing of it) */
-       STK_MAX_CONTROL_MSG, handle_status, NULL, 0, STK__ROLE_CLIENT},
+       /* the worker role gets the job's state only (a data host's launcher
+        * waits on it); the job spec, every worker's address and bad-file
+        * paths are for clients (handle_status) */
+       STK_MAX_CONTROL_MSG, handle_status, NULL, 0, STK__ROLE_CLIENT | STK__ROLE_WORKER},
       {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor,
        STK_MAX_CONTROL_MSG, handle_report_stats, NULL, 0, STK__ROLE_CLIENT},
       STK__HEALTH_METHODS,

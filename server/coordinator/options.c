@@ -81,7 +81,8 @@ stk__option options[] = {
     {"worker-token-file", OPT_STR, "", NULL,
      "role separation: a token (first line of FILE) that may only open worker "
      "sessions (each registered worker gets its own stream ticket, which opens "
-     "streams on that worker only)",
+     "streams on that worker only) and read the job's state (Status without the "
+     "job, workers or ranks)",
      &opt.worker_token_file, 0, 0},
     {"client-token-file", OPT_STR, "", NULL,
      "role separation: a token that may only join, watch, finish, report and read "

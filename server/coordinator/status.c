@@ -114,8 +114,27 @@ static void status_extras_free(status_extras *ex) {
   free(ex->copies), free(ex->rs), free(ex->rsp), free(ex->cs);
 }
 
+/* Status for a caller with the worker token only (role tokens): the
+ * job's state, uptime and end reason, which a data host's launcher waits
+ * on; no job spec, worker addresses, ranks or bad-file paths. */
+static void handle_status_worker(stk__rpc_call *call) {
+  Stoker__V1__StatusResponse resp = STOKER__V1__STATUS_RESPONSE__INIT;
+  char reason[sizeof(C.shutdown_reason)] = "";
+  pthread_mutex_lock(&C.mu);
+  resp.state = (char *)state_names[state_locked()];
+  resp.uptime_ms = (uint64_t)(stk__now_ms() - C.start_ms);
+  if (C.shutdown_req) snprintf(reason, sizeof(reason), "%s", C.shutdown_reason);
+  pthread_mutex_unlock(&C.mu);
+  resp.end_reason = reason;
+  stk__rpc_call_reply(call, &resp.base);
+}
+
 void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
   (void)req; /* StatusRequest has no fields */
+  if (!(stk__rpc_call_roles(call) & (STK__ROLE_CLIENT | STK__ROLE_ADMIN))) {
+    handle_status_worker(call);
+    return;
+  }
   Stoker__V1__StatusResponse resp = STOKER__V1__STATUS_RESPONSE__INIT;
   Stoker__V1__JobSpec job = STOKER__V1__JOB_SPEC__INIT;
   pthread_mutex_lock(&C.mu);

@@ -125,6 +125,12 @@ def _ns_pids(ns):
     return [int(p) for p in r.stdout.split() if p.isdigit()]
 
 
+def ns_pids(ns):
+    """The pids of every process in network namespace ns now (empty when
+    it is gone)."""
+    return _ns_pids(ns)
+
+
 def _kill_ns(ns, timeout=10.0):
     """SIGKILL every process in namespace ns until none is left (bounded).
     Returns the pids that survived (none, normally)."""

@@ -227,15 +227,18 @@ class Run:
         return ["/usr/bin/python3", ex, "--steps", "0", "--verify", "--data-root", self.data]
 
     def start_launcher(self, host, backend_args, train=None, env=None, fail_after=None,
-                       fail_code=42, stamp=True):
+                       fail_code=42, stamp=True, auth=None):
         """stoker-launch on `host`; on dnn hosts the training command runs
-        under stamp.py, which records when (and how) it ended."""
+        under stamp.py, which records when (and how) it ended. auth: the
+        launcher's credential options (default --token-file, the shared
+        token); with auth, no token reaches it through its environment."""
         if not self.launch or not os.path.exists(self.launch):
             check(False, "the launcher exists (STOKER_LAUNCH=%r)" % self.launch)
             raise SystemExit(1)
         argv = [netcluster.PYTHON, self.launch] + backend_args + [
             "--job", self.job_file, "--data-root", self.data, "--bin-dir", self.bin_dir,
-            "--wait-coordinator-s", "60", "--token-file", self.token_file, "--"]
+            "--wait-coordinator-s", "60"] + (
+                auth if auth is not None else ["--token-file", self.token_file]) + ["--"]
         if host in self.dnn_hosts:
             wrap = [netcluster.PYTHON, os.path.join(HERE, "stamp.py"), self.stamp_path(host)]
             if fail_after is not None:
@@ -245,7 +248,10 @@ class Run:
             argv += ["true"]  # data hosts never run it
         if self.t0 is None:
             self.t0 = time.time()
-        p = self.cluster.spawn(host, argv, "%s.log" % host, env=self.env(env))
+        e = self.env(env)
+        if auth is not None:
+            e.pop("STOKER_TOKEN_FILE", None)
+        p = self.cluster.spawn(host, argv, "%s.log" % host, env=e)
         self.procs[host] = p
         return p
 
@@ -779,6 +785,98 @@ def sc_hosts(args):
             check(served[h] is not None and served[h][0] > 0, "%s served batches" % h)
 
 
+def host_holds(r, host, needles):
+    """(programs seen, findings) for every process in host's namespace now:
+    a finding names a process whose environment, command line or open
+    files' paths hold one of needles (bytes)."""
+    seen, found = set(), []
+    for pid in netcluster.ns_pids(r.cluster.hosts[host].ns):
+        try:
+            with open("/proc/%d/cmdline" % pid, "rb") as f:
+                cmd = f.read()
+            with open("/proc/%d/environ" % pid, "rb") as f:
+                env = f.read()
+            fds = []
+            for fd in os.listdir("/proc/%d/fd" % pid):
+                try:
+                    fds.append(os.readlink("/proc/%d/fd/%s" % (pid, fd)).encode())
+                except OSError:
+                    pass
+        except OSError:
+            continue  # it exited meanwhile
+        args = cmd.split(b"\0")
+        # the program: past the wrappers (ip netns exec, unshare, python -c)
+        prog = next((os.path.basename(a).decode(errors="replace") for a in args
+                     if os.path.basename(a).startswith(b"stoker")), "?")
+        seen.add(prog)
+        for what, data in (("environment", env), ("command line", cmd),
+                           ("open files", b"\n".join(fds))):
+            for n in needles:
+                if n in data:
+                    found.append("%s pid %d: its %s holds %r" % (prog, pid, what, n))
+    return seen, found
+
+
+def sc_roles(args):
+    """Role tokens: data hosts are given worker.token alone and never hold
+    the client token; the job ends and every host exits 0."""
+    job = Job(images=800, world_size=2, epochs=2)
+    data, dnn = ["node-a", "node-b"], ["node-c", "node-d"]
+    with Run("roles", data, dnn, job, subnet=39, keep=args.keep) as r:
+        r.make_dataset()
+        secrets = {n: os.urandom(16).hex() for n in ("worker", "client", "admin")}
+        # what each host is given: the coordinator's host every token, the
+        # other dnn host client.token, each data host worker.token
+        given = {"node-c": ("worker", "client", "admin"), "node-d": ("client",),
+                 "node-a": ("worker",), "node-b": ("worker",)}
+        dirs = {}
+        for h, names in given.items():
+            dirs[h] = os.path.join(r.work, "tokens-" + h)
+            os.mkdir(dirs[h], 0o700)
+            for n in names:
+                fd = os.open(os.path.join(dirs[h], n + ".token"),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, (secrets[n] + "\n").encode())
+                os.close(fd)
+        for h in data + dnn:
+            r.start_launcher(h, ["--backend", "hosts", "--data-hosts", ",".join(data),
+                                 "--dnn-hosts", ",".join(dnn), "--current-host", h],
+                             train=r.train_loop(step_ms=10), auth=["--role-tokens", dirs[h]])
+        # While the job runs, sample every process of each data host: none
+        # may hold the client (or admin) token, its value or its file.
+        needles = [secrets["client"].encode(), secrets["admin"].encode(), b"client.token",
+                   b"admin.token"]
+        seen, held = {h: set() for h in data}, []
+        deadline = time.monotonic() + 120
+        while time.monotonic() < deadline:
+            r.poll()
+            if all(h in r.ended for h in data) or len(r.ended) == len(r.procs):
+                break
+            for h in data:
+                s, f = host_holds(r, h, needles)
+                seen[h] |= s
+                held += f
+            time.sleep(0.2)
+        r.wait_all(120)
+        end = success_end(r)
+        r.expect_exits({h: 0 for h in r.procs}, SUCCESS_EXIT_S, end)
+        for h in dnn:
+            r.check_train_loop(h)
+        for h in data:
+            check({"stoker-launch", "stoker-worker"} <= seen[h],
+                  "%s: its launcher and worker were sampled while they ran (%s)" %
+                  (h, ", ".join(sorted(seen[h]))))
+            check(sorted(os.listdir(dirs[h])) == ["worker.token"],
+                  "%s was given worker.token alone" % h)
+            check("the coordinator is up" in r.log(h),
+                  "%s asked the coordinator's state with the worker token" % h)
+        check(not held, "no data host process held the client or admin token: %s" %
+              ("; ".join(sorted(set(held))[:6]) or "none"))
+        check(all(v not in r.log(h) for h in r.procs for v in secrets.values()),
+              "no token in any host's log")
+        r.report(duration=end - r.t0)
+
+
 class Tail:
     """Prints the new lines of some logs that match a pattern (the demo's
     live view)."""
@@ -849,6 +947,7 @@ SCENARIOS = {
     "slow_link": sc_slow_link,
     "slurm": sc_slurm,
     "hosts": sc_hosts,
+    "roles": sc_roles,
     "demo": sc_demo,  # not a ctest test: scripts/demo.sh --cluster
 }
 

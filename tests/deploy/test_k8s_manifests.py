@@ -11,8 +11,11 @@ requests; a readiness probe on each daemon; the coordinator Service's port
 and targetPort match the coordinator container and every address that
 dials it (--coordinator, STOKER_COORDINATOR); a worker's --listen and
 --advertise ports match its containerPort; --threads equals the CPU
-request; volumes mounted exist and the token only ever comes from the
-mounted Secret (no --token on a command line); the job spec in the
+request; volumes mounted exist and every token only ever comes from a
+mounted Secret (no --token on a command line); role tokens, a Secret per
+role: the coordinator takes the worker and client Secrets, each worker
+pod mounts the worker Secret alone (never the client token), the
+trainers and the probes use the client Secret; the job spec in the
 ConfigMap is accepted by `stoker-coordinator --print-job` and its
 world_size equals the training Job's completions, parallelism and
 WORLD_SIZE; RANK comes from the completion index of an Indexed Job.
@@ -116,7 +119,56 @@ MUTATIONS = [
     ("job-config.yaml", "batch_size = 256", "batch_size = x"),
     ("workers.yaml", "image: registry.example.com/stoker:0.1.0", "image: other:1"),
     ("workers.yaml", "- stoker-worker", "- stoker-wrker"),
+    ("workers.yaml", "secretName: stoker-worker-token", "secretName: stoker-client-token"),
+    ("workers.yaml", "secret: {secretName: stoker-worker-token, defaultMode: 0400}",
+     "secret: {secretName: stoker-worker-token, defaultMode: 0400}\n        - name: c\n"
+     "          secret: {secretName: stoker-client-token}"),
+    ("train.yaml", "secretName: stoker-client-token", "secretName: stoker-worker-token"),
+    ("coordinator.yaml", "- --client-token-file", "- --token-file"),
+    ("coordinator.yaml", "/etc/stoker/client-token/token\n            - --listen",
+     "/etc/stoker/worker-token/token\n            - --listen"),
 ]
+
+
+# the options that name a token file
+TOKEN_FLAGS = ("token-file", "worker-token-file", "client-token-file", "admin-token-file")
+
+
+def secret_of(path, mounts, volumes):
+    """The name of the Secret whose mount holds path, else None."""
+    for mp, name in mounts.items():
+        v = volumes.get(name, {})
+        if path and "secret" in v and path.startswith(mp.rstrip("/") + "/"):
+            return v["secret"]["secretName"]
+    return None
+
+
+def check_role_secrets(secrets):
+    """Role tokens, a Secret per role: the coordinator takes the worker and
+    the client Secrets (distinct); each worker's token is the worker Secret
+    and its pod mounts no other role's Secret (a data pod never holds the
+    client token); the trainers' and the probes' token is the client (or
+    admin) Secret. secrets: {container: (program, {flag: Secret}, Secrets
+    its pod mounts)}."""
+    coord = [t for p, t, _ in secrets.values() if p == "stoker-coordinator"]
+    if not check(coord and coord[0].get("worker-token-file") and
+                 coord[0].get("client-token-file"),
+                 "the coordinator takes role tokens (--worker-token-file and "
+                 "--client-token-file from Secrets)"):
+        return
+    w, c, a = (coord[0].get(f) for f in ("worker-token-file", "client-token-file",
+                                         "admin-token-file"))
+    check(len({w, c, a} - {None}) == len([x for x in (w, c, a) if x]),
+          "one Secret per role (worker %s, client %s, admin %s)" % (w, c, a))
+    for cw, (prog, toks, mounted) in secrets.items():
+        if prog == "stoker-worker":
+            check(toks == {"token-file": w}, "%s: its token is the worker Secret %s (%s)"
+                  % (cw, w, toks))
+            check(not mounted & {c, a}, "%s: its pod mounts no client or admin Secret (%s)"
+                  % (cw, ", ".join(sorted(mounted))))
+        elif prog in ("stoker-train-loop", "probe"):
+            check(toks.get("token-file") in (c, a) and len(toks) == 1,
+                  "%s: its token is the client Secret %s (%s)" % (cw, c, toks))
 
 
 # grpc.health.v1 service name each daemon answers for (besides "")
@@ -211,7 +263,7 @@ def check_docs(k8s_dir, binaries):
 
     services = [d for d in docs if d["kind"] == "Service"]
     configmaps = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ConfigMap"}
-    images, coord_addrs, roles = set(), [], {}
+    images, coord_addrs, roles, secrets = set(), [], {}, {}
     for d in docs:
         spec, meta = pod_spec(d)
         if spec is None:
@@ -249,15 +301,24 @@ def check_docs(k8s_dir, binaries):
             for path, name in mounts.items():
                 check(name in volumes, cw + ": volume %s is defined" % name)
             # files the command reads must lie under a mount
-            for f in ("config", "job", "token-file"):
+            for f in ("config", "job") + TOKEN_FLAGS:
                 v = opt(argv, f)
                 if v:
                     check(any(v.startswith(p.rstrip("/") + "/") for p in mounts),
                           cw + ": --%s %s is under a mounted volume" % (f, v))
-            secret_mounts = [p for p, n in mounts.items() if "secret" in volumes.get(n, {})]
-            tok = opt(argv, "config") or opt(argv, "token-file")
-            check(tok and any(tok.startswith(p + "/") for p in secret_mounts),
-                  cw + ": the token comes from a mounted Secret (--config or --token-file)")
+            toks = {f: secret_of(opt(argv, f), mounts, volumes) for f in TOKEN_FLAGS
+                    if opt(argv, f)}
+            check(toks and all(toks.values()),
+                  cw + ": every token comes from a mounted Secret (%s)" %
+                  (", ".join("--%s" % f for f in toks) or "no token option"))
+            secrets[cw] = (prog, toks, {v["secret"]["secretName"] for v in volumes.values()
+                                        if "secret" in v})
+            for kind in ("readinessProbe", "livenessProbe"):
+                pargv = (c.get(kind) or {}).get("exec", {}).get("command")
+                if pargv and opt(pargv, "token-file"):
+                    secrets[cw + " " + kind] = (
+                        "probe", {"token-file": secret_of(opt(pargv, "token-file"), mounts,
+                                                          volumes)}, set())
             for v in volumes.values():
                 if "configMap" in v:
                     check(v["configMap"]["name"] in configmaps,
@@ -272,6 +333,7 @@ def check_docs(k8s_dir, binaries):
         check(prog in roles, "a %s container" % prog)
     if fails:
         return 1
+    check_role_secrets(secrets)
 
     # the coordinator: its Service, listen port, and every address dialling it
     (cd, cspec, cmeta, cc, cargv) = roles["stoker-coordinator"][0]

@@ -33,15 +33,20 @@ Scenarios:
              waiting for its coordinator (exit 130)
   tls        --tls-dir with a client certificate (mutual TLS), --token-file
              and --state-dir: 1 data + 1 dnn host with 2 ranks, all exit 0,
-             every batch verified, the journal kept, no token in a log
+             every batch verified, the journal kept, no token in a log; the
+             data host's worker serves with its own HOST.pem/HOST.key, the
+             dnn host (none of its own) with the shared server pair, warned
   earlystop  the training command stops after half an epoch of a 2-epoch job
              without finishing its ranks (stoker-train-loop --steps
              --no-finish) and exits 0: the launcher finishes the host's
              ranks, so every launcher exits 0 (not at the idle timeout)
-  roles      --role-tokens (worker, client, admin tokens): 1 data + 1 dnn
-             host with 2 ranks, all exit 0, every batch verified, no token in
-             a log; --role-tokens with --token-file, or without its files:
-             exit 2
+  roles      --role-tokens (worker, client, admin tokens): 1 data host given
+             worker.token alone + 1 dnn host with 2 ranks, all exit 0, every
+             batch verified, no token in a log, no data host process (launcher,
+             worker, `stoker status`) holding the client or admin token in its
+             environment, command line or open files; --role-tokens with
+             --token-file, or without the host's file: exit 2; a data host
+             given every token is warned about the ones it does not need
 Exit 0 passed, 1 failed (each failure printed, logs dumped), 77 skipped.
 """
 import os
@@ -250,8 +255,11 @@ def scenario_tls(R):
     certs = os.path.join(os.path.dirname(R.launch), "stoker-certs")
     d = os.path.join(R.tmp, "tls")
     sans = ",".join("IP:" + R.host(i) for i in range(2)) + ",IP:127.0.0.1"
+    # the data host gets a key of its own (HOST.pem/.key), the dnn host the
+    # shared server pair (with a warning)
     for args in (["ca", d], ["issue", d, "server", sans], ["issue", d, "client",
-                                                               "DNS:client"]):
+                                                               "DNS:client"],
+                 ["issue", d, R.host(0), "IP:" + R.host(0)]):
         subprocess.run([certs, *args], check=True, stdout=subprocess.DEVNULL, timeout=60)
     tok = os.path.join(R.tmp, "token")
     with open(tok, "w") as f:
@@ -267,37 +275,149 @@ def scenario_tls(R):
     check(os.path.isdir(state) and os.listdir(state),
           "the coordinator kept its state journal in --state-dir")
     check(all("launch-tls-secret" not in R.log_of(p) for p in procs), "no token in any log")
+    dlog = R.log_of(procs[0])
+    check("this host's daemons with %s.pem" % R.host(0) in dlog and
+          "--tls-key %s/%s.key" % (d, R.host(0)) in dlog and "share server.key" not in dlog,
+          "the data host's worker uses its own key (%s.key)" % R.host(0))
+    check("this host's daemons with server.pem" in log and "share server.key" in log,
+          "the dnn host, with no key of its own, uses the shared pair and warns")
+
+
+def proc_tree(root):
+    """root and every descendant pid (from /proc/*/stat), root first."""
+    kids = {}
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % d, "rb") as f:
+                st = f.read()
+            ppid = int(st[st.rindex(b")") + 2:].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        kids.setdefault(ppid, []).append(int(d))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(kids.get(pid, []))
+    return out
+
+
+def proc_holds(pid, needles):
+    """(what, needle) for the first needle (bytes) found in pid's
+    environment, command line or the target of an open file; None when none
+    is (or the process is gone)."""
+    for what in ("environ", "cmdline"):
+        try:
+            with open("/proc/%d/%s" % (pid, what), "rb") as f:
+                data = f.read()
+        except OSError:
+            return None
+        for n in needles:
+            if n in data:
+                return what, n
+    try:
+        fds = os.listdir("/proc/%d/fd" % pid)
+    except OSError:
+        return None
+    for fd in fds:
+        try:
+            target = os.readlink("/proc/%d/fd/%s" % (pid, fd)).encode()
+        except OSError:
+            continue
+        for n in needles:
+            if n in target:
+                return "fd " + fd, n
+    return None
 
 
 def scenario_roles(R):
-    """--role-tokens: worker, client and admin tokens, each party given only
-    its own; one data host, one dnn host with two ranks."""
-    R.write_job(800)
+    """--role-tokens: worker, client and admin tokens, each host given only
+    its role's files: the data host a directory with worker.token alone,
+    the dnn host (the coordinator's) all three; one data host, one dnn host
+    with two ranks. While the job runs, no process of the data host (its
+    launcher, its worker, its `stoker status` calls) holds the client token
+    or its file in its environment, command line or open files."""
+    R.write_job(1600)
     d = os.path.join(R.tmp, "roles")
+    dd = os.path.join(R.tmp, "roles-data")  # what a data host is given
     os.mkdir(d)
+    os.mkdir(dd)
     secrets = {n: "launch-%s-secret" % n for n in ("worker", "client", "admin")}
     for n, v in secrets.items():
-        with open(os.path.join(d, n + ".token"), "w") as f:
-            f.write(v + "\n")
-    common = ["--role-tokens", d]
-    procs, codes = R.one_data_one_dnn(common)
+        for where in (d, dd) if n == "worker" else (d,):
+            with open(os.path.join(where, n + ".token"), "w") as f:
+                f.write(v + "\n")
     data, dnn = [R.host(0)], [R.host(1)]
+    env = {"STOKER_TOKEN_FILE": "", "STOKER_TOKEN": ""}  # none inherited from the test
+    procs = [R.start("data0", data[0], R.hosts_args(data, dnn, data[0]) +
+                     ["--role-tokens", dd], env=env),
+             R.start("dnn0", dnn[0], R.hosts_args(data, dnn, dnn[0]) +
+                     ["--role-tokens", d, "--procs-per-host", "2"], env=env)]
+    # Sample the data host's processes until it exits: none may hold the
+    # client token (its value, its file's path) or the admin token.
+    needles = [secrets["client"].encode(), secrets["admin"].encode(),
+               os.path.join(d, "client.token").encode(), b"client.token", b"admin.token"]
+    seen, held = set(), []
+    until = time.monotonic() + 90
+    while procs[0].poll() is None and time.monotonic() < until:
+        for pid in proc_tree(procs[0].pid):
+            try:
+                with open("/proc/%d/cmdline" % pid, "rb") as f:
+                    prog = os.path.basename(f.read().split(b"\0")[0]).decode(errors="replace")
+            except OSError:
+                continue
+            h = proc_holds(pid, needles)
+            if h:
+                held.append("%s (pid %d): %s holds %r" % (prog, pid, h[0], h[1]))
+            if prog:  # (a zombie's command line is empty)
+                seen.add(prog)
+        time.sleep(0.1)
+    codes = R.wait(procs, 90)
     check(codes == [0, 0], "both launchers exit 0 with role tokens: %s" % codes)
+    check("stoker-worker" in seen and "stoker" in seen,
+          "the data host's launcher, worker and `stoker status` were sampled (%s)" %
+          ", ".join(sorted(seen)))
+    check(not held, "no data host process holds the client or admin token: %s" %
+          ("; ".join(held[:5]) or "none"))
+    check(sorted(os.listdir(dd)) == ["worker.token"],
+          "the data host was given worker.token alone")
     log = R.log_of(procs[1])
     check(log.count("verify_failures 0") == 2, "both ranks verified every batch")
     check("--worker-token-file" in log and "--client-token-file" in log,
           "the coordinator was started with the role token files")
     check("role tokens are set and so is the shared token" not in log,
           "no shared token next to the role tokens")
+    dlog = R.log_of(procs[0])
+    check("the coordinator is up" in dlog and "stoker-worker exited with code 0" in dlog,
+          "the data host saw the coordinator with the worker token and its worker ended "
+          "with the job")
+    check("does not need" not in dlog and "does not need" not in log,
+          "no host was given a token it does not need")
     check(all(v not in R.log_of(p) for p in procs for v in secrets.values()),
           "no token in any log")
-    # --role-tokens next to --token-file, or without client.token: usage
-    # errors (exit 2) before anything starts
+    # --role-tokens next to --token-file, or without the host's file (a data
+    # host's worker.token, a dnn host's client.token): usage errors (exit 2)
+    # before anything starts
     tok = os.path.join(d, "client.token")
-    for bad in (common + ["--token-file", tok], ["--role-tokens", R.tmp]):
-        p = R.start("usage", data[0], R.hosts_args(data, dnn, data[0]) + bad)
+    only_worker = R.hosts_args(data, dnn, dnn[0]) + ["--role-tokens", dd]
+    for host, bad in ((data[0], R.hosts_args(data, dnn, data[0]) + ["--role-tokens", d,
+                                                                     "--token-file", tok]),
+                      (data[0], R.hosts_args(data, dnn, data[0]) + ["--role-tokens", R.tmp]),
+                      (dnn[0], only_worker)):
+        p = R.start("usage", host, bad)
         code = R.wait([p], 30)[0]
         check(code == 2, "a bad --role-tokens is a usage error (exit %s)" % code)
+    check("client.token is missing" in R.log_of(p),
+          "a dnn host without client.token is told which file it needs")
+    # a data host given the whole directory: warned that it holds tokens it
+    # does not need (--dry-run: nothing starts)
+    p = R.start("spare", data[0], R.hosts_args(data, dnn, data[0]) +
+                ["--role-tokens", d, "--dry-run"])
+    code = R.wait([p], 30)[0]
+    check(code == 0 and "holds client.token and admin.token, which this host does not "
+          "need" in R.log_of(p), "a data host given client.token and admin.token is warned")
 
 
 def write_rc(R, name, current, groups):
