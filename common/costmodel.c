@@ -295,13 +295,19 @@ size_t stk__cm_search_run(const stk__cm_search *s, stk__cm_option *out, size_t c
     for (size_t i = 0; i < s->table->n; i++) {
       const stk__instance *t = &s->table->v[i];
       stk__instance_family(t->name, f2, sizeof(f2));
-      if (strcmp(fam, f2) || t->vcpu <= s->base.accel->vcpu ||
-          t->accelerators < s->base.accel->accelerators)
+      if (!s->base.accel->accelerators || strcmp(fam, f2) ||
+          t->vcpu <= s->base.accel->vcpu || t->accelerators < s->base.accel->accelerators)
         continue;
+      /* the same job on fewer, larger instances: as many accelerators
+       * busy as before (the rest idle), the same cores per accelerator
+       * taken by training, the rest of the vCPU spare */
+      double used = (double)s->base.accel_count * s->base.accel->accelerators;
+      double per_acc = (s->base.accel->vcpu - s->base.local_cores) /
+                       (double)s->base.accel->accelerators;
       stk__cm_shape big = sh;
       big.accel = t;
-      /* the same job: its accelerators busy as before, the extra vCPU spare */
-      big.local_cores = s->base.local_cores + (t->vcpu - s->base.accel->vcpu);
+      big.accel_count = (uint32_t)ceil(used / t->accelerators);
+      big.local_cores = t->vcpu - per_acc * used / big.accel_count;
       put(out, cap, &n, &s->job, &big, 1);
     }
   }

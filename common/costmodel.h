@@ -161,7 +161,9 @@ typedef struct stk__cm_option {
 
 /* Every option, in this order: homogeneous on base.accel; homogeneous on
  * each larger type of its family in the table (same name up to the last
- * '.', more vCPU; same accelerators used, the extra vCPU spare); then for
+ * '.', more vCPU: the same accelerators busy on as few of them as hold
+ * them, the same cores per busy accelerator taken by training, the rest
+ * of their vCPU spare); then for
  * each candidate, 1..max_data_hosts data hosts. Writes at most cap options
  * to out and returns how many there are in all; marks the one with the
  * lowest $/step among those with an answer (ties: the fewer hosts, the

@@ -314,6 +314,13 @@ static void missing_figures(void) {
   /* the larger types of the family: p3.8xlarge, p3.16xlarge */
   CHECK(n == 5 && o[1].larger && o[2].larger &&
         !strcmp(o[1].shape.accel->name, "ml.p3.8xlarge") && o[1].shape.local_cores == 32);
+  /* 8 x p3.2xlarge (one core each taken by training) onto larger types:
+   * 2 x p3.8xlarge with 32 - 4 spare, 1 x p3.16xlarge with 64 - 8 */
+  s.base.accel_count = 8;
+  s.base.local_cores = 7;
+  n = stk__cm_search_run(&s, o, 8, &best);
+  CHECK(n == 5 && o[1].shape.accel_count == 2 && o[1].shape.local_cores == 28 &&
+        o[2].shape.accel_count == 1 && o[2].shape.local_cores == 56);
   printf("missing: '%s'\n", o[0].r.missing);
 }
 
