@@ -11,10 +11,14 @@
  * table's strings; prints to stdout, errors to stderr. */
 #include "plan_cli.h"
 
+#include <errno.h>
+#include <limits.h>
 #include <math.h>
+#include <spawn.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include "common/costmodel.h"
@@ -31,11 +35,11 @@
 #define PLAN_OPTIONS_MAX 512
 
 static struct {
-  char *job, *accel, *data, *instances;
+  char *job, *accel, *data, *instances, *calibrate, *data_root;
   stk__strlist rates;
   double step_ms, stall_pct, compute_ms, images_per_cpu_s, spare_cores, data_cores;
   double recv;
-  long long accel_count, max_data_hosts, batch_bytes, samples;
+  long long accel_count, max_data_hosts, batch_bytes, samples, calibrate_s;
   int local_loading, json;
 } popt;
 
@@ -92,6 +96,16 @@ static stk__option plan_options[] = {
     {"instances", OPT_STR, "", NULL,
      "an instance table of your own (same format as the shipped one): its rows add "
      "types or replace the shipped rows of the same name", &popt.instances, 0, 0},
+    {"calibrate", OPT_STR, "", NULL,
+     "TYPE: first measure the job's pipeline on this host (stoker-worker --calibrate, "
+     "one builder thread, --calibrate-s seconds, dataset under --data-root) and take "
+     "the result as the images per CPU-second of instance type TYPE (this host's type "
+     "or its match)", &popt.calibrate, 0, 0},
+    {"calibrate-s", OPT_INT, "5", NULL, "how long --calibrate builds", &popt.calibrate_s,
+     1, 3600},
+    {"data-root", OPT_STR, "", NULL,
+     "--calibrate: the directory the job's dataset is under (as stoker-worker's)",
+     &popt.data_root, 0, 0},
     {"json", OPT_BOOL, "false", NULL,
      "print one JSON object (inputs, options, cheapest, snippets) instead of the table",
      &popt.json, 0, 0},
@@ -107,7 +121,8 @@ static const char plan_synopsis[] =
     "$/step marked; for it a SageMaker instance_groups snippet and a Slurm\n"
     "heterogeneous-job header. Offline: from the job file and figures you\n"
     "measured (--step-ms and --stall-pct, or --compute-ms; --images-per-cpu-s or\n"
-    "--rate TYPE=N). A figure missing shows as 'missing: ...', never a guess.\n"
+    "--rate TYPE=N, or --calibrate TYPE to measure this host). A figure missing\n"
+    "shows as 'missing: ...', never a guess.\n"
     "Prices: the shipped instance table (SageMaker on-demand, us-east-1; see its\n"
     "header for the date and source), overridden by --instances FILE.\n"
     "The model: docs/price-performance.md.\n\n"
@@ -116,14 +131,19 @@ static const char plan_synopsis[] =
 
 static const char plan_exit_codes[] =
     "  0  the plan printed (some options may say what they miss)\n"
-    "  1  no option could be priced: the figures it misses are printed\n"
+    "  1  no option could be priced: the figures it misses are printed; or\n"
+    "     --calibrate failed (its message printed)\n"
     "  2  usage error (a bad option, job file or instance table)\n";
 
 static stk__instance_table table; /* 25 KB */
 static stk__cm_option options[PLAN_OPTIONS_MAX];
 
-/* The images per CPU-second measured on type name, or 0. */
+static double calibrated; /* --calibrate's images per CPU-second, 0 = none */
+
+/* The images per CPU-second measured on type name, or 0: --calibrate's
+ * for its type, else the last --rate naming it, else --images-per-cpu-s. */
 static double rate_of(const char *name) {
+  if (calibrated > 0 && !strcmp(name, popt.calibrate)) return calibrated;
   for (size_t i = popt.rates.n; i-- > 0;) {
     const char *eq = strchr(popt.rates.v[i], '=');
     if ((size_t)(eq - popt.rates.v[i]) == strlen(name) &&
@@ -131,6 +151,79 @@ static double rate_of(const char *name) {
       return strtod(eq + 1, NULL);
   }
   return popt.images_per_cpu_s;
+}
+
+/* Run `stoker-worker --calibrate JOB` (the binary next to this one) and
+ * read its images per CPU-second into calibrated. 0, or -1 after saying
+ * why on stderr. The child is always reaped. */
+static int run_calibration(void) {
+  char self[PATH_MAX], worker[PATH_MAX + 32], secs[32];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  if (n <= 0) {
+    fprintf(stderr, "stoker plan --calibrate: cannot find this program's directory\n");
+    return -1;
+  }
+  self[n] = 0;
+  char *slash = strrchr(self, '/');
+  if (slash) *slash = 0;
+  snprintf(worker, sizeof(worker), "%s/stoker-worker", self);
+  snprintf(secs, sizeof(secs), "%lld", popt.calibrate_s);
+  char *args[] = {
+      worker,         "--calibrate", popt.job, "--calibrate-s",
+      secs,           "--log-level", "warn",   *popt.data_root ? "--data-root" : NULL,
+      popt.data_root, NULL};
+  int fd[2];
+  if (pipe(fd)) {
+    fprintf(stderr, "stoker plan --calibrate: pipe: %s\n", strerror(errno));
+    return -1;
+  }
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, fd[1], 1);
+  posix_spawn_file_actions_addclose(&fa, fd[0]);
+  posix_spawn_file_actions_addclose(&fa, fd[1]);
+  extern char **environ;
+  pid_t pid;
+  int err = posix_spawn(&pid, worker, &fa, NULL, args, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  close(fd[1]);
+  if (err) {
+    close(fd[0]);
+    fprintf(stderr, "stoker plan --calibrate: cannot run %s: %s\n", worker,
+            strerror(err));
+    return -1;
+  }
+  char out[1024];
+  size_t got = 0;
+  for (;;) {
+    ssize_t r = read(fd[0], out + got, sizeof(out) - 1 - got);
+    if (r > 0 && (got += (size_t)r) < sizeof(out) - 1) continue;
+    if (r < 0 && errno == EINTR) continue;
+    break;
+  }
+  out[got] = 0;
+  close(fd[0]);
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+  const char *p = strstr(out, "images_per_cpu_s=");
+  if (!WIFEXITED(status) || WEXITSTATUS(status) || !p) {
+    fprintf(stderr,
+            "stoker plan --calibrate: %s --calibrate %s failed (%s %d; its message "
+            "is above)\n",
+            worker, popt.job, WIFEXITED(status) ? "exit" : "signal",
+            WIFEXITED(status) ? WEXITSTATUS(status) : WTERMSIG(status));
+    return -1;
+  }
+  calibrated = strtod(p + strlen("images_per_cpu_s="), NULL);
+  if (!(calibrated > 0)) {
+    fprintf(stderr, "stoker plan --calibrate: no images built: %s", out);
+    return -1;
+  }
+  char *nl = strchr(out, '\n');
+  if (nl) *nl = 0;
+  fprintf(popt.json ? stderr : stdout, "calibration on this host as %s: %s\n",
+          popt.calibrate, out);
+  return 0;
 }
 
 static int check_rates(void) {
@@ -368,6 +461,18 @@ int stk__cli_plan(int argc, char **argv) {
     goto out;
   }
   if (check_rates()) goto out;
+  calibrated = 0;
+  if (*popt.calibrate) {
+    if (!stk__instances_find(&table, popt.calibrate)) {
+      fprintf(stderr, "stoker plan: --calibrate %s: no such instance type in the table\n",
+              popt.calibrate);
+      goto out;
+    }
+    if (run_calibration()) {
+      rc = 1;
+      goto out;
+    }
+  }
   uint64_t batch_bytes = (uint64_t)popt.batch_bytes;
   if (!batch_bytes) {
     stk_batch_layout lay;
@@ -501,6 +606,13 @@ int stk__cli_plan(int argc, char **argv) {
         printf(", %+.1f%% vs homogeneous",
                100 * (o->r.usd_per_step / options[0].r.usd_per_step - 1));
       printf("\n");
+      size_t unpriced = 0;
+      for (size_t i = 0; i < n; i++) unpriced += !options[i].r.ok;
+      if (unpriced)
+        printf(
+            "  (the cheapest of the %zu options priced: %zu more could not be priced, "
+            "see what they miss above)\n",
+            n - unpriced, unpriced);
       snippets(o, sm, sizeof(sm), sl, sizeof(sl));
       printf("\nSageMaker:\n%s\nSlurm (deploy/slurm/stoker.sbatch):\n%s", sm, sl);
     } else {

@@ -15,7 +15,11 @@
     --rate for an unknown type, a bad job file: exit 2 with a message;
   - --help names every option and exit code.
 
-usage: test_plan_cli.py STOKER_BINARY
+  - --calibrate TYPE: the job's pipeline built on this host (stoker-worker
+    --calibrate on a generated photo set) prices that type's data hosts;
+    a missing dataset fails it with exit 1 and the worker's reason.
+
+usage: test_plan_cli.py STOKER_BINARY STOKER_DATASET_BINARY
 """
 import json
 import os
@@ -28,6 +32,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 from harness import check, fails, say_passes  # noqa: E402
 
 CLI = sys.argv[1]
+GEN = sys.argv[2]
 say_passes()
 
 SIM_TABLE = """# the simulated cluster: hosts are CPU quotas
@@ -164,11 +169,40 @@ with tempfile.TemporaryDirectory(prefix="stoker-plan-") as d:
     rc, out, err = plan("--accel", "ml.p4d.24xlarge")
     check(rc == 2 and "--job FILE" in err, "no --job: exit 2")
 
+    # --calibrate: the job's own pipeline on this host
+    data = os.path.join(d, "data")
+    g = subprocess.run([GEN, "gen", "--out", data, "--count", "64", "--layout",
+                        "imagefolder"], capture_output=True, text=True, timeout=120)
+    check(g.returncode == 0, "stoker-dataset gen (%s)" % g.stderr.strip())
+    cjob = os.path.join(d, "calib.conf")
+    with open(cjob, "w") as f:
+        f.write(JOB.replace("dataset = photos", "dataset = imagefolder"))
+    rc, out, err = plan("--job", cjob, "--accel", "ml.p3.2xlarge", "--compute-ms", "100",
+                        "--calibrate", "ml.c5.9xlarge", "--calibrate-s", "1", "--data-root",
+                        data, "--data", "ml.c5.9xlarge", "--max-data-hosts", "1")
+    print(out, err)
+    m = re.search(r"calibration on this host as ml\.c5\.9xlarge: images_per_cpu_s=([\d.]+)",
+                  out)
+    check(rc == 0 and m and float(m.group(1)) > 0, "--calibrate: exit 0, a rate printed")
+    check(m and re.search(r"ml\.c5\.9xlarge %s\b" % re.escape(m.group(1).rstrip("0").rstrip(".")),
+                          out) is not None,
+          "--calibrate: the rate is the data type's figure")
+    check(re.search(r"^\* 1 x ml\.p3\.2xlarge \+ 1 x ml\.c5\.9xlarge", out, re.M) is not None
+          and "missing: the images per CPU-second on ml.p3.2xlarge" in out,
+          "--calibrate: the calibrated type priced, the uncalibrated one missing")
+    rc, out, err = plan("--job", cjob, "--accel", "ml.p3.2xlarge", "--compute-ms", "100",
+                        "--calibrate", "ml.c5.9xlarge", "--calibrate-s", "1", "--data-root",
+                        os.path.join(d, "nowhere"))
+    check(rc == 1 and "cannot open the dataset" in err and "--calibrate" in err,
+          "--calibrate without the dataset: exit 1 and why")
+    rc, out, err = plan("--job", cjob, "--accel", "ml.p3.2xlarge", "--calibrate", "ml.nope")
+    check(rc == 2 and "--calibrate ml.nope" in err, "--calibrate with an unknown type: exit 2")
+
     rc, out, err = plan("--help")
     names = ["job", "accel", "accel-count", "step-ms", "stall-pct", "compute-ms",
              "images-per-cpu-s", "rate", "data", "max-data-hosts", "spare-cores",
              "data-cores", "local-loading", "recv-cpu-s-per-gb", "batch-bytes", "samples",
-             "instances", "json"]
+             "instances", "calibrate", "calibrate-s", "data-root", "json"]
     check(rc == 0 and all("--" + n + " " in out for n in names) and "exit codes:" in out,
           "--help names every option and the exit codes")
 
