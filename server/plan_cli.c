@@ -388,9 +388,9 @@ static void print_json(const stk__cm_search *s, size_t n, int best, const char *
 }
 
 static void print_table(const stk__cm_search *s, size_t n, int best) {
-  printf("  %-44s %9s  %-11s %5s %9s %10s %9s %7s\n", "shape", "step ms", "binds", "util",
+  printf("  %-44s %9s  %-11s %5s %9s %11s %9s %8s\n", "shape", "step ms", "binds", "util",
          "$/h", "$/step", "$/epoch", "$/step");
-  printf("  %-44s %9s  %-11s %5s %9s %10s %9s %7s\n", "", "", "", "", "", "", "",
+  printf("  %-44s %9s  %-11s %5s %9s %11s %9s %8s\n", "", "", "", "", "", "", "",
          "vs hom.");
   for (size_t i = 0; i < n && i < PLAN_OPTIONS_MAX; i++) {
     const stk__cm_option *o = &options[i];
@@ -406,7 +406,7 @@ static void print_table(const stk__cm_search *s, size_t n, int best) {
     if (options[0].r.ok && i)
       snprintf(vs, sizeof(vs), "%+.1f%%",
                100 * (o->r.usd_per_step / options[0].r.usd_per_step - 1));
-    printf("%c %-44s %9.1f  %-11s %4.0f%% %9.3f %10.6f %9s %7s\n",
+    printf("%c %-44s %9.1f  %-11s %4.0f%% %9.3f %11.7f %9s %8s\n",
            o->cheapest ? '*' : ' ', label, o->r.step_s * 1e3,
            stk__cm_bind_name(o->r.bind), 100 * o->r.util, o->r.usd_per_hour,
            o->r.usd_per_step, epoch, vs);
@@ -589,6 +589,20 @@ int stk__cli_plan(int argc, char **argv) {
     }
     printf("\nprices: %s%s%s\n\n", shipped, *popt.instances ? " + " : "", popt.instances);
     print_table(&s, n, best);
+    if (popt.step_ms > 0 && options[0].r.ok) {
+      /* the step was measured on the homogeneous shape: does the model
+       * agree with it? */
+      double pred = options[0].r.step_s * 1e3, off = pred / popt.step_ms - 1;
+      printf(
+          "  check: the model gives %.1f ms for the homogeneous shape, measured %.1f ms "
+          "(%+.0f%%)%s\n",
+          pred, popt.step_ms, 100 * off,
+          fabs(off) > 0.15
+              ? ": more than 15% off; if the step was measured on this shape, "
+                "the calibration, --spare-cores or the stall do not match "
+                "that host"
+              : "");
+    }
     int approx = 0;
     for (size_t i = 0; i < n; i++)
       if (options[i].r.ok && (options[i].shape.accel->approx ||
@@ -600,7 +614,7 @@ int stk__cli_plan(int argc, char **argv) {
       char label[160], sm[1024], sl[1024];
       const stk__cm_option *o = &options[best];
       shape_label(o, label, sizeof(label));
-      printf("\ncheapest $/step: %s: %.1f ms/step (%s binds), $%.6f/step", label,
+      printf("\ncheapest $/step: %s: %.1f ms/step (%s binds), $%.7f/step", label,
              o->r.step_s * 1e3, stk__cm_bind_name(o->r.bind), o->r.usd_per_step);
       if (best && options[0].r.ok)
         printf(", %+.1f%% vs homogeneous",
