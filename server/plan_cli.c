@@ -76,7 +76,7 @@ static stk__option plan_options[] = {
      &popt.max_data_hosts, 0, 256},
     {"spare-cores", OPT_DOUBLE, "0", NULL,
      "cores each accelerator instance can spare for loading and receiving; 0 = its "
-     "vCPU minus one per accelerator (assumed, and said so)", &popt.spare_cores, 0,
+     "vCPU minus one per training process on it (assumed, and said so)", &popt.spare_cores, 0,
      100000},
     {"data-cores", OPT_DOUBLE, "0", NULL,
      "usable cores per data host; 0 = all its vCPU", &popt.data_cores, 0, 100000},
