@@ -65,6 +65,8 @@ static int parse_line(char **f, int nf, stk__instance *in, char *why, size_t why
     return stk__errf(why, whylen, -1,
                      "usd_per_hour wants a number >= 0 or 'N/core', got '%s'", f[5]);
   in->usd_per_hour = slash ? usd * in->vcpu : usd;
+  if (!isfinite(in->usd_per_hour))
+    return stk__errf(why, whylen, -1, "usd_per_hour x vcpu is not a finite number");
   if (strcmp(f[6], "-")) {
     char flags[128];
     snprintf(flags, sizeof(flags), "%s", f[6]);

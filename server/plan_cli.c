@@ -446,6 +446,11 @@ int stk__cli_plan(int argc, char **argv) {
     fprintf(stderr, "stoker plan: %s\n", err);
     goto out;
   }
+  if (!spec.batch_size || !spec.world_size) {
+    fprintf(stderr, "stoker plan: %s: batch_size and world_size must be at least 1\n",
+            popt.job);
+    goto out;
+  }
   const stk__instance *acc = stk__instances_find(&table, popt.accel);
   if (!acc) {
     fprintf(

@@ -62,6 +62,10 @@ static void table_checks(void) {
       {"x 8 1 A 10 3 spot\n", "u.tsv:1: unknown flag 'spot'"},
       {"x 8 1 A 10 3 - extra\n", "u.tsv:1: 8 field(s), want 7"},
       {"x 8 1 A 10 nan -\n", "u.tsv:1: usd_per_hour wants a number >= 0"},
+      {"x 1e300 1 A 10 1e300/core -\n", "u.tsv:1: usd_per_hour x vcpu is not a finite"},
+      {"x 8 1 A 10 /core -\n", "u.tsv:1: usd_per_hour wants a number >= 0 or 'N/core'"},
+      {"a-name-longer-than-forty-seven-bytes-is-refused-here 8 1 A 10 1 -\n",
+       "u.tsv:1: name 'a-name-longer"},
   };
   for (size_t i = 0; i < sizeof(bad) / sizeof(bad[0]); i++) {
     stk__instance_table *t = calloc(1, sizeof(*t));
@@ -71,6 +75,16 @@ static void table_checks(void) {
       fprintf(stderr, "bad line %zu: rc %d, err '%s', want '%s...'\n", i, rc, err,
               bad[i].want);
     CHECK(rc != 0 && !strncmp(err, bad[i].want, strlen(bad[i].want)));
+    free(t);
+  }
+  /* a line past 1023 bytes */
+  {
+    static char longline[1200];
+    memset(longline, 'x', sizeof(longline) - 2);
+    longline[sizeof(longline) - 2] = '\n';
+    stk__instance_table *t = calloc(1, sizeof(*t));
+    CHECK(stk__instances_parse(t, longline, "u.tsv", err, sizeof(err)) != 0 &&
+          strstr(err, "u.tsv:1: line longer than 1023 bytes"));
     free(t);
   }
   /* an override replaces the shipped row; on-prem per core-hour */
