@@ -28,6 +28,9 @@
 #ifndef STK_INSTANCES_INSTALLED
 #define STK_INSTANCES_INSTALLED "/usr/local/share/stoker/instances.tsv"
 #endif
+#ifndef STK_INSTANCES_RELATIVE
+#define STK_INSTANCES_RELATIVE "../share/stoker/instances.tsv"
+#endif
 #ifndef STK_INSTANCES_SOURCE
 #define STK_INSTANCES_SOURCE ""
 #endif
@@ -424,9 +427,21 @@ int stk__cli_plan(int argc, char **argv) {
   int rc = 2;
   char err[768];
   memset(&table, 0, sizeof(table));
+  /* the table next to this program's install (a relocated prefix or
+   * bundle), else where the build installs it, else the source tree's */
+  static char near[PATH_MAX + 64];
   const char *shipped = STK_INSTANCES_INSTALLED;
-  if (access(shipped, R_OK) && *STK_INSTANCES_SOURCE &&
-      !access(STK_INSTANCES_SOURCE, R_OK))
+  ssize_t sn = readlink("/proc/self/exe", near, PATH_MAX - 1);
+  if (sn > 0) {
+    near[sn] = 0;
+    char *sl = strrchr(near, '/');
+    if (sl)
+      snprintf(sl + 1, sizeof(near) - (size_t)(sl + 1 - near), "%s",
+               STK_INSTANCES_RELATIVE);
+  }
+  if (sn > 0 && !access(near, R_OK)) shipped = near;
+  else if (access(shipped, R_OK) && *STK_INSTANCES_SOURCE &&
+           !access(STK_INSTANCES_SOURCE, R_OK))
     shipped = STK_INSTANCES_SOURCE;
   if (stk__instances_load(&table, shipped, err, sizeof(err))) {
     fprintf(stderr, "stoker plan: the shipped instance table: %s\n", err);
@@ -483,9 +498,12 @@ int stk__cli_plan(int argc, char **argv) {
     stk_batch_layout lay;
     const stk_job_spec *w = stk_image_wire_spec(&spec, &wire) ? &wire : &spec;
     if (stk_batch_layout_of(w, &lay)) {
+      char why[512] = "invalid";
+      stk_job_spec_validate(&spec, why, sizeof(why));
       fprintf(stderr,
-              "stoker plan: %s: no batch layout (an invalid job); give --batch-bytes\n",
-              popt.job);
+              "stoker plan: %s: no batch layout: %s (fix the job, or give "
+              "--batch-bytes)\n",
+              popt.job, why);
       goto out;
     }
     batch_bytes = lay.total_bytes;
