@@ -359,6 +359,17 @@ static void print_json(const stk__cm_search *s, size_t n, int best, const char *
     json_num(o->r.compute_s * 1e3);
     printf(",\"data_ms\":");
     json_num(o->r.data_s * 1e3);
+    /* each bound of the data side alone (0: no such bound in this shape) */
+    printf(",\"supply_ms\":");
+    json_num(o->r.supply_s * 1e3);
+    printf(",\"link_ms\":");
+    json_num(o->r.link_s * 1e3);
+    printf(",\"receive_ms\":");
+    json_num(o->r.recv_s * 1e3);
+    printf(",\"local_images_per_s\":");
+    json_num(o->r.local_images_per_s);
+    printf(",\"remote_images_per_s\":");
+    json_num(o->r.remote_images_per_s);
     printf(",\"binds\":");
     json_str(stk__cm_bind_name(o->r.bind));
     printf(",\"accel_util\":");

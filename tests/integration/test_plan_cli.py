@@ -104,6 +104,11 @@ with tempfile.TemporaryDirectory(prefix="stoker-plan-") as d:
         check([o["binds"] for o in opts[:4]] ==
               ["data supply", "data supply", "data supply", "compute"],
               "--json: binding terms")
+        o2 = opts[2]
+        check(abs(o2["remote_images_per_s"] - 2 * 0.45 * 1235) < 0.5 and
+              o2["local_images_per_s"] == 0 and o2["link_ms"] < o2["supply_ms"] and
+              o2["receive_ms"] < o2["supply_ms"],
+              "--json: + 2's data rate and its bounds (supply, link, receive)")
         check("hetjob" in j["slurm"] and "sim.data.c5" in j["sagemaker"],
               "--json: snippets")
 
