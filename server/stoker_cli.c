@@ -2,6 +2,7 @@
  *   stoker status --coordinator host:port   render the job's Status RPC
  *   stoker abort  --coordinator host:port   end the job as failed
  *   stoker wait   --coordinator host:port   block until the job ends
+ *   stoker plan   --job FILE --accel TYPE ...  what to buy (plan_cli.c)
  * Others may add subcommands to the table in main. Owns nothing beyond one
  * call; prints to stdout, errors to stderr.
  */
@@ -17,6 +18,7 @@
 #include "daemon.h"
 #include "log.h"
 #include "options.h"
+#include "plan_cli.h"
 #include "rpc.h"
 #include "wire_limits.h"
 #include "stoker.pb-c.h"
@@ -764,22 +766,27 @@ out:
 }
 
 static void usage(FILE *f) {
-  fprintf(f,
-          "usage: stoker <command> [options]\n\n"
-          "commands:\n"
-          "  status   show a job: state, workers and their stats, bad samples, ranks\n"
-          "           and their stall, the verdict (input- or compute-bound)\n"
-          "           (stoker status --coordinator host:port [--json]; --help for more)\n"
-          "  abort    end the job as failed (stoker abort --coordinator host:port\n"
-          "           [--rank R] [--reason TEXT])\n"
-          "  finish   count ranks as done, as their own finish would (stoker finish\n"
-          "           --coordinator host:port --ranks 0,1,4-7)\n"
-          "  wait     block until the job ends: 0 done, 4 failed, 1 unreachable\n"
-          "           (stoker wait --coordinator host:port [--timeout-s S])\n\n"
-          "every command takes --token-file FILE (the bearer token, first line;\n"
-          "else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names); --token TOKEN\n"
-          "works too but shows the token to every local user (ps)\n\n"
-          "exit codes: 0 ok, 1 the command failed, 2 usage error\n");
+  fprintf(
+      f,
+      "usage: stoker <command> [options]\n\n"
+      "commands:\n"
+      "  status   show a job: state, workers and their stats, bad samples, ranks\n"
+      "           and their stall, the verdict (input- or compute-bound)\n"
+      "           (stoker status --coordinator host:port [--json]; --help for more)\n"
+      "  abort    end the job as failed (stoker abort --coordinator host:port\n"
+      "           [--rank R] [--reason TEXT])\n"
+      "  finish   count ranks as done, as their own finish would (stoker finish\n"
+      "           --coordinator host:port --ranks 0,1,4-7)\n"
+      "  wait     block until the job ends: 0 done, 4 failed, 1 unreachable\n"
+      "           (stoker wait --coordinator host:port [--timeout-s S])\n"
+      "  plan     what to buy: step time and $/step of each shape (homogeneous,\n"
+      "           + N data hosts), the cheapest marked, offline from a job file\n"
+      "           and measured figures (stoker plan --job FILE --accel TYPE\n"
+      "           --step-ms MS --stall-pct P --images-per-cpu-s N; --help for more)\n\n"
+      "every command but plan takes --token-file FILE (the bearer token, first line;\n"
+      "else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names); --token TOKEN\n"
+      "works too but shows the token to every local user (ps)\n\n"
+      "exit codes: 0 ok, 1 the command failed, 2 usage error\n");
 }
 
 int main(int argc, char **argv) {
@@ -796,7 +803,8 @@ int main(int argc, char **argv) {
   } commands[] = {{"status", cmd_status},
                   {"abort", cmd_abort},
                   {"finish", cmd_finish},
-                  {"wait", cmd_wait}};
+                  {"wait", cmd_wait},
+                  {"plan", stk__cli_plan}};
   for (size_t i = 0; i < sizeof(commands) / sizeof(commands[0]); i++)
     if (!strcmp(argv[1], commands[i].name)) {
       int rc = commands[i].fn(argc - 1, argv + 1);

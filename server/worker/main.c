@@ -119,6 +119,13 @@ static stk__option options[] = {
      "UNAVAILABLE, the client re-asks); 0 = off",
      &opt.fault_transient_every, 0, 1 << 30},
     STK__SERVE_OPTIONS(opt.serve),
+    {"calibrate", OPT_STR, "", NULL,
+     "do not serve: build the job file's batches on one thread for --calibrate-s "
+     "seconds (dataset under --data-root) and print the images per CPU-second "
+     "(stoker plan --calibrate runs this)",
+     &opt.calibrate, 0, 0},
+    {"calibrate-s", OPT_INT, "5", NULL, "how long --calibrate builds", &opt.calibrate_s,
+     1, 3600},
 };
 #define NOPTIONS (sizeof(options) / sizeof(options[0]))
 
@@ -270,6 +277,10 @@ int main(int argc, char **argv) {
                             exit_codes_text);
   int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
   if (pr != OPTS_RUN) goto out;
+  if (*opt.calibrate) {
+    code = worker_calibrate();
+    goto out;
+  }
   if (check_usage()) {
     code = EXIT_USAGE;
     goto out;

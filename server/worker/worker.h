@@ -27,15 +27,23 @@
  * only afterwards, so every thread reads them without a lock. */
 typedef struct worker_opts {
   char *coordinator, *listen, *advertise, *data_root, *token, *token_file, *port_file,
-      *log_level, *metrics_listen, *client_token_file, *plugin_dir, *python_path;
+      *log_level, *metrics_listen, *client_token_file, *plugin_dir, *python_path,
+      *calibrate;
   stk__tls_opts tls;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
-      fault_transient_every, bad_log_per_10s;
+      fault_transient_every, bad_log_per_10s, calibrate_s;
   stk__serve_opts serve;
 } worker_opts;
 
 extern worker_opts opt;
+
+/* calibrate.c: `--calibrate JOB`: build the job's batches on this thread
+ * for opt.calibrate_s seconds (dataset under opt.data_root, the worker's
+ * limits) and print "images_per_cpu_s=N ..." on stdout. Returns the exit
+ * code: 0 printed, 1 the dataset or a build failed, 2 a bad job file
+ * (said on stderr). Call from main only, instead of serving. */
+int worker_calibrate(void);
 
 /* ---- State (defined in main.c) ---------------------------------------- */
 

@@ -30,6 +30,12 @@ for b in stoker-coordinator stoker-worker stoker stoker-train-loop stoker-datase
 done
 check "readelf -d '$prefix/bin/stoker-train-loop' | grep -q 'RUNPATH.*\$ORIGIN/../'" \
   "stoker-train-loop's RUNPATH is relative to the binary"
+# stoker plan prices with the instance table installed beside it
+printf 'source = imagefolder\ndataset = d\npipeline = train\nbatch_size = 32\n' >"$prefix/plan.conf"
+check "'$prefix/bin/stoker' plan --job '$prefix/plan.conf' --accel ml.p3.2xlarge \
+  --compute-ms 50 --images-per-cpu-s 500 --data ml.c5.9xlarge --max-data-hosts 1 \
+  | grep -qF 'prices: $prefix/bin/../share/stoker/instances.tsv'" \
+  "stoker plan reads the installed instance table"
 
 # a whole job from the prefix
 job=$prefix/job.conf
