@@ -8,7 +8,9 @@ worker on loopback, each rank a Python process of its own.
      join timeout (bound 30 s).
   b. Waiting for a batch with the only worker SIGSTOPped: the rank logs
      what it waits for; SIGINT ends it with KeyboardInterrupt (bound 30 s);
-     the daemons keep running (SIGCONT, still serving Status).
+     the daemons keep running (SIGCONT, still serving Status), and the
+     rank started again (stoker-train-loop --verify) runs the job to its
+     end.
   c. A worker that cannot open the job's dataset (`dataset = flowerz`,
      no such folder): the rank, joining with join_timeout_ms 120 s, fails
      with the worker's reason ("no worker can serve the job ... cannot
@@ -146,6 +148,17 @@ def main():
                            stderr=subprocess.STDOUT, text=True, timeout=30)
         check(r.returncode == 0 and w.poll() is None and c.poll() is None,
               "b: the daemons keep serving after the rank's Ctrl-C: %s" % r.stdout[-400:])
+        loop = os.environ.get("STOKER_TRAIN_LOOP_BIN")
+        if loop and os.access(loop, os.X_OK):
+            # the rank started again takes the whole job, verified
+            env = dict(os.environ, STOKER_COORDINATOR=target, RANK="0", WORLD_SIZE="1")
+            r = subprocess.run([loop, "--verify", "--join-timeout-ms", "60000"], env=env,
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=120)
+            check(r.returncode == 0, "b: the rank started again runs the job, verified: %s"
+                  % r.stdout[-600:])
+            check(wait_exit(c, 60) == 0 and wait_exit(w, 60) == 0,
+                  "b: then the job ends, every daemon exits 0")
 
         # c. a worker that cannot open the job's dataset
         root = os.path.join(tmp, "root")
