@@ -351,7 +351,7 @@ void stk__workers_stream_end(stk_client *c, const stk__worker *w, int code,
                              const char *det) {
   if (code == GRPC_STATUS_OK) return;
   snprintf(c->workers.last_end, sizeof(c->workers.last_end),
-           "%.100s closed: gRPC status %d%s%.80s", w->address, code,
+           "%.100s closed: gRPC status %d%s%.60s", w->address, code,
            det && *det ? ", " : "", det ? det : "");
 }
 

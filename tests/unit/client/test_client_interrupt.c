@@ -75,7 +75,8 @@ int main(void) {
   g_client = NULL;
   fprintf(stderr, "next: %s: %s\n", stk_strerror(st), stk_client_error(c));
   CHECK(st == STK_INTERRUPTED && b == NULL);
-  CHECK(strstr(stk_client_error(c), "interrupted while waiting for epoch 0 step 0") != NULL);
+  CHECK(strstr(stk_client_error(c), "interrupted while waiting for epoch 0 step 0") !=
+        NULL);
   st = stk_client_next_timed(c, &b, 1);
   CHECK((st == STK_TIMEOUT && b == NULL && !*stk_client_error(c)) || st == STK_OK);
   if (st == STK_TIMEOUT) st = stk_client_next(c, &b);
