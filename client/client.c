@@ -48,6 +48,21 @@ size_t stk_client_struct_size(const char *name) {
 
 /* ---- open ------------------------------------------------------------ */
 
+/* 1 when a coordinator target ends in a port (1..65535), as "host:port",
+ * "[v6]:port" or "dns:///host:port" do; a gRPC unix: target needs none.
+ * Without it gRPC would dial port 0 and retry until join_timeout_ms. */
+static int coordinator_has_port(const char *t) {
+  if (!strncmp(t, "unix:", 5) || !strncmp(t, "unix-abstract:", 14)) return 1;
+  const char *colon = strrchr(t, ':');
+  if (!colon || !colon[1] || strlen(colon + 1) > 5) return 0;
+  unsigned port = 0;
+  for (const char *p = colon + 1; *p; p++) {
+    if (*p < '0' || *p > '9') return 0;
+    port = port * 10 + (unsigned)(*p - '0');
+  }
+  return port >= 1 && port <= 65535;
+}
+
 /* STK_OK if cfg can open a client (local: open_local), else a status
  * with err. */
 static int check_config(const stk_client_config *cfg, int local, char *err,
@@ -57,6 +72,12 @@ static int check_config(const stk_client_config *cfg, int local, char *err,
     return stk__errf(
         err, errlen, STK_INVALID_ARGUMENT,
         "no coordinator: set cfg.coordinator (host:port) or STOKER_COORDINATOR");
+  if (!local && !coordinator_has_port(cfg->coordinator))
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "coordinator '%.200s' has no port: give host:port, the address "
+                     "the coordinator listens on (its --listen, 127.0.0.1:7070 by "
+                     "default)",
+                     cfg->coordinator);
   if (cfg->world_size == 0)
     return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "cfg.world_size is 0");
   if (cfg->rank >= cfg->world_size)
@@ -111,10 +132,12 @@ static void client_free(stk_client *c) {
  * condition variables; no job, buffers or threads yet. NULL when out of
  * memory. */
 static stk_client *client_new(const stk_client_config *cfg, int local,
-                              const char *data_root) {
+                              const char *data_root, uint32_t open_gen) {
   stk_client *c = calloc(1, sizeof(*c));
   if (!c) return NULL;
+  c->open_gen = open_gen;
   c->cfg = *cfg;
+  if (!c->cfg.no_worker_timeout_ms) c->cfg.no_worker_timeout_ms = cfg->join_timeout_ms;
   c->cfg.coordinator = NULL;
   c->cfg.token = NULL;
   c->cfg.tls_ca = c->cfg.tls_cert = c->cfg.tls_key = NULL;
@@ -165,6 +188,7 @@ static int client_job(stk_client *c, const char *job_text, const char *data_root
 static int open_common(const stk_client_config *cfg, const char *job_text,
                        const char *data_root, stk_client **out, char *err,
                        size_t errlen) {
+  uint32_t gen = stk__intr_gen(); /* stk_interrupt from now on ends the join */
   if (err && errlen) err[0] = 0;
   if (!out) return stk__errf(err, errlen, STK_INVALID_ARGUMENT, "out is NULL");
   *out = NULL;
@@ -196,7 +220,7 @@ static int open_common(const stk_client_config *cfg, const char *job_text,
     if (st) return st;
   }
 
-  stk_client *c = client_new(cfg, local, data_root);
+  stk_client *c = client_new(cfg, local, data_root, gen);
   if (!c) return stk__errf(err, errlen, STK_NO_MEMORY, "out of memory");
   /* The device first: asking for CUDA where there is none fails at once,
    * before any network wait. */
@@ -267,9 +291,50 @@ int stk_client_open_local(const stk_client_config *cfg, const char *job_text,
 
 /* ---- next / release -------------------------------------------------- */
 
+/* Under mu, while next waits for seq: the client's log line, every
+ * WAIT_LOG_MS once it has waited that long (across next_timed calls),
+ * saying what it waits for and since when. */
+#define WAIT_LOG_MS 5000
+static void wait_log(stk_client *c, int64_t now) {
+  stk__api *a = &c->api;
+  if (a->wait_seq != a->next_deliver || !a->wait_since_ns) {
+    a->wait_seq = a->next_deliver;
+    a->wait_since_ns = a->wait_log_ns = now;
+    return;
+  }
+  if (now - a->wait_log_ns < (int64_t)WAIT_LOG_MS * 1000000) return;
+  a->wait_log_ns = now;
+  stk__addr ad;
+  stk__seq_addr(c, a->next_deliver, &ad);
+  double waited = (double)(now - a->wait_since_ns) / 1e9;
+  uint32_t alive = c->local ? 1 : stk__workers_alive(c);
+  int64_t none_since = c->sched.no_worker_since_ns;
+  const stk__workers *ws = &c->workers;
+  if (!alive && none_since) {
+    stk__clog(c,
+              "waiting for a worker: none alive for %.0f s (listed %u; fails after "
+              "no_worker_timeout_ms %u)%s%.200s%s",
+              (double)(now - none_since) / 1e9, ws->listed, c->cfg.no_worker_timeout_ms,
+              ws->last_end[0] ? " (last: " : "", ws->last_end,
+              ws->last_end[0] ? ")" : "");
+    return;
+  }
+  stk__clog(c,
+            "waiting for epoch %llu step %llu for %.0f s: %u of %u listed workers "
+            "alive, none delivered it yet%s%.200s%s",
+            (unsigned long long)ad.epoch, (unsigned long long)ad.step, waited, alive,
+            ws->listed, ws->last_end[0] ? " (last: " : "", ws->last_end,
+            ws->last_end[0] ? ")" : "");
+}
+
 int stk_client_next(stk_client *c, stk_batch **out) {
+  return stk_client_next_timed(c, out, UINT32_MAX);
+}
+
+int stk_client_next_timed(stk_client *c, stk_batch **out, uint32_t timeout_ms) {
   if (!c || !out) return STK_INVALID_ARGUMENT;
   *out = NULL;
+  uint32_t gen = stk__intr_gen();
   pthread_mutex_lock(&c->mu);
   char *err = c->errs.last;
   size_t errlen = sizeof(c->errs.last);
@@ -306,23 +371,49 @@ int stk_client_next(stk_client *c, stk_batch **out) {
       int64_t now = stk__now_ns();
       int64_t none_since = c->sched.no_worker_since_ns;
       if (!c->local && stk__workers_alive(c) == 0 && none_since &&
-          now - none_since > (int64_t)c->cfg.join_timeout_ms * 1000000) {
+          now - none_since > (int64_t)c->cfg.no_worker_timeout_ms * 1000000) {
         /* Every worker listed refused us (workers.c drops them): their
          * reason is the error, else plain unavailability. */
         const stk__workers *ws = &c->workers;
         st = stk__workers_all_dropped(c) ? ws->drop_status : STK_UNAVAILABLE;
-        snprintf(err, errlen,
-                 "no live worker for %u ms (join_timeout_ms)%s%.240s%s%.150s",
-                 c->cfg.join_timeout_ms, ws->dropped ? "; " : "", ws->drop_msg,
-                 ws->refused ? "; " : "", ws->refused_msg);
+        int n = snprintf(
+            err, errlen,
+            "no live worker for %u ms (no_worker_timeout_ms; %u listed)%s%.200s%s%.100s"
+            "%s%.100s",
+            c->cfg.no_worker_timeout_ms, ws->listed, ws->dropped ? "; " : "",
+            ws->drop_msg, ws->refused ? "; " : "", ws->refused_msg,
+            !ws->dropped && ws->last_end[0] ? "; last: " : "",
+            !ws->dropped ? ws->last_end : "");
+        (void)n; /* cut to err's size: the parts are bounded above */
         break;
       }
-      stk__cond_wait_ms(&c->cv_next, &c->mu, 100);
+      if (stk__interrupted(c, gen)) {
+        stk__intr_take(c);
+        stk__addr ad;
+        stk__seq_addr(c, c->api.next_deliver, &ad);
+        st = STK_INTERRUPTED;
+        snprintf(err, errlen,
+                 "interrupted while waiting for epoch %llu step %llu: the client is "
+                 "intact (next again goes on)",
+                 (unsigned long long)ad.epoch, (unsigned long long)ad.step);
+        break;
+      }
+      wait_log(c, now);
+      int64_t left_ms = timeout_ms == UINT32_MAX
+                            ? STK__INTR_POLL_MS
+                            : (int64_t)timeout_ms - (now - t0) / 1000000;
+      if (left_ms <= 0) {
+        st = STK_TIMEOUT; /* not an error: err stays "" */
+        break;
+      }
+      stk__cond_wait_ms(&c->cv_next, &c->mu,
+                        left_ms < STK__INTR_POLL_MS ? left_ms : STK__INTR_POLL_MS);
     }
     int64_t t1 = stk__now_ns();
     c->api.stall_ns += (uint64_t)(t1 - t0);
     c->api.last_next_ns = t1;
     if (s) {
+      c->api.wait_since_ns = 0;
       c->api.held++;
       c->api.next_deliver++;
       c->api.batches++;
@@ -339,7 +430,8 @@ int stk_client_next(stk_client *c, stk_batch **out) {
     }
   }
   if (s) *out = s;
-  else if (st != STK_END_OF_EPOCH && st != STK_END_OF_DATA && !err[0])
+  else if (st != STK_END_OF_EPOCH && st != STK_END_OF_DATA && st != STK_TIMEOUT &&
+           !err[0])
     snprintf(err, errlen, "%s", stk_strerror(st));
   return st;
 }

@@ -1,7 +1,8 @@
 /* env.c - client defaults from the environment: fills the fields of an
  * stk_client_config that the caller left "not given" (coordinator NULL or
  * "", rank STK_RANK_FROM_ENV, world_size 0, cuda_device
- * STK_CUDA_DEVICE_FROM_ENV, token NULL or "", working_set 0) from the
+ * STK_CUDA_DEVICE_FROM_ENV, token NULL or "", working_set 0,
+ * no_worker_timeout_ms 0) from the
  * variables a launcher sets
  * (stoker-launch, torchrun, mpirun, srun). Precedence is written in
  * include/stoker/client.h beside stk_client_config_from_env.
@@ -91,6 +92,16 @@ int stk_client_config_from_env(stk_client_config *cfg, char *err, size_t errlen)
       return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                        "STOKER_WORKING_SET=0: the working set must be >= 1");
     cfg->working_set = k;
+  }
+
+  if (!cfg->no_worker_timeout_ms && getenv("STOKER_NO_WORKER_TIMEOUT_MS")) {
+    uint32_t ms = 0;
+    int st = env_number("STOKER_NO_WORKER_TIMEOUT_MS", UINT32_MAX, &ms, err, errlen);
+    if (st) return st;
+    if (ms == 0)
+      return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                       "STOKER_NO_WORKER_TIMEOUT_MS=0: the limit must be >= 1 ms");
+    cfg->no_worker_timeout_ms = ms;
   }
 
   int want_rank = cfg->rank == STK_RANK_FROM_ENV, want_size = cfg->world_size == 0;

@@ -274,6 +274,10 @@ typedef struct stk__api {
                     last stk_batch_release frees the client (under mu) */
   uint64_t batches, stall_ns;
   int64_t open_ns, first_next_ns, last_next_ns;
+  /* next's wait for wait_seq: since when, and its last log line (client.c's
+   * wait_log; wait_since_ns 0 = not waiting) */
+  uint64_t wait_seq;
+  int64_t wait_since_ns, wait_log_ns;
 } stk__api;
 
 /* c->ring (ring.c): the slots and the copy thread. slots[].state and
@@ -337,6 +341,10 @@ typedef struct stk__workers {
   uint64_t dropped;   /* workers this client stopped using */
   int drop_status;    /* stk_status of the last drop */
   char drop_msg[300]; /* why the last one was dropped */
+  /* the last stream that ended with an error or the last worker the
+   * coordinator unlisted: "ADDRESS closed (...)" (stk__workers_stream_end,
+   * stk__worker_unlist*), for the waiting line and next's error */
+  char last_end[200];
 } stk__workers;
 
 /* c->sched (sched.c): the scheduler thread. next_issue and
@@ -373,6 +381,13 @@ typedef struct stk__coord {
 } stk__coord;
 
 struct stk_client {
+  /* stk_client_interrupt's request (interrupt.c): an atomic flag set from
+   * any thread or signal handler, cleared by the blocking call that
+   * returns STK_INTERRUPTED for it. Never under c->mu. open_gen: the
+   * process-wide interrupt generation when stk_client_open started (its
+   * join is interrupted once it moves); fixed at open. */
+  int intr_pending;
+  uint32_t open_gen;
   /* config: fixed at open (client.c), read by every file without c->mu. */
   stk_client_config cfg;
   char *coordinator, *token;
@@ -401,6 +416,30 @@ struct stk_client {
   struct stk__io *io;     /* stream.c: the io threads and their queue (under mu;
                              NULL until the first remote worker) */
 };
+
+/* ---- interrupt.c: waking the blocking calls ---------------------------- */
+
+/* How often a blocking wait looks for an interrupt (at most). */
+#define STK__INTR_POLL_MS 100
+/* The process-wide interrupt generation now (a blocking call takes it when
+ * it starts). Any thread; lock-free. */
+uint32_t stk__intr_gen(void);
+/* 1 when the call that started at generation gen is interrupted:
+ * stk_interrupt ran since, or c (NULL: none) has stk_client_interrupt's
+ * request pending. Does not take the request. Any thread; lock-free. */
+int stk__interrupted(const stk_client *c, uint32_t gen);
+/* The blocking call returns STK_INTERRUPTED: c's pending request is taken
+ * (NULL-safe). */
+void stk__intr_take(stk_client *c);
+/* stk__rpc_unary_stoppable's stop callback: arg is an stk__intr_ctx. */
+typedef struct stk__intr_ctx {
+  const stk_client *c;
+  uint32_t gen;
+} stk__intr_ctx;
+int stk__intr_stop(void *arg);
+/* Sleep ms in STK__INTR_POLL_MS pieces; 1 as soon as interrupted (as
+ * stk__interrupted), else 0 after ms. */
+int stk__intr_sleep_ms(const stk_client *c, uint32_t gen, int ms);
 
 /* ---- errors.c: the fatal status and the last-error string ------------ */
 
@@ -485,6 +524,10 @@ void stk__workers_close_channels(stk_client *c);
  * logged). */
 int stk__worker_add(stk_client *c, const char *id, const char *address,
                     const char *ticket, uint32_t cores, int local);
+/* Under mu: w's stream ended with gRPC code (details det): remembered as
+ * the last end (code OK: nothing) for the waiting line. */
+void stk__workers_stream_end(stk_client *c, const stk__worker *w, int code,
+                             const char *det);
 /* Under mu: worker id (if known) is no longer listed. */
 void stk__worker_unlist(stk_client *c, const char *id);
 /* Under mu: every remote worker not among ids[0..n) is no longer listed.

@@ -122,17 +122,22 @@ static void apply_delta(stk_client *c, const Stoker__V1__WorkerList *wl) {
   pthread_mutex_unlock(&c->mu);
 }
 
+#define JOIN_LOG_MS 5000 /* the waiting line's period */
+
 /* Ask the coordinator to join until it answers with a job, refuses for
- * good, or join_timeout_ms passes. STK_OK with *out (caller frees), or a
- * status with err. */
+ * good, or join_timeout_ms passes; stk_interrupt ends it
+ * (STK_INTERRUPTED). One log line every JOIN_LOG_MS says what it waits
+ * for. STK_OK with *out (caller frees), or a status with err. */
 static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
                     size_t errlen) {
   char host[64] = "host";
   gethostname(host, sizeof(host) - 1);
   snprintf(c->coord.client_id, sizeof(c->coord.client_id), "%s:%d:rank%u", host,
            (int)getpid(), c->cfg.rank);
-  int64_t deadline = stk__now_ms() + c->cfg.join_timeout_ms;
-  char details[256] = "";
+  int64_t start = stk__now_ms(), deadline = start + c->cfg.join_timeout_ms;
+  int64_t log_at = start + JOIN_LOG_MS;
+  stk__intr_ctx ictx = {c, c->open_gen};
+  char details[700] = "";
   int backoff = 50;
   /* One attempt's deadline: 5 s, doubled after each attempt that got no
    * answer in time (a coordinator that is reachable but slow, e.g. with
@@ -150,9 +155,16 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
     int64_t left = deadline - stk__now_ms();
     int tmo = left < 200 ? 200 : (left > try_ms ? try_ms : (int)left);
     ProtobufCMessage *m = NULL;
-    int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Join", &req.base,
-                              &stoker__v1__join_response__descriptor, &m, tmo, details,
-                              sizeof(details));
+    int code =
+        stk__rpc_unary_stoppable(c->coord.ch, "/stoker.v1.Coordinator/Join", &req.base,
+                                 &stoker__v1__join_response__descriptor, &m, tmo, details,
+                                 sizeof(details), stk__intr_stop, &ictx);
+    if (stk__interrupted(NULL, c->open_gen)) {
+      if (m) protobuf_c_message_free_unpacked(m, NULL);
+      return stk__errf(err, errlen, STK_INTERRUPTED,
+                       "interrupted while joining the job at %s (after %.1f s)",
+                       c->coordinator, (double)(stk__now_ms() - start) / 1000.0);
+    }
     if (code == GRPC_STATUS_DEADLINE_EXCEEDED && try_ms < 60000) try_ms *= 2;
     int final, st = stk__rpc_status(code, &final);
     if (code == GRPC_STATUS_OK) {
@@ -169,6 +181,12 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
        * already over. */
       if (code == GRPC_STATUS_FAILED_PRECONDITION && !c->job.hash)
         st = strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
+      /* The coordinator holds a worker's failure and no worker came since:
+       * nothing will serve this job until someone fixes it. */
+      if (code == GRPC_STATUS_FAILED_PRECONDITION &&
+          !strncmp(details, STK_NO_WORKER_CAN_SERVE, strlen(STK_NO_WORKER_CAN_SERVE)))
+        return stk__errf(err, errlen, STK_UNAVAILABLE, "could not join the job at %s: %s",
+                         c->coordinator, details);
       int cred =
           code == GRPC_STATUS_UNAUTHENTICATED || code == GRPC_STATUS_PERMISSION_DENIED;
       return stk__errf(err, errlen, st, "join refused%s: %s", cred ? " (token)" : "",
@@ -185,7 +203,19 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
           c->coordinator, c->cfg.join_timeout_ms, code, details[0] ? ": " : "", details,
           hint);
     }
-    stk__sleep_ms(backoff);
+    if (stk__now_ms() >= log_at) {
+      /* One line every JOIN_LOG_MS: what it waits for, since when. */
+      log_at = stk__now_ms() + JOIN_LOG_MS;
+      stk__clog(c,
+                "waiting to join the job at %s for %.0f s (gives up after "
+                "join_timeout_ms %u): gRPC status %d%s%s",
+                c->coordinator, (double)(stk__now_ms() - start) / 1000.0,
+                c->cfg.join_timeout_ms, code, details[0] ? ": " : "", details);
+    }
+    if (stk__intr_sleep_ms(NULL, c->open_gen, backoff))
+      return stk__errf(err, errlen, STK_INTERRUPTED,
+                       "interrupted while joining the job at %s (after %.1f s)",
+                       c->coordinator, (double)(stk__now_ms() - start) / 1000.0);
     if (backoff < 500) backoff *= 2;
   }
 }
@@ -472,15 +502,24 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
    * every fresh connection while the established one still delivered). */
   int64_t start = stk__now_ms(), deadline = start + FINISH_MS;
   int pause = 200, attempt = 0, try_ms = FINISH_TRY_MS;
+  stk__intr_ctx ictx = {c, stk__intr_gen()};
   for (;;) {
     int64_t left = deadline - stk__now_ms();
     int tmo = left < 500 ? 500 : (left > try_ms ? try_ms : (int)left);
     attempt++;
     ProtobufCMessage *m = NULL;
-    int code = stk__rpc_unary(c->coord.ch, "/stoker.v1.Coordinator/Finish", &req.base,
-                              &stoker__v1__finish_response__descriptor, &m, tmo, details,
-                              sizeof(details));
+    int code =
+        stk__rpc_unary_stoppable(c->coord.ch, "/stoker.v1.Coordinator/Finish", &req.base,
+                                 &stoker__v1__finish_response__descriptor, &m, tmo,
+                                 details, sizeof(details), stk__intr_stop, &ictx);
     if (m) protobuf_c_message_free_unpacked(m, NULL);
+    if (code != GRPC_STATUS_OK && stk__interrupted(c, ictx.gen)) {
+      stk__intr_take(c);
+      return stk__errf(c->errs.last, sizeof(c->errs.last), STK_INTERRUPTED,
+                       "finish interrupted (attempt %d); the watch still re-announces "
+                       "it, or call finish again",
+                       attempt);
+    }
     if (code == GRPC_STATUS_DEADLINE_EXCEEDED)
       try_ms *= 2, deadline = start + FINISH_SLOW_MS;
     int final;
@@ -505,7 +544,15 @@ int stk_client_finish(stk_client *c, int shutdown_job) {
           c->coordinator, details);
       return STK_UNAVAILABLE;
     }
-    stk__sleep_ms(pause / 2 + (int)((uint64_t)stk__now_ns() % (uint64_t)(pause / 2 + 1)));
+    if (stk__intr_sleep_ms(
+            c, ictx.gen,
+            pause / 2 + (int)((uint64_t)stk__now_ns() % (uint64_t)(pause / 2 + 1)))) {
+      stk__intr_take(c);
+      return stk__errf(c->errs.last, sizeof(c->errs.last), STK_INTERRUPTED,
+                       "finish interrupted (after %d attempts); the watch still "
+                       "re-announces it, or call finish again",
+                       attempt);
+    }
     if (pause < 2000) pause *= 2;
   }
 }

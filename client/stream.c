@@ -357,7 +357,10 @@ static int maybe_finish(stk_client *c, stk__runner *r) {
   if (r->state != RUN_CLOSING || r->recv_pending || r->send_pending || r->status_pending)
     return 0;
   stk__worker *w = r->w;
-  if (!w->dropped && !c->stopping) stream_ended(c, w, r->code, r->det, r->had);
+  if (!w->dropped && !c->stopping) {
+    stk__workers_stream_end(c, w, r->code, r->det);
+    stream_ended(c, w, r->code, r->det, r->had);
+  }
   stk__rpc_astream_destroy(r->s);
   r->s = NULL;
   backoff_start(r, r->got_any);

@@ -40,7 +40,7 @@
  * Dropping a worker (for this client only; it may serve other ranks, see
  * stream.c for when): its id is remembered so a later worker list does not
  * bring it back; the reason is kept (c->workers.drop_msg) and becomes the
- * client's error if no worker is left for join_timeout_ms. A dropped
+ * client's error if no worker is left for no_worker_timeout_ms. A dropped
  * worker is never fatal by itself.
  *
  * Owns: c->workers and the table and working-set parts of each entry
@@ -347,9 +347,25 @@ int stk__worker_add(stk_client *c, const char *id, const char *address,
   return w->idx;
 }
 
+void stk__workers_stream_end(stk_client *c, const stk__worker *w, int code,
+                             const char *det) {
+  if (code == GRPC_STATUS_OK) return;
+  snprintf(c->workers.last_end, sizeof(c->workers.last_end),
+           "%.100s closed: gRPC status %d%s%.60s", w->address, code,
+           det && *det ? ", " : "", det ? det : "");
+}
+
+/* Under mu: w leaves the list: remembered as the last end. */
+static void unlisted(stk_client *c, stk__worker *w) {
+  if (w->listed)
+    snprintf(c->workers.last_end, sizeof(c->workers.last_end),
+             "%.100s unlisted by the coordinator", w->address);
+  w->listed = 0;
+}
+
 void stk__worker_unlist(stk_client *c, const char *id) {
   stk__worker *w = index_find(c, id, stk__wset_id_hash(id));
-  if (w && !w->local) w->listed = 0;
+  if (w && !w->local) unlisted(c, w);
 }
 
 void stk__worker_unlist_missing(stk_client *c, const char *const *ids, size_t n) {
@@ -363,7 +379,7 @@ void stk__worker_unlist_missing(stk_client *c, const char *const *ids, size_t n)
     /* An unlisted worker takes no new requests; its open stream may finish
      * what it holds (a coordinator restart briefly lists nobody), but a
      * silent one is cut after a short grace (see stream.c's rx_loop). */
-    if (w->used && !w->local && !w->mark) w->listed = 0;
+    if (w->used && !w->local && !w->mark) unlisted(c, w);
   }
 }
 

@@ -428,6 +428,15 @@ static grpc_call *new_call(stk__rpc_channel *ch, grpc_completion_queue *cq,
 int stk__rpc_unary(stk__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                    const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                    int timeout_ms, char *details, size_t dlen) {
+  return stk__rpc_unary_stoppable(ch, method, req, resp_desc, resp, timeout_ms, details,
+                                  dlen, NULL, NULL);
+}
+
+int stk__rpc_unary_stoppable(stk__rpc_channel *ch, const char *method,
+                             const ProtobufCMessage *req,
+                             const ProtobufCMessageDescriptor *resp_desc,
+                             ProtobufCMessage **resp, int timeout_ms, char *details,
+                             size_t dlen, int (*stop)(void *), void *stop_arg) {
   *resp = NULL;
   if (details && dlen) details[0] = 0;
   grpc_completion_queue *cq = grpc_completion_queue_create_for_pluck(NULL);
@@ -455,8 +464,21 @@ int stk__rpc_unary(stk__rpc_channel *ch, const char *method, const ProtobufCMess
   ops[5].data.recv_status_on_client.status_details = &det;
   char tag;
   if (grpc_call_start_batch(call, ops, 6, &tag, NULL) == GRPC_CALL_OK) {
-    /* Success or not, the status op reports the outcome. */
-    grpc_completion_queue_pluck(cq, &tag, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    /* Success or not, the status op reports the outcome. With stop: wait
+     * in slices of STK__RPC_STOP_SLICE_MS and cancel the call once stop
+     * says so (the status op then completes as CANCELLED). */
+    int cancelled = 0;
+    for (;;) {
+      gpr_timespec until = stop && !cancelled ? deadline_in(STK__RPC_STOP_SLICE_MS)
+                                              : gpr_inf_future(GPR_CLOCK_MONOTONIC);
+      grpc_event ev = grpc_completion_queue_pluck(cq, &tag, until, NULL);
+      if (ev.type != GRPC_QUEUE_TIMEOUT) break;
+      if (!cancelled && stop(stop_arg)) {
+        grpc_call_cancel_with_status(call, GRPC_STATUS_CANCELLED, "stopped by the caller",
+                                     NULL);
+        cancelled = 1;
+      }
+    }
     copy_slice(det, details, dlen);
     if (status == GRPC_STATUS_OK) {
       *resp = stk__rpc_unpack(resp_desc, recv, ch->max_msg);

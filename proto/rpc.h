@@ -345,6 +345,12 @@ void *stk__rpc_call_data(stk__rpc_call *c);
  * thread-safe. */
 unsigned stk__rpc_call_roles(stk__rpc_call *c);
 
+/* How a coordinator's Join refusal (FAILED_PRECONDITION) starts when no
+ * worker is live and the newest worker failure came after the last one
+ * left: the client then fails at once with that text (the worker's
+ * reason follows). */
+#define STK_NO_WORKER_CAN_SERVE "no worker can serve the job: "
+
 /* ---- Client ------------------------------------------------------------ */
 
 typedef struct stk__rpc_channel stk__rpc_channel;
@@ -366,6 +372,17 @@ void stk__rpc_channel_close(stk__rpc_channel *ch); /* accepts NULL */
 int stk__rpc_unary(stk__rpc_channel *ch, const char *method, const ProtobufCMessage *req,
                    const ProtobufCMessageDescriptor *resp_desc, ProtobufCMessage **resp,
                    int timeout_ms, char *details, size_t dlen);
+/* stk__rpc_unary that also ends early when stop(stop_arg) returns non-zero:
+ * stop is polled every STK__RPC_STOP_SLICE_MS while the call is in flight
+ * (on the calling thread; it must not block), and the call is then
+ * cancelled (GRPC_STATUS_CANCELLED, details "stopped by the caller").
+ * stop NULL: exactly stk__rpc_unary. Thread-safe as stk__rpc_unary. */
+#define STK__RPC_STOP_SLICE_MS 100
+int stk__rpc_unary_stoppable(stk__rpc_channel *ch, const char *method,
+                             const ProtobufCMessage *req,
+                             const ProtobufCMessageDescriptor *resp_desc,
+                             ProtobufCMessage **resp, int timeout_ms, char *details,
+                             size_t dlen, int (*stop)(void *), void *stop_arg);
 
 typedef struct stk__rpc_stream stk__rpc_stream;
 

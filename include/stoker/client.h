@@ -102,7 +102,13 @@ typedef struct stk_client_config {
    * 0 = $STOKER_CLIENT_LOG ("1"/"on" on, else off). The Python Loader and
    * stoker-train-loop turn it on. */
   uint32_t log;
-  uint8_t reserved[92];
+  /* How long stk_client_next waits with no live worker (none listed, none
+   * reachable, every one refusing) before it fails with the reason: 0 =
+   * $STOKER_NO_WORKER_TIMEOUT_MS, else join_timeout_ms. While it waits
+   * (more than 5 s), the client's log (cfg.log) says what for and since
+   * when, one line every 5 s. docs/operations.md, "When a rank waits". */
+  uint32_t no_worker_timeout_ms;
+  uint8_t reserved[88];
 } stk_client_config;
 
 STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
@@ -123,6 +129,8 @@ STK_EXPORT void stk_client_config_defaults(stk_client_config *cfg);
  *   token        cfg.token, else $STOKER_TOKEN (non-empty); stk_client_open
  *                then falls back to $STOKER_TOKEN_FILE (first line)
  *   working_set  cfg.working_set, else $STOKER_WORKING_SET (1..1024), else 8
+ *   no_worker_   cfg.no_worker_timeout_ms, else $STOKER_NO_WORKER_TIMEOUT_MS
+ *   timeout_ms     (>= 1), else (at open) join_timeout_ms
  *   cuda_device  cfg.cuda_device, else (CUDA clients only) $LOCAL_RANK,
  *                else the chosen pair's local rank (OMPI_COMM_WORLD_
  *                LOCAL_RANK, SLURM_LOCALID), else 0
@@ -143,20 +151,25 @@ STK_EXPORT int stk_client_config_from_env(stk_client_config *cfg, char *err,
  * malformed or past the end of the job), STK_UNAVAILABLE (no coordinator
  * within join_timeout_ms), STK_MISMATCH (resume state from another job, or
  * from another rank of the same world size), STK_UNSUPPORTED (CUDA asked
- * for where there is none, a resume state of an unknown version), with a
- * message in err. Thread-safe (separate clients are independent).
- * Side effect, process-wide: raises glibc's mmap and trim thresholds (32 and
- * 64 MiB) so gRPC's receive buffers are reused instead of being returned to
- * the kernel and faulted in again after every message; that cuts the
- * client's CPU per GB about fourfold (docs/benchmarks.md). Set the
- * environment variable STOKER_MALLOC_TUNING=0 to leave malloc alone; a
- * MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ you set is never
- * overridden. */
+ * for where there is none, a resume state of an unknown version),
+ * STK_UNAVAILABLE at once when no worker can serve the job (the
+ * coordinator holds a worker's failure, e.g. a dataset it cannot open,
+ * and no worker came within a few seconds: err carries the worker's
+ * reason), STK_INTERRUPTED (stk_interrupt during the join), with a
+ * message in err. While it waits to join, the client's log (cfg.log) says
+ * what for and since when, one line every 5 s. Thread-safe (separate clients are
+ * independent). Side effect, process-wide: raises glibc's mmap and trim thresholds (32
+ * and 64 MiB) so gRPC's receive buffers are reused instead of being returned to the
+ * kernel and faulted in again after every message; that cuts the client's CPU per GB
+ * about fourfold (docs/benchmarks.md). Set the environment variable
+ * STOKER_MALLOC_TUNING=0 to leave malloc alone; a MALLOC_MMAP_THRESHOLD_ or
+ * MALLOC_TRIM_THRESHOLD_ you set is never overridden. */
 STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out, char *err,
                                size_t errlen);
 
 /* The next batch of this rank, in step order. Blocks until it is ready in a
- * slot; the time blocked is the input stall (see stk_stats). Returns:
+ * slot; the time blocked is the input stall (see stk_stats). Wakes for
+ * stk_client_interrupt / stk_interrupt (STK_INTERRUPTED). Returns:
  *   STK_OK           *out is a ready slot; release it with stk_batch_release.
  *   STK_END_OF_EPOCH the epoch's last step was handed out; call again for
  *                    the next epoch.
@@ -166,19 +179,50 @@ STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out, c
  *                    stk_client_error() says why. In this library:
  *                    STK_CANCELLED the job ended (coordinator shutting it
  *                    down), STK_UNAVAILABLE no live worker for
- *                    join_timeout_ms; STK_MISMATCH / STK_PROTOCOL /
+ *                    no_worker_timeout_ms; STK_MISMATCH / STK_PROTOCOL /
  *                    STK_CORRUPT / STK_INVALID_ARGUMENT the same, when
  *                    every listed worker was dropped by this client
  *                    (refused our job, protocol or token, malformed
  *                    messages, 3 bad crc32c in a row: see
  *                    stk_stats.workers_dropped); one bad worker among
  *                    good ones is dropped, never fatal.
+ *   STK_INTERRUPTED  stk_client_interrupt / stk_interrupt woke the wait;
+ *                    not fatal: call again to go on.
  * The caller may hold at most slots-1 batches at once (the copy thread
  * needs a free slot); asking for more returns STK_STATE.
  * CUDA: the slot's copy is ordered before later work on cfg.cuda_stream
  * (the library makes that stream wait on the slot's ready event), so
  * kernels launched on it may read the tensors at once. */
 STK_EXPORT int stk_client_next(stk_client *c, stk_batch **out);
+
+/* stk_client_next that blocks at most timeout_ms: STK_TIMEOUT (nothing
+ * consumed, the client intact, stk_client_error "") when the batch is not
+ * ready by then; call again. Lets a host language run its own signal
+ * handlers between short waits (the Python Loader waits in 200 ms
+ * slices); the input stall and the no-worker limit count across calls.
+ * timeout_ms UINT32_MAX: no limit (stk_client_next). */
+STK_EXPORT int stk_client_next_timed(stk_client *c, stk_batch **out, uint32_t timeout_ms);
+
+/* Interrupting a blocking call. Both only store to a lock-free atomic:
+ * async-signal-safe, callable from a signal handler or any thread.
+ *
+ * stk_client_interrupt(c): the blocking call of c in progress (next,
+ * next_timed, finish), or else c's next call that would block, returns
+ * STK_INTERRUPTED within about 100 ms (stk_client_error says where it
+ * was). The request is taken by that one call. The client stays intact:
+ * next again resumes where it was (no batch lost or repeated); the
+ * daemons keep serving the other ranks. NULL is ignored.
+ *
+ * stk_interrupt(): every blocking call of libstoker in progress in this
+ * process returns STK_INTERRUPTED within about 100 ms -- including
+ * stk_client_open's join, which has no handle yet (open then fails,
+ * leaving nothing behind). Calls that start afterwards are not affected.
+ *
+ * A C program's SIGINT handler calls one of them (and sets its own flag,
+ * for a signal that comes between two calls); the loop then ends on
+ * STK_INTERRUPTED. stk_client_close never blocks for long: it cancels. */
+STK_EXPORT void stk_client_interrupt(stk_client *c);
+STK_EXPORT void stk_interrupt(void);
 
 /* Give the slot back. CUDA: the slot is reused only after the work queued
  * on cfg.cuda_stream before this call has finished (an event is recorded).
@@ -286,7 +330,10 @@ STK_EXPORT int stk_client_state_at(const stk_client *c, uint64_t epoch, void *bu
  * the end of the data by itself, and stoker-launch calls it (`stoker
  * finish`) for every rank of a host whose training command exited 0. A
  * rank that never finishes keeps the job, and its CPU hosts, up until the
- * coordinator's idle timeout. Thread-safe. */
+ * coordinator's idle timeout. Wakes for stk_client_interrupt /
+ * stk_interrupt: STK_INTERRUPTED (the finish is still re-announced by the
+ * client's watch while it stays open; call again to make sure).
+ * Thread-safe. */
 STK_EXPORT int stk_client_finish(stk_client *c, int shutdown_job);
 
 #define STK_MAX_WORKER_STATS 32

@@ -36,7 +36,8 @@ extern "C" {
   X(UNSUPPORTED, 13, "not supported here")                               \
   X(STATE, 14, "call not valid in the current state")                    \
   X(NOT_FOUND, 15, "not found")                                          \
-  X(INTERNAL, 16, "internal error")
+  X(INTERNAL, 16, "internal error")                                      \
+  X(INTERRUPTED, 17, "interrupted (stk_interrupt or stk_client_interrupt)")
 
 typedef enum stk_status {
 #define STK__STATUS_ENUM(name, num, msg) STK_##name = num,

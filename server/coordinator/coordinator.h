@@ -270,6 +270,10 @@ typedef struct coord_state {
     int64_t at_ms;
   } fails[MAX_FAILURES];
   uint32_t nfails; /* ever recorded; the newest is fails[(nfails - 1) % MAX] */
+  /* The last time a worker was listed or left the list (workers.c,
+   * state.c's unlink_locked): a failure newer than this, with no worker
+   * listed, is what Join answers (no_worker_can_serve_locked). */
+  int64_t workers_seen_ms;
   /* start_ms: set in main before the server starts, read-only after (no
    * lock); last_touch_ms: touch_locked, from any file. */
   int64_t start_ms, last_touch_ms;
@@ -441,6 +445,13 @@ Stoker__V1__WorkerStats *stats_copy(const Stoker__V1__WorkerStats *s);
  * (N s ago)" in buf (for a waiting rank's message), or "" (none). Returns
  * buf or "". Under C.mu. */
 const char *last_failure_locked(char *buf, size_t len);
+/* Join's answer while no worker can serve the job: no worker is listed
+ * and the newest failure came after the last worker was listed or left,
+ * at least FAIL_GRACE_MS ago (a good worker starting beside a bad one
+ * gets that long). 1 with STK_NO_WORKER_CAN_SERVE + the failure + what to
+ * do in buf, else 0. Under C.mu. */
+#define FAIL_GRACE_MS 2000
+int no_worker_can_serve_locked(char *buf, size_t len);
 /* Send Shutdown to every live worker that has not had it yet (queued
  * only). Call without C.mu (main loop). */
 void send_shutdowns(void);

@@ -82,7 +82,7 @@ static void held_reply_send(void *arg) {
 
 void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   const Stoker__V1__JoinRequest *q = (const Stoker__V1__JoinRequest *)req;
-  char msg[400];
+  char msg[800];
   int code = 0;
   int64_t now = stk__now_ms();
   /* A new rank's reply waits for the journal: its place is taken before
@@ -114,6 +114,8 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   } else if (C.shutting_down) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg), "the job is over (%.300s)", C.shutdown_reason);
+  } else if (no_worker_can_serve_locked(msg, sizeof(msg))) {
+    code = GRPC_STATUS_FAILED_PRECONDITION;
   } else if (!C.resolved) {
     code = GRPC_STATUS_UNAVAILABLE;
     char lf[900];

@@ -48,6 +48,7 @@ int unlink_locked(cworker *w) {
     if (*pp == w) {
       *pp = w->next;
       w->live = 0;
+      C.workers_seen_ms = stk__now_ms();
       publish_change_locked(w, 1);
       pthread_cond_broadcast(&C.cv);
       return 1;

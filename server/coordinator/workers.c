@@ -302,6 +302,7 @@ static void link_locked(cworker *w) {
   w->phase = WS_SERVING;
   w->next = C.workers;
   C.workers = w;
+  C.workers_seen_ms = w->registered_ms;
   publish_change_locked(w, 0);
   expect_remove_locked(w->id); /* it is back */
   pthread_cond_broadcast(&C.cv);
@@ -477,6 +478,19 @@ const char *last_failure_locked(char *buf, size_t len) {
   snprintf(buf, len, "; a worker could not serve the job: %s (%.0f s ago)", e->text,
            (double)(stk__now_ms() - e->at_ms) / 1000.0);
   return buf;
+}
+
+int no_worker_can_serve_locked(char *buf, size_t len) {
+  if (C.workers || !C.nfails) return 0;
+  const struct wfail *e = &C.fails[(C.nfails - 1) % MAX_FAILURES];
+  int64_t now = stk__now_ms();
+  if (e->at_ms < C.workers_seen_ms || now - e->at_ms < FAIL_GRACE_MS) return 0;
+  snprintf(buf, len,
+           STK_NO_WORKER_CAN_SERVE
+           "%.500s (%.0f s ago; no worker came since): fix what it says and start the "
+           "workers again",
+           e->text, (double)(now - e->at_ms) / 1000.0);
+  return 1;
 }
 
 static void session_message(stk__rpc_call *call, const ProtobufCMessage *msg) {

@@ -88,6 +88,44 @@ class StokerError(RuntimeError):
         super().__init__("%s: %s" % (self.name, message))
 
 
+# How long one wait of the library lasts at most before Python gets to run
+# its signal handlers (KeyboardInterrupt): next waits in slices this long.
+_SLICE_MS = 200
+
+
+def _interruptible(fn, c=None):
+    """fn() on a helper thread while this thread waits in short slices, so
+    Ctrl-C (KeyboardInterrupt, any exception raised by a signal handler)
+    comes within a fraction of a second. On such an exception the library
+    call is woken (stk_client_interrupt(c), or stk_interrupt() when there
+    is no client yet, as during open's join), waited for (it returns
+    within about 100 ms), and the exception goes on. Returns fn's result;
+    an exception fn raised is raised here."""
+    box = {}
+
+    def run():
+        try:
+            box["r"] = fn()
+        except BaseException as e:  # re-raised on the caller's thread
+            box["e"] = e
+
+    t = threading.Thread(target=run, name="stoker-call", daemon=True)
+    t.start()
+    try:
+        while t.is_alive():
+            t.join(_SLICE_MS / 1000.0)
+    except BaseException:
+        if c is not None:
+            lib.stk_client_interrupt(c)
+        else:
+            lib.stk_interrupt()
+        t.join()
+        raise
+    if "e" in box:
+        raise box["e"]
+    return box["r"]
+
+
 def _torch():
     import torch  # imported lazily: the module loads without torch
     return torch
@@ -206,8 +244,15 @@ class Loader:
         $STOKER_WORKING_SET, else 8; it grows up to working_set_max, None =
         4x, while the rank is input-bound; docs/operations.md "Working set").
     log: the client's few stderr lines on what it leaves out (refused list
-        entries, its working set, workers dropped); True by default, False
-        silences them ($STOKER_CLIENT_LOG=0 too).
+        entries, its working set, workers dropped) and on what it waits for
+        (one line every 5 s while joining or while no batch comes); True by
+        default, False silences them ($STOKER_CLIENT_LOG=0 too).
+    join_timeout_ms: how long the open keeps trying to join (default 60 s);
+        it fails at once, with the worker's reason, when the coordinator
+        reports that no worker can serve the job.
+    no_worker_timeout_ms: how long a step waits with no live worker before
+        it raises StokerError with the reason (None =
+        $STOKER_NO_WORKER_TIMEOUT_MS, else join_timeout_ms).
     tls_ca, tls_cert, tls_key: PEM files for TLS (None = $STOKER_TLS_CA,
         $STOKER_TLS_CERT, $STOKER_TLS_KEY, else plaintext): tls_ca verifies
         the daemons; cert+key are presented under mTLS (docs/operations.md).
@@ -223,6 +268,11 @@ class Loader:
         same rank afterwards, e.g. to check a resume).
     The client is opened on first use, so load_state_dict() may come first.
     Not thread-safe: drive one Loader from one thread (stats() excepted).
+    Ctrl-C: every wait (the join at open, a step, finish) raises
+    KeyboardInterrupt within a fraction of a second; the daemons go on
+    serving the other ranks, and a script started again resumes as usual.
+    The join is woken with stk_interrupt, which also wakes another thread's
+    Loader that is joining at that moment.
     """
 
     def __init__(self, coordinator=None, rank=None, world_size=None, device="cpu",
@@ -231,7 +281,7 @@ class Loader:
                  job=None, data_root=None, with_meta=False, as_dict=False,
                  copy=False, pin_memory=False, xla_device=None, tls_ca=None,
                  tls_cert=None, tls_key=None, auto_finish=True, working_set=None,
-                 working_set_max=None, log=True):
+                 working_set_max=None, log=True, no_worker_timeout_ms=None):
         if device not in DEVICES:
             raise ValueError("device must be 'cpu', 'cuda' or 'xla', not %r" % (device,))
         if with_meta and as_dict:
@@ -247,7 +297,9 @@ class Loader:
                                 ("world_size", world_size, 1, 0xFFFFFFFF),
                                 ("cuda_device", cuda_device, 0, 0x7FFFFFFF),
                                 ("working_set", working_set, 1, 1024),
-                                ("working_set_max", working_set_max, 1, 1024)):
+                                ("working_set_max", working_set_max, 1, 1024),
+                                ("no_worker_timeout_ms", no_worker_timeout_ms, 1,
+                                 0xFFFFFFFF)):
             if v is not None and (isinstance(v, bool) or not isinstance(v, int)
                                   or not lo <= v <= hi):
                 raise ValueError("%s must be None (from the environment) or an int in "
@@ -261,7 +313,7 @@ class Loader:
                           cuda_stream=cuda_stream, job=job, data_root=data_root,
                           tls_ca=tls_ca, tls_cert=tls_cert, tls_key=tls_key,
                           working_set=working_set, working_set_max=working_set_max,
-                          log=log)
+                          log=log, no_worker_timeout_ms=no_worker_timeout_ms)
         if isinstance(slots, bool) or not isinstance(slots, int) or slots < 3:
             raise ValueError("slots must be an int >= 3, not %r" % (slots,))
         self.slots = slots
@@ -307,6 +359,8 @@ class Loader:
             cfg.cuda_stream = getattr(s, "cuda_stream", s)  # torch.cuda.Stream or int
         cfg.convert = _lib.CONVERT[a["convert"]]
         cfg.join_timeout_ms = a["join_timeout_ms"]
+        if a["no_worker_timeout_ms"] is not None:
+            cfg.no_worker_timeout_ms = a["no_worker_timeout_ms"]
         if a["working_set"] is not None:
             cfg.working_set = a["working_set"]
         if a["working_set_max"] is not None:
@@ -325,7 +379,7 @@ class Loader:
             keep.append(sbuf)
             cfg.resume_state = ctypes.cast(sbuf, ctypes.c_void_p)
             cfg.resume_len = len(self._state)
-        err = ctypes.create_string_buffer(512)
+        err = ctypes.create_string_buffer(1024)
         # What was not given comes from the environment (open would do the
         # same; resolving here lets .rank/.world_size report it).
         st = lib.stk_client_config_from_env(ctypes.byref(cfg), err, len(err))
@@ -338,7 +392,16 @@ class Loader:
             st = lib.stk_client_open_local(ctypes.byref(cfg), a["job"].encode(), root,
                                            ctypes.byref(c), err, len(err))
         else:
-            st = lib.stk_client_open(ctypes.byref(cfg), ctypes.byref(c), err, len(err))
+            # The join waits (up to join_timeout_ms): on a helper thread, so
+            # Ctrl-C interrupts it (stk_interrupt) within a fraction of a
+            # second; a client that opened all the same is closed.
+            try:
+                st = _interruptible(lambda: lib.stk_client_open(
+                    ctypes.byref(cfg), ctypes.byref(c), err, len(err)))
+            except BaseException:
+                if c.value:
+                    lib.stk_client_close(c)
+                raise
         if st != 0:
             raise StokerError(st, err.value.decode(errors="replace"))
         self._c = c
@@ -377,7 +440,7 @@ class Loader:
         itself. Raises StokerError when the coordinator cannot be reached
         within a few seconds (its idle timeout still ends the job)."""
         c = self._open()
-        st = lib.stk_client_finish(c, 1 if shutdown_job else 0)
+        st = _interruptible(lambda: lib.stk_client_finish(c, 1 if shutdown_job else 0), c)
         if st != 0:
             raise self._error(st)
         self._finished = True
@@ -540,7 +603,12 @@ class Loader:
         while not self._done:
             self._release()
             b = ctypes.c_void_p()
-            st = lib.stk_client_next(self._c, ctypes.byref(b))
+            # Short waits, so Python runs its signal handlers between them:
+            # Ctrl-C raises KeyboardInterrupt here within _SLICE_MS, the
+            # client intact (a later `for` goes on where this one stopped).
+            st = lib.stk_client_next_timed(self._c, ctypes.byref(b), _SLICE_MS)
+            while st == _lib.STK_TIMEOUT:
+                st = lib.stk_client_next_timed(self._c, ctypes.byref(b), _SLICE_MS)
             if st == _lib.STK_END_OF_EPOCH and fresh:
                 # The end of the previous epoch, left unread by a loop that
                 # took exactly len(loader) steps: this `for` is the next epoch.

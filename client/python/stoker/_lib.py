@@ -21,7 +21,9 @@ STK_STATUS_NAMES = {
     4: "NO_MEMORY", 5: "IO", 6: "CORRUPT", 7: "LIMIT", 8: "UNAVAILABLE",
     9: "TIMEOUT", 10: "MISMATCH", 11: "PROTOCOL", 12: "CANCELLED",
     13: "UNSUPPORTED", 14: "STATE", 15: "NOT_FOUND", 16: "INTERNAL",
+    17: "INTERRUPTED",
 }
+STK_TIMEOUT, STK_INTERRUPTED = 9, 17
 DEVICE_CPU, DEVICE_CUDA = 1, 2
 # "not given" values of stk_client_config (taken from the environment)
 RANK_FROM_ENV, WORLD_SIZE_FROM_ENV, CUDA_DEVICE_FROM_ENV = 0xFFFFFFFF, 0, -1
@@ -53,7 +55,8 @@ class Config(ctypes.Structure):
         ("working_set", ctypes.c_uint32),
         ("working_set_max", ctypes.c_uint32),
         ("log", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 92),
+        ("no_worker_timeout_ms", ctypes.c_uint32),
+        ("reserved", ctypes.c_uint8 * 88),
     ]
 
 
@@ -186,6 +189,9 @@ _sigs = {
                                              ctypes.c_char_p, ctypes.POINTER(_P),
                                              ctypes.c_char_p, ctypes.c_size_t]),
     "stk_client_next": (ctypes.c_int, [_P, ctypes.POINTER(_P)]),
+    "stk_client_next_timed": (ctypes.c_int, [_P, ctypes.POINTER(_P), ctypes.c_uint32]),
+    "stk_client_interrupt": (None, [_P]),
+    "stk_interrupt": (None, []),
     "stk_batch_release": (None, [_P]),
     "stk_batch_epoch": (ctypes.c_uint64, [_P]),
     "stk_batch_step": (ctypes.c_uint64, [_P]),

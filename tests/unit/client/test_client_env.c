@@ -23,7 +23,8 @@ static const char *const vars[] = {"STOKER_COORDINATOR",
                                    "SLURM_PROCID",
                                    "SLURM_NTASKS",
                                    "SLURM_LOCALID",
-                                   "STOKER_WORKING_SET"};
+                                   "STOKER_WORKING_SET",
+                                   "STOKER_NO_WORKER_TIMEOUT_MS"};
 
 static void clear_env(void) {
   for (size_t i = 0; i < sizeof(vars) / sizeof(vars[0]); i++) unsetenv(vars[i]);
@@ -166,6 +167,34 @@ int main(void) {
     CHECK(bad(STK_DEVICE_CPU, "STOKER_WORKING_SET"));
   }
   clear_env();
+
+  /* The no-worker limit: env when not given (>= 1 ms), explicit wins. */
+  CHECK(resolve(&cfg, STK_DEVICE_CPU) == STK_OK && cfg.no_worker_timeout_ms == 0);
+  setenv("STOKER_NO_WORKER_TIMEOUT_MS", "300000", 1);
+  CHECK(resolve(&cfg, STK_DEVICE_CPU) == STK_OK && cfg.no_worker_timeout_ms == 300000);
+  stk_client_config_defaults(&cfg);
+  cfg.no_worker_timeout_ms = 5;
+  CHECK(stk_client_config_from_env(&cfg, err, sizeof(err)) == STK_OK);
+  CHECK(cfg.no_worker_timeout_ms == 5);
+  static const char *const bad_nw[] = {"0", "-1", "5s", "", "99999999999"};
+  for (size_t i = 0; i < sizeof(bad_nw) / sizeof(bad_nw[0]); i++) {
+    setenv("STOKER_NO_WORKER_TIMEOUT_MS", bad_nw[i], 1);
+    CHECK(bad(STK_DEVICE_CPU, "STOKER_NO_WORKER_TIMEOUT_MS"));
+  }
+  clear_env();
+
+  /* A coordinator without its port is refused at once, naming it. */
+  stk_client_config_defaults(&cfg);
+  cfg.coordinator = "127.0.0.1";
+  cfg.join_timeout_ms = 120000;
+  {
+    stk_client *nc = NULL;
+    CHECK(stk_client_open(&cfg, &nc, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+    CHECK(nc == NULL && strstr(err, "has no port") != NULL);
+    cfg.coordinator = "127.0.0.1:0";
+    CHECK(stk_client_open(&cfg, &nc, err, sizeof(err)) == STK_INVALID_ARGUMENT);
+    CHECK(nc == NULL && strstr(err, "has no port") != NULL);
+  }
 
   /* Through the opens: the effective rank is the one the client uses. */
   stk_client *c = NULL;
