@@ -22,6 +22,7 @@
 #include "common/thread.h"
 #include "common/clock.h"
 #include "common/error.h"
+#include "common/secret.h"
 #include "peer.h"
 #include "rpc.h"
 #include "rpc_tsan.h"
@@ -373,18 +374,6 @@ unsigned stk__rpc_call_roles(stk__rpc_call *c) { return c->roles; }
 
 /* ---- Events -------------------------------------------------------------- */
 
-/* 1 when the authorization value p[0..n) is "Bearer <token>". Constant
- * time in the token's length whatever was sent: no early return on a
- * wrong length or a differing byte. */
-static int bearer_is(const unsigned char *p, size_t n, const char *token) {
-  size_t want = strlen(token), got = n > 7 ? n - 7 : 0;
-  unsigned char diff = (unsigned char)(n != want + 7);
-  diff |= (unsigned char)(n < 7 || memcmp(p, "Bearer ", 7) != 0);
-  for (size_t j = 0; j < want; j++)
-    diff |= (unsigned char)((j < got ? p[7 + j] : 0) ^ (unsigned char)token[j]);
-  return diff == 0;
-}
-
 /* The roles the call's bearer token grants: every role when the server
  * has no token, 0 when it carries none or an unknown one. Every token is
  * compared, so the time does not tell which one matched. A stream ticket
@@ -413,7 +402,7 @@ static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md, char *wh
     const unsigned char *p = GRPC_SLICE_START_PTR(v);
     size_t n = GRPC_SLICE_LENGTH(v);
     for (size_t j = first; j < s->ncreds; j++)
-      if (bearer_is(p, n, s->creds[j].token)) roles |= s->creds[j].roles;
+      if (stk__bearer_is(p, n, s->creds[j].token)) roles |= s->creds[j].roles;
     uint64_t exp = 0;
     int is_ticket = 0;
     if (n > 7 && !memcmp(p, "Bearer ", 7)) {
