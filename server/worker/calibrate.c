@@ -30,11 +30,7 @@ int worker_calibrate(void) {
     return 2;
   }
   stk_limits lim;
-  memset(&lim, 0, sizeof(lim));
-  lim.max_file_bytes = (uint64_t)opt.max_file_mb << 20;
-  lim.max_pixels = (uint64_t)opt.max_pixels;
-  lim.plugin_dir = *opt.plugin_dir ? opt.plugin_dir : NULL;
-  lim.python_path = *opt.python_path ? opt.python_path : NULL;
+  worker_limits(&lim);
   stk_dataset *ds = NULL;
   stk_builder *b = NULL;
   void *buf = NULL;

@@ -17,6 +17,14 @@
 #include "wire_limits.h"
 #include "worker.h"
 
+void worker_limits(stk_limits *lim) {
+  memset(lim, 0, sizeof(*lim));
+  lim->max_file_bytes = (uint64_t)opt.max_file_mb << 20;
+  lim->max_pixels = (uint64_t)opt.max_pixels;
+  lim->plugin_dir = *opt.plugin_dir ? opt.plugin_dir : NULL;
+  lim->python_path = *opt.python_path ? opt.python_path : NULL;
+}
+
 sched *current_sched(void) {
   pthread_mutex_lock(&W.mu);
   sched *s = W.have_job ? W.sch : NULL;
@@ -140,11 +148,7 @@ int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     }
   } else {
     stk_limits lim;
-    memset(&lim, 0, sizeof(lim));
-    lim.max_file_bytes = (uint64_t)opt.max_file_mb << 20;
-    lim.max_pixels = (uint64_t)opt.max_pixels;
-    lim.plugin_dir = *opt.plugin_dir ? opt.plugin_dir : NULL;
-    lim.python_path = *opt.python_path ? opt.python_path : NULL;
+    worker_limits(&lim);
     stk_dataset *ds = NULL;
     if (stk_dataset_open(&spec, *opt.data_root ? opt.data_root : NULL, &lim, &ds, msg,
                          sizeof(msg))) {

@@ -104,6 +104,10 @@ extern worker_state W;
 
 /* ---- The job and the coordinator's commands (job.c) -------------------- */
 
+/* The dataset limits the worker's options set (--max-file-mb,
+ * --max-pixels, --plugin-dir, --python-path): what job.c and calibrate.c
+ * open the dataset with. Pure; the strings point into opt. */
+void worker_limits(stk_limits *lim);
 /* The scheduler once the job is loaded, else NULL. The scheduler lives
  * until main destroys it at exit. Any thread (takes W.mu). */
 sched *current_sched(void);
