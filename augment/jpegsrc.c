@@ -563,7 +563,7 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
   const stk_tensor_desc *tl =
       &b->layout.tensors[stk_batch_layout_find(&b->layout, "label")];
   stk_perm perm;
-  stk_perm_init(&perm, n, s->seed, epoch);
+  stk_job_perm_init(&perm, s, n, epoch);
 
   for (uint32_t k0 = 0; k0 < B; k0 += FD_WINDOW) {
     uint32_t k1 = B - k0 < FD_WINDOW ? B : k0 + FD_WINDOW;

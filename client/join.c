@@ -181,6 +181,13 @@ static int join_ask(stk_client *c, Stoker__V1__JoinResponse **out, char *err,
        * already over. */
       if (code == GRPC_STATUS_FAILED_PRECONDITION && !c->job.hash)
         st = strstr(details, "protocol") ? STK_PROTOCOL : STK_CANCELLED;
+      /* The rank is another live process's, or finished in this job:
+       * refused at once, the coordinator's words say which. */
+      if (code == GRPC_STATUS_FAILED_PRECONDITION &&
+          (strstr(details, " is held by client ") ||
+           strstr(details, " has finished in job ")))
+        return stk__errf(err, errlen, STK_STATE, "could not join the job at %s: %s",
+                         c->coordinator, details);
       /* The coordinator holds a worker's failure and no worker came since:
        * nothing will serve this job until someone fixes it. */
       if (code == GRPC_STATUS_FAILED_PRECONDITION &&

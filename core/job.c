@@ -34,6 +34,7 @@ typedef enum {
   T_TOKEN,
   T_PIPE,
   T_VIEWS,    /* a uint32 left out of the canonical text while 1 */
+  T_SHUFFLE,  /* a bool stored inverted (in_order), left out while true */
   T_VIEWCHAIN /* a view's own chain (view_chain[]), left out while it has none */
 } opt_type;
 
@@ -99,6 +100,8 @@ static const job_opt job_opts[] = {
     {"epochs", T_U32, OFF(epochs), 0, NULL, "epochs to deliver"},
     {"drop_last", T_BOOL, OFF(drop_last), 0, NULL,
      "true: drop the remainder; false: pad it with mask = 0"},
+    {"shuffle", T_SHUFFLE, OFF(in_order), 0, NULL,
+     "true: epoch e in the keyed permutation P_e; false: in index order"},
     {"num_classes", T_U32, OFF(num_classes), 0, NULL,
      "label range: synthetic draws labels from it, tar checks .cls labels against it; "
      "imagefolder: the class folder count (0, its default, = take it from the "
@@ -443,14 +446,17 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
       return STK_OK;
     }
     case T_BOOL:
+    case T_SHUFFLE: {
+      int32_t on = o->type == T_BOOL; /* T_SHUFFLE stores the opposite */
       if (!strcmp(value, "true") || !strcmp(value, "1") || !strcmp(value, "yes"))
-        *(int32_t *)field = 1;
+        *(int32_t *)field = on;
       else if (!strcmp(value, "false") || !strcmp(value, "0") || !strcmp(value, "no"))
-        *(int32_t *)field = 0;
+        *(int32_t *)field = !on;
       else
         return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                          "'%s' wants true or false, got '%s'", key, value);
       return STK_OK;
+    }
     case T_TOKEN:
       if (!strcmp(value, "none")) {
         *(int64_t *)field = -1;
@@ -641,6 +647,10 @@ size_t stk_job_spec_format(const stk_job_spec *s, char *buf, size_t len) {
       case T_BOOL:
         snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,
                  *(const int32_t *)field ? "true" : "false");
+        break;
+      case T_SHUFFLE:
+        if (*(const int32_t *)field) snprintf(tmp, sizeof(tmp), "%s = false\n", o->name);
+        else tmp[0] = 0;
         break;
       case T_ENUM:
         snprintf(tmp, sizeof(tmp), "%s = %s\n", o->name,

@@ -1,5 +1,6 @@
 /* plan.c - which samples a batch holds: the keyed epoch permutation
- * (Feistel network with cycle walking), the steps of an epoch and
+ * (Feistel network with cycle walking) or, with shuffle = false, the
+ * identity, the steps of an epoch and
  * rank/step addressing, including an epoch resumed with another world
  * size (a sample offset, stk_resume_point). The randomness each sample
  * sees is rng.c's.
@@ -28,6 +29,16 @@ void stk_perm_init(stk_perm *p, uint64_t n, uint64_t seed, uint64_t epoch) {
   }
 }
 
+void stk_job_perm_init(stk_perm *p, const stk_job_spec *s, uint64_t n, uint64_t epoch) {
+  if (s->in_order) {
+    /* The identity: half_bits 0 marks it (a keyed one has at least 1). */
+    memset(p, 0, sizeof(*p));
+    p->n = n;
+    return;
+  }
+  stk_perm_init(p, n, s->seed, epoch);
+}
+
 static uint64_t feistel(const stk_perm *p, uint64_t x) {
   uint32_t h = p->half_bits;
   uint64_t mask = (h >= 64) ? ~0ull : ((1ull << h) - 1);
@@ -43,6 +54,7 @@ static uint64_t feistel(const stk_perm *p, uint64_t x) {
 
 uint64_t stk_perm_apply(const stk_perm *p, uint64_t i) {
   if (p->n <= 1) return 0;
+  if (p->half_bits == 0) return i % p->n; /* stk_job_perm_init's identity */
   uint64_t y = feistel(p, i);
   /* Cycle walking: the domain is < 4n, so a few rounds on average; the
    * walk terminates because the Feistel network is a bijection on the
@@ -79,7 +91,7 @@ int stk_batch_samples_at(const stk_job_spec *s, uint64_t n, uint64_t epoch,
       step >= stk_epoch_steps(s, n, offset))
     return STK_INVALID_ARGUMENT;
   stk_perm p;
-  stk_perm_init(&p, n, s->seed, epoch);
+  stk_job_perm_init(&p, s, n, epoch);
   uint64_t B = s->batch_size;
   uint64_t base = offset + (step * s->world_size + rank) * B;
   for (uint64_t j = 0; j < B; j++) {

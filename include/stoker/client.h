@@ -155,7 +155,10 @@ STK_EXPORT int stk_client_config_from_env(stk_client_config *cfg, char *err,
  * STK_UNAVAILABLE at once when no worker can serve the job (the
  * coordinator holds a worker's failure, e.g. a dataset it cannot open,
  * and no worker came within a few seconds: err carries the worker's
- * reason), STK_INTERRUPTED (stk_interrupt during the join), with a
+ * reason), STK_STATE at once when another live process holds this rank
+ * (err names it: HOST:PID:rankR) or the rank has finished in this job (a
+ * finished rank is not served again), STK_INTERRUPTED (stk_interrupt
+ * during the join), with a
  * message in err. While it waits to join, the client's log (cfg.log) says
  * what for and since when, one line every 5 s. Thread-safe (separate clients are
  * independent). Side effect, process-wide: raises glibc's mmap and trim thresholds (32

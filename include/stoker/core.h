@@ -102,7 +102,10 @@ typedef struct stk_job_spec {
   uint16_t view_chain[3];
   uint16_t pad0; /* 0 */
   uint32_t view_height[3], view_width[3];
-  uint8_t reserved[192];
+  /* 1: job key shuffle = false: epoch e visits the samples in index order
+   * (P_e the identity); 0 (the default): the keyed permutation P_e. */
+  int32_t in_order;
+  uint8_t reserved[188];
 } stk_job_spec;
 
 /* Fill *spec with the defaults (synthetic with num_samples 0, which the
@@ -170,6 +173,11 @@ typedef struct stk_perm {
 
 /* Permutation of epoch `epoch` of a job with seed `seed` over n items. */
 STK_EXPORT void stk_perm_init(stk_perm *p, uint64_t n, uint64_t seed, uint64_t epoch);
+/* The sample order P_e of epoch `epoch` of a job over n samples:
+ * stk_perm_init's keyed permutation, or the identity (P_e[i] = i) when the
+ * job says shuffle = false (spec->in_order). Thread-safe. */
+STK_EXPORT void stk_job_perm_init(stk_perm *p, const stk_job_spec *spec, uint64_t n,
+                                  uint64_t epoch);
 /* P(i) for i < n. Thread-safe (p is read only). */
 STK_EXPORT uint64_t stk_perm_apply(const stk_perm *p, uint64_t i);
 
@@ -178,6 +186,7 @@ STK_EXPORT uint64_t stk_perm_apply(const stk_perm *p, uint64_t i);
 STK_EXPORT uint64_t stk_steps_per_epoch(const stk_job_spec *spec, uint64_t n);
 
 /* The samples of batch (epoch, rank, step): indices[j] = P_e[(s*W+r)*B + j]
+ * (P_e as stk_job_perm_init gives it)
  * and mask[j] = 1; a slot past the end of the epoch (padding, only without
  * drop_last) gets the sample P_e[pos mod N] and mask[j] = 0. Both arrays
  * hold batch_size entries. Returns STK_INVALID_ARGUMENT for an address out

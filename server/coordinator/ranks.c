@@ -17,9 +17,11 @@
 #include "log.h"
 #include "stoker/version.h"
 
-/* How long a rank's holder counts as alive after its last watch ended (the
- * client opens the next one at once) or after its join (its first watch
- * follows it). */
+/* How long a rank's holder counts as alive after its last watch ended at
+ * the end of its lease (the client opens the next one at once) or after
+ * its join (its first watch follows it). A watch that its client closed
+ * (the process closed its loader, crashed or lost its connection) frees
+ * the rank at once. */
 #define HOLDER_GRACE_MS 5000
 
 /* The holder of rank r is alive: an open watch, or seen within the grace. */
@@ -135,17 +137,29 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
              "resume state is from job %016" PRIx64
              ", this coordinator runs job %016" PRIx64 " (%s)",
              q->expect_job_hash, C.hash, C.spec.name);
+  } else if (C.finished[q->rank]) {
+    /* A finished rank is never served again in this job: its samples
+     * were delivered (FAILED_PRECONDITION: final, no retry). */
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(msg, sizeof(msg),
+             "rank %u has finished in job %s (%u/%u ranks finished): a finished rank is "
+             "not served again; run the job again under another name (or a new "
+             "coordinator) to read its data again",
+             q->rank, C.spec.name, C.nfinished, C.spec.world_size);
   } else if (holder_busy_locked(q->rank, q->client_id, now)) {
-    /* UNAVAILABLE: libstoker keeps trying for its join timeout, so a
-     * process that replaces a dead holder gets in once that one is gone. */
+    /* FAILED_PRECONDITION: refused at once, no retry. A holder that
+     * crashed frees the rank as its watch closes, so its replacement is
+     * not refused. The client id is HOST:PID:rankR. */
     const struct crank *r = &C.ranks[q->rank];
     char esc[300];
-    code = GRPC_STATUS_UNAVAILABLE;
-    snprintf(msg, sizeof(msg),
-             "rank %u is held by client %s (from %s, joined %.0f s ago): one process "
-             "per rank; a holder that died frees it within seconds",
-             q->rank, stk__escape(esc, sizeof(esc), r->holder), r->holder_peer,
-             (double)(now - r->holder_since_ms) / 1000.0);
+    code = GRPC_STATUS_FAILED_PRECONDITION;
+    snprintf(
+        msg, sizeof(msg),
+        "rank %u is held by client %s (host:pid:rank; from %s, joined %.0f s ago), a "
+        "live process: one process per rank; stop that process or join as another "
+        "rank",
+        q->rank, stk__escape(esc, sizeof(esc), r->holder), r->holder_peer,
+        (double)(now - r->holder_since_ms) / 1000.0);
   }
   if (code) {
     pthread_mutex_unlock(&C.mu);
@@ -468,7 +482,15 @@ static void watch_closed(stk__rpc_call *call) {
   if (wt->holds && C.ranks[wt->rank].holder_gen == wt->gen) {
     struct crank *k = &C.ranks[wt->rank];
     if (k->holder_watches > 0) k->holder_watches--;
-    k->holder_seen_ms = stk__now_ms();
+    /* Ended by its lease (over): the client watches again at once, the
+     * grace covers the gap. Closed by the client (its process closed the
+     * loader or died, its connection dropped): the rank is free now. */
+    k->holder_seen_ms = wt->over ? stk__now_ms() : stk__now_ms() - HOLDER_GRACE_MS;
+    if (!wt->over && k->holder_watches == 0) {
+      char esc[300];
+      LOG_INFO("rank %u released: the watch of client %s closed", wt->rank,
+               stk__escape(esc, sizeof(esc), k->holder ? k->holder : ""));
+    }
   }
   int keep = wt->journaling; /* the journal's callback frees it */
   if (keep) wt->closed = 1;

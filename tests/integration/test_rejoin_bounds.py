@@ -77,8 +77,9 @@ def soak(p, port, state_dir, tmp, minutes, grpc):
     while time.monotonic() - t0 < minutes * 60:
         r = i % last
         # One round per PACE_S: a rank's new process comes ~7.5 s after its
-        # last one, past the coordinator's 5 s grace for a holder that went
-        # quiet; one that comes sooner is told the rank is held (counted).
+        # last one, past the coordinator's 5 s grace for a holder that
+        # joined without a watch (a cancelled watch frees the rank at once);
+        # one that comes sooner is told the rank is held (counted).
         wait = t0 + i * PACE_S - time.monotonic()
         if wait > 0:
             time.sleep(wait)
@@ -86,7 +87,8 @@ def soak(p, port, state_dir, tmp, minutes, grpc):
             join(f_varint(1, r) + f_varint(2, RANKS) + f_bytes(3, "soak-%d-%d" % (r, i + 1)) +
                  f_varint(4, PROTOCOL_VERSION), timeout=20)
         except grpc.RpcError as e:
-            if e.code() != grpc.StatusCode.UNAVAILABLE or "is held" not in (e.details() or ""):
+            if (e.code() != grpc.StatusCode.FAILED_PRECONDITION or
+                    "is held" not in (e.details() or "")):
                 raise
             refused += 1
         call = watch(f_varint(1, r) + f_bytes(6, "soak-%d-%d" % (r, i + 1)) + f_varint(7, 1),

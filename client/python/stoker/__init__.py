@@ -219,6 +219,9 @@ def _as_tensor(t, owner):
     return torch.frombuffer(buf, dtype=dt, count=count).view(shape)
 
 
+_LAST_BATCH = ("pad", "trim", "mark")
+
+
 class Loader:
     """Iterable over this rank's batches; one `for` loop = one epoch.
 
@@ -262,6 +265,14 @@ class Loader:
         library's slot, valid after the next step; pin_memory: make the CPU
         copies in pinned memory (needs CUDA; ignored without it).
     xla_device: the torch_xla device for device="xla" (None = xm.xla_device()).
+    last_batch: what a step yields of the rows that pad an epoch's last
+        step (only a job with drop_last = false has them: the batch keeps
+        its B rows, mask 0 on the padding, which repeats real samples with
+        their real labels). "pad" (the default): every row, as built, said
+        once on stderr; "trim": only the real rows (the last step's tensors
+        are then shorter than B: shapes change on that step); "mark": every
+        row, the padding rows' labels -1 (CrossEntropyLoss(ignore_index=-1)
+        skips them). batch.mask and batch.index always hold all B rows.
     auto_finish: finish the rank at the end of its data (the last epoch's
         `for` running out, or close/exit once every step was handed out);
         False leaves it to an explicit finish() (a script that reopens the
@@ -281,12 +292,18 @@ class Loader:
                  job=None, data_root=None, with_meta=False, as_dict=False,
                  copy=False, pin_memory=False, xla_device=None, tls_ca=None,
                  tls_cert=None, tls_key=None, auto_finish=True, working_set=None,
-                 working_set_max=None, log=True, no_worker_timeout_ms=None):
+                 working_set_max=None, log=True, no_worker_timeout_ms=None,
+                 last_batch="pad"):
         if device not in DEVICES:
             raise ValueError("device must be 'cpu', 'cuda' or 'xla', not %r" % (device,))
         if with_meta and as_dict:
             raise ValueError("with_meta and as_dict are exclusive (the dict has every "
                              "tensor; Loader.batch has the rest)")
+        if last_batch not in _LAST_BATCH:
+            raise ValueError("last_batch must be 'pad', 'trim' or 'mark', not %r"
+                             % (last_batch,))
+        self.last_batch = last_batch
+        self._pad_said = False
         self._xla = _xla() if device == "xla" else None
         if convert not in _lib.CONVERT:
             raise ValueError("convert must be None, 'float32' or 'bfloat16'")
@@ -332,6 +349,7 @@ class Loader:
         self.device = device
         self._xla_device = xla_device
         self._want_epoch = None
+        self._drop_last = None
         self.batch = None
         _live.add(self)
 
@@ -492,7 +510,7 @@ class Loader:
     def job(self):
         """The job spec as a dict (num_samples resolved); the enum and flag
         fields as a job file writes them ("dtype": "float32", "layout":
-        "nchw", "drop_last": True), the rest as numbers and strings; a view
+        "nchw", "drop_last": True, "shuffle": True), the rest as numbers and strings; a view
         with a chain of its own as "view1": its chain text (its size in
         view_height/view_width)."""
         j = _lib.JobSpec()
@@ -508,6 +526,9 @@ class Loader:
         out = {}
         for k, _ in _lib.JobSpec._fields_:
             if k in ("reserved", "view_chain", "pad0"):
+                continue
+            if k == "in_order":  # job key shuffle, stored inverted
+                out["shuffle"] = not j.in_order
                 continue
             v = getattr(j, k)
             if isinstance(v, bytes):
@@ -627,6 +648,7 @@ class Loader:
             if st != 0:
                 raise self._error(st)
             self.batch = self._describe(b)
+            self._last_rows()
             if self.as_dict:
                 yield dict(self.batch.tensors)
             elif self.with_meta:
@@ -634,6 +656,51 @@ class Loader:
             else:
                 yield self.batch.images, self.batch.labels
         self._release()
+
+    def _last_rows(self):
+        """Apply last_batch to a batch with padding rows (mask 0; they are
+        the last rows of the batch): trim them or label them -1."""
+        b = self.batch
+        if b.mask is None or self._job_drops_last():
+            return
+        B = int(b.mask.shape[0])
+        real = int(b.mask.sum())
+        if real == B:
+            return
+        if self.last_batch == "pad":
+            if not self._pad_said:
+                self._pad_said = True
+                sys.stderr.write(
+                    "stoker: rank %s: epoch %d step %d holds %d padding rows (drop_last = "
+                    "false): repeated samples with their real labels, mask 0 in "
+                    "batch.mask; Loader(last_batch=\"trim\") leaves them out, "
+                    "last_batch=\"mark\" labels them -1\n"
+                    % (self.rank, b.epoch, b.step, B - real))
+            return
+        if self.last_batch == "trim":
+            def cut(x):
+                return x[:real] if x is not None and x.dim() and x.shape[0] == B else x
+            b.images = [cut(x) for x in b.images] if isinstance(b.images, list) \
+                else cut(b.images)
+            b.labels, b.label, b.target = cut(b.labels), cut(b.label), cut(b.target)
+            b.tensors = [(nm, x if nm in ("mask", "index") else cut(x))
+                         for nm, x in b.tensors]
+            return
+        # "mark": the labels (a copy: the slot's own bytes stay as built)
+        lab = b.label.clone()
+        lab[real:] = -1
+        if b.labels is b.label:
+            b.labels = lab
+        b.label = lab
+        b.tensors = [(nm, lab if nm == "label" else x) for nm, x in b.tensors]
+
+    def _job_drops_last(self):
+        """The job's drop_last (then no batch has padding rows), read once."""
+        if self._drop_last is None:
+            j = _lib.JobSpec()
+            lib.stk_client_job(self._c, ctypes.byref(j))
+            self._drop_last = bool(j.drop_last)
+        return self._drop_last
 
     def _own(self, x):
         """An owned copy of a slot view (the copy=True mode)."""

@@ -28,6 +28,7 @@ static void roundtrip(const stk_job_spec *a) {
   /* and the keys the canonical text leaves out at their default */
   b.name[0] = b.dataset[0] = b.plugin[0] = b.chain[0] = 0;
   b.views = 1;
+  b.in_order = 0;
   int rc = stk_job_spec_parse(&b, t1, err, sizeof err);
   CHECK(rc == STK_OK);
   if (rc != STK_OK) fprintf(stderr, "parse: %s\n--- text:\n%s", err, t1);
@@ -105,6 +106,7 @@ static void test_roundtrip_random(void) {
     a.dtype = 1 + (int32_t)(stk_rng_u32(&r) % 3);
     a.layout = 1 + (int32_t)(stk_rng_u32(&r) % 2);
     a.drop_last = (int32_t)(stk_rng_u32(&r) & 1);
+    a.in_order = (int32_t)(stk_rng_u32(&r) & 1);
     snprintf(a.name, sizeof a.name, "j%u", stk_rng_u32(&r));
     snprintf(a.dataset, sizeof a.dataset, "d/%u x", stk_rng_u32(&r));
     roundtrip(&a);
