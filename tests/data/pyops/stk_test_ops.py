@@ -45,12 +45,13 @@ def raise_some(img, rng, k=2):
     return img.copy()
 
 
-def shrink_shm_some(img, rng, k=3):
+def shrink_shm_some(img, rng, k=2):
     """A hostile op: truncates the shared memory it got the image in
     (descriptor 4). The worker's memfd is sealed against shrinking, so
     this raises PermissionError (a bad sample) instead of making the
-    worker's next access to its mapping fault."""
-    if int(img[0, 0, 0]) % k == 0:
+    worker's next access to its mapping fault. Which samples: as
+    raise_some (the image's sum mod k)."""
+    if int(img.sum(dtype="int64")) % k == 0:
         os.ftruncate(4, 0)
     return img.copy()
 
