@@ -13,6 +13,8 @@ the script, against a real coordinator and worker on loopback.
                exit.
      The coordinator logs each rank finished and "every rank finished",
      and it and the worker exit 0 (the idle timeout is 600 s).
+     Rank 0 then loops past the last epoch twice: no batches, one
+     warning naming the job's 2 epochs.
   2. A script that stops early (3 steps) and exits does not finish its
      rank (the coordinator still runs, no rank finished); `stoker finish
      --ranks 0` then ends the job and every daemon exits 0.
@@ -43,6 +45,12 @@ for epoch in range(loader.epochs):
     for images, labels in loader:
         n += 1
 print("rank 0 took", n)
+import warnings
+with warnings.catch_warnings(record=True) as ws:
+    warnings.simplefilter("always")
+    extra = sum(1 for _ in loader) + sum(1 for _ in loader)  # epochs 3 and 4
+print("past the end: %d batches, %d warnings: %s"
+      % (extra, len(ws), "; ".join(str(w.message) for w in ws)))
 """
 RANK1 = """
 import stoker, sys
@@ -123,6 +131,10 @@ def main():
             out = read(os.path.join(tmp, "rank%d.log" % r))
             check(code == 0, "rank %d's script exits 0 (%s): %s" % (r, code, out[-800:]))
             check("rank %d took 24" % r in out, "rank %d took 2 epochs x 12 steps" % r)
+        out = read(os.path.join(tmp, "rank0.log"))
+        check("past the end: 0 batches, 1 warnings" in out and
+              "the job has 2 epochs" in out,
+              "loops past the last epoch get nothing, warned once: %s" % out[-800:])
         check(wait_exit(c, 60) == 0, "the coordinator exits 0 once the scripts ended")
         check(wait_exit(w, 60) == 0, "the worker exits 0")
         log = read(dlog_path)

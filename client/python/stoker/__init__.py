@@ -64,6 +64,7 @@ import os
 import sys
 import threading
 import types
+import warnings
 import weakref
 
 from . import _lib
@@ -332,6 +333,7 @@ class Loader:
         self.device = device
         self._xla_device = xla_device
         self._want_epoch = None
+        self._past_end_said = False
         self.batch = None
         _live.add(self)
 
@@ -598,8 +600,24 @@ class Loader:
         dev = self._xla_device if self._xla_device is not None else xm.xla_device()
         return iter(pl.MpDeviceLoader(_OneEpoch(self), dev))
 
+    def _past_end(self):
+        """A `for` that got nothing because every epoch was handed out:
+        said once (warnings.warn, a RuntimeWarning), naming the epochs."""
+        if self._past_end_said:
+            return
+        self._past_end_said = True
+        n = self.epochs
+        msg = ("stoker: rank %s: iterating past the job's last epoch: the job has %d "
+               "epoch%s (0..%d), all handed out; this loop and later ones get no "
+               "batches (loop over range(loader.epochs))"
+               % (self.rank, n, "" if n == 1 else "s", n - 1))
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
     def _epoch(self):
         fresh = True  # nothing handed out by this `for` yet
+        got = False   # this `for` yielded a batch
+        if self._done:
+            self._past_end()
         while not self._done:
             self._release()
             b = ctypes.c_void_p()
@@ -623,10 +641,13 @@ class Loader:
             if st == _lib.STK_END_OF_DATA:
                 self._done = True
                 self._auto_finish()
+                if not got:
+                    self._past_end()
                 return
             if st != 0:
                 raise self._error(st)
             self.batch = self._describe(b)
+            got = True
             if self.as_dict:
                 yield dict(self.batch.tensors)
             elif self.with_meta:
