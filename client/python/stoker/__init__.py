@@ -477,9 +477,10 @@ class Loader:
         """The interpreter exits normally with this rank open and stopped
         early: finish it (auto_finish), so the job does not wait for the
         coordinator's idle timeout; said on stderr (log=True). Not after
-        a step failed (StokerError): the rank did not stop by choice."""
+        a step failed (StokerError): the rank did not stop by choice; nor
+        in local mode (job=...: no coordinator to tell)."""
         if (self._c is None or self._finished or self._failed or not self.auto_finish
-                or self._all_delivered()):
+                or self._args["job"] is not None or self._all_delivered()):
             return
         e, step = ctypes.c_uint64(), ctypes.c_uint64()
         lib.stk_client_position(self._c, ctypes.byref(e), ctypes.byref(step))
