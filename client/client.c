@@ -350,6 +350,14 @@ int stk_client_next_timed(stk_client *c, stk_batch **out, uint32_t timeout_ms) {
     st = STK_END_OF_EPOCH;
   } else if (c->api.next_deliver >= c->plan.total) {
     st = STK_END_OF_DATA;
+    /* The first one is the normal end; asking again means a loop that
+     * runs past the job's last epoch and gets nothing: say it once. */
+    if (++c->api.eod_returned == 2)
+      stk__clog(c,
+                "next after the end of the data: the job has %u epoch%s, all handed "
+                "out to this rank; later epochs get no batches (loop over the job's "
+                "epochs)",
+                c->job.spec.epochs, c->job.spec.epochs == 1 ? "" : "s");
   } else if (c->api.held + 1 >= c->ring.nslots) {
     st = STK_STATE;
     snprintf(err, errlen,

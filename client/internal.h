@@ -269,9 +269,11 @@ typedef struct stk__errors {
 typedef struct stk__api {
   uint64_t next_deliver; /* starts at c->plan.start */
   int eoe_pending;
-  uint32_t held; /* slots the caller holds */
-  int closed;    /* stk_client_close ran while the caller held batches: the
-                    last stk_batch_release frees the client (under mu) */
+  uint32_t eod_returned; /* STK_END_OF_DATA returns so far (the second one,
+                            a loop past the last epoch, is logged once) */
+  uint32_t held;         /* slots the caller holds */
+  int closed;            /* stk_client_close ran while the caller held batches: the
+                            last stk_batch_release frees the client (under mu) */
   uint64_t batches, stall_ns;
   int64_t open_ns, first_next_ns, last_next_ns;
   /* next's wait for wait_seq: since when, and its last log line (client.c's

@@ -6,8 +6,9 @@ What goes in (paths inside the wheel, which pip puts in site-packages):
   stoker/            the Python package (client/python/stoker) and
                      libstoker, named by its SONAME, where stoker._lib
                      looks for the package's own copy
-  stoker_bin/        stoker-coordinator, stoker-worker, stoker (ELF) and
-                     stoker-launch (Python), and the console entry
+  stoker_bin/        stoker-coordinator, stoker-worker, stoker,
+                     stoker-dataset (ELF) and stoker-launch (Python),
+                     and the console entry
                      functions that exec them (client/python/stoker_bin)
   stoker.libs/       every shared library those ELF files load, found
                      with ldd (gRPC, abseil, protobuf-c, libjpeg-turbo,
@@ -42,12 +43,13 @@ import time
 import zipfile
 
 NAME = "stoker"
-PROGRAMS = ("stoker-coordinator", "stoker-worker", "stoker")
+PROGRAMS = ("stoker-coordinator", "stoker-worker", "stoker", "stoker-dataset")
 LAUNCHER = "stoker-launch"
 ENTRY_POINTS = (
     ("stoker-coordinator", "stoker_bin:coordinator"),
     ("stoker-worker", "stoker_bin:worker"),
     ("stoker", "stoker_bin:cli"),
+    ("stoker-dataset", "stoker_bin:dataset"),
     ("stoker-launch", "stoker_bin:launch"),
 )
 LIBS = "stoker.libs"

@@ -3,8 +3,9 @@
 # Python package, libstoker, the daemons and the CLI, and every shared
 # library they need except glibc's own, so `pip install` of the one file
 # gives a training or data host everything (stoker-coordinator,
-# stoker-worker, stoker and stoker-launch on PATH, `import stoker` finding
-# its own libstoker) with no LD_LIBRARY_PATH or STOKER_LIB.
+# stoker-worker, stoker, stoker-dataset and stoker-launch on PATH,
+# `import stoker` finding its own libstoker) with no LD_LIBRARY_PATH or
+# STOKER_LIB.
 #
 #   scripts/wheel.sh                    configure and build a Release tree
 #                                       in build/wheel (no tests), then the wheel

@@ -176,7 +176,9 @@ STK_EXPORT int stk_client_open(const stk_client_config *cfg, stk_client **out, c
  *   STK_OK           *out is a ready slot; release it with stk_batch_release.
  *   STK_END_OF_EPOCH the epoch's last step was handed out; call again for
  *                    the next epoch.
- *   STK_END_OF_DATA  every epoch of the job was delivered.
+ *   STK_END_OF_DATA  every epoch of the job was delivered; every later
+ *                    call returns it again (the client log says so once:
+ *                    a loop past the job's last epoch gets nothing).
  *   other            a failure that retries cannot mend (every worker gone
  *                    for longer than the job allows, job ended by rank 0);
  *                    stk_client_error() says why. In this library:

@@ -240,6 +240,11 @@ nomem:
   return -1;
 }
 
+/* The worker whose size the job took (num_samples = 0 in the job file),
+ * for the message that refuses a worker that disagrees; "" when the job
+ * pinned it or the size came from the state journal. Under C.mu. */
+static char size_from[MAX_STR];
+
 /* The second hello's dataset against the job: the first worker tells the
  * job its size (when the job file left it to the index) and fingerprint;
  * every later one must agree. 0, or -1 with msg. Under C.mu. */
@@ -258,19 +263,27 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
     }
     C.spec = t;
     C.resolved = 1;
+    snprintf(size_from, sizeof(size_from), "%s", w->id);
     job_publish_locked();
-    /* First registrant decides: say so, and how to take the decision back
-     * (a worker with another dataset is then refused, both sizes logged). */
-    LOG_WARN("dataset size %" PRIu64
+    /* First registrant decides. That is the usual case (workers share one
+     * dataset), so info: a worker that disagrees later is refused with a
+     * warning that names this one and says how to decide it yourself. */
+    LOG_INFO("dataset size %" PRIu64
              " taken from the first worker to register, %s "
-             "(job hash now %016" PRIx64
-             "); to decide it yourself, pin num_samples = %" PRIu64 " in the job",
-             h->dataset_size, w->id, C.hash, h->dataset_size);
+             "(job hash now %016" PRIx64 "; num_samples = 0 in the job)",
+             h->dataset_size, w->id, C.hash);
   } else if (h->dataset_size != C.spec.num_samples) {
-    snprintf(msg, len,
-             "worker %s has %" PRIu64 " samples, the job has %" PRIu64
-             " (another dataset?)",
-             w->id, h->dataset_size, C.spec.num_samples);
+    if (size_from[0])
+      snprintf(msg, len,
+               "worker %.100s has %" PRIu64 " samples, the job has %" PRIu64
+               " (taken from the first worker to register, %.100s: another dataset? "
+               "to decide it yourself, pin num_samples in the job)",
+               w->id, h->dataset_size, C.spec.num_samples, size_from);
+    else
+      snprintf(msg, len,
+               "worker %s has %" PRIu64 " samples, the job has %" PRIu64
+               " (another dataset?)",
+               w->id, h->dataset_size, C.spec.num_samples);
     return -1;
   }
   if (C.have_fp && h->dataset_fingerprint != C.fingerprint) {

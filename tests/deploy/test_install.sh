@@ -4,7 +4,9 @@
 # LD_LIBRARY_PATH or STOKER_LIB: the binaries (their RUNPATH is
 # $ORIGIN/../lib), a one-rank job on loopback (coordinator, worker,
 # stoker-train-loop --verify), and the Python package finding the
-# installed libstoker by itself.
+# installed libstoker by itself; for --prefix /usr/local (staged with
+# DESTDIR), the package lands on /usr/bin/python3's sys.path and imports
+# with no PYTHONPATH (checked in a private mount namespace, as root).
 # usage: test_install.sh BUILD_DIR [SANITIZE]  (SANITIZE non-empty: a
 # sanitizer build, whose libstoker python cannot load without a preload)
 set -uo pipefail
@@ -19,9 +21,20 @@ cleanup() {
 trap cleanup EXIT
 fail=0
 check() { if eval "$1"; then echo "ok   $2"; else echo "FAIL $2"; fail=1; fi; }
+# DIR is on /usr/bin/python3's own sys.path
+on_syspath() { /usr/bin/python3 -c 'import sys; sys.exit(sys.argv[1] not in sys.path)' "$1"; }
+# TREE mounted at /usr/local (private mount namespace): import stoker with
+# no PYTHONPATH/STOKER_LIB, and it loads /usr/local/lib's libstoker
+import_at_usr_local() {
+  env -u PYTHONPATH -u STOKER_LIB unshare -m sh -c 'mount --bind "$1" /usr/local && cd / &&
+    exec /usr/bin/python3 -c "import stoker, sys; print(stoker.lib_path); sys.exit(not stoker.lib_path.startswith(\"/usr/local/lib/\"))"' sh "$1"
+}
 
 cmake --install "$build" --prefix "$prefix" >"$prefix.install.log" 2>&1
 check '[ $? -eq 0 ]' "cmake --install into $prefix" || { cat "$prefix.install.log"; }
+# a prefix python does not search: the install says the PYTHONPATH to set
+check "grep -q 'not on .*path: run python with PYTHONPATH=$prefix/lib/python3' '$prefix.install.log'" \
+  "the install says the PYTHONPATH for a prefix python does not search"
 rm -f "$prefix.install.log"
 unset LD_LIBRARY_PATH STOKER_LIB
 for b in stoker-coordinator stoker-worker stoker stoker-train-loop stoker-dataset stoker-bench; do
@@ -60,6 +73,29 @@ elif [ -n "$pydir" ]; then
     "the installed Python package loads the installed libstoker"
 else
   echo "FAIL the Python package is installed"; fail=1
+fi
+# --prefix /usr/local as the README says, staged under DESTDIR: the package
+# lands in a folder on /usr/bin/python3's own sys.path, and (in a private
+# mount namespace where the staged tree is /usr/local) imports with no
+# PYTHONPATH and loads the libstoker installed beside it.
+stage=$prefix/destdir
+if [ -n "$sanitize" ]; then
+  echo "skip the --prefix /usr/local check: a $sanitize build"
+elif DESTDIR=$stage cmake --install "$build" --prefix /usr/local >"$prefix/dest.log" 2>&1; then
+  init=$(find "$stage/usr/local" -path '*packages/stoker/__init__.py' | head -1)
+  site=${init%/stoker/__init__.py}
+  site=${site#"$stage"}
+  check "[ -n '$init' ] && on_syspath '$site'" \
+    "--prefix /usr/local puts the package on /usr/bin/python3's sys.path ($site)"
+  if unshare -m true 2>/dev/null; then
+    check "import_at_usr_local '$stage/usr/local'" \
+      "with the tree at /usr/local, /usr/bin/python3 imports stoker with no PYTHONPATH"
+  else
+    echo "skip the import from /usr/local: no private mount namespace here (needs root)"
+  fi
+else
+  cat "$prefix/dest.log"
+  echo "FAIL DESTDIR=... cmake --install --prefix /usr/local"; fail=1
 fi
 if [ "$fail" -ne 0 ]; then
   for f in c w t; do echo "---- $f.log"; tail -20 "$prefix/$f.log" 2>/dev/null; done

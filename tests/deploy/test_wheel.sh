@@ -7,7 +7,8 @@
 # and stoker-worker entry points on loopback, the README's Python loop over
 # a 2-epoch synthetic job (every batch must arrive), `stoker status` while
 # it runs, and every process exiting 0. Also: the package loads the
-# libstoker inside the venv, and stoker-launch answers --help.
+# libstoker inside the venv, stoker-launch answers --help, and
+# stoker-dataset (bundled, its libraries found) offers prepare.
 # usage: test_wheel.sh BUILD_DIR SOURCE_DIR [SANITIZE]
 # Exits 77 (skip) without python3-venv, patchelf or torch, or in a
 # sanitizer build (python cannot load that libstoker without a preload).
@@ -62,7 +63,7 @@ venv=$work/venv
   { cat "$work/venv.log"; skip "python3 -m venv failed (python3-venv incomplete?)"; }
 check "'$venv/bin/python' -m pip install --no-index --disable-pip-version-check -q '$whl' >'$work/pip.log' 2>&1" \
   "pip install --no-index the wheel into a fresh venv" || cat "$work/pip.log"
-for b in stoker-coordinator stoker-worker stoker stoker-launch; do
+for b in stoker-coordinator stoker-worker stoker stoker-dataset stoker-launch; do
   check "[ -x '$venv/bin/$b' ]" "the venv has the $b entry point"
 done
 
@@ -71,6 +72,8 @@ unset STOKER_LIB PYTHONPATH LD_LIBRARY_PATH STOKER_COORDINATOR RANK WORLD_SIZE
 export PATH=$venv/bin:/usr/bin:/bin
 mkdir -p "$work/run" && cd "$work/run" || exit 1
 check "stoker-launch --help >launch-help.log 2>&1" "stoker-launch --help runs from the venv"
+check "stoker-dataset --help 2>&1 | grep -q prepare" \
+  "stoker-dataset runs from the venv (its libraries bundled) and offers prepare"
 printf 'source = synthetic\nnum_samples = 64\nheight = 8\nwidth = 8\nbatch_size = 4\nworld_size = 1\nepochs = 2\n' >job.conf
 check "stoker-launch --backend hosts --dnn-hosts 127.0.0.1 --current-host 127.0.0.1 \
   --listen-host 127.0.0.1 --job job.conf --dry-run -- true 2>/dev/null >launch-dry.log &&

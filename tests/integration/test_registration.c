@@ -169,6 +169,9 @@ int main(int argc, char **argv) {
   CHECK(fake_register(c, "w-c", 0, 65, 0xf00d, &b, det, sizeof(det)) ==
         GRPC_STATUS_FAILED_PRECONDITION);
   CHECK(strstr(det, "samples") != NULL);
+  /* The refusal names the worker the size came from and how to pin it. */
+  CHECK(strstr(det, "w-a") != NULL);
+  CHECK(strstr(det, "pin num_samples") != NULL);
   CHECK(fake_register(c, "w-d", 0, 64, 0xf00d, &b, det, sizeof(det)) == 0);
   CHECK(du_wait_workers(c, 2, 5000) == 0);
 

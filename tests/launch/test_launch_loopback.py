@@ -229,6 +229,15 @@ def scenario_hosts(R):
     check(all("2 of 2 workers registered" in R.log_of(p) for p in procs[2:]),
           "training starts once both data hosts' workers registered")
     check(all("--token" not in R.log_of(p) for p in procs), "no token in any log")
+    # The ranks finished themselves, so the job may have ended before a
+    # launcher's `stoker finish`: that is said at info, not as a failure.
+    for p, ranks in zip(procs[2:], ("0,1", "2,3")):
+        log = R.log_of(p)
+        bad = re.findall(r".*stoker finish.*(?:refused|exited|unavailable).*", log, re.I)
+        check(not bad, "%s's successful run has no failing stoker finish: %s"
+              % (p.name, bad[:3]))
+        check("ranks %s finished" % ranks in log or "the job had already ended" in log,
+              "%s says its ranks finished or the job had already ended" % p.name)
 
 
 def scenario_earlystop(R):

@@ -13,9 +13,13 @@ the script, against a real coordinator and worker on loopback.
                exit.
      The coordinator logs each rank finished and "every rank finished",
      and it and the worker exit 0 (the idle timeout is 600 s).
-  2. A script that stops early (3 steps) and exits does not finish its
-     rank (the coordinator still runs, no rank finished); `stoker finish
-     --ranks 0` then ends the job and every daemon exits 0.
+     Rank 0 then loops past the last epoch twice: no batches, one
+     warning naming the job's 2 epochs.
+  2. A script that stops early (3 steps) and exits normally finishes its
+     rank at interpreter exit (saying so): the daemons exit 0. The same
+     script ending in an exception does not (the coordinator still runs,
+     no rank finished); `stoker finish --ranks 0` then ends the job and
+     every daemon exits 0.
   3. One process per rank: while this process holds rank 0 (its watch
      open), another process's join for rank 0 is refused, naming the
      holder; once the holder closes, a new process takes the rank and the
@@ -43,6 +47,12 @@ for epoch in range(loader.epochs):
     for images, labels in loader:
         n += 1
 print("rank 0 took", n)
+import warnings
+with warnings.catch_warnings(record=True) as ws:
+    warnings.simplefilter("always")
+    extra = sum(1 for _ in loader) + sum(1 for _ in loader)  # epochs 3 and 4
+print("past the end: %d batches, %d warnings: %s"
+      % (extra, len(ws), "; ".join(str(w.message) for w in ws)))
 """
 RANK1 = """
 import stoker, sys
@@ -76,19 +86,21 @@ for i, (images, labels) in enumerate(loader):
     if i == 2:
         break
 print("stopped early")
+if len(sys.argv) > 2:
+    raise RuntimeError("the training failed")
 """
 
 
-def job(tmp, log, world):
+def job(tmp, log, world, tag=""):
     """A coordinator (idle timeout 600 s) and one worker; (coord, worker, target)."""
-    pf = os.path.join(tmp, "coord%d.port" % world)
+    pf = os.path.join(tmp, "coord%d%s.port" % (world, tag))
     args = [COORD, "--listen", "127.0.0.1:0", "--port-file", pf, "--idle-timeout-s", "600"]
     for kv in ("source=synthetic", "num_samples=288", "height=16", "width=16",
                "batch_size=8", "world_size=%d" % world, "epochs=2", "seed=5"):
         args += ["--set", kv]
     c = spawn(args, log)
     target = "127.0.0.1:%d" % wait_port(pf, c)
-    wpf = os.path.join(tmp, "w%d.port" % world)
+    wpf = os.path.join(tmp, "w%d%s.port" % (world, tag))
     w = spawn([WORKER, "--coordinator", target, "--listen", "127.0.0.1:0", "--port-file",
                wpf, "--threads", "1"], log)
     wait_port(wpf, w)
@@ -123,6 +135,10 @@ def main():
             out = read(os.path.join(tmp, "rank%d.log" % r))
             check(code == 0, "rank %d's script exits 0 (%s): %s" % (r, code, out[-800:]))
             check("rank %d took 24" % r in out, "rank %d took 2 epochs x 12 steps" % r)
+        out = read(os.path.join(tmp, "rank0.log"))
+        check("past the end: 0 batches, 1 warnings" in out and
+              "the job has 2 epochs" in out,
+              "loops past the last epoch get nothing, warned once: %s" % out[-800:])
         check(wait_exit(c, 60) == 0, "the coordinator exits 0 once the scripts ended")
         check(wait_exit(w, 60) == 0, "the worker exits 0")
         log = read(dlog_path)
@@ -130,12 +146,27 @@ def main():
             check("rank %d finished" % r in log, "the coordinator logged rank %d finished" % r)
         check("every rank finished" in log, "the job ended because every rank finished")
 
-        # 2. an early stop finishes nothing; `stoker finish` ends the job
+        # 2. an early stop then a normal exit finishes the rank at exit
         c, w, target = job(tmp, dlog, 1)
         out = open(os.path.join(tmp, "early.log"), "w")
-        p = spawn([sys.executable, script(tmp, "early", EARLY), target], out)
+        early = script(tmp, "early", EARLY)
+        p = spawn([sys.executable, early, target], out)
         check(wait_exit(p, 120) == 0, "the early-stop script exits 0")
-        check(c.poll() is None, "the coordinator still runs after an early stop")
+        out = read(os.path.join(tmp, "early.log"))
+        check("stopped early (at epoch 0 step 3 of 2 epochs)" in out and
+              "finishing the rank" in out, "the exit says it finishes the rank: %s" % out)
+        check(wait_exit(c, 60) == 0, "the coordinator exits 0 (rank 0 finished at exit)")
+        check(wait_exit(w, 60) == 0, "the worker exits 0")
+        check(read(dlog_path).count("every rank finished") == 2,
+              "the second job ended: every rank finished")
+
+        # 2b. an early stop that ends in an exception finishes nothing;
+        # `stoker finish` ends the job
+        c, w, target = job(tmp, dlog, 1, "crash")
+        out = open(os.path.join(tmp, "early-crash.log"), "w")
+        p = spawn([sys.executable, early, target, "crash"], out)
+        check(wait_exit(p, 120) == 1, "the early-stop script that raises exits 1")
+        check(c.poll() is None, "the coordinator still runs after a crash")
         r = subprocess.run([CLI, "status", "--coordinator", target, "--json"],
                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=30)

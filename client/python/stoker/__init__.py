@@ -12,9 +12,13 @@ Ending the job: a rank is finished (the coordinator counts it; when every
 rank has, the workers exit 0 and so does the coordinator) as soon as the
 `for` of its last epoch runs out, and at close(), context exit, garbage
 collection or interpreter exit if every step was delivered by then. A
-script that stops early on purpose (max steps, early stopping) calls
-loader.finish() itself; stoker-launch does it for every rank of a host
-whose training command exited 0.
+script that stops early (max steps, early stopping) and exits normally
+with its Loader still open is finished at interpreter exit too; one that
+ends with an uncaught exception (Ctrl-C included) is not, so a restarted
+script resumes the rank. close() and context exit of a rank that stopped
+early leave it open (a later Loader of the rank continues it): call
+loader.finish() to end it there. stoker-launch finishes every rank of a
+host whose training command exited 0.
 
 By default tensors are NOT copied: on the CPU they are torch.frombuffer
 views of the library's slot memory, on CUDA they wrap the device slot
@@ -64,6 +68,7 @@ import os
 import sys
 import threading
 import types
+import warnings
 import weakref
 
 from . import _lib
@@ -274,9 +279,10 @@ class Loader:
         row, the padding rows' labels -1 (CrossEntropyLoss(ignore_index=-1)
         skips them). batch.mask and batch.index always hold all B rows.
     auto_finish: finish the rank at the end of its data (the last epoch's
-        `for` running out, or close/exit once every step was handed out);
-        False leaves it to an explicit finish() (a script that reopens the
-        same rank afterwards, e.g. to check a resume).
+        `for` running out, or close/exit once every step was handed out),
+        and at a normal interpreter exit with the Loader still open after
+        an early stop; False leaves it to an explicit finish() (a script
+        that reopens the same rank afterwards, e.g. to check a resume).
     The client is opened on first use, so load_state_dict() may come first.
     Not thread-safe: drive one Loader from one thread (stats() excepted).
     Ctrl-C: every wait (the join at open, a step, finish) raises
@@ -350,6 +356,8 @@ class Loader:
         self._xla_device = xla_device
         self._want_epoch = None
         self._drop_last = None
+        self._past_end_said = False
+        self._failed = False  # a step raised StokerError
         self.batch = None
         _live.add(self)
 
@@ -482,6 +490,24 @@ class Loader:
         except StokerError as e:
             sys.stderr.write("stoker: rank %s: could not finish at the end of the data: "
                              "%s\n" % (self.rank, e))
+
+    def _finish_at_exit(self):
+        """The interpreter exits normally with this rank open and stopped
+        early: finish it (auto_finish), so the job does not wait for the
+        coordinator's idle timeout; said on stderr (log=True). Not after
+        a step failed (StokerError): the rank did not stop by choice; nor
+        in local mode (job=...: no coordinator to tell)."""
+        if (self._c is None or self._finished or self._failed or not self.auto_finish
+                or self._args["job"] is not None or self._all_delivered()):
+            return
+        e, step = ctypes.c_uint64(), ctypes.c_uint64()
+        lib.stk_client_position(self._c, ctypes.byref(e), ctypes.byref(step))
+        if self._args["log"] and os.environ.get("STOKER_CLIENT_LOG") not in ("0", "off"):
+            sys.stderr.write(
+                "stoker: rank %s stopped early (at epoch %d step %d of %d epochs) and the "
+                "script exits: finishing the rank (Loader(auto_finish=False) keeps it "
+                "open)\n" % (self.rank, e.value, step.value, self.epochs))
+        self._auto_finish()
 
     def __enter__(self):
         return self
@@ -619,8 +645,24 @@ class Loader:
         dev = self._xla_device if self._xla_device is not None else xm.xla_device()
         return iter(pl.MpDeviceLoader(_OneEpoch(self), dev))
 
+    def _past_end(self):
+        """A `for` that got nothing because every epoch was handed out:
+        said once (warnings.warn, a RuntimeWarning), naming the epochs."""
+        if self._past_end_said:
+            return
+        self._past_end_said = True
+        n = self.epochs
+        msg = ("stoker: rank %s: iterating past the job's last epoch: the job has %d "
+               "epoch%s (0..%d), all handed out; this loop and later ones get no "
+               "batches (loop over range(loader.epochs))"
+               % (self.rank, n, "" if n == 1 else "s", n - 1))
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+
     def _epoch(self):
         fresh = True  # nothing handed out by this `for` yet
+        got = False   # this `for` yielded a batch
+        if self._done:
+            self._past_end()
         while not self._done:
             self._release()
             b = ctypes.c_void_p()
@@ -644,11 +686,15 @@ class Loader:
             if st == _lib.STK_END_OF_DATA:
                 self._done = True
                 self._auto_finish()
+                if not got:
+                    self._past_end()
                 return
             if st != 0:
+                self._failed = True  # not finished at exit (_finish_at_exit)
                 raise self._error(st)
             self.batch = self._describe(b)
             self._last_rows()
+            got = True
             if self.as_dict:
                 yield dict(self.batch.tensors)
             elif self.with_meta:
@@ -827,15 +873,22 @@ class Loader:
         return out
 
 
-# Loaders still open at interpreter exit are closed then (which finishes a
-# rank that was handed all its data), before ctypes and the library go.
+# Loaders still open at interpreter exit are closed then, before ctypes and
+# the library go: a rank that was handed all its data is finished, and so is
+# one that stopped early when the interpreter exits without an uncaught
+# exception (sys.last_value unset: Ctrl-C and crashes leave the rank open,
+# so a restarted script resumes it).
 _live = weakref.WeakSet()
 
 
 @atexit.register
 def _close_all():
+    clean = getattr(sys, "last_value", None) is None and \
+        getattr(sys, "last_exc", None) is None
     for loader in list(_live):
         try:
+            if clean:
+                loader._finish_at_exit()
             loader.close()
         except Exception:
             pass

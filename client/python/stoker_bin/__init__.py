@@ -1,11 +1,11 @@
 """stoker_bin - the console entry points of the stoker wheel.
 
-`pip install stoker-*.whl` puts stoker-coordinator, stoker-worker, stoker
-and stoker-launch on the environment's PATH as small scripts that call
-these functions. Each one replaces the Python process with the program
-bundled in this folder (exec: signals, exit codes, stdin/stdout and the
-process id are the program's own), so a data host's worker costs no
-Python beyond the start. The bundled daemons find their shared libraries
+`pip install stoker-*.whl` puts stoker-coordinator, stoker-worker, stoker,
+stoker-dataset (prepare, gen, index, ...) and stoker-launch on the
+environment's PATH as small scripts that call these functions. Each one
+replaces the Python process with the program bundled in this folder
+(exec: signals, exit codes, stdin/stdout and the process id are the
+program's own), so a data host's worker costs no Python beyond the start. The bundled daemons find their shared libraries
 in ../stoker.libs through their RUNPATH (scripts/wheel.py sets it):
 nothing needs LD_LIBRARY_PATH.
 
@@ -40,6 +40,10 @@ def worker():
 
 def cli():
     _program("stoker")
+
+
+def dataset():
+    _program("stoker-dataset")
 
 
 def launch():
