@@ -64,7 +64,7 @@ static void walk(const char *root, const char *mount, const char *cg, int versio
     if (q > 0 && (out->quota_cores == 0 || q < out->quota_cores)) {
       out->quota_cores = q;
       out->cgroup_version = version;
-      snprintf(out->source, sizeof(out->source), "cgroup v%d /%.*s: %s", version, 100,
+      snprintf(out->source, sizeof(out->source), "cgroup v%d /%.160s: %.40s", version,
                rel, line);
     }
     if (!n) break;
@@ -99,7 +99,8 @@ void stk__cpu_limit_read(const char *root, int affinity, stk__cpu_limit *out) {
     int has_cpu = 0;
     char tmp[256];
     snprintf(tmp, sizeof(tmp), "%s", ctl);
-    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t; t = strtok_r(NULL, ",", &save))
+    for (char *save = NULL, *t = strtok_r(tmp, ",", &save); t;
+         t = strtok_r(NULL, ",", &save))
       has_cpu |= !strcmp(t, "cpu");
     if (!has_cpu) continue;
     char mount[300];
@@ -114,10 +115,12 @@ void stk__cpu_limit_read(const char *root, int affinity, stk__cpu_limit *out) {
     out->cores = out->quota_cores;
   } else {
     if (out->quota_cores > 0)
-      snprintf(out->source + strlen(out->source), sizeof(out->source) - strlen(out->source),
-               "; affinity: %d CPUs", affinity);
-    else snprintf(out->source, sizeof(out->source), "affinity: %d CPUs (no cgroup quota)",
-                  affinity);
+      snprintf(out->source + strlen(out->source),
+               sizeof(out->source) - strlen(out->source), "; affinity: %d CPUs",
+               affinity);
+    else
+      snprintf(out->source, sizeof(out->source), "affinity: %d CPUs (no cgroup quota)",
+               affinity);
   }
 }
 

@@ -14,7 +14,7 @@ typedef struct stk__cpu_limit {
   double quota_cores; /* the cgroup quota in cores; 0 = no quota found */
   int affinity;       /* CPUs in the affinity mask (as passed in) */
   int cgroup_version; /* 1 or 2 for the hierarchy the quota came from; 0 = none */
-  char source[160];   /* where the figure came from, for the start log:
+  char source[256];   /* where the figure came from, for the start log:
                          "cgroup v2 /sys/fs/cgroup/a/cpu.max: 45000 100000",
                          "affinity: 4 CPUs" */
 } stk__cpu_limit;
