@@ -545,13 +545,32 @@ static uint32_t used_alive(const stk_client *c) {
   return alive;
 }
 
+/* Under mu: the loop's time per batch outside next() (ms; 0 before two
+ * batches), the receive path's CPU seconds and its cost per GB (0 before
+ * 1 MB came). */
+static void loop_figures(const stk_client *c, double *step_ms, double *recv_s,
+                         double *per_gb) {
+  int64_t span = c->api.last_next_ns - c->api.first_next_ns;
+  double outside = (double)span - (double)c->api.stall_ns;
+  *step_ms = c->api.batches >= 2 && outside > 0
+                 ? outside / (double)(c->api.batches - 1) / 1e6
+                 : 0;
+  uint64_t ns = 0;
+  for (int i = 0; i < STK__RECV_CPU_SLOTS; i++)
+    ns += __atomic_load_n(&c->recv_cpu_ns[i], __ATOMIC_RELAXED);
+  *recv_s = (double)ns / 1e9;
+  *per_gb = c->pool.bytes >= 1000000 ? *recv_s / ((double)c->pool.bytes / 1e9) : 0;
+}
+
 void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_frac,
-                         uint32_t *workers_alive) {
+                         uint32_t *workers_alive, double *step_ms, double *recv_cpu_s,
+                         double *recv_s_per_gb) {
   int64_t span;
   pthread_mutex_lock(&c->mu);
   *batches = c->api.batches;
   *stall_frac = stall_fraction(c, &span);
   *workers_alive = used_alive(c);
+  loop_figures(c, step_ms, recv_cpu_s, recv_s_per_gb);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -601,10 +620,17 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   uint32_t alive = used_alive(c);
   o->workers_alive = alive;
   o->coordinator_watching = (uint32_t)c->coord.watching;
-  /* Input-bound estimate (common/advice.h, shared with stoker status):
-   * workers x (1 + stall/compute), reported only when the stall is above
-   * STK_INPUT_BOUND_STALL (2%) of the loop time (else 0: not input-bound). */
-  if (o->stall_fraction > STK_INPUT_BOUND_STALL && span > 0 && alive > 0) {
+  double step_ms, recv_s, per_gb;
+  loop_figures(c, &step_ms, &recv_s, &per_gb);
+  o->step_ms = (float)step_ms;
+  o->recv_cpu_s = recv_s;
+  o->recv_cpu_s_per_gb = (float)per_gb;
+  /* Input-bound estimate (common/advice.h): workers x (1 + stall/compute),
+   * reported only when the stall is above STK_INPUT_BOUND_STALL (2%) of
+   * the loop time and the loop has a step time (STK_MIN_STEP_MS per batch
+   * outside next(); a loop that only drains batches has none): else 0. */
+  if (o->stall_fraction > STK_INPUT_BOUND_STALL && span > 0 && alive > 0 &&
+      step_ms >= STK_MIN_STEP_MS) {
     double stall = (double)c->api.stall_ns;
     o->workers_needed = stk__workers_needed(alive, stall, (double)span - stall);
   }

@@ -88,6 +88,7 @@
 #define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
 #define STK__STATE_VERSION  2u          /* written; 1 and 2 are read (state.c) */
 #define STK__STATE_SIZE     48u         /* version 2 */
+#define STK__RECV_CPU_SLOTS 3           /* io threads (at most 2) + the copy thread */
 #define STK__STATE_SIZE_V1  40u
 
 enum { REQ_FREE, REQ_QUEUED, REQ_ISSUED, REQ_RECEIVING, REQ_DONE };
@@ -417,6 +418,11 @@ struct stk_client {
   struct stk__cuda *cuda; /* backend_cuda.c */
   struct stk__io *io;     /* stream.c: the io threads and their queue (under mu;
                              NULL until the first remote worker) */
+  /* The receive path's CPU (stk_stats.recv_cpu_s): each io thread's
+   * (slots 0..STK__RECV_CPU_SLOTS-2, by its index) and the copy thread's
+   * (the last slot) own CPU time, ns, stored by that thread as it goes
+   * (relaxed atomics; read by stk_client_stats). */
+  uint64_t recv_cpu_ns[STK__RECV_CPU_SLOTS];
 };
 
 /* ---- interrupt.c: waking the blocking calls ---------------------------- */
@@ -457,9 +463,11 @@ int stk__fatal_check(stk_client *c);
 /* ---- client.c ----------------------------------------------------------- */
 
 /* This rank's figures for the coordinator's ReportStats, computed as
- * stk_client_stats computes them. Takes c->mu; any thread. */
+ * stk_client_stats computes them (step_ms, recv_cpu_s, recv_s_per_gb as
+ * its fields say). Takes c->mu; any thread. */
 void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_fraction,
-                         uint32_t *workers_alive);
+                         uint32_t *workers_alive, double *step_ms, double *recv_cpu_s,
+                         double *recv_s_per_gb);
 
 /* ---- state.c: the resume state and the plan ----------------------------- */
 typedef struct stk__resume {

@@ -328,12 +328,16 @@ static void report_stats(stk_client *c, report_state *rs) {
   uint64_t batches = 0;
   double stall_fraction = 0;
   uint32_t alive = 0;
-  stk__report_figures(c, &batches, &stall_fraction, &alive);
+  double step_ms = 0, recv_s = 0, per_gb = 0;
+  stk__report_figures(c, &batches, &stall_fraction, &alive, &step_ms, &recv_s, &per_gb);
   Stoker__V1__ClientStats q = STOKER__V1__CLIENT_STATS__INIT;
   q.rank = c->cfg.rank;
   q.stall_fraction = stall_fraction;
   q.batches = batches;
   q.workers_alive = alive;
+  q.step_ms = step_ms;
+  q.recv_cpu_s = recv_s;
+  q.recv_cpu_s_per_gb = per_gb;
   if (rs->last_ms && now > rs->last_ms && batches >= rs->last_batches)
     q.batches_per_s =
         (double)(batches - rs->last_batches) * 1000.0 / (double)(now - rs->last_ms);

@@ -21,6 +21,7 @@
 #include <string.h>
 
 #include "common/thread.h"
+#include "common/cpulimit.h"
 #include "common/error.h"
 #include "internal.h"
 
@@ -198,6 +199,9 @@ static void *copy_main(void *arg) {
   stk__thread_name("stk-copy");
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->errs.fatal) {
+    /* this thread's CPU so far: part of the receive path (stk_stats) */
+    __atomic_store_n(&c->recv_cpu_ns[STK__RECV_CPU_SLOTS - 1],
+                     (uint64_t)stk__thread_cpu_ns(), __ATOMIC_RELAXED);
     stk__req *r = NULL;
     stk_batch *s = NULL;
     if (c->ring.next_copy < c->plan.total) {

@@ -42,6 +42,7 @@
 #include <grpc/support/time.h>
 
 #include "common/thread.h"
+#include "common/cpulimit.h"
 #include "common/clock.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
@@ -302,7 +303,8 @@ struct stk__runner {
  * the pool's size, min(2, online CPUs): enough to keep receiving while
  * one thread copies a chunk, and fixed however many workers are served. */
 #define IO_THREADS_MAX 2
-#define SCAN_MS        500
+_Static_assert(IO_THREADS_MAX < STK__RECV_CPU_SLOTS, "a recv_cpu_ns slot per io thread");
+#define SCAN_MS 500
 
 struct stk__io {
   grpc_completion_queue *cq;
@@ -643,6 +645,9 @@ static void *io_main(void *arg) {
     stk__rpc_aevent e;
     if (!stk__rpc_astream_event(&ev, &e) && e.kind != STK__RPC_AS_WAKE) on_event(c, &e);
     scan(c);
+    /* this thread's CPU so far: the receive path's cost (stk_stats) */
+    __atomic_store_n(&c->recv_cpu_ns[self], (uint64_t)stk__thread_cpu_ns(),
+                     __ATOMIC_RELAXED);
   }
   return NULL;
 }

@@ -331,9 +331,21 @@ int main(int argc, char **argv) {
       (unsigned long long)s.crc_errors, (unsigned long long)verify_fail,
       verify ? "" : " (not verified)", (unsigned long long)order_fail,
       (unsigned long long)s.substituted);
-  if (s.workers_needed > 0)
-    printf("input-bound: about %.1f workers would remove the stall (now %u)\n",
-           s.workers_needed, s.workers_alive);
+  if (s.recv_cpu_s > 0)
+    printf("receiving rank %u: %.2f CPU-s (io and copy threads), %.2f CPU-s per GB\n",
+           cfg.rank, s.recv_cpu_s, s.recv_cpu_s_per_gb);
+  /* The stall judged against this loop's own step (time outside next()):
+   * a loop with no step time has no demand to size the workers by. */
+  if (s.stall_fraction > 0.02 && s.step_ms < 1.0)
+    printf(
+        "input stall %.1f%%: no advice: missing: a step time (the loop spends %.3f ms "
+        "per batch outside next(); --step-ms gives one)\n",
+        100 * s.stall_fraction, s.step_ms);
+  else if (s.workers_needed > 0)
+    printf(
+        "input-bound: stall %.1f%% of a %.1f ms step: about %.1fx the workers' supply "
+        "would remove it (`stoker status` says how many cores)\n",
+        100 * s.stall_fraction, s.step_ms, s.workers_needed / s.workers_alive);
   /* What ends a rank: its finish (client.h). Skipped with --no-finish. */
   if (!no_finish) {
     st = stk_client_finish(c, shutdown);

@@ -209,66 +209,36 @@ static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage
 
 /* ---- status: ranks, bad samples, verdict, --json ------------------------ */
 
-/* Whole workers to add so that needed ones run (at least 1). */
-static uint32_t status_more_workers(double needed, uint32_t now) {
-  double more = ceil(needed - 1e-9) - (double)now;
-  return more < 1 ? 1 : (uint32_t)more;
-}
-
 /* The job-wide verdict from a Status reply (common/advice.h): the live
- * workers' busy fractions and the stall of every rank that reported in
- * the last 30 s. *text gets the sentence the train loop would print. */
+ * workers' cores and measured capacity, the figures of every rank that
+ * reported in the last 30 s. *text gets its sentence. */
 static void status_verdict(const Stoker__V1__StatusResponse *r, stk__verdict *v,
-                           double *max_stall, char *text, size_t len) {
-  double busy = 0, stall = 0;
+                           char *text, size_t len) {
+  size_t nw = r->n_workers, nr = r->n_ranks;
+  stk__worker_fig *wf = calloc(nw ? nw : 1, sizeof(*wf));
+  stk__rank_fig *rf = calloc(nr ? nr : 1, sizeof(*rf));
   uint32_t n = 0;
-  for (size_t i = 0; i < r->n_workers; i++)
-    if (r->workers[i]->stats) busy += r->workers[i]->stats->busy_fraction;
-  for (size_t i = 0; i < r->n_ranks; i++) {
-    const Stoker__V1__RankStatus *k = r->ranks[i];
-    if (!k->stats || k->last_report_ms_ago > 30000) continue;
-    n++;
-    if (k->stats->stall_fraction > stall) stall = k->stats->stall_fraction;
+  if (wf && rf) {
+    for (size_t i = 0; i < nw; i++) {
+      const Stoker__V1__WorkerStatus *w = r->workers[i];
+      wf[i].cores = w->worker ? w->worker->cpu_cores : 0;
+      wf[i].per_cpu_s = w->stats ? w->stats->batches_per_cpu_s : 0;
+      wf[i].busy = w->stats ? w->stats->busy_fraction : 0;
+    }
+    for (size_t i = 0; i < nr; i++) {
+      const Stoker__V1__RankStatus *k = r->ranks[i];
+      if (!k->stats || k->last_report_ms_ago > 30000) continue;
+      rf[n].stall = k->stats->stall_fraction;
+      rf[n].step_ms = k->stats->step_ms;
+      rf[n].batches_per_s = k->stats->batches_per_s;
+      n++;
+    }
+    stk__job_verdict(wf, (uint32_t)nw, rf, n, v);
+  } else {
+    stk__job_verdict(NULL, 0, NULL, 0, v);
   }
-  stk__job_verdict((uint32_t)r->n_workers, busy, n, stall, v);
-  *max_stall = stall;
-  uint32_t nw = (uint32_t)r->n_workers;
-  switch (v->kind) {
-    case STK_VERDICT_INPUT_BOUND:
-      snprintf(text, len,
-               "input-bound: about %.1f workers would remove the stall (now %u: about %u "
-               "more; the slowest rank stalls %.1f%%)",
-               v->workers_needed, nw, status_more_workers(v->workers_needed, nw),
-               100 * stall);
-      break;
-    case STK_VERDICT_COMPUTE_BOUND:
-      snprintf(text, len,
-               "compute-bound: %u of %u workers could go (ranks stall at most %.1f%%, "
-               "workers %.0f%% busy in all)",
-               v->workers_spare, nw, 100 * stall, 100 * busy);
-      break;
-    case STK_VERDICT_BALANCED:
-      snprintf(text, len,
-               "balanced: no rank stalls (at most %.1f%%) and every worker is needed",
-               100 * stall);
-      break;
-    default:
-      snprintf(text, len, "no verdict yet: %s",
-               nw ? "no rank has reported its stall (ranks report every 2 s)"
-                  : "no live worker");
-  }
-}
-
-static const char *verdict_name(int kind) {
-  switch (kind) {
-    case STK_VERDICT_INPUT_BOUND:
-      return "input-bound";
-    case STK_VERDICT_COMPUTE_BOUND:
-      return "compute-bound";
-    case STK_VERDICT_BALANCED:
-      return "balanced";
-  }
-  return "unknown";
+  free(wf), free(rf);
+  stk__verdict_text(v, text, len);
 }
 
 /* The table's additions: bad samples per worker, the ranks' figures, the
@@ -322,8 +292,8 @@ static void status_print_more(const Stoker__V1__StatusResponse *r) {
       printf("    %s\n", stk__escape(e, sizeof(e), s->bad_recent[k]));
   }
   if (r->n_ranks) {
-    printf("\n%-6s %8s %10s %10s %8s %10s\n", "RANK", "STALL", "BATCH/S", "BATCHES",
-           "WORKERS", "REPORTED");
+    printf("\n%-6s %8s %8s %10s %10s %8s %9s %10s\n", "RANK", "STALL", "STEP", "BATCH/S",
+           "BATCHES", "WORKERS", "RECV-CPU", "REPORTED");
     for (size_t i = 0; i < r->n_ranks; i++) {
       const Stoker__V1__RankStatus *k = r->ranks[i];
       const Stoker__V1__ClientStats *c = k->stats;
@@ -331,16 +301,21 @@ static void status_print_more(const Stoker__V1__StatusResponse *r) {
       snprintf(ago, sizeof(ago), "%.1fs ago", (double)k->last_report_ms_ago / 1000.0);
       /* Ranks report every few seconds: one silent for 30 s has stopped
        * (its rate is what it last said, not what it does now). */
-      printf("%-6u %7.1f%% %10.1f %10" PRIu64 " %8u %10s%s\n", k->rank,
-             c ? 100 * c->stall_fraction : 0.0, c ? c->batches_per_s : 0.0,
-             c ? c->batches : 0, c ? c->workers_alive : 0, ago,
+      /* STEP: its loop time per batch outside next(); RECV-CPU: its
+       * receiving cost, CPU seconds per GB ("-" until reported) */
+      char step[16] = "-", recv[16] = "-";
+      if (c && c->step_ms > 0) snprintf(step, sizeof(step), "%.1fms", c->step_ms);
+      if (c && c->recv_cpu_s_per_gb > 0)
+        snprintf(recv, sizeof(recv), "%.2fs/GB", c->recv_cpu_s_per_gb);
+      printf("%-6u %7.1f%% %8s %10.1f %10" PRIu64 " %8u %9s %10s%s\n", k->rank,
+             c ? 100 * c->stall_fraction : 0.0, step, c ? c->batches_per_s : 0.0,
+             c ? c->batches : 0, c ? c->workers_alive : 0, recv, ago,
              k->last_report_ms_ago > 30000 ? "  stopped reporting" : "");
     }
   }
   stk__verdict v;
-  double stall;
-  char text[300];
-  status_verdict(r, &v, &stall, text, sizeof(text));
+  char text[600];
+  status_verdict(r, &v, text, sizeof(text));
   printf("\nverdict          %s\n", text);
 }
 
@@ -407,8 +382,14 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
     json_str(w->worker ? w->worker->address : "");
     printf(", \"worker_id\": ");
     json_str(w->worker ? w->worker->worker_id : "");
-    printf(", \"cores\": %u, \"streams\": %u, \"queued\": %u, \"busy_fraction\": ",
-           w->worker ? w->worker->cores : 0, s->active_streams, s->queued_requests);
+    printf(", \"cores\": %u, \"cpu_cores\": ", w->worker ? w->worker->cores : 0);
+    json_num(w->worker ? w->worker->cpu_cores : 0);
+    printf(", \"cpu_seconds\": ");
+    json_num(s->cpu_seconds);
+    printf(", \"batches_per_cpu_s\": ");
+    json_num(s->batches_per_cpu_s);
+    printf(", \"streams\": %u, \"queued\": %u, \"busy_fraction\": ", s->active_streams,
+           s->queued_requests);
     json_num(s->busy_fraction);
     printf(", \"batches_per_s\": ");
     json_num(s->batches_per_s);
@@ -445,24 +426,46 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
     json_num(c ? c->stall_fraction : 0);
     printf(", \"batches_per_s\": ");
     json_num(c ? c->batches_per_s : 0);
+    printf(", \"step_ms\": ");
+    json_num(c ? c->step_ms : 0);
+    printf(", \"recv_cpu_s\": ");
+    json_num(c ? c->recv_cpu_s : 0);
+    printf(", \"recv_cpu_s_per_gb\": ");
+    json_num(c ? c->recv_cpu_s_per_gb : 0);
     printf(", \"batches\": %" PRIu64 ", \"workers_alive\": %u, \"last_report_s\": ",
            c ? c->batches : 0, c ? c->workers_alive : 0);
     json_num((double)k->last_report_ms_ago / 1000.0);
     printf("}");
   }
   stk__verdict v;
-  double stall;
-  char text[300];
-  status_verdict(r, &v, &stall, text, sizeof(text));
+  char text[600];
+  status_verdict(r, &v, text, sizeof(text));
+  /* workers_more: whole workers of the current mean size (input-bound) */
+  double more = v.kind == STK_VERDICT_INPUT_BOUND && v.cores_more > 0 && v.workers
+                    ? ceil(v.workers_needed - 1e-9) - (double)v.workers
+                    : 0;
   printf("], \"verdict\": {\"kind\": \"%s\", \"workers\": %zu, \"workers_needed\": ",
-         verdict_name(v.kind), r->n_workers);
-  json_num(v.workers_needed);
+         stk__verdict_name(v.kind), r->n_workers);
+  json_num(v.kind == STK_VERDICT_INPUT_BOUND ? v.workers_needed : 0);
   printf(", \"workers_more\": %u, \"workers_spare\": %u, \"max_stall_fraction\": ",
-         v.kind == STK_VERDICT_INPUT_BOUND
-             ? status_more_workers(v.workers_needed, (uint32_t)r->n_workers)
-             : 0,
-         v.workers_spare);
-  json_num(stall);
+         more > 0 ? (uint32_t)more : 0, v.workers_spare);
+  json_num(v.max_stall);
+  printf(", \"step_ms\": ");
+  json_num(v.step_ms);
+  printf(", \"demand_batches_per_s\": ");
+  json_num(v.demand_bps);
+  printf(", \"worker_cores\": ");
+  json_num(v.cores);
+  printf(", \"cores_needed\": ");
+  json_num(v.kind == STK_VERDICT_INPUT_BOUND ? v.cores_needed : 0);
+  printf(", \"cores_more\": ");
+  json_num(v.kind == STK_VERDICT_INPUT_BOUND ? v.cores_more : 0);
+  printf(", \"capacity_batches_per_s\": ");
+  json_num(v.capacity_bps);
+  printf(", \"batches_per_cpu_s\": ");
+  json_num(v.per_cpu_s);
+  printf(", \"missing\": ");
+  json_str(v.missing);
   printf(", \"text\": ");
   json_str(text);
   printf("}}\n");
@@ -545,12 +548,17 @@ static int cmd_status(int argc, char **argv) {
       char sent[32], hb[32], addr[STK_ESCAPED_ID];
       human_bytes(s ? s->bytes_sent : 0, sent, sizeof(sent));
       snprintf(hb, sizeof(hb), "%.1fs ago", (double)w->last_heartbeat_ms_ago / 1000.0);
-      printf("%-24s %5u %7u %8u %6.0f%% %10" PRIu64 " %10s %6.1f %6" PRIu64 " %9s\n",
-             stk__escape(addr, sizeof(addr), w->worker ? w->worker->address : "?"),
-             w->worker ? w->worker->cores : 0, s ? s->active_streams : 0,
-             s ? s->queued_requests : 0, s ? s->busy_fraction * 100 : 0.0,
-             s ? s->batches_built : 0, sent, s ? s->batches_per_s : 0.0,
-             s ? s->samples_substituted : 0, hb);
+      /* CORES: the CPU the worker may use (its quota or affinity), else
+       * (a worker that does not tell) its builder threads */
+      char cores[16];
+      double cc = w->worker ? w->worker->cpu_cores : 0;
+      if (cc > 0) snprintf(cores, sizeof(cores), "%.2f", cc);
+      else snprintf(cores, sizeof(cores), "%u", w->worker ? w->worker->cores : 0);
+      printf("%-24s %5s %7u %8u %6.0f%% %10" PRIu64 " %10s %6.1f %6" PRIu64 " %9s\n",
+             stk__escape(addr, sizeof(addr), w->worker ? w->worker->address : "?"), cores,
+             s ? s->active_streams : 0, s ? s->queued_requests : 0,
+             s ? s->busy_fraction * 100 : 0.0, s ? s->batches_built : 0, sent,
+             s ? s->batches_per_s : 0.0, s ? s->samples_substituted : 0, hb);
       if (w->suspect) printf("%-24s suspect: heartbeats late, still listed\n", "");
     }
     printf("\n%-24s %s\n", "ADDRESS", "WORKER ID");

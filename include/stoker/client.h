@@ -369,7 +369,9 @@ typedef struct stk_stats {
                             compute = (time between the first and last
                             next()) - stall_ns, it is workers_alive x
                             (1 + stall_ns / compute), reported when
-                            stall_fraction > 2% */
+                            stall_fraction > 2% and step_ms >= 1 (a
+                            loop with no step time has no figure);
+                            `stoker status` says it in cores */
   stk_worker_stats workers[STK_MAX_WORKER_STATS];
   uint32_t coordinator_watching; /* 1 while this client's watch stream to the
                                     coordinator is open and its request sent:
@@ -397,7 +399,17 @@ typedef struct stk_stats {
                                     working set, coverage workers included;
                                     0 for a local client) */
   uint32_t workers_listed;       /* workers the coordinator lists */
-  uint8_t reserved[20];
+  float step_ms;                 /* the loop's time per batch outside next():
+                                    its step time minus the stall, ms (0 before
+                                    two batches); what the stall is judged
+                                    against (docs/operations.md) */
+  float recv_cpu_s_per_gb;       /* the receiving cost on this host: recv_cpu_s
+                                    per GB of payload received (0 before 1 MB) */
+  double recv_cpu_s;             /* CPU seconds (user + system) this client's
+                                    receive path used: its io threads (gRPC
+                                    receive, crc32c) and its copy thread (into
+                                    the slots, conversion) */
+  uint8_t reserved[4];
 } stk_stats;
 
 /* Snapshot of the counters. Thread-safe. */

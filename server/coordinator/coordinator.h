@@ -148,6 +148,7 @@ typedef struct cworker {
    * come one at a time); read-only once linked. */
   char id[MAX_STR], address[MAX_STR];
   uint32_t cores;
+  double cpu_cores; /* usable cores it registered (0 = not told) */
   /* Its stream ticket key (tickets.c; "" = none: no role tokens), written
    * before it is linked like the above; and its current ticket, minted
    * from the key, under C.mu once linked (tickets_tick mints it again
@@ -293,6 +294,7 @@ typedef struct coord_state {
     double stall_fraction, batches_per_s;
     uint64_t batches;
     uint32_t workers_alive;
+    double step_ms, recv_cpu_s, recv_cpu_s_per_gb; /* 0 = not reported */
   } * ranks;
   /* From the state journal (persist.c): ids of workers registered before a
    * restart and not back yet; the end of the job waits (bounded) for them

@@ -42,6 +42,11 @@ void handle_report_stats(stk__rpc_call *call, const ProtobufCMessage *req) {
       q->batches_per_s > 0 && q->batches_per_s < 1e12 ? q->batches_per_s : 0;
   r->batches = q->batches;
   r->workers_alive = q->workers_alive;
+  /* a day per batch, a million CPU-seconds: bounds no honest client meets */
+  r->step_ms = q->step_ms > 0 && q->step_ms < 86400e3 ? q->step_ms : 0;
+  r->recv_cpu_s = q->recv_cpu_s > 0 && q->recv_cpu_s < 1e12 ? q->recv_cpu_s : 0;
+  r->recv_cpu_s_per_gb =
+      q->recv_cpu_s_per_gb > 0 && q->recv_cpu_s_per_gb < 1e6 ? q->recv_cpu_s_per_gb : 0;
   pthread_mutex_unlock(&C.mu);
   Stoker__V1__ReportStatsResponse resp = STOKER__V1__REPORT_STATS_RESPONSE__INIT;
   stk__rpc_call_reply(call, &resp.base);
@@ -78,6 +83,8 @@ static int status_extras_locked(Stoker__V1__StatusResponse *resp,
     wt[i].n_bad_recent = cp->n_bad_recent;
     wt[i].bad_recent = cp->bad_recent;
     wt[i].files_skipped = cp->files_skipped;
+    wt[i].cpu_seconds = cp->cpu_seconds;
+    wt[i].batches_per_cpu_s = cp->batches_per_cpu_s;
     wt[i].n_skipped_files = cp->n_skipped_files;
     wt[i].skipped_files = cp->skipped_files;
   }
@@ -97,6 +104,9 @@ static int status_extras_locked(Stoker__V1__StatusResponse *resp,
     ex->cs[k].batches_per_s = c->batches_per_s;
     ex->cs[k].batches = c->batches;
     ex->cs[k].workers_alive = c->workers_alive;
+    ex->cs[k].step_ms = c->step_ms;
+    ex->cs[k].recv_cpu_s = c->recv_cpu_s;
+    ex->cs[k].recv_cpu_s_per_gb = c->recv_cpu_s_per_gb;
     ex->rs[k].rank = r;
     ex->rs[k].stats = &ex->cs[k];
     ex->rs[k].last_report_ms_ago = (uint64_t)(now - c->at_ms);
@@ -162,6 +172,7 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
       wi[i].worker_id = strdup(w->id);
       wi[i].address = strdup(w->address);
       wi[i].cores = w->cores;
+      wi[i].cpu_cores = w->cpu_cores;
       wt[i].batches_built = w->stats.batches_built;
       wt[i].bytes_sent = w->stats.bytes_sent;
       wt[i].samples_substituted = w->stats.samples_substituted;
@@ -232,19 +243,35 @@ void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
 
 /* The job-wide verdict from the workers' and ranks' last figures (ranks
  * that reported in the last 30 s). Under C.mu. */
-static void verdict_locked(int64_t now, stk__verdict *v, double *max_stall,
-                           uint32_t *nr) {
-  double busy = 0, stall = 0;
+static void verdict_locked(int64_t now, stk__verdict *v) {
   uint32_t nw = 0, n = 0;
-  for (cworker *w = C.workers; w; w = w->next) busy += w->stats.busy_fraction, nw++;
+  for (cworker *w = C.workers; w; w = w->next) nw++;
+  for (uint32_t r = 0; r < C.spec.world_size; r++)
+    n += C.ranks[r].at_ms && now - C.ranks[r].at_ms <= 30000;
+  stk__worker_fig *wf = calloc(nw ? nw : 1, sizeof(*wf));
+  stk__rank_fig *rf = calloc(n ? n : 1, sizeof(*rf));
+  if (!wf || !rf) {
+    free(wf), free(rf);
+    stk__job_verdict(NULL, 0, NULL, 0, v);
+    return;
+  }
+  uint32_t i = 0;
+  for (cworker *w = C.workers; w; w = w->next, i++) {
+    wf[i].cores = w->cpu_cores;
+    wf[i].per_cpu_s = w->hb ? w->hb->batches_per_cpu_s : 0;
+    wf[i].busy = w->stats.busy_fraction;
+  }
+  i = 0;
   for (uint32_t r = 0; r < C.spec.world_size; r++) {
     const struct crank *c = &C.ranks[r];
     if (!c->at_ms || now - c->at_ms > 30000) continue;
-    n++;
-    if (c->stall_fraction > stall) stall = c->stall_fraction;
+    rf[i].stall = c->stall_fraction;
+    rf[i].step_ms = c->step_ms;
+    rf[i].batches_per_s = c->batches_per_s;
+    i++;
   }
-  stk__job_verdict(nw, busy, n, stall, v);
-  *max_stall = stall, *nr = n;
+  stk__job_verdict(wf, nw, rf, n, v);
+  free(wf), free(rf);
 }
 
 /* GET /metrics (metrics.c's HTTP thread): the job, the workers as their
@@ -304,7 +331,7 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
   } wf[] = {{"stoker_coordinator_worker_batches_per_second",
              "a worker's build rate (heartbeat)"},
             {"stoker_coordinator_worker_busy_fraction",
-             "a worker's builder threads' busy share (heartbeat)"},
+             "a worker's CPU used over the CPU it may use (heartbeat)"},
             {"stoker_coordinator_worker_suspect",
              "1 while a listed worker's heartbeats are late (its session open)"}};
   for (int k = 0; k < 3; k++) {
@@ -326,8 +353,14 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
              "share of a rank's loop time spent waiting for input (client report)"},
             {"stoker_rank_batches_per_second", "gauge",
              "batches a rank's loop takes per second (client report)"},
-            {"stoker_rank_batches_total", "counter", "batches handed to a rank's loop"}};
-  for (int k = 0; k < 3; k++) {
+            {"stoker_rank_batches_total", "counter", "batches handed to a rank's loop"},
+            {"stoker_rank_step_seconds", "gauge",
+             "a rank's loop time per batch outside next(): its step time minus the "
+             "stall (client report; 0 before two batches)"},
+            {"stoker_rank_receive_cpu_seconds_per_gigabyte", "gauge",
+             "CPU seconds a rank's client spends receiving per GB (its io and copy "
+             "threads; client report; 0 before data came)"}};
+  for (int k = 0; k < 5; k++) {
     metrics_family(b, rf[k].name, rf[k].type, rf[k].help);
     /* bounded: ranks below --metrics-rank-series only (stable series) */
     uint32_t nrank = C.spec.world_size;
@@ -341,13 +374,13 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
       metrics_sample(b, rf[k].name, metrics_label(lab, sizeof(lab), "rank", rank),
                      k == 0   ? c->stall_fraction
                      : k == 1 ? c->batches_per_s
-                              : (double)c->batches);
+                     : k == 2 ? (double)c->batches
+                     : k == 3 ? c->step_ms / 1e3
+                              : c->recv_cpu_s_per_gb);
     }
   }
   stk__verdict v;
-  double stall;
-  uint32_t nr;
-  verdict_locked(now, &v, &stall, &nr);
+  verdict_locked(now, &v);
   pthread_mutex_unlock(&C.mu);
   uint64_t jwrites, jwaiters, jby[3];
   journal_figures(&jwrites, &jwaiters, jby);
@@ -368,9 +401,18 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
     metrics_sample(b, "stoker_coordinator_journal_snapshots_total", jkind[k],
                    (double)jby[k]);
   metrics_family(b, "stoker_job_workers_needed", "gauge",
-                 "input-bound: data workers that would remove the stall (0 otherwise)");
+                 "input-bound: data workers of the current mean size that would remove "
+                 "the stall (0 otherwise, or when a figure is missing)");
   metrics_sample(b, "stoker_job_workers_needed", NULL,
                  v.kind == STK_VERDICT_INPUT_BOUND ? v.workers_needed : 0);
+  metrics_family(b, "stoker_job_cores_more", "gauge",
+                 "input-bound: more cores of this pipeline's data-worker CPU that would "
+                 "remove the stall (0 otherwise, or when a figure is missing)");
+  metrics_sample(b, "stoker_job_cores_more", NULL,
+                 v.kind == STK_VERDICT_INPUT_BOUND ? v.cores_more : 0);
+  metrics_family(b, "stoker_job_worker_cores", "gauge",
+                 "the live workers' usable cores (cgroup quota or affinity), summed");
+  metrics_sample(b, "stoker_job_worker_cores", NULL, v.cores);
   metrics_family(b, "stoker_job_workers_spare", "gauge",
                  "compute-bound: data workers that could go (0 otherwise)");
   metrics_sample(b, "stoker_job_workers_spare", NULL, v.workers_spare);

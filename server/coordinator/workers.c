@@ -150,6 +150,9 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   snprintf(w->id, sizeof(w->id), "%s", h->worker->worker_id);
   snprintf(w->address, sizeof(w->address), "%s", h->worker->address);
   w->cores = h->worker->cores;
+  /* untrusted: a finite share of at most a million cores, else unknown */
+  double cc = h->worker->cpu_cores;
+  w->cpu_cores = cc > 0 && cc < 1e6 ? cc : 0;
   /* With role tokens every listed worker has a stream ticket, so a client
    * never sends its token to a worker (or to anyone holding the worker
    * token): a worker that does not check tickets (an older stoker-worker,

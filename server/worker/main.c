@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "common/cpulimit.h"
 #include "common/secret.h"
 #include "daemon.h"
 #include "health.h"
@@ -302,6 +303,12 @@ int main(int argc, char **argv) {
   long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
   W.threads = opt.threads ? (uint32_t)opt.threads : (uint32_t)(ncpu > 0 ? ncpu : 1);
   {
+    stk__cpu_limit lim;
+    stk__cpu_limit_read("/", stk__affinity_cpus(), &lim);
+    W.cpu_cores = lim.cores;
+    LOG_INFO("CPU: %.2f usable cores (%s)", lim.cores, lim.source);
+  }
+  {
     /* builders hold up to STK_BUILDER_MAX_FILES each; gRPC, clients and
      * the session need more. Below that, builds slow down (one file at a
      * time) or fail transiently (clients re-ask); never wrong data. */
@@ -364,7 +371,8 @@ int main(int argc, char **argv) {
       "coordinator %s",
       opt.listen, port, stk__tls_describe(W.tls), advertise, W.threads, opt.coordinator);
 
-  session_config cfg = {opt.coordinator, token, W.tls, worker_id, advertise, W.threads};
+  session_config cfg = {opt.coordinator, token,     W.tls,      worker_id,
+                        advertise,       W.threads, W.cpu_cores};
   session_hooks hooks = {on_job, fill_stats, on_command, fill_hello, on_ticket};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {

@@ -81,6 +81,7 @@ static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64
   info.worker_id = s->worker_id;
   info.address = s->address;
   info.cores = s->cfg.cores;
+  info.cpu_cores = s->cfg.cpu_cores;
   Stoker__V1__Register reg = STOKER__V1__REGISTER__INIT;
   reg.worker = &info;
   reg.protocol_version = STK_PROTOCOL_VERSION;

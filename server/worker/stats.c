@@ -11,6 +11,7 @@
 #include <string.h>
 
 #include "common/clock.h"
+#include "common/cpulimit.h"
 #include "log.h"
 #include "notify.h"
 #include "worker.h"
@@ -32,15 +33,33 @@ void fill_stats(Stoker__V1__WorkerStats *out) {
   out->files_skipped = W.nskipped; /* set before the job was published */
   out->n_skipped_files = W.nskipped_ex;
   out->skipped_files = W.nskipped_ex ? W.skipped_ex : NULL;
+  double cpu = stk__process_cpu_s();
+  out->cpu_seconds = cpu;
   if (W.last_ms && now > W.last_ms) {
     double dt = (double)(now - W.last_ms) / 1000.0;
-    out->batches_per_s = (double)(st.batches_built - W.last_built) / dt;
-    out->busy_fraction = (double)(st.busy_ns - W.last_busy) / 1e9 / dt / W.threads;
+    uint64_t built = st.batches_built - W.last_built;
+    double dcpu = cpu > W.last_cpu_s ? cpu - W.last_cpu_s : 0;
+    out->batches_per_s = (double)built / dt;
+    /* the CPU the process used against the CPU it may use (its quota or
+     * affinity), not a builder thread's wall time: a throttled worker
+     * that uses its whole quota is fully busy */
+    double busy = W.cpu_cores > 0 ? dcpu / dt / W.cpu_cores : 0;
+    out->busy_fraction = busy > 1 ? 1 : busy;
+    /* capacity: batches per CPU-second over intervals that built
+     * batches, set once at least a CPU-second (or 20 batches) is in */
+    if (built) W.cap_built += built, W.cap_cpu_s += dcpu;
+    if (W.cap_cpu_s > 0 && (W.cap_cpu_s >= 1.0 || W.cap_built >= 20)) {
+      W.per_cpu_s = (double)W.cap_built / W.cap_cpu_s;
+      W.cap_built = 0, W.cap_cpu_s = 0;
+    }
     pthread_mutex_lock(&W.mu);
     W.busy_fraction = out->busy_fraction;
+    W.per_cpu_s_shown = W.per_cpu_s;
     pthread_mutex_unlock(&W.mu);
   }
+  out->batches_per_cpu_s = W.per_cpu_s;
   W.last_ms = now, W.last_built = st.batches_built, W.last_busy = st.busy_ns;
+  W.last_cpu_s = cpu;
 }
 
 /* One stats line (greppable: "stats state=..."); *last carries the
@@ -84,7 +103,7 @@ void worker_metrics(metrics_buf *b, int full, void *ud) {
   uint64_t bytes = 0;
   if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
   pthread_mutex_lock(&W.mu);
-  double busy = W.busy_fraction;
+  double busy = W.busy_fraction, per_cpu = W.per_cpu_s_shown;
   pthread_mutex_unlock(&W.mu);
   int draining = __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE);
   static const struct {
@@ -104,7 +123,14 @@ void worker_metrics(metrics_buf *b, int full, void *ud) {
       {"stoker_worker_busy_seconds_total", "counter",
        "builder thread time spent building"},
       {"stoker_worker_busy_fraction", "gauge",
-       "builder threads' busy share over the last heartbeat interval"},
+       "CPU used over the CPU the worker may use (stoker_worker_cpu_cores), last "
+       "heartbeat interval"},
+      {"stoker_worker_cpu_cores", "gauge",
+       "cores the worker may use: its cgroup CPU quota or affinity, the lower"},
+      {"stoker_worker_cpu_seconds_total", "counter",
+       "CPU seconds (user + system) the worker process used"},
+      {"stoker_worker_batches_per_cpu_second", "gauge",
+       "measured capacity: batches built per CPU-second (0 until measured)"},
       {"stoker_worker_builder_threads", "gauge", "batch builder threads"},
       {"stoker_worker_queued_requests", "gauge", "requests queued or building"},
       {"stoker_worker_open_streams", "gauge", "open Worker.Stream calls"},
@@ -120,6 +146,9 @@ void worker_metrics(metrics_buf *b, int full, void *ud) {
                 (double)__atomic_load_n(&W.stream_errors, __ATOMIC_RELAXED),
                 (double)st.busy_ns / 1e9,
                 busy,
+                W.cpu_cores,
+                stk__process_cpu_s(),
+                per_cpu,
                 W.threads,
                 st.queued_requests,
                 st.active_streams,

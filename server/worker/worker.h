@@ -94,10 +94,17 @@ typedef struct worker_state {
   uint64_t dropped_requests; /* atomic: asked while draining */
   uint64_t stream_errors;    /* atomic */
   uint32_t threads;          /* main, before the session starts; read-only afterwards */
+  double cpu_cores;          /* usable cores (common/cpulimit.h): main, at start;
+                                read-only afterwards */
   /* heartbeat rate bookkeeping (stats.c, fill_stats: session thread only) */
   int64_t last_ms;
   uint64_t last_built, last_busy;
-  double busy_fraction; /* the last heartbeat's, for /metrics (under mu) */
+  double last_cpu_s;  /* process CPU seconds at the last heartbeat */
+  double per_cpu_s;   /* batches per CPU-second, the last measured */
+  uint64_t cap_built; /* batches and CPU since per_cpu_s was last set */
+  double cap_cpu_s;
+  double busy_fraction;   /* the last heartbeat's, for /metrics (under mu) */
+  double per_cpu_s_shown; /* per_cpu_s, for /metrics (under mu) */
 } worker_state;
 
 extern worker_state W;

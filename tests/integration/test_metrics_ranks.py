@@ -62,8 +62,8 @@ def one(grpc, coord, tmp, cap):
     series = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     per_rank = [ln for ln in series if ln.startswith("stoker_rank_")]
     want = 64 if cap is None else cap
-    check(len(per_rank) == 3 * want, "%s: %d per-rank series for %d ranks reporting, want "
-          "3 x %d" % (name, len(per_rank), RANKS, want))
+    check(len(per_rank) == 5 * want, "%s: %d per-rank series for %d ranks reporting, want "
+          "5 x %d" % (name, len(per_rank), RANKS, want))
     if want:
         last = 'stoker_rank_batches_total{rank="%d"} %d' % (want - 1, 1000 + want - 1)
         check(last in series, "%s: the last rank shown has its figures (%s)" % (name, last))

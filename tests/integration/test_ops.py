@@ -14,6 +14,8 @@ One case per run (argv[1]); ctest runs each as its own test:
             here), then `stoker status --json` parsed: every worker's rate
             and busy fraction, every rank's stall, the verdict; the ranks
             exit without Finish, so the job runs until `stoker finish`
+  cgroup    a worker under a cgroup CPU quota of half a core (root only,
+            else skipped): `stoker status` shows 0.50 cores
   bad       a generated ImageFolder with corrupt files: the worker log names
             every corrupt file exactly once (dataset-relative path),
             `stoker status --json` counts them by reason with the last
@@ -411,14 +413,19 @@ def case_metrics(P, tmp):
                  "stoker_worker_samples_substituted_total", "stoker_worker_build_seconds_count",
                  'stoker_worker_build_seconds_bucket{le="+Inf"}', "stoker_worker_busy_fraction",
                  "stoker_worker_queued_requests", "stoker_worker_open_streams",
-                 "stoker_worker_free_buffers", 'stoker_worker_bad_samples_total{reason="truncated"}'):
+                 "stoker_worker_free_buffers", 'stoker_worker_bad_samples_total{reason="truncated"}',
+                 "stoker_worker_cpu_cores", "stoker_worker_cpu_seconds_total",
+                 "stoker_worker_batches_per_cpu_second"):
         check(name in wv, "worker metric " + name)
     check(wv.get("stoker_worker_build_seconds_count") ==
           wv.get('stoker_worker_build_seconds_bucket{le="+Inf"}'), "histogram count = +Inf bucket")
     for name in ("stoker_coordinator_live_workers", "stoker_coordinator_ranks_joined",
                  "stoker_coordinator_ranks_finished", 'stoker_coordinator_job_state{state="running"}',
                  'stoker_rank_batches_per_second{rank="0"}', 'stoker_rank_stall_fraction{rank="1"}',
-                 "stoker_job_workers_needed", "stoker_job_workers_spare"):
+                 "stoker_job_workers_needed", "stoker_job_workers_spare",
+                 'stoker_rank_step_seconds{rank="0"}',
+                 'stoker_rank_receive_cpu_seconds_per_gigabyte{rank="1"}',
+                 "stoker_job_cores_more", "stoker_job_worker_cores"):
         check(name in cv, "coordinator metric " + name)
     for who, v in (("coordinator", cv), ("worker", wv)):
         for name in ("process_resident_memory_bytes", "process_threads", "process_open_fds",
@@ -432,26 +439,39 @@ def case_metrics(P, tmp):
               "%s process figures are real (RSS %s, threads %s, fds %s)" %
               (who, v.get("process_resident_memory_bytes"), v.get("process_threads"),
                v.get("process_open_fds")))
+    check(wv.get("stoker_worker_cpu_cores", 0) > 0, "the worker's usable cores on /metrics")
     check(cv.get("stoker_coordinator_live_workers") == 1, "one live worker")
     check(cv.get('stoker_coordinator_job_state{state="running"}') == 1, "state running")
     check(scrape(cm, "/other")[0] == 404, "other paths are 404")
 
-    s = wait_for(lambda: (lambda j: j if j and len(j["ranks"]) == 2 else None)(status_json(cport)),
-                 20, "status --json with both ranks")
+    # both ranks, each with its receiving cost (reported once 1 MB came)
+    s = wait_for(lambda: (lambda j: j if j and len(j["ranks"]) == 2 and
+                          all(k["recv_cpu_s_per_gb"] > 0 for k in j["ranks"]) else None)(
+                     status_json(cport)),
+                 30 * SLOW, "status --json with both ranks' receive CPU s/GB")
     if s:
         check(s["state"] == "running" and len(s["workers"]) == 1, "status: running, 1 worker")
         wk = s["workers"][0]
-        for k in ("batches_per_s", "busy_fraction", "bad_samples", "bad_recent", "free_buffers"):
+        for k in ("batches_per_s", "busy_fraction", "bad_samples", "bad_recent", "free_buffers",
+                  "cpu_seconds", "batches_per_cpu_s"):
             check(k in wk, "status --json worker has " + k)
+        check(0 < wk["cpu_cores"] <= os.cpu_count(),
+              "status --json: the worker's usable cores %r" % wk.get("cpu_cores"))
         for rk in s["ranks"]:
-            check(0 <= rk["stall_fraction"] <= 1 and rk["batches"] >= 0,
-                  "status --json rank %s figures" % rk.get("rank"))
+            check(0 <= rk["stall_fraction"] <= 1 and rk["batches"] >= 0 and
+                  rk["step_ms"] >= 0 and rk["recv_cpu_s"] > 0 and rk["recv_cpu_s_per_gb"] > 0,
+                  "status --json rank %s figures %r" % (rk.get("rank"), rk))
         v = s["verdict"]
-        check(v["kind"] in ("input-bound", "compute-bound", "balanced") and v["workers"] == 1,
+        check(v["kind"] in ("input-bound", "compute-bound", "balanced", "unknown") and
+              v["workers"] == 1 and v["worker_cores"] == wk["cpu_cores"],
               "status --json verdict %r" % v)
-        check(v["text"].startswith(v["kind"]), "the verdict text says it: %r" % v["text"])
+        check(v["text"].startswith(v["kind"]) or
+              (v["kind"] == "unknown" and "missing: " in v["text"] and v["missing"]),
+              "the verdict text says it: %r" % v["text"])
+        check("workers would" not in v["text"], "no unitless worker count: %r" % v["text"])
         rc, out, _ = cli(["status", "--coordinator", "127.0.0.1:%d" % cport])
-        check(rc == 0 and "verdict" in out and "STALL" in out, "status table: ranks, verdict")
+        check(rc == 0 and "verdict" in out and "STALL" in out and "RECV-CPU" in out,
+              "status table: ranks, verdict")
     for r in (0, 1):
         check(P.wait("rank%d" % r, 120 * SLOW) == 0, "rank %d trained to the end" % r)
     rc, out, err = cli(["finish", "--coordinator", "127.0.0.1:%d" % cport, "--ranks", "0,1"])
@@ -553,7 +573,67 @@ def case_bad(P, tmp):
         check(P.wait(r, 60) not in (0, None), "%s fails with the job" % r)
 
 
-CASES = {"token": case_token, "notify": case_notify, "metrics": case_metrics, "bad": case_bad}
+def case_cgroup(P, tmp):
+    """A worker under a cgroup CPU quota of half a core registers 0.5
+    cores (root and a writable cgroup v1 cpu or v2 hierarchy only)."""
+    if os.geteuid() != 0:
+        print("SKIP: not root: cannot make a cgroup with a CPU quota")
+        sys.exit(77)
+    v1 = "/sys/fs/cgroup/cpu"
+    name = "stoker-test-%d" % os.getpid()
+    if os.path.isfile(os.path.join(v1, "cpu.cfs_quota_us")):
+        cg, files = os.path.join(v1, name), [("cpu.cfs_period_us", "100000"),
+                                               ("cpu.cfs_quota_us", "50000")]
+    elif os.path.isfile("/sys/fs/cgroup/cgroup.controllers"):
+        cg, files = os.path.join("/sys/fs/cgroup", name), [("cpu.max", "50000 100000")]
+    else:
+        print("SKIP: no cgroup v1 cpu or v2 hierarchy at /sys/fs/cgroup")
+        sys.exit(77)
+    try:
+        os.mkdir(cg)
+        for f, val in files:
+            with open(os.path.join(cg, f), "w") as fh:
+                fh.write(val)
+    except OSError as e:
+        try:
+            os.rmdir(cg)
+        except OSError:
+            pass
+        print("SKIP: cannot write a cgroup CPU quota at %s: %s" % (cg, e))
+        sys.exit(77)
+    try:
+        cport = start_coordinator(P, tmp, "coord", ["--set", "num_samples=64",
+                                                    "--set", "height=8", "--set", "width=8",
+                                                    "--set", "batch_size=4"])
+        if not check(cport, "coordinator started"):
+            return
+        # the worker enters the cgroup before it execs (its own shell)
+        argv = [BIN["worker"], "--coordinator", "127.0.0.1:%d" % cport,
+                "--listen", "127.0.0.1:0", "--threads", "1"]
+        P.spawn("worker", ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+                + argv)
+        s = wait_for(lambda: (lambda j: j if j and len(j["workers"]) == 1 else None)(
+            status_json(cport)), 20 * SLOW, "the worker registered")
+        if s:
+            cores = s["workers"][0]["cpu_cores"]
+            check(abs(cores - 0.5) < 1e-9, "a 50000/100000 quota is 0.5 cores: %r" % cores)
+            rc, out, _ = cli(["status", "--coordinator", "127.0.0.1:%d" % cport])
+            check(rc == 0 and re.search(r"127\.0\.0\.1:\d+\s+0\.50\s", out),
+                  "the status table shows 0.50 cores")
+            check("0.50 usable cores (cgroup v" in P.log("worker"),
+                  "the worker logs its usable cores and where they came from")
+    finally:
+        P.kill_all()
+        for _ in range(50):  # the killed worker leaves the cgroup once reaped
+            try:
+                os.rmdir(cg)
+                break
+            except OSError:
+                time.sleep(0.1)
+
+
+CASES = {"token": case_token, "notify": case_notify, "metrics": case_metrics, "bad": case_bad,
+         "cgroup": case_cgroup}
 
 
 def main():

@@ -106,7 +106,10 @@ class Stats(ctypes.Structure):
         ("device_convert", ctypes.c_uint32),
         ("working_set", ctypes.c_uint32),
         ("workers_listed", ctypes.c_uint32),
-        ("reserved", ctypes.c_uint8 * 20),
+        ("step_ms", ctypes.c_float),
+        ("recv_cpu_s_per_gb", ctypes.c_float),
+        ("recv_cpu_s", ctypes.c_double),
+        ("reserved", ctypes.c_uint8 * 4),
     ]
 
 
