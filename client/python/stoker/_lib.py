@@ -137,7 +137,9 @@ class JobSpec(ctypes.Structure):
         # views 1..3 with chains of their own (job keys view1..view3)
         ("view_chain", ctypes.c_uint16 * 3), ("pad0", ctypes.c_uint16),
         ("view_height", ctypes.c_uint32 * 3), ("view_width", ctypes.c_uint32 * 3),
-        ("reserved", ctypes.c_uint8 * 192),
+        # job key bad_samples ("" = the default)
+        ("bad_samples", ctypes.c_char * 32),
+        ("reserved", ctypes.c_uint8 * 160),
     ]
 
 
