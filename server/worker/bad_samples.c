@@ -132,6 +132,9 @@ void on_bad_sample(void *ud, const char *path, const char *why) {
           "bad sample %s%s: %.*s (reason user_code; replaced by the next good "
           "sample, bad_samples = %s)",
           rel, idx, first_user ? (int)strlen(text) : (int)line1, text, policy);
+  } else if (log && !strcmp(policy, "fail")) {
+    LOG_ERROR("bad sample %s: %s (reason %s; the job fails: bad_samples = fail)", rel,
+              why, bad_reasons[cls]);
   } else if (log) {
     LOG_WARN("bad sample %s: %s (reason %s; replaced by the next good sample)", rel, why,
              bad_reasons[cls]);
