@@ -7,12 +7,13 @@
  * Bad versus transient: a sample is bad (substituted, reported) only when
  * its own bytes or metadata are wrong: undecodable, not a JPEG, over a
  * limit, empty, cut short, gone from the index's place, out-of-range
- * label. An error that says nothing about the file (stk__errno_transient:
- * out of descriptors, I/O error, out of memory, ...) is retried once with
- * a single descriptor (older shard descriptors closed to make room), then
- * fails the whole batch with STK_UNAVAILABLE and marks nothing:
- * substituting would make the batch differ from the reference for a
- * reason that goes away.
+ * label; or the user's code (a python or plugin op) failed on it, which
+ * the hook hears as "sample index N: python op ..." so that the caller
+ * can apply the job's bad_samples policy. An error that says nothing about the file
+ * (stk__errno_transient: out of descriptors, I/O error, out of memory, ...) is retried
+ * once with a single descriptor (older shard descriptors closed to make room), then fails
+ * the whole batch with STK_UNAVAILABLE and marks nothing: substituting would make the
+ * batch differ from the reference for a reason that goes away.
  *
  * Open files per builder are bounded: ImageFolder reads a batch in windows
  * of FD_WINDOW files (each window's files open at once, closed before the
@@ -199,7 +200,7 @@ typedef struct jpipe {
   unsigned open_fds, peak_fds; /* descriptors this builder holds (not the ring) */
   stk__chain_run *chain;       /* the image pipeline: the job's chain */
   stk__chain_run *vchain[3];   /* views 1..3 with chains of their own, else NULL */
-  char why[200];
+  char why[2800];              /* a user-code error carries a traceback (2 KiB at most) */
 } jpipe;
 
 static void fd_opened(jpipe *jp) {
@@ -449,6 +450,15 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
   stk__chain_run *run =
       view >= 1 && view <= 3 && jp->vchain[view - 1] ? jp->vchain[view - 1] : jp->chain;
   rc = stk__chain_run_sample(run, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
+  if (rc == STK_USER_CODE) { /* name the sample's index (the hook's contract) */
+    char pre[48];
+    int k = snprintf(pre, sizeof(pre), "sample index %llu: ", (unsigned long long)idx);
+    size_t n = strnlen(jp->why, sizeof(jp->why) - 1);
+    if (n + (size_t)k >= sizeof(jp->why)) n = sizeof(jp->why) - 1 - (size_t)k;
+    memmove(jp->why + k, jp->why, n);
+    memcpy(jp->why, pre, (size_t)k);
+    jp->why[n + (size_t)k] = 0;
+  }
   return rc == STK_OK                                   ? RES_OK
          : rc == STK_NO_MEMORY || rc == STK_UNAVAILABLE ? RES_AGAIN
                                                         : RES_BAD;

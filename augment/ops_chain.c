@@ -677,8 +677,9 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
         char msg[160] = "";
         if (r->pinfo[i]->apply(r->pstate[i], &img, seed, msg, sizeof(msg))) {
           msg[sizeof(msg) - 1] = 0;
-          snprintf(why, whylen, "plugin op %s: %s", op->name, msg[0] ? msg : "failed");
-          rc = STK_CORRUPT;
+          snprintf(why, whylen, "plugin op %s failed: %s", op->name,
+                   msg[0] ? msg : "failed");
+          rc = STK_USER_CODE;
         }
         break;
       }

@@ -30,9 +30,10 @@ const struct stk__op *stk__chain_run_batch_op(const stk__chain_run *r);
 /* Run the chain on the image whose header dec has read (W x H), drawing
  * from rng, and write the sample at out in the job's dtype and layout.
  * STK_OK; STK_NO_MEMORY or STK_UNAVAILABLE (transient: a python op's
- * process crashed or hung, ask again); STK_CORRUPT, STK_LIMIT (the
- * decoder's) or STK_CORRUPT from a plugin or python op (the sample is
- * bad); why says what. */
+ * process crashed or hung, ask again); STK_CORRUPT or STK_LIMIT (the
+ * decoder's: the sample is bad); STK_USER_CODE (a plugin or python op
+ * failed on the sample: why starts "plugin op " or "python op " and may
+ * carry a traceback after a line break); why says what. */
 int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint32_t H,
                           stk_rng *rng, void *out, char *why, size_t whylen);
 

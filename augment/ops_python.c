@@ -16,13 +16,14 @@
  * header and at most REPLY_MSG_MAX bytes of message.
  *
  * Failures: an exception in the function (or a result of the wrong shape
- * or dtype) makes the sample bad (STK_CORRUPT, the exception's last line
- * in why). A runner that exits, is killed, or does not answer within the
- * timeout ($STOKER_PYTHON_TIMEOUT seconds, default 30; at least 30 s for
- * the start, which imports numpy and the modules) is killed with
- * SIGKILL and reaped at once, and the call returns STK_UNAVAILABLE (the
- * batch is retried, nothing is substituted); the next call starts a new
- * runner.
+ * or dtype) is the user's code failing on the sample (STK_USER_CODE; in
+ * why: the exception's last line, a line break, then the traceback's last
+ * 2 KiB as Python formats it). The caller decides whether that fails the
+ * job (the default) or makes the sample bad (job key bad_samples). A runner that exits,
+ * is killed, or does not answer within the timeout ($STOKER_PYTHON_TIMEOUT seconds,
+ * default 30; at least 30 s for the start, which imports numpy and the modules) is killed
+ * with SIGKILL and reaped at once, and the call returns STK_UNAVAILABLE (the batch is
+ * retried, nothing is substituted); the next call starts a new runner.
  *
  * The host may be a multi-threaded worker or a training process (the
  * client library's reference builds), so the child is made with fork and
@@ -63,7 +64,7 @@
 extern char **environ;
 
 #define REQ_MAGIC     0x504b5453u /* "STKP" */
-#define REPLY_MSG_MAX 1024
+#define REPLY_MSG_MAX 2560
 #define SHM_ALIGN     ((size_t)1 << 20)
 #define START_MIN_MS  30000
 
@@ -75,10 +76,14 @@ enum { ST_OK = 0, ST_SAMPLE = 1, ST_SETUP = 2 };
 static const char RUNNER[] =
     "import sys, os, mmap, struct, traceback, importlib, importlib.machinery\n"
     "def reply(st, msg=''):\n"
-    "    b = msg.encode('utf-8', 'replace')[:1024]\n"
+    "    b = msg.encode('utf-8', 'replace')[-2560:]\n"
     "    os.write(3, struct.pack('<4I', 0x504b5453, st, len(b), 0) + b)\n"
     "def last_line(e):\n"
     "    return traceback.format_exception_only(type(e), e)[-1].strip()\n"
+    "def with_tb(e):\n"
+    "    tb = ''.join(traceback.format_exception(type(e), e, e.__traceback__))\n"
+    "    tb = tb[-2048:] if len(tb) > 2048 else tb\n"
+    "    return last_line(e) + '\\n' + tb.rstrip()\n"
     "def value(v):\n"
     "    for t in (int, float):\n"
     "        try:\n"
@@ -151,7 +156,7 @@ static const char RUNNER[] =
     "                      out)\n"
     "            del out\n"
     "        except Exception as e:\n"
-    "            reply(1, last_line(e))\n"
+    "            reply(1, with_tb(e))\n"
     "            continue\n"
     "        reply(0)\n"
     "main()\n";
@@ -413,7 +418,7 @@ int stk__pyop_apply(stk__pyop *p, uint32_t op, const uint8_t *in, uint32_t w, ui
     int rc = start(p, why, whylen);
     /* an import that fails now (the module changed since the job was
      * opened) fails each sample, as a plugin op's failure does */
-    if (rc) return rc == STK_INVALID_ARGUMENT ? STK_CORRUPT : rc;
+    if (rc) return rc == STK_INVALID_ARGUMENT ? STK_USER_CODE : rc;
   }
   memcpy(p->map, in, ib);
   req_t q = {REQ_MAGIC, op, h, w, 3, oh, ow, 3, seed, p->mapsz};
@@ -435,8 +440,8 @@ int stk__pyop_apply(stk__pyop *p, uint32_t op, const uint8_t *in, uint32_t w, ui
     memcpy(out, p->map, ob);
     return STK_OK;
   }
-  snprintf(why, whylen, "python op %s: %s", p->args[op], p->msg);
-  return STK_CORRUPT;
+  snprintf(why, whylen, "python op %s raised %s", p->args[op], p->msg);
+  return STK_USER_CODE;
 }
 
 /* In directory dir: what Python may load for module mod (mod.py,

@@ -37,9 +37,10 @@ void stk__pyop_free(stk__pyop *p);
 /* Run python op number `op` of the chain (its index in c->ops) on the RGB
  * image in (w x h x 3) with a numpy Generator seeded with seed, writing
  * the ow x oh x 3 result at out (not overlapping in). Starts (or
- * restarts) the process when needed. STK_OK; STK_CORRUPT when the
- * function raised or returned the wrong shape or dtype (the sample is
- * bad; why holds the exception's last line); STK_UNAVAILABLE when the
+ * restarts) the process when needed. STK_OK; STK_USER_CODE when the
+ * function raised or returned the wrong shape or dtype, or its module no
+ * longer imports (why: "python op MOD:FN raised TYPE: MESSAGE", a line
+ * break, then the traceback's last 2 KiB); STK_UNAVAILABLE when the
  * process crashed, exited, did not start or did not answer within the
  * timeout (it is killed and reaped, and the next call starts a new one:
  * ask again); STK_NO_MEMORY. One caller at a time (a builder's thread). */

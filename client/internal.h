@@ -261,7 +261,7 @@ typedef struct stk__plan {
 typedef struct stk__errors {
   int fatal; /* stk_status that ends the client, 0 = none */
   char fatal_msg[256];
-  char last[512];
+  char last[4352]; /* room for the job's end reason and a traceback */
 } stk__errors;
 
 /* c->api (client.c): the caller's side. Under c->mu; written only by
@@ -377,8 +377,10 @@ typedef struct stk__coord {
   stk__rpc_stream *watch; /* the watch stream, destroyed by the watch thread */
   int watching;           /* watch request sent on watch */
   int job_ended;
-  int job_failed;           /* ended because it was aborted (abort_job) */
-  char job_end_reason[256]; /* the coordinator's reason when it failed */
+  int job_failed; /* ended because it was aborted (abort_job) */
+  /* the coordinator's reason when it failed (a python op's traceback
+   * included: printable ASCII and line breaks) */
+  char job_end_reason[4096];
   pthread_t thread;
   int started;
 } stk__coord;

@@ -432,11 +432,13 @@ static void *watch_main(void *arg) {
         pthread_mutex_lock(&c->mu);
         c->coord.job_ended = 1;
         if (wl->failed) {
-          /* Untrusted text: printable ASCII only, bounded. */
+          /* Untrusted text: printable ASCII and line breaks (a python
+           * op's traceback) only, bounded. */
           const char *r = wl->reason ? wl->reason : "";
           size_t o = 0;
           for (; r[o] && o + 1 < sizeof(c->coord.job_end_reason); o++)
-            c->coord.job_end_reason[o] = r[o] >= 0x20 && r[o] < 0x7f ? r[o] : '?';
+            c->coord.job_end_reason[o] =
+                r[o] == '\n' || (r[o] >= 0x20 && r[o] < 0x7f) ? r[o] : '?';
           c->coord.job_end_reason[o] = 0;
           c->coord.job_failed = 1;
         }

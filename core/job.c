@@ -133,6 +133,10 @@ static const job_opt job_opts[] = {
      "megatron: the batch carries a float32 loss_mask tensor"},
     {"position_ids", T_BOOL, OFF(position_ids), 0, NULL,
      "megatron: the batch carries a position_ids tensor"},
+    {"bad_samples", T_OPTSTR, OFF(bad_samples), SZ(bad_samples), NULL,
+     "what a bad sample does: fail | substitute | substitute(N) | substitute(P%) "
+     "(default: a python or plugin op error fails the job, corrupt files are "
+     "substituted)"},
 };
 #define NOPTS (sizeof(job_opts) / sizeof(job_opts[0]))
 
@@ -372,6 +376,99 @@ static int set_source(stk_job_spec *s, const job_opt *o, const char *value, char
   return enum_err(err, errlen, o, value);
 }
 
+/* bad_samples: its kinds; a budget of N samples or P percent. */
+enum { BAD_DEFAULT, BAD_FAIL, BAD_SUBSTITUTE, BAD_COUNT, BAD_PERCENT };
+#define BAD_COUNT_MAX 999999999999999ull /* 15 digits: the text fits its field */
+
+/* Parse a bad_samples value (spaces allowed around the parts): its kind
+ * and budget. 0 or -1 (not one of the forms). */
+static int parse_bad_samples(const char *v, int *kind, uint64_t *n, double *pct) {
+  char t[64];
+  size_t k = 0;
+  for (; *v && k + 1 < sizeof(t); v++)
+    if (!isspace((unsigned char)*v)) t[k++] = *v;
+  if (*v) return -1;
+  t[k] = 0;
+  *n = 0, *pct = 0;
+  if (!t[0]) return *kind = BAD_DEFAULT, 0;
+  if (!strcmp(t, "fail")) return *kind = BAD_FAIL, 0;
+  if (!strcmp(t, "substitute")) return *kind = BAD_SUBSTITUTE, 0;
+  if (strncmp(t, "substitute(", 11) || t[k - 1] != ')') return -1;
+  t[k - 1] = 0;
+  char *arg = t + 11;
+  size_t al = strlen(arg);
+  if (al && arg[al - 1] == '%') {
+    arg[al - 1] = 0;
+    char *end;
+    errno = 0;
+    double p = strtod(arg, &end);
+    if (errno || end == arg || *end || !(p > 0) || p > 100) return -1;
+    *pct = p;
+    return *kind = BAD_PERCENT, 0;
+  }
+  if (parse_u64(arg, BAD_COUNT_MAX, n)) return -1;
+  return *kind = BAD_COUNT, 0;
+}
+
+/* Job key bad_samples: checked and kept in its canonical form. */
+static int set_bad_samples(stk_job_spec *s, const char *value, char *err, size_t errlen) {
+  int kind;
+  uint64_t n;
+  double pct;
+  if (parse_bad_samples(value, &kind, &n, &pct))
+    return stk__errf(
+        err, errlen, STK_INVALID_ARGUMENT,
+        "bad_samples wants fail, substitute, substitute(N) (a count of "
+        "samples, at most 15 digits) or substitute(P%%) (0 < P <= 100), got '%s'",
+        value);
+  switch (kind) {
+    case BAD_DEFAULT:
+      s->bad_samples[0] = 0;
+      break;
+    case BAD_FAIL:
+      snprintf(s->bad_samples, sizeof(s->bad_samples), "fail");
+      break;
+    case BAD_SUBSTITUTE:
+      snprintf(s->bad_samples, sizeof(s->bad_samples), "substitute");
+      break;
+    case BAD_COUNT:
+      snprintf(s->bad_samples, sizeof(s->bad_samples), "substitute(%" PRIu64 ")",
+               n % (uint64_t)(BAD_COUNT_MAX + 1));
+      break;
+    default:
+      snprintf(s->bad_samples, sizeof(s->bad_samples), "substitute(%.6g%%)", pct);
+  }
+  return STK_OK;
+}
+
+uint64_t stk_job_bad_samples_budget(const stk_job_spec *s, int user,
+                                    uint64_t num_samples) {
+  int kind;
+  uint64_t n;
+  double pct;
+  char v[sizeof(s->bad_samples) + 1];
+  snprintf(v, sizeof(v), "%.*s", (int)sizeof(s->bad_samples), s->bad_samples);
+  if (parse_bad_samples(v, &kind, &n, &pct)) kind = BAD_DEFAULT;
+  switch (kind) {
+    case BAD_DEFAULT:
+      return user ? 0 : UINT64_MAX;
+    case BAD_FAIL:
+      return 0;
+    case BAD_SUBSTITUTE:
+      return UINT64_MAX;
+    case BAD_COUNT:
+      return n;
+    default:
+      return (uint64_t)floor(pct / 100.0 * (double)num_samples);
+  }
+}
+
+int stk_job_bad_samples_over(const stk_job_spec *s, uint64_t user, uint64_t total,
+                             uint64_t num_samples) {
+  if (!s->bad_samples[0]) return user > 0; /* the default */
+  return total > stk_job_bad_samples_budget(s, 0, num_samples);
+}
+
 int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *err,
                      size_t errlen) {
   const job_opt *o = NULL;
@@ -394,6 +491,7 @@ int stk_job_spec_set(stk_job_spec *s, const char *key, const char *value, char *
   char *field = (char *)s + o->offset;
   uint64_t u;
   if (field == (char *)&s->source) return set_source(s, o, value, err, errlen);
+  if (field == s->bad_samples) return set_bad_samples(s, value, err, errlen);
   switch (o->type) {
     case T_PIPE:
       return set_pipeline(s, value, err, errlen);
@@ -864,6 +962,14 @@ static int validate_chain(const stk_job_spec *s, char *err, size_t errlen) {
 int stk_job_spec_validate(const stk_job_spec *s, char *err, size_t errlen) {
   if (!memchr(s->name, 0, sizeof(s->name)) || !memchr(s->dataset, 0, sizeof(s->dataset)))
     VFAIL("job spec strings are not terminated");
+  {
+    int bk;
+    uint64_t bn;
+    double bp;
+    if (!memchr(s->bad_samples, 0, sizeof(s->bad_samples)) ||
+        parse_bad_samples(s->bad_samples, &bk, &bn, &bp))
+      VFAIL("bad_samples must be fail, substitute, substitute(N) or substitute(P%%)");
+  }
   for (const char *p = s->name; *p; p++)
     if (!isalnum((unsigned char)*p) && !strchr("._-", *p))
       VFAIL("job name may hold only letters, digits, '.', '_' and '-'");

@@ -274,7 +274,10 @@ static void status_print_more(const Stoker__V1__StatusResponse *r) {
     for (size_t k = 0; k < s->n_bad_samples; k++) total += s->bad_samples[k]->count;
     if (!total) continue;
     char addr[STK_ESCAPED_ID], e[700];
-    if (!any_bad) printf("\nbad samples (replaced; each counted once per worker)\n");
+    if (!any_bad)
+      printf(
+          "\nbad samples (each counted once per worker; user_code: a python or plugin op "
+          "failed on it, the others: the file)\n");
     any_bad = 1;
     printf("  %s: %" PRIu64 " (",
            stk__escape(addr, sizeof(addr),

@@ -88,7 +88,12 @@ STK_EXPORT void stk_dataset_close(stk_dataset *ds);
  * "shard.tar:key") and a short reason. It runs on the builder's thread,
  * possibly on several threads at once for different samples, so it must
  * be thread-safe; it must not call back into the builder. The library
- * itself never prints. */
+ * itself never prints. When the user's code failed on the sample (a
+ * python or plugin op raised: not the file's fault) why reads
+ * "sample index N: python op MOD:FN raised TYPE: MESSAGE" (or "...:
+ * plugin op NAME failed: ..."), and a Python traceback may follow after a
+ * line break; the sample is substituted all the same, and the caller
+ * applies the job's bad_samples policy (stk_job_bad_samples_over). */
 typedef void (*stk_bad_sample_fn)(void *ud, const char *path, const char *why);
 
 /* Install the bad-sample hook (fn NULL = silent, the default). Call it

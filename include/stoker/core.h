@@ -105,7 +105,12 @@ typedef struct stk_job_spec {
   /* 1: job key shuffle = false: epoch e visits the samples in index order
    * (P_e the identity); 0 (the default): the keyed permutation P_e. */
   int32_t in_order;
-  uint8_t reserved[188];
+  /* Job key bad_samples, canonical: "" (the default: a user-code error
+   * fails the job, corrupt files are substituted without limit), "fail",
+   * "substitute", "substitute(N)" or "substitute(P%)". Read it through
+   * stk_job_bad_samples_over. */
+  char bad_samples[32];
+  uint8_t reserved[156];
 } stk_job_spec;
 
 /* Fill *spec with the defaults (synthetic with num_samples 0, which the
@@ -151,6 +156,23 @@ STK_EXPORT int stk_job_text_get(const char *text, const char *key, char *value,
 /* Check a spec for consistency (non-zero sizes, known enums, limits such as
  * a batch of at most 2 GiB). STK_OK or STK_INVALID_ARGUMENT with a message. */
 STK_EXPORT int stk_job_spec_validate(const stk_job_spec *spec, char *err, size_t errlen);
+
+/* The job's bad_samples policy applied to the distinct bad samples found
+ * so far: user of them where the user's code failed (a python or plugin
+ * op raised), total = every bad sample (user included; corrupt files are
+ * the rest), num_samples the dataset's size (for a percentage budget).
+ * 1: the job must fail now; 0: substitute and go on. The default ("")
+ * fails at the first user-code error and substitutes corrupt files
+ * without limit; "fail" fails at any bad sample; "substitute" never
+ * fails; "substitute(N)" fails once total > N; "substitute(P%)" once
+ * total > floor(P% of num_samples). Pure; thread-safe. */
+STK_EXPORT int stk_job_bad_samples_over(const stk_job_spec *spec, uint64_t user,
+                                        uint64_t total, uint64_t num_samples);
+/* The budget of a substitute(N) or substitute(P%) policy in samples
+ * (UINT64_MAX: no budget; 0 for "fail"; for the default, 0 for user-code
+ * errors and UINT64_MAX for corrupt files: pass user = 1 or 0). Pure. */
+STK_EXPORT uint64_t stk_job_bad_samples_budget(const stk_job_spec *spec, int user,
+                                               uint64_t num_samples);
 
 /* Write the canonical text form ("key = value\n" for every field, fixed
  * order) into buf. Returns the length it needs (excluding the NUL), like

@@ -19,25 +19,26 @@ extern "C" {
 #endif
 
 /* X(name, number, message) */
-#define STK_STATUS_MAP(X)                                                \
-  X(OK, 0, "ok")                                                         \
-  X(END_OF_EPOCH, 1, "end of epoch")                                     \
-  X(END_OF_DATA, 2, "end of data: every epoch of the job was delivered") \
-  X(INVALID_ARGUMENT, 3, "invalid argument")                             \
-  X(NO_MEMORY, 4, "out of memory")                                       \
-  X(IO, 5, "input/output error")                                         \
-  X(CORRUPT, 6, "corrupt or unsupported input")                          \
-  X(LIMIT, 7, "a configured limit was exceeded")                         \
-  X(UNAVAILABLE, 8, "service unavailable")                               \
-  X(TIMEOUT, 9, "timed out")                                             \
-  X(MISMATCH, 10, "job spec hash mismatch")                              \
-  X(PROTOCOL, 11, "protocol error from peer")                            \
-  X(CANCELLED, 12, "cancelled")                                          \
-  X(UNSUPPORTED, 13, "not supported here")                               \
-  X(STATE, 14, "call not valid in the current state")                    \
-  X(NOT_FOUND, 15, "not found")                                          \
-  X(INTERNAL, 16, "internal error")                                      \
-  X(INTERRUPTED, 17, "interrupted (stk_interrupt or stk_client_interrupt)")
+#define STK_STATUS_MAP(X)                                                   \
+  X(OK, 0, "ok")                                                            \
+  X(END_OF_EPOCH, 1, "end of epoch")                                        \
+  X(END_OF_DATA, 2, "end of data: every epoch of the job was delivered")    \
+  X(INVALID_ARGUMENT, 3, "invalid argument")                                \
+  X(NO_MEMORY, 4, "out of memory")                                          \
+  X(IO, 5, "input/output error")                                            \
+  X(CORRUPT, 6, "corrupt or unsupported input")                             \
+  X(LIMIT, 7, "a configured limit was exceeded")                            \
+  X(UNAVAILABLE, 8, "service unavailable")                                  \
+  X(TIMEOUT, 9, "timed out")                                                \
+  X(MISMATCH, 10, "job spec hash mismatch")                                 \
+  X(PROTOCOL, 11, "protocol error from peer")                               \
+  X(CANCELLED, 12, "cancelled")                                             \
+  X(UNSUPPORTED, 13, "not supported here")                                  \
+  X(STATE, 14, "call not valid in the current state")                       \
+  X(NOT_FOUND, 15, "not found")                                             \
+  X(INTERNAL, 16, "internal error")                                         \
+  X(INTERRUPTED, 17, "interrupted (stk_interrupt or stk_client_interrupt)") \
+  X(USER_CODE, 18, "user code failed (a python or plugin op raised)")
 
 typedef enum stk_status {
 #define STK__STATUS_ENUM(name, num, msg) STK_##name = num,

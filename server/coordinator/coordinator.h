@@ -256,7 +256,8 @@ typedef struct coord_state {
    * by main.c (shutting_down, done). */
   int shutting_down;
   int shutdown_req; /* exit code to use once requested, +1 */
-  char shutdown_reason[400];
+  /* room for a user-code error's traceback and the list of bad samples */
+  char shutdown_reason[4096];
   int failed; /* the job was aborted; shutdown_reason says why */
   /* The job began before this coordinator started (a restart): a rank it
    * never saw join re-announced itself or finished, or the state journal

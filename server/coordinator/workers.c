@@ -411,6 +411,97 @@ static void bad_check_locked(const cworker *w, const Stoker__V1__WorkerStats *s)
   request_shutdown_locked(EXIT_ABORTED, why);
 }
 
+/* A worker's bad samples from its stats: user-code errors and all. */
+static void bad_counts(const Stoker__V1__WorkerStats *s, uint64_t *user,
+                       uint64_t *total) {
+  for (size_t i = 0; s && i < s->n_bad_samples; i++) {
+    const Stoker__V1__BadSampleCount *c = s->bad_samples[i];
+    *total += c->count;
+    if (c->reason && !strcmp(c->reason, "user_code")) *user += c->count;
+  }
+}
+
+/* Append a worker's last bad samples ("path: why", first lines) to b. */
+static void bad_list(char *b, size_t len, const cworker *w,
+                     const Stoker__V1__WorkerStats *s) {
+  if (!s || !s->n_bad_recent) return;
+  size_t o = strlen(b);
+  char id[STK_ESCAPED_ID];
+  stk__escape(id, sizeof(id), w->id);
+  if (o < len)
+    snprintf(b + o, len - o, "\nthe last %zu of worker %.120s: ", s->n_bad_recent, id);
+  for (size_t i = 0; i < s->n_bad_recent; i++) {
+    char e[640];
+    stk__escape(e, sizeof(e), s->bad_recent[i] ? s->bad_recent[i] : "");
+    o = strlen(b);
+    if (o < len) snprintf(b + o, len - o, "%s%.300s", i ? "; " : "", e);
+  }
+}
+
+/* A worker's first user-code error as the coordinator passes it on:
+ * printable ASCII and line breaks (the traceback's), at most len - 1. */
+static void user_text(char *b, size_t len, const char *t) {
+  size_t o = 0;
+  for (; t && *t && o + 1 < len; t++)
+    b[o++] = (*t == '\n' || (*t >= 0x20 && *t < 0x7f)) ? *t : '?';
+  b[o] = 0;
+}
+
+/* The job's bad_samples policy (stk_job_bad_samples_over) over the bad
+ * samples of every listed worker (w's from s, this heartbeat): past it
+ * the job fails as an abort (workers exit 5, the coordinator 4), the
+ * reason carrying the first user-code error with its traceback and the
+ * last bad samples, which every rank's next call returns. Under C.mu. */
+static void policy_check_locked(const cworker *w, const Stoker__V1__WorkerStats *s) {
+  if (!C.resolved || C.shutdown_req) return;
+  uint64_t user = 0, total = 0;
+  bad_counts(s, &user, &total);
+  /* none here: this heartbeat adds nothing the others' did not check
+   * (and the sum over every worker stays off the common path) */
+  if (!total) return;
+  const char *first =
+      s->first_user_error && *s->first_user_error ? s->first_user_error : NULL;
+  const cworker *fw = w;
+  for (const cworker *x = C.workers; x; x = x->next) {
+    if (x == w || !x->hb) continue;
+    bad_counts(x->hb, &user, &total);
+    if (!first && x->hb->first_user_error && *x->hb->first_user_error)
+      first = x->hb->first_user_error, fw = x;
+  }
+  if (!stk_job_bad_samples_over(&C.spec, user, total, C.spec.num_samples)) return;
+  char why[sizeof(C.shutdown_reason)], id[STK_ESCAPED_ID], ut[3200] = "";
+  stk__escape(id, sizeof(id), fw->id);
+  user_text(ut, sizeof(ut), first);
+  const char *pol = C.spec.bad_samples;
+  if (first && (!pol[0] || !strcmp(pol, "fail"))) {
+    snprintf(why, sizeof(why),
+             "a python or plugin op failed on a sample (worker %.120s; %" PRIu64
+             " such samples so far): %s\n(bad_samples = %s: fix the op, or set "
+             "bad_samples = substitute(N) or substitute(P%%) to replace such samples "
+             "within a budget)",
+             id, user, ut,
+             pol[0] ? pol : "fail is the default for errors of python and plugin ops");
+  } else {
+    snprintf(why, sizeof(why),
+             "too many bad samples: %" PRIu64 " (%" PRIu64
+             " where a python or plugin op "
+             "failed, %" PRIu64 " corrupt files), over bad_samples = %s",
+             total, user, total - user,
+             pol[0] ? pol : "the default (fail at a python or plugin op error)");
+    if (first) {
+      size_t o = strlen(why);
+      snprintf(why + o, sizeof(why) - o, "\nthe first op error (worker %.120s): %.2600s",
+               id, ut);
+    }
+    bad_list(why, sizeof(why), w, s);
+    for (const cworker *x = C.workers; x; x = x->next)
+      if (x != w && x->hb) bad_list(why, sizeof(why), x, x->hb);
+  }
+  LOG_ERROR("%s", why);
+  C.failed = 1;
+  request_shutdown_locked(EXIT_ABORTED, why);
+}
+
 /* A deep copy of a worker's stats (pack, unpack): a heartbeat's stats
  * are kept past the callback, and a Status reply uses copies after C.mu
  * is released. NULL when out of memory. */
@@ -444,6 +535,7 @@ static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
     w->stats.busy_fraction = s->busy_fraction;
     w->stats.batches_per_s = s->batches_per_s;
     bad_check_locked(w, s);
+    policy_check_locked(w, s);
     /* a copy (the rpc layer frees m): bad samples for Status, /metrics */
     Stoker__V1__WorkerStats *cp = stats_copy(s);
     if (cp) {

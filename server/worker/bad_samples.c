@@ -3,6 +3,10 @@
  * next good sample: counted by reason for the heartbeat (Status) and
  * /metrics, the last few kept as "path: reason", each logged once with its
  * dataset-relative path, at most --bad-log-per-10s lines per 10 s.
+ * A sample the user's code failed on (a python or plugin op raised:
+ * reason user_code) is one as well; the first one is kept whole (with
+ * its traceback) for the heartbeat, where the coordinator applies the
+ * job's bad_samples policy (by default it fails the job at the first).
  * Owns BAD and its lock; every function is thread-safe. Paths and reasons
  * reach the log through stk__log, which escapes them.
  */
@@ -21,8 +25,11 @@
  * catches every other decoder message. */
 static const char *const bad_reasons[] = {
     "truncated", "not_jpeg",   "too_many_pixels", "too_many_scans", "too_large",
-    "empty",     "unreadable", "bad_label",       "corrupt"};
+    "empty",     "unreadable", "bad_label",       "corrupt",        "user_code"};
 #define NBAD       (sizeof(bad_reasons) / sizeof(bad_reasons[0]))
+#define BAD_OTHER  8               /* corrupt: any other decoder message */
+#define BAD_USER   9               /* user_code */
+#define USER_PFX   "sample index " /* augment.h: how a user-code error starts */
 #define BAD_RECENT 8
 
 static struct {
@@ -35,6 +42,9 @@ static struct {
   uint64_t suppressed; /* bad samples not logged in that window */
   char prefix[4200];   /* "<dataset dir>/": cut from paths */
   size_t prefix_len;
+  char first_user[3072]; /* the first user-code error, with its traceback */
+  int user_fails;        /* the job's bad_samples fails at a user-code error */
+  char policy[32];       /* the job's bad_samples, "" for the default */
 } BAD = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
 /* The reason class of a builder's message (augment/decode.c, jpegsrc.c). */
@@ -55,9 +65,10 @@ static size_t bad_class(const char *why) {
              {"read:", 6},
              {"not a regular file", 6},
              {"label", 7}};
+  if (!strncmp(why, USER_PFX, strlen(USER_PFX))) return BAD_USER;
   for (size_t i = 0; i < sizeof(map) / sizeof(map[0]); i++)
     if (strstr(why, map[i].needle)) return map[i].cls;
-  return NBAD - 1;
+  return BAD_OTHER;
 }
 
 /* stk_bad_sample_fn: the dataset calls it once per distinct bad sample
@@ -70,10 +81,31 @@ void on_bad_sample(void *ud, const char *path, const char *why) {
   const char *rel = path;
   int64_t now = stk__now_ms();
   uint64_t suppressed = 0;
+  /* a user-code error: "path (index N): python op ...", its first line
+   * in the list, the traceback only in the first one kept */
+  char idx[32] = "";
+  const char *text = why;
+  if (cls == BAD_USER) {
+    const char *p = why + strlen(USER_PFX), *colon = strstr(p, ": ");
+    if (colon && colon - p < 24) {
+      snprintf(idx, sizeof(idx), " (index %.*s)", (int)(colon - p), p);
+      text = colon + 2;
+    }
+  }
+  size_t line1 = strcspn(text, "\n");
+  int first_user = 0;
   pthread_mutex_lock(&BAD.mu);
   if (BAD.prefix_len && !strncmp(path, BAD.prefix, BAD.prefix_len)) rel += BAD.prefix_len;
   BAD.count[cls]++;
-  snprintf(BAD.recent[BAD.next], sizeof(BAD.recent[0]), "%.400s: %.190s", rel, why);
+  if (cls == BAD_USER && !BAD.first_user[0]) {
+    snprintf(BAD.first_user, sizeof(BAD.first_user), "%.400s%s: %s", rel, idx, text);
+    first_user = 1;
+  }
+  int user_fails = BAD.user_fails;
+  char policy[sizeof(BAD.policy)];
+  memcpy(policy, BAD.policy, sizeof(policy));
+  snprintf(BAD.recent[BAD.next], sizeof(BAD.recent[0]), "%.400s%s: %.*s", rel, idx,
+           (int)(line1 < 180 ? line1 : 180), text);
   BAD.next = (BAD.next + 1) % BAD_RECENT;
   if (BAD.nrecent < BAD_RECENT) BAD.nrecent++;
   if (now - BAD.window_ms >= 10000) {
@@ -87,9 +119,26 @@ void on_bad_sample(void *ud, const char *path, const char *why) {
   if (suppressed)
     LOG_WARN("%" PRIu64 " more bad samples were not logged (--bad-log-per-10s %lld)",
              suppressed, opt.bad_log_per_10s);
-  if (log)
+  if (cls == BAD_USER && (log || first_user)) {
+    /* the traceback (escaped into the one line) with the first only */
+    if (user_fails)
+      LOG_ERROR(
+          "bad sample %s%s: %.*s (reason user_code; the job fails: bad_samples = "
+          "%s)",
+          rel, idx, first_user ? (int)strlen(text) : (int)line1, text,
+          policy[0] ? policy : "fail for python and plugin op errors, the default");
+    else
+      LOG_WARN(
+          "bad sample %s%s: %.*s (reason user_code; replaced by the next good "
+          "sample, bad_samples = %s)",
+          rel, idx, first_user ? (int)strlen(text) : (int)line1, text, policy);
+  } else if (log && !strcmp(policy, "fail")) {
+    LOG_ERROR("bad sample %s: %s (reason %s; the job fails: bad_samples = fail)", rel,
+              why, bad_reasons[cls]);
+  } else if (log) {
     LOG_WARN("bad sample %s: %s (reason %s; replaced by the next good sample)", rel, why,
              bad_reasons[cls]);
+  }
 }
 
 /* Where bad-sample paths start being dataset-relative: the dataset's
@@ -99,6 +148,12 @@ void bad_set_prefix(const stk_job_spec *spec) {
   snprintf(joined, sizeof(joined), "%s/%s", *opt.data_root ? opt.data_root : ".",
            spec->dataset);
   pthread_mutex_lock(&BAD.mu);
+  snprintf(BAD.policy, sizeof(BAD.policy), "%.*s", (int)sizeof(spec->bad_samples),
+           spec->bad_samples);
+  /* a percentage is of the dataset's size, which this worker's index sets
+   * (spec may say 0): only "fail", the default and substitute(0) fail at
+   * the first user-code error */
+  BAD.user_fails = stk_job_bad_samples_budget(spec, 1, UINT64_MAX / 4) == 0;
   BAD.prefix_len = 0;
   size_t n = realpath(joined, real) ? strlen(real) : sizeof(BAD.prefix);
   if (n + 2 <= sizeof(BAD.prefix)) {
@@ -115,7 +170,10 @@ void bad_fill_stats(Stoker__V1__WorkerStats *out) {
   static Stoker__V1__BadSampleCount cnt[NBAD], *cntp[NBAD];
   static char recent[BAD_RECENT][600];
   static char *recentp[BAD_RECENT];
+  static char first_user[sizeof(BAD.first_user)];
   pthread_mutex_lock(&BAD.mu);
+  memcpy(first_user, BAD.first_user, sizeof(first_user));
+  out->first_user_error = first_user;
   for (size_t i = 0; i < NBAD; i++) {
     stoker__v1__bad_sample_count__init(&cnt[i]);
     cnt[i].reason = (char *)bad_reasons[i];

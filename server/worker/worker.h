@@ -176,7 +176,8 @@ void notify_progress(session *sess, int stats_due);
  * --bad-log-per-10s. */
 void on_bad_sample(void *ud, const char *path, const char *why);
 /* Cut the dataset's directory (realpath under --data-root) from the
- * paths of bad samples from now on. */
+ * paths of bad samples from now on, and take the job's bad_samples
+ * policy for the log's words. */
 void bad_set_prefix(const stk_job_spec *spec);
 /* The heartbeat's bad-sample fields. They point at static arrays: the
  * session thread only, and valid until its next call. */

@@ -21,6 +21,11 @@ One case per run (argv[1]); ctest runs each as its own test:
             `stoker status --json` counts them by reason with the last
             paths; then --max-bad-fraction fails the job (worker exit 5,
             coordinator exit 4)
+  usererr   a python op that raises on some samples (tests/data/pyops):
+            by default the job fails at the first exception (coordinator 4,
+            worker 5) and both ranks' errors carry its type, message,
+            traceback and sample; bad_samples = substitute(100%) completes;
+            substitute(3) fails past 3 with the counts and the list
 
 Environment (tests/integration/CMakeLists.txt): STOKER_COORDINATOR_BIN,
 STOKER_WORKER_BIN, STOKER_CLI_BIN, STOKER_TRAIN_LOOP_BIN, STOKER_DATASET_BIN.
@@ -632,16 +637,137 @@ def case_cgroup(P, tmp):
                 time.sleep(0.1)
 
 
+PYOPS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "data", "pyops")
+
+
+def count_procs(needle):
+    """Processes (other than this one) whose command line holds needle."""
+    n = 0
+    for pid in os.listdir("/proc"):
+        if not pid.isdigit() or int(pid) == os.getpid():
+            continue
+        try:
+            with open("/proc/%s/cmdline" % pid, "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace")
+        except OSError:
+            continue
+        n += needle in cmd
+    return n
+
+
+def user_job(P, tmp, tag, root, policy, epochs, step_ms):
+    """A job whose chain runs stk_test_ops:raise_some (it raises ValueError
+    on the samples whose image sum is even: about half of them) with
+    bad_samples = policy (None: the default); one worker (--python-path
+    tests/data/pyops), two stoker-train-loop ranks. Returns the exit codes
+    (coordinator, worker, rank 0, rank 1)."""
+    job = ["--set", "source=imagefolder", "--set", "dataset=imagefolder",
+           "--set", "pipeline=resize(16, 16) | python(stk_test_ops:raise_some) | "
+           "to(uint8, nhwc)",
+           "--set", "batch_size=4", "--set", "world_size=2", "--set", "epochs=%d" % epochs,
+           "--idle-timeout-s", "60"]
+    if policy:
+        job += ["--set", "bad_samples=" + policy]
+    cport = start_coordinator(P, tmp, "coord-" + tag, job)
+    if not check(cport, tag + ": coordinator started"):
+        return None
+    start_worker(P, "worker-" + tag, cport, ["--data-root", root, "--python-path", PYOPS])
+    loop = [BIN["loop"], "--coordinator", "127.0.0.1:%d" % cport, "--world-size", "2",
+            "--step-ms", str(step_ms)]
+    for r in (0, 1):
+        P.spawn("rank%d-%s" % (r, tag), loop + ["--rank", str(r)])
+    codes = [P.wait(n + "-" + tag, 120) for n in ("coord", "worker", "rank0", "rank1")]
+    # a runner goes with its worker (PR_SET_PDEATHSIG): none is left
+    wait_for(lambda: count_procs("stk_test_ops:raise_some") == 0, 30,
+             tag + ": no python runner left")
+    return codes
+
+
+def case_usererr(P, tmp):
+    if subprocess.run(["/usr/bin/python3", "-c", "import numpy"],
+                      capture_output=True).returncode != 0:
+        print("SKIP: /usr/bin/python3 with numpy is needed for python ops")
+        sys.exit(77)
+    root = os.path.join(tmp, "data")
+    r = subprocess.run([BIN["dataset"], "gen", "--out", root, "--count", "40", "--classes", "2",
+                        "--layout", "imagefolder", "--min-side", "40", "--max-side", "90"],
+                       capture_output=True, timeout=120 * SLOW)
+    if not check(r.returncode == 0, "stoker-dataset gen: %r" % r.stderr[-300:]):
+        return
+    sample = r"(?:class|[\w-]+)\S*\.jpg \(index \d+\)"
+
+    # (a) the default: the first exception fails the job (an abort:
+    # coordinator 4, workers 5); each rank's next fails with the
+    # exception's type, message and traceback and the sample. The job
+    # (200 epochs of 5 steps of at least 20 ms: 20 s or more) outlasts by
+    # far the heartbeat (1 s) that carries the first error.
+    codes = user_job(P, tmp, "fail", root, None, 200, 20)
+    if codes:
+        check(codes[0] == 4, "default: coordinator exits 4 (job aborted), got %r" % codes[0])
+        check(codes[1] == 5, "default: worker exits 5 (job aborted), got %r" % codes[1])
+        for r in (0, 1):
+            log = P.log("rank%d-fail" % r)
+            check(codes[2 + r] not in (0, None), "default: rank %d fails" % r)
+            for want in ("the job failed: a python or plugin op failed on a sample",
+                         "python op stk_test_ops:raise_some raised ValueError: unlucky sample",
+                         "Traceback (most recent call last)", "in raise_some",
+                         'raise ValueError("unlucky sample %d" % v)',
+                         "bad_samples = fail is the default"):
+                check(want in log, "default: rank %d's error says %r:\n%s" % (r, want, log[-3000:]))
+            check(re.search(sample, log), "default: rank %d's error names the sample" % r)
+        wlog = P.log("worker-fail")
+        check(re.search(r"ERROR bad sample " + sample + r": python op stk_test_ops:raise_some "
+                        r"raised ValueError: unlucky sample \d+.*Traceback.*\(reason user_code; "
+                        r"the job fails", wlog),
+              "default: the worker logs the first error with its traceback, reason user_code")
+        check("a python or plugin op failed on a sample" in P.log("coord-fail"),
+              "default: the coordinator says why the job failed")
+
+    # (b) substitute(100%): every raising sample is replaced, the job ends
+    # normally; the worker counts them as user_code.
+    codes = user_job(P, tmp, "sub", root, "substitute(100%)", 2, 0)
+    if codes:
+        check(codes == [0, 0, 0, 0], "substitute(100%%): every process exits 0, got %r" % codes)
+        n = len(re.findall(r"WARN bad sample " + sample + r": python op stk_test_ops:raise_some "
+                           r"raised ValueError: unlucky sample \d+.*\(reason user_code; "
+                           r"replaced by the next good sample, bad_samples = substitute\(100%\)\)",
+                           P.log("worker-sub")))
+        check(n >= 1, "substitute(100%%): the worker logs the replaced samples (%d)" % n)
+
+    # (c) substitute(3): past 3 bad samples (about 20 of the 40 raise) the
+    # job fails with the count, the first error and the list.
+    codes = user_job(P, tmp, "budget", root, "substitute(3)", 200, 20)
+    if codes:
+        check(codes[0] == 4 and codes[1] == 5,
+              "substitute(3): coordinator 4, worker 5, got %r" % codes[:2])
+        for r in (0, 1):
+            log = P.log("rank%d-budget" % r)
+            check(codes[2 + r] not in (0, None), "substitute(3): rank %d fails" % r)
+            m = re.search(r"the job failed: too many bad samples: (\d+) \((\d+) where a python "
+                          r"or plugin op failed, 0 corrupt files\), over bad_samples = "
+                          r"substitute\(3\)", log)
+            check(m and int(m.group(1)) > 3 and m.group(1) == m.group(2),
+                  "substitute(3): rank %d's error gives the counts:\n%s" % (r, log[-3000:]))
+            check("the first op error (worker " in log and "Traceback" in log,
+                  "substitute(3): rank %d's error has the first exception" % r)
+            listed = re.search(r"the last (\d+) of worker (.*)", log)
+            check(listed and int(listed.group(1)) >= 4 and
+                  len(re.findall(sample + r": python op", listed.group(2))) ==
+                  int(listed.group(1)),
+                  "substitute(3): rank %d's error lists the samples" % r)
+
+
 CASES = {"token": case_token, "notify": case_notify, "metrics": case_metrics, "bad": case_bad,
-         "cgroup": case_cgroup}
+         "cgroup": case_cgroup, "usererr": case_usererr}
 
 
 def main():
     if len(sys.argv) != 2 or sys.argv[1] not in CASES:
         print("usage: test_ops.py " + "|".join(CASES))
         return 2
-    need = ["coord", "worker", "cli"] + (["loop"] if sys.argv[1] in ("metrics", "bad") else []) \
-        + (["dataset"] if sys.argv[1] == "bad" else [])
+    need = ["coord", "worker", "cli"] \
+        + (["loop"] if sys.argv[1] in ("metrics", "bad", "usererr") else []) \
+        + (["dataset"] if sys.argv[1] in ("bad", "usererr") else [])
     missing = [k for k in need if not BIN[k]]
     if missing:
         print("SKIP: binaries not given: " + ", ".join(missing))

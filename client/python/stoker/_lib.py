@@ -21,7 +21,7 @@ STK_STATUS_NAMES = {
     4: "NO_MEMORY", 5: "IO", 6: "CORRUPT", 7: "LIMIT", 8: "UNAVAILABLE",
     9: "TIMEOUT", 10: "MISMATCH", 11: "PROTOCOL", 12: "CANCELLED",
     13: "UNSUPPORTED", 14: "STATE", 15: "NOT_FOUND", 16: "INTERNAL",
-    17: "INTERRUPTED",
+    17: "INTERRUPTED", 18: "USER_CODE",
 }
 STK_TIMEOUT, STK_INTERRUPTED = 9, 17
 DEVICE_CPU, DEVICE_CUDA = 1, 2
@@ -140,7 +140,10 @@ class JobSpec(ctypes.Structure):
         # views 1..3 with chains of their own (job keys view1..view3)
         ("view_chain", ctypes.c_uint16 * 3), ("pad0", ctypes.c_uint16),
         ("view_height", ctypes.c_uint32 * 3), ("view_width", ctypes.c_uint32 * 3),
-        ("in_order", ctypes.c_int32), ("reserved", ctypes.c_uint8 * 188),
+        ("in_order", ctypes.c_int32),
+        # job key bad_samples ("" = the default)
+        ("bad_samples", ctypes.c_char * 32),
+        ("reserved", ctypes.c_uint8 * 156),
     ]
 
 

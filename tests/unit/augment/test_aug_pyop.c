@@ -9,8 +9,9 @@
  *    seed gives other bytes; size= makes another output size;
  *  - raise_some / bad_result / shrink_shm_some: exactly the raising (or
  *    wrong shape/dtype, or shrinking the sealed memfd) samples are
- *    substituted, counted and reported with the exception's
- *    last line;
+ *    substituted, counted and reported as user-code errors ("sample
+ *    index N: python op ... raised", the exception's last line, then
+ *    its traceback);
  *  - a runner that exits, kills itself or hangs (STOKER_PYTHON_TIMEOUT=2)
  *    once: the sample is retried alone and the batch's bytes equal
  *    noise's; failing twice makes the build STK_UNAVAILABLE (nothing
@@ -63,7 +64,7 @@ static void spec_of(stk_job_spec *s, const char *chain) {
 
 typedef struct {
   int n;
-  char last[600];
+  char last[4096];
 } bad_log;
 
 static void on_bad(void *ud, const char *path, const char *why) {
@@ -328,6 +329,11 @@ static void test_bad_samples(const char *fn, const char *expect) {
   CHECK(info.substituted == differ);
   CHECK(j.log.n >= (int)differ && (uint64_t)j.log.n == stk_dataset_bad_samples(j.ds));
   CHECK(strstr(j.log.last, expect) != NULL);
+  /* a user-code error: the sample's index, the op, then the traceback */
+  CHECK(strstr(j.log.last, ": sample index ") != NULL);
+  CHECK(strstr(j.log.last, "python op stk_test_ops:") != NULL);
+  CHECK(strstr(j.log.last, " raised ") != NULL);
+  CHECK(strstr(j.log.last, "\nTraceback (most recent call last)") != NULL);
   free(base);
   job_close(&j);
 }

@@ -5,7 +5,9 @@
  * lines, last value wins, unnamed keys kept); malformed text gets an error
  * naming its line and key, never a crash (a key=value whose '=' lies past
  * byte 1023, the coordinator's old --set bug); stk_job_text_get; job
- * files; and validation refusing what would not round-trip.
+ * files; validation refusing what would not round-trip; and the
+ * bad_samples key (its forms kept canonical, refusals, left out of the
+ * text and hash while default, the policy's answers).
  */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,7 +28,7 @@ static void roundtrip(const stk_job_spec *a) {
   memset(&b, 0x5a, sizeof b); /* every named field must be overwritten */
   memcpy(b.reserved, a->reserved, sizeof b.reserved);
   /* and the keys the canonical text leaves out at their default */
-  b.name[0] = b.dataset[0] = b.plugin[0] = b.chain[0] = 0;
+  b.name[0] = b.dataset[0] = b.plugin[0] = b.chain[0] = b.bad_samples[0] = 0;
   b.views = 1;
   b.in_order = 0;
   int rc = stk_job_spec_parse(&b, t1, err, sizeof err);
@@ -43,6 +45,7 @@ static void roundtrip(const stk_job_spec *a) {
         0);
   CHECK(strcmp(a->plugin, b.plugin) == 0 && strcmp(a->chain, b.chain) == 0);
   CHECK(a->source == b.source);
+  CHECK(strcmp(a->bad_samples, b.bad_samples) == 0);
 }
 
 static void test_roundtrip_defaults(void) {
@@ -76,6 +79,68 @@ static void test_roundtrip_every_field(void) {
   a.mean[0] = -0.5f, a.mean[1] = 1e30f, a.mean[2] = 3.14159274f;
   a.std[0] = 1e-6f, a.std[1] = 2.5f, a.std[2] = 0.224f;
   roundtrip(&a);
+  snprintf(a.bad_samples, sizeof a.bad_samples, "substitute(0.5%%)");
+  roundtrip(&a);
+}
+
+/* bad_samples: its forms, kept canonical; out of the canonical text (and
+ * the hash) while default; the policy's answers. */
+static void test_bad_samples(void) {
+  stk_job_spec a, d;
+  char err[256] = "", text[8192];
+  stk_job_spec_defaults(&d);
+  stk_job_spec_defaults(&a);
+  CHECK(a.bad_samples[0] == 0);
+  stk_job_spec_format(&a, text, sizeof text);
+  CHECK(strstr(text, "bad_samples") == NULL);
+  static const struct {
+    const char *in, *canon;
+  } ok[] = {{"fail", "fail"},
+            {" substitute ", "substitute"},
+            {"substitute( 7 )", "substitute(7)"},
+            {"substitute(1%)", "substitute(1%)"},
+            {"substitute(100 %)", "substitute(100%)"},
+            {"substitute(0.25%)", "substitute(0.25%)"},
+            {"substitute(999999999999999)", "substitute(999999999999999)"},
+            {"", ""}};
+  for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+    CHECK(stk_job_spec_set(&a, "bad_samples", ok[i].in, err, sizeof err) == STK_OK);
+    CHECK(strcmp(a.bad_samples, ok[i].canon) == 0);
+    err[0] = 0; /* the defaults lack a name: only bad_samples matters here */
+    stk_job_spec_validate(&a, err, sizeof err);
+    CHECK(strstr(err, "bad_samples") == NULL);
+    stk_job_spec_format(&a, text, sizeof text);
+    CHECK((strstr(text, "bad_samples = ") != NULL) == (ok[i].canon[0] != 0));
+    CHECK((stk_job_spec_hash(&a) == stk_job_spec_hash(&d)) == (ok[i].canon[0] == 0));
+  }
+  static const char *const refused[] = {
+      "substitute(",    "substitute()",     "substitute(-1)",
+      "substitute(0%)", "substitute(101%)", "substitute(1e400%)",
+      "replace",        "fail(3)",          "substitute(1000000000000000)",
+      "substitute(x%)"};
+  for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+    err[0] = 0;
+    CHECK(stk_job_spec_set(&a, "bad_samples", refused[i], err, sizeof err) ==
+          STK_INVALID_ARGUMENT);
+    CHECK(strstr(err, "substitute(P%)") != NULL);
+  }
+  /* the default: a user-code error fails, corrupt files never */
+  CHECK(stk_job_bad_samples_over(&d, 1, 1, 100) == 1);
+  CHECK(stk_job_bad_samples_over(&d, 0, 1000, 100) == 0);
+  CHECK(stk_job_spec_set(&a, "bad_samples", "fail", err, sizeof err) == STK_OK);
+  CHECK(stk_job_bad_samples_over(&a, 0, 1, 100) == 1);
+  CHECK(stk_job_bad_samples_over(&a, 0, 0, 100) == 0);
+  CHECK(stk_job_spec_set(&a, "bad_samples", "substitute", err, sizeof err) == STK_OK);
+  CHECK(stk_job_bad_samples_over(&a, 1000, 1000, 100) == 0);
+  CHECK(stk_job_spec_set(&a, "bad_samples", "substitute(3)", err, sizeof err) == STK_OK);
+  CHECK(stk_job_bad_samples_over(&a, 3, 3, 100) == 0);
+  CHECK(stk_job_bad_samples_over(&a, 1, 4, 100) == 1);
+  CHECK(stk_job_spec_set(&a, "bad_samples", "substitute(1%)", err, sizeof err) == STK_OK);
+  CHECK(stk_job_bad_samples_budget(&a, 1, 1000) == 10);
+  CHECK(stk_job_bad_samples_over(&a, 10, 10, 1000) == 0);
+  CHECK(stk_job_bad_samples_over(&a, 0, 11, 1000) == 1);
+  CHECK(stk_job_bad_samples_budget(&d, 1, 1000) == 0);
+  CHECK(stk_job_bad_samples_budget(&d, 0, 1000) == UINT64_MAX);
 }
 
 /* Many random specs: floats of random bits (finite, |x| <= 1e30, which
@@ -287,6 +352,7 @@ static void test_validate_guards_the_text(void) {
 int main(void) {
   test_roundtrip_defaults();
   test_roundtrip_every_field();
+  test_bad_samples();
   test_roundtrip_random();
   test_lenient_grammar();
   test_malformed();
