@@ -369,11 +369,13 @@ static void ci_run(void) {
   if (cport <= 0 || wport <= 0) return;
   stk__rpc_channel *ch = du_channel(cport);
   CHECK(du_wait_workers(ch, 1, 20000) == 0);
-  Stoker__V1__JoinResponse *jr = NULL;
-  char det[256], target[64];
-  CHECK(du_join(ch, 0, 1, STK_PROTOCOL_VERSION, 0, &jr, det, sizeof det) == 0);
-  uint64_t hash = jr && jr->job ? jr->job->hash : 0;
-  if (jr) protobuf_c_message_free_unpacked(&jr->base, NULL);
+  char target[64];
+  /* The job's hash from Status, not a Join: a Join would hold rank 0,
+   * which the real rank below joins (one process per rank). */
+  Stoker__V1__StatusResponse *sr = du_status(ch);
+  CHECK(sr && sr->job);
+  uint64_t hash = sr && sr->job ? sr->job->hash : 0;
+  if (sr) protobuf_c_message_free_unpacked(&sr->base, NULL);
   snprintf(target, sizeof target, "127.0.0.1:%d", wport);
   long th0, rss0, th, rss;
   CHECK(proc_usage(worker.pid, &th0, &rss0) == 0);
