@@ -55,7 +55,9 @@ struct stk_builder {
                         (pos0 + j) mod n, for substitution */
   void *impl;        /* the source's per-thread state */
   int io_mode;       /* 1 pread, 2 io_uring, 0 no files */
-  char err[256];
+  /* the last error; after a build with stk_build_info.user_code > 0, the
+   * first such sample's path and its op's error with the traceback */
+  char err[3072];
 };
 
 /* A dataset kind. open fills ds->n, ds->fingerprint and ds->impl (message in

@@ -201,6 +201,7 @@ typedef struct jpipe {
   stk__chain_run *chain;       /* the image pipeline: the job's chain */
   stk__chain_run *vchain[3];   /* views 1..3 with chains of their own, else NULL */
   char why[2800];              /* a user-code error carries a traceback (2 KiB at most) */
+  int last_user;               /* the last process_view failed in the user's code */
 } jpipe;
 
 static void fd_opened(jpipe *jp) {
@@ -450,6 +451,7 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
   stk__chain_run *run =
       view >= 1 && view <= 3 && jp->vchain[view - 1] ? jp->vchain[view - 1] : jp->chain;
   rc = stk__chain_run_sample(run, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
+  jp->last_user = rc == STK_USER_CODE;
   if (rc == STK_USER_CODE) { /* name the sample's index (the hook's contract) */
     char pre[48];
     int k = snprintf(pre, sizeof(pre), "sample index %llu: ", (unsigned long long)idx);
@@ -574,6 +576,7 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
       &b->layout.tensors[stk_batch_layout_find(&b->layout, "label")];
   stk_perm perm;
   stk_job_perm_init(&perm, s, n, epoch);
+  int user_saved = 0; /* b->err holds this batch's first user-code error */
 
   for (uint32_t k0 = 0; k0 < B; k0 += FD_WINDOW) {
     uint32_t k1 = B - k0 < FD_WINDOW ? B : k0 + FD_WINDOW;
@@ -584,6 +587,7 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
     for (uint32_t k = k0; k < k1; k++) {
       uint64_t idx = b->indices[k], got = idx;
       int r = RES_BAD;
+      jp->last_user = 0;
       if (jp->state[k] == 0) {
         stk__io_req *rq = &jp->reqs[q++];
         r = read_result(jp, rq->res, rq->len);
@@ -602,6 +606,16 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
         if (r == RES_BAD) report_bad(b->ds, idx, jp->why);
       }
       if (r == RES_AGAIN) return fail_transient(b, epoch, idx);
+      int user = r == RES_BAD && jp->last_user; /* the user's op failed on it */
+      if (user && !user_saved) {
+        char path[1024];
+        sample_path(j, idx, path, sizeof(path));
+        const char *w = jp->why, *c = strchr(w, ':');
+        if (!strncmp(w, "sample index ", 13) && c && c[1] == ' ') w = c + 2;
+        snprintf(b->err, sizeof(b->err), "%.1000s (index %llu): %.2040s", path,
+                 (unsigned long long)idx, w);
+        user_saved = 1;
+      }
       if (r != RES_OK) {
         uint64_t p = (b->pos0 + k) % n;
         for (uint64_t t = 1; t < n && r != RES_OK; t++) {
@@ -617,6 +631,7 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
           return STK_IO;
         }
         info->substituted++;
+        info->user_code += (uint32_t)user;
       }
       int64_t label = j->label[got];
       memcpy(buf + tl->offset + 8ull * k, &label, 8);

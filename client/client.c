@@ -294,7 +294,7 @@ int stk_client_open_local(const stk_client_config *cfg, const char *job_text,
 /* Under mu, while next waits for seq: the client's log line, every
  * WAIT_LOG_MS once it has waited that long (across next_timed calls),
  * saying what it waits for and since when. */
-#define WAIT_LOG_MS 5000
+#define WAIT_LOG_MS 4000
 static void wait_log(stk_client *c, int64_t now) {
   stk__api *a = &c->api;
   if (a->wait_seq != a->next_deliver || !a->wait_since_ns) {

@@ -514,6 +514,11 @@ int stk__watch_start(stk_client *c);
 void stk__watch_stop(stk_client *c);
 /* Close the coordinator channel (threads stopped); idempotent. */
 void stk__coord_close(stk_client *c);
+/* The job ended (failed: with reason, untrusted text kept as printable
+ * ASCII and line breaks, bounded): every wait in next wakes and returns
+ * STK_CANCELLED with it. From the watch (the coordinator's shutdown) or a
+ * worker stream that ended "the job failed: ..." (stream.c). Under c->mu. */
+void stk__coord_job_ended_locked(stk_client *c, int failed, const char *reason);
 
 /* ---- workers.c: the worker table and the working set ------------------ */
 

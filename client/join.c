@@ -122,7 +122,7 @@ static void apply_delta(stk_client *c, const Stoker__V1__WorkerList *wl) {
   pthread_mutex_unlock(&c->mu);
 }
 
-#define JOIN_LOG_MS 5000 /* the waiting line's period */
+#define JOIN_LOG_MS 4000 /* the waiting line's period: never 5 s silent */
 
 /* Ask the coordinator to join until it answers with a job, refuses for
  * good, or join_timeout_ms passes; stk_interrupt ends it
@@ -430,19 +430,7 @@ static void *watch_main(void *arg) {
       c->coord.list_version = wl->version;
       if (wl->shutting_down) {
         pthread_mutex_lock(&c->mu);
-        c->coord.job_ended = 1;
-        if (wl->failed) {
-          /* Untrusted text: printable ASCII and line breaks (a python
-           * op's traceback) only, bounded. */
-          const char *r = wl->reason ? wl->reason : "";
-          size_t o = 0;
-          for (; r[o] && o + 1 < sizeof(c->coord.job_end_reason); o++)
-            c->coord.job_end_reason[o] =
-                r[o] == '\n' || (r[o] >= 0x20 && r[o] < 0x7f) ? r[o] : '?';
-          c->coord.job_end_reason[o] = 0;
-          c->coord.job_failed = 1;
-        }
-        pthread_cond_broadcast(&c->cv_next);
+        stk__coord_job_ended_locked(c, wl->failed, wl->reason ? wl->reason : "");
         pthread_mutex_unlock(&c->mu);
       }
       protobuf_c_message_free_unpacked(&wl->base, NULL);
@@ -457,6 +445,21 @@ static void *watch_main(void *arg) {
     if (backoff < 2000) backoff *= 2;
   }
   return NULL;
+}
+
+void stk__coord_job_ended_locked(stk_client *c, int failed, const char *reason) {
+  c->coord.job_ended = 1;
+  if (failed && !c->coord.job_failed) {
+    /* Untrusted text: printable ASCII and line breaks (a python op's
+     * traceback) only, bounded. The first reason stays. */
+    size_t o = 0;
+    for (; reason[o] && o + 1 < sizeof(c->coord.job_end_reason); o++)
+      c->coord.job_end_reason[o] =
+          reason[o] == '\n' || (reason[o] >= 0x20 && reason[o] < 0x7f) ? reason[o] : '?';
+    c->coord.job_end_reason[o] = 0;
+    c->coord.job_failed = 1;
+  }
+  pthread_cond_broadcast(&c->cv_next);
 }
 
 int stk__watch_start(stk_client *c) {

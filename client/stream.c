@@ -489,7 +489,15 @@ static void on_event(stk_client *c, const stk__rpc_aevent *e) {
       send_next(c, r);
     } else {
       r->status_pending = 0;
-      r->code = stk__rpc_astream_status(e->s, r->det, sizeof(r->det));
+      /* A worker that ends a stream "the job failed: ..." (ABORTED) built
+       * a batch on which the job's own op failed, and the job's
+       * bad_samples policy fails the job: any worker would build the same
+       * bytes, so the job has failed for this rank, now. */
+      char full[4096];
+      r->code = stk__rpc_astream_status(e->s, full, sizeof(full));
+      snprintf(r->det, sizeof(r->det), "%.199s", full);
+      if (r->code == GRPC_STATUS_ABORTED && !strncmp(full, "the job failed: ", 16))
+        stk__coord_job_ended_locked(c, 1, full + 16);
     }
   }
   int leave = maybe_finish(c, r);

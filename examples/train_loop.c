@@ -6,8 +6,9 @@
  * per batch) and, with --verify, compares every payload with the reference batch built
  * in-process. Prints when the first batch came (with the CLOCK_MONOTONIC time, so a
  * harness on the same host can line ranks up), a progress line every second
- * (--progress) and a summary; calls finish. Exit 0 only if every batch arrived, in order,
- * and verified.
+ * (--progress) and a summary; calls finish (not after a failed step: a rank that
+ * could not read its data has not finished it). Exit 0 only if every batch arrived, in
+ * order, and verified.
  */
 #include <getopt.h>
 #include <stdio.h>
@@ -346,8 +347,10 @@ int main(int argc, char **argv) {
         "input-bound: stall %.1f%% of a %.1f ms step: about %.1fx the workers' supply "
         "would remove it (`stoker status` says how many cores)\n",
         100 * s.stall_fraction, s.step_ms, s.workers_needed / s.workers_alive);
-  /* What ends a rank: its finish (client.h). Skipped with --no-finish. */
-  if (!no_finish) {
+  /* What ends a rank: its finish (client.h). Skipped with --no-finish,
+   * and after a failed step: a rank that could not read its data has not
+   * finished it (a finish would let the job end as a success). */
+  if (!no_finish && ok) {
     st = stk_client_finish(c, shutdown);
     if (st) fprintf(stderr, "finish: %s: %s\n", stk_strerror(st), stk_client_error(c));
   }

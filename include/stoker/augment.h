@@ -118,7 +118,12 @@ typedef struct stk_build_info {
   uint32_t reread;      /* samples read again, alone, after a transient error
                            (out of descriptors, EIO): the batch is still exact */
   uint64_t bytes_read;  /* file bytes read for this batch */
-  uint64_t reserved[6];
+  uint32_t user_code;   /* of substituted: replaced because the job's own code
+                           (a python or plugin op) failed on them; then
+                           stk_builder_error gives the first one (its path,
+                           the op's error and traceback) */
+  uint32_t pad0;
+  uint64_t reserved[5];
 } stk_build_info;
 
 /* spec must be the one the dataset was opened with (its num_samples may be

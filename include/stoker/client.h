@@ -106,7 +106,7 @@ typedef struct stk_client_config {
    * reachable, every one refusing) before it fails with the reason: 0 =
    * $STOKER_NO_WORKER_TIMEOUT_MS, else join_timeout_ms. While it waits
    * (more than 5 s), the client's log (cfg.log) says what for and since
-   * when, one line every 5 s. docs/operations.md, "When a rank waits". */
+   * when, one line every 4 s. docs/operations.md, "When a rank waits". */
   uint32_t no_worker_timeout_ms;
   uint8_t reserved[88];
 } stk_client_config;
@@ -160,7 +160,7 @@ STK_EXPORT int stk_client_config_from_env(stk_client_config *cfg, char *err,
  * finished rank is not served again), STK_INTERRUPTED (stk_interrupt
  * during the join), with a
  * message in err. While it waits to join, the client's log (cfg.log) says
- * what for and since when, one line every 5 s. Thread-safe (separate clients are
+ * what for and since when, one line every 4 s. Thread-safe (separate clients are
  * independent). Side effect, process-wide: raises glibc's mmap and trim thresholds (32
  * and 64 MiB) so gRPC's receive buffers are reused instead of being returned to the
  * kernel and faulted in again after every message; that cuts the client's CPU per GB

@@ -282,6 +282,17 @@ static void *builder_main(void *arg) {
                                          nbytes, &info);
     }
     uint64_t dt = (uint64_t)stk__now_ns() - t0;
+    /* The job's own op failed on a sample of this batch and its policy
+     * fails the job at the first such error (bad_samples' default, or
+     * fail: no budget for them): the batch is not sent, the stream ends
+     * with the error (streams.c), so the rank fails at this step however
+     * short the job (the coordinator's abort follows with the heartbeat).
+     * Another worker would build the same bytes: asking elsewhere cannot
+     * help. A budget (substitute(N), substitute(P%)) is the job's, summed
+     * by the coordinator over every worker. */
+    int user_fail = !rc && info.user_code &&
+                    stk_job_bad_samples_budget(&s->spec, 1, s->spec.num_samples) == 0;
+    if (user_fail) rc = STK_USER_CODE;
     if (d) {
       d->buf = buf;
       d->data = buf->data;
@@ -291,7 +302,15 @@ static void *builder_main(void *arg) {
       d->total_bytes = nbytes;
       if (!rc) d->crc32c = stk_crc32c(0, buf->data, nbytes);
       d->status = rc;
-      if (rc)
+      if (user_fail)
+        snprintf(d->err, sizeof(d->err),
+                 "the job failed: a python or plugin op failed on a sample of batch "
+                 "(epoch %llu, rank %u, step %llu) (bad_samples = fail is the default; "
+                 "bad_samples = substitute(N) or substitute(P%%) replaces such samples "
+                 "within a budget): %s",
+                 (unsigned long long)r.epoch, r.rank, (unsigned long long)r.step,
+                 stk_builder_error(bb));
+      else if (rc)
         snprintf(d->err, sizeof(d->err),
                  "building batch (epoch %llu, rank %u, "
                  "step %llu) failed: %s",
@@ -300,6 +319,11 @@ static void *builder_main(void *arg) {
     }
     if (rc == STK_UNAVAILABLE)
       LOG_LIMITED(STK_LOG_WARN, 20, "%s", d ? d->err : stk_builder_error(bb));
+    else if (user_fail) /* bad_samples.c logged the error with its traceback */
+      LOG_LIMITED(STK_LOG_ERROR, 20,
+                  "batch (epoch %llu, rank %u, step %llu) not sent: a sample's op "
+                  "failed and the job's bad_samples policy fails the job",
+                  (unsigned long long)r.epoch, r.rank, (unsigned long long)r.step);
     else if (rc) LOG_LIMITED(STK_LOG_ERROR, 20, "%s", d ? d->err : stk_builder_error(bb));
 
     int drop = 0;

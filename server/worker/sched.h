@@ -37,8 +37,11 @@ typedef struct sched_done {
   int u8; /* the image went as 8-bit values (an image_u8 request of a float job) */
   uint32_t crc32c; /* stk_crc32c(0, data, total_bytes) */
   int status;      /* STK_OK, else err says why the build failed;
-                      STK_UNAVAILABLE: transient (retried, then ask again) */
-  char err[256];
+                      STK_UNAVAILABLE: transient (retried, then ask again);
+                      STK_USER_CODE: the job's own op failed on a sample and
+                      its bad_samples policy fails the job at the first such
+                      error: err is "the job failed: ..." (never sent) */
+  char err[3400];
   struct sched_done *next;
 } sched_done;
 

@@ -123,7 +123,12 @@ static void pump(wstream *x) {
       break;
     }
     if (d->status) {
-      end_locked(x, GRPC_STATUS_INTERNAL, d->err, 1);
+      /* a user-code failure fails the job (ABORTED, "the job failed: ...",
+       * which the client takes as the job's end); anything else this
+       * stream only */
+      end_locked(x,
+                 d->status == STK_USER_CODE ? GRPC_STATUS_ABORTED : GRPC_STATUS_INTERNAL,
+                 d->err, 1);
       sched_stream_sent(x->st, d, 0);
       sched_stream_kill(x->st);
       break;

@@ -723,6 +723,26 @@ def case_usererr(P, tmp):
         check("a python or plugin op failed on a sample" in P.log("coord-fail"),
               "default: the coordinator says why the job failed")
 
+    # (a2) the same in a job shorter than one heartbeat (1 epoch of 5 steps,
+    # no step time): the worker never sends a batch on which the op failed,
+    # so each rank fails at that step and never finishes; the coordinator
+    # aborts the job (4) when the worker's report comes, never a success.
+    codes = user_job(P, tmp, "short", root, None, 1, 0)
+    if codes:
+        check(codes[0] == 4 and codes[1] == 5,
+              "short job: coordinator 4, worker 5 (aborted), got %r" % codes[:2])
+        for r in (0, 1):
+            log = P.log("rank%d-short" % r)
+            check(codes[2 + r] not in (0, None), "short job: rank %d fails" % r)
+            for want in ("the job failed: a python or plugin op failed on a sample",
+                         "python op stk_test_ops:raise_some raised ValueError: unlucky sample",
+                         "Traceback (most recent call last)"):
+                check(want in log, "short job: rank %d's error says %r:\n%s" % (r, want,
+                                                                             log[-3000:]))
+            check(re.search(sample, log), "short job: rank %d's error names the sample" % r)
+        check("rank 0 finished" not in P.log("coord-short"),
+              "short job: no rank finished a job whose op failed")
+
     # (b) substitute(100%): every raising sample is replaced, the job ends
     # normally; the worker counts them as user_code.
     codes = user_job(P, tmp, "sub", root, "substitute(100%)", 2, 0)
