@@ -301,7 +301,9 @@ static void status_verdict(const Stoker__V1__StatusResponse *r, stk__verdict *v,
   if (wf && rf) {
     for (size_t i = 0; i < nw; i++) {
       const Stoker__V1__WorkerStatus *w = r->workers[i];
-      wf[i].cores = w->worker ? w->worker->cpu_cores : 0;
+      wf[i].cores = w->worker
+                        ? stk__worker_usable_cores(w->worker->cpu_cores, w->worker->cores)
+                        : 0;
       wf[i].per_cpu_s = w->stats ? w->stats->batches_per_cpu_s : 0;
       wf[i].busy = w->stats ? w->stats->busy_fraction : 0;
     }
