@@ -944,10 +944,11 @@ class SlurmRun(Run):
         except OSError:
             return ""
 
-    def submit(self, step_ms=0, env=None):
+    def submit(self, step_ms=0, env=None, fail_after=None):
         """sbatch deploy/slurm/stoker.sbatch with the job's variables and
         the training command (stoker-train-loop --verify under stamp.py,
-        one stamp per rank) as its arguments; returns the job id."""
+        one stamp per rank; fail_after: each crashes with 42 after that
+        many seconds) as its arguments; returns the job id."""
         # STOKER_LAUNCH: the launcher with --bin-dir pinned to this build's
         # binaries (as an install would put them beside it), so an ASan tree
         # never runs another tree's daemons
@@ -961,10 +962,11 @@ class SlurmRun(Run):
                       "PATH": self.bin_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")})
         e.pop("STOKER_TOKEN_FILE")  # the script makes the job's token
         e.update(env or {})
+        fail = ["--fail-after", str(fail_after), "--fail-code", "42"] if fail_after else []
         train = ["/bin/sh", "-c", 'py=$1 stamp=$2 path=$3; shift 3; '
-                 'exec "$py" "$stamp" "$path.$RANK" -- "$@"', "sh", netcluster.PYTHON,
+                 'exec "$py" "$stamp" "$path.$RANK" "$@"', "sh", netcluster.PYTHON,
                  os.path.join(HERE, "stamp.py"), self.stamp_path("gpu-1")]
-        train += self.train_loop(step_ms=step_ms, progress=True)
+        train += fail + ["--"] + self.train_loop(step_ms=step_ms, progress=True)
         self.t0 = time.time()
         self.job_id = self.slurm.sbatch([self.sbatch_file] + train, self.slurm.env(e),
                                         cwd=self.work)
@@ -1229,6 +1231,32 @@ def sc_slurm_data_kill(args):
         r.wait_nodes_clean(20)
 
 
+def sc_slurm_train_fail(args):
+    """Real Slurm: the training processes crash (exit 42) mid-job; the job
+    ends FAILED with exit code 42 (the training step's), the data nodes'
+    tasks exit 5 (job aborted), nothing is left on any node."""
+    slurm_skip()
+    job = Job(images=800, epochs=6)
+    with SlurmRun("slurm_train_fail", job, subnet=45, keep=args.keep) as r:
+        r.make_dataset()
+        r.submit(step_ms=100, fail_after=4)
+        comps = r.wait_job(120)
+        st = r.rank_stamps()
+        check(all(x is not None and x[0] == 42 for x in st),
+              "both training processes crashed with 42 (%s)" % st)
+        check(len(comps) == 2 and all(c.get("JobState") == "FAILED" and
+                                      c.get("ExitCode") == "42:0" for c in comps),
+              "scontrol show job: both components FAILED, ExitCode 42:0 (%s)" %
+              ["%s %s %s" % (c.get("JobId"), c.get("JobState"), c.get("ExitCode"))
+               for c in comps])
+        tasks = r.slurm.task_exits(r.job_id)
+        got = sorted((n, c) for n, st_, _, c in tasks if not st_.endswith(".batch"))
+        check(got == [("cpu-1", 5), ("cpu-2", 5), ("gpu-1", 42)],
+              "the training task exited 42, the data tasks 5 (the job was aborted): %s" %
+              ", ".join("%s %s task %d: %d" % t for t in sorted(tasks)))
+        r.wait_nodes_clean(20)
+
+
 def sc_slurm_roles(args):
     """Real Slurm with role tokens: each node's own token files in a
     node-local folder (STOKER_ROLE_TOKENS); data nodes never hold the
@@ -1351,6 +1379,7 @@ SCENARIOS = {
     "slurm_cancel": sc_slurm_cancel,
     "slurm_data_kill": sc_slurm_data_kill,
     "slurm_roles": sc_slurm_roles,
+    "slurm_train_fail": sc_slurm_train_fail,
     "demo": sc_demo,  # not a ctest test: scripts/demo.sh --cluster
 }
 
