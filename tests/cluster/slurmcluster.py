@@ -6,8 +6,8 @@ node host (`slurmd -N NODE`, NodeAddr = the host's namespace address), all
 started in the foreground with Cluster.spawn, so the Cluster's cleanup
 (try/finally, atexit, signals) kills and reaps every one of them. Every
 file they use is generated under one folder of the test's work folder:
-slurm.conf (SLURM_CONF points at it), gres.conf, an empty plugstack.conf,
-the munge key, the controller's state, a spool folder and pid file per
+slurm.conf (SLURM_CONF points at it), gres.conf with stand-in GPU device
+nodes, cgroup.conf, an empty plugstack.conf, the munge key, the controller's state, a spool folder and pid file per
 node, the daemons' logs, the job-completion log. Nothing global is read or
 changed (not /etc/slurm, not /etc/munge, not the system munged), so two
 runs never collide.
@@ -42,19 +42,19 @@ CTLD_PORT = 6817  # each daemon is alone in its namespace: the default ports
 SLURMD_PORT = 6818
 
 
+def _which(p):
+    """p's path on PATH or in /usr/sbin, /sbin (where the daemons are), or None."""
+    return shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
+
+
 def check_supported():
     """None when the Slurm and munge programs are installed, else a
     sentence saying which are missing (callers print it and exit 77)."""
-    missing = [p for p in PROGRAMS
-               if shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin") is None]
+    missing = [p for p in PROGRAMS if _which(p) is None]
     if missing:
         return ("Slurm programs not found: %s (install the Debian packages slurmctld, slurmd, "
                 "slurm-client and munge; scripts/install-deps.sh)" % ", ".join(missing))
     return None
-
-
-def _which(p):
-    return shutil.which(p, path=os.environ.get("PATH", "") + ":/usr/sbin:/sbin")
 
 
 class SlurmError(RuntimeError):
@@ -63,7 +63,7 @@ class SlurmError(RuntimeError):
 
 
 class Slurm:
-    """Slurm on a netcluster.Cluster that is already up.
+    """Slurm on a netcluster.Cluster (start() once the Cluster is up).
 
         s = Slurm(cluster, "ctl", {"cpu": ["cpu-1", "cpu-2"], "gpu": ["gpu-1"]},
                   gres={"gpu-1": "gpu:8"})
@@ -73,8 +73,8 @@ class Slurm:
 
     ctl_host: the cluster host running munged and slurmctld (not a node);
     partitions: {name: [node host, ...]} (each node in one partition);
-    gres: {node: "gpu:N"} (counted, no device files: task/none binds
-    nothing); cpus: CPUs each node declares (config_overrides: the
+    gres: {node: "gpu:N"} (counted GPUs; their device files are stand-in
+    character devices, and task/none binds nothing); cpus: CPUs each node declares (config_overrides: the
     declaration wins over what slurmd detects). Files go to
     cluster.workdir/slurm. Raises SlurmError when a daemon does not come up
     within its bound (the Cluster's cleanup then reaps the rest)."""
