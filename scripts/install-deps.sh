@@ -22,6 +22,7 @@ PKGS=(
   prometheus                                 # promtool (exposition, rules) and the real Prometheus of tests/monitoring
   python3-venv                               # the wheel test installs the wheel into a fresh venv (tests/deploy/test_wheel.sh)
   patchelf                                   # scripts/wheel.sh: $ORIGIN-relative RPATH on the libraries and binaries it bundles
+  slurmctld slurmd slurm-client munge        # the cluster tests run a real Slurm (own config and munged; tests/cluster/slurmcluster.py)
 )
 missing=()
 for p in "${PKGS[@]}"; do

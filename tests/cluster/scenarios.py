@@ -45,6 +45,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 import netcluster  # noqa: E402
+import slurmcluster  # noqa: E402
 from harness import check, fails, say_passes  # noqa: E402
 
 SUCCESS_EXIT_S = 15.0  # launcher exit rule: training succeeded
@@ -64,6 +65,7 @@ BUILD_PATHS = {
 }
 SOURCE_PATHS = {
     "STOKER_LAUNCH": "deploy/stoker-launch",
+    "STOKER_SBATCH": "deploy/slurm/stoker.sbatch",
     "STOKER_EXAMPLES": "examples",
 }
 
@@ -737,18 +739,26 @@ def sc_slow_link(args):
 
 def sc_slurm(args):
     """The Slurm backend from a faked heterogeneous-job environment:
-    component 0 = cpu-[1-2] (data), component 1 = gpu-[1-2] (training)."""
+    component 0 = cpu-[1-2] (data), component 1 = gpu-[1-2] (training).
+    The variables are those real Slurm 22.05 gives a task of a
+    one-component step of a heterogeneous job (`srun --het-group=N`, as
+    deploy/slurm/stoker.sbatch runs; the slurm_* scenarios run it under
+    real Slurm): the job's node lists per component, the step's own node
+    list, node and task ids counted within the step."""
     job = Job(images=800, epochs=2)
     data, dnn = ["cpu-1", "cpu-2"], ["gpu-1", "gpu-2"]
     with Run("slurm", data, dnn, job, subnet=37, keep=args.keep) as r:
         r.make_dataset()
         for i, h in enumerate(data + dnn):
-            env = {"SLURM_JOB_ID": "4242", "SLURM_JOB_NODELIST": "cpu-[1-2],gpu-[1-2]",
+            comp = 0 if h in data else 1
+            env = {"SLURM_JOB_ID": str(4242 + comp), "SLURM_JOB_ID_HET_GROUP_0": "4242",
+                   "SLURM_JOB_ID_HET_GROUP_1": "4243",
+                   "SLURM_JOB_NODELIST": ["cpu-[1-2]", "gpu-[1-2]"][comp],
                    "SLURM_JOB_NODELIST_HET_GROUP_0": "cpu-[1-2]",
                    "SLURM_JOB_NODELIST_HET_GROUP_1": "gpu-[1-2]",
                    "SLURM_HET_SIZE": "2", "SLURMD_NODENAME": h, "SLURM_NODEID": str(i % 2),
-                   "SLURM_PROCID": str(i), "SLURM_NTASKS": "4", "SLURM_LOCALID": "0",
-                   "SLURM_JOB_NUM_NODES": "2"}
+                   "SLURM_PROCID": str(i % 2), "SLURM_NTASKS": "2", "SLURM_LOCALID": "0",
+                   "SLURM_NNODES": "2", "SLURM_STEP_ID": str(comp)}
             r.start_launcher(h, ["--backend", "slurm", "--port", "7170"],
                              train=r.train_loop(step_ms=20), env=env)
         r.wait_all(120)
@@ -877,6 +887,437 @@ def sc_roles(args):
         r.report(duration=end - r.t0)
 
 
+# ---- a real Slurm cluster ---------------------------------------------------------
+
+class SlurmRun(Run):
+    """A real Slurm cluster on the run's hosts (slurmcluster.py): data nodes
+    cpu-1, cpu-2 (partition cpu), training node gpu-1 (partition gpu, 8
+    counted GPUs), munged and slurmctld on one more host, ctl, which is no
+    node. The job is deploy/slurm/stoker.sbatch as it ships, submitted
+    with sbatch from ctl: component 0 = the data nodes, component 1 = gpu-1
+    with PROCS_PER_HOST=2 training processes (ranks 0 and 1)."""
+
+    DATA, DNN, CTL = ["cpu-1", "cpu-2"], ["gpu-1"], "ctl"
+
+    def __init__(self, name, job, subnet, keep):
+        super().__init__(name, self.DATA, self.DNN, job, subnet, keep=keep)
+        # the same hosts plus the controller's (Run's own cluster is not up)
+        self.cluster = netcluster.Cluster(self.data_hosts + self.dnn_hosts + [self.CTL],
+                                          subnet, self.work)
+        self.slurm = slurmcluster.Slurm(self.cluster, self.CTL,
+                                        {"cpu": self.DATA, "gpu": self.DNN},
+                                        gres={h: "gpu:8" for h in self.DNN})
+        self.sbatch_file = need_env("STOKER_SBATCH")
+        self.job_id = None
+
+    def __enter__(self):
+        super().__enter__()
+        try:
+            t = time.monotonic()
+            self.slurm.start(timeout=60)
+            print("   slurm: munged + slurmctld on %s, slurmd on %s (%.1f s to idle); "
+                  "SLURM_CONF=%s" % (self.CTL, ",".join(self.slurm.nodes),
+                                     time.monotonic() - t, self.slurm.conf), flush=True)
+        except BaseException:
+            self.__exit__(*sys.exc_info())
+            raise
+        return self
+
+    def dump_logs(self):
+        super().dump_logs()
+        if self.job_id:
+            p = self.out_path()
+            if os.path.exists(p):
+                with open(p, errors="replace") as f:
+                    lines = f.readlines()
+                print("---- %s (last 60 of %d lines)" % (os.path.basename(p), len(lines)))
+                sys.stdout.write("".join(lines[-60:]))
+        print(self.slurm.log_tails(25))
+
+    def out_path(self):
+        return os.path.join(self.work, "stoker-%s.out" % self.job_id)
+
+    def out(self):
+        try:
+            with open(self.out_path(), errors="replace") as f:
+                return f.read()
+        except OSError:
+            return ""
+
+    def submit(self, step_ms=0, env=None, fail_after=None):
+        """sbatch deploy/slurm/stoker.sbatch with the job's variables and
+        the training command (stoker-train-loop --verify under stamp.py,
+        one stamp per rank; fail_after: each crashes with 42 after that
+        many seconds) as its arguments; returns the job id."""
+        # STOKER_LAUNCH: the launcher with --bin-dir pinned to this build's
+        # binaries (as an install would put them beside it), so an ASan tree
+        # never runs another tree's daemons
+        wrap = os.path.join(self.bin_dir, "stoker-launch")
+        with open(wrap, "w") as f:
+            f.write('#!/bin/sh\nexec %s %s --bin-dir %s "$@"\n' %
+                    (netcluster.PYTHON, self.launch, self.bin_dir))
+        os.chmod(wrap, 0o755)
+        e = self.env({"JOB": self.job_file, "DATA_ROOT": self.data, "PROCS_PER_HOST": "2",
+                      "PORT": "7180", "STOKER_LAUNCH": wrap,
+                      "PATH": self.bin_dir + ":" + os.environ.get("PATH", "/usr/bin:/bin")})
+        e.pop("STOKER_TOKEN_FILE")  # the script makes the job's token
+        e.update(env or {})
+        fail = ["--fail-after", str(fail_after), "--fail-code", "42"] if fail_after else []
+        train = ["/bin/sh", "-c", 'py=$1 stamp=$2 path=$3; shift 3; '
+                 'exec "$py" "$stamp" "$path.$RANK" "$@"', "sh", netcluster.PYTHON,
+                 os.path.join(HERE, "stamp.py"), self.stamp_path("gpu-1")]
+        train += fail + ["--"] + self.train_loop(step_ms=step_ms, progress=True)
+        self.t0 = time.time()
+        self.job_id = self.slurm.sbatch([self.sbatch_file] + train, self.slurm.env(e),
+                                        cwd=self.work)
+        print("submitted %s: job %s" % (os.path.basename(self.sbatch_file), self.job_id),
+              flush=True)
+        return self.job_id
+
+    def rank_stamps(self):
+        """[(exit code, time) or None] of the training processes, rank 0, 1."""
+        out = []
+        for rank in (0, 1):
+            try:
+                with open("%s.%d" % (self.stamp_path("gpu-1"), rank)) as f:
+                    rc, t = f.read().split()
+                out.append((int(rc), float(t)))
+            except (OSError, ValueError):
+                out.append(None)
+        return out
+
+    def progress(self):
+        """{rank: epoch * steps per epoch + step} from the progress lines."""
+        per = self.job.images // (self.job.world_size * self.job.batch_size)
+        out = {}
+        for m in re.finditer(r"rank (\d+): epoch (\d+) step (\d+)", self.out()):
+            out[int(m.group(1))] = int(m.group(2)) * per + int(m.group(3))
+        return out
+
+    def wait_job(self, timeout):
+        comps = self.slurm.wait_job(self.job_id, timeout)
+        check(comps is not None, "job %s ended within %g s (states: %s)" %
+              (self.job_id, timeout, self.slurm.states(self.job_id)))
+        return comps or []
+
+    def stoker_left(self):
+        """{host: [program, ...]} of the job processes still running on
+        each node (anything but slurmd: slurmstepd, stoker-*)."""
+        return {h: sorted(self.slurm.node_programs(h).values())
+                for h in self.data_hosts + self.dnn_hosts}
+
+    def wait_nodes_clean(self, timeout):
+        """Bounded wait until no stoker process (and no slurmstepd) runs
+        on any node; checks it."""
+        deadline = time.monotonic() + timeout
+        left = self.stoker_left()
+        while any(left.values()) and time.monotonic() < deadline:
+            time.sleep(0.2)
+            left = self.stoker_left()
+        check(not any("stoker" in p for v in left.values() for p in v),
+              "no stoker process left on any node (%s)" %
+              ("; ".join("%s: %s" % (h, ",".join(v)) for h, v in left.items() if v) or
+               "none"))
+        check(not any(left.values()), "no job process (slurmstepd, ...) left on any node")
+
+    def check_ranks(self):
+        """Both ranks' summaries in the job output: every step, every batch
+        equal to the reference."""
+        steps = self.job.steps_per_rank()
+        text = self.out()
+        ranks = {}
+        for m in re.finditer(r"summary rank (\d+): batches (\d+) .*?reissued (\d+) "
+                             r".*?verify_failures (\d+)(.*)", text):
+            ranks[int(m.group(1))] = (int(m.group(2)), int(m.group(3)), int(m.group(4)),
+                                      "not verified" in m.group(5))
+        check(sorted(ranks) == [0, 1], "both ranks printed their summary (%s)" % sorted(ranks))
+        for rk, (b, reissued, vf, unverified) in sorted(ranks.items()):
+            check(b == steps and vf == 0 and not unverified,
+                  "rank %d: %d of %d batches, every one equal to the reference "
+                  "(verify_failures %d; %d requests re-issued)" % (rk, b, steps, vf, reissued))
+
+    def check_roles(self):
+        """Each node's launcher found its role in the real SLURM_* variables."""
+        text = self.out()
+        for h in self.data_hosts:
+            check(re.search(r"stoker-launch\[%s data\]: slurm backend: data hosts cpu-1,cpu-2; "
+                            r"dnn hosts gpu-1; this host is a data host" % h, text) is not None,
+                  "%s's launcher: a data host, from SLURM_JOB_NODELIST_HET_GROUP_0" % h)
+        check(re.search(r"stoker-launch\[gpu-1 dnn coordinator\]: slurm backend: .*this host is "
+                        r"dnn host 0/1, ranks 0,1 of 2", text) is not None,
+              "gpu-1's launcher: the coordinator and ranks 0,1, from "
+              "SLURM_JOB_NODELIST_HET_GROUP_1")
+
+    def jobcomp(self, n, timeout=10):
+        """This job's records in the job-completion log, once there are n
+        (bounded wait: slurmctld writes them as each component ends)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            recs = [x for x in self.slurm.jobcomp_records()
+                    if x.get("HetJobId") == str(self.job_id)]
+            if len(recs) >= n or time.monotonic() >= deadline:
+                return recs
+            time.sleep(0.2)
+
+    def check_completed(self, comps):
+        """Every component COMPLETED with exit code 0:0 (scontrol), the same
+        in the job-completion log with DerivedExitCode 0:0 (the highest
+        exit code of the job's steps), and every task of every step exited
+        0 (slurmd logs)."""
+        check(len(comps) == 2 and all(c.get("JobState") == "COMPLETED" and
+                                      c.get("ExitCode") == "0:0" for c in comps),
+              "scontrol show job: both components COMPLETED, ExitCode 0:0 (%s)" %
+              ["%s %s %s" % (c.get("JobId"), c.get("JobState"), c.get("ExitCode"))
+               for c in comps])
+        recs = self.jobcomp(2)
+        check(len(recs) == 2 and all(x.get("JobState") == "COMPLETED" and
+                                     x.get("ExitCode") == "0:0" and
+                                     x.get("DerivedExitCode") == "0:0" for x in recs),
+              "job-completion log: both components COMPLETED, ExitCode 0:0, DerivedExitCode "
+              "0:0 (%s)" % ["%s %s %s/%s" % (x.get("JobId"), x.get("JobState"),
+                                            x.get("ExitCode"), x.get("DerivedExitCode"))
+                            for x in recs])
+        tasks = self.slurm.task_exits(self.job_id)
+        step_nodes = sorted(n for n, st, _, _ in tasks if not st.endswith(".batch"))
+        check(step_nodes == sorted(self.data_hosts + self.dnn_hosts) and
+              all(c == 0 for _, _, _, c in tasks),
+              "every task of every step exited 0, one per node (%s)" %
+              ", ".join("%s %s task %d: %d" % t for t in sorted(tasks)))
+        return tasks
+
+    def show_steps(self):
+        steps = self.slurm.steps()
+        print("squeue --steps: %s" % "; ".join(" ".join(x) for x in steps), flush=True)
+        return steps
+
+    def show_sacct(self):
+        r = self.slurm.cmd(["sacct", "-j", str(self.job_id)])
+        print("sacct -j %s: %s" % (self.job_id, (r.stdout + r.stderr).strip() or
+                                   "(nothing)"))
+
+
+def slurm_skip():
+    why = slurmcluster.check_supported()
+    if why:
+        print("SKIP: %s" % why)
+        sys.exit(netcluster.SKIP)
+
+
+def sc_slurm_job(args):
+    """Real Slurm: deploy/slurm/stoker.sbatch through sbatch, heterogeneous
+    job over cpu-1,cpu-2 (data) and gpu-1 (2 ranks); it ends by itself,
+    COMPLETED, every step's task exit 0, every batch verified."""
+    slurm_skip()
+    job = Job(images=800, epochs=2)
+    with SlurmRun("slurm_job", job, subnet=41, keep=args.keep) as r:
+        r.make_dataset()
+        r.submit(step_ms=20)
+        seen = set()
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not r.slurm.ended(r.job_id):
+            for st, nodes in r.slurm.steps():
+                seen.add("%s on %s" % (st, nodes))
+            time.sleep(0.3)
+        comps = r.wait_job(150)
+        end = r.rank_stamps()
+        check(all(x is not None and x[0] == 0 for x in end),
+              "both training processes exited 0 (%s)" % end)
+        print("squeue --steps while it ran: %s" % ("; ".join(sorted(seen)) or "(none seen)"))
+        check(any(x.endswith(" on cpu-[1-2]") and ".batch" not in x for x in seen) and
+              any(x.endswith(" on gpu-1") for x in seen),
+              "squeue showed a step on the data nodes and one on the training node")
+        tasks = r.check_completed(comps)
+        r.check_roles()
+        r.check_ranks()
+        r.show_sacct()
+        served = {h: r.cluster.link_bytes(h)[0] for h in r.data_hosts}
+        for h in r.data_hosts:
+            check(served[h] > job.batch_bytes(), "%s served batches (%.1f MB sent)" %
+                  (h, served[h] / 1e6))
+        r.wait_nodes_clean(20)
+        if all(x is not None for x in end):
+            ends = [c.get("EndTime") for c in comps]
+            print("job ended %s (scontrol EndTime), training at %s" %
+                  (ends, [time.strftime("%H:%M:%S", time.localtime(x[1])) for x in end]))
+        print("tasks: %s" % ", ".join("%s %s task %d exit %d" % t for t in sorted(tasks)))
+
+
+def sc_slurm_cancel(args):
+    """Real Slurm: scancel mid-job; the job ends CANCELLED and no stoker
+    process (nor slurmstepd) is left on any node."""
+    slurm_skip()
+    job = Job(images=800, epochs=6)
+    with SlurmRun("slurm_cancel", job, subnet=42, keep=args.keep) as r:
+        r.make_dataset()
+        r.submit(step_ms=100)
+        if not r.wait_for(lambda: len(r.progress()) == 2 and min(r.progress().values()) >= 5,
+                          90, "both ranks training (5 steps each)"):
+            return
+        running = r.stoker_left()
+        print("running before scancel: %s" % "; ".join("%s: %s" % (h, ",".join(v))
+                                                         for h, v in running.items()))
+        for h, want in (("cpu-1", "stoker-worker"), ("cpu-2", "stoker-worker"),
+                        ("gpu-1", "stoker-coordinator"), ("gpu-1", "stoker-train-loop")):
+            check(want in running[h], "%s runs %s before scancel" % (h, want))
+        r.show_steps()
+        c = r.slurm.cmd(["scancel", str(r.job_id)])
+        check(c.returncode == 0, "scancel %s (exit %d %s)" % (r.job_id, c.returncode,
+                                                             c.stderr.strip()))
+        t = time.monotonic()
+        comps = r.wait_job(60)
+        check(len(comps) == 2 and all(x.get("JobState") == "CANCELLED" for x in comps),
+              "both components CANCELLED (%s)" % [x.get("JobState") for x in comps])
+        r.wait_nodes_clean(30)
+        print("the nodes were clean %.1f s after scancel (KillWait=5 s)" %
+              (time.monotonic() - t))
+        st = r.rank_stamps()
+        check(all(x is None or x[0] != 0 for x in st),
+              "training did not run to its end (%s)" % st)
+
+
+def sc_slurm_data_kill(args):
+    """Real Slurm: cpu-2 is drained and its stoker-worker SIGKILLed
+    mid-epoch; the ranks still get every batch (verified), the job ends by
+    itself, COMPLETED."""
+    slurm_skip()
+    job = Job(images=800, epochs=3 if SANITIZED else 4)
+    with SlurmRun("slurm_data_kill", job, subnet=43, keep=args.keep) as r:
+        r.make_dataset()
+        r.submit(step_ms=60)
+        total = job.steps_per_rank()
+        per = job.images // (job.world_size * job.batch_size)
+        if not r.wait_for(lambda: len(r.progress()) == 2 and
+                          all(v >= total // 3 and 0 < v % per for v in r.progress().values()),
+                          90, "both ranks a third into the job, mid-epoch"):
+            return
+        check(all(x is None for x in r.rank_stamps()), "training still runs at the kill")
+        tx_victim = r.cluster.link_bytes("cpu-2")[0]
+        check(tx_victim > job.batch_bytes(), "cpu-2 had served batches before the kill "
+              "(%.1f MB)" % (tx_victim / 1e6))
+        tx_before = r.cluster.link_bytes("cpu-1")[0]
+        # what an administrator does with a failing node: drain it (its
+        # running job carries on; nothing new is placed there) ...
+        c = r.slurm.cmd(["scontrol", "update", "NodeName=cpu-2", "State=DRAIN",
+                         "Reason=stoker test: data node failing"])
+        check(c.returncode == 0, "scontrol update NodeName=cpu-2 State=DRAIN (%s)" %
+              c.stderr.strip())
+        # ... and the failure itself: its worker dies
+        victims = [pid for pid, prog in r.slurm.node_programs("cpu-2").items()
+                   if prog == "stoker-worker"]
+        check(len(victims) == 1, "one stoker-worker on cpu-2 (%s)" % victims)
+        for pid in victims:
+            os.kill(pid, 9)
+        print("drained cpu-2 and SIGKILLed its stoker-worker (pid %s) with the ranks at "
+              "steps %s" % (victims, r.progress()), flush=True)
+        comps = r.wait_job(150)
+        state = r.slurm.cmd(["sinfo", "-h", "-n", "cpu-2", "-o", "%t"]).stdout.strip()
+        check(state.startswith("drain"), "cpu-2 is drained after the job (sinfo: %s)" % state)
+        st = r.rank_stamps()
+        check(all(x is not None and x[0] == 0 for x in st),
+              "both training processes exited 0 (%s)" % st)
+        r.check_ranks()
+        tx_after = r.cluster.link_bytes("cpu-1")[0]
+        check(tx_after - tx_before > job.batch_bytes(),
+              "cpu-1 served after the kill (%.1f MB more)" % ((tx_after - tx_before) / 1e6))
+        # The job's exit code is the training step's: COMPLETED, 0:0; the
+        # data step's task on cpu-2 shows the lost worker (the launcher exits
+        # with its worker's 137), and so does component 0's DerivedExitCode.
+        check(len(comps) == 2 and all(c.get("JobState") == "COMPLETED" and
+                                      c.get("ExitCode") == "0:0" for c in comps),
+              "scontrol show job: both components COMPLETED, ExitCode 0:0 (%s)" %
+              ["%s %s %s" % (c.get("JobId"), c.get("JobState"), c.get("ExitCode"))
+               for c in comps])
+        tasks = r.slurm.task_exits(r.job_id)
+        shown = ", ".join("%s %s task %d: %d" % t for t in sorted(tasks))
+        check(sorted((n, c != 0) for n, st, _, c in tasks if not st.endswith(".batch")) ==
+              [("cpu-1", False), ("cpu-2", True), ("gpu-1", False)] and
+              all(c == 0 for n, st, _, c in tasks if st.endswith(".batch")),
+              "cpu-2's data task exited non-zero, every other task 0 (%s)" % shown)
+        recs = {x.get("HetJobOffset"): x for x in r.jobcomp(2)}
+        d0 = recs.get("0", {}).get("DerivedExitCode")
+        check(d0 not in (None, "0:0") and recs.get("1", {}).get("DerivedExitCode") == "0:0",
+              "job-completion log: component 0's DerivedExitCode shows the data step's "
+              "failure (%s), component 1's is 0:0" % d0)
+        r.wait_nodes_clean(20)
+
+
+def sc_slurm_train_fail(args):
+    """Real Slurm: the training processes crash (exit 42) mid-job; the job
+    ends FAILED with exit code 42 (the training step's), the data nodes'
+    tasks exit 5 (job aborted), nothing is left on any node."""
+    slurm_skip()
+    job = Job(images=800, epochs=6)
+    with SlurmRun("slurm_train_fail", job, subnet=45, keep=args.keep) as r:
+        r.make_dataset()
+        r.submit(step_ms=100, fail_after=4)
+        comps = r.wait_job(120)
+        st = r.rank_stamps()
+        # each crashes after 4 s; the first to do so makes the launcher stop
+        # the other (SIGTERM: 143) if it has not crashed yet itself
+        codes = sorted(x[0] for x in st if x is not None)
+        check(len(codes) == 2 and codes[0] == 42 and codes[1] in (42, 143),
+              "a training process crashed with 42, the other crashed too or was stopped "
+              "(%s)" % st)
+        check(len(comps) == 2 and all(c.get("JobState") == "FAILED" and
+                                      c.get("ExitCode") == "42:0" for c in comps),
+              "scontrol show job: both components FAILED, ExitCode 42:0 (%s)" %
+              ["%s %s %s" % (c.get("JobId"), c.get("JobState"), c.get("ExitCode"))
+               for c in comps])
+        tasks = r.slurm.task_exits(r.job_id)
+        got = sorted((n, c) for n, st_, _, c in tasks if not st_.endswith(".batch"))
+        check(got == [("cpu-1", 5), ("cpu-2", 5), ("gpu-1", 42)],
+              "the training task exited 42, the data tasks 5 (the job was aborted): %s" %
+              ", ".join("%s %s task %d: %d" % t for t in sorted(tasks)))
+        r.wait_nodes_clean(20)
+
+
+def sc_slurm_roles(args):
+    """Real Slurm with role tokens: each node's own token files in a
+    node-local folder (STOKER_ROLE_TOKENS); data nodes never hold the
+    client or admin token; the job ends COMPLETED, every batch verified."""
+    slurm_skip()
+    job = Job(images=800, epochs=2)
+    with SlurmRun("slurm_roles", job, subnet=44, keep=args.keep) as r:
+        r.make_dataset()
+        secrets = {n: os.urandom(16).hex() for n in ("worker", "client", "admin")}
+        given = {"gpu-1": ("worker", "client", "admin"), "cpu-1": ("worker",),
+                 "cpu-2": ("worker",)}
+        for h, names in given.items():
+            d = os.path.join(r.slurm.node_dir, h, "tokens")
+            os.mkdir(d, 0o700)
+            for n in names:
+                fd = os.open(os.path.join(d, n + ".token"),
+                             os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                os.write(fd, (secrets[n] + "\n").encode())
+                os.close(fd)
+        r.submit(step_ms=20, env={"STOKER_ROLE_TOKENS": os.path.join(r.slurm.local_dir,
+                                                                     "tokens")})
+        needles = [secrets["client"].encode(), secrets["admin"].encode(), b"client.token",
+                   b"admin.token"]
+        seen, held = {h: set() for h in r.data_hosts}, []
+        deadline = time.monotonic() + 150
+        while time.monotonic() < deadline and not r.slurm.ended(r.job_id):
+            for h in r.data_hosts:
+                sn, f = host_holds(r, h, needles)
+                seen[h] |= sn
+                held += f
+            time.sleep(0.2)
+        comps = r.wait_job(10)
+        r.check_completed(comps)
+        r.check_roles()
+        r.check_ranks()
+        for h in r.data_hosts:
+            check({"stoker-launch", "stoker-worker"} <= seen[h],
+                  "%s: its launcher and worker were sampled while they ran (%s)" %
+                  (h, ", ".join(sorted(seen[h]))))
+        check(not held, "no data node process held the client or admin token: %s" %
+              ("; ".join(sorted(set(held))[:6]) or "none"))
+        check(not [f for f in os.listdir(r.work) if f.startswith(".stoker-token")],
+              "no shared token file was made in the submit folder")
+        check(all(v not in r.out() for v in secrets.values()), "no token in the job output")
+        r.wait_nodes_clean(20)
+
+
 class Tail:
     """Prints the new lines of some logs that match a pattern (the demo's
     live view)."""
@@ -948,6 +1389,11 @@ SCENARIOS = {
     "slurm": sc_slurm,
     "hosts": sc_hosts,
     "roles": sc_roles,
+    "slurm_job": sc_slurm_job,
+    "slurm_cancel": sc_slurm_cancel,
+    "slurm_data_kill": sc_slurm_data_kill,
+    "slurm_roles": sc_slurm_roles,
+    "slurm_train_fail": sc_slurm_train_fail,
     "demo": sc_demo,  # not a ctest test: scripts/demo.sh --cluster
 }
 

@@ -7,10 +7,13 @@ Usage: test_slurm_sbatch.py SBATCH_FILE [STOKER_LAUNCH]
    the first command, exactly one `#SBATCH hetjob` separates component 0
    (data nodes, no GPUs) from component 1 (training nodes, with GPUs).
 3. It runs under bash with a stand-in `srun` on PATH (which records its
-   arguments): srun is called once, over both components
-   (--het-group=0,1), starting stoker-launch --backend slurm with the job
-   file, the data root and `--` before the training command; arguments
-   given to the script become the training command.
+   arguments and exits with a code per component): srun is called once
+   per component (--het-group=0 and --het-group=1), each starting
+   stoker-launch --backend slurm with the same options: the job file, the
+   data root and `--` before the training command; arguments given to the
+   script become the training command. The script exits with the training
+   step's code (component 1), whatever the data step's; with
+   STOKER_ROLE_TOKENS it passes --role-tokens and makes no token file.
 4. If STOKER_LAUNCH exists (deploy/stoker-launch, built by another part of
    the tree): every option the script passes it is listed by its --help.
    Without it this part is skipped with a message, the rest still runs.
@@ -45,23 +48,31 @@ def header(path):
     return comps
 
 
-def run_script(path, launch, argv):
-    """Run the script with a recording srun; returns srun's argv list(s)."""
+def run_script(path, launch, argv, extra=None, want_rc=0):
+    """Run the script with a recording srun (extra: more environment;
+    SRUN_RC0/SRUN_RC1 set the stand-in's exit code per component) and
+    check it exits want_rc; returns srun's argv lists, component 0's
+    first, and the submit folder."""
     with tempfile.TemporaryDirectory() as d:
         rec = os.path.join(d, "srun.args")
         srun = os.path.join(d, "srun")
         with open(srun, "w") as f:
             f.write('#!/bin/sh\nfor a in "$@"; do printf "%%s\\n" "$a"; done > %s.$$\n'
-                    'exit 0\n' % rec)
+                    'case "$1" in --het-group=0) exit "${SRUN_RC0:-0}";; '
+                    '--het-group=1) exit "${SRUN_RC1:-0}";; esac\nexit 0\n' % rec)
         os.chmod(srun, stat.S_IRWXU)
         env = dict(os.environ, PATH=d + ":" + os.environ.get("PATH", ""),
                    SLURM_SUBMIT_DIR=d, SLURM_JOB_ID="42", STOKER_LAUNCH=launch)
+        env.update(extra or {})
         r = subprocess.run(["bash", path] + argv, env=env, capture_output=True, text=True,
                            timeout=30)
-        check(r.returncode == 0, "the script runs (exit %d): %s" % (r.returncode,
-                                                                   r.stderr.strip()))
+        check(r.returncode == want_rc, "the script runs (exit %d, want %d): %s" %
+              (r.returncode, want_rc, r.stderr.strip()))
         calls = [open(os.path.join(d, f)).read().split("\n")[:-1]
                  for f in sorted(os.listdir(d)) if f.startswith("srun.args.")]
+        calls.sort(key=lambda a: a[0] if a else "")  # component 0 first
+        left = [f for f in os.listdir(d) if f.startswith(".stoker-token")]
+        check(not left, "the per-job token file is removed when the script ends (%s)" % left)
         return calls, d
 
 
@@ -91,10 +102,14 @@ def main():
                              (["python3", "train.py", "--epochs", "3"],
                               ["python3", "train.py", "--epochs", "3"])):
         calls, tmp = run_script(path, fake_launch, argv)
-        if not check(len(calls) == 1, "srun called once (got %d)" % len(calls)):
+        if not check(len(calls) == 2, "srun called twice, once per component (got %d)" %
+                     len(calls)):
             continue
-        a = calls[0]
-        check("--het-group=0,1" in a, "srun spans both components (--het-group=0,1): %s" % a)
+        check([a[0] for a in calls] == ["--het-group=0", "--het-group=1"],
+              "one srun per component (--het-group=0, --het-group=1): %s" %
+              [a[:1] for a in calls])
+        check(calls[0][1:] == calls[1][1:], "both steps start the same stoker-launch command")
+        a = calls[1]
         if not check(fake_launch in a, "srun starts stoker-launch: %s" % a):
             continue
         la = a[a.index(fake_launch) + 1:]
@@ -110,6 +125,19 @@ def main():
         check(tok.startswith(tmp) and ".stoker-token-" in tok,
               "a per-job --token-file in the submit dir is passed: %s" % tok)
         flags = [o for o in opts if o.startswith("--")]
+
+    # the job's exit code is the training step's
+    run_script(path, fake_launch, [], extra={"SRUN_RC0": "5"}, want_rc=0)
+    run_script(path, fake_launch, [], extra={"SRUN_RC1": "42"}, want_rc=42)
+    # role tokens: a node-local folder, no shared token
+    calls, tmp = run_script(path, fake_launch, [], extra={"STOKER_ROLE_TOKENS": "/etc/stoker"})
+    check(len(calls) == 2, "STOKER_ROLE_TOKENS: srun called twice (got %d)" % len(calls))
+    for a in calls:
+        check("--role-tokens" in a and a[a.index("--role-tokens") + 1] == "/etc/stoker" and
+              "--token-file" not in a,
+              "STOKER_ROLE_TOKENS: --role-tokens /etc/stoker and no --token-file: %s" % a)
+    if "--role-tokens" not in flags:
+        flags.append("--role-tokens")
 
     if launch and os.path.exists(launch):
         r = subprocess.run([launch, "--help"], capture_output=True, text=True, timeout=30)
