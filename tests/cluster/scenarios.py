@@ -904,13 +904,15 @@ class Tail:
 # ---- SageMaker, as the platform runs a training job (smplatform.py) ---------
 
 @contextlib.contextmanager
-def sm_job_run(name, subnet, args, epochs, step_ms, fail_after=None):
+def sm_job_run(name, subnet, args, epochs, step_ms, fail_after=None,
+               channel_groups=("data_group",)):
     """The published heterogeneous shape, scaled down: data_group of 2 x
     ml.c5.18xlarge (algo-2, algo-3: the channel goes to them only),
     dnn_group of 1 x ml.p4d.24xlarge (algo-1, SM_NUM_GPUS=2: two ranks).
     deploy/sagemaker/entry.sh runs on every host with the platform's files
     and variables; job.conf says epochs = 5, the stoker_epochs
-    hyperparameter `epochs` (both get honoured or the checks fail).
+    hyperparameter `epochs` (both get honoured or the checks fail); the
+    train channel goes to channel_groups.
     A context manager: (run, platform) while the cluster is up."""
     job = Job(images=800, world_size=2, epochs=epochs)
     job_text = job.text().replace("epochs = %d" % epochs, "epochs = 5").replace(
@@ -938,7 +940,7 @@ def sm_job_run(name, subnet, args, epochs, step_ms, fail_after=None):
         sm = smplatform.Platform(
             r.work, [smplatform.Group("data_group", "ml.c5.18xlarge", ["algo-2", "algo-3"]),
                      smplatform.Group("dnn_group", "ml.p4d.24xlarge", ["algo-1"], gpus=2)],
-            {"train": (r.data, ["data_group"])},
+            {"train": (r.data, list(channel_groups))},
             {"epochs": epochs, "lr": 0.1, "stoker_epochs": epochs},
             os.path.join(os.path.dirname(r.launch), "sagemaker"), job_text,
             stamp + ["--"] + loop)
@@ -1051,6 +1053,32 @@ def sc_sm_fail(args):
         r.report()
 
 
+def sc_sm_channel(args):
+    """SageMaker, a data host cannot serve: the channel was sent to the
+    dnn group instead of the data group. Each data host says so in its
+    failure file and ends the job (exit 2), the dnn host exits 4 saying
+    why the job ended, within the failure limit; the FailureReason names
+    the channel."""
+    with sm_job_run("sm_channel", 52, args, epochs=2, step_ms=20,
+                    channel_groups=("dnn_group",)) as (r, sm):
+        r.wait_all(120)
+        r.expect_exits({"algo-1": 4, "algo-2": 2, "algo-3": 2}, FAILURE_EXIT_S,
+                       min(r.ended.values() or [time.time()]))
+        status, reason, codes = sm_report(r, sm)
+        check(status == "Failed", "the job is Failed (%s)" % status)
+        check("dataset 'train' is not on this data host" in reason and
+              "instance_groups" in reason,
+              "its FailureReason names the channel and what to send: %r" % reason)
+        f1 = sm.failure("algo-1") or ""
+        check("algo-1 (dnn coordinator host) exited 4" in f1 and "cannot serve" in f1,
+              "algo-1's failure file says the job ended because a data host cannot "
+              "serve: %r" % f1)
+        for h in ("algo-2", "algo-3"):
+            f = sm.failure(h) or ""
+            check("%s (data host) exited 2" % h in f and "channels here: none" in f,
+                  "%s's failure file says the channel is missing: %r" % (h, f))
+
+
 def sc_demo(args):
     """scripts/demo.sh --cluster: the demo job on 2 data + 2 dnn hosts
     (SageMaker backend), rank 0's progress live, who served what."""
@@ -1102,6 +1130,7 @@ SCENARIOS = {
     "roles": sc_roles,
     "sm_job": sc_sm_job,
     "sm_fail": sc_sm_fail,
+    "sm_channel": sc_sm_channel,
     "demo": sc_demo,  # not a ctest test: scripts/demo.sh --cluster
 }
 

@@ -259,6 +259,11 @@ class SageMaker(unittest.TestCase):
             self.assertIn("'train'", e)
             self.assertIn("channels here: eval", e)
             self.assertIn("instance_groups", e)
+            with tempfile.TemporaryDirectory() as empty:  # the toolkit's list, else none
+                self.assertIn("channels here: eval)",
+                              L.channel_error(empty, "train", {"SM_CHANNELS": '["eval"]'}))
+                self.assertIn("channels here: none)",
+                              L.channel_error(empty, "train", {"SM_CHANNELS": "[]"}))
             self.assertEqual(L.job_key(os.path.join(d, "none"), "dataset"), None)
             j = os.path.join(d, "job.conf")
             with open(j, "w") as fh:
