@@ -903,6 +903,13 @@ class Tail:
 
 # ---- SageMaker, as the platform runs a training job (smplatform.py) ---------
 
+def supports_option(binary, option):
+    """Does `binary --help` list option?"""
+    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    return re.search(r"(^|\s)%s(\s|=|$)" % re.escape(option), r.stdout + r.stderr,
+                     re.M) is not None
+
+
 @contextlib.contextmanager
 def sm_job_run(name, subnet, args, epochs, step_ms, fail_after=None,
                channel_groups=("data_group",)):
@@ -975,10 +982,41 @@ def sc_sm_job(args):
     """SageMaker as the platform runs it: entry.sh on every host with
     /opt/ml and the SM_* variables; every host exits 0 and the job ends,
     the stoker_ hyperparameter sets the epochs and the others reach
-    train.py, the workers serve the channel's folder, instance types reach
-    the daemons."""
+    train.py, the workers serve the channel's folder, the instance types
+    reach the daemons (`stoker status --json` while the job runs: 2 x
+    ml.c5.18xlarge workers, 1 x ml.p4d.24xlarge training)."""
     epochs = 2
-    with sm_job_run("sm_job", 50, args, epochs=epochs, step_ms=20) as (r, sm):
+    with sm_job_run("sm_job", 50, args, epochs=epochs, step_ms=50) as (r, sm):
+        coord = [r.bins["stoker"], "status", "--coordinator", "algo-1:7070", "--json",
+                 "--timeout-ms", "2000", "--token-file", r.token_file]
+        typed = supports_option(r.bins["stoker-worker"], "--instance-type") and \
+            supports_option(r.bins["stoker-coordinator"], "--accel-type")
+        seen = {}
+
+        def fleet():  # the fleet as stoker status reports it, once both registered
+            res = r.cluster.run("algo-1", coord)
+            try:
+                st = json.loads(res.stdout) if res.returncode == 0 else {}
+            except ValueError:
+                st = {}
+            ws = st.get("workers", [])
+            if len(ws) == 2:
+                seen.update(accel=(st.get("accel_type"), st.get("accel_hosts")),
+                            data=st.get("data_type"),
+                            workers=sorted(w.get("instance_type") for w in ws))
+                return True
+            return all(h in r.ended for h in sm.hosts)  # over: said below
+        if typed:
+            r.wait_for(fleet, 60, "stoker status lists both workers while the job runs")
+            check(seen.get("workers") == ["ml.c5.18xlarge"] * 2 and
+                  seen.get("accel") == ("ml.p4d.24xlarge", 1) and
+                  seen.get("data") == "ml.c5.18xlarge",
+                  "stoker status shows the instance types the launcher passed: workers %s, "
+                  "training %s, data type %s" % (seen.get("workers"), seen.get("accel"),
+                                                 seen.get("data")))
+        else:
+            print("note: this build's daemons take no instance types: only the launcher's "
+                  "note is checked")
         r.wait_all(120)
         ends = [r.stamp("algo-1.rank%d" % k) for k in range(2)]
         check(all(e is not None and e[0] == 0 for e in ends),
@@ -1021,8 +1059,8 @@ def sc_sm_job(args):
                   "no --instance-type option" in lg,
                   "%s's worker is told its instance type ml.c5.18xlarge (or the log says "
                   "this stoker-worker cannot take it)" % h)
-        check("--accel-type ml.p4d.24xlarge --accel-hosts 1" in log1 or
-              "no --accel-type option" in log1,
+        check("--accel-type ml.p4d.24xlarge --accel-hosts 1 --data-type ml.c5.18xlarge" in log1
+              or "no --accel-type option" in log1,
               "the coordinator is told 1 x ml.p4d.24xlarge (or the log says it cannot take "
               "it)")
 

@@ -162,7 +162,7 @@ class SageMaker(unittest.TestCase):
         i = L.resource_config_info(published("algo-1", "dnn_group"))
         self.assertEqual(i["current_group"], "data_group")
         self.assertTrue(any("current_group_name" in w for w in i["warnings"]))
-        for bad in (5, "", "ml c5", "x" * 80, ["ml.c5"]):
+        for bad in (5, "", "ml c5", "x" * 48, "ml.c5;rm", ["ml.c5"]):
             t = json.loads(published("algo-1", "data_group"))
             t["instance_groups"][0]["instance_type"] = bad
             with self.assertRaises(L.UsageError, msg=repr(bad)) as cm:
@@ -542,8 +542,11 @@ class CommandLine(unittest.TestCase):
                              ("ml.c5.18xlarge", "ml.p4d.24xlarge"))
             self.assertEqual(p["job_sets"], ["epochs=1"])
             if L.supports(coord, "--accel-type"):
-                self.assertEqual(p["coordinator_args"],
+                self.assertEqual(p["coordinator_args"][:4],
                                  ["--accel-type", "ml.p4d.24xlarge", "--accel-hosts", "1"])
+                if L.supports(coord, "--data-type"):
+                    self.assertEqual(p["coordinator_args"][4:],
+                                     ["--data-type", "ml.c5.18xlarge"])
             else:
                 self.assertEqual(p["coordinator_args"], [])
                 self.assertIn("no --accel-type option", r.stderr)
@@ -590,6 +593,37 @@ class CommandLine(unittest.TestCase):
                     text = f.read()
                 self.assertIn(want, text)
                 self.assertIn("exited 2", text)
+
+    def test_instance_types_hosts_backend(self):
+        """--data-instance-type / --dnn-instance-type tell the daemons the
+        types on the backends whose platform does not say them."""
+        if not BIN_DIR:
+            self.skipTest("no build directory given (the daemons' --help is read)")
+        coord = os.path.join(BIN_DIR, "stoker-coordinator")
+        worker = os.path.join(BIN_DIR, "stoker-worker")
+        argv = ["--backend", "hosts", "--job", "/dev/null", "--data-hosts", "b",
+                "--dnn-hosts", "a", "--dnn-instance-type", "p4d.24xlarge",
+                "--data-instance-type", "c5.18xlarge", "--dry-run", "--insecure",
+                *self.bins()]
+        r = run(*argv, "--current-host", "a", "--", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p = json.loads(r.stdout)
+        if L.supports(coord, "--accel-type") and L.supports(coord, "--data-type"):
+            self.assertEqual(p["coordinator_args"],
+                             ["--accel-type", "p4d.24xlarge", "--accel-hosts", "1",
+                              "--data-type", "c5.18xlarge"])
+        r = run(*argv, "--current-host", "b", "--", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p = json.loads(r.stdout)
+        if L.supports(worker, "--instance-type"):
+            self.assertEqual(p["worker_args"], ["--instance-type", "c5.18xlarge"])
+        # a homogeneous job: the worker on the dnn host is of the dnn type
+        r = run("--backend", "hosts", "--job", "/dev/null", "--dnn-hosts", "a",
+                "--current-host", "a", "--dnn-instance-type", "g5.2xlarge", "--dry-run",
+                "--insecure", *self.bins(), "--", "true")
+        p = json.loads(r.stdout)
+        if L.supports(worker, "--instance-type"):
+            self.assertEqual(p["worker_args"], ["--instance-type", "g5.2xlarge"])
 
     def test_tls_dir_server_only_is_no_credential(self):
         """--tls-dir without client.pem authenticates the servers only: beyond
