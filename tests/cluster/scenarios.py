@@ -917,9 +917,9 @@ def sm_job_run(name, subnet, args, epochs, step_ms, fail_after=None,
     ml.c5.18xlarge (algo-2, algo-3: the channel goes to them only),
     dnn_group of 1 x ml.p4d.24xlarge (algo-1, SM_NUM_GPUS=2: two ranks).
     deploy/sagemaker/entry.sh runs on every host with the platform's files
-    and variables; job.conf says epochs = 5, the stoker_epochs
-    hyperparameter `epochs` (both get honoured or the checks fail); the
-    train channel goes to channel_groups.
+    and variables; job.conf says epochs = 5 and the stoker_epochs
+    hyperparameter says `epochs`, which must win; the train channel goes
+    to channel_groups.
     A context manager: (run, platform) while the cluster is up."""
     job = Job(images=800, world_size=2, epochs=epochs)
     job_text = job.text().replace("epochs = %d" % epochs, "epochs = 5").replace(
