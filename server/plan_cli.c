@@ -488,6 +488,18 @@ static void print_live(const stk__live_plan *lp, size_t n, int best, int cur,
   printf("\n");
   print_table(s, n, best, cur);
   printf("  (> the running shape, * the cheapest $/step)\n");
+  if (lp->step_ms_measured > 0 && cur >= 0 && options[cur].r.ok) {
+    double pred = options[cur].r.step_s * 1e3, off = pred / lp->step_ms_measured - 1;
+    printf(
+        "  check: the model gives %.1f ms for the running shape, measured %.1f ms "
+        "(%+.0f%%)%s\n",
+        pred, lp->step_ms_measured, 100 * off,
+        fabs(off) > 0.15 ? ": more than 15% off, so something the model does not see "
+                           "sets the step (the workers' prefetch, the link's real "
+                           "rate, the training host's CPU); weigh the purchase with "
+                           "that in mind"
+                         : "");
+  }
   printf("\npurchase: %s\n", purchase);
   if (best >= 0) {
     char sm[1024], sl[1024];

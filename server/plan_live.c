@@ -40,7 +40,8 @@ int stk__plan_table_load(stk__instance_table *t, const char *user, const char **
                STK_INSTANCES_RELATIVE);
   }
   if (sn > 0 && !access(near, R_OK)) path = near;
-  else if (access(path, R_OK) && *STK_INSTANCES_SOURCE && !access(STK_INSTANCES_SOURCE, R_OK))
+  else if (access(path, R_OK) && *STK_INSTANCES_SOURCE &&
+           !access(STK_INSTANCES_SOURCE, R_OK))
     path = STK_INSTANCES_SOURCE;
   if (shipped) *shipped = path;
   memset(t, 0, sizeof(*t));
@@ -57,7 +58,8 @@ int stk__plan_table_load(stk__instance_table *t, const char *user, const char **
 
 static void note(stk__live_plan *p, const char *fmt, ...) {
   size_t k = strlen(p->notes);
-  if (k && k + 2 < sizeof(p->notes)) snprintf(p->notes + k, sizeof(p->notes) - k, "; "), k += 2;
+  if (k && k + 2 < sizeof(p->notes))
+    snprintf(p->notes + k, sizeof(p->notes) - k, "; "), k += 2;
   va_list ap;
   va_start(ap, fmt);
   if (k < sizeof(p->notes)) vsnprintf(p->notes + k, sizeof(p->notes) - k, fmt, ap);
@@ -89,9 +91,9 @@ static double tagg_rate(const tagg *a) {
   return a->rate_cores > 0 ? a->rate_sum / a->rate_cores : 0;
 }
 
-int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instance_table *t,
-                         const stk__live_opts *o, stk__live_plan *p, char *err,
-                         size_t errlen) {
+int stk__live_plan_build(const Stoker__V1__StatusResponse *r,
+                         const stk__instance_table *t, const stk__live_opts *o,
+                         stk__live_plan *p, char *err, size_t errlen) {
   memset(p, 0, sizeof(*p));
   stk_job_spec_defaults(&p->spec);
   char why[512];
@@ -176,7 +178,7 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instanc
     snprintf(x->host, sizeof(x->host), "%s", wi && wi->address ? wi->address : "");
     char *colon = strrchr(x->host, ':');
     if (colon) *colon = 0;
-    double cc = wi ? wi->cpu_cores : 0;
+    double cc = wi ? stk__worker_usable_cores(wi->cpu_cores, wi->cores) : 0;
     x->cores = cc > 0 && cc < 1e6 ? cc : 0;
     double bpc = ws->stats ? ws->stats->batches_per_cpu_s : 0;
     x->rate = bpc > 0 && isfinite(bpc) ? bpc * sp->batch_size : 0;
@@ -189,7 +191,8 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instanc
   int unknown_type = 0;
   for (size_t i = 0; i < nw; i++) {
     const wrow *x = &rows[i];
-    if (x->rate > 0 && x->cores > 0) all_rate += x->rate * x->cores, all_cores += x->cores;
+    if (x->rate > 0 && x->cores > 0)
+      all_rate += x->rate * x->cores, all_cores += x->cores;
     if (!*x->type) continue;
     tagg *a = NULL;
     if (!strcmp(x->type, acc->name)) a = &local;
@@ -206,12 +209,13 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instanc
         a->type = ty;
       } else continue;
     }
-    int new_host = i == 0 || strcmp(rows[i - 1].type, x->type) ||
-                   strcmp(rows[i - 1].host, x->host);
+    int new_host =
+        i == 0 || strcmp(rows[i - 1].type, x->type) || strcmp(rows[i - 1].host, x->host);
     a->hosts += new_host;
     a->workers++;
     a->cores += x->cores;
-    if (x->rate > 0 && x->cores > 0) a->rate_sum += x->rate * x->cores, a->rate_cores += x->cores;
+    if (x->rate > 0 && x->cores > 0)
+      a->rate_sum += x->rate * x->cores, a->rate_cores += x->cores;
   }
   free(rows);
   double mean_rate = all_cores > 0 ? all_rate / all_cores : 0;
@@ -228,7 +232,8 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instanc
   s->base.accel_count = o->accel_count   ? o->accel_count
                         : r->accel_hosts ? r->accel_hosts
                                          : (sp->world_size + per - 1) / per;
-  uint32_t ranks_per_host = (sp->world_size + s->base.accel_count - 1) / s->base.accel_count;
+  uint32_t ranks_per_host =
+      (sp->world_size + s->base.accel_count - 1) / s->base.accel_count;
   p->local_workers = local.workers;
   if (o->spare_cores > 0) s->base.local_cores = o->spare_cores;
   else if (local.cores > 0) s->base.local_cores = local.cores / s->base.accel_count;
@@ -236,8 +241,10 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instanc
     s->base.local_cores = acc->vcpu - ranks_per_host;
     if (s->base.local_cores < 0) s->base.local_cores = 0;
     p->spare_assumed = 1;
-    note(p, "spare cores per training host assumed %g (vCPU minus one per rank; "
-            "--spare-cores)", s->base.local_cores);
+    note(p,
+         "spare cores per training host assumed %g (vCPU minus one per rank; "
+         "--spare-cores)",
+         s->base.local_cores);
   }
   s->base.accel_rate = tagg_rate(&local);
   if (!(s->base.accel_rate > 0) && mean_rate > 0) {
@@ -261,9 +268,9 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instanc
   /* candidates: the live types, then the coordinator's and the caller's */
   for (size_t i = 0; i < na && s->ncand < STK_CM_CANDIDATES_MAX; i++) {
     double rate = tagg_rate(&agg[i]);
-    s->cand[s->ncand++] =
-        (stk__cm_candidate){agg[i].type, rate > 0 ? rate : mean_rate,
-                            agg[i].hosts && agg[i].cores > 0 ? agg[i].cores / agg[i].hosts : 0};
+    s->cand[s->ncand++] = (stk__cm_candidate){
+        agg[i].type, rate > 0 ? rate : mean_rate,
+        agg[i].hosts && agg[i].cores > 0 ? agg[i].cores / agg[i].hosts : 0};
   }
   char list[1024];
   snprintf(list, sizeof(list), "%s,%s", r->data_type ? r->data_type : "",
@@ -272,7 +279,8 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instanc
        tok = strtok_r(NULL, ", ", &save)) {
     const stk__instance *ty = stk__instances_find(t, tok);
     if (!ty) {
-      snprintf(err, errlen, "missing: data-host type '%.60s' is not in the instance table",
+      snprintf(err, errlen,
+               "missing: data-host type '%.60s' is not in the instance table",
                stk__instance_name_ok(tok) ? tok : "?");
       return -1;
     }
@@ -346,13 +354,13 @@ void stk__live_purchase(const stk__live_plan *p, const stk__cm_option *out, size
   if (best == cur) {
     char cl[200];
     stk__plan_shape_label(c, cl, sizeof(cl));
-    k = snprintf(buf, len, "keep %s: the cheapest $/step; step %s, %s binds", cl, step_now,
-                 stk__cm_bind_name(c->r.bind));
+    k = snprintf(buf, len, "keep %s: the cheapest $/step; step %s, %s binds", cl,
+                 step_now, stk__cm_bind_name(c->r.bind));
     /* what one data host fewer would cost */
     for (size_t i = 0; c->shape.data_count && i < n; i++)
       if (out[i].shape.data == c->shape.data &&
-          out[i].shape.data_count + 1 == c->shape.data_count && out[i].r.ok &&
-          k > 0 && (size_t)k < len) {
+          out[i].shape.data_count + 1 == c->shape.data_count && out[i].r.ok && k > 0 &&
+          (size_t)k < len) {
         k += snprintf(buf + k, len - (size_t)k, "; with %u: %.1f ms/step, $/step %+.0f%%",
                       out[i].shape.data_count, out[i].r.step_s * 1e3,
                       100 * (out[i].r.usd_per_step / c->r.usd_per_step - 1));
@@ -360,25 +368,28 @@ void stk__live_purchase(const stk__live_plan *p, const stk__cm_option *out, size
       }
   } else if (!b->larger && b->shape.data_count && b->shape.data == c->shape.data &&
              b->shape.data_count > c->shape.data_count) {
-    k = snprintf(buf, len, "add %u x %s to the data hosts: step %s -> %.1f ms, $/step %+.0f%%",
+    k = snprintf(buf, len,
+                 "add %u x %s to the data hosts: step %s -> %.1f ms, $/step %+.0f%%",
                  b->shape.data_count - c->shape.data_count, b->shape.data->name, step_now,
                  b->r.step_s * 1e3, d);
   } else if (!b->larger && b->shape.data_count && !c->shape.data_count) {
-    k = snprintf(buf, len, "add %u x %s as data hosts: step %s -> %.1f ms, $/step %+.0f%%",
-                 b->shape.data_count, b->shape.data->name, step_now, b->r.step_s * 1e3, d);
+    k = snprintf(
+        buf, len, "add %u x %s as data hosts: step %s -> %.1f ms, $/step %+.0f%%",
+        b->shape.data_count, b->shape.data->name, step_now, b->r.step_s * 1e3, d);
   } else if (!b->larger && b->shape.data_count && b->shape.data == c->shape.data) {
     k = snprintf(buf, len,
                  "remove %u x %s from the data hosts: step %s -> %.1f ms, $/step %+.0f%%",
                  c->shape.data_count - b->shape.data_count, b->shape.data->name, step_now,
                  b->r.step_s * 1e3, d);
   } else if (!b->larger && !b->shape.data_count) {
-    k = snprintf(buf, len,
-                 "remove the %u x %s data host(s) (load on the training hosts alone): step "
-                 "%s -> %.1f ms, $/step %+.0f%%",
-                 c->shape.data_count, c->shape.data->name, step_now, b->r.step_s * 1e3, d);
+    k = snprintf(
+        buf, len,
+        "remove the %u x %s data host(s) (load on the training hosts alone): step "
+        "%s -> %.1f ms, $/step %+.0f%%",
+        c->shape.data_count, c->shape.data->name, step_now, b->r.step_s * 1e3, d);
   } else {
-    k = snprintf(buf, len, "change to %s: step %s -> %.1f ms, $/step %+.0f%%", bl, step_now,
-                 b->r.step_s * 1e3, d);
+    k = snprintf(buf, len, "change to %s: step %s -> %.1f ms, $/step %+.0f%%", bl,
+                 step_now, b->r.step_s * 1e3, d);
   }
   if (k < 0 || (size_t)k >= len) return;
   if (best != cur)
@@ -386,5 +397,6 @@ void stk__live_purchase(const stk__live_plan *p, const stk__cm_option *out, size
   if (k < 0 || (size_t)k >= len) return;
   const stk__instance *ty = b->shape.data ? b->shape.data : c->shape.data;
   uint32_t from = ty ? link_from(out, n, ty) : 0;
-  if (from) snprintf(buf + k, len - (size_t)k, "; the link binds from %u x %s", from, ty->name);
+  if (from)
+    snprintf(buf + k, len - (size_t)k, "; the link binds from %u x %s", from, ty->name);
 }

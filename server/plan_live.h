@@ -62,9 +62,9 @@ typedef struct stk__live_plan {
  * missing (each option then says so). Returns 0, or -1 with "missing:
  * ..." (no training hosts' type, an unknown type, no job) or the reason in
  * err. Pure. */
-int stk__live_plan_build(const Stoker__V1__StatusResponse *r, const stk__instance_table *t,
-                         const stk__live_opts *o, stk__live_plan *p, char *err,
-                         size_t errlen);
+int stk__live_plan_build(const Stoker__V1__StatusResponse *r,
+                         const stk__instance_table *t, const stk__live_opts *o,
+                         stk__live_plan *p, char *err, size_t errlen);
 
 /* The index of the running shape among the search's options (out, n), or
  * -1 when it is not one of them. Pure. */

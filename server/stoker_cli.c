@@ -301,7 +301,9 @@ static void status_verdict(const Stoker__V1__StatusResponse *r, stk__verdict *v,
   if (wf && rf) {
     for (size_t i = 0; i < nw; i++) {
       const Stoker__V1__WorkerStatus *w = r->workers[i];
-      wf[i].cores = w->worker ? w->worker->cpu_cores : 0;
+      wf[i].cores = w->worker
+                        ? stk__worker_usable_cores(w->worker->cpu_cores, w->worker->cores)
+                        : 0;
       wf[i].per_cpu_s = w->stats ? w->stats->batches_per_cpu_s : 0;
       wf[i].busy = w->stats ? w->stats->busy_fraction : 0;
     }
@@ -581,7 +583,12 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
 static int cmd_status(int argc, char **argv) {
   int pr = stk__options_parse(
       status_options, NSTATUS, argc, argv, "stoker status",
-      "Prints the job, its state, the live workers and the ranks.", status_exit_codes);
+      "Prints the job, its state, the live workers and the ranks, the verdict (input- "
+      "or\n"
+      "compute-bound) and the purchase: the job's shape priced with the cost model\n"
+      "(what to keep, add or remove), once the coordinator knows the fleet's instance\n"
+      "types (stoker-coordinator --accel-type, stoker-worker --instance-type).",
+      status_exit_codes);
   if (pr != OPTS_RUN) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
@@ -899,7 +906,8 @@ static void usage(FILE *f) {
       "usage: stoker <command> [options]\n\n"
       "commands:\n"
       "  status   show a job: state, workers and their stats, bad samples, ranks\n"
-      "           and their stall, the verdict (input- or compute-bound)\n"
+      "           and their stall, the verdict (input- or compute-bound), what\n"
+      "           to buy (the purchase line)\n"
       "           (stoker status --coordinator host:port [--json]; --help for more)\n"
       "  abort    end the job as failed (stoker abort --coordinator host:port\n"
       "           [--rank R] [--reason TEXT])\n"
@@ -910,10 +918,11 @@ static void usage(FILE *f) {
       "  plan     what to buy: step time and $/step of each shape (homogeneous,\n"
       "           + N data hosts), the cheapest marked, offline from a job file\n"
       "           and measured figures (stoker plan --job FILE --accel TYPE\n"
-      "           --step-ms MS --stall-pct P --images-per-cpu-s N; --help for more)\n\n"
-      "every command but plan takes --token-file FILE (the bearer token, first line;\n"
-      "else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names); --token TOKEN\n"
-      "works too but shows the token to every local user (ps)\n\n"
+      "           --step-ms MS --stall-pct P --images-per-cpu-s N), or live from a\n"
+      "           running job (stoker plan --coordinator host:port); --help for more\n\n"
+      "every command (plan with --coordinator) takes --token-file FILE (the bearer\n"
+      "token, first line; else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE\n"
+      "names); --token TOKEN works too but shows the token to every local user (ps)\n\n"
       "exit codes: 0 ok, 1 the command failed, 2 usage error\n");
 }
 

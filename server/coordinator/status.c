@@ -263,7 +263,7 @@ static void verdict_locked(int64_t now, stk__verdict *v) {
   }
   uint32_t i = 0;
   for (cworker *w = C.workers; w; w = w->next, i++) {
-    wf[i].cores = w->cpu_cores;
+    wf[i].cores = stk__worker_usable_cores(w->cpu_cores, w->cores);
     wf[i].per_cpu_s = w->hb ? w->hb->batches_per_cpu_s : 0;
     wf[i].busy = w->stats.busy_fraction;
   }

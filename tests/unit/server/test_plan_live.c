@@ -18,6 +18,7 @@
 #include <string.h>
 
 #include "check.h"
+#include "common/advice.h"
 #include "plan_live.h"
 
 static stk__instance_table tab;
@@ -113,8 +114,9 @@ static void shapes(void) {
   CHECK(fabs(lp.s.base.local_cores - 0.35) < 1e-9 && !lp.spare_assumed);
   CHECK(fabs(opts[0].r.step_s * 1e3 - 74.0) < 0.1); /* 32 / (0.35 x 1235) */
   CHECK(best >= 0 && opts[best].shape.data_count == 3);
-  CHECK(strstr(buf, "add 3 x sim.data as data hosts: step 78.0 ms measured (the model: "
-                    "74.0) -> 25.0 ms, $/step -56% (compute binds)") == buf);
+  CHECK(strstr(buf,
+               "add 3 x sim.data as data hosts: step 78.0 ms measured (the model: "
+               "74.0) -> 25.0 ms, $/step -56% (compute binds)") == buf);
 
   /* + 1 data host: 57 ms measured; the same host type, two more */
   fake_init(&f, 25, 1 - 25.0 / 57.2, "sim.accel", "");
@@ -136,9 +138,10 @@ static void shapes(void) {
   CHECK(lp.now_data_count == 3 && lp.data_workers == 4);
   CHECK(fabs(lp.s.cand[0].cores - 0.45) < 1e-9); /* 1.35 cores on 3 hosts */
   CHECK(best == cur && opts[cur].r.bind == STK_CM_BIND_COMPUTE);
-  CHECK(strstr(buf, "keep 1 x sim.accel + 3 x sim.data: the cheapest $/step; step 25.3 ms "
-                    "measured (the model: 25.0), compute binds; with 2: 28.8 ms/step, "
-                    "$/step +6%") == buf);
+  CHECK(strstr(buf,
+               "keep 1 x sim.accel + 3 x sim.data: the cheapest $/step; step 25.3 ms "
+               "measured (the model: 25.0), compute binds; with 2: 28.8 ms/step, "
+               "$/step +6%") == buf);
 
   /* a 0.4 Gbit data host: the link binds from the first one */
   fake_init(&f, 25, 0.5, "sim.accel", "");
@@ -150,8 +153,9 @@ static void shapes(void) {
   f.st[0].batches_per_cpu_s = 100.0 / 32; /* a slow pipeline there */
   fake_worker(&f, "10.0.0.1", "sim.accel", 0.35);
   CHECK(plan(&f, &none, buf, sizeof(buf), &best, &cur, &lp) == 0);
-  CHECK(strstr(buf, "remove the 1 x sim.data data host(s) (load on the training hosts "
-                    "alone)") == buf);
+  CHECK(strstr(buf,
+               "remove the 1 x sim.data data host(s) (load on the training hosts "
+               "alone)") == buf);
 
   /* no training hosts' type: what is missing, never a count */
   fake_init(&f, 25, 0.5, "", "");
@@ -186,6 +190,10 @@ static void shapes(void) {
 }
 
 static void names(void) {
+  CHECK(stk__worker_usable_cores(2.0, 1) == 1.0); /* one builder thread */
+  CHECK(stk__worker_usable_cores(0.45, 1) == 0.45);
+  CHECK(stk__worker_usable_cores(0.45, 0) == 0.45);
+  CHECK(stk__worker_usable_cores(0, 4) == 0); /* not told: unknown */
   CHECK(stk__instance_name_ok("ml.c5.18xlarge"));
   CHECK(stk__instance_name_ok("onprem/cpu-64:v2+a_b"));
   CHECK(!stk__instance_name_ok(""));
