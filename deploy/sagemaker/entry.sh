@@ -23,7 +23,27 @@ if [ -n "${STOKER_TOKEN_FILE:-}" ]; then
 else
   AUTH="--insecure"
 fi
+# The stoker_ hyperparameters (e.g. stoker_epochs) are stoker-launch's: it
+# reads them from hyperparameters.json. The toolkit passes every
+# hyperparameter as "--NAME VALUE" too: drop those, so train.py sees only
+# its own.
+n=$#
+skip=false
+while [ "$n" -gt 0 ]; do
+  arg=$1
+  shift
+  n=$((n - 1))
+  if $skip; then skip=false; continue; fi
+  case $arg in
+    --stoker_*=*) continue ;;
+    --stoker_*) skip=true; continue ;;
+  esac
+  set -- "$@" "$arg"
+done
+# The data hosts serve the job's dataset channel ($SM_CHANNEL_TRAIN for
+# dataset = train): stoker-launch finds it and writes why a host failed to
+# /opt/ml/output/failure.
 exec stoker-launch --backend sagemaker --job job.conf \
   --data-group data_group --dnn-group dnn_group \
-  --data-root /opt/ml/input/data --procs-per-host "$PROCS" "$AUTH" \
+  --procs-per-host "$PROCS" "$AUTH" \
   -- python3 "${STOKER_TRAIN_SCRIPT:-train.py}" "$@"

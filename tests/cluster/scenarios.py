@@ -32,6 +32,7 @@ time limits asserted are the same in every build. By hand, `--build DIR`
 fills the unset ones from a build tree and this source tree. `demo` is
 not a test: it is what scripts/demo.sh --cluster runs.
 """
+import contextlib
 import json
 import os
 import re
@@ -46,6 +47,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.join(HERE, ".."))
 import netcluster  # noqa: E402
 import slurmcluster  # noqa: E402
+import smplatform  # noqa: E402
 from harness import check, fails, say_passes  # noqa: E402
 
 SUCCESS_EXIT_S = 15.0  # launcher exit rule: training succeeded
@@ -1340,6 +1342,222 @@ class Tail:
                     print("   " + line, flush=True)
 
 
+# ---- SageMaker, as the platform runs a training job (smplatform.py) ---------
+
+def supports_option(binary, option):
+    """Does `binary --help` list option?"""
+    r = subprocess.run([binary, "--help"], capture_output=True, text=True, timeout=30)
+    return re.search(r"(^|\s)%s(\s|=|$)" % re.escape(option), r.stdout + r.stderr,
+                     re.M) is not None
+
+
+@contextlib.contextmanager
+def sm_job_run(name, subnet, args, epochs, step_ms, fail_after=None,
+               channel_groups=("data_group",)):
+    """The published heterogeneous shape, scaled down: data_group of 2 x
+    ml.c5.18xlarge (algo-2, algo-3: the channel goes to them only),
+    dnn_group of 1 x ml.p4d.24xlarge (algo-1, SM_NUM_GPUS=2: two ranks).
+    deploy/sagemaker/entry.sh runs on every host with the platform's files
+    and variables; job.conf says epochs = 5 and the stoker_epochs
+    hyperparameter says `epochs`, which must win; the train channel goes
+    to channel_groups.
+    A context manager: (run, platform) while the cluster is up."""
+    job = Job(images=800, world_size=2, epochs=epochs)
+    job_text = job.text().replace("epochs = %d" % epochs, "epochs = 5").replace(
+        "dataset = imagefolder", "dataset = train")
+    with Run(name, ["algo-2", "algo-3"], ["algo-1"], job, subnet=subnet, keep=args.keep) as r:
+        why = smplatform.supported()
+        if why:
+            print("SKIP: %s" % why)
+            raise SystemExit(netcluster.SKIP)
+        r.make_dataset()
+        # the image: stoker-launch beside the binaries (deploy/sagemaker/
+        # Dockerfile installs it in /opt/stoker/bin; /opt is the host's own
+        # here, so this bin folder stands in for it, on PATH)
+        shutil.copy(r.launch, os.path.join(r.bin_dir, "stoker-launch"))
+        # the reference the ranks verify against, named as the channel (the
+        # dnn hosts have no channel: hard links in the shared work dir)
+        ref = os.path.join(r.work, "ref")
+        shutil.copytree(r.data, os.path.join(ref, "train"), copy_function=os.link)
+        loop = [r.bins["stoker-train-loop"], "--step-ms", str(step_ms), "--verify",
+                "--data-root", ref, "--progress"]
+        stamp = [netcluster.PYTHON, os.path.join(HERE, "stamp.py"),
+                 os.path.join(r.work, "algo-1.rank{RANK}.stamp")]
+        if fail_after is not None:
+            stamp += ["--fail-after", str(fail_after), "--fail-code", "42"]
+        sm = smplatform.Platform(
+            r.work, [smplatform.Group("data_group", "ml.c5.18xlarge", ["algo-2", "algo-3"]),
+                     smplatform.Group("dnn_group", "ml.p4d.24xlarge", ["algo-1"], gpus=2)],
+            {"train": (r.data, list(channel_groups))},
+            {"epochs": epochs, "lr": 0.1, "stoker_epochs": epochs},
+            os.path.join(os.path.dirname(r.launch), "sagemaker"), job_text,
+            stamp + ["--"] + loop)
+        base = r.env({"PATH": r.bin_dir + os.pathsep + os.environ.get("PATH", ""),
+                      # the token as a "secrets" channel would hold it
+                      "STOKER_TOKEN_FILE": r.token_file})
+        for h in sm.hosts:
+            sm.prepare(h)
+        if r.t0 is None:
+            r.t0 = time.time()
+        for h in ["algo-2", "algo-3", "algo-1"]:
+            r.procs[h] = sm.start(r.cluster, h, base, "%s.log" % h)
+        yield r, sm
+
+
+def sm_report(r, sm):
+    """Print the platform's verdict and every host's failure file."""
+    codes = {h: r.procs[h].returncode for h in sm.hosts}
+    status, reason = sm.verdict(codes, r.ended)
+    print("== SageMaker's view: TrainingJobStatus %s; exit codes %s" %
+          (status, "  ".join("%s=%s" % (h, codes[h]) for h in sm.hosts)))
+    if reason:
+        print("   FailureReason: %s" % reason.strip().replace("\n", "\n                  "))
+    for h in sm.hosts:
+        f = sm.failure(h)
+        if f is not None:
+            print("   %s: /opt/ml/output/failure: %s" % (h, f.strip()))
+    return status, reason, codes
+
+
+def sc_sm_job(args):
+    """SageMaker as the platform runs it: entry.sh on every host with
+    /opt/ml and the SM_* variables; every host exits 0 and the job ends,
+    the stoker_ hyperparameter sets the epochs and the others reach
+    train.py, the workers serve the channel's folder, the instance types
+    reach the daemons (`stoker status --json` while the job runs: 2 x
+    ml.c5.18xlarge workers, 1 x ml.p4d.24xlarge training)."""
+    epochs = 2
+    with sm_job_run("sm_job", 50, args, epochs=epochs, step_ms=50) as (r, sm):
+        coord = [r.bins["stoker"], "status", "--coordinator", "algo-1:7070", "--json",
+                 "--timeout-ms", "2000", "--token-file", r.token_file]
+        typed = supports_option(r.bins["stoker-worker"], "--instance-type") and \
+            supports_option(r.bins["stoker-coordinator"], "--accel-type")
+        seen = {}
+
+        def fleet():  # the fleet as stoker status reports it, once both registered
+            res = r.cluster.run("algo-1", coord)
+            try:
+                st = json.loads(res.stdout) if res.returncode == 0 else {}
+            except ValueError:
+                st = {}
+            ws = st.get("workers", [])
+            if len(ws) == 2:
+                seen.update(accel=(st.get("accel_type"), st.get("accel_hosts")),
+                            data=st.get("data_type"),
+                            workers=sorted(w.get("instance_type") for w in ws))
+                return True
+            return all(h in r.ended for h in sm.hosts)  # over: said below
+        if typed:
+            r.wait_for(fleet, 60, "stoker status lists both workers while the job runs")
+            check(seen.get("workers") == ["ml.c5.18xlarge"] * 2 and
+                  seen.get("accel") == ("ml.p4d.24xlarge", 1) and
+                  seen.get("data") == "ml.c5.18xlarge",
+                  "stoker status shows the instance types the launcher passed: workers %s, "
+                  "training %s, data type %s" % (seen.get("workers"), seen.get("accel"),
+                                                 seen.get("data")))
+        else:
+            print("note: this build's daemons take no instance types: only the launcher's "
+                  "note is checked")
+        r.wait_all(120)
+        ends = [r.stamp("algo-1.rank%d" % k) for k in range(2)]
+        check(all(e is not None and e[0] == 0 for e in ends),
+              "both ranks' training exited 0 (%s)" % ends)
+        end = max([e[1] for e in ends if e] or [time.time()])
+        r.expect_exits({h: 0 for h in sm.hosts}, SUCCESS_EXIT_S, end)
+        status, reason, codes = sm_report(r, sm)
+        check(status == "Completed", "every host exited 0: the job is Completed (%s)" % status)
+        for h in sm.hosts:
+            check(sm.failure(h) is None, "%s wrote no failure file" % h)
+        # every batch of the stoker_epochs epochs (not job.conf's 5), verified
+        summaries = re.findall(r"summary rank (\d+): batches (\d+) .*?verify_failures (\d+)",
+                               r.log("algo-1"))
+        check(sorted(int(x[0]) for x in summaries) == [0, 1] and
+              all(int(x[1]) == r.job.steps_per_rank() and x[2] == "0" for x in summaries),
+              "ranks 0 and 1 each verified %d batches (%d epochs from the stoker_epochs "
+              "hyperparameter; job.conf says 5): %s" % (r.job.steps_per_rank(), epochs,
+                                                         summaries))
+        for k in range(2):
+            try:
+                with open(sm.ml("algo-1", "model", "args.%d.json" % k)) as f:
+                    got = json.load(f)
+            except (OSError, ValueError) as e:
+                got = str(e)
+            check(got == ["--epochs", str(epochs), "--lr", "0.1"],
+                  "train.py (rank %d) got its hyperparameters as arguments, no stoker_ one: "
+                  "%s" % (k, got))
+        log1 = r.log("algo-1")
+        check("hyperparameters (/opt/ml/input/config/hyperparameters.json): --set epochs=%d"
+              % epochs in log1, "the coordinator's host read stoker_epochs from "
+              "/opt/ml/input/config/hyperparameters.json")
+        served = r.report(duration=end - r.t0)
+        for h in ("algo-2", "algo-3"):
+            lg = r.log(h)
+            check(re.search(r"started stoker-worker .*--data-root /opt/ml/input/data( |$)", lg,
+                            re.M) is not None,
+                  "%s's worker serves /opt/ml/input/data ($SM_CHANNEL_TRAIN's folder)" % h)
+            check(served.get(h) is not None and served[h][0] > 0, "%s served batches" % h)
+            check("--instance-type ml.c5.18xlarge" in lg or
+                  "no --instance-type option" in lg,
+                  "%s's worker is told its instance type ml.c5.18xlarge (or the log says "
+                  "this stoker-worker cannot take it)" % h)
+        check("--accel-type ml.p4d.24xlarge --accel-hosts 1 --data-type ml.c5.18xlarge" in log1
+              or "no --accel-type option" in log1,
+              "the coordinator is told 1 x ml.p4d.24xlarge (or the log says it cannot take "
+              "it)")
+
+
+def sc_sm_fail(args):
+    """SageMaker, a host fails: rank 1's training command on algo-1 crashes
+    (exit 42) mid-job: every host exits non-zero, each writes why to its
+    /opt/ml/output/failure, and the job's FailureReason names the rank and
+    the code."""
+    with sm_job_run("sm_fail", 51, args, epochs=6, step_ms=100, fail_after=5) as (r, sm):
+        r.wait_all(120)
+        ends = [r.stamp("algo-1.rank%d" % k) for k in range(2)]
+        check(any(e is not None and e[0] == 42 for e in ends),
+              "a training command on algo-1 failed with 42 (%s)" % ends)
+        end = min([e[1] for e in ends if e and e[0] == 42] or [time.time()])
+        r.expect_exits({"algo-1": 42, "algo-2": 5, "algo-3": 5}, FAILURE_EXIT_S, end)
+        status, reason, codes = sm_report(r, sm)
+        check(status == "Failed", "the job is Failed (%s)" % status)
+        check(re.search(r"training rank \d \(python3\) exited with code 42", reason)
+              is not None, "its FailureReason names the rank and the code: %r" % reason)
+        f1 = sm.failure("algo-1") or ""
+        check("algo-1 (dnn coordinator host) exited 42" in f1,
+              "algo-1's failure file says it exited 42: %r" % f1)
+        for h in ("algo-2", "algo-3"):
+            f = sm.failure(h) or ""
+            check("%s (data host) exited 5" % h in f and "exited with code 42" in f,
+                  "%s's failure file says the job was aborted and why: %r" % (h, f))
+        r.report()
+
+
+def sc_sm_channel(args):
+    """SageMaker, a data host cannot serve: the channel was sent to the
+    dnn group instead of the data group. Each data host says so in its
+    failure file and ends the job (exit 2), the dnn host exits 4 saying
+    why the job ended, within the failure limit; the FailureReason names
+    the channel."""
+    with sm_job_run("sm_channel", 52, args, epochs=2, step_ms=20,
+                    channel_groups=("dnn_group",)) as (r, sm):
+        r.wait_all(120)
+        r.expect_exits({"algo-1": 4, "algo-2": 2, "algo-3": 2}, FAILURE_EXIT_S,
+                       min(r.ended.values() or [time.time()]))
+        status, reason, codes = sm_report(r, sm)
+        check(status == "Failed", "the job is Failed (%s)" % status)
+        check("dataset 'train' is not on this data host" in reason and
+              "instance_groups" in reason,
+              "its FailureReason names the channel and what to send: %r" % reason)
+        f1 = sm.failure("algo-1") or ""
+        check("algo-1 (dnn coordinator host) exited 4" in f1 and "cannot serve" in f1,
+              "algo-1's failure file says the job ended because a data host cannot "
+              "serve: %r" % f1)
+        for h in ("algo-2", "algo-3"):
+            f = sm.failure(h) or ""
+            check("%s (data host) exited 2" % h in f and "channels here: none" in f,
+                  "%s's failure file says the channel is missing: %r" % (h, f))
+
+
 def sc_demo(args):
     """scripts/demo.sh --cluster: the demo job on 2 data + 2 dnn hosts
     (SageMaker backend), rank 0's progress live, who served what."""
@@ -1394,6 +1612,9 @@ SCENARIOS = {
     "slurm_data_kill": sc_slurm_data_kill,
     "slurm_roles": sc_slurm_roles,
     "slurm_train_fail": sc_slurm_train_fail,
+    "sm_job": sc_sm_job,
+    "sm_fail": sc_sm_fail,
+    "sm_channel": sc_sm_channel,
     "demo": sc_demo,  # not a ctest test: scripts/demo.sh --cluster
 }
 

@@ -119,6 +119,173 @@ class ResourceConfig(unittest.TestCase):
         self.assertIn("not valid JSON", str(cm.exception))
 
 
+def published(current, group):
+    """The resource config of the published heterogeneous example: a
+    data_group of 2 x ml.c5.18xlarge and a dnn_group of 1 x
+    ml.p4d.24xlarge (the host order as SageMaker writes it)."""
+    types = {"data_group": "ml.c5.18xlarge", "dnn_group": "ml.p4d.24xlarge"}
+    return json.dumps({
+        "current_host": current, "current_instance_type": types[group],
+        "current_group_name": group, "hosts": ["algo-1", "algo-2", "algo-3"],
+        "instance_groups": [
+            {"instance_group_name": "data_group", "instance_type": "ml.c5.18xlarge",
+             "hosts": ["algo-2", "algo-1"]},
+            {"instance_group_name": "dnn_group", "instance_type": "ml.p4d.24xlarge",
+             "hosts": ["algo-3"]}],
+        "network_interface_name": "eth0"})
+
+
+class SageMaker(unittest.TestCase):
+    """The files and variables of a SageMaker training container."""
+
+    def test_instance_types(self):
+        i = L.resource_config_info(published("algo-1", "data_group"))
+        self.assertEqual((i["data"], i["dnn"], i["current"]),
+                         (["algo-2", "algo-1"], ["algo-3"], "algo-1"))
+        self.assertEqual((i["current_type"], i["current_group"], i["data_type"],
+                          i["dnn_type"], i["warnings"]),
+                         ("ml.c5.18xlarge", "data_group", "ml.c5.18xlarge",
+                          "ml.p4d.24xlarge", []))
+        # Trainium: the dnn group of trn1 hosts
+        t = json.loads(published("algo-3", "dnn_group"))
+        t["instance_groups"][1]["instance_type"] = t["current_instance_type"] = \
+            "ml.trn1.32xlarge"
+        i = L.resource_config_info(json.dumps(t))
+        self.assertEqual((i["current_type"], i["dnn_type"]),
+                         ("ml.trn1.32xlarge", "ml.trn1.32xlarge"))
+        # homogeneous: no groups, the current type is the dnn type
+        i = L.resource_config_info(json.dumps({"current_host": "algo-1", "hosts": ["algo-1"],
+                                               "current_instance_type": "ml.p3.2xlarge"}))
+        self.assertEqual((i["data"], i["dnn_type"], i["data_type"]),
+                         ([], "ml.p3.2xlarge", ""))
+        # the lists decide; a contradicting current_group_name is a warning
+        i = L.resource_config_info(published("algo-1", "dnn_group"))
+        self.assertEqual(i["current_group"], "data_group")
+        self.assertTrue(any("current_group_name" in w for w in i["warnings"]))
+        for bad in (5, "", "ml c5", "x" * 48, "ml.c5;rm", ["ml.c5"]):
+            t = json.loads(published("algo-1", "data_group"))
+            t["instance_groups"][0]["instance_type"] = bad
+            with self.assertRaises(L.UsageError, msg=repr(bad)) as cm:
+                L.resource_config_info(json.dumps(t), source="rc.json")
+            self.assertIn("instance_type", str(cm.exception))
+
+    def test_from_toolkit_variables(self):
+        """No resourceconfig.json: the training toolkit's SM_* variables
+        (JSON as its to_env_vars writes them) say the same."""
+        env = {"SM_CURRENT_HOST": "algo-3", "SM_HOSTS": '["algo-1","algo-2","algo-3"]',
+               "SM_CURRENT_INSTANCE_TYPE": "ml.p4d.24xlarge",
+               "SM_CURRENT_INSTANCE_GROUP": "dnn_group",
+               "SM_INSTANCE_GROUPS": '["data_group","dnn_group"]',
+               "SM_INSTANCE_GROUPS_DICT": json.dumps({
+                   "data_group": {"instance_group_name": "data_group",
+                                  "instance_type": "ml.c5.18xlarge",
+                                  "hosts": ["algo-2", "algo-1"]},
+                   "dnn_group": {"instance_group_name": "dnn_group",
+                                 "instance_type": "ml.p4d.24xlarge", "hosts": ["algo-3"]}})}
+        self.assertEqual(L.resource_config_info(L.resource_config_from_env(env)),
+                         L.resource_config_info(published("algo-3", "dnn_group")))
+        self.assertIsNone(L.resource_config_from_env({}))
+        with tempfile.TemporaryDirectory() as d:
+            e = dict(env, STOKER_SM_ROOT=d)  # no file there
+            info = {}
+            self.assertEqual(L.topology(Args(), e, info),
+                             ("sagemaker", ["algo-2", "algo-1"], ["algo-3"], "algo-3"))
+            self.assertEqual(info["source"], "the SM_* variables")
+            with self.assertRaises(L.UsageError) as cm:
+                L.topology(Args(), dict(e, SM_INSTANCE_GROUPS_DICT="{nope"))
+            self.assertIn("SM_INSTANCE_GROUPS_DICT", str(cm.exception))
+            with self.assertRaises(L.UsageError) as cm:
+                L.topology(Args(backend="sagemaker"), {"STOKER_SM_ROOT": d})
+            self.assertIn("resourceconfig.json", str(cm.exception))
+
+    def test_paths(self):
+        p = L.sm_paths({})
+        self.assertEqual((p["resource_config"], p["hyperparameters"], p["data"],
+                          p["failure"]),
+                         ("/opt/ml/input/config/resourceconfig.json",
+                          "/opt/ml/input/config/hyperparameters.json",
+                          "/opt/ml/input/data", "/opt/ml/output/failure"))
+        p = L.sm_paths({"STOKER_SM_ROOT": "/r", "SM_INPUT_DIR": "/x",
+                        "STOKER_RESOURCE_CONFIG": "/c/rc.json"})
+        self.assertEqual((p["resource_config"], p["hyperparameters"], p["data"],
+                          p["failure"]),
+                         ("/c/rc.json", "/r/input/config/hyperparameters.json",
+                          "/r/input/data", "/r/output/failure"))
+        p = L.sm_paths({"SM_INPUT_CONFIG_DIR": "/i/c", "SM_INPUT_DIR": "/i",
+                        "SM_OUTPUT_DIR": "/o"})
+        self.assertEqual((p["resource_config"], p["data"], p["failure"]),
+                         ("/i/c/resourceconfig.json", "/i/data", "/o/failure"))
+
+    def test_hyperparameters(self):
+        with tempfile.TemporaryDirectory() as d:
+            f = os.path.join(d, "hyperparameters.json")
+            self.assertEqual(L.read_hyperparameters(f), {})  # none given
+            # as the SDK writes them: each value a JSON text in a string
+            with open(f, "w") as fh:
+                json.dump({"epochs": "90", "stoker_epochs": "2", "stoker_dataset": '"train"',
+                           "stoker_shuffle": "true", "sagemaker_program": '"entry.sh"',
+                           "lr": 0.1}, fh)
+            hps = L.read_hyperparameters(f)
+            self.assertEqual(hps["stoker_dataset"], "train")
+            self.assertEqual(hps["lr"], "0.1")
+            self.assertEqual(L.hyperparameter_sets(hps),
+                             ["dataset=train", "epochs=2", "shuffle=true"])
+            for bad in ({"stoker_World": "1"}, {"stoker_world_size": "8"},
+                        {"stoker_epochs": "1\nseed=2"}, {"stoker_": "x"}):
+                with self.assertRaises(L.UsageError, msg=str(bad)):
+                    L.hyperparameter_sets(bad)
+            for text in ("[1]", "{", "\xff"):
+                with open(f, "w", errors="surrogateescape") as fh:
+                    fh.write(text)
+                with self.assertRaises(L.UsageError, msg=text) as cm:
+                    L.read_hyperparameters(f)
+                self.assertIn(f, str(cm.exception))
+
+    def test_data_root_and_channel(self):
+        paths = L.sm_paths({"STOKER_SM_ROOT": "/r"})
+        self.assertEqual(L.sm_data_root({}, paths, "train"), "/r/input/data")
+        self.assertEqual(L.sm_data_root({"SM_CHANNEL_TRAIN": "/mnt/ch/train/"}, paths,
+                                        "train"), "/mnt/ch")
+        # a channel variable that is not the dataset's folder is not used
+        self.assertEqual(L.sm_data_root({"SM_CHANNEL_TRAIN": "/mnt/x"}, paths, "train"),
+                         "/r/input/data")
+        self.assertEqual(L.sm_data_root({"SM_CHANNEL_TRAIN": "/mnt/ch/train"}, paths,
+                                        "../train"), "/r/input/data")
+        with tempfile.TemporaryDirectory() as d:
+            os.makedirs(os.path.join(d, "eval"))
+            self.assertIsNone(L.channel_error(d, "eval", {}))
+            self.assertIsNone(L.channel_error(d, "/abs/path", {}))
+            e = L.channel_error(d, "train", {})
+            self.assertIn("'train'", e)
+            self.assertIn("channels here: eval", e)
+            self.assertIn("instance_groups", e)
+            with tempfile.TemporaryDirectory() as empty:  # the toolkit's list, else none
+                self.assertIn("channels here: eval)",
+                              L.channel_error(empty, "train", {"SM_CHANNELS": '["eval"]'}))
+                self.assertIn("channels here: none)",
+                              L.channel_error(empty, "train", {"SM_CHANNELS": "[]"}))
+            self.assertEqual(L.job_key(os.path.join(d, "none"), "dataset"), None)
+            j = os.path.join(d, "job.conf")
+            with open(j, "w") as fh:
+                fh.write("# dataset = no\nname = x\ndataset = train  # the channel\n")
+            self.assertEqual(L.job_key(j, "dataset"), "train")
+            self.assertEqual(L.job_key(j, "dataset", ["dataset=eval"]), "eval")
+
+    def test_failure_file(self):
+        with tempfile.TemporaryDirectory() as d:
+            f = os.path.join(d, "output", "failure")
+            self.assertFalse(L.write_failure(f, "no output folder: none made"))
+            self.assertFalse(os.path.exists(os.path.dirname(f)))
+            os.makedirs(os.path.dirname(f))
+            self.assertTrue(L.write_failure(f, "first reason"))
+            self.assertTrue(L.write_failure(f, "x" * 5000))
+            with open(f) as fh:
+                lines = fh.read().split("\n")
+            self.assertEqual(lines[0], "first reason")  # the first stays first
+            self.assertEqual(len(lines[1]), L.FAILURE_MAX)
+            self.assertFalse(L.write_failure(os.path.join(f, "sub"), "x"))  # never raises
+
+
 class Plan(unittest.TestCase):
     def test_ranks(self):
         data, dnn = ["d1", "d2"], ["g1", "g2", "g3"]
@@ -332,6 +499,131 @@ class CommandLine(unittest.TestCase):
                          ("slurm", "dnn", 1, 16))
         self.assertEqual(p["ranks"], list(range(8, 16)))
         self.assertEqual(p["coordinator"], "gpu01:7070")
+
+    def sm_tree(self, d, current, group, channel=True, hps=None, folder=None):
+        """A host's /opt/ml under d/(folder or current): the published
+        example's resource config, hyperparameters.json, the train channel."""
+        root = os.path.join(d, folder or current)
+        os.makedirs(os.path.join(root, "input", "config"))
+        with open(os.path.join(root, "input", "config", "resourceconfig.json"), "w") as f:
+            f.write(published(current, group))
+        if hps is not None:
+            with open(os.path.join(root, "input", "config", "hyperparameters.json"), "w") as f:
+                json.dump(hps, f)
+        if channel:
+            os.makedirs(os.path.join(root, "input", "data", "train"))
+        os.makedirs(os.path.join(root, "output"))
+        return root
+
+    def test_dry_run_sagemaker(self):
+        """The files a SageMaker host sees, relocated by STOKER_SM_ROOT:
+        roles and instance types from resourceconfig.json, stoker_
+        hyperparameters as --set, the data root from SM_CHANNEL_TRAIN; a
+        data host without the channel exits 2 and writes why to
+        output/failure, as does a broken resource config."""
+        if not BIN_DIR:
+            self.skipTest("no build directory given (the daemons' --help is read)")
+        coord = os.path.join(BIN_DIR, "stoker-coordinator")
+        worker = os.path.join(BIN_DIR, "stoker-worker")
+        with tempfile.TemporaryDirectory() as d:
+            job = os.path.join(d, "job.conf")
+            with open(job, "w") as f:
+                f.write("name = sm\ndataset = train\n")
+            hps = {"epochs": "90", "stoker_epochs": "1", "sagemaker_program": '"entry.sh"'}
+            argv = ["--job", job, "--dry-run", "--insecure", *self.bins(), "--", "true"]
+            root = self.sm_tree(d, "algo-3", "dnn_group", channel=False, hps=hps)
+            r = run(*argv, env={"STOKER_SM_ROOT": root})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            p = json.loads(r.stdout)
+            self.assertEqual((p["backend"], p["role"], p["is_coordinator"], p["data_hosts"],
+                              p["dnn_hosts"]),
+                             ("sagemaker", "dnn", True, ["algo-2", "algo-1"], ["algo-3"]))
+            self.assertEqual((p["data_instance_type"], p["dnn_instance_type"]),
+                             ("ml.c5.18xlarge", "ml.p4d.24xlarge"))
+            self.assertEqual(p["job_sets"], ["epochs=1"])
+            if L.supports(coord, "--accel-type"):
+                self.assertEqual(p["coordinator_args"][:4],
+                                 ["--accel-type", "ml.p4d.24xlarge", "--accel-hosts", "1"])
+                if L.supports(coord, "--data-type"):
+                    self.assertEqual(p["coordinator_args"][4:],
+                                     ["--data-type", "ml.c5.18xlarge"])
+            else:
+                self.assertEqual(p["coordinator_args"], [])
+                self.assertIn("no --accel-type option", r.stderr)
+            self.assertFalse(os.path.exists(os.path.join(root, "output", "failure")))
+
+            root = self.sm_tree(d, "algo-1", "data_group", hps=hps)
+            ch = os.path.join(root, "input", "data", "train")
+            r = run(*argv, env={"STOKER_SM_ROOT": root, "SM_CHANNEL_TRAIN": ch})
+            self.assertEqual(r.returncode, 0, r.stderr)
+            p = json.loads(r.stdout)
+            self.assertEqual((p["role"], p["data_root"]),
+                             ("data", os.path.join(root, "input", "data")))
+            if L.supports(worker, "--instance-type"):
+                self.assertEqual(p["worker_args"], ["--instance-type", "ml.c5.18xlarge"])
+            else:
+                self.assertIn("no --instance-type option", r.stderr)
+            # the launcher's own flags win over the resource config
+            r = run("--data-instance-type", "c5.9xlarge", *argv,
+                    env={"STOKER_SM_ROOT": root})
+            self.assertEqual(json.loads(r.stdout)["data_instance_type"], "c5.9xlarge")
+            r = run("--data-instance-type", "bad name", *argv, env={"STOKER_SM_ROOT": root})
+            self.assertEqual(r.returncode, 2)
+            self.assertIn("not an instance type name", r.stderr)
+
+            # no channel on a data host: exit 2, the reason in output/failure
+            root = self.sm_tree(d, "algo-2", "data_group", channel=False)
+            r = run(*argv, env={"STOKER_SM_ROOT": root})
+            self.assertEqual(r.returncode, 2, r.stderr)
+            with open(os.path.join(root, "output", "failure")) as f:
+                text = f.read()
+            self.assertIn("algo-2 (data host) exited 2", text)
+            self.assertIn("dataset 'train' is not on this data host", text)
+            self.assertIn("wrote the reason", r.stderr)
+
+            # a broken resource config, a bad hyperparameters file: said there too
+            for name, body, want in (("resourceconfig.json", '{"hosts": [', "not valid JSON"),
+                                     ("hyperparameters.json", "[]", "not a JSON object")):
+                root = self.sm_tree(d, "algo-1", "data_group", folder="x-" + name)
+                with open(os.path.join(root, "input", "config", name), "w") as f:
+                    f.write(body)
+                r = run(*argv, env={"STOKER_SM_ROOT": root})
+                self.assertEqual(r.returncode, 2, r.stderr)
+                with open(os.path.join(root, "output", "failure")) as f:
+                    text = f.read()
+                self.assertIn(want, text)
+                self.assertIn("exited 2", text)
+
+    def test_instance_types_hosts_backend(self):
+        """--data-instance-type / --dnn-instance-type tell the daemons the
+        types on the backends whose platform does not say them."""
+        if not BIN_DIR:
+            self.skipTest("no build directory given (the daemons' --help is read)")
+        coord = os.path.join(BIN_DIR, "stoker-coordinator")
+        worker = os.path.join(BIN_DIR, "stoker-worker")
+        argv = ["--backend", "hosts", "--job", "/dev/null", "--data-hosts", "b",
+                "--dnn-hosts", "a", "--dnn-instance-type", "p4d.24xlarge",
+                "--data-instance-type", "c5.18xlarge", "--dry-run", "--insecure",
+                *self.bins()]
+        r = run(*argv, "--current-host", "a", "--", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p = json.loads(r.stdout)
+        if L.supports(coord, "--accel-type") and L.supports(coord, "--data-type"):
+            self.assertEqual(p["coordinator_args"],
+                             ["--accel-type", "p4d.24xlarge", "--accel-hosts", "1",
+                              "--data-type", "c5.18xlarge"])
+        r = run(*argv, "--current-host", "b", "--", "true")
+        self.assertEqual(r.returncode, 0, r.stderr)
+        p = json.loads(r.stdout)
+        if L.supports(worker, "--instance-type"):
+            self.assertEqual(p["worker_args"], ["--instance-type", "c5.18xlarge"])
+        # a homogeneous job: the worker on the dnn host is of the dnn type
+        r = run("--backend", "hosts", "--job", "/dev/null", "--dnn-hosts", "a",
+                "--current-host", "a", "--dnn-instance-type", "g5.2xlarge", "--dry-run",
+                "--insecure", *self.bins(), "--", "true")
+        p = json.loads(r.stdout)
+        if L.supports(worker, "--instance-type"):
+            self.assertEqual(p["worker_args"], ["--instance-type", "g5.2xlarge"])
 
     def test_tls_dir_server_only_is_no_credential(self):
         """--tls-dir without client.pem authenticates the servers only: beyond
