@@ -458,13 +458,13 @@ void stk__daemon_start(void) {
   stk__notify_init();
 }
 
-int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud,
-                        const metrics_access *access, metrics_server **ms) {
+int stk__daemon_metrics(const char *listen, stk__metrics_fn fn, void *ud,
+                        const stk__metrics_access *access, stk__metrics_server **ms) {
   *ms = NULL;
   if (!*listen) return 0;
   char err[300];
   int port = 0;
-  if (metrics_start(listen, fn, ud, access, ms, &port, err, sizeof(err))) {
+  if (stk__metrics_start(listen, fn, ud, access, ms, &port, err, sizeof(err))) {
     LOG_ERROR("%s", err);
     return -1;
   }

@@ -231,9 +231,9 @@ void stk__daemon_start(void);
  * the HTTP thread: it must take the daemon's locks itself) and access
  * (who sees full scrapes; NULL = everyone, metrics.h), and log the bound
  * port ("metrics on http://LISTEN/metrics (port N)"). 0 with *ms (stop it
- * with metrics_stop), also when listen is empty (off: *ms NULL); -1 after
+ * with stk__metrics_stop), also when listen is empty (off: *ms NULL); -1 after
  * logging why, *ms NULL. */
-int stk__daemon_metrics(const char *listen, metrics_fn fn, void *ud,
-                        const metrics_access *access, metrics_server **ms);
+int stk__daemon_metrics(const char *listen, stk__metrics_fn fn, void *ud,
+                        const stk__metrics_access *access, stk__metrics_server **ms);
 
 #endif

@@ -25,17 +25,17 @@
 #include "daemon.h"
 #include "log.h"
 
-struct metrics_server {
+struct stk__metrics_server {
   struct MHD_Daemon *d;
-  metrics_fn fn;
+  stk__metrics_fn fn;
   void *ud;
   int restricted;   /* 0: every scrape is full */
-  int open, closed; /* metrics_access's */
+  int open, closed; /* stk__metrics_access's */
   char *tokens[4];
   size_t ntokens;
 };
 
-void metrics_printf(metrics_buf *b, const char *fmt, ...) {
+void stk__metrics_printf(stk__metrics_buf *b, const char *fmt, ...) {
   if (b->oom) return;
   for (;;) {
     va_list ap;
@@ -59,23 +59,24 @@ void metrics_printf(metrics_buf *b, const char *fmt, ...) {
   }
 }
 
-void metrics_family(metrics_buf *b, const char *name, const char *type,
-                    const char *help) {
-  metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
+void stk__metrics_family(stk__metrics_buf *b, const char *name, const char *type,
+                         const char *help) {
+  stk__metrics_printf(b, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, type);
 }
 
-void metrics_sample(metrics_buf *b, const char *name, const char *labels, double value) {
+void stk__metrics_sample(stk__metrics_buf *b, const char *name, const char *labels,
+                         double value) {
   char v[64];
   if (isnan(value)) snprintf(v, sizeof(v), "NaN");
   else if (isinf(value)) snprintf(v, sizeof(v), value > 0 ? "+Inf" : "-Inf");
   else if (value == floor(value) && fabs(value) < 1e15)
     snprintf(v, sizeof(v), "%.0f", value);
   else snprintf(v, sizeof(v), "%.6g", value);
-  if (labels && *labels) metrics_printf(b, "%s{%s} %s\n", name, labels, v);
-  else metrics_printf(b, "%s %s\n", name, v);
+  if (labels && *labels) stk__metrics_printf(b, "%s{%s} %s\n", name, labels, v);
+  else stk__metrics_printf(b, "%s %s\n", name, v);
 }
 
-char *metrics_label(char *out, size_t len, const char *key, const char *value) {
+char *stk__metrics_label(char *out, size_t len, const char *key, const char *value) {
   char esc[1100];
   stk__escape(esc, sizeof(esc), value ? value : "");
   size_t o = 0;
@@ -99,7 +100,7 @@ char *metrics_label(char *out, size_t len, const char *key, const char *value) {
  * be watched for growth: memory, CPU, descriptors, threads (/proc/self),
  * and what glibc's heap holds (mallinfo2, every arena): in use by the
  * program, and free but kept by the allocator. */
-static void process_metrics(metrics_buf *b) {
+static void process_metrics(stk__metrics_buf *b) {
   long page = sysconf(_SC_PAGESIZE), ticks = sysconf(_SC_CLK_TCK);
   unsigned long long vsize = 0, rss_pages = 0, utime = 0, stime = 0;
   long threads = 0;
@@ -127,28 +128,31 @@ static void process_metrics(metrics_buf *b) {
   struct rlimit rl = {0};
   getrlimit(RLIMIT_NOFILE, &rl);
   struct mallinfo2 mi = mallinfo2();
-  metrics_family(b, "process_resident_memory_bytes", "gauge", "resident memory (RSS)");
-  metrics_sample(b, "process_resident_memory_bytes", NULL,
-                 (double)rss_pages * (double)page);
-  metrics_family(b, "process_virtual_memory_bytes", "gauge", "virtual memory size");
-  metrics_sample(b, "process_virtual_memory_bytes", NULL, (double)vsize);
-  metrics_family(b, "process_cpu_seconds_total", "counter", "user and system CPU time");
-  metrics_sample(b, "process_cpu_seconds_total", NULL,
-                 ticks > 0 ? (double)(utime + stime) / (double)ticks : 0);
-  metrics_family(b, "process_open_fds", "gauge", "open file descriptors");
-  metrics_sample(b, "process_open_fds", NULL, (double)(fds > 0 ? fds : 0));
-  metrics_family(b, "process_max_fds", "gauge",
-                 "the descriptor limit (RLIMIT_NOFILE soft)");
-  metrics_sample(b, "process_max_fds", NULL,
-                 rl.rlim_cur == RLIM_INFINITY ? -1 : (double)rl.rlim_cur);
-  metrics_family(b, "process_threads", "gauge", "threads of the process");
-  metrics_sample(b, "process_threads", NULL, (double)threads);
-  metrics_family(b, "stoker_heap_bytes", "gauge",
-                 "glibc heap (mallinfo2, every arena): in_use by the program, free but "
-                 "held by the allocator");
-  metrics_sample(b, "stoker_heap_bytes", "state=\"in_use\"",
-                 (double)mi.uordblks + (double)mi.hblkhd);
-  metrics_sample(b, "stoker_heap_bytes", "state=\"free\"", (double)mi.fordblks);
+  stk__metrics_family(b, "process_resident_memory_bytes", "gauge",
+                      "resident memory (RSS)");
+  stk__metrics_sample(b, "process_resident_memory_bytes", NULL,
+                      (double)rss_pages * (double)page);
+  stk__metrics_family(b, "process_virtual_memory_bytes", "gauge", "virtual memory size");
+  stk__metrics_sample(b, "process_virtual_memory_bytes", NULL, (double)vsize);
+  stk__metrics_family(b, "process_cpu_seconds_total", "counter",
+                      "user and system CPU time");
+  stk__metrics_sample(b, "process_cpu_seconds_total", NULL,
+                      ticks > 0 ? (double)(utime + stime) / (double)ticks : 0);
+  stk__metrics_family(b, "process_open_fds", "gauge", "open file descriptors");
+  stk__metrics_sample(b, "process_open_fds", NULL, (double)(fds > 0 ? fds : 0));
+  stk__metrics_family(b, "process_max_fds", "gauge",
+                      "the descriptor limit (RLIMIT_NOFILE soft)");
+  stk__metrics_sample(b, "process_max_fds", NULL,
+                      rl.rlim_cur == RLIM_INFINITY ? -1 : (double)rl.rlim_cur);
+  stk__metrics_family(b, "process_threads", "gauge", "threads of the process");
+  stk__metrics_sample(b, "process_threads", NULL, (double)threads);
+  stk__metrics_family(
+      b, "stoker_heap_bytes", "gauge",
+      "glibc heap (mallinfo2, every arena): in_use by the program, free but "
+      "held by the allocator");
+  stk__metrics_sample(b, "stoker_heap_bytes", "state=\"in_use\"",
+                      (double)mi.uordblks + (double)mi.hblkhd);
+  stk__metrics_sample(b, "stoker_heap_bytes", "state=\"free\"", (double)mi.fordblks);
 }
 
 /* 1 when sa is a loopback address (127.0.0.0/8, ::1, ::ffff:127.x). */
@@ -161,9 +165,9 @@ static int is_loopback(const struct sockaddr *sa) {
   return IN6_IS_ADDR_LOOPBACK(a) || (IN6_IS_ADDR_V4MAPPED(a) && a->s6_addr[12] == 127);
 }
 
-/* Whether this scrape may see everything (metrics_access). Every token is
+/* Whether this scrape may see everything (stk__metrics_access). Every token is
  * compared, so the time does not tell which one matched. */
-static int scrape_full(metrics_server *m, struct MHD_Connection *conn) {
+static int scrape_full(stk__metrics_server *m, struct MHD_Connection *conn) {
   if (!m->restricted) return 1;
   if (m->ntokens) {
     const char *auth =
@@ -184,16 +188,16 @@ static int scrape_full(metrics_server *m, struct MHD_Connection *conn) {
 static enum MHD_Result answer(void *cls, struct MHD_Connection *conn, const char *url,
                               const char *method, const char *version, const char *upload,
                               size_t *upload_len, void **con_cls) {
-  metrics_server *m = cls;
+  stk__metrics_server *m = cls;
   unsigned code = MHD_HTTP_OK;
-  metrics_buf b = {0};
+  stk__metrics_buf b = {0};
   const char *type = "text/plain; version=0.0.4; charset=utf-8";
   if (strcmp(method, "GET") && strcmp(method, "HEAD")) {
     code = MHD_HTTP_METHOD_NOT_ALLOWED;
-    metrics_printf(&b, "only GET\n");
+    stk__metrics_printf(&b, "only GET\n");
   } else if (strcmp(url, "/metrics")) {
     code = MHD_HTTP_NOT_FOUND;
-    metrics_printf(&b, "not found: try /metrics\n");
+    stk__metrics_printf(&b, "not found: try /metrics\n");
   } else {
     m->fn(&b, scrape_full(m, conn), m->ud);
     process_metrics(&b);
@@ -239,7 +243,7 @@ static int resolve(const char *listen, struct sockaddr_storage *sa, char *err,
   return 0;
 }
 
-static void server_free(metrics_server *m) {
+static void server_free(stk__metrics_server *m) {
   for (size_t i = 0; i < m->ntokens; i++) {
     memset(m->tokens[i], 0, strlen(m->tokens[i]));
     free(m->tokens[i]);
@@ -247,14 +251,14 @@ static void server_free(metrics_server *m) {
   free(m);
 }
 
-int metrics_start(const char *listen, metrics_fn fn, void *ud,
-                  const metrics_access *access, metrics_server **out, int *port,
-                  char *err, size_t errlen) {
+int stk__metrics_start(const char *listen, stk__metrics_fn fn, void *ud,
+                       const stk__metrics_access *access, stk__metrics_server **out,
+                       int *port, char *err, size_t errlen) {
   *out = NULL;
   struct sockaddr_storage sa;
   memset(&sa, 0, sizeof(sa));
   if (resolve(listen, &sa, err, errlen)) return -1;
-  metrics_server *m = calloc(1, sizeof(*m));
+  stk__metrics_server *m = calloc(1, sizeof(*m));
   if (!m) return stk__errf(err, errlen, -1, "out of memory");
   m->fn = fn, m->ud = ud;
   if (access) {
@@ -289,7 +293,7 @@ int metrics_start(const char *listen, metrics_fn fn, void *ud,
   return 0;
 }
 
-void metrics_stop(metrics_server *m) {
+void stk__metrics_stop(stk__metrics_server *m) {
   if (!m) return;
   MHD_stop_daemon(m->d);
   server_free(m);

@@ -1,5 +1,5 @@
 /* coordinator.h - what the files of stoker-coordinator share (internal to
- * this one program, like the worker's session.h and sched.h): the options,
+ * this one program, like the worker's session.h and fairsched.h): the options,
  * the one state struct C with the lock that guards each of its fields,
  * and the functions one file calls in another.
  *
@@ -47,13 +47,13 @@
  * layer's own locks). The state journal has a thread of its own (the
  * writer, persist.c): Join of a new rank and Finish hold their call, and
  * a watch whose re-announcement taught something waits unstarted; they
- * are answered from it once their change is on disk (journal_after); so
+ * are answered from it once their change is on disk (persist_after); so
  * is a worker's registration listed, and its departure unlisted, from it
- * (workers.c). The main loop and an abort wait for it (journal_sync,
+ * (workers.c). The main loop and an abort wait for it (persist_sync,
  * without C.mu). Advertised-address lookups run on resolver threads
  * (resolve.c; lock order: the resolver's lock, then C.mu). Its lock is taken
  * without C.mu. The main loop (main.c: heartbeats, publication, watches,
- * timeouts) and the /metrics thread (status.c, coord_metrics) take C.mu
+ * timeouts) and the /metrics thread (status.c, status_metrics) take C.mu
  * like any handler. A function named
  * *_locked is called with C.mu held; the rpc layer's handlers and
  * callbacks (handle_*, *_ops) and the functions whose comment says "call
@@ -128,13 +128,13 @@ extern const char exit_codes_text[];
 
 /* ---- State (state.c) ----------------------------------------------------- */
 
-/* A journal_after callback (persist.c). */
-typedef void (*journal_done_fn)(void *arg);
+/* A persist_after callback (persist.c). */
+typedef void (*persist_done_fn)(void *arg);
 /* A place in the journal's queue, embedded in the object that waits (so
  * queueing never allocates and cannot fail). The journal owns it from
- * journal_after until just before fn runs (fn may free its object). */
+ * persist_after until just before fn runs (fn may free its object). */
 typedef struct journal_waiter {
-  journal_done_fn fn;
+  persist_done_fn fn;
   void *arg;
   struct journal_waiter *next;
 } journal_waiter;
@@ -163,8 +163,8 @@ typedef struct cworker {
   int phase;           /* WS_*: under C.mu. Moved by the call's callbacks, and
                           from WS_CHECKING by the address check's answer
                           (resolve.c), from WS_ADMITTING once the worker is
-                          journaled (journal_after) */
-  int journal_wait;    /* a journal_after callback will come for it (under C.mu) */
+                          journaled (persist_after) */
+  int journal_wait;    /* a persist_after callback will come for it (under C.mu) */
   journal_waiter jw;   /* its place in the journal's queue: an admission or a
                           leave, never both at once */
   int gone;            /* its session is over: whoever holds it last frees it
@@ -180,7 +180,7 @@ typedef struct cworker {
   int64_t registered_ms, last_hb_ms;
   /* Its heartbeats are late (over --heartbeat-misses intervals) while its
    * session is open: still listed, shown in Status and /metrics; since
-   * when (check_heartbeats sets it, a heartbeat clears it). */
+   * when (workers_check_heartbeats sets it, a heartbeat clears it). */
   int suspect;
   int64_t suspect_since_ms;
   struct {
@@ -207,7 +207,7 @@ typedef struct pub_change {
 } pub_change;
 
 /* The coordinator's state: one daemon, one job, one mutex. Before the
- * server starts, main (load_job, journal_open) fills it without the lock;
+ * server starts, main (state_load_job, persist_open) fills it without the lock;
  * from then on every field is under C.mu unless its note says otherwise.
  * Owner: the file that writes a field (named per group); the others read
  * it under C.mu. */
@@ -220,13 +220,13 @@ typedef struct coord_state {
 
   /* The job (state.c; the dataset's size and fingerprint: workers.c,
    * from the first worker, and persist.c, at start). */
-  stk_job_spec spec; /* spec.world_size never changes after load_job: read
+  stk_job_spec spec; /* spec.world_size never changes after state_load_job: read
                         without C.mu too */
   int resolved;      /* num_samples known */
   char *canonical;
   uint64_t hash;
   uint64_t config_hash; /* of the job as configured: the state journal's key.
-                           Set once by load_job: no lock */
+                           Set once by state_load_job: no lock */
   uint64_t fingerprint;
   int have_fp;
   /* ImageFolder: the class count and names (workers.c, from the first
@@ -254,7 +254,7 @@ typedef struct coord_state {
   uint8_t *joined, *finished;
   uint32_t njoined, nfinished;
 
-  /* The end of the job: requested with request_shutdown_locked (ranks.c,
+  /* The end of the job: requested with state_request_shutdown_locked (ranks.c,
    * workers.c, main.c; persist.c at start, from the journal), carried out
    * by main.c (shutting_down, done). */
   int shutting_down;
@@ -276,11 +276,11 @@ typedef struct coord_state {
   } fails[MAX_FAILURES];
   uint32_t nfails; /* ever recorded; the newest is fails[(nfails - 1) % MAX] */
   /* The last time a worker was listed or left the list (workers.c,
-   * state.c's unlink_locked): a failure newer than this, with no worker
-   * listed, is what Join answers (no_worker_can_serve_locked). */
+   * state.c's state_unlink_locked): a failure newer than this, with no worker
+   * listed, is what Join answers (workers_none_can_serve_locked). */
   int64_t workers_seen_ms;
   /* start_ms: set in main before the server starts, read-only after (no
-   * lock); last_touch_ms: touch_locked, from any file. */
+   * lock); last_touch_ms: state_touch_locked, from any file. */
   int64_t start_ms, last_touch_ms;
   int watchers;               /* started watches (ranks.c) */
   struct watcher *watch_list; /* open WatchWorkers calls (ranks.c) */
@@ -311,27 +311,27 @@ extern coord_state C;
 
 /* Mark the job as touched by a client now (the idle timeout's clock).
  * Under C.mu. */
-void touch_locked(void);
+void state_touch_locked(void);
 /* Ask for the end of the job with exit code code and reason why (copied);
  * the first request wins, later ones do nothing. The main loop (main.c)
  * sees it within a tick. Under C.mu. */
-void request_shutdown_locked(int code, const char *why);
+void state_request_shutdown_locked(int code, const char *why);
 /* The job's state now, ST_*. Under C.mu. */
 int state_locked(void);
 /* Recompute C.canonical and C.hash after a change of C.spec. 0, or -1 when
  * out of memory (the old text kept). Under C.mu (or before the server
  * starts). */
-int job_publish_locked(void);
+int state_job_publish_locked(void);
 /* Take w off the live list (recorded for the next publication, C.cv
  * broadcast). 1 when it was on it, 0 when not. Does not free w. Under
  * C.mu. */
-int unlink_locked(cworker *w);
+int state_unlink_locked(cworker *w);
 /* Workers on the live list. Under C.mu. */
-size_t nworkers_locked(void);
+size_t state_nworkers_locked(void);
 /* Load the job from --job and --set into C.spec, check it, publish its
  * text and hash and allocate the rank tables. 0, or -1 with err (a usage
  * error). From main, before the server starts. */
-int load_job(char *err, size_t errlen);
+int state_load_job(char *err, size_t errlen);
 
 /* ---- State journal, --state-dir (persist.c) ------------------------------ */
 
@@ -339,16 +339,16 @@ int load_job(char *err, size_t errlen);
  * the dataset, the ranks, the end of the job and the workers to expect
  * back into C. EXIT_OK, or an exit code (EXIT_FAIL, EXIT_USAGE) with err.
  * From main, before the server starts. */
-int journal_open(char *err, size_t errlen);
+int persist_open(char *err, size_t errlen);
 /* 1 when a state journal is kept (--state-dir), else 0. Any thread. */
-int journal_enabled(void);
+int persist_enabled(void);
 /* Put the state as of now in the journal (nothing without --state-dir):
  * returns once a snapshot holding every change made before the call is on
  * disk. Joins the writer thread's next group commit. A failed write is
  * logged and the job goes on. Blocks on a file write + fsync: for the
- * main loop only (a serving thread uses journal_after). Call without
+ * main loop only (a serving thread uses persist_after). Call without
  * C.mu. */
-void journal_sync(void);
+void persist_sync(void);
 /* fn(arg) once a snapshot holding every change made before this call is
  * on disk (or its write failed: logged, the job goes on). Runs on the
  * journal's writer thread, without C.mu, in the order queued; fn must not
@@ -356,31 +356,31 @@ void journal_sync(void);
  * fn runs at once, on the caller's thread. jw: not queued already. Never
  * writes on the caller's thread while the server runs. Call without
  * C.mu. */
-void journal_after(journal_waiter *jw, journal_done_fn fn, void *arg);
+void persist_after(journal_waiter *jw, persist_done_fn fn, void *arg);
 /* Snapshots written since start and callers they answered (group
  * commit), for the figures; and the snapshots written on each kind of
  * thread: by[0] the journal's writer, by[2] any other (main, at start and
- * at the end), by[1] the snapshots written or waited for (journal_sync)
+ * at the end), by[1] the snapshots written or waited for (persist_sync)
  * on a serving (RPC) thread, which never happens (the tests check it).
  * Any thread. */
-void journal_figures(uint64_t *writes, uint64_t *waiters, uint64_t by[3]);
+void persist_figures(uint64_t *writes, uint64_t *waiters, uint64_t by[3]);
 /* Stop the writer (after it answered everything queued) and release the
  * state dir (its lock). From main, after the server stopped. */
-void journal_close(void);
+void persist_close(void);
 /* Journal id as a worker to expect back, unless it is already: 1 when
  * added, 0 when it was there or on allocation failure. Under C.mu. */
-int expect_add_locked(const char *id);
+int persist_expect_add_locked(const char *id);
 /* A worker id registered again: no longer expected back. Under C.mu. */
-void expect_remove_locked(const char *id);
+void persist_expect_remove_locked(const char *id);
 /* Once --rejoin-wait-s has passed since the start, stop waiting for the
  * journal's workers that did not come back (logged, journaled). Call
  * without C.mu (main loop). */
-void expect_expire(void);
+void persist_expect_expire(void);
 
 /* ---- Stream tickets (tickets.c) ------------------------------------------ */
 
-/* Turn tickets on (role tokens are set); off, ticket_key_new and
- * ticket_mint give "". ttl_s: --ticket-ttl-s. 0, or -1 when the system
+/* Turn tickets on (role tokens are set); off, tickets_key_new and
+ * tickets_mint give "". ttl_s: --ticket-ttl-s. 0, or -1 when the system
  * gave no random bytes. From main, before the server starts. */
 int tickets_init(int on, long long ttl_s);
 /* The coordinator's clock in unix ms: its wall clock at tickets_init
@@ -391,12 +391,12 @@ uint64_t tickets_clock_ms(void);
  * off): random, unrelated to the worker's id and address or any other
  * key. 0, or -1 (out "") when the system gave no random bytes. Any
  * thread after tickets_init; never logs it. */
-int ticket_key_new(char out[STK__TICKET_KEY_HEX + 1]);
-/* A ticket of key (from ticket_key_new; "" gives "") valid for half to
+int tickets_key_new(char out[STK__TICKET_KEY_HEX + 1]);
+/* A ticket of key (from tickets_key_new; "" gives "") valid for half to
  * all of --ticket-ttl-s from now, the same for every call in the same
  * half TTL; its expiry (unix s) in *expiry_s. 0, or -1 (out "") when the
  * MAC failed. Any thread after tickets_init; never logs it. */
-int ticket_mint(const char *key, char out[STK__TICKET_MAX], uint64_t *expiry_s);
+int tickets_mint(const char *key, char out[STK__TICKET_MAX], uint64_t *expiry_s);
 /* Mint again, and publish, the ticket of every listed worker whose
  * ticket is of an earlier half TTL (C.mu taken here). Main loop only. */
 void tickets_tick(void);
@@ -423,10 +423,10 @@ enum { RESOLVE_TIMEOUT = -2, RESOLVE_QUEUE_PER_THREAD = 16 };
 /* threads resolver threads (lookups at once), a check unanswered after
  * timeout_ms is answered RESOLVE_TIMEOUT. Before serving. 0, or -1 (no
  * thread). */
-int resolver_start(int threads, long long timeout_ms);
+int resolve_start(int threads, long long timeout_ms);
 /* After the server stopped: ends the threads (waits at most 2 s; a thread
  * stuck in a lookup is left to the process's end). */
-void resolver_stop(void);
+void resolve_stop(void);
 /* Queue a check of addr against peer (both copied); done(arg, ...) comes
  * exactly once, unless resolve_release comes first. NULL when the queue is
  * full (RESOLVE_QUEUE_PER_THREAD per thread), stopping, or out of memory. */
@@ -450,22 +450,22 @@ Stoker__V1__WorkerStats *stats_copy(const Stoker__V1__WorkerStats *s);
 /* The newest worker failure as "; a worker could not serve the job: TEXT
  * (N s ago)" in buf (for a waiting rank's message), or "" (none). Returns
  * buf or "". Under C.mu. */
-const char *last_failure_locked(char *buf, size_t len);
+const char *workers_last_failure_locked(char *buf, size_t len);
 /* Join's answer while no worker can serve the job: no worker is listed
  * and the newest failure came after the last worker was listed or left,
  * at least FAIL_GRACE_MS ago (a good worker starting beside a bad one
  * gets that long). 1 with STK_NO_WORKER_CAN_SERVE + the failure + what to
  * do in buf, else 0. Under C.mu. */
 #define FAIL_GRACE_MS 2000
-int no_worker_can_serve_locked(char *buf, size_t len);
+int workers_none_can_serve_locked(char *buf, size_t len);
 /* Send Shutdown to every live worker that has not had it yet (queued
  * only). Call without C.mu (main loop). */
-void send_shutdowns(void);
+void workers_send_shutdowns(void);
 /* Heartbeats: a worker whose last one is older than --heartbeat-misses
  * intervals becomes suspect (still listed; logged once, and once when it
  * recovers); one whose lapse reaches --heartbeat-lapse-s is dropped from
  * the list and its session aborted. Call without C.mu (main loop). */
-void check_heartbeats(void);
+void workers_check_heartbeats(void);
 
 /* ---- The published worker list (publish.c) ------------------------------
  *
@@ -512,32 +512,32 @@ void publish_free(void);
 /* ---- Ranks (ranks.c) ----------------------------------------------------- */
 
 /* Coordinator.Join (unary handler: answers or finishes the call). */
-void handle_join(stk__rpc_call *call, const ProtobufCMessage *req);
+void ranks_join(stk__rpc_call *call, const ProtobufCMessage *req);
 /* Coordinator.WatchWorkers' callbacks. */
 extern const stk__rpc_stream_ops watch_ops;
 /* Coordinator.Finish (also abort_job). Journals before it answers. */
-void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req);
+void ranks_finish(stk__rpc_call *call, const ProtobufCMessage *req);
 /* Open watches that keep the job from its idle timeout now. Under C.mu. */
-int watch_holds_locked(int64_t now);
+int ranks_watch_holds_locked(int64_t now);
 /* Send every watcher the list if it changed, end those whose lease is
  * over. Call without C.mu (main loop). */
-void watch_pump_all(void);
+void ranks_watch_pump_all(void);
 
 /* ---- Status and figures (status.c) --------------------------------------- */
 
 /* Coordinator.ReportStats (unary handler). */
-void handle_report_stats(stk__rpc_call *call, const ProtobufCMessage *req);
+void status_report_stats(stk__rpc_call *call, const ProtobufCMessage *req);
 /* Coordinator.Status (unary handler): everything to a client or admin
  * caller; only the state, uptime and end reason to a worker-token one. */
-void handle_status(stk__rpc_call *call, const ProtobufCMessage *req);
+void status_handle(stk__rpc_call *call, const ProtobufCMessage *req);
 /* One stats line ("stats state=...") and the sd_notify STATUS=; *last_ms
  * and *last_bytes carry the previous line's time and byte count for the
  * rate. Call without C.mu (main loop). */
-void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes);
-/* GET /metrics (metrics_fn): the job, workers and ranks. The per-worker
+void status_log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes);
+/* GET /metrics (stk__metrics_fn): the job, workers and ranks. The per-worker
  * samples (labelled with the worker's id and address, which Status
  * withholds from the worker role) only when full. Takes C.mu; runs on
  * metrics.c's HTTP thread. */
-void coord_metrics(metrics_buf *b, int full, void *ud);
+void status_metrics(stk__metrics_buf *b, int full, void *ud);
 
 #endif

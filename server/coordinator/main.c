@@ -36,26 +36,27 @@ static int run_job(stk__rpc_server *srv) {
       char why[64];
       snprintf(why, sizeof(why), "signal %d", sig);
       if (!C.shutdown_req) C.by_signal = 1;
-      request_shutdown_locked(EXIT_OK, why);
+      state_request_shutdown_locked(EXIT_OK, why);
     }
-    if (!watch_holds_locked(now) && now - C.last_touch_ms > opt.idle_timeout_s * 1000)
-      request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
+    if (!ranks_watch_holds_locked(now) &&
+        now - C.last_touch_ms > opt.idle_timeout_s * 1000)
+      state_request_shutdown_locked(EXIT_IDLE, "idle timeout: no client touched the job");
     int req = C.shutdown_req;
     pthread_mutex_unlock(&C.mu);
     if (req) {
-      journal_sync(); /* the end (a signal, the idle timeout) before telling workers */
+      persist_sync(); /* the end (a signal, the idle timeout) before telling workers */
       return req - 1;
     }
     stk__notify_tick(now);
     stk__health_tick(now);
     stk__rpc_malloc_tick(now);
-    check_heartbeats();
+    workers_check_heartbeats();
     tickets_tick();
     publish_tick(now);
-    watch_pump_all();
-    expect_expire();
+    ranks_watch_pump_all();
+    persist_expect_expire();
     if (now >= next_stats) {
-      log_stats(now, &last_stats, &last_bytes);
+      status_log_stats(now, &last_stats, &last_bytes);
       stk__rpc_server_stats rs;
       stk__rpc_server_stats_get(srv, &rs);
       if (rs.shed > last_shed)
@@ -95,15 +96,15 @@ static void shut_down_workers(void) {
         opt.linger_s);
   for (;;) {
     stk__notify_tick(stk__now_ms());
-    send_shutdowns();
+    workers_send_shutdowns();
     publish_tick(stk__now_ms());
-    watch_pump_all();
-    expect_expire();
+    ranks_watch_pump_all();
+    persist_expect_expire();
     pthread_mutex_lock(&C.mu);
     /* Workers registered before a restart and not back yet (state journal)
      * still need their Shutdown: wait for them too (--rejoin-wait-s, and
      * within the grace). */
-    size_t left = nworkers_locked() + C.nexpect;
+    size_t left = state_nworkers_locked() + C.nexpect;
     pthread_mutex_unlock(&C.mu);
     if (!left && stk__now_ms() >= linger_until) break;
     if (stk__signal_count() >= 2) {
@@ -140,18 +141,18 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
       {"/stoker.v1.Coordinator/WorkerSession", &stoker__v1__worker_message__descriptor,
        STK_MAX_SESSION_MSG, NULL, &session_ops, 0, STK__ROLE_WORKER},
       {"/stoker.v1.Coordinator/Join", &stoker__v1__join_request__descriptor,
-       STK_MAX_CONTROL_MSG, handle_join, NULL, 0, STK__ROLE_CLIENT},
+       STK_MAX_CONTROL_MSG, ranks_join, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/WatchWorkers", &stoker__v1__watch_request__descriptor,
        STK_MAX_CONTROL_MSG, NULL, &watch_ops, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/Finish", &stoker__v1__finish_request__descriptor,
-       STK_MAX_CONTROL_MSG, handle_finish, NULL, 0, STK__ROLE_CLIENT},
+       STK_MAX_CONTROL_MSG, ranks_finish, NULL, 0, STK__ROLE_CLIENT},
       {"/stoker.v1.Coordinator/Status", &stoker__v1__status_request__descriptor,
        /* the worker role gets the job's state only (a data host's launcher
         * waits on it); the job spec, every worker's address and bad-file
-        * paths are for clients (handle_status) */
-       STK_MAX_CONTROL_MSG, handle_status, NULL, 0, STK__ROLE_CLIENT | STK__ROLE_WORKER},
+        * paths are for clients (status_handle) */
+       STK_MAX_CONTROL_MSG, status_handle, NULL, 0, STK__ROLE_CLIENT | STK__ROLE_WORKER},
       {"/stoker.v1.Coordinator/ReportStats", &stoker__v1__client_stats__descriptor,
-       STK_MAX_CONTROL_MSG, handle_report_stats, NULL, 0, STK__ROLE_CLIENT},
+       STK_MAX_CONTROL_MSG, status_report_stats, NULL, 0, STK__ROLE_CLIENT},
       STK__HEALTH_METHODS,
   };
   int port = 0;
@@ -171,7 +172,7 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
            stk__tls_describe(C.tls));
   /* The idle clock runs from here: a slow start (a journal replayed, a
    * loaded host) does not spend the time clients have to arrive. */
-  touch_locked();
+  state_touch_locked();
   pthread_mutex_unlock(&C.mu);
   stk__health_set(1); /* accepting joins (grpc.health.v1) until the shutdown */
   return 0;
@@ -185,7 +186,7 @@ int main(int argc, char **argv) {
   int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
   char err[600];
   if (pr != OPTS_RUN) goto out;
-  if (load_job(err, sizeof(err)) ||
+  if (state_load_job(err, sizeof(err)) ||
       stk__daemon_tls(&opt.tls, "", &C.tls, err, sizeof(err))) {
     fprintf(stderr, PROGRAM ": %s\n", err);
     code = EXIT_USAGE;
@@ -231,12 +232,12 @@ int main(int argc, char **argv) {
    * at once) and start from the wall clock, so a restarted coordinator
    * does not reuse a version its clients saw with another list. */
   C.first_version = ((uint64_t)time(NULL) << 20) | 1;
-  if (*opt.state_dir && (code = journal_open(err, sizeof(err))) != EXIT_OK) {
+  if (*opt.state_dir && (code = persist_open(err, sizeof(err))) != EXIT_OK) {
     LOG_ERROR("%s", err);
     goto out;
   }
   publish_tick(stk__now_ms()); /* the first version (empty) before any join */
-  if (resolver_start((int)opt.resolve_threads, opt.resolve_timeout_ms)) {
+  if (resolve_start((int)opt.resolve_threads, opt.resolve_timeout_ms)) {
     LOG_ERROR("cannot start the resolver threads");
     code = EXIT_FAIL;
     goto out;
@@ -251,15 +252,15 @@ int main(int argc, char **argv) {
    * read them from Status: with a token that may call it (the shared,
    * client or admin token), or, with no token, from loopback (everyone
    * under --insecure), as protected mode serves Status. */
-  metrics_access macc = {.open = opt.serve.insecure};
+  stk__metrics_access macc = {.open = opt.serve.insecure};
   if (*token) macc.tokens[macc.ntokens++] = token;
   for (size_t i = 0; i < roles.n; i++)
     if (roles.creds[i].roles & (STK__ROLE_CLIENT | STK__ROLE_ADMIN))
       macc.tokens[macc.ntokens++] = roles.creds[i].token;
   /* a worker token alone: nobody may call Status, nobody sees the names */
   macc.closed = roles.n && !macc.ntokens;
-  metrics_server *ms = NULL;
-  if (stk__daemon_metrics(opt.metrics_listen, coord_metrics, NULL, &macc, &ms)) {
+  stk__metrics_server *ms = NULL;
+  if (stk__daemon_metrics(opt.metrics_listen, status_metrics, NULL, &macc, &ms)) {
     stk__rpc_server_stop(srv, 0);
     code = EXIT_FAIL;
     goto out;
@@ -268,10 +269,10 @@ int main(int argc, char **argv) {
   code = run_job(srv);
   shut_down_workers();
   stk__rpc_server_stop(srv, 1000);
-  metrics_stop(ms);
-  if (journal_enabled()) {
+  stk__metrics_stop(ms);
+  if (persist_enabled()) {
     uint64_t jw, jn, by[3];
-    journal_figures(&jw, &jn, by);
+    persist_figures(&jw, &jn, by);
     LOG_INFO("state journal: %" PRIu64 " snapshots written by its writer thread, %" PRIu64
              " by main, %" PRIu64 " written or waited for by serving threads",
              by[0], by[2], by[1]);
@@ -280,8 +281,8 @@ int main(int argc, char **argv) {
 out:
   /* First: the journal's writer may still list or unlist workers whose
    * sessions ended at the stop (workers.c), which needs C whole. */
-  resolver_stop(); /* after the server: no session holds a check */
-  journal_close();
+  resolve_stop(); /* after the server: no session holds a check */
+  persist_close();
   stk__options_free(options, noptions);
   for (uint32_t r = 0; C.ranks && r < C.spec.world_size; r++) free(C.ranks[r].holder);
   free(C.canonical), free(C.joined), free(C.finished), free(C.ranks);

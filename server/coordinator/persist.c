@@ -7,9 +7,9 @@
  * it; and the workers of the journal expected back (C.expect).
  *
  * Owns J (below) and C.expect. Writes are group commits on a thread of
- * their own (the writer): a caller queues (journal_after: a callback, so
+ * their own (the writer): a caller queues (persist_after: a callback, so
  * a serving thread never waits on the disk, and its place in the queue is
- * embedded in its own object, so queueing never allocates; journal_sync,
+ * embedded in its own object, so queueing never allocates; persist_sync,
  * the main loop's: blocks until written), and one snapshot, taken once the writer picks
  * the queue up, answers every caller queued before it. The snapshot is a copy taken under
  * C.mu (the rank flags and worker ids, memcpy); formatting, the write and the fsync are
@@ -33,8 +33,8 @@
 static struct {
   pthread_mutex_t mu;
   pthread_cond_t cv;   /* a waiter queued, or stop */
-  pthread_cond_t done; /* a write finished (journal_sync's waits) */
-  stk__state_dir *dir; /* NULL: no journal. Set by journal_open before the
+  pthread_cond_t done; /* a write finished (persist_sync's waits) */
+  stk__state_dir *dir; /* NULL: no journal. Set by persist_open before the
                           server starts, read-only after: no lock */
   pthread_t writer;
   int running; /* the writer thread was started (main's thread only) */
@@ -45,7 +45,7 @@ static struct {
   int failing;      /* the last write failed (logged once) */
   uint64_t waiters; /* callers served, for the figures */
   uint64_t by[3];   /* snapshots written by thread kind, and waits on a
-                       serving thread in by[1] (journal_figures) */
+                       serving thread in by[1] (persist_figures) */
 } J = {.mu = PTHREAD_MUTEX_INITIALIZER,
        .cv = PTHREAD_COND_INITIALIZER,
        .done = PTHREAD_COND_INITIALIZER};
@@ -76,7 +76,7 @@ static int snap_take_locked(jsnap *s) {
   j->ended = C.shutdown_req != 0;
   j->exit_code = C.shutdown_req ? C.shutdown_req - 1 : 0;
   j->failed = C.failed;
-  size_t n = nworkers_locked() + C.nexpect;
+  size_t n = state_nworkers_locked() + C.nexpect;
   j->job_name = strdup(C.spec.name);
   j->reason = strdup(C.shutdown_reason);
   j->joined = malloc(W ? W : 1);
@@ -161,7 +161,7 @@ static void *writer_main(void *arg) {
   return NULL;
 }
 
-void journal_after(journal_waiter *jw, journal_done_fn fn, void *arg) {
+void persist_after(journal_waiter *jw, persist_done_fn fn, void *arg) {
   if (!J.dir) {
     fn(arg);
     return;
@@ -180,7 +180,7 @@ void journal_after(journal_waiter *jw, journal_done_fn fn, void *arg) {
   pthread_mutex_unlock(&J.mu);
 }
 
-/* journal_sync's waiter: flags its done word (under J.mu: the writer
+/* persist_sync's waiter: flags its done word (under J.mu: the writer
  * broadcasts J.done after the batch). */
 static void sync_done(void *arg) {
   pthread_mutex_lock(&J.mu);
@@ -194,7 +194,7 @@ static void sync_done(void *arg) {
  * writer's next group commit. A failed write is logged (once until one
  * succeeds again) and the job goes on from memory: a disk problem must
  * not end a running job. Main loop only; call without C.mu. */
-void journal_sync(void) {
+void persist_sync(void) {
   if (!J.dir) return;
   if (stk__rpc_server_on_thread()) { /* counted like a write there */
     LOG_ERROR("state journal: waited for on a serving thread (a bug)");
@@ -217,7 +217,7 @@ void journal_sync(void) {
   pthread_mutex_unlock(&J.mu);
 }
 
-void journal_figures(uint64_t *writes, uint64_t *waiters, uint64_t by[3]) {
+void persist_figures(uint64_t *writes, uint64_t *waiters, uint64_t by[3]) {
   pthread_mutex_lock(&J.mu);
   *writes = J.writes, *waiters = J.waiters;
   memcpy(by, J.by, sizeof(J.by));
@@ -225,7 +225,7 @@ void journal_figures(uint64_t *writes, uint64_t *waiters, uint64_t by[3]) {
 }
 
 /* A worker id registered again: no longer expected back. Under C.mu. */
-void expect_remove_locked(const char *id) {
+void persist_expect_remove_locked(const char *id) {
   for (size_t i = 0; i < C.nexpect; i++)
     if (!strcmp(C.expect[i], id)) {
       free(C.expect[i]);
@@ -236,7 +236,7 @@ void expect_remove_locked(const char *id) {
 
 /* Journal id as a worker to expect back, unless it is already: 1 when
  * added, 0 when it was there or on allocation failure. Under C.mu. */
-int expect_add_locked(const char *id) {
+int persist_expect_add_locked(const char *id) {
   for (size_t i = 0; i < C.nexpect; i++)
     if (!strcmp(C.expect[i], id)) return 0;
   char **v = realloc(C.expect, (C.nexpect + 1) * sizeof(*v));
@@ -250,7 +250,7 @@ int expect_add_locked(const char *id) {
 /* Once --rejoin-wait-s has passed since the start, forget the workers of
  * the journal that did not come back (gone, or they would have): the end
  * of the job no longer waits for them. Call without C.mu. */
-void expect_expire(void) {
+void persist_expect_expire(void) {
   pthread_mutex_lock(&C.mu);
   size_t n = C.nexpect;
   int due = n && stk__now_ms() - C.start_ms >= opt.rejoin_wait_s * 1000;
@@ -264,7 +264,7 @@ void expect_expire(void) {
       "%zu workers registered before the restart did not come back within %lld s "
       "(--rejoin-wait-s): not waiting for them",
       n, opt.rejoin_wait_s);
-  journal_sync();
+  persist_sync();
 }
 
 /* Take over a journal read at start: the dataset, the ranks, the end and
@@ -287,7 +287,7 @@ static int journal_apply(stk__journal *j, char *err, size_t errlen) {
                          j->num_samples);
       C.spec = t;
       C.resolved = 1;
-      if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
+      if (state_job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
     }
   }
   C.have_fp = j->have_fp;
@@ -303,7 +303,7 @@ static int journal_apply(stk__journal *j, char *err, size_t errlen) {
     snprintf(C.shutdown_reason, sizeof(C.shutdown_reason), "%s", j->reason);
     C.shutting_down = 1; /* no join while the shutdown is finished */
   } else if (C.nfinished == C.spec.world_size) {
-    request_shutdown_locked(EXIT_OK, "every rank finished");
+    state_request_shutdown_locked(EXIT_OK, "every rank finished");
   }
   C.expect = j->worker_ids; /* taken over */
   C.nexpect = j->nworkers;
@@ -314,7 +314,7 @@ static int journal_apply(stk__journal *j, char *err, size_t errlen) {
 
 /* Open --state-dir and resume from its journal (or start one). EXIT_OK, or
  * an exit code with err. Before the server starts. */
-int journal_open(char *err, size_t errlen) {
+int persist_open(char *err, size_t errlen) {
   char msg[500];
   if (stk__state_dir_open(opt.state_dir, &J.dir, err, errlen)) return EXIT_FAIL;
   char *text = NULL;
@@ -403,9 +403,9 @@ int journal_open(char *err, size_t errlen) {
   return EXIT_OK;
 }
 
-int journal_enabled(void) { return J.dir != NULL; }
+int persist_enabled(void) { return J.dir != NULL; }
 
-void journal_close(void) {
+void persist_close(void) {
   pthread_mutex_lock(&J.mu);
   int running = J.running;
   J.stop = 1;

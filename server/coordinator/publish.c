@@ -317,7 +317,7 @@ static long apply(pub_change *v, size_t n, int full, wbuf *d) {
 /* The whole live list as changes (a resynchronisation). Under C.mu. NULL
  * when out of memory. */
 static pub_change *snapshot_locked(size_t *n) {
-  *n = nworkers_locked();
+  *n = state_nworkers_locked();
   pub_change *v = calloc(*n ? *n : 1, sizeof(*v));
   if (!v) return NULL;
   size_t i = 0;

@@ -5,7 +5,7 @@
  * job), and Finish (a rank done, rank 0 ending the job, or any rank
  * aborting it). Owns the rank tables and holders, the watches and the
  * watch list in C, under C.mu. Joins, re-announcements and finishes are
- * journaled (journal_after: answered from the journal's writer thread
+ * journaled (persist_after: answered from the journal's writer thread
  * once on disk) before they are answered. */
 #include <inttypes.h>
 #include <stdio.h>
@@ -72,7 +72,7 @@ typedef struct held_reply {
   journal_waiter jw; /* its place in the journal's queue */
 } held_reply;
 
-/* journal_after's callback: send the reply, end the call OK, release it.
+/* persist_after's callback: send the reply, end the call OK, release it.
  * On the journal's writer thread. */
 static void held_reply_send(void *arg) {
   held_reply *h = arg;
@@ -82,7 +82,7 @@ static void held_reply_send(void *arg) {
   free(h);
 }
 
-void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
+void ranks_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   const Stoker__V1__JoinRequest *q = (const Stoker__V1__JoinRequest *)req;
   char msg[800];
   int code = 0;
@@ -91,12 +91,12 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
    * anything changes, so running out of memory refuses the call (the
    * client retries) instead of writing on this serving thread. */
   held_reply *h = NULL;
-  if (journal_enabled() && !(h = malloc(sizeof(*h)))) {
+  if (persist_enabled() && !(h = malloc(sizeof(*h)))) {
     stk__rpc_call_finish(call, GRPC_STATUS_UNAVAILABLE, "out of memory: retry");
     return;
   }
   pthread_mutex_lock(&C.mu);
-  touch_locked();
+  state_touch_locked();
   if (q->protocol_version != STK_PROTOCOL_VERSION) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg), "client speaks protocol %u, this coordinator %u",
@@ -116,14 +116,14 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   } else if (C.shutting_down) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
     snprintf(msg, sizeof(msg), "the job is over (%.300s)", C.shutdown_reason);
-  } else if (no_worker_can_serve_locked(msg, sizeof(msg))) {
+  } else if (workers_none_can_serve_locked(msg, sizeof(msg))) {
     code = GRPC_STATUS_FAILED_PRECONDITION;
   } else if (!C.resolved) {
     code = GRPC_STATUS_UNAVAILABLE;
     char lf[900];
     snprintf(msg, sizeof(msg),
              "waiting for a worker (the dataset size is not known yet)%.330s",
-             last_failure_locked(lf, sizeof(lf)));
+             workers_last_failure_locked(lf, sizeof(lf)));
   } else if (C.spec.source == STK_SOURCE_IMAGEFOLDER && !C.have_classes && !C.workers) {
     /* after a restart the journal knows the dataset but not its classes:
      * the first worker back tells them (one that does not say answers
@@ -196,7 +196,7 @@ void handle_join(stk__rpc_call *call, const ProtobufCMessage *req) {
   if (newly && h) {
     h->call = call, h->bb = bb;
     stk__rpc_call_hold(call);
-    journal_after(&h->jw, held_reply_send, h);
+    persist_after(&h->jw, held_reply_send, h);
     return;
   }
   free(h);
@@ -222,7 +222,7 @@ typedef struct watcher {
   int64_t lease_end; /* set when started */
   int started, sending, over;
   /* Its re-announcement taught the coordinator something: the watch
-   * starts once that is on disk (journal_after). closed: the call ended
+   * starts once that is on disk (persist_after). closed: the call ended
    * meanwhile, so the journal's callback frees the watcher. */
   int journaling, closed;
   journal_waiter jw; /* its place in the journal's queue (journaling) */
@@ -237,7 +237,7 @@ typedef struct watcher {
 } watcher;
 
 /* Open watches that keep the job from its idle timeout now. Under C.mu. */
-int watch_holds_locked(int64_t now) {
+int ranks_watch_holds_locked(int64_t now) {
   int n = 0;
   for (const watcher *wt = C.watch_list; wt; wt = wt->next)
     n += wt->started && !wt->over && !wt->sending && now < wt->lease_end;
@@ -258,7 +258,7 @@ static void watch_pump_locked(watcher *wt) {
   if (n == 0) {
     if (!C.shutting_down && stk__now_ms() >= wt->lease_end) {
       wt->over = 1;
-      touch_locked(); /* the idle clock runs from the end of the hold */
+      state_touch_locked(); /* the idle clock runs from the end of the hold */
       stk__rpc_call_finish(wt->call, GRPC_STATUS_OK, "watch lease over: watch again");
     }
     return; /* (shutting down: the last list is not encoded yet) */
@@ -270,7 +270,7 @@ static void watch_pump_locked(watcher *wt) {
   }
   /* A send may wait on a peer that stopped reading: no hold meanwhile. */
   wt->sending = 1;
-  touch_locked();
+  state_touch_locked();
   wt->known = version;
   if (C.shutting_down) {
     wt->over = 1;
@@ -280,7 +280,7 @@ static void watch_pump_locked(watcher *wt) {
 
 /* Every watcher: from the main loop (list changes anywhere show within
  * one tick, and so do the ends of leases). */
-void watch_pump_all(void) {
+void ranks_watch_pump_all(void) {
   pthread_mutex_lock(&C.mu);
   for (watcher *wt = C.watch_list; wt; wt = wt->next) watch_pump_locked(wt);
   pthread_mutex_unlock(&C.mu);
@@ -327,7 +327,7 @@ static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, ch
   if (!C.resolved) {
     char lf[900];
     snprintf(msg, len, "waiting for a worker (the dataset size is not known yet)%.330s",
-             last_failure_locked(lf, sizeof(lf)));
+             workers_last_failure_locked(lf, sizeof(lf)));
     return GRPC_STATUS_UNAVAILABLE;
   }
   if (q->job_hash != C.hash) {
@@ -342,10 +342,10 @@ static int reannounce_locked(const Stoker__V1__WatchRequest *q, int *changed, ch
   if (q->finished && !C.finished[q->rank]) {
     C.finished[q->rank] = 1, C.nfinished++, *changed = 1;
     if (C.nfinished == C.spec.world_size)
-      request_shutdown_locked(EXIT_OK, "every rank finished");
+      state_request_shutdown_locked(EXIT_OK, "every rank finished");
   }
   if (q->end_job && !C.shutdown_req) {
-    request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
+    state_request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
     *changed = 1;
   }
   return 0;
@@ -375,11 +375,11 @@ static void watch_start_locked(watcher *wt) {
   wt->started = 1;
   wt->lease_end = now + opt.watch_lease_s * 1000;
   C.watchers++;
-  touch_locked();
+  state_touch_locked();
   watch_pump_locked(wt);
 }
 
-/* journal_after's callback for a watch whose re-announcement was
+/* persist_after's callback for a watch whose re-announcement was
  * journaled: start it, unless its call ended meanwhile (then free it). */
 static void watch_journaled(void *arg) {
   watcher *wt = arg;
@@ -417,7 +417,7 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
                          "request is not a stoker.v1.WatchRequest");
     return;
   }
-  touch_locked();
+  state_touch_locked();
   int code = reannounce_locked(q, &changed, msg, sizeof(msg));
   if (code) {
     wt->over = 1;
@@ -447,7 +447,7 @@ static void watch_message(stk__rpc_call *call, const ProtobufCMessage *m) {
    * meanwhile, so the main loop's pump leaves it alone. */
   wt->journaling = 1;
   pthread_mutex_unlock(&C.mu);
-  journal_after(&wt->jw, watch_journaled, wt);
+  persist_after(&wt->jw, watch_journaled, wt);
 }
 
 static void watch_half_close(stk__rpc_call *call) {
@@ -477,7 +477,7 @@ static void watch_closed(stk__rpc_call *call) {
     }
   if (wt->started) {
     C.watchers--;
-    touch_locked();
+    state_touch_locked();
   }
   if (wt->holds && C.ranks[wt->rank].holder_gen == wt->gen) {
     struct crank *k = &C.ranks[wt->rank];
@@ -517,7 +517,7 @@ static void abort_job_locked(uint32_t rank, const char *reason, const char *peer
            *esc ? esc : "no reason given");
   LOG_ERROR("%s (from %s)", why, peer);
   C.failed = 1;
-  request_shutdown_locked(EXIT_ABORTED, why);
+  state_request_shutdown_locked(EXIT_ABORTED, why);
 }
 
 /* Log a finish and answer it (nf of world ranks finished). */
@@ -531,7 +531,7 @@ static void finish_answer(stk__rpc_call *call, uint32_t rank, uint32_t nf, uint3
   stk__rpc_call_reply(call, &resp.base);
 }
 
-/* journal_after's callback for a held Finish. */
+/* persist_after's callback for a held Finish. */
 static void finish_done(void *arg) {
   held_reply *h = arg;
   if (h->aborted) {
@@ -546,7 +546,7 @@ static void finish_done(void *arg) {
   free(h);
 }
 
-void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
+void ranks_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   const Stoker__V1__FinishRequest *q = (const Stoker__V1__FinishRequest *)req;
   char msg[300];
   /* Its place in the journal's queue, taken before anything changes:
@@ -558,7 +558,7 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
     return;
   }
   pthread_mutex_lock(&C.mu);
-  touch_locked();
+  state_touch_locked();
   uint32_t W = C.spec.world_size;
   if (q->rank >= W) {
     pthread_mutex_unlock(&C.mu);
@@ -593,7 +593,7 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
     h->call = call, h->bb = NULL, h->aborted = 1;
     h->rank = q->rank, h->nf = nf, h->world = W, h->ends_job = 1;
     stk__rpc_call_hold(call);
-    journal_after(&h->jw, finish_done, h);
+    persist_after(&h->jw, finish_done, h);
     return;
   }
   /* A client's Finish (it carries the job hash) for a rank that never
@@ -601,8 +601,8 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   if (!C.joined[q->rank] && q->job_hash) C.seen_earlier = 1;
   if (!C.finished[q->rank]) C.finished[q->rank] = 1, C.nfinished++;
   uint32_t nf = C.nfinished;
-  if (q->shutdown_job) request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
-  else if (nf == W) request_shutdown_locked(EXIT_OK, "every rank finished");
+  if (q->shutdown_job) state_request_shutdown_locked(EXIT_OK, "rank 0 ended the job");
+  else if (nf == W) state_request_shutdown_locked(EXIT_OK, "every rank finished");
   pthread_mutex_unlock(&C.mu);
   /* An answered Finish survives a restart: on disk first. The answer
    * waits for the journal's next group commit (thousands of ranks
@@ -611,5 +611,5 @@ void handle_finish(stk__rpc_call *call, const ProtobufCMessage *req) {
   h->call = call, h->bb = NULL, h->aborted = 0;
   h->rank = q->rank, h->nf = nf, h->world = W, h->ends_job = q->shutdown_job;
   stk__rpc_call_hold(call);
-  journal_after(&h->jw, finish_done, h);
+  persist_after(&h->jw, finish_done, h);
 }

@@ -144,7 +144,7 @@ static void *watch_main(void *unused) {
   return NULL;
 }
 
-int resolver_start(int threads, long long timeout_ms) {
+int resolve_start(int threads, long long timeout_ms) {
   pthread_condattr_t ca;
   pthread_condattr_init(&ca);
   pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -172,14 +172,14 @@ int resolver_start(int threads, long long timeout_ms) {
       pthread_mutex_lock(&R.mu);
       R.alive--;
       pthread_mutex_unlock(&R.mu);
-      resolver_stop();
+      resolve_stop();
       return -1;
     }
   }
   return 0;
 }
 
-void resolver_stop(void) {
+void resolve_stop(void) {
   if (!R.started) return;
   pthread_mutex_lock(&R.mu);
   __atomic_store_n(&R.stop, 1, __ATOMIC_RELAXED);

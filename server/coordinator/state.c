@@ -15,9 +15,9 @@
 
 coord_state C = {.mu = PTHREAD_MUTEX_INITIALIZER, .cv = PTHREAD_COND_INITIALIZER};
 
-void touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
+void state_touch_locked(void) { C.last_touch_ms = stk__now_ms(); }
 
-void request_shutdown_locked(int code, const char *why) {
+void state_request_shutdown_locked(int code, const char *why) {
   if (C.shutdown_req) return;
   C.shutdown_req = code + 1;
   snprintf(C.shutdown_reason, sizeof(C.shutdown_reason), "%s", why);
@@ -32,7 +32,7 @@ int state_locked(void) {
 }
 
 /* Recompute the canonical text and hash after a change of the spec. */
-int job_publish_locked(void) {
+int state_job_publish_locked(void) {
   size_t n = stk_job_spec_format(&C.spec, NULL, 0);
   char *t = malloc(n + 1);
   if (!t) return -1;
@@ -43,7 +43,7 @@ int job_publish_locked(void) {
   return 0;
 }
 
-int unlink_locked(cworker *w) {
+int state_unlink_locked(cworker *w) {
   for (cworker **pp = &C.workers; *pp; pp = &(*pp)->next)
     if (*pp == w) {
       *pp = w->next;
@@ -56,13 +56,13 @@ int unlink_locked(cworker *w) {
   return 0;
 }
 
-size_t nworkers_locked(void) {
+size_t state_nworkers_locked(void) {
   size_t n = 0;
   for (cworker *w = C.workers; w; w = w->next) n++;
   return n;
 }
 
-int load_job(char *err, size_t errlen) {
+int state_load_job(char *err, size_t errlen) {
   stk_job_spec_defaults(&C.spec);
   if (*opt.job && stk_job_spec_load(&C.spec, opt.job, err, errlen)) return -1;
   for (size_t i = 0; i < opt.set.n; i++) {
@@ -81,7 +81,7 @@ int load_job(char *err, size_t errlen) {
              C.spec.num_samples);
     return -1;
   }
-  if (job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
+  if (state_job_publish_locked()) return stk__errf(err, errlen, -1, "out of memory");
   C.config_hash = C.hash;
   C.joined = calloc(C.spec.world_size, 1);
   C.finished = calloc(C.spec.world_size, 1);

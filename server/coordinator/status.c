@@ -21,7 +21,7 @@ static const char *const state_names[] = {"waiting", "running", "draining", "don
 
 /* Coordinator.ReportStats: a rank's own figures (stall, rate), kept for
  * Status and /metrics. A report counts as the client touching the job. */
-void handle_report_stats(stk__rpc_call *call, const ProtobufCMessage *req) {
+void status_report_stats(stk__rpc_call *call, const ProtobufCMessage *req) {
   const Stoker__V1__ClientStats *q = (const Stoker__V1__ClientStats *)req;
   pthread_mutex_lock(&C.mu);
   uint32_t W = C.spec.world_size;
@@ -32,7 +32,7 @@ void handle_report_stats(stk__rpc_call *call, const ProtobufCMessage *req) {
     stk__rpc_call_finish(call, GRPC_STATUS_INVALID_ARGUMENT, msg);
     return;
   }
-  touch_locked();
+  state_touch_locked();
   struct crank *r = &C.ranks[q->rank];
   r->at_ms = stk__now_ms();
   /* untrusted figures: a fraction in 0..1, a rate >= 0 (NaN counts as 0) */
@@ -139,7 +139,7 @@ static void handle_status_worker(stk__rpc_call *call) {
   stk__rpc_call_reply(call, &resp.base);
 }
 
-void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
+void status_handle(stk__rpc_call *call, const ProtobufCMessage *req) {
   (void)req; /* StatusRequest has no fields */
   if (!(stk__rpc_call_roles(call) & (STK__ROLE_CLIENT | STK__ROLE_ADMIN))) {
     handle_status_worker(call);
@@ -156,7 +156,7 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
   resp.uptime_ms = (uint64_t)(now - C.start_ms);
   resp.dataset_size = C.resolved ? C.spec.num_samples : 0;
   resp.end_reason = C.shutdown_req ? C.shutdown_reason : "";
-  size_t nw = nworkers_locked(), i = 0;
+  size_t nw = state_nworkers_locked(), i = 0;
   Stoker__V1__WorkerStatus *ws = calloc(nw ? nw : 1, sizeof(*ws));
   Stoker__V1__WorkerStatus **wsp = calloc(nw ? nw : 1, sizeof(*wsp));
   Stoker__V1__WorkerInfo *wi = calloc(nw ? nw : 1, sizeof(*wi));
@@ -225,7 +225,7 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
 
 /* One stats line (greppable: "stats state=..."); *last_ms and *last_bytes
  * carry the previous line's time and byte count for the rate. */
-void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
+void status_log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
   pthread_mutex_lock(&C.mu);
   double bps = 0;
   uint64_t bytes = 0;
@@ -236,12 +236,13 @@ void log_stats(int64_t now, int64_t *last_ms, uint64_t *last_bytes) {
   LOG_INFO(
       "stats state=%s workers=%zu ranks_joined=%u ranks_finished=%u "
       "watchers=%d batches_per_s=%.1f mb_per_s=%.1f idle_s=%lld",
-      state_names[state_locked()], nworkers_locked(), C.njoined, C.nfinished, C.watchers,
-      bps, mbps,
-      watch_holds_locked(now) ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
+      state_names[state_locked()], state_nworkers_locked(), C.njoined, C.nfinished,
+      C.watchers, bps, mbps,
+      ranks_watch_holds_locked(now) ? 0LL : (long long)((now - C.last_touch_ms) / 1000));
   char st[200];
   snprintf(st, sizeof(st), "%s: %zu workers, %.1f batches/s, ranks %u joined %u finished",
-           state_names[state_locked()], nworkers_locked(), bps, C.njoined, C.nfinished);
+           state_names[state_locked()], state_nworkers_locked(), bps, C.njoined,
+           C.nfinished);
   pthread_mutex_unlock(&C.mu);
   stk__notify_status(st);
   *last_bytes = bytes, *last_ms = now;
@@ -284,54 +285,60 @@ static void verdict_locked(int64_t now, stk__verdict *v) {
  * heartbeats report them (each by id and address only in a full scrape:
  * an anonymous one gets the counts), the ranks as they report
  * themselves. */
-void coord_metrics(metrics_buf *b, int full, void *ud) {
+void status_metrics(stk__metrics_buf *b, int full, void *ud) {
   (void)ud;
   char lab[1500];
   pthread_mutex_lock(&C.mu);
   int64_t now = stk__now_ms();
-  metrics_family(b, "stoker_coordinator_up", "gauge", "1 while the coordinator serves");
-  metrics_sample(b, "stoker_coordinator_up", NULL, 1);
-  metrics_family(b, "stoker_coordinator_uptime_seconds", "gauge", "seconds since start");
-  metrics_sample(b, "stoker_coordinator_uptime_seconds", NULL,
-                 (double)(now - C.start_ms) / 1e3);
-  metrics_family(b, "stoker_coordinator_job_state", "gauge",
-                 "1 for the job's current state, 0 for the others");
+  stk__metrics_family(b, "stoker_coordinator_up", "gauge",
+                      "1 while the coordinator serves");
+  stk__metrics_sample(b, "stoker_coordinator_up", NULL, 1);
+  stk__metrics_family(b, "stoker_coordinator_uptime_seconds", "gauge",
+                      "seconds since start");
+  stk__metrics_sample(b, "stoker_coordinator_uptime_seconds", NULL,
+                      (double)(now - C.start_ms) / 1e3);
+  stk__metrics_family(b, "stoker_coordinator_job_state", "gauge",
+                      "1 for the job's current state, 0 for the others");
   int st = state_locked();
   for (int i = 0; i <= ST_FAILED; i++)
-    metrics_sample(b, "stoker_coordinator_job_state",
-                   metrics_label(lab, sizeof(lab), "state", state_names[i]), i == st);
-  metrics_family(b, "stoker_coordinator_live_workers", "gauge",
-                 "workers on the live list");
-  metrics_sample(b, "stoker_coordinator_live_workers", NULL, (double)nworkers_locked());
+    stk__metrics_sample(b, "stoker_coordinator_job_state",
+                        stk__metrics_label(lab, sizeof(lab), "state", state_names[i]),
+                        i == st);
+  stk__metrics_family(b, "stoker_coordinator_live_workers", "gauge",
+                      "workers on the live list");
+  stk__metrics_sample(b, "stoker_coordinator_live_workers", NULL,
+                      (double)state_nworkers_locked());
   uint32_t nsuspect = 0;
   for (cworker *w = C.workers; w; w = w->next) nsuspect += w->suspect != 0;
-  metrics_family(b, "stoker_coordinator_suspect_workers", "gauge",
-                 "listed workers whose heartbeats are late (session open)");
-  metrics_sample(b, "stoker_coordinator_suspect_workers", NULL, nsuspect);
+  stk__metrics_family(b, "stoker_coordinator_suspect_workers", "gauge",
+                      "listed workers whose heartbeats are late (session open)");
+  stk__metrics_sample(b, "stoker_coordinator_suspect_workers", NULL, nsuspect);
   uint64_t lv, lpub, ldelta, lwhole;
   size_t lhist;
   publish_figures_locked(&lv, &lpub, &ldelta, &lwhole, &lhist);
-  metrics_family(b, "stoker_coordinator_list_versions_total", "counter",
-                 "worker list versions published (at most 4 a second)");
-  metrics_sample(b, "stoker_coordinator_list_versions_total", NULL, (double)lpub);
-  metrics_family(b, "stoker_coordinator_list_whole_bytes", "gauge",
-                 "the published worker list, encoded whole");
-  metrics_sample(b, "stoker_coordinator_list_whole_bytes", NULL, (double)lwhole);
-  metrics_family(b, "stoker_coordinator_list_delta_bytes", "gauge",
-                 "the last published change of the worker list, encoded as a delta");
-  metrics_sample(b, "stoker_coordinator_list_delta_bytes", NULL, (double)ldelta);
-  metrics_family(b, "stoker_coordinator_world_size", "gauge", "ranks of the job");
-  metrics_sample(b, "stoker_coordinator_world_size", NULL, C.spec.world_size);
-  metrics_family(b, "stoker_coordinator_ranks_joined", "gauge", "ranks that joined");
-  metrics_sample(b, "stoker_coordinator_ranks_joined", NULL, C.njoined);
-  metrics_family(b, "stoker_coordinator_ranks_finished", "gauge", "ranks that finished");
-  metrics_sample(b, "stoker_coordinator_ranks_finished", NULL, C.nfinished);
-  metrics_family(b, "stoker_coordinator_watchers", "gauge", "open WatchWorkers streams");
-  metrics_sample(b, "stoker_coordinator_watchers", NULL, C.watchers);
-  metrics_family(b, "stoker_coordinator_dataset_samples", "gauge",
-                 "samples in the dataset (0 until a worker told)");
-  metrics_sample(b, "stoker_coordinator_dataset_samples", NULL,
-                 C.resolved ? (double)C.spec.num_samples : 0);
+  stk__metrics_family(b, "stoker_coordinator_list_versions_total", "counter",
+                      "worker list versions published (at most 4 a second)");
+  stk__metrics_sample(b, "stoker_coordinator_list_versions_total", NULL, (double)lpub);
+  stk__metrics_family(b, "stoker_coordinator_list_whole_bytes", "gauge",
+                      "the published worker list, encoded whole");
+  stk__metrics_sample(b, "stoker_coordinator_list_whole_bytes", NULL, (double)lwhole);
+  stk__metrics_family(b, "stoker_coordinator_list_delta_bytes", "gauge",
+                      "the last published change of the worker list, encoded as a delta");
+  stk__metrics_sample(b, "stoker_coordinator_list_delta_bytes", NULL, (double)ldelta);
+  stk__metrics_family(b, "stoker_coordinator_world_size", "gauge", "ranks of the job");
+  stk__metrics_sample(b, "stoker_coordinator_world_size", NULL, C.spec.world_size);
+  stk__metrics_family(b, "stoker_coordinator_ranks_joined", "gauge", "ranks that joined");
+  stk__metrics_sample(b, "stoker_coordinator_ranks_joined", NULL, C.njoined);
+  stk__metrics_family(b, "stoker_coordinator_ranks_finished", "gauge",
+                      "ranks that finished");
+  stk__metrics_sample(b, "stoker_coordinator_ranks_finished", NULL, C.nfinished);
+  stk__metrics_family(b, "stoker_coordinator_watchers", "gauge",
+                      "open WatchWorkers streams");
+  stk__metrics_sample(b, "stoker_coordinator_watchers", NULL, C.watchers);
+  stk__metrics_family(b, "stoker_coordinator_dataset_samples", "gauge",
+                      "samples in the dataset (0 until a worker told)");
+  stk__metrics_sample(b, "stoker_coordinator_dataset_samples", NULL,
+                      C.resolved ? (double)C.spec.num_samples : 0);
   static const struct {
     const char *name, *help;
   } wf[] = {{"stoker_coordinator_worker_batches_per_second",
@@ -341,16 +348,17 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
             {"stoker_coordinator_worker_suspect",
              "1 while a listed worker's heartbeats are late (its session open)"}};
   for (int k = 0; k < 3; k++) {
-    metrics_family(b, wf[k].name, "gauge", wf[k].help);
+    stk__metrics_family(b, wf[k].name, "gauge", wf[k].help);
     for (cworker *w = full ? C.workers : NULL; w; w = w->next) {
       /* the id is unique among live workers; the address may repeat */
       char id[700], addr[700];
-      snprintf(lab, sizeof(lab), "%s,%s", metrics_label(id, sizeof(id), "worker", w->id),
-               metrics_label(addr, sizeof(addr), "address", w->address));
-      metrics_sample(b, wf[k].name, lab,
-                     k == 2   ? (double)(w->suspect != 0)
-                     : k == 1 ? w->stats.busy_fraction
-                              : w->stats.batches_per_s);
+      snprintf(lab, sizeof(lab), "%s,%s",
+               stk__metrics_label(id, sizeof(id), "worker", w->id),
+               stk__metrics_label(addr, sizeof(addr), "address", w->address));
+      stk__metrics_sample(b, wf[k].name, lab,
+                          k == 2   ? (double)(w->suspect != 0)
+                          : k == 1 ? w->stats.busy_fraction
+                                   : w->stats.batches_per_s);
     }
   }
   static const struct {
@@ -367,7 +375,7 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
              "CPU seconds a rank's client spends receiving per GB (its io and copy "
              "threads; client report; 0 before data came)"}};
   for (int k = 0; k < 5; k++) {
-    metrics_family(b, rf[k].name, rf[k].type, rf[k].help);
+    stk__metrics_family(b, rf[k].name, rf[k].type, rf[k].help);
     /* bounded: ranks below --metrics-rank-series only (stable series) */
     uint32_t nrank = C.spec.world_size;
     if ((long long)nrank > opt.metrics_rank_series)
@@ -377,26 +385,29 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
       if (!c->at_ms) continue;
       char rank[16];
       snprintf(rank, sizeof(rank), "%u", r);
-      metrics_sample(b, rf[k].name, metrics_label(lab, sizeof(lab), "rank", rank),
-                     k == 0   ? c->stall_fraction
-                     : k == 1 ? c->batches_per_s
-                     : k == 2 ? (double)c->batches
-                     : k == 3 ? c->step_ms / 1e3
-                              : c->recv_cpu_s_per_gb);
+      stk__metrics_sample(b, rf[k].name,
+                          stk__metrics_label(lab, sizeof(lab), "rank", rank),
+                          k == 0   ? c->stall_fraction
+                          : k == 1 ? c->batches_per_s
+                          : k == 2 ? (double)c->batches
+                          : k == 3 ? c->step_ms / 1e3
+                                   : c->recv_cpu_s_per_gb);
     }
   }
   stk__verdict v;
   verdict_locked(now, &v);
   pthread_mutex_unlock(&C.mu);
   uint64_t jwrites, jwaiters, jby[3];
-  journal_figures(&jwrites, &jwaiters, jby);
-  metrics_family(b, "stoker_coordinator_journal_writes_total", "counter",
-                 "state journal snapshots written (--state-dir; group commits)");
-  metrics_sample(b, "stoker_coordinator_journal_writes_total", NULL, (double)jwrites);
-  metrics_family(b, "stoker_coordinator_journal_waiters_total", "counter",
-                 "calls answered after a journal write (several share one write)");
-  metrics_sample(b, "stoker_coordinator_journal_waiters_total", NULL, (double)jwaiters);
-  metrics_family(
+  persist_figures(&jwrites, &jwaiters, jby);
+  stk__metrics_family(b, "stoker_coordinator_journal_writes_total", "counter",
+                      "state journal snapshots written (--state-dir; group commits)");
+  stk__metrics_sample(b, "stoker_coordinator_journal_writes_total", NULL,
+                      (double)jwrites);
+  stk__metrics_family(b, "stoker_coordinator_journal_waiters_total", "counter",
+                      "calls answered after a journal write (several share one write)");
+  stk__metrics_sample(b, "stoker_coordinator_journal_waiters_total", NULL,
+                      (double)jwaiters);
+  stk__metrics_family(
       b, "stoker_coordinator_journal_snapshots_total", "counter",
       "state journal snapshots by the thread that wrote them: the journal's "
       "writer, main (at start and at the end), rpc (written or waited for on a "
@@ -404,22 +415,25 @@ void coord_metrics(metrics_buf *b, int full, void *ud) {
   static const char *const jkind[3] = {"thread=\"writer\"", "thread=\"rpc\"",
                                        "thread=\"main\""};
   for (int k = 0; k < 3; k++)
-    metrics_sample(b, "stoker_coordinator_journal_snapshots_total", jkind[k],
-                   (double)jby[k]);
-  metrics_family(b, "stoker_job_workers_needed", "gauge",
-                 "input-bound: data workers of the current mean size that would remove "
-                 "the stall (0 otherwise, or when a figure is missing)");
-  metrics_sample(b, "stoker_job_workers_needed", NULL,
-                 v.kind == STK_VERDICT_INPUT_BOUND ? v.workers_needed : 0);
-  metrics_family(b, "stoker_job_cores_more", "gauge",
-                 "input-bound: more cores of this pipeline's data-worker CPU that would "
-                 "remove the stall (0 otherwise, or when a figure is missing)");
-  metrics_sample(b, "stoker_job_cores_more", NULL,
-                 v.kind == STK_VERDICT_INPUT_BOUND ? v.cores_more : 0);
-  metrics_family(b, "stoker_job_worker_cores", "gauge",
-                 "the live workers' usable cores (cgroup quota or affinity), summed");
-  metrics_sample(b, "stoker_job_worker_cores", NULL, v.cores);
-  metrics_family(b, "stoker_job_workers_spare", "gauge",
-                 "compute-bound: data workers that could go (0 otherwise)");
-  metrics_sample(b, "stoker_job_workers_spare", NULL, v.workers_spare);
+    stk__metrics_sample(b, "stoker_coordinator_journal_snapshots_total", jkind[k],
+                        (double)jby[k]);
+  stk__metrics_family(
+      b, "stoker_job_workers_needed", "gauge",
+      "input-bound: data workers of the current mean size that would remove "
+      "the stall (0 otherwise, or when a figure is missing)");
+  stk__metrics_sample(b, "stoker_job_workers_needed", NULL,
+                      v.kind == STK_VERDICT_INPUT_BOUND ? v.workers_needed : 0);
+  stk__metrics_family(
+      b, "stoker_job_cores_more", "gauge",
+      "input-bound: more cores of this pipeline's data-worker CPU that would "
+      "remove the stall (0 otherwise, or when a figure is missing)");
+  stk__metrics_sample(b, "stoker_job_cores_more", NULL,
+                      v.kind == STK_VERDICT_INPUT_BOUND ? v.cores_more : 0);
+  stk__metrics_family(
+      b, "stoker_job_worker_cores", "gauge",
+      "the live workers' usable cores (cgroup quota or affinity), summed");
+  stk__metrics_sample(b, "stoker_job_worker_cores", NULL, v.cores);
+  stk__metrics_family(b, "stoker_job_workers_spare", "gauge",
+                      "compute-bound: data workers that could go (0 otherwise)");
+  stk__metrics_sample(b, "stoker_job_workers_spare", NULL, v.workers_spare);
 }

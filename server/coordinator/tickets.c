@@ -51,12 +51,12 @@ uint64_t tickets_clock_ms(void) {
   return t > 0 ? (uint64_t)t : 0;
 }
 
-int ticket_key_new(char out[STK__TICKET_KEY_HEX + 1]) {
+int tickets_key_new(char out[STK__TICKET_KEY_HEX + 1]) {
   out[0] = 0;
   return enabled ? stk__ticket_key_new(out) : 0;
 }
 
-int ticket_mint(const char *key, char out[STK__TICKET_MAX], uint64_t *expiry_s) {
+int tickets_mint(const char *key, char out[STK__TICKET_MAX], uint64_t *expiry_s) {
   out[0] = 0;
   *expiry_s = 0;
   if (!enabled || !*key) return 0;
@@ -75,7 +75,7 @@ void tickets_tick(void) {
     if (!w->key[0] || w->ticket_expiry == due) continue;
     char t[STK__TICKET_MAX];
     uint64_t e;
-    if (ticket_mint(w->key, t, &e)) continue; /* keeps the one it has */
+    if (tickets_mint(w->key, t, &e)) continue; /* keeps the one it has */
     memcpy(w->ticket, t, sizeof(t));
     w->ticket_expiry = e;
     OPENSSL_cleanse(t, sizeof(t));

@@ -59,7 +59,7 @@ static const Stoker__V1__Register *hello_of(const Stoker__V1__WorkerMessage *m) 
  * check's answer (its phase still WS_CHECKING, under the resolver's
  * lock). */
 static int send_job(stk__rpc_call *call, cworker *w, int checking) {
-  if (ticket_key_new(w->key) || ticket_mint(w->key, w->ticket, &w->ticket_expiry)) {
+  if (tickets_key_new(w->key) || tickets_mint(w->key, w->ticket, &w->ticket_expiry)) {
     stk__rpc_call_finish(call, GRPC_STATUS_INTERNAL, "cannot mint a stream ticket");
     return -1;
   }
@@ -270,7 +270,7 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
     C.spec = t;
     C.resolved = 1;
     snprintf(size_from, sizeof(size_from), "%s", w->id);
-    job_publish_locked();
+    state_job_publish_locked();
     /* First registrant decides. That is the usual case (workers share one
      * dataset), so info: a worker that disagrees later is refused with a
      * warning that names this one and says how to decide it yourself. */
@@ -311,7 +311,7 @@ static int dataset_check_locked(const cworker *w, const Stoker__V1__Register *h,
 static void link_locked(cworker *w) {
   for (cworker *o = C.workers; o; o = o->next)
     if (!strcmp(o->id, w->id)) {
-      unlink_locked(o);
+      state_unlink_locked(o);
       if (o->call)
         stk__rpc_call_abort(o->call, GRPC_STATUS_ABORTED, "replaced by a new session");
       break;
@@ -323,22 +323,22 @@ static void link_locked(cworker *w) {
   C.workers = w;
   C.workers_seen_ms = w->registered_ms;
   publish_change_locked(w, 0);
-  expect_remove_locked(w->id); /* it is back */
+  persist_expect_remove_locked(w->id); /* it is back */
   pthread_cond_broadcast(&C.cv);
-  size_t nlive = nworkers_locked();
+  size_t nlive = state_nworkers_locked();
   pthread_mutex_unlock(&C.mu);
   LOG_INFO("worker %s registered at %s (%u cores); %zu live", w->id, w->address, w->cores,
            nlive);
 }
 
-/* The admitted worker is in the journal (journal_after, on the writer
+/* The admitted worker is in the journal (persist_after, on the writer
  * thread): list it, unless its session ended meanwhile (then it is freed
  * here). */
 static void admit_journaled(void *arg) {
   cworker *w = arg;
   pthread_mutex_lock(&C.mu);
   w->journal_wait = 0;
-  if (w->expect_added) expect_remove_locked(w->id), w->expect_added = 0;
+  if (w->expect_added) persist_expect_remove_locked(w->id), w->expect_added = 0;
   if (w->phase != WS_ADMITTING) { /* refused or ended meanwhile */
     int gone = w->gone;
     pthread_mutex_unlock(&C.mu);
@@ -377,15 +377,15 @@ static int worker_admit(stk__rpc_call *call, cworker *w,
     return -1;
   }
   w->phase = WS_ADMITTING;
-  if (journal_enabled()) {
+  if (persist_enabled()) {
     /* Journal the worker (and the dataset it taught the job) before it is
      * on the list: whatever Status shows, a restart knows. The write and
      * fsync run on the journal's writer thread, never on this serving
      * thread: the worker is listed from there (admit_journaled). */
-    w->expect_added = expect_add_locked(w->id);
+    w->expect_added = persist_expect_add_locked(w->id);
     w->journal_wait = 1;
     pthread_mutex_unlock(&C.mu);
-    journal_after(&w->jw, admit_journaled, w);
+    persist_after(&w->jw, admit_journaled, w);
     return 0;
   }
   link_locked(w);
@@ -411,7 +411,7 @@ static void bad_check_locked(const cworker *w, const Stoker__V1__WorkerStats *s)
            opt.max_bad_fraction);
   LOG_ERROR("%s", why);
   C.failed = 1;
-  request_shutdown_locked(EXIT_ABORTED, why);
+  state_request_shutdown_locked(EXIT_ABORTED, why);
 }
 
 /* A worker's bad samples from its stats: user-code errors and all. */
@@ -502,7 +502,7 @@ static void policy_check_locked(const cworker *w, const Stoker__V1__WorkerStats 
   }
   LOG_ERROR("%s", why);
   C.failed = 1;
-  request_shutdown_locked(EXIT_ABORTED, why);
+  state_request_shutdown_locked(EXIT_ABORTED, why);
 }
 
 /* A deep copy of a worker's stats (pack, unpack): a heartbeat's stats
@@ -529,7 +529,7 @@ static void worker_heartbeat(cworker *w, const Stoker__V1__WorkerMessage *m) {
   const Stoker__V1__WorkerStats *s = m->heartbeat->stats;
   if (s) {
     /* Batches flowing to clients: the job is in use. */
-    if (s->bytes_sent > w->stats.bytes_sent) touch_locked();
+    if (s->bytes_sent > w->stats.bytes_sent) state_touch_locked();
     w->stats.batches_built = s->batches_built;
     w->stats.bytes_sent = s->bytes_sent;
     w->stats.samples_substituted = s->samples_substituted;
@@ -583,7 +583,7 @@ static void worker_failure(stk__rpc_call *call, cworker *w,
 
 /* The newest worker failure as "; a worker could not serve the job: TEXT
  * (N s ago)" for a waiting rank's message, or "" (none). Under C.mu. */
-const char *last_failure_locked(char *buf, size_t len) {
+const char *workers_last_failure_locked(char *buf, size_t len) {
   if (!C.nfails) return "";
   const struct wfail *e = &C.fails[(C.nfails - 1) % MAX_FAILURES];
   snprintf(buf, len, "; a worker could not serve the job: %s (%.0f s ago)", e->text,
@@ -591,7 +591,7 @@ const char *last_failure_locked(char *buf, size_t len) {
   return buf;
 }
 
-int no_worker_can_serve_locked(char *buf, size_t len) {
+int workers_none_can_serve_locked(char *buf, size_t len) {
   if (C.workers || !C.nfails) return 0;
   const struct wfail *e = &C.fails[(C.nfails - 1) % MAX_FAILURES];
   int64_t now = stk__now_ms();
@@ -658,13 +658,13 @@ static void session_half_close(stk__rpc_call *call) {
   stk__rpc_call_finish(call, serving ? GRPC_STATUS_OK : GRPC_STATUS_CANCELLED, "");
 }
 
-/* A listed worker whose session ended is out of the journal (journal_after,
+/* A listed worker whose session ended is out of the journal (persist_after,
  * on the writer thread): off the list, freed. */
 static void leave_journaled(void *arg) {
   cworker *w = arg;
   pthread_mutex_lock(&C.mu);
-  int was_live = unlink_locked(w);
-  size_t nlive = nworkers_locked();
+  int was_live = state_unlink_locked(w);
+  size_t nlive = state_nworkers_locked();
   pthread_mutex_unlock(&C.mu);
   if (was_live) LOG_INFO("worker %s (%s) left; %zu live", w->id, w->address, nlive);
   worker_free(w);
@@ -690,7 +690,7 @@ static void session_closed(stk__rpc_call *call) {
   pthread_mutex_unlock(&C.mu);
   if (waiting) return;
   if (journaled) {
-    journal_after(&w->jw, leave_journaled, w);
+    persist_after(&w->jw, leave_journaled, w);
     return;
   }
   leave_journaled(w); /* never listed, or dropped already: no journal write */
@@ -701,7 +701,7 @@ const stk__rpc_stream_ops session_ops = {session_open, session_message,
 
 /* Send Shutdown to every live worker that has not had it yet (the send
  * only queues: no wait under the lock). */
-void send_shutdowns(void) {
+void workers_send_shutdowns(void) {
   pthread_mutex_lock(&C.mu);
   for (cworker *w = C.workers; w; w = w->next) {
     if (w->shutdown_sent || !w->call) continue; /* no call: leaving */
@@ -727,7 +727,7 @@ void send_shutdowns(void) {
  * stays listed; only a closed session (session_closed) or a lapse of
  * --heartbeat-lapse-s drops it. Logs after C.mu is released (a few lines
  * per tick at most: one per change of state). */
-void check_heartbeats(void) {
+void workers_check_heartbeats(void) {
   int64_t now = stk__now_ms(), late = opt.heartbeat_interval_ms * opt.heartbeat_misses,
           lapse = opt.heartbeat_lapse_s * 1000;
   if (lapse < late) lapse = late; /* never dropped before it was suspect */
@@ -757,7 +757,7 @@ void check_heartbeats(void) {
       w->suspect_since_ms = now;
       continue;
     }
-    unlink_locked(w);
+    state_unlink_locked(w);
     /* The session ends; the worker reconnects and registers again. */
     if (w->call)
       stk__rpc_call_abort(w->call, GRPC_STATUS_UNAVAILABLE, "heartbeats lapsed");

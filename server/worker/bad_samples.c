@@ -193,16 +193,17 @@ void bad_fill_stats(Stoker__V1__WorkerStats *out) {
 }
 
 /* GET /metrics (worker_metrics, stats.c): the bad samples by reason. */
-void bad_metrics(metrics_buf *b) {
+void bad_metrics(stk__metrics_buf *b) {
   char lab[64];
   uint64_t cnt[NBAD];
   pthread_mutex_lock(&BAD.mu);
   memcpy(cnt, BAD.count, sizeof(cnt));
   pthread_mutex_unlock(&BAD.mu);
-  metrics_family(b, "stoker_worker_bad_samples_total", "counter",
-                 "distinct bad samples found (each replaced, logged once), by reason");
+  stk__metrics_family(
+      b, "stoker_worker_bad_samples_total", "counter",
+      "distinct bad samples found (each replaced, logged once), by reason");
   for (size_t i = 0; i < NBAD; i++)
-    metrics_sample(b, "stoker_worker_bad_samples_total",
-                   metrics_label(lab, sizeof(lab), "reason", bad_reasons[i]),
-                   (double)cnt[i]);
+    stk__metrics_sample(b, "stoker_worker_bad_samples_total",
+                        stk__metrics_label(lab, sizeof(lab), "reason", bad_reasons[i]),
+                        (double)cnt[i]);
 }

@@ -162,7 +162,7 @@ int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     int nbuf = opt.batch_buffers ? (int)opt.batch_buffers : 2 * (int)W.threads + 2;
     sched *sch = NULL;
     if (stk_batch_layout_of(&resolved, &W.layout) ||
-        sched_create(&resolved, ds, (int)W.threads, nbuf, &sch, msg, sizeof(msg))) {
+        fairsched_create(&resolved, ds, (int)W.threads, nbuf, &sch, msg, sizeof(msg))) {
       snprintf(err, errlen, "cannot start the builders: %s", msg);
       stk_dataset_close(ds);
       return -2;
@@ -184,7 +184,7 @@ int on_job(const char *canonical, uint64_t hash, uint64_t *job_hash,
     W.sch = sch;
     W.have_job = 1;
     if (opt.fault_transient_every)
-      sched_set_fault_transient(sch, (uint32_t)opt.fault_transient_every);
+      fairsched_set_fault_transient(sch, (uint32_t)opt.fault_transient_every);
     pthread_mutex_unlock(&W.mu);
     LOG_INFO("job %s loaded: hash=%016" PRIx64 " samples=%" PRIu64
              " steps_per_epoch=%" PRIu64 " batch_bytes=%" PRIu64 " buffers=%d",
@@ -212,5 +212,5 @@ void on_command(int cmd, const char *reason) {
   }
   __atomic_store_n(&W.draining, 1, __ATOMIC_RELEASE);
   sched *s = current_sched();
-  if (s) sched_drain(s);
+  if (s) fairsched_drain(s);
 }

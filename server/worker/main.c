@@ -4,7 +4,7 @@
  * run loop until a signal, the coordinator's Shutdown, a rejection or the
  * orphan timeout, and the drain and exit code. Wires the other files:
  * session.c registers with the coordinator and calls job.c's hooks,
- * streams.c serves Worker.Stream from the scheduler (sched.c), stats.c and
+ * streams.c serves Worker.Stream from the scheduler (fairsched.c), stats.c and
  * bad_samples.c report. Owns W and opt (worker.h) and the process's exit.
  */
 #include <inttypes.h>
@@ -236,14 +236,14 @@ static int run_worker(session *sess, stk__rpc_server *srv) {
                     !__atomic_load_n(&W.draining, __ATOMIC_ACQUIRE));
     int64_t now = stk__now_ms();
     sched *s = current_sched();
-    if (s) sched_reap(s, now, (int)(opt.serve.send_stall_s * 1000));
+    if (s) fairsched_reap(s, now, (int)(opt.serve.send_stall_s * 1000));
     int stats_due = now >= next_stats;
     notify_progress(sess, stats_due);
     stk__notify_tick(now);
     stk__health_tick(now);
     stk__rpc_malloc_tick(now);
     if (stats_due) {
-      log_stats(srv, now, lost != 0, &last);
+      stats_log(srv, now, lost != 0, &last);
       next_stats = now + opt.stats_interval_s * 1000;
     }
     stk__sleep_ms(50);
@@ -257,13 +257,13 @@ static void drain(sched *s, int code) {
   stk__notify_stopping("draining");
   stk__health_set(0);
   if (!s) return;
-  sched_drain(s);
+  fairsched_drain(s);
   long long drain_s =
       code == EXIT_ABORTED && opt.drain_timeout_s > 2 ? 2 : opt.drain_timeout_s;
   int64_t until = stk__now_ms() + drain_s * 1000;
-  sched_stats st;
+  fairsched_stats st;
   for (;;) {
-    sched_stats_get(s, &st);
+    fairsched_stats_get(s, &st);
     if (!st.active_streams || stk__now_ms() >= until) break;
     stk__notify_tick(stk__now_ms());
     if (stk__signal_count() >= 2) {
@@ -386,7 +386,7 @@ int main(int argc, char **argv) {
     code = EXIT_FAIL;
     goto out;
   }
-  metrics_server *ms = NULL;
+  stk__metrics_server *ms = NULL;
   code = stk__daemon_metrics(opt.metrics_listen, worker_metrics, NULL, NULL, &ms)
              ? EXIT_FAIL
              : run_worker(sess, srv);
@@ -397,19 +397,19 @@ int main(int argc, char **argv) {
   pthread_mutex_unlock(&srv_mu);
   stk__rpc_server_stop(srv, 500);
   session_stop(sess);
-  metrics_stop(ms);
+  stk__metrics_stop(ms);
   if (s) {
-    sched_stats st;
-    sched_stats_get(s, &st);
+    fairsched_stats st;
+    fairsched_stats_get(s, &st);
     LOG_INFO("exiting (code %d): %" PRIu64 " batches built, %" PRIu64
              " bytes sent; substituted=%" PRIu64 " transient_errors=%" PRIu64
              " transient_retries=%" PRIu64 " reread=%" PRIu64,
-             code, st.batches_built, sched_bytes_sent(s), st.samples_substituted,
+             code, st.batches_built, fairsched_bytes_sent(s), st.samples_substituted,
              st.transient_errors, st.transient_retries, st.samples_reread);
   } else {
     LOG_INFO("exiting (code %d)", code);
   }
-  sched_destroy(s, 2000);
+  fairsched_destroy(s, 2000);
   stk_dataset_close(W.ds);
   free(W.class_ptrs);
 out:

@@ -1,5 +1,5 @@
 /* stats.c - what the worker reports about itself: the heartbeat's stats
- * (fill_stats, session thread), the periodic stats log line (log_stats),
+ * (fill_stats, session thread), the periodic stats log line (stats_log),
  * GET /metrics (worker_metrics) and systemd's READY=1 / STATUS=
  * (notify_progress). Reads the scheduler's counters and W; owns W's
  * heartbeat bookkeeping (last_*, busy_fraction). Changes nothing it
@@ -19,11 +19,11 @@
 void fill_stats(Stoker__V1__WorkerStats *out) {
   sched *s = current_sched();
   if (!s) return;
-  sched_stats st;
-  sched_stats_get(s, &st);
+  fairsched_stats st;
+  fairsched_stats_get(s, &st);
   int64_t now = stk__now_ms();
   out->batches_built = st.batches_built;
-  out->bytes_sent = sched_bytes_sent(s);
+  out->bytes_sent = fairsched_bytes_sent(s);
   out->samples_substituted = st.samples_substituted;
   out->active_streams = st.active_streams;
   out->queued_requests = st.queued_requests;
@@ -64,14 +64,14 @@ void fill_stats(Stoker__V1__WorkerStats *out) {
 
 /* One stats line (greppable: "stats state=..."); *last carries the
  * previous line's time and counters for the rates. */
-void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last) {
+void stats_log(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last) {
   sched *s = current_sched();
-  sched_stats st;
+  fairsched_stats st;
   memset(&st, 0, sizeof(st));
   stk__rpc_server_stats rs;
   stk__rpc_server_stats_get(srv, &rs);
   uint64_t bytes = 0;
-  if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
+  if (s) fairsched_stats_get(s, &st), bytes = fairsched_bytes_sent(s);
   double dt = (double)(now - last->ms) / 1000.0;
   LOG_INFO(
       "stats state=%s streams=%u queued=%u free_buffers=%u/%u "
@@ -95,13 +95,13 @@ void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last) {
 
 /* GET /metrics (metrics.c's HTTP thread): the scheduler's counters, the
  * build-time histogram, the bad samples by reason. */
-void worker_metrics(metrics_buf *b, int full, void *ud) {
+void worker_metrics(stk__metrics_buf *b, int full, void *ud) {
   (void)full, (void)ud;
   sched *s = current_sched();
-  sched_stats st;
+  fairsched_stats st;
   memset(&st, 0, sizeof(st));
   uint64_t bytes = 0;
-  if (s) sched_stats_get(s, &st), bytes = sched_bytes_sent(s);
+  if (s) fairsched_stats_get(s, &st), bytes = fairsched_bytes_sent(s);
   pthread_mutex_lock(&W.mu);
   double busy = W.busy_fraction, per_cpu = W.per_cpu_s_shown;
   pthread_mutex_unlock(&W.mu);
@@ -155,23 +155,23 @@ void worker_metrics(metrics_buf *b, int full, void *ud) {
                 st.free_buffers,
                 st.nbuffers};
   for (size_t i = 0; i < sizeof(f) / sizeof(f[0]); i++) {
-    metrics_family(b, f[i].name, f[i].type, f[i].help);
-    metrics_sample(b, f[i].name, NULL, v[i]);
+    stk__metrics_family(b, f[i].name, f[i].type, f[i].help);
+    stk__metrics_sample(b, f[i].name, NULL, v[i]);
   }
   static const double le[SCHED_HIST_BOUNDS] = SCHED_HIST_LE;
   char lab[64];
   uint64_t cum = 0;
-  metrics_family(b, "stoker_worker_build_seconds", "histogram",
-                 "time to build one batch (successful builds)");
+  stk__metrics_family(b, "stoker_worker_build_seconds", "histogram",
+                      "time to build one batch (successful builds)");
   for (int i = 0; i <= SCHED_HIST_BOUNDS; i++) {
     cum += st.build_hist[i];
     if (i < SCHED_HIST_BOUNDS) snprintf(lab, sizeof(lab), "le=\"%g\"", le[i]);
     else snprintf(lab, sizeof(lab), "le=\"+Inf\"");
-    metrics_sample(b, "stoker_worker_build_seconds_bucket", lab, (double)cum);
+    stk__metrics_sample(b, "stoker_worker_build_seconds_bucket", lab, (double)cum);
   }
-  metrics_sample(b, "stoker_worker_build_seconds_sum", NULL,
-                 (double)st.build_ns_sum / 1e9);
-  metrics_sample(b, "stoker_worker_build_seconds_count", NULL, (double)cum);
+  stk__metrics_sample(b, "stoker_worker_build_seconds_sum", NULL,
+                      (double)st.build_ns_sum / 1e9);
+  stk__metrics_sample(b, "stoker_worker_build_seconds_count", NULL, (double)cum);
   bad_metrics(b);
 }
 
@@ -185,9 +185,9 @@ void notify_progress(session *sess, int stats_due) {
   }
   if (stats_due && ready) {
     sched *s = current_sched();
-    sched_stats st;
+    fairsched_stats st;
     memset(&st, 0, sizeof(st));
-    if (s) sched_stats_get(s, &st);
+    if (s) fairsched_stats_get(s, &st);
     char msg[160];
     snprintf(msg, sizeof(msg), "serving: %" PRIu64 " batches built, %u streams, %s",
              st.batches_built, st.active_streams,

@@ -1,6 +1,6 @@
 /* streams.c - Worker.Stream, the RPC that serves batches: each
  * BatchRequest (a credit) is checked (msgcheck.c) and queued on the
- * stream's scheduler queue (sched.c); each finished batch goes out whole,
+ * stream's scheduler queue (fairsched.c); each finished batch goes out whole,
  * a header message then zero-copy chunks of the batch buffer (wire.c), in
  * completion order. An invalid request ends only its stream, with a gRPC
  * status. Owns the per-stream state (wstream); reads the job in W once
@@ -29,19 +29,20 @@
 
 typedef struct wstream {
   stk__rpc_call *call; /* valid until stream_closed (ended) */
-  sched_stream *st;
+  fairsched_stream *st;
   pthread_mutex_t mu;
-  int ended;       /* stream_closed ran: never touch call again */
-  int over;        /* a status was given */
-  int bad;         /* ended by an invalid request */
-  sched_done *cur; /* the batch being sent */
+  int ended;           /* stream_closed ran: never touch call again */
+  int over;            /* a status was given */
+  int bad;             /* ended by an invalid request */
+  fairsched_done *cur; /* the batch being sent */
   uint64_t batches, bytes;
 } wstream;
 
 /* The messages of one batch: the header, then its payload in chunks that
  * point into the batch buffer (one buffer reference each). 0 with *n, or
  * -1 (everything made so far destroyed). */
-static int batch_messages(sched_done *d, grpc_byte_buffer **v, size_t max, size_t *n) {
+static int batch_messages(fairsched_done *d, grpc_byte_buffer **v, size_t max,
+                          size_t *n) {
   uint32_t B = W.spec.batch_size;
   const stk_batch_layout *L = d->u8 ? &W.layout8 : &W.layout;
   *n = 0;
@@ -80,11 +81,11 @@ static int batch_messages(sched_done *d, grpc_byte_buffer **v, size_t max, size_
   for (uint64_t off = 0; off < total; off += chunk) {
     size_t len = (size_t)(total - off < chunk ? total - off : chunk);
     if (*n >= max) goto fail;
-    sched_buf_ref(d->buf);
+    fairsched_buf_ref(d->buf);
     grpc_byte_buffer *bb =
-        stk__wire_chunk(off, d->data + off, len, sched_buf_unref, d->buf);
+        stk__wire_chunk(off, d->data + off, len, fairsched_buf_unref, d->buf);
     if (!bb) {
-      sched_buf_unref(d->buf);
+      fairsched_buf_unref(d->buf);
       goto fail;
     }
     v[(*n)++] = bb;
@@ -110,7 +111,7 @@ static void pump(wstream *x) {
   pthread_mutex_lock(&x->mu);
   while (!x->ended && !x->over && !x->cur) {
     int why;
-    sched_done *d = sched_stream_poll(x->st, &why);
+    fairsched_done *d = fairsched_stream_poll(x->st, &why);
     if (!d) {
       if (why == SCHED_END_DONE) end_locked(x, GRPC_STATUS_OK, "", 0);
       else if (why == SCHED_END_DRAINED)
@@ -129,8 +130,8 @@ static void pump(wstream *x) {
       end_locked(x,
                  d->status == STK_USER_CODE ? GRPC_STATUS_ABORTED : GRPC_STATUS_INTERNAL,
                  d->err, 1);
-      sched_stream_sent(x->st, d, 0);
-      sched_stream_kill(x->st);
+      fairsched_stream_sent(x->st, d, 0);
+      fairsched_stream_kill(x->st);
       break;
     }
     size_t max = 2 + (size_t)(W.layout.total_bytes / (uint64_t)opt.chunk_bytes);
@@ -140,8 +141,8 @@ static void pump(wstream *x) {
     if (!rc) rc = stk__rpc_call_sendv(x->call, v, n);
     if (v != stackv) free(v);
     if (rc) {
-      sched_stream_sent(x->st, d, 0);
-      sched_stream_kill(x->st);
+      fairsched_stream_sent(x->st, d, 0);
+      fairsched_stream_kill(x->st);
       end_locked(x, GRPC_STATUS_RESOURCE_EXHAUSTED, "worker out of memory", 1);
       break;
     }
@@ -158,7 +159,7 @@ static void stream_released(void *arg) {
   free(x);
 }
 
-/* sched_reap: end the stream if its send has waited wait_ms (a client that
+/* fairsched_reap: end the stream if its send has waited wait_ms (a client that
  * stopped reading holds a buffer another stream waits for). The client,
  * if it reads after all, asks again. */
 static int stream_stalled(void *arg, int64_t now_ms, int wait_ms) {
@@ -176,8 +177,8 @@ static int stream_stalled(void *arg, int64_t now_ms, int wait_ms) {
   return ended;
 }
 
-static const sched_stream_hooks stream_hooks = {stream_ready, stream_released,
-                                                stream_stalled};
+static const fairsched_stream_hooks stream_hooks = {stream_ready, stream_released,
+                                                    stream_stalled};
 
 static int stream_open(stk__rpc_call *call) {
   sched *s = current_sched();
@@ -197,7 +198,7 @@ static int stream_open(stk__rpc_call *call) {
    * on another thread before x->st is set here: they take x->mu first. */
   pthread_mutex_lock(&x->mu);
   int refused = __atomic_load_n(&W.draining, __ATOMIC_ACQUIRE) ||
-                !(x->st = sched_stream_open(s, &stream_hooks, x));
+                !(x->st = fairsched_stream_open(s, &stream_hooks, x));
   pthread_mutex_unlock(&x->mu);
   if (refused) {
     pthread_mutex_destroy(&x->mu);
@@ -234,8 +235,8 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
        * before the drain is sent, and the client asks elsewhere. */
       __atomic_add_fetch(&W.dropped_requests, 1, __ATOMIC_RELAXED);
     } else if (!code &&
-               sched_stream_push(x->st, q->epoch, q->rank, q->step, q->sample_offset,
-                                 q->image_uint8, (uint32_t)opt.max_outstanding)) {
+               fairsched_stream_push(x->st, q->epoch, q->rank, q->step, q->sample_offset,
+                                     q->image_uint8, (uint32_t)opt.max_outstanding)) {
       code = GRPC_STATUS_RESOURCE_EXHAUSTED;
       snprintf(msg, sizeof(msg),
                "more than %lld unanswered requests on this "
@@ -246,7 +247,7 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
   if (code) {
     LOG_LIMITED(STK_LOG_WARN, 20, "stream from %s: %s", stk__rpc_call_peer(call), msg);
     __atomic_add_fetch(&W.stream_errors, 1, __ATOMIC_RELAXED);
-    sched_stream_kill(x->st);
+    fairsched_stream_kill(x->st);
     pthread_mutex_lock(&x->mu);
     x->bad = 1;
     end_locked(x, (grpc_status_code)code, msg, 1);
@@ -256,7 +257,7 @@ static void stream_message(stk__rpc_call *call, const ProtobufCMessage *m) {
 
 static void stream_half_close(stk__rpc_call *call) {
   wstream *x = stk__rpc_call_data(call);
-  sched_stream_half_close(x->st);
+  fairsched_stream_half_close(x->st);
   pump(x);
 }
 
@@ -264,11 +265,11 @@ static void stream_half_close(stk__rpc_call *call) {
 static void stream_drained(stk__rpc_call *call) {
   wstream *x = stk__rpc_call_data(call);
   pthread_mutex_lock(&x->mu);
-  sched_done *d = x->cur;
+  fairsched_done *d = x->cur;
   x->cur = NULL;
   if (d) {
-    uint64_t sent = d->total_bytes; /* d is freed by sched_stream_sent */
-    sched_stream_sent(x->st, d, sent);
+    uint64_t sent = d->total_bytes; /* d is freed by fairsched_stream_sent */
+    fairsched_stream_sent(x->st, d, sent);
     x->batches++;
     x->bytes += sent;
   }
@@ -280,18 +281,18 @@ static void stream_closed(stk__rpc_call *call) {
   wstream *x = stk__rpc_call_data(call);
   pthread_mutex_lock(&x->mu);
   x->ended = 1;
-  sched_done *d = x->cur;
+  fairsched_done *d = x->cur;
   x->cur = NULL;
-  if (d) sched_stream_sent(x->st, d, 0); /* cancelled mid-batch */
+  if (d) fairsched_stream_sent(x->st, d, 0); /* cancelled mid-batch */
   LOG_DEBUG("stream from %s ended (%s): %" PRIu64 " batches, %" PRIu64 " bytes",
             stk__rpc_call_peer(call),
             x->bad    ? "error"
             : x->over ? "status"
                       : "cancelled",
             x->batches, x->bytes);
-  sched_stream *st = x->st;
+  fairsched_stream *st = x->st;
   pthread_mutex_unlock(&x->mu);
-  sched_stream_close(st); /* frees x, maybe later (stream_released) */
+  fairsched_stream_close(st); /* frees x, maybe later (stream_released) */
 }
 
 const stk__rpc_stream_ops stream_ops = {stream_open, stream_message, stream_half_close,

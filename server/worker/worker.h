@@ -5,7 +5,7 @@
  * Threads: main (options, start-up, the run loop, the drain), the session
  * thread (session.c: the job, the heartbeat's stats, the coordinator's
  * commands), the rpc layer's threads (streams.c), the builder threads
- * (sched.c: bad samples), the metrics thread (GET /metrics).
+ * (fairsched.c: bad samples), the metrics thread (GET /metrics).
  */
 #ifndef STOKER_SERVER_WORKER_WORKER_H
 #define STOKER_SERVER_WORKER_WORKER_H
@@ -16,7 +16,7 @@
 #include "daemon.h"
 #include "metrics.h"
 #include "rpc.h"
-#include "sched.h"
+#include "fairsched.h"
 #include "session.h"
 #include "stoker/augment.h"
 #include "stoker.pb-c.h"
@@ -156,11 +156,11 @@ typedef struct stats_mark {
 
 /* Log one stats line at time now (lost: the coordinator is unreachable).
  * main thread (the caller owns *last). */
-void log_stats(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last);
-/* metrics_fn for GET /metrics (metrics.c's HTTP thread): the scheduler's
+void stats_log(stk__rpc_server *srv, int64_t now, int lost, stats_mark *last);
+/* stk__metrics_fn for GET /metrics (metrics.c's HTTP thread): the scheduler's
  * counters, the build-time histogram, the bad samples by reason. Nothing
  * in it is withheld from anyone (full is ignored). */
-void worker_metrics(metrics_buf *b, int full, void *ud);
+void worker_metrics(stk__metrics_buf *b, int full, void *ud);
 /* systemd: READY=1 once registered with a job (and the dataset open);
  * STATUS= with the rate when stats_due. main thread only. */
 void notify_progress(session *sess, int stats_due);
@@ -183,6 +183,6 @@ void bad_set_prefix(const stk_job_spec *spec);
  * session thread only, and valid until its next call. */
 void bad_fill_stats(Stoker__V1__WorkerStats *out);
 /* Append stoker_worker_bad_samples_total{reason} to b. */
-void bad_metrics(metrics_buf *b);
+void bad_metrics(stk__metrics_buf *b);
 
 #endif

@@ -444,7 +444,7 @@ static void ci_run(void) {
     long stalled = wait_counter(&worker, "send_stalled=", 3, 15000);
     fprintf(stderr, "worker: send_stalled=%ld\n", stalled);
     /* each stalled stream is ended; a slow reader may be too (a new
-     * stream's send waiting while others wait: sched_reap), and asks
+     * stream's send waiting while others wait: fairsched_reap), and asks
      * again, so the epoch still checks out below */
     CHECK(stalled >= 3);
     CHECK(wait_flood(f, all_ended_silent, NULL, 15000) == 0);

@@ -1,4 +1,4 @@
-/* sched.c - the worker's fair scheduler (see sched.h).
+/* fairsched.c - the worker's fair scheduler (see fairsched.h).
  *
  * One mutex guards everything: the free-buffer list, every stream's queue
  * and done list. Builders pick the next stream after the last one served
@@ -10,7 +10,7 @@
  * not call into gRPC (streams.c does that, outside this lock).
  */
 #include "common/thread.h"
-#include "sched.h"
+#include "fairsched.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -35,23 +35,23 @@
 #define BUF_TAKEOVER(b) ((void)0)
 #endif
 
-struct sched_buf {
+struct fairsched_buf {
   sched *owner;
   uint8_t *data;
   int refs; /* atomic */
-  struct sched_buf *next_free;
+  struct fairsched_buf *next_free;
   /* Under owner->mu: the stream the buffer was taken for, until it is
    * free again (NULL once that stream closed). */
-  struct sched_stream *stream;
+  struct fairsched_stream *stream;
 };
 
 typedef struct req {
   uint64_t epoch, step, offset;
   uint32_t rank;
-  int u8; /* the image as 8-bit values (sched_stream_push) */
+  int u8; /* the image as 8-bit values (fairsched_stream_push) */
 } req;
 
-struct sched_stream {
+struct fairsched_stream {
   sched *s;
   uint64_t id;
   req *q; /* ring of cap requests */
@@ -67,13 +67,13 @@ struct sched_stream {
   uint64_t sent_bytes; /* of its batches that went out whole */
   int proven;          /* sent_bytes >= SCHED_PROVEN_BYTES: more than the socket and
                           HTTP/2 windows hold, so its client reads */
-  sched_done *done, *done_tail;
+  fairsched_done *done, *done_tail;
   int dead, half_closed;
-  int closed; /* sched_stream_close ran: unlinked, freed when unpinned */
-  int pins;   /* sched_drain is calling ready() */
-  const sched_stream_hooks *hooks;
+  int closed; /* fairsched_stream_close ran: unlinked, freed when unpinned */
+  int pins;   /* fairsched_drain is calling ready() */
+  const fairsched_stream_hooks *hooks;
   void *arg;
-  struct sched_stream *next;
+  struct fairsched_stream *next;
 };
 
 typedef struct builder {
@@ -95,31 +95,31 @@ struct sched {
   stk_dataset *ds;
   builder *builders;
   int nbuilders;
-  sched_buf *bufs, *free_bufs;
+  fairsched_buf *bufs, *free_bufs;
   int nbufs, nfree;
-  sched_stream *streams;
+  fairsched_stream *streams;
   uint64_t next_id, last_served;
   int stop, draining;
   uint32_t queued;
-  sched_stats st;
+  fairsched_stats st;
   uint64_t bytes_sent;
-  uint32_t fault_every; /* sched_set_fault_transient; 0 = off */
+  uint32_t fault_every; /* fairsched_set_fault_transient; 0 = off */
   uint64_t fault_count;
 };
 
-void sched_set_fault_transient(sched *s, uint32_t every) {
+void fairsched_set_fault_transient(sched *s, uint32_t every) {
   pthread_mutex_lock(&s->mu);
   s->fault_every = every;
   pthread_mutex_unlock(&s->mu);
 }
 
-void sched_buf_ref(sched_buf *b) {
+void fairsched_buf_ref(fairsched_buf *b) {
   __atomic_add_fetch(&b->refs, 1, __ATOMIC_RELAXED);
   BUF_HANDOVER(b);
 }
 
-void sched_buf_unref(void *p) {
-  sched_buf *b = p;
+void fairsched_buf_unref(void *p) {
+  fairsched_buf *b = p;
   BUF_TAKEOVER(b);
   if (__atomic_sub_fetch(&b->refs, 1, __ATOMIC_ACQ_REL) != 0) return;
   sched *s = b->owner;
@@ -143,12 +143,12 @@ void sched_buf_unref(void *p) {
  * never read) owns at most its share of what probation may hold: all of
  * them together at most half the pool (one buffer while a proven reader
  * waits), so streams that ask and never read pin at most half of the
- * buffers, until sched_reap (while others wait) or --send-stall-s ends
+ * buffers, until fairsched_reap (while others wait) or --send-stall-s ends
  * them, and proven readers keep the other half. */
-static sched_stream *pick(sched *s) {
-  sched_stream *after = NULL, *first = NULL;
+static fairsched_stream *pick(sched *s) {
+  fairsched_stream *after = NULL, *first = NULL;
   uint32_t nreaders = 0, probation_held = 0, least_owned = UINT32_MAX, nprobation = 0;
-  for (sched_stream *st = s->streams; st; st = st->next) {
+  for (fairsched_stream *st = s->streams; st; st = st->next) {
     if (!st->proven) {
       probation_held += st->owned;
       if ((st->len || st->owned) && !st->dead) nprobation++;
@@ -169,15 +169,15 @@ static sched_stream *pick(sched *s) {
    * batch, and many streams on probation get one each. */
   uint32_t pshare = nprobation ? probation_cap / nprobation : 1;
   if (pshare < 1) pshare = 1;
-  sched_stream *ahead = NULL; /* on probation, the most sent */
-  for (sched_stream *st = s->streams; st; st = st->next) {
+  fairsched_stream *ahead = NULL; /* on probation, the most sent */
+  for (fairsched_stream *st = s->streams; st; st = st->next) {
     if (!st->len || st->dead || st->owned >= cap) continue;
     if (!st->proven && (st->owned >= pshare || probation_held >= probation_cap)) continue;
     if (st->id > s->last_served && (!after || st->id < after->id)) after = st;
     if (!first || st->id < first->id) first = st;
     if (!st->proven && (!ahead || st->sent_bytes > ahead->sent_bytes)) ahead = st;
   }
-  sched_stream *next = after ? after : first;
+  fairsched_stream *next = after ? after : first;
   /* A turn of probation goes to the stream nearest its end: a client that
    * reads leaves probation at once instead of queueing behind streams
    * that take a batch and stop. A stream that has sent nothing yet keeps
@@ -190,20 +190,20 @@ static sched_stream *pick(sched *s) {
 }
 
 /* A closed stream nobody holds any more: the caller frees it. */
-static int unpinned_locked(sched_stream *st) {
+static int unpinned_locked(fairsched_stream *st) {
   return st->closed && st->building == 0 && st->pins == 0;
 }
 
 /* Free a closed, unpinned stream (no lock held) and tell its owner. */
-static void stream_free(sched_stream *st) {
-  sched_done *d = st->done;
+static void stream_free(fairsched_stream *st) {
+  fairsched_done *d = st->done;
   while (d) {
-    sched_done *next = d->next;
-    sched_buf_unref(d->buf);
+    fairsched_done *next = d->next;
+    fairsched_buf_unref(d->buf);
     free(d);
     d = next;
   }
-  const sched_stream_hooks *h = st->hooks;
+  const fairsched_stream_hooks *h = st->hooks;
   void *arg = st->arg;
   free(st->q);
   free(st);
@@ -211,7 +211,7 @@ static void stream_free(sched_stream *st) {
 }
 
 /* Count one successful build of dt ns in the histogram. Under s->mu. */
-static void sched_hist_add(sched_stats *st, uint64_t dt) {
+static void fairsched_hist_add(fairsched_stats *st, uint64_t dt) {
   static const double le[SCHED_HIST_BOUNDS] = SCHED_HIST_LE;
   size_t i = 0;
   while (i < SCHED_HIST_BOUNDS && (double)dt > le[i] * 1e9) i++;
@@ -225,7 +225,7 @@ static void *builder_main(void *arg) {
   sched *s = bd->s;
   pthread_mutex_lock(&s->mu);
   for (;;) {
-    sched_stream *st = NULL;
+    fairsched_stream *st = NULL;
     while (!s->stop && (!s->free_bufs || !(st = pick(s))))
       pthread_cond_wait(&s->work_cv, &s->mu);
     if (s->stop) break;
@@ -239,7 +239,7 @@ static void *builder_main(void *arg) {
     LOG_DEBUG("stream %llu: building epoch %llu rank %u step %llu",
               (unsigned long long)st->id, (unsigned long long)r.epoch, r.rank,
               (unsigned long long)r.step);
-    sched_buf *buf = s->free_bufs;
+    fairsched_buf *buf = s->free_bufs;
     s->free_bufs = buf->next_free;
     s->nfree--;
     buf->stream = st;
@@ -260,7 +260,7 @@ static void *builder_main(void *arg) {
     stk_builder *bb = u8 ? bd->b8 : bd->b;
     uint64_t nbytes = u8 ? s->layout8.total_bytes : s->layout.total_bytes;
 
-    sched_done *d = calloc(1, sizeof(*d));
+    fairsched_done *d = calloc(1, sizeof(*d));
     stk_build_info info;
     memset(&info, 0, sizeof(info));
     uint64_t t0 = (uint64_t)stk__now_ns();
@@ -334,7 +334,7 @@ static void *builder_main(void *arg) {
     else if (rc) s->st.build_errors++;
     else {
       s->st.batches_built++, s->st.samples_substituted += info.substituted;
-      sched_hist_add(&s->st, dt);
+      fairsched_hist_add(&s->st, dt);
     }
     s->st.samples_reread += info.reread;
     if (d && !st->dead) {
@@ -349,7 +349,7 @@ static void *builder_main(void *arg) {
     pthread_mutex_unlock(&s->mu);
     if (drop) {
       free(d);
-      sched_buf_unref(buf);
+      fairsched_buf_unref(buf);
     }
     if (notify) st->hooks->ready(st->arg);
     pthread_mutex_lock(&s->mu);
@@ -364,8 +364,8 @@ static void *builder_main(void *arg) {
   return NULL;
 }
 
-int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbuffers,
-                 sched **out, char *err, size_t errlen) {
+int fairsched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbuffers,
+                     sched **out, char *err, size_t errlen) {
   *out = NULL;
   sched *s = calloc(1, sizeof(*s));
   if (!s) return stk__errf(err, errlen, -1, "out of memory");
@@ -382,7 +382,7 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
                stk_batch_layout_of(&s->spec8, &s->layout8) == STK_OK;
   if (threads < 1) threads = 1;
   if (nbuffers < threads) nbuffers = threads;
-  s->bufs = calloc((size_t)nbuffers, sizeof(sched_buf));
+  s->bufs = calloc((size_t)nbuffers, sizeof(fairsched_buf));
   s->builders = calloc((size_t)threads, sizeof(builder));
   if (!s->bufs || !s->builders) {
     snprintf(err, errlen, "out of memory");
@@ -390,7 +390,7 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
   }
   s->nbufs = nbuffers;
   for (int i = 0; i < nbuffers; i++) {
-    sched_buf *b = &s->bufs[i];
+    fairsched_buf *b = &s->bufs[i];
     b->owner = s;
     /* 64-byte aligned: the layout's tensors are. */
     if (posix_memalign((void **)&b->data, 64, s->layout.total_bytes)) {
@@ -423,11 +423,11 @@ int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbu
   *out = s;
   return 0;
 fail:
-  sched_destroy(s, 0);
+  fairsched_destroy(s, 0);
   return -1;
 }
 
-void sched_destroy(sched *s, int wait_ms) {
+void fairsched_destroy(sched *s, int wait_ms) {
   if (!s) return;
   pthread_mutex_lock(&s->mu);
   s->stop = 1;
@@ -462,33 +462,33 @@ void sched_destroy(sched *s, int wait_ms) {
   if (!held) free(s);
 }
 
-void sched_stats_get(sched *s, sched_stats *out) {
+void fairsched_stats_get(sched *s, fairsched_stats *out) {
   pthread_mutex_lock(&s->mu);
   *out = s->st;
   out->queued_requests = s->queued;
   out->free_buffers = (uint32_t)s->nfree;
   out->nbuffers = (uint32_t)s->nbufs;
   uint32_t n = 0;
-  for (sched_stream *st = s->streams; st; st = st->next) n++;
+  for (fairsched_stream *st = s->streams; st; st = st->next) n++;
   out->active_streams = n;
   pthread_mutex_unlock(&s->mu);
 }
 
-uint64_t sched_bytes_sent(sched *s) {
+uint64_t fairsched_bytes_sent(sched *s) {
   pthread_mutex_lock(&s->mu);
   uint64_t b = s->bytes_sent;
   pthread_mutex_unlock(&s->mu);
   return b;
 }
 
-void sched_drain(sched *s) {
+void fairsched_drain(sched *s) {
   pthread_mutex_lock(&s->mu);
   s->draining = 1;
   size_t n = 0;
-  for (sched_stream *st = s->streams; st; st = st->next) n++;
-  sched_stream **v = calloc(n ? n : 1, sizeof(*v));
+  for (fairsched_stream *st = s->streams; st; st = st->next) n++;
+  fairsched_stream **v = calloc(n ? n : 1, sizeof(*v));
   n = 0;
-  for (sched_stream *st = s->streams; v && st; st = st->next) st->pins++, v[n++] = st;
+  for (fairsched_stream *st = s->streams; v && st; st = st->next) st->pins++, v[n++] = st;
   pthread_mutex_unlock(&s->mu);
   /* Each owner polls and ends its stream once everything asked was sent
    * (without the list, out of memory, streams end at their next batch). */
@@ -503,8 +503,9 @@ void sched_drain(sched *s) {
   free(v);
 }
 
-sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void *arg) {
-  sched_stream *st = calloc(1, sizeof(*st));
+fairsched_stream *fairsched_stream_open(sched *s, const fairsched_stream_hooks *hooks,
+                                        void *arg) {
+  fairsched_stream *st = calloc(1, sizeof(*st));
   if (!st) return NULL;
   st->s = s;
   st->hooks = hooks;
@@ -522,8 +523,9 @@ sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void 
   return st;
 }
 
-int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
-                      uint64_t offset, int image_u8, uint32_t max_outstanding) {
+int fairsched_stream_push(fairsched_stream *st, uint64_t epoch, uint32_t rank,
+                          uint64_t step, uint64_t offset, int image_u8,
+                          uint32_t max_outstanding) {
   sched *s = st->s;
   int rc = 0;
   pthread_mutex_lock(&s->mu);
@@ -558,9 +560,9 @@ out:
   return rc;
 }
 
-sched_done *sched_stream_poll(sched_stream *st, int *why) {
+fairsched_done *fairsched_stream_poll(fairsched_stream *st, int *why) {
   sched *s = st->s;
-  sched_done *d = NULL;
+  fairsched_done *d = NULL;
   *why = SCHED_END_NONE;
   pthread_mutex_lock(&s->mu);
   if (st->dead) {
@@ -580,7 +582,7 @@ sched_done *sched_stream_poll(sched_stream *st, int *why) {
   return d;
 }
 
-void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
+void fairsched_stream_sent(fairsched_stream *st, fairsched_done *d, uint64_t bytes) {
   sched *s = st->s;
   pthread_mutex_lock(&s->mu);
   s->bytes_sent += bytes;
@@ -588,34 +590,34 @@ void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes) {
   if (st->sent_bytes >= SCHED_PROVEN_BYTES) st->proven = 1;
   pthread_cond_broadcast(&s->work_cv); /* the stream may be under its cap again */
   pthread_mutex_unlock(&s->mu);
-  sched_buf_unref(d->buf);
+  fairsched_buf_unref(d->buf);
   free(d);
 }
 
-void sched_stream_half_close(sched_stream *st) {
+void fairsched_stream_half_close(fairsched_stream *st) {
   pthread_mutex_lock(&st->s->mu);
   st->half_closed = 1;
   pthread_mutex_unlock(&st->s->mu);
 }
 
-static void kill_locked(sched_stream *st) {
+static void kill_locked(fairsched_stream *st) {
   st->dead = 1;
   st->s->queued -= st->len;
   st->outstanding -= st->len;
   st->len = 0;
 }
 
-void sched_stream_kill(sched_stream *st) {
+void fairsched_stream_kill(fairsched_stream *st) {
   pthread_mutex_lock(&st->s->mu);
   kill_locked(st);
   pthread_mutex_unlock(&st->s->mu);
 }
 
-void sched_stream_close(sched_stream *st) {
+void fairsched_stream_close(fairsched_stream *st) {
   sched *s = st->s;
   pthread_mutex_lock(&s->mu);
   kill_locked(st);
-  for (sched_stream **pp = &s->streams; *pp; pp = &(*pp)->next)
+  for (fairsched_stream **pp = &s->streams; *pp; pp = &(*pp)->next)
     if (*pp == st) {
       *pp = st->next;
       break;
@@ -627,30 +629,30 @@ void sched_stream_close(sched_stream *st) {
     if (s->bufs[i].stream == st) s->bufs[i].stream = NULL;
   st->owned = 0;
   /* Batches built but never taken give their buffers back now. */
-  sched_done *d = st->done;
+  fairsched_done *d = st->done;
   st->done = st->done_tail = NULL;
   int gone = unpinned_locked(st);
   pthread_cond_broadcast(&s->work_cv); /* fewer streams: larger buffer shares */
   pthread_mutex_unlock(&s->mu);
   while (d) {
-    sched_done *next = d->next;
-    sched_buf_unref(d->buf);
+    fairsched_done *next = d->next;
+    fairsched_buf_unref(d->buf);
     free(d);
     d = next;
   }
   if (gone) stream_free(st);
 }
 
-int sched_reap(sched *s, int64_t now_ms, int stall_ms) {
+int fairsched_reap(sched *s, int64_t now_ms, int stall_ms) {
   int wait_ms = stall_ms / 8 > SCHED_SUSPECT_MS ? stall_ms / 8 : SCHED_SUSPECT_MS;
   pthread_mutex_lock(&s->mu);
   /* Someone waits: a stream with requests and no buffer at all. */
   int waiting = 0;
-  for (sched_stream *st = s->streams; st && !waiting; st = st->next)
+  for (fairsched_stream *st = s->streams; st && !waiting; st = st->next)
     waiting = st->len && !st->owned && !st->dead;
-  sched_stream *v[64];
+  fairsched_stream *v[64];
   size_t n = 0;
-  for (sched_stream *st = s->streams; waiting && st && n < sizeof(v) / sizeof(v[0]);
+  for (fairsched_stream *st = s->streams; waiting && st && n < sizeof(v) / sizeof(v[0]);
        st = st->next)
     if (!st->proven && st->owned && !st->dead && !st->closed) st->pins++, v[n++] = st;
   pthread_mutex_unlock(&s->mu);

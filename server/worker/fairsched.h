@@ -1,4 +1,4 @@
-/* sched.h - the worker's fair batch scheduler: a fixed pool of batch
+/* fairsched.h - the worker's fair batch scheduler: a fixed pool of batch
  * buffers, a pool of builder threads (one stk_builder each), and per-stream
  * request queues that the builders serve round-robin so no stream (rank)
  * starves. A stream's owner takes finished batches in completion order:
@@ -10,8 +10,8 @@
  * it is released by gRPC; builders wait for a free buffer.
  * Every function is thread-safe unless noted.
  */
-#ifndef STOKER_SERVER_SCHED_H
-#define STOKER_SERVER_SCHED_H
+#ifndef STOKER_SERVER_WORKER_FAIRSCHED_H
+#define STOKER_SERVER_WORKER_FAIRSCHED_H
 
 #include <stddef.h>
 #include <stdint.h>
@@ -23,12 +23,12 @@
 #define SCHED_TRANSIENT_RETRIES 2
 
 typedef struct sched sched;
-typedef struct sched_stream sched_stream;
-typedef struct sched_buf sched_buf;
+typedef struct fairsched_stream fairsched_stream;
+typedef struct fairsched_buf fairsched_buf;
 
 /* A finished batch, handed to the stream's sender. */
-typedef struct sched_done {
-  sched_buf *buf;               /* one reference, owned by this item */
+typedef struct fairsched_done {
+  fairsched_buf *buf;           /* one reference, owned by this item */
   const uint8_t *data;          /* payload, total_bytes long */
   uint64_t total_bytes;         /* the layout of the job, or of its uint8 twin (u8) */
   uint64_t epoch, step, offset; /* offset: the request's sample_offset */
@@ -42,8 +42,8 @@ typedef struct sched_done {
                       its bad_samples policy fails the job at the first such
                       error: err is "the job failed: ..." (never sent) */
   char err[3400];
-  struct sched_done *next;
-} sched_done;
+  struct fairsched_done *next;
+} fairsched_done;
 
 /* Upper bounds (seconds) of the build-time histogram buckets; the last
  * bucket (index SCHED_HIST_BOUNDS) counts everything above. */
@@ -51,7 +51,7 @@ typedef struct sched_done {
 #define SCHED_HIST_LE \
   { 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10 }
 
-typedef struct sched_stats {
+typedef struct fairsched_stats {
   uint64_t batches_built, samples_substituted, build_errors;
   uint64_t transient_errors;  /* builds failed STK_UNAVAILABLE after retries */
   uint64_t transient_retries; /* retries of builds that failed transiently */
@@ -62,57 +62,59 @@ typedef struct sched_stats {
    * times in (LE[i-1], LE[i]]), and their total time. */
   uint64_t build_hist[SCHED_HIST_BOUNDS + 1];
   uint64_t build_ns_sum;
-  uint64_t send_stalled; /* streams ended by sched_reap */
-} sched_stats;
+  uint64_t send_stalled; /* streams ended by fairsched_reap */
+} fairsched_stats;
 
 /* Start `threads` builders over ds (spec resolved: num_samples = N) and
  * `nbuffers` buffers of the job's batch size. 0 or -1 with err. */
-int sched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbuffers,
-                 sched **out, char *err, size_t errlen);
+int fairsched_create(const stk_job_spec *spec, stk_dataset *ds, int threads, int nbuffers,
+                     sched **out, char *err, size_t errlen);
 /* Stop and join the builders, wait up to wait_ms for buffers that gRPC
  * still holds, free everything. All streams must be closed. Accepts NULL. */
-void sched_destroy(sched *s, int wait_ms);
-void sched_stats_get(sched *s, sched_stats *out);
+void fairsched_destroy(sched *s, int wait_ms);
+void fairsched_stats_get(sched *s, fairsched_stats *out);
 /* Fault injection for tests: every `every`th batch (0 = off) fails all its
  * build attempts with STK_UNAVAILABLE, as if out of descriptors, so the
  * stream ends UNAVAILABLE and the client must re-ask. */
-void sched_set_fault_transient(sched *s, uint32_t every);
+void fairsched_set_fault_transient(sched *s, uint32_t every);
 /* Stop taking new streams; open streams end once their requests are sent. */
-void sched_drain(sched *s);
+void fairsched_drain(sched *s);
 
 /* Buffer references for zero-copy chunks (release callbacks). */
-void sched_buf_ref(sched_buf *b);
-void sched_buf_unref(void *b);
+void fairsched_buf_ref(fairsched_buf *b);
+void fairsched_buf_unref(void *b);
 
 /* Callbacks of a stream's owner. ready(arg): a batch finished, the stream
- * was killed, or the worker began to drain: call sched_stream_poll. Runs
+ * was killed, or the worker began to drain: call fairsched_stream_poll. Runs
  * on a builder (or the draining) thread with no lock of the scheduler
  * held; must not block. released(arg): the stream is freed (after
- * sched_stream_close, once no builder holds it); the last call for arg. */
-typedef struct sched_stream_hooks {
+ * fairsched_stream_close, once no builder holds it); the last call for arg. */
+typedef struct fairsched_stream_hooks {
   void (*ready)(void *arg);
   void (*released)(void *arg);
-  /* stalled(arg, now_ms, wait_ms) (sched_reap): when the stream's current
+  /* stalled(arg, now_ms, wait_ms) (fairsched_reap): when the stream's current
    * send has waited at least wait_ms, cancel the call (so gRPC lets go of
    * the buffers; the client asks again) and return 1, else 0. Same rules
    * as ready. */
   int (*stalled)(void *arg, int64_t now_ms, int wait_ms);
-} sched_stream_hooks;
+} fairsched_stream_hooks;
 
 /* A new stream; NULL when draining (or out of memory). hooks must outlive
  * the stream. */
-sched_stream *sched_stream_open(sched *s, const sched_stream_hooks *hooks, void *arg);
+fairsched_stream *fairsched_stream_open(sched *s, const fairsched_stream_hooks *hooks,
+                                        void *arg);
 /* Queue a request for batch (epoch, rank, step) of an epoch starting at
  * sample offset `offset` (0 but in an epoch resumed with another world
  * size; stk_builder_build_at). image_u8: the client rebuilds float images,
  * so a job whose image is float (stk_image_wire_spec) builds it as 8-bit
- * values (sched_done.u8 says which form was built). 0, or -1 when the
+ * values (fairsched_done.u8 says which form was built). 0, or -1 when the
  * stream would then have more than max_outstanding requests whose batch
  * is not yet being sent. */
-int sched_stream_push(sched_stream *st, uint64_t epoch, uint32_t rank, uint64_t step,
-                      uint64_t offset, int image_u8, uint32_t max_outstanding);
+int fairsched_stream_push(fairsched_stream *st, uint64_t epoch, uint32_t rank,
+                          uint64_t step, uint64_t offset, int image_u8,
+                          uint32_t max_outstanding);
 
-/* Why sched_stream_poll returned NULL. */
+/* Why fairsched_stream_poll returned NULL. */
 enum {
   SCHED_END_NONE = 0,
   SCHED_END_DEAD = 1,
@@ -123,21 +125,21 @@ enum {
  * *why = NONE (nothing yet: ready comes later), DEAD (killed), DONE
  * (half-closed and everything sent) or DRAINED (worker draining and
  * everything sent). */
-sched_done *sched_stream_poll(sched_stream *st, int *why);
+fairsched_done *fairsched_stream_poll(fairsched_stream *st, int *why);
 /* The owner is done with d (sent or not): frees d and drops its buffer
  * reference (the request stopped counting as outstanding when
- * sched_stream_poll handed it out). bytes: sent whole (0: not sent); the
+ * fairsched_stream_poll handed it out). bytes: sent whole (0: not sent); the
  * stream's probation ends after SCHED_PROVEN_BYTES of them: until then
- * it owns at most one buffer (sched.c, pick). */
-void sched_stream_sent(sched_stream *st, sched_done *d, uint64_t bytes);
+ * it owns at most one buffer (fairsched.c, pick). */
+void fairsched_stream_sent(fairsched_stream *st, fairsched_done *d, uint64_t bytes);
 /* The client half-closed: end once everything asked for is sent. */
-void sched_stream_half_close(sched_stream *st);
+void fairsched_stream_half_close(fairsched_stream *st);
 /* Kill: drop queued requests; poll says DEAD. */
-void sched_stream_kill(sched_stream *st);
+void fairsched_stream_kill(fairsched_stream *st);
 /* Kill and forget the stream: never blocks; it is freed (and released
  * called) once no builder holds it, maybe before this returns. No other
- * sched_stream_* call on st afterwards. */
-void sched_stream_close(sched_stream *st);
+ * fairsched_stream_* call on st afterwards. */
+void fairsched_stream_close(fairsched_stream *st);
 
 /* A stream is on probation until this many bytes of its batches went out
  * whole: more than the socket buffers and HTTP/2 windows can hold, so its
@@ -145,7 +147,7 @@ void sched_stream_close(sched_stream *st);
  * "sent" into the windows). */
 #define SCHED_PROVEN_BYTES (64ull << 20)
 /* The least time a send of a stream on probation may wait while another
- * stream waits for a buffer (sched_reap). */
+ * stream waits for a buffer (fairsched_reap). */
 #define SCHED_SUSPECT_MS 250
 
 /* While a stream with requests owns no buffer at all, end every stream on
@@ -155,9 +157,9 @@ void sched_stream_close(sched_stream *st);
  * it, while a client that reads keeps the send moving (at 16 MB/s, a 4 MiB
  * chunk takes 250 ms). Calls the hooks with no lock held; returns how many
  * streams it ended. Any thread; call it every 50-100 ms. */
-int sched_reap(sched *s, int64_t now_ms, int stall_ms);
+int fairsched_reap(sched *s, int64_t now_ms, int stall_ms);
 
 /* Bytes sent by all streams, cumulative. */
-uint64_t sched_bytes_sent(sched *s);
+uint64_t fairsched_bytes_sent(sched *s);
 
 #endif
