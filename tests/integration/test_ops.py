@@ -468,7 +468,8 @@ def case_metrics(P, tmp):
                   "status --json rank %s figures %r" % (rk.get("rank"), rk))
         v = s["verdict"]
         check(v["kind"] in ("input-bound", "compute-bound", "balanced", "unknown") and
-              v["workers"] == 1 and v["worker_cores"] == wk["cpu_cores"],
+              v["workers"] == 1 and
+              v["worker_cores"] == min(wk["cpu_cores"], wk["cores"] or wk["cpu_cores"]),
               "status --json verdict %r" % v)
         check(v["text"].startswith(v["kind"]) or
               (v["kind"] == "unknown" and "missing: " in v["text"] and v["missing"]),
