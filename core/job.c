@@ -15,9 +15,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "common/error.h"
-#include "core_internal.h"
+#include "core/internal.h"
 
 /* T_PIPE: a pipeline name or an op chain (chain.c); T_OPTSTR: a string
  * left out of the canonical text while empty (keys added later, so that
