@@ -3,8 +3,11 @@
  * canonical text every process receives), the canonical form and its
  * hash, validation.
  *
- * The option table is the single source of truth for job keys: parsing,
- * the canonical text (and so the job hash) and docs all come from it.
+ * The option table is the single source of truth for job keys: parsing
+ * and the canonical text (and so the job hash) come from it. Each row's
+ * `help` is a one-line summary for readers of this file only (nothing
+ * prints it); the users' reference is docs/operations.md's job table,
+ * written by hand: a key added or changed here gets its row there too.
  */
 #include <ctype.h>
 #include <errno.h>
@@ -74,7 +77,8 @@ typedef struct {
 #define SZ(f)  sizeof(((stk_job_spec *)0)->f)
 static const job_opt job_opts[] = {
     {"name", T_STR, OFF(name), SZ(name), NULL, "job id"},
-    {"source", T_ENUM, OFF(source), 0, source_names, "synthetic | imagefolder | tar"},
+    {"source", T_ENUM, OFF(source), 0, source_names,
+     "synthetic | imagefolder | tar | megatron"},
     {"dataset", T_STR, OFF(dataset), SZ(dataset), NULL,
      "dataset path, relative to the worker's --data-root"},
     {"num_samples", T_U64, OFF(num_samples), 0, NULL,

@@ -1,6 +1,8 @@
 /* stoker_cli.c - the `stoker` command-line tool. Subcommands:
  *   stoker status --coordinator host:port   render the job's Status RPC
  *   stoker abort  --coordinator host:port   end the job as failed
+ *   stoker finish --coordinator host:port --ranks 0,1,4-7
+ *                                           mark ranks as finished (Finish)
  *   stoker wait   --coordinator host:port   block until the job ends
  *   stoker plan   --job FILE --accel TYPE ...  what to buy (plan_cli.c)
  * Others may add subcommands to the table in main. Owns nothing beyond one
