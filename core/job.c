@@ -7,7 +7,8 @@
  * and the canonical text (and so the job hash) come from it. Each row's
  * `help` is a one-line summary for readers of this file only (nothing
  * prints it); the users' reference is docs/operations.md's job table,
- * written by hand: a key added or changed here gets its row there too.
+ * written by hand: a key added here gets its row there too
+ * (test_docs_job_keys fails until the table names exactly these keys).
  */
 #include <ctype.h>
 #include <errno.h>
