@@ -37,7 +37,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core_internal.h"
+#include "core/internal.h"
 #include "decode.h"
 #include "io.h"
 #include "jpegsrc.h"

@@ -33,7 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "common/error.h"
 #include "decode.h"
 #include "ops.h"

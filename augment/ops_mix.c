@@ -37,7 +37,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core_internal.h"
+#include "core/internal.h"
 #include "ops.h"        /* stk__bf16 */
 #include "ops_policy.h" /* stk__normal */
 

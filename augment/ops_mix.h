@@ -9,7 +9,7 @@
 
 #include <stdint.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "stoker/core.h"
 
 /* One batch's draws. */

@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "ops.h"         /* stk__box */
 #include "stoker/core.h" /* stk_rng */
 

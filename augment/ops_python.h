@@ -9,7 +9,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "chain.h"
+#include "core/chain.h"
 
 typedef struct stk__pyop stk__pyop;
 

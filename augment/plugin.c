@@ -21,7 +21,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "common/error.h"
 #include "internal.h"
 #include "plugin.h"

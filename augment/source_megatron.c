@@ -57,7 +57,7 @@
 
 #include "common/error.h"
 #include "augment/megatron.h"
-#include "core_internal.h"
+#include "core/internal.h"
 #include "internal.h"
 
 #define MG_MAX_PREFIXES 16

@@ -10,7 +10,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "core_internal.h"
+#include "core/internal.h"
 #include "internal.h"
 
 static int syn_open(stk_dataset *ds, char *err, size_t errlen) {

@@ -92,7 +92,6 @@ static int check_header(stk_client *c, const Stoker__V1__BatchHeader *h, char *w
   return header_is(h, &c->job.layout, why, n) ? -1 : 0;
 }
 
-/* Under mu: which buffer w's batch seq goes to (NULL: nobody wants it). */
 /* A payload chunk m of the batch in x: bounds-checked, copied once into
  * x->dst (crc32c taken while copying); the last one completes the copy
  * (under mu). 0, or -1 with why: a protocol error. */

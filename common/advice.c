@@ -1,6 +1,6 @@
 /* advice.c - input-bound / compute-bound verdicts in cores of the job's
  * pipeline (see advice.h). Pure arithmetic; owns nothing. */
-#include "advice.h"
+#include "common/advice.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,7 +1,7 @@
 /* costmodel.c - the price-performance model, its search over shapes and
  * the instance table reader (see costmodel.h for the formula). Owns
  * nothing; allocates nothing; reads one file with stdio. */
-#include "costmodel.h"
+#include "common/costmodel.h"
 
 #include <errno.h>
 #include <math.h>

@@ -2,7 +2,7 @@
  * cgroup files under a given root and combines them with the affinity
  * count. Owns nothing; reads files only. */
 #define _GNU_SOURCE
-#include "cpulimit.h"
+#include "common/cpulimit.h"
 
 #include <sched.h>
 #include <stdio.h>

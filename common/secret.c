@@ -1,13 +1,13 @@
 /* secret.c - read and pick the bearer token (see secret.h). Owns nothing;
  * never prints, and never puts a token's bytes into an error message. */
-#include "secret.h"
+#include "common/secret.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "error.h"
+#include "common/error.h"
 
 int stk__token_read_file(const char *path, char *buf, size_t buflen, char *err,
                          size_t errlen) {

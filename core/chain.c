@@ -10,7 +10,7 @@
  * Pure functions; no allocation (the text is copied into a stack buffer of
  * the job line's size); thread-safe.
  */
-#include "chain.h"
+#include "core/chain.h"
 
 #include <ctype.h>
 #include <math.h>
@@ -20,7 +20,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core_internal.h"
+#include "core/internal.h"
 
 #define MAX_ARGS 12
 #define TEXT_MAX 1024

@@ -3,8 +3,12 @@
  * canonical text every process receives), the canonical form and its
  * hash, validation.
  *
- * The option table is the single source of truth for job keys: parsing,
- * the canonical text (and so the job hash) and docs all come from it.
+ * The option table is the single source of truth for job keys: parsing
+ * and the canonical text (and so the job hash) come from it. Each row's
+ * `help` is a one-line summary for readers of this file only (nothing
+ * prints it); the users' reference is docs/operations.md's job table,
+ * written by hand: a key added here gets its row there too
+ * (test_docs_job_keys fails until the table names exactly these keys).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -15,9 +19,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "common/error.h"
-#include "core_internal.h"
+#include "core/internal.h"
 
 /* T_PIPE: a pipeline name or an op chain (chain.c); T_OPTSTR: a string
  * left out of the canonical text while empty (keys added later, so that
@@ -74,7 +78,8 @@ typedef struct {
 #define SZ(f)  sizeof(((stk_job_spec *)0)->f)
 static const job_opt job_opts[] = {
     {"name", T_STR, OFF(name), SZ(name), NULL, "job id"},
-    {"source", T_ENUM, OFF(source), 0, source_names, "synthetic | imagefolder | tar"},
+    {"source", T_ENUM, OFF(source), 0, source_names,
+     "synthetic | imagefolder | tar | megatron"},
     {"dataset", T_STR, OFF(dataset), SZ(dataset), NULL,
      "dataset path, relative to the worker's --data-root"},
     {"num_samples", T_U64, OFF(num_samples), 0, NULL,

@@ -11,8 +11,8 @@
 #include <stdio.h>
 #include <string.h>
 
-#include "chain.h"
-#include "core_internal.h"
+#include "core/chain.h"
+#include "core/internal.h"
 
 static void add_tensor(stk_batch_layout *L, const char *name, int dtype, uint32_t ndim,
                        uint64_t d0, uint64_t d1) {

@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "core_internal.h"
+#include "core/internal.h"
 
 #define FEISTEL_ROUNDS 6
 

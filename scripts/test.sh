@@ -4,7 +4,8 @@
 #      layout of the C code (scripts/format.sh --check, clang-format 14)
 #   2. release build with warnings as errors, then every ctest test
 #   3. AddressSanitizer + UndefinedBehaviorSanitizer build, every test again
-#   4. the libFuzzer target built with clang and run for 20 s (when clang is there)
+#   4. the libFuzzer targets built with clang and run for 30 s in all (when
+#      clang is there)
 # Ends with one line "N passed, N failed, N skipped" (a skipped test says
 # why in the log, e.g. the cluster tests without root). Exit status 0
 # only if nothing failed.

@@ -74,7 +74,7 @@
 #include "options.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
-#include "stoker/augment.h"
+#include "stoker/core.h"
 #include "ticket.h"
 #include "wire_limits.h"
 

@@ -54,7 +54,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "ops.h"
 #include "ops_mix.h"
 #include "ops_policy.h"

@@ -33,7 +33,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "chain.h"
+#include "core/chain.h"
 #include "check.h"
 #include "gen.h"
 #include "ops_python.h"

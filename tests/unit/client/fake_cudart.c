@@ -23,7 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "convert_kernel.h"
+#include "client/convert_kernel.h"
 
 typedef struct op {
   int kind; /* 0 copy, 1 record, 2 kernel */

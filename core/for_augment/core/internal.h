@@ -1,5 +1,8 @@
-/* core_internal.h - the few helpers core/ shares with the libraries built
- * on it (augment/, tools/): not public API, never installed. Static inline
+/* core/internal.h - the few helpers core/ shares with the libraries built
+ * on it (augment/, tools/), which must compute these exactly as core does.
+ * Part of core's interface for augment: on the include path only of what
+ * links stoker_core_for_augment (core/CMakeLists.txt); not public API,
+ * never installed. Static inline
  * so that core's files need not call each other for them (job.c, plan.c,
  * rng.c and layout.c stay independent; layout.c alone calls into job.c,
  * for validation).
