@@ -441,6 +441,9 @@ struct stk_client {
    * stk_client_stats). */
   uint64_t recv_cpu_user_ns[STK__RECV_CPU_SLOTS];
   uint64_t recv_cpu_sys_ns[STK__RECV_CPU_SLOTS];
+  /* The watch thread's CPU clock (pthread_getcpuclockid), stored by that
+   * thread at its start; watch_clock_set 1 once it is (relaxed atomics). */
+  int watch_clock, watch_clock_set;
   double host_cores;           /* CPUs this process may use (quota, affinity), at open */
   stk__cpu_window recv_window; /* the host share's recent window (under mu) */
 };

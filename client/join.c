@@ -365,6 +365,14 @@ static void report_stats(stk_client *c, report_state *rs) {
 static void *watch_main(void *arg) {
   stk_client *c = arg;
   stk__thread_name("stk-watch");
+  /* its CPU clock, so stk_client_stats can read what it used since its
+   * last note (it waits up to REPORT_MS in gRPC, which may read the
+   * worker streams meanwhile) */
+  clockid_t cid;
+  if (!pthread_getcpuclockid(pthread_self(), &cid)) {
+    __atomic_store_n(&c->watch_clock, (int)cid, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->watch_clock_set, 1, __ATOMIC_RELEASE);
+  }
   int backoff = 100;
   report_state rs = {0};
   while (!stopping(c)) {
