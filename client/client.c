@@ -153,6 +153,10 @@ static stk_client *client_new(const stk_client_config *cfg, int local,
   pthread_cond_init(&c->cv_next, NULL);
   pthread_cond_init(&c->cv_local, NULL);
   c->api.open_ns = stk__now_ns();
+  /* the cores this process may use, for the receive path's host share */
+  stk__cpu_limit lim;
+  stk__cpu_limit_read("/", stk__affinity_cpus(), &lim);
+  c->host_cores = lim.cores;
   const char *fault = getenv("STOKER_FAULT_CRC_EVERY");
   if (local && fault) c->fault_crc_every = strtoull(fault, NULL, 10);
   if ((cfg->coordinator && !c->coordinator) || (cfg->token && !c->token) ||
@@ -545,32 +549,70 @@ static uint32_t used_alive(const stk_client *c) {
   return alive;
 }
 
+void stk__recv_cpu_note(stk_client *c, int slot) {
+  unsigned long long u, s;
+  stk__thread_cpu_split_ns(&u, &s);
+  __atomic_store_n(&c->recv_cpu_user_ns[slot], (uint64_t)u, __ATOMIC_RELAXED);
+  __atomic_store_n(&c->recv_cpu_sys_ns[slot], (uint64_t)s, __ATOMIC_RELAXED);
+}
+
 /* Under mu: the loop's time per batch outside next() (ms; 0 before two
- * batches), the receive path's CPU seconds and its cost per GB (0 before
- * 1 MB came). */
-static void loop_figures(const stk_client *c, double *step_ms, double *recv_s,
-                         double *per_gb) {
+ * batches) and the receive path's figures: its CPU seconds, its cost per
+ * GB (0 before 1 MB came), its share of the host's usable cores over the
+ * recent window (0 before a second of it; feeds the window). */
+static void loop_figures(stk_client *c, double *step_ms, stk__recv_figures *rf) {
   int64_t span = c->api.last_next_ns - c->api.first_next_ns;
   double outside = (double)span - (double)c->api.stall_ns;
   *step_ms = c->api.batches >= 2 && outside > 0
                  ? outside / (double)(c->api.batches - 1) / 1e6
                  : 0;
-  uint64_t ns = 0;
-  for (int i = 0; i < STK__RECV_CPU_SLOTS; i++)
-    ns += __atomic_load_n(&c->recv_cpu_ns[i], __ATOMIC_RELAXED);
-  *recv_s = (double)ns / 1e9;
-  *per_gb = c->pool.bytes >= 1000000 ? *recv_s / ((double)c->pool.bytes / 1e9) : 0;
+  uint64_t u = 0, s = 0;
+  for (int i = 0; i < STK__RECV_CPU_SLOTS; i++) {
+    u += __atomic_load_n(&c->recv_cpu_user_ns[i], __ATOMIC_RELAXED);
+    s += __atomic_load_n(&c->recv_cpu_sys_ns[i], __ATOMIC_RELAXED);
+  }
+  /* The watch thread notes its CPU between waits up to 2 s long: what it
+   * used since comes from its CPU clock now, split as its last note. */
+  struct timespec ts;
+  if (__atomic_load_n(&c->watch_clock_set, __ATOMIC_ACQUIRE) &&
+      !clock_gettime((clockid_t)__atomic_load_n(&c->watch_clock, __ATOMIC_RELAXED),
+                     &ts)) {
+    uint64_t now = (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
+    uint64_t wu = __atomic_load_n(&c->recv_cpu_user_ns[STK__CPU_WATCH], __ATOMIC_RELAXED);
+    uint64_t ws = __atomic_load_n(&c->recv_cpu_sys_ns[STK__CPU_WATCH], __ATOMIC_RELAXED);
+    if (now > wu + ws) {
+      uint64_t more = now - (wu + ws);
+      uint64_t more_u =
+          wu + ws ? (uint64_t)((double)more * (double)wu / (double)(wu + ws)) : more / 2;
+      u += more_u;
+      s += more - more_u;
+    }
+  }
+  memset(rf, 0, sizeof(*rf));
+  rf->user_s = (double)u / 1e9;
+  rf->sys_s = (double)s / 1e9;
+  rf->cpu_s = rf->user_s + rf->sys_s;
+  if (c->pool.bytes >= 1000000) {
+    double gb = (double)c->pool.bytes / 1e9;
+    rf->per_gb = rf->cpu_s / gb;
+    rf->user_per_gb = rf->user_s / gb;
+    rf->sys_per_gb = rf->sys_s / gb;
+  }
+  rf->host_cores = c->host_cores;
+  double rate = stk__cpu_window_rate(&c->recv_window, stk__now_ns(), rf->cpu_s,
+                                     STK__RECV_WINDOW_NS, STK__RECV_MIN_SPAN_NS);
+  rf->host_share = rate >= 0 ? stk__cpu_share(rate, 1.0, c->host_cores) : 0;
 }
 
 void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_frac,
-                         uint32_t *workers_alive, double *step_ms, double *recv_cpu_s,
-                         double *recv_s_per_gb) {
+                         uint32_t *workers_alive, double *step_ms,
+                         stk__recv_figures *rf) {
   int64_t span;
   pthread_mutex_lock(&c->mu);
   *batches = c->api.batches;
   *stall_frac = stall_fraction(c, &span);
   *workers_alive = used_alive(c);
-  loop_figures(c, step_ms, recv_cpu_s, recv_s_per_gb);
+  loop_figures(c, step_ms, rf);
   pthread_mutex_unlock(&c->mu);
 }
 
@@ -620,11 +662,18 @@ void stk_client_stats(stk_client *c, stk_stats *o) {
   uint32_t alive = used_alive(c);
   o->workers_alive = alive;
   o->coordinator_watching = (uint32_t)c->coord.watching;
-  double step_ms, recv_s, per_gb;
-  loop_figures(c, &step_ms, &recv_s, &per_gb);
+  double step_ms;
+  stk__recv_figures rf;
+  loop_figures(c, &step_ms, &rf);
   o->step_ms = (float)step_ms;
-  o->recv_cpu_s = recv_s;
-  o->recv_cpu_s_per_gb = (float)per_gb;
+  o->recv_cpu_s = rf.cpu_s;
+  o->recv_cpu_s_per_gb = (float)rf.per_gb;
+  o->recv_cpu_user_s_per_gb = (float)rf.user_per_gb;
+  o->recv_cpu_sys_s_per_gb = (float)rf.sys_per_gb;
+  o->recv_cpu_user_s = rf.user_s;
+  o->recv_cpu_sys_s = rf.sys_s;
+  o->host_cores = rf.host_cores;
+  o->recv_host_share = rf.host_share;
   /* Input-bound estimate (common/advice.h): workers x (1 + stall/compute),
    * reported only when the stall is above STK_INPUT_BOUND_STALL (2%) of
    * the loop time and the loop has a step time (STK_MIN_STEP_MS per batch

@@ -75,6 +75,7 @@
 #include <pthread.h>
 #include <stdint.h>
 
+#include "common/cpulimit.h"
 #include "rpc.h"
 #include "wire_limits.h"
 #include "stoker/client.h"
@@ -88,8 +89,22 @@
 #define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
 #define STK__STATE_VERSION  2u          /* written; 1 and 2 are read (state.c) */
 #define STK__STATE_SIZE     48u         /* version 2 */
-#define STK__RECV_CPU_SLOTS 3           /* io threads (at most 2) + the copy thread */
 #define STK__STATE_SIZE_V1  40u
+
+/* The client's threads whose CPU is the receive path's (stk_stats.recv_cpu_s),
+ * one slot each: the io threads by their index (at most 2), the copy
+ * thread, the watch thread (with gRPC's default poll engine, epoll1, it
+ * also reads the worker streams' sockets while it waits on its own call)
+ * and the scheduler. */
+enum {
+  STK__CPU_IO0 = 0,
+  STK__CPU_COPY = 2,
+  STK__CPU_WATCH = 3,
+  STK__CPU_SCHED = 4,
+  STK__RECV_CPU_SLOTS = 5
+};
+#define STK__RECV_WINDOW_NS   5000000000ll /* the host share's window (5-10 s) */
+#define STK__RECV_MIN_SPAN_NS 1000000000ll /* ... and its shortest span */
 
 enum { REQ_FREE, REQ_QUEUED, REQ_ISSUED, REQ_RECEIVING, REQ_DONE };
 enum { HEDGE_FREE, HEDGE_ISSUED, HEDGE_RECEIVING, HEDGE_ORPHAN };
@@ -420,11 +435,17 @@ struct stk_client {
   struct stk__cuda *cuda; /* backend_cuda.c */
   struct stk__io *io;     /* stream.c: the io threads and their queue (under mu;
                              NULL until the first remote worker) */
-  /* The receive path's CPU (stk_stats.recv_cpu_s): each io thread's
-   * (slots 0..STK__RECV_CPU_SLOTS-2, by its index) and the copy thread's
-   * (the last slot) own CPU time, ns, stored by that thread as it goes
-   * (relaxed atomics; read by stk_client_stats). */
-  uint64_t recv_cpu_ns[STK__RECV_CPU_SLOTS];
+  /* The receive path's CPU (stk_stats.recv_cpu_s): the user and system
+   * CPU time, ns, of each of its threads (STK__CPU_*), stored by that
+   * thread as it goes (stk__recv_cpu_note; relaxed atomics; read by
+   * stk_client_stats). */
+  uint64_t recv_cpu_user_ns[STK__RECV_CPU_SLOTS];
+  uint64_t recv_cpu_sys_ns[STK__RECV_CPU_SLOTS];
+  /* The watch thread's CPU clock (pthread_getcpuclockid), stored by that
+   * thread at its start; watch_clock_set 1 once it is (relaxed atomics). */
+  int watch_clock, watch_clock_set;
+  double host_cores;           /* CPUs this process may use (quota, affinity), at open */
+  stk__cpu_window recv_window; /* the host share's recent window (under mu) */
 };
 
 /* ---- interrupt.c: waking the blocking calls ---------------------------- */
@@ -464,12 +485,25 @@ int stk__fatal_check(stk_client *c);
 
 /* ---- client.c ----------------------------------------------------------- */
 
+/* The receive path's figures, as stk_stats's fields of the same names
+ * say: CPU seconds (user + system, and each), per GB of payload, the
+ * host's usable cores and the path's share of them. */
+typedef struct stk__recv_figures {
+  double cpu_s, user_s, sys_s;
+  double per_gb, user_per_gb, sys_per_gb;
+  double host_cores, host_share;
+} stk__recv_figures;
+
 /* This rank's figures for the coordinator's ReportStats, computed as
- * stk_client_stats computes them (step_ms, recv_cpu_s, recv_s_per_gb as
+ * stk_client_stats computes them (step_ms and the receive figures as
  * its fields say). Takes c->mu; any thread. */
 void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_fraction,
-                         uint32_t *workers_alive, double *step_ms, double *recv_cpu_s,
-                         double *recv_s_per_gb);
+                         uint32_t *workers_alive, double *step_ms, stk__recv_figures *rf);
+
+/* On one of the receive path's threads: store its CPU time so far (user
+ * and system) in slot (STK__CPU_*), for stk_client_stats. Lock-free;
+ * one syscall (getrusage). */
+void stk__recv_cpu_note(stk_client *c, int slot);
 
 /* ---- state.c: the resume state and the plan ----------------------------- */
 typedef struct stk__resume {

@@ -328,16 +328,23 @@ static void report_stats(stk_client *c, report_state *rs) {
   uint64_t batches = 0;
   double stall_fraction = 0;
   uint32_t alive = 0;
-  double step_ms = 0, recv_s = 0, per_gb = 0;
-  stk__report_figures(c, &batches, &stall_fraction, &alive, &step_ms, &recv_s, &per_gb);
+  double step_ms = 0;
+  stk__recv_figures rf;
+  stk__report_figures(c, &batches, &stall_fraction, &alive, &step_ms, &rf);
   Stoker__V1__ClientStats q = STOKER__V1__CLIENT_STATS__INIT;
   q.rank = c->cfg.rank;
   q.stall_fraction = stall_fraction;
   q.batches = batches;
   q.workers_alive = alive;
   q.step_ms = step_ms;
-  q.recv_cpu_s = recv_s;
-  q.recv_cpu_s_per_gb = per_gb;
+  q.recv_cpu_s = rf.cpu_s;
+  q.recv_cpu_s_per_gb = rf.per_gb;
+  q.recv_cpu_user_s = rf.user_s;
+  q.recv_cpu_sys_s = rf.sys_s;
+  q.recv_cpu_user_s_per_gb = rf.user_per_gb;
+  q.recv_cpu_sys_s_per_gb = rf.sys_per_gb;
+  q.recv_host_share = rf.host_share;
+  q.host_cores = rf.host_cores;
   if (rs->last_ms && now > rs->last_ms && batches >= rs->last_batches)
     q.batches_per_s =
         (double)(batches - rs->last_batches) * 1000.0 / (double)(now - rs->last_ms);
@@ -358,6 +365,14 @@ static void report_stats(stk_client *c, report_state *rs) {
 static void *watch_main(void *arg) {
   stk_client *c = arg;
   stk__thread_name("stk-watch");
+  /* its CPU clock, so stk_client_stats can read what it used since its
+   * last note (it waits up to REPORT_MS in gRPC, which may read the
+   * worker streams meanwhile) */
+  clockid_t cid;
+  if (!pthread_getcpuclockid(pthread_self(), &cid)) {
+    __atomic_store_n(&c->watch_clock, (int)cid, __ATOMIC_RELAXED);
+    __atomic_store_n(&c->watch_clock_set, 1, __ATOMIC_RELEASE);
+  }
   int backoff = 100;
   report_state rs = {0};
   while (!stopping(c)) {
@@ -390,6 +405,9 @@ static void *watch_main(void *arg) {
     c->coord.watching = ok;
     pthread_mutex_unlock(&c->mu);
     while (ok) {
+      /* this thread's CPU so far: part of the receive path's (gRPC's
+       * default poll engine reads the worker streams here too) */
+      stk__recv_cpu_note(c, STK__CPU_WATCH);
       report_stats(c, &rs);
       grpc_byte_buffer *bb = NULL;
       int rc = stk__rpc_stream_recv(s, &bb, REPORT_MS); /* stop cancels the stream */

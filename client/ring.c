@@ -200,8 +200,7 @@ static void *copy_main(void *arg) {
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->errs.fatal) {
     /* this thread's CPU so far: part of the receive path (stk_stats) */
-    __atomic_store_n(&c->recv_cpu_ns[STK__RECV_CPU_SLOTS - 1],
-                     (uint64_t)stk__thread_cpu_ns(), __ATOMIC_RELAXED);
+    stk__recv_cpu_note(c, STK__CPU_COPY);
     stk__req *r = NULL;
     stk_batch *s = NULL;
     if (c->ring.next_copy < c->plan.total) {

@@ -150,6 +150,7 @@ static void *sched_main(void *arg) {
   stk__thread_name("stk-sched");
   pthread_mutex_lock(&c->mu);
   while (!c->stopping && !c->errs.fatal) {
+    stk__recv_cpu_note(c, STK__CPU_SCHED); /* part of the receive path's CPU */
     stk__workers_reclaim(c, STK__KEEP_DEPARTED);
     stk__workers_tick(c, stk__now_ns());
     stk__req_fill(c, &c->sched.next_issue, c->plan.total);

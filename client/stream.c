@@ -302,7 +302,8 @@ struct stk__runner {
  * the pool's size, min(2, online CPUs): enough to keep receiving while
  * one thread copies a chunk, and fixed however many workers are served. */
 #define IO_THREADS_MAX 2
-_Static_assert(IO_THREADS_MAX < STK__RECV_CPU_SLOTS, "a recv_cpu_ns slot per io thread");
+_Static_assert(STK__CPU_IO0 + IO_THREADS_MAX <= STK__CPU_COPY,
+               "a CPU slot per io thread");
 #define SCAN_MS 500
 
 struct stk__io {
@@ -653,8 +654,7 @@ static void *io_main(void *arg) {
     if (!stk__rpc_astream_event(&ev, &e) && e.kind != STK__RPC_AS_WAKE) on_event(c, &e);
     scan(c);
     /* this thread's CPU so far: the receive path's cost (stk_stats) */
-    __atomic_store_n(&c->recv_cpu_ns[self], (uint64_t)stk__thread_cpu_ns(),
-                     __ATOMIC_RELAXED);
+    stk__recv_cpu_note(c, STK__CPU_IO0 + self);
   }
   return NULL;
 }

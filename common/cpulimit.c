@@ -141,6 +141,39 @@ unsigned long long stk__thread_cpu_ns(void) {
   return (unsigned long long)ts.tv_sec * 1000000000ull + (unsigned long long)ts.tv_nsec;
 }
 
+void stk__thread_cpu_split_ns(unsigned long long *user_ns, unsigned long long *sys_ns) {
+  struct rusage ru;
+  *user_ns = *sys_ns = 0;
+  if (getrusage(RUSAGE_THREAD, &ru)) return;
+  *user_ns = (unsigned long long)ru.ru_utime.tv_sec * 1000000000ull +
+             (unsigned long long)ru.ru_utime.tv_usec * 1000ull;
+  *sys_ns = (unsigned long long)ru.ru_stime.tv_sec * 1000000000ull +
+            (unsigned long long)ru.ru_stime.tv_usec * 1000ull;
+}
+
+double stk__cpu_share(double cpu_s, double wall_s, double cores) {
+  if (!(wall_s > 0) || !(cores > 0) || !(cpu_s >= 0)) return 0;
+  return cpu_s / (wall_s * cores);
+}
+
+double stk__cpu_window_rate(stk__cpu_window *w, long long now_ns, double cpu_s,
+                            long long window_ns, long long min_span_ns) {
+  if (!w->n) {
+    w->t_ns[0] = w->t_ns[1] = now_ns;
+    w->cpu_s[0] = w->cpu_s[1] = cpu_s;
+    w->n = 1;
+    return -1;
+  }
+  if (now_ns - w->t_ns[1] >= window_ns) {
+    w->t_ns[0] = w->t_ns[1], w->cpu_s[0] = w->cpu_s[1];
+    w->t_ns[1] = now_ns, w->cpu_s[1] = cpu_s;
+  }
+  long long span = now_ns - w->t_ns[0];
+  if (span < min_span_ns || span <= 0) return -1;
+  double used = cpu_s - w->cpu_s[0];
+  return used > 0 ? used / ((double)span / 1e9) : 0;
+}
+
 double stk__process_cpu_s(void) {
   struct rusage ru;
   if (getrusage(RUSAGE_SELF, &ru)) return 0;

@@ -333,8 +333,11 @@ int main(int argc, char **argv) {
       verify ? "" : " (not verified)", (unsigned long long)order_fail,
       (unsigned long long)s.substituted);
   if (s.recv_cpu_s > 0)
-    printf("receiving rank %u: %.2f CPU-s (io and copy threads), %.2f CPU-s per GB\n",
-           cfg.rank, s.recv_cpu_s, s.recv_cpu_s_per_gb);
+    printf(
+        "receiving rank %u: %.2f CPU-s (libstoker's receive threads), %.2f CPU-s per GB "
+        "(user %.2f + system %.2f), %.0f%% of %.2g usable cores over the last 5-10 s\n",
+        cfg.rank, s.recv_cpu_s, s.recv_cpu_s_per_gb, s.recv_cpu_user_s_per_gb,
+        s.recv_cpu_sys_s_per_gb, 100 * s.recv_host_share, s.host_cores);
   /* The stall judged against this loop's own step (time outside next()):
    * a loop with no step time has no demand to size the workers by. */
   if (s.stall_fraction > 0.02 && s.step_ms < 1.0)

@@ -377,8 +377,9 @@ static void status_print_more(const Stoker__V1__StatusResponse *r) {
       printf("    %s\n", stk__escape(e, sizeof(e), s->bad_recent[k]));
   }
   if (r->n_ranks) {
-    printf("\n%-6s %8s %8s %10s %10s %8s %9s %10s\n", "RANK", "STALL", "STEP", "BATCH/S",
-           "BATCHES", "WORKERS", "RECV-CPU", "REPORTED");
+    printf("\n%-6s %8s %8s %10s %10s %8s %9s %11s %13s %10s\n", "RANK", "STALL", "STEP",
+           "BATCH/S", "BATCHES", "WORKERS", "RECV-CPU", "USER+SYS", "HOST-SHARE",
+           "REPORTED");
     for (size_t i = 0; i < r->n_ranks; i++) {
       const Stoker__V1__RankStatus *k = r->ranks[i];
       const Stoker__V1__ClientStats *c = k->stats;
@@ -388,13 +389,21 @@ static void status_print_more(const Stoker__V1__StatusResponse *r) {
        * (its rate is what it last said, not what it does now). */
       /* STEP: its loop time per batch outside next(); RECV-CPU: its
        * receiving cost, CPU seconds per GB ("-" until reported) */
-      char step[16] = "-", recv[16] = "-";
+      /* USER+SYS: RECV-CPU split; HOST-SHARE: the receive path's share
+       * of the cores the rank's process may use (quota-aware), and them */
+      char step[16] = "-", recv[16] = "-", split[24] = "-", share[32] = "-";
       if (c && c->step_ms > 0) snprintf(step, sizeof(step), "%.1fms", c->step_ms);
       if (c && c->recv_cpu_s_per_gb > 0)
         snprintf(recv, sizeof(recv), "%.2fs/GB", c->recv_cpu_s_per_gb);
-      printf("%-6u %7.1f%% %8s %10.1f %10" PRIu64 " %8u %9s %10s%s\n", k->rank,
+      if (c && c->recv_cpu_user_s_per_gb + c->recv_cpu_sys_s_per_gb > 0)
+        snprintf(split, sizeof(split), "%.2f+%.2f", c->recv_cpu_user_s_per_gb,
+                 c->recv_cpu_sys_s_per_gb);
+      if (c && c->host_cores > 0)
+        snprintf(share, sizeof(share), "%.0f%% of %.2g", 100 * c->recv_host_share,
+                 c->host_cores);
+      printf("%-6u %7.1f%% %8s %10.1f %10" PRIu64 " %8u %9s %11s %13s %10s%s\n", k->rank,
              c ? 100 * c->stall_fraction : 0.0, step, c ? c->batches_per_s : 0.0,
-             c ? c->batches : 0, c ? c->workers_alive : 0, recv, ago,
+             c ? c->batches : 0, c ? c->workers_alive : 0, recv, split, share, ago,
              k->last_report_ms_ago > 30000 ? "  stopped reporting" : "");
     }
   }
@@ -527,6 +536,18 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
     json_num(c ? c->recv_cpu_s : 0);
     printf(", \"recv_cpu_s_per_gb\": ");
     json_num(c ? c->recv_cpu_s_per_gb : 0);
+    printf(", \"recv_cpu_user_s\": ");
+    json_num(c ? c->recv_cpu_user_s : 0);
+    printf(", \"recv_cpu_sys_s\": ");
+    json_num(c ? c->recv_cpu_sys_s : 0);
+    printf(", \"recv_cpu_user_s_per_gb\": ");
+    json_num(c ? c->recv_cpu_user_s_per_gb : 0);
+    printf(", \"recv_cpu_sys_s_per_gb\": ");
+    json_num(c ? c->recv_cpu_sys_s_per_gb : 0);
+    printf(", \"recv_host_share\": ");
+    json_num(c ? c->recv_host_share : 0);
+    printf(", \"host_cores\": ");
+    json_num(c ? c->host_cores : 0);
     printf(", \"batches\": %" PRIu64 ", \"workers_alive\": %u, \"last_report_s\": ",
            c ? c->batches : 0, c ? c->workers_alive : 0);
     json_num((double)k->last_report_ms_ago / 1000.0);

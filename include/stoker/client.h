@@ -407,9 +407,25 @@ typedef struct stk_stats {
                                     per GB of payload received (0 before 1 MB) */
   double recv_cpu_s;             /* CPU seconds (user + system) this client's
                                     receive path used: its io threads (gRPC
-                                    receive, crc32c) and its copy thread (into
-                                    the slots, conversion) */
+                                    receive, the copy out of gRPC's buffers,
+                                    crc32c), its copy thread (into the slots,
+                                    conversion), its watch thread (which, with
+                                    gRPC's default poll engine, also reads the
+                                    streams' sockets) and its scheduler; not
+                                    gRPC's own executor and timer threads
+                                    (docs/operations.md, "stoker status") */
   uint8_t reserved[4];
+  float recv_cpu_user_s_per_gb; /* recv_cpu_s_per_gb's user-space part ... */
+  float recv_cpu_sys_s_per_gb;  /* ... and its kernel part (socket reads,
+                                   wake-ups); their sum is recv_cpu_s_per_gb */
+  double recv_cpu_user_s;       /* recv_cpu_s split: user ... */
+  double recv_cpu_sys_s;        /* ... and system CPU seconds */
+  double host_cores;            /* CPUs this process may use: min(its cgroup's
+                                   CPU quota, its affinity CPUs), read at open */
+  double recv_host_share;       /* the receive path's share of host_cores over
+                                   the last 5-10 s: its CPU seconds per second
+                                   / host_cores (0.5: half of what the process
+                                   may use; 0 before a second of data) */
 } stk_stats;
 
 /* Snapshot of the counters. Thread-safe. */

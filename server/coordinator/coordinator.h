@@ -299,6 +299,9 @@ typedef struct coord_state {
     uint64_t batches;
     uint32_t workers_alive;
     double step_ms, recv_cpu_s, recv_cpu_s_per_gb; /* 0 = not reported */
+    double recv_cpu_user_s, recv_cpu_sys_s;        /* recv_cpu_s split */
+    double recv_cpu_user_s_per_gb, recv_cpu_sys_s_per_gb;
+    double recv_host_share, host_cores; /* share of the rank's usable cores */
   } * ranks;
   /* From the state journal (persist.c): ids of workers registered before a
    * restart and not back yet; the end of the job waits (bounded) for them

@@ -47,6 +47,22 @@ void status_report_stats(stk__rpc_call *call, const ProtobufCMessage *req) {
   r->recv_cpu_s = q->recv_cpu_s > 0 && q->recv_cpu_s < 1e12 ? q->recv_cpu_s : 0;
   r->recv_cpu_s_per_gb =
       q->recv_cpu_s_per_gb > 0 && q->recv_cpu_s_per_gb < 1e6 ? q->recv_cpu_s_per_gb : 0;
+  r->recv_cpu_user_s =
+      q->recv_cpu_user_s > 0 && q->recv_cpu_user_s < 1e12 ? q->recv_cpu_user_s : 0;
+  r->recv_cpu_sys_s =
+      q->recv_cpu_sys_s > 0 && q->recv_cpu_sys_s < 1e12 ? q->recv_cpu_sys_s : 0;
+  r->recv_cpu_user_s_per_gb =
+      q->recv_cpu_user_s_per_gb > 0 && q->recv_cpu_user_s_per_gb < 1e6
+          ? q->recv_cpu_user_s_per_gb
+          : 0;
+  r->recv_cpu_sys_s_per_gb =
+      q->recv_cpu_sys_s_per_gb > 0 && q->recv_cpu_sys_s_per_gb < 1e6
+          ? q->recv_cpu_sys_s_per_gb
+          : 0;
+  /* a share of the process's cores (can pass 1 briefly: a quota's burst) */
+  r->recv_host_share =
+      q->recv_host_share > 0 && q->recv_host_share < 1e3 ? q->recv_host_share : 0;
+  r->host_cores = q->host_cores > 0 && q->host_cores < 1e6 ? q->host_cores : 0;
   pthread_mutex_unlock(&C.mu);
   Stoker__V1__ReportStatsResponse resp = STOKER__V1__REPORT_STATS_RESPONSE__INIT;
   stk__rpc_call_reply(call, &resp.base);
@@ -107,6 +123,12 @@ static int status_extras_locked(Stoker__V1__StatusResponse *resp,
     ex->cs[k].step_ms = c->step_ms;
     ex->cs[k].recv_cpu_s = c->recv_cpu_s;
     ex->cs[k].recv_cpu_s_per_gb = c->recv_cpu_s_per_gb;
+    ex->cs[k].recv_cpu_user_s = c->recv_cpu_user_s;
+    ex->cs[k].recv_cpu_sys_s = c->recv_cpu_sys_s;
+    ex->cs[k].recv_cpu_user_s_per_gb = c->recv_cpu_user_s_per_gb;
+    ex->cs[k].recv_cpu_sys_s_per_gb = c->recv_cpu_sys_s_per_gb;
+    ex->cs[k].recv_host_share = c->recv_host_share;
+    ex->cs[k].host_cores = c->host_cores;
     ex->rs[k].rank = r;
     ex->rs[k].stats = &ex->cs[k];
     ex->rs[k].last_report_ms_ago = (uint64_t)(now - c->at_ms);
@@ -372,9 +394,19 @@ void status_metrics(stk__metrics_buf *b, int full, void *ud) {
              "a rank's loop time per batch outside next(): its step time minus the "
              "stall (client report; 0 before two batches)"},
             {"stoker_rank_receive_cpu_seconds_per_gigabyte", "gauge",
-             "CPU seconds a rank's client spends receiving per GB (its io and copy "
-             "threads; client report; 0 before data came)"}};
-  for (int k = 0; k < 5; k++) {
+             "CPU seconds a rank's client spends receiving per GB (its io, copy, "
+             "watch and scheduler threads; client report; 0 before data came)"},
+            {"stoker_rank_receive_cpu_user_seconds_per_gigabyte", "gauge",
+             "the user-space part of a rank's receiving CPU per GB (client report)"},
+            {"stoker_rank_receive_cpu_system_seconds_per_gigabyte", "gauge",
+             "the kernel part of a rank's receiving CPU per GB: socket reads, "
+             "wake-ups (client report)"},
+            {"stoker_rank_receive_host_cpu_share", "gauge",
+             "a rank's receiving CPU as a share of the CPU its process may use "
+             "(cgroup quota or affinity; over the last 5-10 s; client report)"}};
+  /* (the rank's usable cores are in Status only: a series per rank is
+   * what /metrics bounds) */
+  for (int k = 0; k < 8; k++) {
     stk__metrics_family(b, rf[k].name, rf[k].type, rf[k].help);
     /* bounded: ranks below --metrics-rank-series only (stable series) */
     uint32_t nrank = C.spec.world_size;
@@ -391,7 +423,10 @@ void status_metrics(stk__metrics_buf *b, int full, void *ud) {
                           : k == 1 ? c->batches_per_s
                           : k == 2 ? (double)c->batches
                           : k == 3 ? c->step_ms / 1e3
-                                   : c->recv_cpu_s_per_gb);
+                          : k == 4 ? c->recv_cpu_s_per_gb
+                          : k == 5 ? c->recv_cpu_user_s_per_gb
+                          : k == 6 ? c->recv_cpu_sys_s_per_gb
+                                   : c->recv_host_share);
     }
   }
   stk__verdict v;

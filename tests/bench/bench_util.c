@@ -86,6 +86,76 @@ double bu_proc_threads_cpu_s(pid_t pid, const char *prefix) {
   return sum;
 }
 
+/* One thread's stat and status files into t; 0, or -1. */
+static int thread_read(pid_t pid, const char *tid, bu_thread *t) {
+  char path[96], buf[2048];
+  snprintf(path, sizeof path, "/proc/%d/task/%.16s/stat", (int)pid, tid);
+  FILE *f = fopen(path, "r");
+  if (!f) return -1;
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *l = strchr(buf, '('), *r = strrchr(buf, ')');
+  if (!l || !r || r < l) return -1;
+  size_t cl =
+      (size_t)(r - l - 1) < sizeof t->comm - 1 ? (size_t)(r - l - 1) : sizeof t->comm - 1;
+  memcpy(t->comm, l + 1, cl);
+  t->comm[cl] = 0;
+  unsigned long ut = 0, st = 0;
+  if (sscanf(r + 2, "%*c %*d %*d %*d %*d %*d %*u %*u %*u %*u %*u %lu %lu", &ut, &st) != 2)
+    return -1;
+  t->tid = atoi(tid);
+  t->user_s = (double)ut / sysconf(_SC_CLK_TCK);
+  t->sys_s = (double)st / sysconf(_SC_CLK_TCK);
+  t->vcsw = t->ivcsw = 0;
+  snprintf(path, sizeof path, "/proc/%d/task/%.16s/status", (int)pid, tid);
+  f = fopen(path, "r");
+  if (!f) return 0;
+  while (fgets(buf, sizeof buf, f)) {
+    unsigned long v;
+    if (sscanf(buf, "voluntary_ctxt_switches: %lu", &v) == 1) t->vcsw = (double)v;
+    if (sscanf(buf, "nonvoluntary_ctxt_switches: %lu", &v) == 1) t->ivcsw = (double)v;
+  }
+  fclose(f);
+  return 0;
+}
+
+int bu_threads_snap(pid_t pid, bu_threads *out) {
+  char path[64];
+  snprintf(path, sizeof path, "/proc/%d/task", (int)pid);
+  out->n = 0;
+  DIR *d = opendir(path);
+  if (!d) return -1;
+  struct dirent *e;
+  while ((e = readdir(d)) && out->n < BU_MAX_THREADS) {
+    if (e->d_name[0] == '.') continue;
+    if (!thread_read(pid, e->d_name, &out->t[out->n])) out->n++;
+  }
+  closedir(d);
+  return 0;
+}
+
+void bu_threads_diff_add(const bu_threads *a, const bu_threads *b, bu_threads *acc) {
+  for (int i = 0; i < b->n; i++) {
+    const bu_thread *tb = &b->t[i], *ta = NULL;
+    for (int k = 0; k < a->n && !ta; k++)
+      if (a->t[k].tid == tb->tid) ta = &a->t[k];
+    bu_thread *o = NULL;
+    for (int k = 0; k < acc->n && !o; k++)
+      if (!strcmp(acc->t[k].comm, tb->comm)) o = &acc->t[k];
+    if (!o) {
+      if (acc->n == BU_MAX_THREADS) continue;
+      o = &acc->t[acc->n++];
+      memset(o, 0, sizeof *o);
+      snprintf(o->comm, sizeof o->comm, "%s", tb->comm);
+    }
+    o->user_s += tb->user_s - (ta ? ta->user_s : 0);
+    o->sys_s += tb->sys_s - (ta ? ta->sys_s : 0);
+    o->vcsw += tb->vcsw - (ta ? ta->vcsw : 0);
+    o->ivcsw += tb->ivcsw - (ta ? ta->ivcsw : 0);
+  }
+}
+
 double bu_median(const double *v, int n) {
   double t[64];
   if (n < 1) return 0;

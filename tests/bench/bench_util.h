@@ -28,6 +28,27 @@ double bu_proc_cpu_s(pid_t pid);
  * starts with prefix (stoker names its threads: common/thread.h); threads
  * that have exited are not counted. -1 if /proc cannot be read. */
 double bu_proc_threads_cpu_s(pid_t pid, const char *prefix);
+/* Per-thread figures of a process from /proc/PID/task/TID/{stat,status}:
+ * by thread name (comm), user and system CPU and context switches
+ * (voluntary: it slept, a wake-up each; involuntary: preempted). */
+#define BU_MAX_THREADS 96
+typedef struct bu_thread {
+  int tid;
+  char comm[20];
+  double user_s, sys_s;
+  double vcsw, ivcsw;
+} bu_thread;
+typedef struct bu_threads {
+  int n;
+  bu_thread t[BU_MAX_THREADS];
+} bu_threads;
+/* Snapshot pid's threads (at most BU_MAX_THREADS). 0, or -1 if /proc
+ * cannot be read. */
+int bu_threads_snap(pid_t pid, bu_threads *out);
+/* Accumulate into acc the figures of b minus a, per thread name (threads
+ * of one name summed; one that started between a and b counts from 0). */
+void bu_threads_diff_add(const bu_threads *a, const bu_threads *b, bu_threads *acc);
+
 /* The JPEG files of an ImageFolder directory (CLASS/NAME.jpg, .jpeg),
  * relative to dir, in the dataset's order (sorted classes, sorted files),
  * at most max: *out is a malloc'ed array of malloc'ed strings (the caller

@@ -59,7 +59,8 @@ out=$("$bench" transport --batches 3 --rounds 2 --batch-size 4 2>&1) ||
   { echo "$out"; echo "transport failed"; exit 1; }
 echo "$out"
 for want in "round 2: raw TCP" "ratio stoker / raw TCP" "client CPU per GB" \
-  "worker split" "client page faults"; do
+  "worker split" "client page faults" "client copy+crc" "raw receiver split" \
+  "client threads (from /proc" "reported receive CPU" "/proc, the same threads"; do
   grep -q "$want" <<<"$out" || { echo "transport: no line with '$want'"; exit 1; }
 done
 out=$("$bench" decode-modes "$tmp/data/imagefolder" --rounds 2 2>&1) ||

@@ -62,14 +62,14 @@ def one(grpc, coord, tmp, cap):
     series = [ln for ln in text.splitlines() if ln and not ln.startswith("#")]
     per_rank = [ln for ln in series if ln.startswith("stoker_rank_")]
     want = 64 if cap is None else cap
-    check(len(per_rank) == 5 * want, "%s: %d per-rank series for %d ranks reporting, want "
-          "5 x %d" % (name, len(per_rank), RANKS, want))
+    check(len(per_rank) == 8 * want, "%s: %d per-rank series for %d ranks reporting, want "
+          "8 x %d" % (name, len(per_rank), RANKS, want))
     if want:
         last = 'stoker_rank_batches_total{rank="%d"} %d' % (want - 1, 1000 + want - 1)
         check(last in series, "%s: the last rank shown has its figures (%s)" % (name, last))
     check(not any('rank="%d"' % want in ln for ln in series),
           "%s: no series for rank %d" % (name, want))
-    check(len(series) < 400, "%s: %d series in all (< 400)" % (name, len(series)))
+    check(len(series) < 600, "%s: %d series in all (< 600)" % (name, len(series)))
     check(len(text) < 64 * 1024, "%s: /metrics is %d bytes (< 64 KiB)" % (name, len(text)))
     reap()
 

@@ -430,6 +430,9 @@ def case_metrics(P, tmp):
                  "stoker_job_workers_needed", "stoker_job_workers_spare",
                  'stoker_rank_step_seconds{rank="0"}',
                  'stoker_rank_receive_cpu_seconds_per_gigabyte{rank="1"}',
+                 'stoker_rank_receive_cpu_user_seconds_per_gigabyte{rank="1"}',
+                 'stoker_rank_receive_cpu_system_seconds_per_gigabyte{rank="0"}',
+                 'stoker_rank_receive_host_cpu_share{rank="0"}',
                  "stoker_job_cores_more", "stoker_job_worker_cores"):
         check(name in cv, "coordinator metric " + name)
     for who, v in (("coordinator", cv), ("worker", wv)):
@@ -466,6 +469,16 @@ def case_metrics(P, tmp):
             check(0 <= rk["stall_fraction"] <= 1 and rk["batches"] >= 0 and
                   rk["step_ms"] >= 0 and rk["recv_cpu_s"] > 0 and rk["recv_cpu_s_per_gb"] > 0,
                   "status --json rank %s figures %r" % (rk.get("rank"), rk))
+            # the receiving cost split into user and system, and its share
+            # of the cores the rank's process may use
+            check(rk["recv_cpu_user_s"] >= 0 and rk["recv_cpu_sys_s"] >= 0 and
+                  abs(rk["recv_cpu_user_s"] + rk["recv_cpu_sys_s"] - rk["recv_cpu_s"])
+                  <= 1e-5 * rk["recv_cpu_s"] + 1e-6 and  # printed with 6 digits
+                  abs(rk["recv_cpu_user_s_per_gb"] + rk["recv_cpu_sys_s_per_gb"] -
+                      rk["recv_cpu_s_per_gb"]) <= 1e-5 * rk["recv_cpu_s_per_gb"] + 1e-6 and
+                  0 < rk["host_cores"] <= os.cpu_count() and rk["recv_host_share"] >= 0,
+                  "status --json rank %s receive split and host share %r" %
+                  (rk.get("rank"), rk))
         v = s["verdict"]
         check(v["kind"] in ("input-bound", "compute-bound", "balanced", "unknown") and
               v["workers"] == 1 and
@@ -581,7 +594,9 @@ def case_bad(P, tmp):
 
 def case_cgroup(P, tmp):
     """A worker under a cgroup CPU quota of half a core registers 0.5
-    cores (root and a writable cgroup v1 cpu or v2 hierarchy only)."""
+    cores, and a training rank in it reports 0.5 usable cores beside its
+    receiving cost (root and a writable cgroup v1 cpu or v2 hierarchy
+    only)."""
     if os.geteuid() != 0:
         print("SKIP: not root: cannot make a cgroup with a CPU quota")
         sys.exit(77)
@@ -610,7 +625,8 @@ def case_cgroup(P, tmp):
     try:
         cport = start_coordinator(P, tmp, "coord", ["--set", "num_samples=64",
                                                     "--set", "height=8", "--set", "width=8",
-                                                    "--set", "batch_size=4"])
+                                                    "--set", "batch_size=4",
+                                                    "--set", "epochs=100"])
         if not check(cport, "coordinator started"):
             return
         # the worker enters the cgroup before it execs (its own shell)
@@ -628,6 +644,21 @@ def case_cgroup(P, tmp):
                   "the status table shows 0.50 cores")
             check("0.50 usable cores (cgroup v" in P.log("worker"),
                   "the worker logs its usable cores and where they came from")
+        # a rank in the same cgroup: its receive path's host share is of 0.5
+        loop = [BIN["loop"], "--coordinator", "127.0.0.1:%d" % cport, "--rank", "0",
+                "--world-size", "1", "--step-ms", "20"]
+        P.spawn("rank0", ["/bin/sh", "-c", 'echo $$ > "$0/cgroup.procs" && exec "$@"', cg]
+                + loop)
+        s = wait_for(lambda: (lambda j: j if j and j["ranks"] and
+                              j["ranks"][0]["host_cores"] > 0 else None)(status_json(cport)),
+                     20 * SLOW, "the rank reported its usable cores")
+        if s:
+            rk = s["ranks"][0]
+            check(abs(rk["host_cores"] - 0.5) < 1e-6 and rk["recv_host_share"] >= 0,
+                  "the rank under a 0.5-core quota reports 0.5 usable cores: %r" % rk)
+            rc, out, _ = cli(["status", "--coordinator", "127.0.0.1:%d" % cport])
+            check(rc == 0 and re.search(r"% of 0\.5\b", out),
+                  "the status table shows the rank's host share of 0.5 cores")
     finally:
         P.kill_all()
         for _ in range(50):  # the killed worker leaves the cgroup once reaped

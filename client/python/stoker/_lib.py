@@ -110,6 +110,12 @@ class Stats(ctypes.Structure):
         ("recv_cpu_s_per_gb", ctypes.c_float),
         ("recv_cpu_s", ctypes.c_double),
         ("reserved", ctypes.c_uint8 * 4),
+        ("recv_cpu_user_s_per_gb", ctypes.c_float),
+        ("recv_cpu_sys_s_per_gb", ctypes.c_float),
+        ("recv_cpu_user_s", ctypes.c_double),
+        ("recv_cpu_sys_s", ctypes.c_double),
+        ("host_cores", ctypes.c_double),
+        ("recv_host_share", ctypes.c_double),
     ]
 
 

@@ -36,6 +36,36 @@ int stk__affinity_cpus(void);
  * (CLOCK_THREAD_CPUTIME_ID); 0 on failure. Thread-safe. */
 unsigned long long stk__thread_cpu_ns(void);
 
+/* User and system CPU time the calling thread has used, ns (getrusage
+ * RUSAGE_THREAD: their sum is the thread's CPU time, the split the
+ * kernel's tick-sampled proportion of it); both 0 on failure.
+ * Thread-safe. */
+void stk__thread_cpu_split_ns(unsigned long long *user_ns, unsigned long long *sys_ns);
+
+/* The share of a host's usable CPU that cpu_s CPU seconds over wall_s
+ * seconds of wall clock are, with `cores` usable (stk__cpu_limit.cores):
+ * cpu_s / (wall_s x cores), e.g. 0.7 CPU-s in 2 s with a 0.5-core quota
+ * is 0.7. 0 when wall_s or cores is not positive or cpu_s is negative.
+ * Pure. */
+double stk__cpu_share(double cpu_s, double wall_s, double cores);
+
+/* A CPU rate over a recent window: two samples (time, CPU seconds so
+ * far), the newer replaced once it is `window_ns` old, so the rate spans
+ * window_ns to 2 x window_ns of the past (since the first sample until
+ * then). Zero-initialise; the caller serialises the calls. */
+typedef struct stk__cpu_window {
+  long long t_ns[2]; /* [0] the older sample, [1] the newer */
+  double cpu_s[2];
+  int n; /* samples taken (0, then 1 for good) */
+} stk__cpu_window;
+
+/* Feed the CPU seconds used so far (cpu_s, never decreasing) at now_ns
+ * (a monotonic clock); returns the CPU seconds per wall second from the
+ * older sample to now, or -1 while that span is under min_span_ns (the
+ * first call, or calls close together at the start). Pure arithmetic on w. */
+double stk__cpu_window_rate(stk__cpu_window *w, long long now_ns, double cpu_s,
+                            long long window_ns, long long min_span_ns);
+
 /* CPU seconds (user + system) the whole process has used (getrusage
  * RUSAGE_SELF); 0 on failure. Thread-safe. */
 double stk__process_cpu_s(void);

@@ -2,6 +2,7 @@
  * message (environment defaults: test_client_env.c); a coordinator that is not there is
  * STK_UNAVAILABLE after join_timeout_ms; resume-state sizes, round trip and mismatches.
  */
+#include <stddef.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -110,6 +111,9 @@ int main(void) {
   st[4] = 9; /* version */
   CHECK(stk_client_open_local(&cfg, JOB, NULL, &c, err, sizeof(err)) == STK_UNSUPPORTED);
   CHECK(stk_client_struct_size("stk_client_config") == sizeof(stk_client_config));
+  CHECK(stk_client_struct_size("stk_stats") == sizeof(stk_stats));
+  /* fields are appended: the older ones keep their offsets */
+  CHECK(offsetof(stk_stats, recv_cpu_user_s_per_gb) >= offsetof(stk_stats, reserved) + 4);
   CHECK(stk_client_struct_size("nope") == 0);
   stk_client_close(NULL);
   stk_batch_release(NULL);

@@ -78,6 +78,14 @@ static void full_run(void) {
   stk_client_stats(c, &st);
   CHECK_EQ_U64(st.batches, 16);
   CHECK(st.nworkers == 1);
+  /* the receive path's CPU: user + system is the total, the usable cores
+   * are known from open, the share is a share (a local client has only
+   * its copy and scheduler threads in it) */
+  CHECK(st.recv_cpu_user_s >= 0 && st.recv_cpu_sys_s >= 0);
+  CHECK(st.recv_cpu_user_s + st.recv_cpu_sys_s <= st.recv_cpu_s + 1e-9 &&
+        st.recv_cpu_user_s + st.recv_cpu_sys_s >= st.recv_cpu_s - 1e-9);
+  CHECK(st.host_cores > 0 && st.recv_host_share >= 0);
+  CHECK(st.recv_cpu_user_s_per_gb >= 0 && st.recv_cpu_sys_s_per_gb >= 0);
   CHECK(stk_client_finish(c, 0) == STK_OK);
   stk_client_close(c);
 }
