@@ -25,6 +25,11 @@
  * Random draws come from the sample's own stream (stk_rng keyed by seed,
  * epoch, sample index) in chain order; docs/pipelines.md lists each op's.
  *
+ * Each op kind's step is one row of KERNELS[]: a function defined just
+ * above the table, which calls the op's pixel kernel (the "pixel ops"
+ * section) or, for an autoaugment operation, ops_policy.c with the
+ * `_apply_op` operation its row names.
+ *
  * Owns its buffers and the plugin ops' per-builder states; one run per
  * builder, so not thread-safe and needing no locks.
  */
@@ -534,6 +539,272 @@ static int train_jitter(stk__chain_run *r, view *v, const stk__op *op, stk__deco
   return STK_OK;
 }
 
+/* ---- the steps (kernel_row.run): op, the chain's op i, on the image v,
+ * drawing from rng; STK_OK, or an error with why ---- */
+
+static int run_rrc(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                   stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  if (scaled(v) && (rc = materialize(r, v, dec, why, whylen))) return rc;
+  stk__box b = stk__rrc_box(v->w, v->h, op->lo[0], op->hi[0], op->lo[1], op->hi[1], rng);
+  if (!(rc = crop(r, v, dec, b.x, b.y, (uint32_t)b.w, (uint32_t)b.h, why, whylen)))
+    rc = resize_to(r, v, dec, op->w, op->h, 1, why, whylen);
+  return rc;
+}
+
+static int run_resize(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                      stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  uint32_t nw = op->w, nh = op->h;
+  if (!op->w) stk__resize_short(v->w, v->h, op->h, &nw, &nh);
+  return resize_to(r, v, dec, nw, nh, 0, why, whylen);
+}
+
+static int run_center_crop(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                           stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  /* torchvision: pad to the crop's size if smaller, then
+   * round((n - t) / 2) */
+  int64_t y = op->h > v->h ? -(int64_t)((op->h - v->h) / 2)
+                           : (int64_t)nearbyint(((double)v->h - op->h) / 2.0);
+  int64_t x = op->w > v->w ? -(int64_t)((op->w - v->w) / 2)
+                           : (int64_t)nearbyint(((double)v->w - op->w) / 2.0);
+  return crop(r, v, dec, x, y, op->w, op->h, why, whylen);
+}
+
+static int run_random_crop(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                           stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  /* torchvision RandomCrop: pad, then top = randint(0, H' - h + 1),
+   * left likewise (0 when the crop is larger: the rest is zero) */
+  uint64_t ph = (uint64_t)v->h + 2 * op->pad, pw = (uint64_t)v->w + 2 * op->pad;
+  double u1 = stk_rng_uniform(rng), u2 = stk_rng_uniform(rng);
+  int64_t y = ph > op->h ? (int64_t)(u1 * (double)(ph - op->h + 1)) : 0;
+  int64_t x = pw > op->w ? (int64_t)(u2 * (double)(pw - op->w + 1)) : 0;
+  return crop(r, v, dec, x - op->pad, y - op->pad, op->w, op->h, why, whylen);
+}
+
+static int run_hflip(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                     stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  /* pending; over a pending resample too when the next op makes the
+   * image real anyway (the end, train's jitter, another flip): the
+   * resampler then writes the rows mirrored */
+  double u = stk_rng_uniform(rng);
+  int nk = i + 1 < r->c.n ? r->c.ops[i + 1].kind : (int)STK__OP_RANDOM_ERASING;
+  if (nk != STK__OP_RANDOM_ERASING && nk != OP_TRAIN_JITTER && nk != STK__OP_HFLIP &&
+      (rc = materialize(r, v, dec, why, whylen)))
+    return rc;
+  if (u < op->p) v->flip = !v->flip;
+  return rc;
+}
+
+static int run_vflip_grayscale(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                               stk__decoder *dec, stk_rng *rng, char *why,
+                               size_t whylen) {
+  int rc = STK_OK;
+  double u = stk_rng_uniform(rng);
+  if ((rc = materialize(r, v, dec, why, whylen))) return rc;
+  if (u >= op->p) return rc;
+  uint8_t *px = r->buf[r->cur];
+  if (op->kind == STK__OP_VFLIP) flip_v(px, v->w, v->h);
+  else
+    for (size_t k = 0; k < (size_t)v->w * v->h; k++) {
+      uint8_t *p = px + 3 * k;
+      p[0] = p[1] = p[2] = stk__luma(p);
+    }
+  return rc;
+}
+
+static int run_rotate(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                      stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  int ks[4], nk = 0;
+  for (int k = 0; k < 4; k++)
+    if (op->angles & (1u << k)) ks[nk++] = k;
+  int k = ks[(int)(stk_rng_uniform(rng) * nk)];
+  if ((rc = materialize(r, v, dec, why, whylen)) || !k) return rc;
+  uint8_t *o = next_buf(r, (size_t)v->w * v->h * 3);
+  if (!o) {
+    rc = STK_NO_MEMORY;
+    snprintf(why, whylen, "out of memory (chain)");
+    return rc;
+  }
+  rotate(r->buf[r->cur], v->w, v->h, k, o);
+  r->cur = !r->cur;
+  if (k & 1) {
+    uint32_t t = v->w;
+    v->w = v->sw = v->h, v->h = v->sh = t;
+    v->x1 = v->w, v->y1 = v->h;
+  }
+  return rc;
+}
+
+static int run_color_jitter(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                            stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  /* torchvision ColorJitter: a random order of the four, then the
+   * factors */
+  int order[4] = {0, 1, 2, 3};
+  for (int k = 3; k > 0; k--) {
+    int j = (int)(stk_rng_uniform(rng) * (k + 1));
+    int t = order[k];
+    order[k] = order[j], order[j] = t;
+  }
+  float f[4];
+  for (int k = 0; k < 4; k++)
+    f[k] = (float)(op->lo[k] + stk_rng_uniform(rng) * ((double)op->hi[k] - op->lo[k]));
+  if ((rc = materialize(r, v, dec, why, whylen))) return rc;
+  uint8_t *px = r->buf[r->cur];
+  size_t n = (size_t)v->w * v->h;
+  for (int k = 0; k < 4; k++) {
+    int which = order[k];
+    if (op->lo[which] == op->hi[which] && op->lo[which] == (which == 3 ? 0.f : 1.f))
+      continue; /* off */
+    if (which == 0) stk__pil_brightness(px, n, f[0]);
+    else if (which == 1) stk__pil_contrast(px, n, f[1]);
+    else if (which == 2) stk__pil_color(px, n, f[2]);
+    else hue(px, n, (uint8_t)(int32_t)((double)f[3] * 255));
+  }
+  return rc;
+}
+
+static int run_gaussian_blur(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                             stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  float sigma =
+      (float)(op->lo[0] + stk_rng_uniform(rng) * ((double)op->hi[0] - op->lo[0]));
+  if ((rc = materialize(r, v, dec, why, whylen))) return rc;
+  if (blur(r, r->buf[r->cur], v->w, v->h, op->kh, op->kw, sigma)) {
+    rc = STK_NO_MEMORY;
+    snprintf(why, whylen, "out of memory (blur)");
+  }
+  return rc;
+}
+
+static int run_plugin(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                      stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  uint64_t seed = (uint64_t)stk_rng_u32(rng) << 32;
+  seed |= stk_rng_u32(rng);
+  if ((rc = materialize(r, v, dec, why, whylen))) return rc;
+  stk_op_image img = {r->buf[r->cur], v->w, v->h, 3, (size_t)v->w * 3};
+  char msg[160] = "";
+  if (r->pinfo[i]->apply(r->pstate[i], &img, seed, msg, sizeof(msg))) {
+    msg[sizeof(msg) - 1] = 0;
+    snprintf(why, whylen, "plugin op %s failed: %s", op->name, msg[0] ? msg : "failed");
+    rc = STK_USER_CODE;
+  }
+  return rc;
+}
+
+static int run_python(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                      stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  /* a seed for the function's numpy Generator, drawn as a plugin
+   * op's is; the output is op->h x op->w (0: the input's size) */
+  uint64_t seed = (uint64_t)stk_rng_u32(rng) << 32;
+  seed |= stk_rng_u32(rng);
+  if ((rc = materialize(r, v, dec, why, whylen))) return rc;
+  uint32_t nw = op->h ? op->w : v->w, nh = op->h ? op->h : v->h;
+  uint8_t *o = next_buf(r, (size_t)nw * nh * 3);
+  if (!o) {
+    rc = STK_NO_MEMORY;
+    snprintf(why, whylen, "out of memory (chain)");
+    return rc;
+  }
+  if ((rc = stk__pyop_apply(r->py, i, r->buf[r->cur], v->w, v->h, o, nw, nh, seed, why,
+                            whylen)))
+    return rc;
+  r->cur = !r->cur;
+  v->w = v->sw = nw, v->h = v->sh = nh;
+  v->x1 = nw, v->y1 = nh;
+  return rc;
+}
+
+static int run_eval_crop(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                         stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = STK_OK;
+  /* v is the virtual resize of the whole image (canonical_chain puts
+   * this op right after it): the crop's box, in source pixels */
+  double top = nearbyint(((double)v->h - op->h) / 2.0);
+  double left = nearbyint(((double)v->w - op->w) / 2.0);
+  double fx = (double)v->sw / v->w, fy = (double)v->sh / v->h;
+  v->x0 = left * fx, v->x1 = (left + op->w) * fx;
+  v->y0 = top * fy, v->y1 = (top + op->h) * fy;
+  v->w = op->w, v->h = op->h;
+  v->sup = fmax(fx, fy);
+  return rc;
+}
+
+static int run_train_jitter(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                            stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  return train_jitter(r, v, op, dec, rng, why, whylen);
+}
+
+static int run_policy(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                      stk__decoder *dec, stk_rng *rng, char *why, size_t whylen);
+
+/* What the runner does for an op kind: one row per kind, indexed by it
+ * (core's kinds, core/chain.c's OPS[], then the fused ops). run: its step
+ * before the store (NULL: none; random_erasing and the batch ops run
+ * after it); pa: a policy sub-op's `_apply_op` operation (ops_policy.h).
+ * Adding an op: its row here, its step, its pixel kernel above. */
+typedef struct {
+  int (*run)(stk__chain_run *r, view *v, uint32_t i, const stk__op *op, stk__decoder *dec,
+             stk_rng *rng, char *why, size_t whylen);
+  int pa;
+} kernel_row;
+
+/* clang-format off */
+static const kernel_row KERNELS[] = {
+  [STK__OP_RRC]                  = {run_rrc,             0},
+  [STK__OP_RESIZE]               = {run_resize,          0},
+  [STK__OP_CENTER_CROP]          = {run_center_crop,     0},
+  [STK__OP_RANDOM_CROP]          = {run_random_crop,     0},
+  [STK__OP_HFLIP]                = {run_hflip,           0},
+  [STK__OP_VFLIP]                = {run_vflip_grayscale, 0},
+  [STK__OP_ROTATE]               = {run_rotate,          0},
+  [STK__OP_COLOR_JITTER]         = {run_color_jitter,    0},
+  [STK__OP_GRAYSCALE]            = {run_vflip_grayscale, 0},
+  [STK__OP_GAUSSIAN_BLUR]        = {run_gaussian_blur,   0},
+  [STK__OP_PLUGIN]               = {run_plugin,          0},
+  [STK__OP_SHEAR_X]              = {run_policy,          STK__PA_SHEAR_X},
+  [STK__OP_SHEAR_Y]              = {run_policy,          STK__PA_SHEAR_Y},
+  [STK__OP_TRANSLATE_X]          = {run_policy,          STK__PA_TRANSLATE_X},
+  [STK__OP_TRANSLATE_Y]          = {run_policy,          STK__PA_TRANSLATE_Y},
+  [STK__OP_ROTATE_BY]            = {run_policy,          STK__PA_ROTATE},
+  [STK__OP_BRIGHTNESS]           = {run_policy,          STK__PA_BRIGHTNESS},
+  [STK__OP_COLOR]                = {run_policy,          STK__PA_COLOR},
+  [STK__OP_CONTRAST]             = {run_policy,          STK__PA_CONTRAST},
+  [STK__OP_SHARPNESS]            = {run_policy,          STK__PA_SHARPNESS},
+  [STK__OP_POSTERIZE]            = {run_policy,          STK__PA_POSTERIZE},
+  [STK__OP_SOLARIZE]             = {run_policy,          STK__PA_SOLARIZE},
+  [STK__OP_AUTOCONTRAST]         = {run_policy,          STK__PA_AUTOCONTRAST},
+  [STK__OP_EQUALIZE]             = {run_policy,          STK__PA_EQUALIZE},
+  [STK__OP_INVERT]               = {run_policy,          STK__PA_INVERT},
+  [STK__OP_IDENTITY]             = {run_policy,          STK__PA_IDENTITY},
+  [STK__OP_RAND_AUGMENT]         = {run_policy,          0},
+  [STK__OP_TRIVIAL_AUGMENT_WIDE] = {run_policy,          0},
+  [STK__OP_AUTO_AUGMENT]         = {run_policy,          0},
+  [STK__OP_AUG_MIX]              = {run_policy,          0},
+  [STK__OP_PYTHON]               = {run_python,          0},
+  [OP_TRAIN_JITTER]              = {run_train_jitter,    0},
+  [OP_EVAL_CROP]                 = {run_eval_crop,       0},
+};
+/* clang-format on */
+#define NKERNELS ((int)(sizeof(KERNELS) / sizeof(KERNELS[0])))
+
+/* the policies and their sub-ops (ops_policy.c) */
+static int run_policy(stk__chain_run *r, view *v, uint32_t i, const stk__op *op,
+                      stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  int rc = materialize(r, v, dec, why, whylen);
+  if (rc) return rc;
+  if (stk__policy_run(&r->ps, op, KERNELS[op->kind].pa, r->buf[r->cur], v->w, v->h,
+                      rng)) {
+    rc = STK_NO_MEMORY;
+    snprintf(why, whylen, "out of memory (%s)", "augmentation policy");
+  }
+  return rc;
+}
+
 int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint32_t H,
                           stk_rng *rng, void *out, char *why, size_t whylen) {
   view v = {0, W, H, 0, 0, W, H, W, H, 0, 0, 0, 0};
@@ -550,184 +821,9 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
       if (v.flip) flip_h(r->buf[r->cur], v.w, v.h);
       v.flip = 0;
     }
-    switch (op->kind) {
-      case STK__OP_RRC: {
-        if (scaled(&v) && (rc = materialize(r, &v, dec, why, whylen))) break;
-        stk__box b =
-            stk__rrc_box(v.w, v.h, op->lo[0], op->hi[0], op->lo[1], op->hi[1], rng);
-        if (!(rc = crop(r, &v, dec, b.x, b.y, (uint32_t)b.w, (uint32_t)b.h, why, whylen)))
-          rc = resize_to(r, &v, dec, op->w, op->h, 1, why, whylen);
-        break;
-      }
-      case STK__OP_RESIZE: {
-        uint32_t nw = op->w, nh = op->h;
-        if (!op->w) stk__resize_short(v.w, v.h, op->h, &nw, &nh);
-        rc = resize_to(r, &v, dec, nw, nh, 0, why, whylen);
-        break;
-      }
-      case STK__OP_CENTER_CROP: {
-        /* torchvision: pad to the crop's size if smaller, then
-         * round((n - t) / 2) */
-        int64_t y = op->h > v.h ? -(int64_t)((op->h - v.h) / 2)
-                                : (int64_t)nearbyint(((double)v.h - op->h) / 2.0);
-        int64_t x = op->w > v.w ? -(int64_t)((op->w - v.w) / 2)
-                                : (int64_t)nearbyint(((double)v.w - op->w) / 2.0);
-        rc = crop(r, &v, dec, x, y, op->w, op->h, why, whylen);
-        break;
-      }
-      case STK__OP_RANDOM_CROP: {
-        /* torchvision RandomCrop: pad, then top = randint(0, H' - h + 1),
-         * left likewise (0 when the crop is larger: the rest is zero) */
-        uint64_t ph = (uint64_t)v.h + 2 * op->pad, pw = (uint64_t)v.w + 2 * op->pad;
-        double u1 = stk_rng_uniform(rng), u2 = stk_rng_uniform(rng);
-        int64_t y = ph > op->h ? (int64_t)(u1 * (double)(ph - op->h + 1)) : 0;
-        int64_t x = pw > op->w ? (int64_t)(u2 * (double)(pw - op->w + 1)) : 0;
-        rc = crop(r, &v, dec, x - op->pad, y - op->pad, op->w, op->h, why, whylen);
-        break;
-      }
-      case STK__OP_HFLIP: {
-        /* pending; over a pending resample too when the next op makes the
-         * image real anyway (the end, train's jitter, another flip): the
-         * resampler then writes the rows mirrored */
-        double u = stk_rng_uniform(rng);
-        int nk = i + 1 < r->c.n ? r->c.ops[i + 1].kind : (int)STK__OP_RANDOM_ERASING;
-        if (nk != STK__OP_RANDOM_ERASING && nk != OP_TRAIN_JITTER &&
-            nk != STK__OP_HFLIP && (rc = materialize(r, &v, dec, why, whylen)))
-          break;
-        if (u < op->p) v.flip = !v.flip;
-        break;
-      }
-      case STK__OP_VFLIP:
-      case STK__OP_GRAYSCALE: {
-        double u = stk_rng_uniform(rng);
-        if ((rc = materialize(r, &v, dec, why, whylen))) break;
-        if (u >= op->p) break;
-        uint8_t *px = r->buf[r->cur];
-        if (op->kind == STK__OP_VFLIP) flip_v(px, v.w, v.h);
-        else
-          for (size_t k = 0; k < (size_t)v.w * v.h; k++) {
-            uint8_t *p = px + 3 * k;
-            p[0] = p[1] = p[2] = stk__luma(p);
-          }
-        break;
-      }
-      case STK__OP_ROTATE: {
-        int ks[4], nk = 0;
-        for (int k = 0; k < 4; k++)
-          if (op->angles & (1u << k)) ks[nk++] = k;
-        int k = ks[(int)(stk_rng_uniform(rng) * nk)];
-        if ((rc = materialize(r, &v, dec, why, whylen)) || !k) break;
-        uint8_t *o = next_buf(r, (size_t)v.w * v.h * 3);
-        if (!o) {
-          rc = STK_NO_MEMORY;
-          snprintf(why, whylen, "out of memory (chain)");
-          break;
-        }
-        rotate(r->buf[r->cur], v.w, v.h, k, o);
-        r->cur = !r->cur;
-        if (k & 1) {
-          uint32_t t = v.w;
-          v.w = v.sw = v.h, v.h = v.sh = t;
-          v.x1 = v.w, v.y1 = v.h;
-        }
-        break;
-      }
-      case STK__OP_COLOR_JITTER: {
-        /* torchvision ColorJitter: a random order of the four, then the
-         * factors */
-        int order[4] = {0, 1, 2, 3};
-        for (int k = 3; k > 0; k--) {
-          int j = (int)(stk_rng_uniform(rng) * (k + 1));
-          int t = order[k];
-          order[k] = order[j], order[j] = t;
-        }
-        float f[4];
-        for (int k = 0; k < 4; k++)
-          f[k] =
-              (float)(op->lo[k] + stk_rng_uniform(rng) * ((double)op->hi[k] - op->lo[k]));
-        if ((rc = materialize(r, &v, dec, why, whylen))) break;
-        uint8_t *px = r->buf[r->cur];
-        size_t n = (size_t)v.w * v.h;
-        for (int k = 0; k < 4; k++) {
-          int which = order[k];
-          if (op->lo[which] == op->hi[which] && op->lo[which] == (which == 3 ? 0.f : 1.f))
-            continue; /* off */
-          if (which == 0) stk__pil_brightness(px, n, f[0]);
-          else if (which == 1) stk__pil_contrast(px, n, f[1]);
-          else if (which == 2) stk__pil_color(px, n, f[2]);
-          else hue(px, n, (uint8_t)(int32_t)((double)f[3] * 255));
-        }
-        break;
-      }
-      case STK__OP_GAUSSIAN_BLUR: {
-        float sigma =
-            (float)(op->lo[0] + stk_rng_uniform(rng) * ((double)op->hi[0] - op->lo[0]));
-        if ((rc = materialize(r, &v, dec, why, whylen))) break;
-        if (blur(r, r->buf[r->cur], v.w, v.h, op->kh, op->kw, sigma)) {
-          rc = STK_NO_MEMORY;
-          snprintf(why, whylen, "out of memory (blur)");
-        }
-        break;
-      }
-      case STK__OP_PLUGIN: {
-        uint64_t seed = (uint64_t)stk_rng_u32(rng) << 32;
-        seed |= stk_rng_u32(rng);
-        if ((rc = materialize(r, &v, dec, why, whylen))) break;
-        stk_op_image img = {r->buf[r->cur], v.w, v.h, 3, (size_t)v.w * 3};
-        char msg[160] = "";
-        if (r->pinfo[i]->apply(r->pstate[i], &img, seed, msg, sizeof(msg))) {
-          msg[sizeof(msg) - 1] = 0;
-          snprintf(why, whylen, "plugin op %s failed: %s", op->name,
-                   msg[0] ? msg : "failed");
-          rc = STK_USER_CODE;
-        }
-        break;
-      }
-      case STK__OP_PYTHON: {
-        /* a seed for the function's numpy Generator, drawn as a plugin
-         * op's is; the output is op->h x op->w (0: the input's size) */
-        uint64_t seed = (uint64_t)stk_rng_u32(rng) << 32;
-        seed |= stk_rng_u32(rng);
-        if ((rc = materialize(r, &v, dec, why, whylen))) break;
-        uint32_t nw = op->h ? op->w : v.w, nh = op->h ? op->h : v.h;
-        uint8_t *o = next_buf(r, (size_t)nw * nh * 3);
-        if (!o) {
-          rc = STK_NO_MEMORY;
-          snprintf(why, whylen, "out of memory (chain)");
-          break;
-        }
-        if ((rc = stk__pyop_apply(r->py, i, r->buf[r->cur], v.w, v.h, o, nw, nh, seed,
-                                  why, whylen)))
-          break;
-        r->cur = !r->cur;
-        v.w = v.sw = nw, v.h = v.sh = nh;
-        v.x1 = nw, v.y1 = nh;
-        break;
-      }
-      default:
-        if (!stk__policy_kind(op->kind)) break;
-        if ((rc = materialize(r, &v, dec, why, whylen))) break;
-        if (stk__policy_run(&r->ps, op, r->buf[r->cur], v.w, v.h, rng)) {
-          rc = STK_NO_MEMORY;
-          snprintf(why, whylen, "out of memory (%s)", "augmentation policy");
-        }
-        break;
-      case OP_TRAIN_JITTER:
-        rc = train_jitter(r, &v, op, dec, rng, why, whylen);
-        break;
-      case OP_EVAL_CROP: {
-        /* v is the virtual resize of the whole image (canonical_chain puts
-         * this op right after it): the crop's box, in source pixels */
-        double top = nearbyint(((double)v.h - op->h) / 2.0);
-        double left = nearbyint(((double)v.w - op->w) / 2.0);
-        double fx = (double)v.sw / v.w, fy = (double)v.sh / v.h;
-        v.x0 = left * fx, v.x1 = (left + op->w) * fx;
-        v.y0 = top * fy, v.y1 = (top + op->h) * fy;
-        v.w = op->w, v.h = op->h;
-        v.sup = fmax(fx, fy);
-        break;
-      }
-    }
+    const kernel_row *k =
+        op->kind >= 0 && op->kind < NKERNELS ? &KERNELS[op->kind] : NULL;
+    if (k && k->run) rc = k->run(r, &v, i, op, dec, rng, why, whylen);
   }
   if (rc) return rc;
   if (v.w != r->ow || v.h != r->oh) {

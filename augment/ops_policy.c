@@ -488,44 +488,8 @@ int stk__auto_augment_step(int policy, int row, int i, float *p, int *bin) {
   return st->pa;
 }
 
-/* The _apply_op operation of a sub-op kind. */
-static int sub_op(int kind) {
-  switch (kind) {
-    case STK__OP_SHEAR_X:
-      return STK__PA_SHEAR_X;
-    case STK__OP_SHEAR_Y:
-      return STK__PA_SHEAR_Y;
-    case STK__OP_TRANSLATE_X:
-      return STK__PA_TRANSLATE_X;
-    case STK__OP_TRANSLATE_Y:
-      return STK__PA_TRANSLATE_Y;
-    case STK__OP_ROTATE_BY:
-      return STK__PA_ROTATE;
-    case STK__OP_BRIGHTNESS:
-      return STK__PA_BRIGHTNESS;
-    case STK__OP_COLOR:
-      return STK__PA_COLOR;
-    case STK__OP_CONTRAST:
-      return STK__PA_CONTRAST;
-    case STK__OP_SHARPNESS:
-      return STK__PA_SHARPNESS;
-    case STK__OP_POSTERIZE:
-      return STK__PA_POSTERIZE;
-    case STK__OP_SOLARIZE:
-      return STK__PA_SOLARIZE;
-    case STK__OP_AUTOCONTRAST:
-      return STK__PA_AUTOCONTRAST;
-    case STK__OP_EQUALIZE:
-      return STK__PA_EQUALIZE;
-    case STK__OP_INVERT:
-      return STK__PA_INVERT;
-    default:
-      return STK__PA_IDENTITY;
-  }
-}
-
-int stk__policy_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint32_t w,
-                    uint32_t h, stk_rng *rng) {
+int stk__policy_run(stk__policy_scratch *s, const stk__op *op, int pa, uint8_t *px,
+                    uint32_t w, uint32_t h, stk_rng *rng) {
   if (op->kind == STK__OP_RAND_AUGMENT || op->kind == STK__OP_TRIVIAL_AUGMENT_WIDE ||
       op->kind == STK__OP_AUTO_AUGMENT) {
     int wide = op->kind == STK__OP_TRIVIAL_AUGMENT_WIDE;
@@ -545,7 +509,6 @@ int stk__policy_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint
   /* a sub-op: one draw against p, then the op with its magnitude; the
    * enhance factors are 1 + _apply_op's magnitude */
   if (stk_rng_uniform(rng) >= op->p) return 0;
-  int pa = sub_op(op->kind);
   double m = op->lo[0];
   if (pa >= STK__PA_BRIGHTNESS && pa <= STK__PA_SHARPNESS) m -= 1.0;
   return stk__policy_apply_op(s, px, w, h, pa, m);

@@ -107,10 +107,11 @@ int stk__policy_draw(const stk__op *op, stk_rng *rng, stk__policy_choice *ch);
 int stk__auto_augment_step(int policy, int row, int i, float *p, int *bin);
 
 /* Run a policy or sub-op (any kind stk__policy_kind accepts) on the real
- * image px (w x h RGB, size kept), drawing from rng. 0, or -1 out of
- * memory. */
-int stk__policy_run(stk__policy_scratch *s, const stk__op *op, uint8_t *px, uint32_t w,
-                    uint32_t h, stk_rng *rng);
+ * image px (w x h RGB, size kept), drawing from rng. pa: a sub-op's
+ * `_apply_op` operation (STK__PA_*, its row of ops_chain.c's KERNELS[]),
+ * ignored for the policies. 0, or -1 out of memory. */
+int stk__policy_run(stk__policy_scratch *s, const stk__op *op, int pa, uint8_t *px,
+                    uint32_t w, uint32_t h, stk_rng *rng);
 
 /* A standard normal value, ops_erase.c (Box-Muller on two uniforms of rng; the second
  * of each pair waits in *spare while *have is 1: start with *have = 0). */

@@ -7,6 +7,10 @@
  * tokens. The closing `normalize(...)` and `to(...)` set job fields and are
  * returned apart (stk__chain_fields).
  *
+ * Each op kind is one row of the op table OPS[]: its name, its argument
+ * parser, its canonical text and the output size it makes, each a
+ * function defined above the table.
+ *
  * Pure functions; no allocation (the text is copied into a stack buffer of
  * the job line's size); thread-safe.
  */
@@ -32,13 +36,33 @@ typedef struct {
   int used[MAX_ARGS];
 } args_t;
 
+typedef struct op_row op_row;
+
 /* The op being parsed, for messages. */
 typedef struct {
   unsigned index;
   const char *name;
   char *err;
   size_t errlen;
+  const op_row *row; /* its row of OPS[], once its name is known */
 } ctx_t;
+
+/* What core knows of an op kind: one row per kind, indexed by it. Adding
+ * an op: its kind in core/chain.h, its row here (and the functions it
+ * names), its row of augment/ops_chain.c's KERNELS[]. A NULL function
+ * means nothing to do: no arguments, none written, the size kept. */
+struct op_row {
+  const char *name; /* as written in a chain; NULL: not a name (plugin ops) */
+  /* its arguments into *op */
+  int (*parse)(args_t *a, const ctx_t *cx, stk__op *op);
+  /* a policy sub-op's magnitude check (policy_sub_op) */
+  int (*magnitude)(const ctx_t *cx, double x, const char *v);
+  /* its canonical arguments, after its name */
+  void (*format)(const stk__op *o, char *buf, size_t len, size_t *n);
+  /* the output size it makes */
+  int (*size)(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch, uint32_t *cw,
+              char *err, size_t errlen);
+};
 
 #define OPFAIL(cx, ...) op_fail(cx, __VA_ARGS__)
 __attribute__((format(printf, 2, 3))) static int op_fail(const ctx_t *cx, const char *fmt,
@@ -151,38 +175,50 @@ static int jitter_arg(args_t *a, const ctx_t *cx, stk__op *op, int i, const char
   return STK_OK;
 }
 
+/* The magnitude checks of the policies' sub-ops (op_row.magnitude): x
+ * is the magnitude v reads as. STK_OK, or the error. */
+static int mag_shear(const ctx_t *cx, double x, const char *v) {
+  if (fabs(x) > 10) return OPFAIL(cx, "the shear factor must be within [-10, 10]");
+  return STK_OK;
+}
+
+static int mag_shift(const ctx_t *cx, double x, const char *v) {
+  if (fabs(x) > STK__CHAIN_MAX_DIM)
+    return OPFAIL(cx, "the shift must be within [-%d, %d] pixels", STK__CHAIN_MAX_DIM,
+                  STK__CHAIN_MAX_DIM);
+  return STK_OK;
+}
+
+static int mag_angle(const ctx_t *cx, double x, const char *v) {
+  if (fabs(x) > 360) return OPFAIL(cx, "the angle must be within [-360, 360] degrees");
+  return STK_OK;
+}
+
+static int mag_bits(const ctx_t *cx, double x, const char *v) {
+  if (x != floor(x) || x < 0 || x > 8)
+    return OPFAIL(cx, "bits is a whole number in 0..8, got '%s'", v);
+  return STK_OK;
+}
+
+static int mag_threshold(const ctx_t *cx, double x, const char *v) {
+  if (x < 0 || x > 256) return OPFAIL(cx, "the threshold must be within [0, 256]");
+  return STK_OK;
+}
+
+/* the enhance factors */
+static int mag_factor(const ctx_t *cx, double x, const char *v) {
+  if (x < 0 || x > 100) return OPFAIL(cx, "the factor must be within [0, 100]");
+  return STK_OK;
+}
+
 /* A sub-op of the augmentation policies: (magnitude[, p]) with the
  * magnitude's range checked per op; lo[0] = magnitude, p = probability. */
 static int policy_sub_op(args_t *a, const ctx_t *cx, stk__op *op) {
   const char *v = arg(a, 0, NULL), *pv = arg(a, 1, "p");
   double x, p = 1;
   if (!v || num(v, &x)) return OPFAIL(cx, "wants a magnitude: %s(value[, p])", cx->name);
-  switch (op->kind) {
-    case STK__OP_SHEAR_X:
-    case STK__OP_SHEAR_Y:
-      if (fabs(x) > 10) return OPFAIL(cx, "the shear factor must be within [-10, 10]");
-      break;
-    case STK__OP_TRANSLATE_X:
-    case STK__OP_TRANSLATE_Y:
-      if (fabs(x) > STK__CHAIN_MAX_DIM)
-        return OPFAIL(cx, "the shift must be within [-%d, %d] pixels", STK__CHAIN_MAX_DIM,
-                      STK__CHAIN_MAX_DIM);
-      break;
-    case STK__OP_ROTATE_BY:
-      if (fabs(x) > 360)
-        return OPFAIL(cx, "the angle must be within [-360, 360] degrees");
-      break;
-    case STK__OP_POSTERIZE:
-      if (x != floor(x) || x < 0 || x > 8)
-        return OPFAIL(cx, "bits is a whole number in 0..8, got '%s'", v);
-      break;
-    case STK__OP_SOLARIZE:
-      if (x < 0 || x > 256) return OPFAIL(cx, "the threshold must be within [0, 256]");
-      break;
-    default: /* the enhance factors */
-      if (x < 0 || x > 100) return OPFAIL(cx, "the factor must be within [0, 100]");
-      break;
-  }
+  int rc = cx->row->magnitude(cx, x, v);
+  if (rc) return rc;
   if (pv && (num(pv, &p) || p < 0 || p > 1))
     return OPFAIL(cx, "p is a probability in [0, 1], got '%s'", pv);
   op->lo[0] = op->hi[0] = (float)x;
@@ -305,44 +341,6 @@ static int augmix_args(args_t *a, const ctx_t *cx, stk__op *op) {
   return STK_OK;
 }
 
-static const char *const op_names[] = {
-    [STK__OP_DECODE] = "decode",
-    [STK__OP_RRC] = "random_resized_crop",
-    [STK__OP_RESIZE] = "resize",
-    [STK__OP_CENTER_CROP] = "center_crop",
-    [STK__OP_RANDOM_CROP] = "random_crop",
-    [STK__OP_HFLIP] = "hflip",
-    [STK__OP_VFLIP] = "vflip",
-    [STK__OP_ROTATE] = "rotate",
-    [STK__OP_COLOR_JITTER] = "color_jitter",
-    [STK__OP_GRAYSCALE] = "grayscale",
-    [STK__OP_GAUSSIAN_BLUR] = "gaussian_blur",
-    [STK__OP_SHEAR_X] = "shear_x",
-    [STK__OP_SHEAR_Y] = "shear_y",
-    [STK__OP_TRANSLATE_X] = "translate_x",
-    [STK__OP_TRANSLATE_Y] = "translate_y",
-    [STK__OP_ROTATE_BY] = "rotate_by",
-    [STK__OP_BRIGHTNESS] = "brightness",
-    [STK__OP_COLOR] = "color",
-    [STK__OP_CONTRAST] = "contrast",
-    [STK__OP_SHARPNESS] = "sharpness",
-    [STK__OP_POSTERIZE] = "posterize",
-    [STK__OP_SOLARIZE] = "solarize",
-    [STK__OP_AUTOCONTRAST] = "autocontrast",
-    [STK__OP_EQUALIZE] = "equalize",
-    [STK__OP_INVERT] = "invert",
-    [STK__OP_IDENTITY] = "identity",
-    [STK__OP_RAND_AUGMENT] = "rand_augment",
-    [STK__OP_TRIVIAL_AUGMENT_WIDE] = "trivial_augment_wide",
-    [STK__OP_RANDOM_ERASING] = "random_erasing",
-    [STK__OP_AUTO_AUGMENT] = "auto_augment",
-    [STK__OP_AUG_MIX] = "aug_mix",
-    [STK__OP_MIXUP] = "mixup",
-    [STK__OP_CUTMIX] = "cutmix",
-    [STK__OP_MIXUP_CUTMIX] = "mixup_cutmix",
-    [STK__OP_PYTHON] = "python"};
-#define NKINDS ((int)(sizeof(op_names) / sizeof(op_names[0])))
-
 int stk__plugin_name_ok(const char *name, size_t len) {
   if (len < 1 || len >= STK__OP_NAME_MAX || !islower((unsigned char)name[0])) return 0;
   for (size_t i = 0; i < len; i++)
@@ -463,6 +461,342 @@ static int python_target_ok(const char *v) {
   return 1;
 }
 
+/* ---- each op's arguments (op_row.parse): a, the op's arguments, into
+ * *op (zeroed, kind set); STK_OK or the error. Arguments left untaken are
+ * refused after (all_used). ---- */
+
+static int parse_rrc(args_t *a, const ctx_t *cx, stk__op *op) {
+  int rc;
+  if ((rc = size_args(a, cx, op, 0))) return rc;
+  const char *sc = arg(a, 2, "scale"), *ra = arg(a, 3, "ratio");
+  op->lo[0] = 0.08f, op->hi[0] = 1.f;
+  op->lo[1] = 3.f / 4.f, op->hi[1] = 4.f / 3.f;
+  if (sc && (range(sc, &op->lo[0], &op->hi[0]) || !(op->lo[0] > 0) || op->hi[0] > 1))
+    return OPFAIL(cx, "scale wants a:b with 0 < a <= b <= 1, got '%s'", sc);
+  if (ra && (range(ra, &op->lo[1], &op->hi[1]) || !(op->lo[1] > 0) || op->hi[1] >= 100))
+    return OPFAIL(cx, "ratio wants a:b with 0 < a <= b < 100, got '%s'", ra);
+  return STK_OK;
+}
+
+/* resize(s) (w = 0: the shorter side) or resize(h, w) */
+static int parse_resize(args_t *a, const ctx_t *cx, stk__op *op) {
+  return size_args(a, cx, op, 1);
+}
+
+static int parse_center_crop(args_t *a, const ctx_t *cx, stk__op *op) {
+  return size_args(a, cx, op, 0);
+}
+
+static int parse_random_crop(args_t *a, const ctx_t *cx, stk__op *op) {
+  int rc;
+  if ((rc = size_args(a, cx, op, 0))) return rc;
+  const char *pd = arg(a, 2, "padding");
+  if (pd && whole(pd, 0, 4096, &op->pad))
+    return OPFAIL(cx, "padding is a whole number in 0..4096, got '%s'", pd);
+  return STK_OK;
+}
+
+/* (p), p 0.5 when left out: hflip, vflip */
+static int parse_p_half(args_t *a, const ctx_t *cx, stk__op *op) {
+  return prob(a, cx, op, 0.5f);
+}
+
+/* (p), p 1 when left out: grayscale, autocontrast, equalize, invert */
+static int parse_p_one(args_t *a, const ctx_t *cx, stk__op *op) {
+  return prob(a, cx, op, 1.f);
+}
+
+static int parse_rotate(args_t *a, const ctx_t *cx, stk__op *op) {
+  for (int i = 0;; i++) {
+    const char *v = arg(a, i, NULL);
+    if (!v) {
+      if (!i)
+        return OPFAIL(cx,
+                      "wants one or more angles: rotate(90) or rotate(0, 90, 180, 270)");
+      break;
+    }
+    double d;
+    if (num(v, &d) || d != floor(d) || fmod(d, 90) != 0 || d < 0 || d >= 360)
+      return OPFAIL(cx, "angles are 0, 90, 180 or 270 (counter-clockwise), got '%s'", v);
+    op->angles |= 1u << (int)(d / 90);
+  }
+  return STK_OK;
+}
+
+static int parse_color_jitter(args_t *a, const ctx_t *cx, stk__op *op) {
+  static const char *const keys[4] = {"brightness", "contrast", "saturation", "hue"};
+  int rc;
+  for (int i = 0; i < 4; i++)
+    if ((rc = jitter_arg(a, cx, op, i, keys[i]))) return rc;
+  return STK_OK;
+}
+
+static int parse_gaussian_blur(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *k = arg(a, 0, "kernel"), *kw = arg(a, 1, NULL), *sg = arg(a, 2, "sigma");
+  if (!k || whole(k, 1, 255, &op->kh) || !(op->kh & 1) ||
+      (kw && (whole(kw, 1, 255, &op->kw) || !(op->kw & 1))))
+    return OPFAIL(cx, "kernel sizes are odd whole numbers in 1..255");
+  if (!kw) op->kw = op->kh;
+  op->lo[0] = 0.1f, op->hi[0] = 2.f;
+  if (sg) {
+    double x = 0;
+    if (strchr(sg, ':') ? range(sg, &op->lo[0], &op->hi[0]) : num(sg, &x))
+      return OPFAIL(cx, "sigma wants s or a:b, got '%s'", sg);
+    if (!strchr(sg, ':')) op->lo[0] = op->hi[0] = (float)x;
+    if (!(op->lo[0] > 0) || op->hi[0] > 1000)
+      return OPFAIL(cx, "sigma must be in (0, 1000]");
+  }
+  return STK_OK;
+}
+
+static int parse_identity(args_t *a, const ctx_t *cx, stk__op *op) {
+  op->p = 1;
+  return STK_OK;
+}
+
+static int parse_auto_augment(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *v = arg(a, 0, "policy");
+  op->pad = 10;
+  if (!v || !strcmp(v, "imagenet")) op->kw = 0;
+  else if (!strcmp(v, "cifar10")) op->kw = 1;
+  else if (!strcmp(v, "svhn")) op->kw = 2;
+  else return OPFAIL(cx, "policy is imagenet, cifar10 or svhn, got '%s'", v);
+  return STK_OK;
+}
+
+static int parse_plugin(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *name = cx->name;
+  if (!stk__plugin_name_ok(name, strlen(name)))
+    return OPFAIL(cx,
+                  "unknown op (a plugin op's name is [a-z][a-z0-9_]*, at most %d bytes)",
+                  STK__OP_NAME_MAX - 1);
+  memcpy(op->name, name, strlen(name) + 1); /* checked: < STK__OP_NAME_MAX */
+  return canon_args(a, cx, op->args);
+}
+
+/* python(module:function, args..., size=h:w): the size is the op's own,
+ * the rest goes to the function as written */
+static int parse_python(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *sz = arg(a, -1, "size");
+  if (sz && size_pair(sz, &op->h, &op->w))
+    return OPFAIL(cx, "size wants height:width (whole numbers in 1..%d), got '%s'",
+                  STK__CHAIN_MAX_DIM, sz);
+  const char *fn = a->n && !a->key[0] ? a->val[0] : NULL;
+  if (!fn || !python_target_ok(fn))
+    return OPFAIL(cx,
+                  "wants module:function first (Python names; the function's "
+                  "not starting with '_'), e.g. python(my_ops:jitter, 0.5)");
+  return canon_args(a, cx, op->args);
+}
+
+/* ---- each op's canonical arguments (op_row.format): appended to buf
+ * after its name, as put() does ---- */
+
+/* Append to buf like snprintf at offset *n. */
+__attribute__((format(printf, 4, 5))) static void put(char *buf, size_t len, size_t *n,
+                                                      const char *fmt, ...) {
+  va_list ap;
+  va_start(ap, fmt);
+  int w = vsnprintf(buf && *n < len ? buf + *n : NULL, buf && *n < len ? len - *n : 0,
+                    fmt, ap);
+  va_end(ap);
+  if (w > 0) *n += (size_t)w;
+}
+
+static void format_rrc(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%u, %u, scale=%.9g:%.9g, ratio=%.9g:%.9g)", o->h, o->w,
+      (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1]);
+}
+
+static void format_resize(const stk__op *o, char *buf, size_t len, size_t *n) {
+  if (o->w) put(buf, len, n, "(%u, %u)", o->h, o->w);
+  else put(buf, len, n, "(%u)", o->h);
+}
+
+static void format_size(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%u, %u)", o->h, o->w);
+}
+
+static void format_random_crop(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%u, %u, padding=%u)", o->h, o->w, o->pad);
+}
+
+/* (p): the flips, grayscale, autocontrast, equalize, invert */
+static void format_p(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%.9g)", (double)o->p);
+}
+
+static void format_rotate(const stk__op *o, char *buf, size_t len, size_t *n) {
+  const char *sep = "(";
+  for (int k = 0; k < 4; k++)
+    if (o->angles & (1u << k)) put(buf, len, n, "%s%d", sep, 90 * k), sep = ", ";
+  put(buf, len, n, ")");
+}
+
+static void format_color_jitter(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n,
+      "(brightness=%.9g:%.9g, contrast=%.9g:%.9g, saturation=%.9g:%.9g, "
+      "hue=%.9g:%.9g)",
+      (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1],
+      (double)o->lo[2], (double)o->hi[2], (double)o->lo[3], (double)o->hi[3]);
+}
+
+static void format_gaussian_blur(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%u, %u, sigma=%.9g:%.9g)", o->kh, o->kw, (double)o->lo[0],
+      (double)o->hi[0]);
+}
+
+/* the policies' sub-ops: (magnitude, p=p) */
+static void format_sub_op(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%.9g, p=%.9g)", (double)o->lo[0], (double)o->p);
+}
+
+static void format_rand_augment(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%u, %u, %u)", o->kh, o->kw, o->pad);
+}
+
+static void format_trivial_augment_wide(const stk__op *o, char *buf, size_t len,
+                                        size_t *n) {
+  put(buf, len, n, "(%u)", o->pad);
+}
+
+static void format_auto_augment(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%s)", o->kw == 0 ? "imagenet" : o->kw == 1 ? "cifar10" : "svhn");
+}
+
+static void format_aug_mix(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(severity=%u, width=%u, depth=%d, alpha=%.9g, all_ops=%d)", o->kh,
+      o->kw, o->pad ? (int)o->pad : -1, (double)o->lo[0], o->lo[1] != 0);
+}
+
+static void format_random_erasing(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(p=%.9g, scale=%.9g:%.9g, ratio=%.9g:%.9g, value=", (double)o->p,
+      (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1]);
+  if (o->kh) put(buf, len, n, "random)");
+  else put(buf, len, n, "%.9g)", (double)o->lo[2]);
+}
+
+/* mixup, cutmix, mixup_cutmix */
+static void format_mix(const stk__op *o, char *buf, size_t len, size_t *n) {
+  if (o->kind == STK__OP_MIXUP_CUTMIX)
+    put(buf, len, n, "(mixup=%.9g, cutmix=%.9g, p=%.9g, switch=%.9g, smoothing=%.9g",
+        (double)o->lo[0], (double)o->lo[1], (double)o->p, (double)o->lo[2],
+        (double)o->lo[3]);
+  else
+    put(buf, len, n, "(%.9g, p=%.9g, smoothing=%.9g",
+        (double)o->lo[o->kind == STK__OP_CUTMIX], (double)o->p, (double)o->lo[3]);
+  /* timm's defaults (batch mode, no minmax) are left unwritten */
+  if (o->kh) put(buf, len, n, ", mode=%s", o->kh == 1 ? "pair" : "elem");
+  if (o->hi[1] > 0)
+    put(buf, len, n, ", minmax=%.9g:%.9g", (double)o->hi[0], (double)o->hi[1]);
+  put(buf, len, n, ")");
+}
+
+/* a plugin op: its arguments as written (its name is o->name) */
+static void format_plugin(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%s)", o->args);
+}
+
+static void format_python(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%s", o->args);
+  if (o->h) put(buf, len, n, ", size=%u:%u", o->h, o->w);
+  put(buf, len, n, ")");
+}
+
+/* ---- each op's output size (op_row.size): op i (0-based) of the chain
+ * turns the size so far (*fixed 0: the decoded image's own, unknown here;
+ * else *ch x *cw) into its own. STK_OK, or the error. Ops without one keep
+ * the size. ---- */
+
+/* the crops: their size */
+static int size_fixed(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch,
+                      uint32_t *cw, char *err, size_t errlen) {
+  *fixed = 1, *ch = o->h, *cw = o->w;
+  return STK_OK;
+}
+
+static int size_resize(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch,
+                       uint32_t *cw, char *err, size_t errlen) {
+  if (o->w) {
+    *fixed = 1, *ch = o->h, *cw = o->w;
+  } else if (*fixed) { /* the shorter side of a known size */
+    stk__resize_short(*cw, *ch, o->h, cw, ch);
+  }
+  return STK_OK;
+}
+
+static int size_python(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch,
+                       uint32_t *cw, char *err, size_t errlen) {
+  if (o->h) *fixed = 1, *ch = o->h, *cw = o->w;
+  return STK_OK;
+}
+
+static int size_rotate(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch,
+                       uint32_t *cw, char *err, size_t errlen) {
+  int odd = (o->angles & 0xa) != 0, even = (o->angles & 0x5) != 0;
+  if (*fixed && *ch != *cw && odd && even)
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "pipeline op %u 'rotate': on a %ux%u image, mixing 0/180 with "
+                     "90/270 makes two output sizes",
+                     i + 1, *ch, *cw);
+  if (odd && !even) {
+    uint32_t t = *ch;
+    *ch = *cw, *cw = t;
+  }
+  return STK_OK;
+}
+
+/* ---- the op table ------------------------------------------------------ */
+
+/* clang-format off */
+static const op_row OPS[] = {
+  /* kind                          name                    parse                magnitude      format                       size */
+  [STK__OP_DECODE]               = {"decode",               NULL,                NULL,          NULL,                        NULL},
+  [STK__OP_RRC]                  = {"random_resized_crop",  parse_rrc,           NULL,          format_rrc,                  size_fixed},
+  [STK__OP_RESIZE]               = {"resize",               parse_resize,        NULL,          format_resize,               size_resize},
+  [STK__OP_CENTER_CROP]          = {"center_crop",          parse_center_crop,   NULL,          format_size,                 size_fixed},
+  [STK__OP_RANDOM_CROP]          = {"random_crop",          parse_random_crop,   NULL,          format_random_crop,          size_fixed},
+  [STK__OP_HFLIP]                = {"hflip",                parse_p_half,        NULL,          format_p,                    NULL},
+  [STK__OP_VFLIP]                = {"vflip",                parse_p_half,        NULL,          format_p,                    NULL},
+  [STK__OP_ROTATE]               = {"rotate",               parse_rotate,        NULL,          format_rotate,               size_rotate},
+  [STK__OP_COLOR_JITTER]         = {"color_jitter",         parse_color_jitter,  NULL,          format_color_jitter,         NULL},
+  [STK__OP_GRAYSCALE]            = {"grayscale",            parse_p_one,         NULL,          format_p,                    NULL},
+  [STK__OP_GAUSSIAN_BLUR]        = {"gaussian_blur",        parse_gaussian_blur, NULL,          format_gaussian_blur,        NULL},
+  [STK__OP_PLUGIN]               = {NULL,                   parse_plugin,        NULL,          format_plugin,               NULL},
+  [STK__OP_SHEAR_X]              = {"shear_x",              policy_sub_op,       mag_shear,     format_sub_op,               NULL},
+  [STK__OP_SHEAR_Y]              = {"shear_y",              policy_sub_op,       mag_shear,     format_sub_op,               NULL},
+  [STK__OP_TRANSLATE_X]          = {"translate_x",          policy_sub_op,       mag_shift,     format_sub_op,               NULL},
+  [STK__OP_TRANSLATE_Y]          = {"translate_y",          policy_sub_op,       mag_shift,     format_sub_op,               NULL},
+  [STK__OP_ROTATE_BY]            = {"rotate_by",            policy_sub_op,       mag_angle,     format_sub_op,               NULL},
+  [STK__OP_BRIGHTNESS]           = {"brightness",           policy_sub_op,       mag_factor,    format_sub_op,               NULL},
+  [STK__OP_COLOR]                = {"color",                policy_sub_op,       mag_factor,    format_sub_op,               NULL},
+  [STK__OP_CONTRAST]             = {"contrast",             policy_sub_op,       mag_factor,    format_sub_op,               NULL},
+  [STK__OP_SHARPNESS]            = {"sharpness",            policy_sub_op,       mag_factor,    format_sub_op,               NULL},
+  [STK__OP_POSTERIZE]            = {"posterize",            policy_sub_op,       mag_bits,      format_sub_op,               NULL},
+  [STK__OP_SOLARIZE]             = {"solarize",             policy_sub_op,       mag_threshold, format_sub_op,               NULL},
+  [STK__OP_AUTOCONTRAST]         = {"autocontrast",         parse_p_one,         NULL,          format_p,                    NULL},
+  [STK__OP_EQUALIZE]             = {"equalize",             parse_p_one,         NULL,          format_p,                    NULL},
+  [STK__OP_INVERT]               = {"invert",               parse_p_one,         NULL,          format_p,                    NULL},
+  [STK__OP_IDENTITY]             = {"identity",             parse_identity,      NULL,          NULL,                        NULL},
+  [STK__OP_RAND_AUGMENT]         = {"rand_augment",         policy_args,         NULL,          format_rand_augment,         NULL},
+  [STK__OP_TRIVIAL_AUGMENT_WIDE] = {"trivial_augment_wide", policy_args,         NULL,          format_trivial_augment_wide, NULL},
+  [STK__OP_AUTO_AUGMENT]         = {"auto_augment",         parse_auto_augment,  NULL,          format_auto_augment,         NULL},
+  [STK__OP_AUG_MIX]              = {"aug_mix",              augmix_args,         NULL,          format_aug_mix,              NULL},
+  [STK__OP_RANDOM_ERASING]       = {"random_erasing",       erasing_args,        NULL,          format_random_erasing,       NULL},
+  [STK__OP_MIXUP]                = {"mixup",                mix_args,            NULL,          format_mix,                  NULL},
+  [STK__OP_CUTMIX]               = {"cutmix",               mix_args,            NULL,          format_mix,                  NULL},
+  [STK__OP_MIXUP_CUTMIX]         = {"mixup_cutmix",         mix_args,            NULL,          format_mix,                  NULL},
+  [STK__OP_PYTHON]               = {"python",               parse_python,        NULL,          format_python,               size_python},
+};
+/* clang-format on */
+#define NKINDS ((int)(sizeof(OPS) / sizeof(OPS[0])))
+_Static_assert(NKINDS == STK__OP_PYTHON + 1, "a row of OPS[] for every op kind");
+
+/* The row of kind; NULL for a kind no op has. */
+static const op_row *op_row_of(int kind) {
+  return kind > 0 && kind < NKINDS ? &OPS[kind] : NULL;
+}
+
 /* One built-in or plugin op from name and its argument text. */
 static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
   args_t a;
@@ -471,153 +805,10 @@ static int parse_op(char *name, char *inner, stk__op *op, ctx_t *cx) {
   memset(op, 0, sizeof(*op));
   int kind = 0;
   for (int k = 1; k < NKINDS; k++)
-    if (op_names[k] && !strcmp(op_names[k], name)) kind = k;
+    if (OPS[k].name && !strcmp(OPS[k].name, name)) kind = k;
   op->kind = kind ? kind : STK__OP_PLUGIN;
-  switch (op->kind) {
-    case STK__OP_DECODE:
-      break;
-    case STK__OP_RRC: {
-      if ((rc = size_args(&a, cx, op, 0))) return rc;
-      const char *sc = arg(&a, 2, "scale"), *ra = arg(&a, 3, "ratio");
-      op->lo[0] = 0.08f, op->hi[0] = 1.f;
-      op->lo[1] = 3.f / 4.f, op->hi[1] = 4.f / 3.f;
-      if (sc && (range(sc, &op->lo[0], &op->hi[0]) || !(op->lo[0] > 0) || op->hi[0] > 1))
-        return OPFAIL(cx, "scale wants a:b with 0 < a <= b <= 1, got '%s'", sc);
-      if (ra &&
-          (range(ra, &op->lo[1], &op->hi[1]) || !(op->lo[1] > 0) || op->hi[1] >= 100))
-        return OPFAIL(cx, "ratio wants a:b with 0 < a <= b < 100, got '%s'", ra);
-      break;
-    }
-    case STK__OP_RESIZE:
-      if ((rc = size_args(&a, cx, op, 1))) return rc;
-      break;
-    case STK__OP_CENTER_CROP:
-      if ((rc = size_args(&a, cx, op, 0))) return rc;
-      break;
-    case STK__OP_RANDOM_CROP: {
-      if ((rc = size_args(&a, cx, op, 0))) return rc;
-      const char *pd = arg(&a, 2, "padding");
-      if (pd && whole(pd, 0, 4096, &op->pad))
-        return OPFAIL(cx, "padding is a whole number in 0..4096, got '%s'", pd);
-      break;
-    }
-    case STK__OP_HFLIP:
-    case STK__OP_VFLIP:
-      if ((rc = prob(&a, cx, op, 0.5f))) return rc;
-      break;
-    case STK__OP_GRAYSCALE:
-      if ((rc = prob(&a, cx, op, 1.f))) return rc;
-      break;
-    case STK__OP_ROTATE:
-      for (int i = 0;; i++) {
-        const char *v = arg(&a, i, NULL);
-        if (!v) {
-          if (!i)
-            return OPFAIL(
-                cx, "wants one or more angles: rotate(90) or rotate(0, 90, 180, 270)");
-          break;
-        }
-        double d;
-        if (num(v, &d) || d != floor(d) || fmod(d, 90) != 0 || d < 0 || d >= 360)
-          return OPFAIL(cx, "angles are 0, 90, 180 or 270 (counter-clockwise), got '%s'",
-                        v);
-        op->angles |= 1u << (int)(d / 90);
-      }
-      break;
-    case STK__OP_COLOR_JITTER: {
-      static const char *const keys[4] = {"brightness", "contrast", "saturation", "hue"};
-      for (int i = 0; i < 4; i++)
-        if ((rc = jitter_arg(&a, cx, op, i, keys[i]))) return rc;
-      break;
-    }
-    case STK__OP_GAUSSIAN_BLUR: {
-      const char *k = arg(&a, 0, "kernel"), *kw = arg(&a, 1, NULL),
-                 *sg = arg(&a, 2, "sigma");
-      if (!k || whole(k, 1, 255, &op->kh) || !(op->kh & 1) ||
-          (kw && (whole(kw, 1, 255, &op->kw) || !(op->kw & 1))))
-        return OPFAIL(cx, "kernel sizes are odd whole numbers in 1..255");
-      if (!kw) op->kw = op->kh;
-      op->lo[0] = 0.1f, op->hi[0] = 2.f;
-      if (sg) {
-        double x = 0;
-        if (strchr(sg, ':') ? range(sg, &op->lo[0], &op->hi[0]) : num(sg, &x))
-          return OPFAIL(cx, "sigma wants s or a:b, got '%s'", sg);
-        if (!strchr(sg, ':')) op->lo[0] = op->hi[0] = (float)x;
-        if (!(op->lo[0] > 0) || op->hi[0] > 1000)
-          return OPFAIL(cx, "sigma must be in (0, 1000]");
-      }
-      break;
-    }
-    case STK__OP_SHEAR_X:
-    case STK__OP_SHEAR_Y:
-    case STK__OP_TRANSLATE_X:
-    case STK__OP_TRANSLATE_Y:
-    case STK__OP_ROTATE_BY:
-    case STK__OP_BRIGHTNESS:
-    case STK__OP_COLOR:
-    case STK__OP_CONTRAST:
-    case STK__OP_SHARPNESS:
-    case STK__OP_POSTERIZE:
-    case STK__OP_SOLARIZE:
-      if ((rc = policy_sub_op(&a, cx, op))) return rc;
-      break;
-    case STK__OP_AUTOCONTRAST:
-    case STK__OP_EQUALIZE:
-    case STK__OP_INVERT:
-      if ((rc = prob(&a, cx, op, 1.f))) return rc;
-      break;
-    case STK__OP_IDENTITY:
-      op->p = 1;
-      break;
-    case STK__OP_RAND_AUGMENT:
-    case STK__OP_TRIVIAL_AUGMENT_WIDE:
-      if ((rc = policy_args(&a, cx, op))) return rc;
-      break;
-    case STK__OP_RANDOM_ERASING:
-      if ((rc = erasing_args(&a, cx, op))) return rc;
-      break;
-    case STK__OP_MIXUP:
-    case STK__OP_CUTMIX:
-    case STK__OP_MIXUP_CUTMIX:
-      if ((rc = mix_args(&a, cx, op))) return rc;
-      break;
-    case STK__OP_AUG_MIX:
-      if ((rc = augmix_args(&a, cx, op))) return rc;
-      break;
-    case STK__OP_AUTO_AUGMENT: {
-      const char *v = arg(&a, 0, "policy");
-      op->pad = 10;
-      if (!v || !strcmp(v, "imagenet")) op->kw = 0;
-      else if (!strcmp(v, "cifar10")) op->kw = 1;
-      else if (!strcmp(v, "svhn")) op->kw = 2;
-      else return OPFAIL(cx, "policy is imagenet, cifar10 or svhn, got '%s'", v);
-      break;
-    }
-    case STK__OP_PLUGIN: {
-      if (!stk__plugin_name_ok(name, strlen(name)))
-        return OPFAIL(
-            cx, "unknown op (a plugin op's name is [a-z][a-z0-9_]*, at most %d bytes)",
-            STK__OP_NAME_MAX - 1);
-      memcpy(op->name, name, strlen(name) + 1); /* checked: < STK__OP_NAME_MAX */
-      if ((rc = canon_args(&a, cx, op->args))) return rc;
-      break;
-    }
-    case STK__OP_PYTHON: {
-      /* python(module:function, args..., size=h:w): the size is the op's
-       * own, the rest goes to the function as written */
-      const char *sz = arg(&a, -1, "size");
-      if (sz && size_pair(sz, &op->h, &op->w))
-        return OPFAIL(cx, "size wants height:width (whole numbers in 1..%d), got '%s'",
-                      STK__CHAIN_MAX_DIM, sz);
-      const char *fn = a.n && !a.key[0] ? a.val[0] : NULL;
-      if (!fn || !python_target_ok(fn))
-        return OPFAIL(cx,
-                      "wants module:function first (Python names; the function's "
-                      "not starting with '_'), e.g. python(my_ops:jitter, 0.5)");
-      if ((rc = canon_args(&a, cx, op->args))) return rc;
-      break;
-    }
-  }
+  cx->row = &OPS[op->kind];
+  if (cx->row->parse && (rc = cx->row->parse(&a, cx, op))) return rc;
   return all_used(&a, cx);
 }
 
@@ -642,7 +833,7 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
     if (bar) *bar = 0;
     char *optext = stk__trim(p);
     index++;
-    ctx_t cx = {index, optext, err, errlen};
+    ctx_t cx = {index, optext, err, errlen, NULL};
     if (!*optext)
       return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
                        "pipeline op %u is empty (two '|' in a row, or one at an end)",
@@ -713,131 +904,15 @@ int stk__chain_parse(const char *text, stk__chain *c, stk__chain_fields *f, char
   return STK_OK;
 }
 
-/* Append to buf like snprintf at offset *n. */
-__attribute__((format(printf, 4, 5))) static void put(char *buf, size_t len, size_t *n,
-                                                      const char *fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  int w = vsnprintf(buf && *n < len ? buf + *n : NULL, buf && *n < len ? len - *n : 0,
-                    fmt, ap);
-  va_end(ap);
-  if (w > 0) *n += (size_t)w;
-}
-
 size_t stk__chain_format(const stk__chain *c, char *buf, size_t len) {
   size_t n = 0;
   if (buf && len) buf[0] = 0;
   for (uint32_t i = 0; i < c->n; i++) {
     const stk__op *o = &c->ops[i];
+    const op_row *row = op_row_of(o->kind);
     if (i) put(buf, len, &n, " | ");
-    if (o->kind == STK__OP_PLUGIN) {
-      put(buf, len, &n, "%s(%s)", o->name, o->args);
-      continue;
-    }
-    if (o->kind == STK__OP_PYTHON) {
-      put(buf, len, &n, "python(%s", o->args);
-      if (o->h) put(buf, len, &n, ", size=%u:%u", o->h, o->w);
-      put(buf, len, &n, ")");
-      continue;
-    }
-    put(buf, len, &n, "%s", o->kind > 0 && o->kind < NKINDS ? op_names[o->kind] : "?");
-    switch (o->kind) {
-      case STK__OP_RRC:
-        put(buf, len, &n, "(%u, %u, scale=%.9g:%.9g, ratio=%.9g:%.9g)", o->h, o->w,
-            (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1]);
-        break;
-      case STK__OP_RESIZE:
-        if (o->w) put(buf, len, &n, "(%u, %u)", o->h, o->w);
-        else put(buf, len, &n, "(%u)", o->h);
-        break;
-      case STK__OP_CENTER_CROP:
-        put(buf, len, &n, "(%u, %u)", o->h, o->w);
-        break;
-      case STK__OP_RANDOM_CROP:
-        put(buf, len, &n, "(%u, %u, padding=%u)", o->h, o->w, o->pad);
-        break;
-      case STK__OP_HFLIP:
-      case STK__OP_VFLIP:
-      case STK__OP_GRAYSCALE:
-        put(buf, len, &n, "(%.9g)", (double)o->p);
-        break;
-      case STK__OP_ROTATE: {
-        const char *sep = "(";
-        for (int k = 0; k < 4; k++)
-          if (o->angles & (1u << k)) put(buf, len, &n, "%s%d", sep, 90 * k), sep = ", ";
-        put(buf, len, &n, ")");
-        break;
-      }
-      case STK__OP_COLOR_JITTER:
-        put(buf, len, &n,
-            "(brightness=%.9g:%.9g, contrast=%.9g:%.9g, saturation=%.9g:%.9g, "
-            "hue=%.9g:%.9g)",
-            (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1],
-            (double)o->lo[2], (double)o->hi[2], (double)o->lo[3], (double)o->hi[3]);
-        break;
-      case STK__OP_GAUSSIAN_BLUR:
-        put(buf, len, &n, "(%u, %u, sigma=%.9g:%.9g)", o->kh, o->kw, (double)o->lo[0],
-            (double)o->hi[0]);
-        break;
-      case STK__OP_SHEAR_X:
-      case STK__OP_SHEAR_Y:
-      case STK__OP_TRANSLATE_X:
-      case STK__OP_TRANSLATE_Y:
-      case STK__OP_ROTATE_BY:
-      case STK__OP_BRIGHTNESS:
-      case STK__OP_COLOR:
-      case STK__OP_CONTRAST:
-      case STK__OP_SHARPNESS:
-      case STK__OP_POSTERIZE:
-      case STK__OP_SOLARIZE:
-        put(buf, len, &n, "(%.9g, p=%.9g)", (double)o->lo[0], (double)o->p);
-        break;
-      case STK__OP_AUTOCONTRAST:
-      case STK__OP_EQUALIZE:
-      case STK__OP_INVERT:
-        put(buf, len, &n, "(%.9g)", (double)o->p);
-        break;
-      case STK__OP_RAND_AUGMENT:
-        put(buf, len, &n, "(%u, %u, %u)", o->kh, o->kw, o->pad);
-        break;
-      case STK__OP_TRIVIAL_AUGMENT_WIDE:
-        put(buf, len, &n, "(%u)", o->pad);
-        break;
-      case STK__OP_AUTO_AUGMENT:
-        put(buf, len, &n, "(%s)",
-            o->kw == 0   ? "imagenet"
-            : o->kw == 1 ? "cifar10"
-                         : "svhn");
-        break;
-      case STK__OP_AUG_MIX:
-        put(buf, len, &n, "(severity=%u, width=%u, depth=%d, alpha=%.9g, all_ops=%d)",
-            o->kh, o->kw, o->pad ? (int)o->pad : -1, (double)o->lo[0], o->lo[1] != 0);
-        break;
-      case STK__OP_RANDOM_ERASING:
-        put(buf, len, &n,
-            "(p=%.9g, scale=%.9g:%.9g, ratio=%.9g:%.9g, value=", (double)o->p,
-            (double)o->lo[0], (double)o->hi[0], (double)o->lo[1], (double)o->hi[1]);
-        if (o->kh) put(buf, len, &n, "random)");
-        else put(buf, len, &n, "%.9g)", (double)o->lo[2]);
-        break;
-      case STK__OP_MIXUP:
-      case STK__OP_CUTMIX:
-      case STK__OP_MIXUP_CUTMIX:
-        if (o->kind == STK__OP_MIXUP_CUTMIX)
-          put(buf, len, &n,
-              "(mixup=%.9g, cutmix=%.9g, p=%.9g, switch=%.9g, smoothing=%.9g",
-              (double)o->lo[0], (double)o->lo[1], (double)o->p, (double)o->lo[2],
-              (double)o->lo[3]);
-        else
-          put(buf, len, &n, "(%.9g, p=%.9g, smoothing=%.9g",
-              (double)o->lo[o->kind == STK__OP_CUTMIX], (double)o->p, (double)o->lo[3]);
-        /* timm's defaults (batch mode, no minmax) are left unwritten */
-        if (o->kh) put(buf, len, &n, ", mode=%s", o->kh == 1 ? "pair" : "elem");
-        if (o->hi[1] > 0)
-          put(buf, len, &n, ", minmax=%.9g:%.9g", (double)o->hi[0], (double)o->hi[1]);
-        put(buf, len, &n, ")");
-        break;
-    }
+    put(buf, len, &n, "%s", o->kind == STK__OP_PLUGIN ? o->name : row ? row->name : "?");
+    if (row && row->format) row->format(o, buf, len, &n);
   }
   return n;
 }
@@ -848,38 +923,10 @@ int stk__chain_size(const stk__chain *c, uint32_t *h, uint32_t *w, char *err,
   uint32_t ch = 0, cw = 0;
   for (uint32_t i = 0; i < c->n; i++) {
     const stk__op *o = &c->ops[i];
-    switch (o->kind) {
-      case STK__OP_RRC:
-      case STK__OP_CENTER_CROP:
-      case STK__OP_RANDOM_CROP:
-        fixed = 1, ch = o->h, cw = o->w;
-        break;
-      case STK__OP_RESIZE:
-        if (o->w) {
-          fixed = 1, ch = o->h, cw = o->w;
-        } else if (fixed) { /* the shorter side of a known size */
-          stk__resize_short(cw, ch, o->h, &cw, &ch);
-        }
-        break;
-      case STK__OP_PYTHON:
-        if (o->h) fixed = 1, ch = o->h, cw = o->w;
-        break;
-      case STK__OP_ROTATE: {
-        int odd = (o->angles & 0xa) != 0, even = (o->angles & 0x5) != 0;
-        if (fixed && ch != cw && odd && even)
-          return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
-                           "pipeline op %u 'rotate': on a %ux%u image, mixing 0/180 with "
-                           "90/270 makes two output sizes",
-                           i + 1, ch, cw);
-        if (odd && !even) {
-          uint32_t t = ch;
-          ch = cw, cw = t;
-        }
-        break;
-      }
-      default:
-        break;
-    }
+    const op_row *row = op_row_of(o->kind);
+    int rc;
+    if (row && row->size && (rc = row->size(o, i, &fixed, &ch, &cw, err, errlen)))
+      return rc;
   }
   if (!fixed)
     return stk__errf(
@@ -897,7 +944,7 @@ static const char *closest_op(const char *name) {
   const char *best = NULL;
   unsigned bd = 99;
   for (int k = 0; k < NKINDS + 2; k++) {
-    const char *n = k < NKINDS ? op_names[k] : more[k - NKINDS];
+    const char *n = k < NKINDS ? OPS[k].name : more[k - NKINDS];
     if (!n) continue;
     unsigned d = stk__edit_distance(name, n);
     if (d < bd) bd = d, best = n;

@@ -21,6 +21,9 @@
 #define STK__OP_ARGS_MAX   200 /* a plugin op's argument text, with its NUL */
 #define STK__CHAIN_MAX_DIM 16384
 
+/* An op's kind; each has one row in core/chain.c's OPS[] (name, parser,
+ * canonical text, output size) and one in augment/ops_chain.c's KERNELS[]
+ * (its step in the image pipeline). */
 typedef enum stk__op_kind {
   STK__OP_DECODE = 1,    /* always first (implied when not written) */
   STK__OP_RRC,           /* random_resized_crop(h[, w], scale=a:b, ratio=a:b) */
