@@ -10,6 +10,7 @@
  * abort, exit, print, or block in gRPC/CUDA while holding c->mu.
  */
 #include <errno.h>
+#include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -563,7 +564,8 @@ void stk__recv_cpu_note(stk_client *c, int slot) {
 static void loop_figures(stk_client *c, double *step_ms, stk__recv_figures *rf) {
   int64_t span = c->api.last_next_ns - c->api.first_next_ns;
   double outside = (double)span - (double)c->api.stall_ns;
-  *step_ms = c->api.batches >= 2 && outside > 0
+  *step_ms = c->api.step_ms_told > 0 ? c->api.step_ms_told
+             : c->api.batches >= 2 && outside > 0
                  ? outside / (double)(c->api.batches - 1) / 1e6
                  : 0;
   uint64_t u = 0, s = 0;
@@ -614,6 +616,14 @@ void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_frac,
   *workers_alive = used_alive(c);
   loop_figures(c, step_ms, rf);
   pthread_mutex_unlock(&c->mu);
+}
+
+int stk_client_set_step_ms(stk_client *c, double ms) {
+  if (!c || !isfinite(ms) || ms < 0 || ms > 1e7) return STK_INVALID_ARGUMENT;
+  pthread_mutex_lock(&c->mu);
+  c->api.step_ms_told = ms;
+  pthread_mutex_unlock(&c->mu);
+  return STK_OK;
 }
 
 void stk_client_stats(stk_client *c, stk_stats *o) {

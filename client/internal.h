@@ -292,6 +292,7 @@ typedef struct stk__api {
                             last stk_batch_release frees the client (under mu) */
   uint64_t batches, stall_ns;
   int64_t open_ns, first_next_ns, last_next_ns;
+  double step_ms_told; /* stk_client_set_step_ms (0 = measure) */
   /* next's wait for wait_seq: since when, and its last log line (client.c's
    * wait_log; wait_since_ns 0 = not waiting) */
   uint64_t wait_seq;

@@ -37,7 +37,10 @@ static void usage(FILE *f) {
       "  --cuda-device N          CUDA ordinal for --device cuda (default\n"
       "                           $LOCAL_RANK, else 0)\n"
       "  --epochs N               epochs to consume (default: all of the job)\n"
-      "  --step-ms MS             simulated training step time (default 0)\n"
+      "  --step-ms MS             simulated training step time (default 0); the\n"
+      "                           loop tells the library it as its compute time\n"
+      "                           (stk_client_set_step_ms), as a loop that times\n"
+      "                           its accelerator would\n"
       "  --prefetch N             outstanding requests (default 8)\n"
       "  --slots N                device slots (default 2)\n"
       "  --device cpu|cuda        slot memory (default cpu)\n"
@@ -239,6 +242,9 @@ int main(int argc, char **argv) {
     fprintf(stderr, "stoker-train-loop: open: %s: %s\n", stk_strerror(st), err);
     return 1;
   }
+  /* the simulated accelerator computes for exactly step_ms: tell it, so a
+   * CPU-throttled host (its sleep wakes late) does not hide the demand */
+  if (step_ms > 0) stk_client_set_step_ms(c, (double)step_ms);
   stk_job_spec spec;
   stk_client_job(c, &spec);
   uint64_t spe = stk_client_steps_per_epoch(c);

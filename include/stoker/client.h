@@ -399,7 +399,8 @@ typedef struct stk_stats {
                                     working set, coverage workers included;
                                     0 for a local client) */
   uint32_t workers_listed;       /* workers the coordinator lists */
-  float step_ms;                 /* the loop's time per batch outside next():
+  float step_ms;                 /* the loop's time per batch outside next()
+                                    (or what stk_client_set_step_ms told):
                                     its step time minus the stall, ms (0 before
                                     two batches); what the stall is judged
                                     against (docs/operations.md) */
@@ -430,6 +431,17 @@ typedef struct stk_stats {
 
 /* Snapshot of the counters. Thread-safe. */
 STK_EXPORT void stk_client_stats(stk_client *c, stk_stats *out);
+
+/* Tell the library the loop's own compute time per step, ms (e.g. the
+ * accelerator's time measured with CUDA events, or a simulated step): from
+ * then on stk_stats.step_ms and the figures sent to the coordinator (its
+ * verdict, `stoker status`'s purchase, `stoker plan --coordinator`) use it
+ * instead of the loop's measured time outside next(). On a host whose CPU
+ * is throttled (a cgroup quota shared with loading) that measured time
+ * includes the waits for CPU, which hide how fast the accelerator could
+ * go. 0 = measure again. STK_INVALID_ARGUMENT for c NULL or ms not a
+ * finite number in 0..1e7. Thread-safe. */
+STK_EXPORT int stk_client_set_step_ms(stk_client *c, double ms);
 
 /* Last error text of this client ("" if none). Valid until the next call
  * on the client. */

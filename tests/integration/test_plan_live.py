@@ -11,6 +11,8 @@ loop on loopback, a generated JPEG set, the train pipeline):
     "cheapest";
   - nothing told (a plain job): the purchase says what is missing, never a
     count; `stoker plan --coordinator` exits 1 with the same;
+  - stoker-train-loop tells its simulated step (stk_client_set_step_ms):
+    the rank's STEP is exactly it;
   - bad input: a worker's --instance-type with a space, a coordinator's
     --accel-type with a control character, `stoker plan --coordinator`
     with no coordinator there: a message and exit 2 / 1.
@@ -125,6 +127,9 @@ try:
               and any(w in line[0] for w in ("keep ", "add ", "remove ", "change to ")),
               "status: a priced purchase line (%s)" % (line[:1],))
         s = status_json(addr)
+        check(s is not None and abs(s["ranks"][0]["step_ms"] - 10) < 1e-6,
+              "the loop's told step (stk_client_set_step_ms) is the rank's step: %r"
+              % (s and s["ranks"][0]["step_ms"],))
         check(s is not None and s["accel_type"] == "ml.p3.2xlarge" and s["accel_hosts"] == 1
               and s["workers"][0]["instance_type"] == "ml.c5.4xlarge"
               and s["purchase"]["priced"]

@@ -859,6 +859,16 @@ class Loader:
         if self._c is not None:
             self.close()
 
+    def set_step_ms(self, ms):
+        """Tell the library the loop's own compute time per step, ms (e.g.
+        from CUDA events): stats()["step_ms"] and the figures the
+        coordinator's verdict and `stoker plan --coordinator` use then take
+        it instead of the time measured outside next() (which a CPU-
+        throttled host inflates). 0 measures again (stk_client_set_step_ms)."""
+        st = lib.stk_client_set_step_ms(self._open(), float(ms))
+        if st:
+            raise ValueError("set_step_ms: want a number in 0..1e7 ms, got %r" % (ms,))
+
     def stats(self):
         """Counters as a dict (see stk_stats in client.h)."""
         s = _lib.Stats()

@@ -225,6 +225,7 @@ _sigs = {
                                            ctypes.POINTER(ctypes.c_size_t)]),
     "stk_client_finish": (ctypes.c_int, [_P, ctypes.c_int]),
     "stk_client_stats": (None, [_P, ctypes.POINTER(Stats)]),
+    "stk_client_set_step_ms": (ctypes.c_int, [_P, ctypes.c_double]),
     "stk_client_error": (ctypes.c_char_p, [_P]),
     "stk_client_close": (None, [_P]),
     "stk_client_reference": (ctypes.c_int, [_P, ctypes.c_uint64, ctypes.c_uint64,
