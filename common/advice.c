@@ -33,6 +33,11 @@ static int by_capacity_desc(const void *a, const void *b) {
   return x < y ? 1 : x > y ? -1 : 0;
 }
 
+double stk__worker_usable_cores(double cpu_cores, uint32_t threads) {
+  if (!(cpu_cores > 0) || !isfinite(cpu_cores)) return 0; /* not told: unknown */
+  return threads && (double)threads < cpu_cores ? (double)threads : cpu_cores;
+}
+
 void stk__job_verdict(const stk__worker_fig *w, uint32_t nw, const stk__rank_fig *r,
                       uint32_t nr, stk__verdict *out) {
   memset(out, 0, sizeof(*out));

@@ -27,9 +27,15 @@
  * as stall). Pure. */
 double stk__workers_needed(double workers, double stall, double compute);
 
+/* The cores a worker can build with: the CPU it may use (cpu_cores: its
+ * quota or affinity) capped by its builder threads (one core each at
+ * most). cpu_cores 0 = not told: 0 (unknown); threads 0 = not told:
+ * cpu_cores. Pure. */
+double stk__worker_usable_cores(double cpu_cores, uint32_t threads);
+
 /* One data worker as its heartbeat reports it. */
 typedef struct stk__worker_fig {
-  double cores;     /* the CPU it may use (0 = not told) */
+  double cores; /* the CPU it can build with (stk__worker_usable_cores; 0 = not told) */
   double per_cpu_s; /* measured batches per CPU-second (0 = not yet) */
   double busy;      /* CPU used / cores, last interval */
 } stk__worker_fig;

@@ -36,6 +36,9 @@ static int parse_line(char **f, int nf, stk__instance *in, char *why, size_t why
   if (strlen(f[0]) >= sizeof(in->name))
     return stk__errf(why, whylen, -1, "name '%s' is longer than %zu bytes", f[0],
                      sizeof(in->name) - 1);
+  if (!stk__instance_name_ok(f[0]))
+    return stk__errf(why, whylen, -1,
+                     "name '%s': use letters, digits and . _ - : / + only", f[0]);
   snprintf(in->name, sizeof(in->name), "%s", f[0]);
   if (num_field(f[1], 0, 1, &in->vcpu))
     return stk__errf(why, whylen, -1, "vcpu wants a number > 0, got '%s'", f[1]);
@@ -158,6 +161,19 @@ const stk__instance *stk__instances_find(const stk__instance_table *t, const cha
   for (size_t i = 0; i < t->n; i++)
     if (!strcmp(t->v[i].name, name)) return &t->v[i];
   return NULL;
+}
+
+int stk__instance_name_ok(const char *name) {
+  if (!name || !*name) return 0;
+  size_t n = 0;
+  for (const char *p = name; *p; p++, n++) {
+    unsigned char c = (unsigned char)*p;
+    if (n >= STK_INSTANCE_NAME_MAX - 1) return 0;
+    if (!((c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+          strchr("._-:/+", c)))
+      return 0;
+  }
+  return 1;
 }
 
 void stk__instance_family(const char *name, char *buf, size_t len) {

@@ -172,6 +172,12 @@ typedef struct stk__cm_option {
 size_t stk__cm_search_run(const stk__cm_search *s, stk__cm_option *out, size_t cap,
                           int *cheapest);
 
+/* 1 when name can be an instance type's name: 1..STK_INSTANCE_NAME_MAX-1
+ * bytes of letters, digits and ". _ - : / +" (what the table, the daemons'
+ * --instance-type / --accel-type / --data-type and a worker's hello
+ * accept); 0 otherwise (NULL too). Pure. */
+int stk__instance_name_ok(const char *name);
+
 /* "ml.p3" for "ml.p3.2xlarge" (up to the last '.'), into buf. */
 void stk__instance_family(const char *name, char *buf, size_t len);
 

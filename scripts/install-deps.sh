@@ -19,7 +19,7 @@ PKGS=(
   iproute2 procps                            # netns tests, process tools
   openssl                                    # deploy/stoker-certs (TLS certificates) and the TLS test
   valgrind                                   # memcheck of the JPEG pipeline (libjpeg is not ASan-instrumented)
-  prometheus                                 # promtool: the /metrics test validates the exposition format
+  prometheus                                 # promtool (exposition, rules) and the real Prometheus of tests/monitoring
   python3-venv                               # the wheel test installs the wheel into a fresh venv (tests/deploy/test_wheel.sh)
   patchelf                                   # scripts/wheel.sh: $ORIGIN-relative RPATH on the libraries and binaries it bundles
 )

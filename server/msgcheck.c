@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "common/costmodel.h"
 #include "common/text.h"
 #include "rpc.h"
 #include "stoker/version.h"
@@ -85,6 +86,13 @@ int stk__check_hello(const Stoker__V1__Register *h, char *msg, size_t len) {
     snprintf(msg, len,
              "worker.address is not host:port (a DNS name, an IPv4 address or [IPv6], "
              "and a port 1-65535; no unix: or other targets)");
+    return GRPC_STATUS_INVALID_ARGUMENT;
+  }
+  if (w->instance_type && *w->instance_type && !stk__instance_name_ok(w->instance_type)) {
+    snprintf(msg, len,
+             "worker.instance_type is not an instance type name (at most %d letters, "
+             "digits and . _ - : / +)",
+             STK_INSTANCE_NAME_MAX - 1);
     return GRPC_STATUS_INVALID_ARGUMENT;
   }
   return 0;

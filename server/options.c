@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "common/error.h"
+#include "common/costmodel.h"
 #include "common/text.h"
 #include "log.h"
 
@@ -297,6 +298,23 @@ int stk__opt_hostport(const stk__option *o, char *err, size_t errlen) {
   long p = strtol(colon + 1, &end, 10);
   if (*end || p < 0 || p > 65535) {
     return stk__errf(err, errlen, -1, "--%s: bad port in '%s'", o->name, v);
+  }
+  return 0;
+}
+
+int stk__opt_instance_type(const stk__option *o, char *err, size_t errlen) {
+  const char *v = *(char **)o->dst;
+  if (!v || !*v) return 0; /* empty = not told */
+  if (!stk__instance_name_ok(v)) {
+    char shown[64]; /* the value, control bytes and the rest shown as '?' */
+    size_t k = 0;
+    for (; v[k] && k < sizeof(shown) - 1; k++)
+      shown[k] = v[k] > 0x20 && v[k] < 0x7f ? v[k] : '?';
+    shown[k] = 0;
+    return stk__errf(err, errlen, -1,
+                     "--%s: '%s' is not an instance type name (at most %d letters, "
+                     "digits and . _ - : / +, e.g. ml.c5.18xlarge)",
+                     o->name, shown, STK_INSTANCE_NAME_MAX - 1);
   }
   return 0;
 }

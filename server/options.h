@@ -51,6 +51,9 @@ void stk__options_free(stk__option *opts, size_t n);
 
 /* Validator: "host:port" with a non-empty host and a port in 0..65535. */
 int stk__opt_hostport(const stk__option *o, char *err, size_t errlen);
+/* Validator: empty, or an instance type's name (stk__instance_name_ok:
+ * what the instance table and `stoker plan` know it by). */
+int stk__opt_instance_type(const stk__option *o, char *err, size_t errlen);
 /* Validator: log level name. */
 int stk__opt_loglevel(const stk__option *o, char *err, size_t errlen);
 

@@ -1,4 +1,4 @@
-/* plan_cli.c - `stoker plan`: what to buy for a job, offline. From a job
+/* plan_cli.c - `stoker plan`: what to buy for a job. Offline: from a job
  * file (images per step, bytes on the wire, samples per epoch), the
  * accelerator instance type, measured figures given as options (step
  * compute time, images per CPU-second on each CPU type, the training
@@ -7,8 +7,11 @@
  * homogeneous shape, larger types of the accelerator's family, 1..N data
  * hosts of each candidate CPU type; prints the table with the cheapest
  * $/step marked (or JSON), and for that shape a SageMaker instance_groups
- * snippet and a Slurm heterogeneous-job header. Owns only its option
- * table's strings; prints to stdout, errors to stderr. */
+ * snippet and a Slurm heterogeneous-job header. Live (--coordinator): the
+ * same from the running job's Status (plan_live.c: its shape, the ranks'
+ * step and receiving cost, the workers' measured rates), with the running
+ * shape marked and the purchase said. Owns only its option table's
+ * strings; prints to stdout, errors to stderr. */
 #include "plan_cli.h"
 
 #include <errno.h>
@@ -22,38 +25,51 @@
 #include <unistd.h>
 
 #include "common/costmodel.h"
+#include "daemon.h"
 #include "options.h"
+#include "plan_live.h"
 #include "stoker/core.h"
-
-#ifndef STK_INSTANCES_INSTALLED
-#define STK_INSTANCES_INSTALLED "/usr/local/share/stoker/instances.tsv"
-#endif
-#ifndef STK_INSTANCES_RELATIVE
-#define STK_INSTANCES_RELATIVE "../share/stoker/instances.tsv"
-#endif
-#ifndef STK_INSTANCES_SOURCE
-#define STK_INSTANCES_SOURCE ""
-#endif
 
 #define PLAN_OPTIONS_MAX 512
 
 static struct {
-  char *job, *accel, *data, *instances, *calibrate, *data_root;
+  char *job, *accel, *data, *instances, *calibrate, *data_root, *coordinator, *token,
+      *token_file, *worker_type;
   stk__strlist rates;
+  stk__tls_opts tls;
   double step_ms, stall_pct, compute_ms, images_per_cpu_s, spare_cores, data_cores;
   double recv;
-  long long accel_count, max_data_hosts, batch_bytes, samples, calibrate_s;
+  long long accel_count, max_data_hosts, batch_bytes, samples, calibrate_s, timeout_ms;
   int local_loading, json;
 } popt;
 
 /* clang-format off */
 static stk__option plan_options[] = {
+    {"coordinator", OPT_STR, "", stk__opt_hostport,
+     "host:port of a running job's stoker-coordinator: plan from its measured figures "
+     "(the ranks' step and stall, the workers' images per CPU-second, the receiving "
+     "cost) and its shape (the instance types stoker-launch told it); the running shape "
+     "is marked and the purchase said. Empty = offline, from --job and the figures "
+     "below", &popt.coordinator, 0, 0},
+    {"token-file", OPT_STR, "", NULL,
+     "--coordinator: read the bearer token from the first line of FILE (else "
+     "$STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names)", &popt.token_file, 0, 0},
+    {"token", OPT_STR, "", NULL,
+     "--coordinator: the bearer token itself (visible in ps: prefer --token-file)",
+     &popt.token, 0, 0},
+    STK__TLS_CLIENT_OPTIONS(popt.tls),
+    {"timeout-ms", OPT_INT, "5000", NULL, "--coordinator: give up after this long",
+     &popt.timeout_ms, 1, 3600000},
+    {"worker-type", OPT_STR, "", stk__opt_instance_type,
+     "--coordinator: the instance type of workers that did not tell theirs "
+     "(stoker-worker --instance-type)", &popt.worker_type, 0, 0},
     {"job", OPT_STR, "", NULL,
      "the job file (batch_size x world_size = images per step; the batch's bytes on the "
      "wire; num_samples, when set, the samples per epoch)", &popt.job, 0, 0},
     {"accel", OPT_STR, "", NULL,
      "the accelerator instance type the job trains on (a name in the instance table, "
-     "e.g. ml.p4d.24xlarge)", &popt.accel, 0, 0},
+     "e.g. ml.p4d.24xlarge; --coordinator: instead of the coordinator's --accel-type)",
+     &popt.accel, 0, 0},
     {"accel-count", OPT_INT, "0", NULL,
      "accelerator instances; 0 = world_size / the type's accelerators, rounded up",
      &popt.accel_count, 0, 4096},
@@ -87,9 +103,10 @@ static stk__option plan_options[] = {
      "with data hosts, the accelerator instances keep loading on their spare cores "
      "too (stoker-launch runs no worker on them in a heterogeneous job)",
      &popt.local_loading, 0, 0},
-    {"recv-cpu-s-per-gb", OPT_DOUBLE, "0.5", NULL,
-     "CPU-seconds the training host spends per GB of batches taken in (the default is "
-     "docs/benchmarks.md's client figure, rounded up)", &popt.recv, 0, 1000},
+    {"recv-cpu-s-per-gb", OPT_DOUBLE, "0", NULL,
+     "CPU-seconds the training host spends per GB of batches taken in; 0 = measured "
+     "(--coordinator: the ranks' figure), else 0.5, docs/benchmarks.md's client figure "
+     "rounded up", &popt.recv, 0, 1000},
     {"batch-bytes", OPT_INT, "0", NULL,
      "bytes of one rank's batch on the wire; 0 = from the job's layout",
      &popt.batch_bytes, 0, 1LL << 40},
@@ -128,9 +145,12 @@ static const char plan_synopsis[] =
     "shows as 'missing: ...', never a guess.\n"
     "Prices: the shipped instance table (SageMaker on-demand, us-east-1; see its\n"
     "header for the date and source), overridden by --instances FILE.\n"
+    "Live: --coordinator ADDR plans from the running job instead (its figures and\n"
+    "shape as measured; the running shape marked '>'), and says what to buy.\n"
     "The model: docs/price-performance.md.\n\n"
-    "example: stoker plan --job job.conf --accel ml.p4d.24xlarge --step-ms 192 \\\n"
-    "           --stall-pct 74 --images-per-cpu-s 111 --data ml.c5.18xlarge";
+    "examples: stoker plan --job job.conf --accel ml.p4d.24xlarge --step-ms 192 \\\n"
+    "            --stall-pct 74 --images-per-cpu-s 111 --data ml.c5.18xlarge\n"
+    "          stoker plan --coordinator algo-3:7070 --token-file admin.token";
 
 static const char plan_exit_codes[] =
     "  0  the plan printed (some options may say what they miss)\n"
@@ -248,16 +268,6 @@ static int check_rates(void) {
   return 0;
 }
 
-static void shape_label(const stk__cm_option *o, char *buf, size_t len) {
-  const stk__cm_shape *s = &o->shape;
-  int k = snprintf(buf, len, "%u x %s", s->accel_count, s->accel->name);
-  if (k < 0 || (size_t)k >= len) return;
-  if (s->data_count)
-    snprintf(buf + k, len - (size_t)k, " + %u x %s", s->data_count, s->data->name);
-  else if (o->larger) snprintf(buf + k, len - (size_t)k, " (homogeneous, larger)");
-  else snprintf(buf + k, len - (size_t)k, " (homogeneous)");
-}
-
 static void json_str(const char *s) {
   putchar('"');
   for (; *s; s++) {
@@ -313,7 +323,7 @@ static void snippets(const stk__cm_option *o, char *sm, size_t smlen, char *sl,
 }
 
 static void print_json(const stk__cm_search *s, size_t n, int best, const char *job_name,
-                       const char *compute_src) {
+                       const char *compute_src, int cur, const char *purchase) {
   printf("{\"job\":{\"name\":");
   json_str(job_name);
   printf(",\"images_per_step\":");
@@ -337,7 +347,7 @@ static void print_json(const stk__cm_search *s, size_t n, int best, const char *
   for (size_t i = 0; i < n && i < PLAN_OPTIONS_MAX; i++) {
     const stk__cm_option *o = &options[i];
     char label[160];
-    shape_label(o, label, sizeof(label));
+    stk__plan_shape_label(o, label, sizeof(label));
     printf("%s{\"shape\":", i ? "," : "");
     json_str(label);
     printf(",\"accel_type\":");
@@ -345,8 +355,9 @@ static void print_json(const stk__cm_search *s, size_t n, int best, const char *
     printf(",\"accel_count\":%u,\"data_type\":", o->shape.accel_count);
     if (o->shape.data) json_str(o->shape.data->name);
     else printf("null");
-    printf(",\"data_count\":%u,\"larger\":%s,\"cheapest\":%s", o->shape.data_count,
-           o->larger ? "true" : "false", o->cheapest ? "true" : "false");
+    printf(",\"data_count\":%u,\"larger\":%s,\"cheapest\":%s,\"now\":%s",
+           o->shape.data_count, o->larger ? "true" : "false",
+           o->cheapest ? "true" : "false", (int)i == cur ? "true" : "false");
     if (!o->r.ok) {
       printf(",\"missing\":");
       json_str(o->r.missing);
@@ -387,7 +398,14 @@ static void print_json(const stk__cm_search *s, size_t n, int best, const char *
     }
     printf("}");
   }
-  printf("],\"cheapest\":");
+  printf("],\"now\":");
+  if (cur >= 0) printf("%d", cur);
+  else printf("null");
+  if (purchase) {
+    printf(",\"purchase\":");
+    json_str(purchase);
+  }
+  printf(",\"cheapest\":");
   if (best < 0) {
     printf("null}\n");
     return;
@@ -401,7 +419,7 @@ static void print_json(const stk__cm_search *s, size_t n, int best, const char *
   printf("}\n");
 }
 
-static void print_table(const stk__cm_search *s, size_t n, int best) {
+static void print_table(const stk__cm_search *s, size_t n, int best, int cur) {
   printf("  %-44s %9s  %-11s %5s %9s %11s %9s %8s\n", "shape", "step ms", "binds", "util",
          "$/h", "$/step", "$/epoch", "$/step");
   printf("  %-44s %9s  %-11s %5s %9s %11s %9s %8s\n", "", "", "", "", "", "", "",
@@ -409,9 +427,9 @@ static void print_table(const stk__cm_search *s, size_t n, int best) {
   for (size_t i = 0; i < n && i < PLAN_OPTIONS_MAX; i++) {
     const stk__cm_option *o = &options[i];
     char label[160];
-    shape_label(o, label, sizeof(label));
+    stk__plan_shape_label(o, label, sizeof(label));
     if (!o->r.ok) {
-      printf("  %-44s %s\n", label, o->r.missing);
+      printf(" %c%-44s %s\n", (int)i == cur ? '>' : ' ', label, o->r.missing);
       continue;
     }
     char epoch[32] = "-", vs[32] = "-";
@@ -420,12 +438,123 @@ static void print_table(const stk__cm_search *s, size_t n, int best) {
     if (options[0].r.ok && i)
       snprintf(vs, sizeof(vs), "%+.1f%%",
                100 * (o->r.usd_per_step / options[0].r.usd_per_step - 1));
-    printf("%c %-44s %9.1f  %-11s %4.0f%% %9.3f %11.7f %9s %8s\n",
-           o->cheapest ? '*' : ' ', label, o->r.step_s * 1e3,
+    printf("%c%c%-44s %9.1f  %-11s %4.0f%% %9.3f %11.7f %9s %8s\n",
+           o->cheapest ? '*' : ' ', (int)i == cur ? '>' : ' ', label, o->r.step_s * 1e3,
            stk__cm_bind_name(o->r.bind), 100 * o->r.util, o->r.usd_per_hour,
            o->r.usd_per_step, epoch, vs);
   }
   (void)s;
+}
+
+/* Print the header, the table, the purchase and the snippets of a plan. */
+static void print_live(const stk__live_plan *lp, size_t n, int best, int cur,
+                       const char *purchase, const char *shipped) {
+  const stk__cm_search *s = &lp->s;
+  const stk__instance *acc = s->base.accel;
+  printf(
+      "job %s, live from %s: %.0f images per step (batch_size %u x world_size %u), "
+      "%.0f bytes per image on the wire\n",
+      lp->spec.name, popt.coordinator, s->job.images_per_step, lp->spec.batch_size,
+      lp->spec.world_size, s->job.bytes_per_image);
+  printf("accelerator: %u x %s (%g vCPU, %u x %s, %g Gbit/s, $%.3f/h%s)\n",
+         s->base.accel_count, acc->name, acc->vcpu, acc->accelerators, acc->accel_kind,
+         acc->nic_gbps, acc->usd_per_hour, acc->approx ? " approx" : "");
+  if (lp->step_ms_measured > 0)
+    printf(
+        "  measured: step %.1f ms, stall %.1f%%, compute %.1f ms (the slowest of %u "
+        "rank(s) reporting)\n",
+        lp->step_ms_measured, 100 * lp->stall_measured, s->job.compute_s * 1e3,
+        lp->nranks);
+  else
+    printf(
+        "  measured: no step time yet (%u rank(s) reporting; ranks report every few "
+        "seconds once batches flow)\n",
+        lp->nranks);
+  printf("  spare cores per training host: %g%s; receiving cost %.2f CPU-s/GB%s\n",
+         s->base.local_cores, lp->spare_assumed ? " (assumed)" : "",
+         s->job.recv_cpu_s_per_gb, lp->recv_assumed ? " (assumed)" : " (measured)");
+  printf("workers: %u on the training hosts, %u on %u data host(s)%s%s\n",
+         lp->local_workers, lp->data_workers, lp->now_data_count,
+         lp->now_data ? " of " : "", lp->now_data ? lp->now_data->name : "");
+  printf("images per CPU-second: %s ", acc->name);
+  if (s->base.accel_rate > 0) printf("%.0f", s->base.accel_rate);
+  else printf("not measured");
+  for (size_t i = 0; i < s->ncand; i++) {
+    if (s->cand[i].rate > 0) printf(", %s %.0f", s->cand[i].type->name, s->cand[i].rate);
+    else printf(", %s not measured", s->cand[i].type->name);
+  }
+  printf("\nprices: %s%s%s\n", shipped, *popt.instances ? " + " : "", popt.instances);
+  if (*lp->notes) printf("assumed: %s\n", lp->notes);
+  printf("\n");
+  print_table(s, n, best, cur);
+  printf("  (> the running shape, * the cheapest $/step)\n");
+  if (lp->step_ms_measured > 0 && cur >= 0 && options[cur].r.ok) {
+    double pred = options[cur].r.step_s * 1e3, off = pred / lp->step_ms_measured - 1;
+    printf(
+        "  check: the model gives %.1f ms for the running shape, measured %.1f ms "
+        "(%+.0f%%)%s\n",
+        pred, lp->step_ms_measured, 100 * off,
+        fabs(off) > 0.15 ? ": more than 15% off, so something the model does not see "
+                           "sets the step (the workers' prefetch, the link's real "
+                           "rate, the training host's CPU); weigh the purchase with "
+                           "that in mind"
+                         : "");
+  }
+  printf("\npurchase: %s\n", purchase);
+  if (best >= 0) {
+    char sm[1024], sl[1024];
+    snippets(&options[best], sm, sizeof(sm), sl, sizeof(sl));
+    printf("\nSageMaker:\n%s\nSlurm (deploy/slurm/stoker.sbatch):\n%s", sm, sl);
+  }
+}
+
+/* stoker plan --coordinator: the plan of the running job. Returns the
+ * exit code. */
+static int plan_live(int argc, char **argv, const char *shipped) {
+  stk__cli_conn conn = {popt.coordinator, popt.token, popt.token_file, popt.tls,
+                        popt.timeout_ms};
+  Stoker__V1__StatusResponse *r = NULL;
+  if (stk__cli_status_fetch("stoker plan", &conn, argc, argv, &r)) return 1;
+  stk__live_opts lo = {popt.accel,
+                       (uint32_t)popt.accel_count,
+                       popt.data,
+                       popt.worker_type,
+                       popt.spare_cores,
+                       popt.recv,
+                       (uint32_t)popt.max_data_hosts};
+  static stk__live_plan lp;
+  char err[640], purchase[800];
+  int rc = 1;
+  if (stk__live_plan_build(r, &table, &lo, &lp, err, sizeof(err))) {
+    if (popt.json) {
+      printf("{\"coordinator\":");
+      json_str(popt.coordinator);
+      printf(",\"purchase\":");
+      json_str(err);
+      printf(",\"cheapest\":null}\n");
+    } else {
+      printf("stoker plan: %s: %s\n", popt.coordinator, err);
+    }
+    goto out;
+  }
+  int best;
+  size_t n = stk__cm_search_run(&lp.s, options, PLAN_OPTIONS_MAX, &best);
+  if (n > PLAN_OPTIONS_MAX) {
+    fprintf(stderr, "stoker plan: %zu options, more than %d: a lower --max-data-hosts\n",
+            n, PLAN_OPTIONS_MAX);
+    rc = 2;
+    goto out;
+  }
+  int cur = stk__live_current(&lp, options, n);
+  stk__live_purchase(&lp, options, n, best, cur, purchase, sizeof(purchase));
+  if (popt.json)
+    print_json(&lp.s, n, best, lp.spec.name,
+               "the slowest rank's loop time outside next()", cur, purchase);
+  else print_live(&lp, n, best, cur, purchase, shipped);
+  rc = best >= 0 ? 0 : 1;
+out:
+  if (r) protobuf_c_message_free_unpacked(&r->base, NULL);
+  return rc;
 }
 
 int stk__cli_plan(int argc, char **argv) {
@@ -438,28 +567,13 @@ int stk__cli_plan(int argc, char **argv) {
   int rc = 2;
   char err[768];
   memset(&table, 0, sizeof(table));
-  /* the table next to this program's install (a relocated prefix or
-   * bundle), else where the build installs it, else the source tree's */
-  static char near[PATH_MAX + 64];
-  const char *shipped = STK_INSTANCES_INSTALLED;
-  ssize_t sn = readlink("/proc/self/exe", near, PATH_MAX - 1);
-  if (sn > 0) {
-    near[sn] = 0;
-    char *sl = strrchr(near, '/');
-    if (sl)
-      snprintf(sl + 1, sizeof(near) - (size_t)(sl + 1 - near), "%s",
-               STK_INSTANCES_RELATIVE);
-  }
-  if (sn > 0 && !access(near, R_OK)) shipped = near;
-  else if (access(shipped, R_OK) && *STK_INSTANCES_SOURCE &&
-           !access(STK_INSTANCES_SOURCE, R_OK))
-    shipped = STK_INSTANCES_SOURCE;
-  if (stk__instances_load(&table, shipped, err, sizeof(err))) {
-    fprintf(stderr, "stoker plan: the shipped instance table: %s\n", err);
+  const char *shipped = NULL;
+  if (stk__plan_table_load(&table, popt.instances, &shipped, err, sizeof(err))) {
+    fprintf(stderr, "stoker plan: %s\n", err);
     goto out;
   }
-  if (*popt.instances && stk__instances_load(&table, popt.instances, err, sizeof(err))) {
-    fprintf(stderr, "stoker plan: --instances: %s\n", err);
+  if (*popt.coordinator) {
+    rc = plan_live(argc, argv, shipped);
     goto out;
   }
   if (!*popt.job || !*popt.accel) {
@@ -524,7 +638,7 @@ int stk__cli_plan(int argc, char **argv) {
   s.job.images_per_step = (double)spec.batch_size * spec.world_size;
   s.job.bytes_per_image = (double)batch_bytes / spec.batch_size;
   s.job.samples = popt.samples ? (uint64_t)popt.samples : spec.num_samples;
-  s.job.recv_cpu_s_per_gb = popt.recv;
+  s.job.recv_cpu_s_per_gb = popt.recv > 0 ? popt.recv : 0.5;
   const char *compute_src = "missing";
   char srcbuf[128];
   if (popt.compute_ms > 0) {
@@ -587,7 +701,7 @@ int stk__cli_plan(int argc, char **argv) {
     goto out;
   }
   if (popt.json) {
-    print_json(&s, n, best, spec.name, compute_src);
+    print_json(&s, n, best, spec.name, compute_src, -1, NULL);
   } else {
     printf(
         "job %s: %.0f images per step (batch_size %u x world_size %u), %.0f bytes per "
@@ -613,7 +727,7 @@ int stk__cli_plan(int argc, char **argv) {
     printf("  loading on the accelerator instances with data hosts: %s\n",
            s.base.local_loading ? "yes (--local-loading)" : "no");
     printf("  receiving cost: %g CPU-s/GB%s\n", s.job.recv_cpu_s_per_gb,
-           popt.recv == 0.5 ? " (the default; measure yours: --recv-cpu-s-per-gb)" : "");
+           popt.recv > 0 ? "" : " (the default; measure yours: --recv-cpu-s-per-gb)");
     printf("images per CPU-second: %s %s", acc->name, "");
     if (s.base.accel_rate > 0) printf("%g", s.base.accel_rate);
     else printf("not measured");
@@ -622,7 +736,7 @@ int stk__cli_plan(int argc, char **argv) {
       else printf(", %s not measured", s.cand[i].type->name);
     }
     printf("\nprices: %s%s%s\n\n", shipped, *popt.instances ? " + " : "", popt.instances);
-    print_table(&s, n, best);
+    print_table(&s, n, best, -1);
     if (popt.step_ms > 0 && options[0].r.ok) {
       /* the step was measured on the homogeneous shape: does the model
        * agree with it? */
@@ -647,7 +761,7 @@ int stk__cli_plan(int argc, char **argv) {
     if (best >= 0) {
       char label[160], sm[1024], sl[1024];
       const stk__cm_option *o = &options[best];
-      shape_label(o, label, sizeof(label));
+      stk__plan_shape_label(o, label, sizeof(label));
       printf("\ncheapest $/step: %s: %.1f ms/step (%s binds), $%.7f/step", label,
              o->r.step_s * 1e3, stk__cm_bind_name(o->r.bind), o->r.usd_per_step);
       if (best && options[0].r.ok)

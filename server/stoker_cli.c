@@ -1,8 +1,10 @@
 /* stoker_cli.c - the `stoker` command-line tool. Subcommands:
  *   stoker status --coordinator host:port   render the job's Status RPC
  *   stoker abort  --coordinator host:port   end the job as failed
+ *   stoker finish --coordinator host:port --ranks R  count ranks as done
  *   stoker wait   --coordinator host:port   block until the job ends
- *   stoker plan   --job FILE --accel TYPE ...  what to buy (plan_cli.c)
+ *   stoker plan   --job FILE --accel TYPE ...  what to buy (plan_cli.c);
+ *                 --coordinator host:port: from the running job
  * Others may add subcommands to the table in main. Owns nothing beyond one
  * call; prints to stdout, errors to stderr.
  */
@@ -19,13 +21,15 @@
 #include "log.h"
 #include "options.h"
 #include "plan_cli.h"
+#include "plan_live.h"
 #include "rpc.h"
 #include "wire_limits.h"
 #include "stoker.pb-c.h"
 #include "stoker/core.h"
 
 static struct {
-  char *coordinator, *token, *token_file, *log_level, *reason, *ranks;
+  char *coordinator, *token, *token_file, *log_level, *reason, *ranks, *instances, *data;
+  double spare_cores;
   long long timeout_ms, rank, timeout_s;
   stk__tls_opts tls;
   stk__tls *tls_loaded; /* from opt.tls, loaded by open_channel */
@@ -71,6 +75,18 @@ static stk__option status_options[] = {
      "print one JSON object (job, state, workers, ranks, bad samples, verdict) instead "
      "of the table",
      &opt.json, 0, 0},
+    {"instances", OPT_STR, "", NULL,
+     "an instance table of your own over the shipped one (as stoker plan's): what the "
+     "purchase line prices the job's shape with",
+     &opt.instances, 0, 0},
+    {"data", OPT_STR, "", NULL,
+     "data-host types to price besides the running ones and the coordinator's "
+     "--data-type, comma-separated",
+     &opt.data, 0, 0},
+    {"spare-cores", OPT_DOUBLE, "0", NULL,
+     "cores each training host spares for loading and receiving; 0 = its workers' "
+     "cores, else its vCPU minus one per rank (said so)",
+     &opt.spare_cores, 0, 100000},
     OPT_TOKEN,
     STK__TLS_CLIENT_OPTIONS(opt.tls),
     OPT_TIMEOUT_MS,
@@ -207,6 +223,70 @@ static int cli_unary(const char *cmd, const char *method, const ProtobufCMessage
   return -1;
 }
 
+int stk__cli_status_fetch(const char *cmd, const stk__cli_conn *conn, int argc,
+                          char **argv, Stoker__V1__StatusResponse **r) {
+  *r = NULL;
+  opt.coordinator = (char *)conn->coordinator;
+  opt.token = (char *)conn->token;
+  opt.token_file = (char *)conn->token_file;
+  opt.tls = conn->tls;
+  opt.timeout_ms = conn->timeout_ms;
+  int rc = -1;
+  if (!cli_token(argc, argv)) {
+    Stoker__V1__StatusRequest q = STOKER__V1__STATUS_REQUEST__INIT;
+    rc = cli_unary(cmd, "/stoker.v1.Coordinator/Status", &q.base,
+                   &stoker__v1__status_response__descriptor, (ProtobufCMessage **)r);
+  }
+  /* the strings stay the caller's (its option table frees them) */
+  opt.coordinator = opt.token = opt.token_file = NULL;
+  memset(&opt.tls, 0, sizeof(opt.tls));
+  return rc;
+}
+
+/* ---- the purchase: the running shape priced (plan_live.c) -------------- */
+
+typedef struct purchase {
+  int ok;         /* 1: priced (now and best set), 0: text says what is missing */
+  char text[800]; /* the sentence (stk__live_purchase) */
+  char now[200];  /* the running shape, "" when not among the options */
+  char best[200]; /* the cheapest $/step */
+  double now_ms, best_ms, change; /* model step times; $/step change, fraction */
+} purchase;
+
+static stk__instance_table ptable;   /* 25 KB */
+static stk__cm_option poptions[512]; /* the shapes tried */
+static stk__live_plan plive;
+
+/* Price the job's shape from a Status reply: what stoker status prints on
+ * its purchase line (and --json's "purchase"). */
+static void status_purchase(const Stoker__V1__StatusResponse *r, purchase *pu) {
+  memset(pu, 0, sizeof(*pu));
+  const char *shipped = NULL;
+  char err[640];
+  if (stk__plan_table_load(&ptable, opt.instances, &shipped, err, sizeof(err))) {
+    snprintf(pu->text, sizeof(pu->text), "missing: %s", err);
+    return;
+  }
+  stk__live_opts lo = {"", 0, opt.data, "", opt.spare_cores, 0, 0};
+  if (stk__live_plan_build(r, &ptable, &lo, &plive, err, sizeof(err))) {
+    snprintf(pu->text, sizeof(pu->text), "%s", err);
+    return;
+  }
+  int best;
+  size_t cap = sizeof(poptions) / sizeof(poptions[0]);
+  size_t n = stk__cm_search_run(&plive.s, poptions, cap, &best);
+  if (n > cap) n = cap;
+  int cur = stk__live_current(&plive, poptions, n);
+  stk__live_purchase(&plive, poptions, n, best, cur, pu->text, sizeof(pu->text));
+  if (best < 0 || cur < 0 || !poptions[cur].r.ok) return;
+  pu->ok = 1;
+  stk__plan_shape_label(&poptions[cur], pu->now, sizeof(pu->now));
+  stk__plan_shape_label(&poptions[best], pu->best, sizeof(pu->best));
+  pu->now_ms = poptions[cur].r.step_s * 1e3;
+  pu->best_ms = poptions[best].r.step_s * 1e3;
+  pu->change = poptions[best].r.usd_per_step / poptions[cur].r.usd_per_step - 1;
+}
+
 /* ---- status: ranks, bad samples, verdict, --json ------------------------ */
 
 /* The job-wide verdict from a Status reply (common/advice.h): the live
@@ -221,7 +301,9 @@ static void status_verdict(const Stoker__V1__StatusResponse *r, stk__verdict *v,
   if (wf && rf) {
     for (size_t i = 0; i < nw; i++) {
       const Stoker__V1__WorkerStatus *w = r->workers[i];
-      wf[i].cores = w->worker ? w->worker->cpu_cores : 0;
+      wf[i].cores = w->worker
+                        ? stk__worker_usable_cores(w->worker->cpu_cores, w->worker->cores)
+                        : 0;
       wf[i].per_cpu_s = w->stats ? w->stats->batches_per_cpu_s : 0;
       wf[i].busy = w->stats ? w->stats->busy_fraction : 0;
     }
@@ -320,6 +402,10 @@ static void status_print_more(const Stoker__V1__StatusResponse *r) {
   char text[600];
   status_verdict(r, &v, text, sizeof(text));
   printf("\nverdict          %s\n", text);
+  purchase pu;
+  status_purchase(r, &pu);
+  char e_pu[1700];
+  printf("purchase         %s\n", stk__escape(e_pu, sizeof(e_pu), pu.text));
 }
 
 /* A JSON string: the text escaped to printable ASCII (stk__escape), then
@@ -359,7 +445,11 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
     printf(", \"%s\": ", keys[i]);
     json_str(v);
   }
-  printf("}, \"state\": ");
+  printf("}, \"accel_type\": ");
+  json_str(r->accel_type);
+  printf(", \"accel_hosts\": %u, \"data_type\": ", r->accel_hosts);
+  json_str(r->data_type);
+  printf(", \"state\": ");
   json_str(r->state);
   printf(", \"uptime_s\": ");
   json_num((double)r->uptime_ms / 1000.0);
@@ -385,6 +475,8 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
     json_str(w->worker ? w->worker->address : "");
     printf(", \"worker_id\": ");
     json_str(w->worker ? w->worker->worker_id : "");
+    printf(", \"instance_type\": ");
+    json_str(w->worker && w->worker->instance_type ? w->worker->instance_type : "");
     printf(", \"cores\": %u, \"cpu_cores\": ", w->worker ? w->worker->cores : 0);
     json_num(w->worker ? w->worker->cpu_cores : 0);
     printf(", \"cpu_seconds\": ");
@@ -471,13 +563,32 @@ static void status_print_json(const Stoker__V1__StatusResponse *r, const char *c
   json_str(v.missing);
   printf(", \"text\": ");
   json_str(text);
+  purchase pu;
+  status_purchase(r, &pu);
+  printf("}, \"purchase\": {\"priced\": %s, \"now\": ", pu.ok ? "true" : "false");
+  json_str(pu.now);
+  printf(", \"cheapest\": ");
+  json_str(pu.best);
+  printf(", \"now_step_ms\": ");
+  json_num(pu.now_ms);
+  printf(", \"cheapest_step_ms\": ");
+  json_num(pu.best_ms);
+  printf(", \"usd_per_step_change\": ");
+  json_num(pu.change);
+  printf(", \"text\": ");
+  json_str(pu.text);
   printf("}}\n");
 }
 
 static int cmd_status(int argc, char **argv) {
   int pr = stk__options_parse(
       status_options, NSTATUS, argc, argv, "stoker status",
-      "Prints the job, its state, the live workers and the ranks.", status_exit_codes);
+      "Prints the job, its state, the live workers and the ranks, the verdict (input- "
+      "or\n"
+      "compute-bound) and the purchase: the job's shape priced with the cost model\n"
+      "(what to keep, add or remove), once the coordinator knows the fleet's instance\n"
+      "types (stoker-coordinator --accel-type, stoker-worker --instance-type).",
+      status_exit_codes);
   if (pr != OPTS_RUN) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
@@ -539,6 +650,15 @@ static int cmd_status(int argc, char **argv) {
     printf("worker failed    %s\n",
            stk__escape(e_fail, sizeof(e_fail), r->worker_failures[k]));
   }
+  if (r->accel_type && *r->accel_type) {
+    char e_acc[200], e_data[200];
+    printf("hosts            training: %u x %s", r->accel_hosts,
+           stk__escape(e_acc, sizeof(e_acc), r->accel_type));
+    if (r->data_type && *r->data_type)
+      printf("; data hosts priced as %s",
+             stk__escape(e_data, sizeof(e_data), r->data_type));
+    printf("\n");
+  }
   print_ranks("ranks joined", r->joined_ranks, r->n_joined_ranks, world);
   print_ranks("ranks finished", r->finished_ranks, r->n_finished_ranks, world);
   printf("workers          %zu live\n\n", r->n_workers);
@@ -564,11 +684,15 @@ static int cmd_status(int argc, char **argv) {
              s ? s->batches_per_s : 0.0, s ? s->samples_substituted : 0, hb);
       if (w->suspect) printf("%-24s suspect: heartbeats late, still listed\n", "");
     }
-    printf("\n%-24s %s\n", "ADDRESS", "WORKER ID");
+    /* TYPE: the instance type the worker named (--instance-type) */
+    printf("\n%-24s %-20s %s\n", "ADDRESS", "TYPE", "WORKER ID");
     for (size_t i = 0; i < r->n_workers; i++) {
       const Stoker__V1__WorkerInfo *wi = r->workers[i]->worker;
-      char addr[STK_ESCAPED_ID], id[STK_ESCAPED_ID];
-      printf("%-24s %s\n", stk__escape(addr, sizeof(addr), wi ? wi->address : "?"),
+      char addr[STK_ESCAPED_ID], id[STK_ESCAPED_ID], ty[200];
+      const char *t =
+          wi && wi->instance_type && *wi->instance_type ? wi->instance_type : "-";
+      printf("%-24s %-20s %s\n", stk__escape(addr, sizeof(addr), wi ? wi->address : "?"),
+             stk__escape(ty, sizeof(ty), t),
              stk__escape(id, sizeof(id), wi ? wi->worker_id : "?"));
     }
   }
@@ -782,7 +906,8 @@ static void usage(FILE *f) {
       "usage: stoker <command> [options]\n\n"
       "commands:\n"
       "  status   show a job: state, workers and their stats, bad samples, ranks\n"
-      "           and their stall, the verdict (input- or compute-bound)\n"
+      "           and their stall, the verdict (input- or compute-bound), what\n"
+      "           to buy (the purchase line)\n"
       "           (stoker status --coordinator host:port [--json]; --help for more)\n"
       "  abort    end the job as failed (stoker abort --coordinator host:port\n"
       "           [--rank R] [--reason TEXT])\n"
@@ -793,10 +918,11 @@ static void usage(FILE *f) {
       "  plan     what to buy: step time and $/step of each shape (homogeneous,\n"
       "           + N data hosts), the cheapest marked, offline from a job file\n"
       "           and measured figures (stoker plan --job FILE --accel TYPE\n"
-      "           --step-ms MS --stall-pct P --images-per-cpu-s N; --help for more)\n\n"
-      "every command but plan takes --token-file FILE (the bearer token, first line;\n"
-      "else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE names); --token TOKEN\n"
-      "works too but shows the token to every local user (ps)\n\n"
+      "           --step-ms MS --stall-pct P --images-per-cpu-s N), or live from a\n"
+      "           running job (stoker plan --coordinator host:port); --help for more\n\n"
+      "every command (plan with --coordinator) takes --token-file FILE (the bearer\n"
+      "token, first line; else $STOKER_TOKEN, else the file $STOKER_TOKEN_FILE\n"
+      "names); --token TOKEN works too but shows the token to every local user (ps)\n\n"
       "exit codes: 0 ok, 1 the command failed, 2 usage error\n");
 }
 

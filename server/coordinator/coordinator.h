@@ -104,13 +104,15 @@ enum {
 
 typedef struct coord_opts {
   char *listen, *job, *token, *token_file, *port_file, *log_level, *metrics_listen,
-      *state_dir, *worker_token_file, *client_token_file, *admin_token_file;
+      *state_dir, *worker_token_file, *client_token_file, *admin_token_file, *accel_type,
+      *data_type;
   int trust_worker_addresses;
   stk__tls_opts tls;
   stk__strlist set;
   long long idle_timeout_s, heartbeat_interval_ms, heartbeat_misses, heartbeat_lapse_s,
       stats_interval_s, shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s,
-      linger_s, metrics_rank_series, resolve_threads, resolve_timeout_ms, ticket_ttl_s;
+      linger_s, metrics_rank_series, resolve_threads, resolve_timeout_ms, ticket_ttl_s,
+      accel_hosts;
   int print_job, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;
@@ -148,7 +150,8 @@ typedef struct cworker {
    * come one at a time); read-only once linked. */
   char id[MAX_STR], address[MAX_STR];
   uint32_t cores;
-  double cpu_cores; /* usable cores it registered (0 = not told) */
+  double cpu_cores;       /* usable cores it registered (0 = not told) */
+  char instance_type[48]; /* its host's type as it named it ("" = not told) */
   /* Its stream ticket key (tickets.c; "" = none: no role tokens), written
    * before it is linked like the above; and its current ticket, minted
    * from the key, under C.mu once linked (tickets_tick mints it again

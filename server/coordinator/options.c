@@ -29,6 +29,18 @@ stk__option options[] = {
      &opt.set, 0, 0},
     {"print-job", OPT_BOOL, "false", NULL,
      "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
+    {"accel-type", OPT_STR, "", stk__opt_instance_type,
+     "the instance type of the training (accelerator) hosts, e.g. ml.p4d.24xlarge "
+     "(stoker-launch passes what the scheduler says): stoker status prices its "
+     "verdict with it, stoker plan --coordinator plans from it",
+     &opt.accel_type, 0, 0},
+    {"accel-hosts", OPT_INT, "0", NULL,
+     "how many training hosts the job has (0 = world_size / the type's accelerators)",
+     &opt.accel_hosts, 0, 100000},
+    {"data-type", OPT_STR, "", stk__opt_instance_type,
+     "the instance type to price data hosts as where none runs yet (a homogeneous job; "
+     "the data workers' own --instance-type otherwise)",
+     &opt.data_type, 0, 0},
     {"idle-timeout-s", OPT_INT, "600", NULL,
      "end the job when no client touched it this long (a call, an open watch "
      "within its lease, or batches flowing from a worker count)",

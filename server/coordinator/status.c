@@ -173,6 +173,7 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
       wi[i].address = strdup(w->address);
       wi[i].cores = w->cores;
       wi[i].cpu_cores = w->cpu_cores;
+      wi[i].instance_type = strdup(w->instance_type);
       wt[i].batches_built = w->stats.batches_built;
       wt[i].bytes_sent = w->stats.bytes_sent;
       wt[i].samples_substituted = w->stats.samples_substituted;
@@ -185,7 +186,7 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
       ws[i].last_heartbeat_ms_ago = (uint64_t)(now - w->last_hb_ms);
       ws[i].suspect = w->suspect;
       wsp[i] = &ws[i];
-      if (!wi[i].worker_id || !wi[i].address) ok = 0;
+      if (!wi[i].worker_id || !wi[i].address || !wi[i].instance_type) ok = 0;
     }
     resp.n_workers = i;
     resp.workers = wsp;
@@ -208,10 +209,15 @@ void handle_status(stk__rpc_call *call, const ProtobufCMessage *req) {
   }
   resp.n_worker_failures = nf;
   resp.worker_failures = fail_p;
+  /* the fleet as told (options: set once in main, read-only after) */
+  resp.accel_type = opt.accel_type ? opt.accel_type : "";
+  resp.accel_hosts = (uint32_t)opt.accel_hosts;
+  resp.data_type = opt.data_type ? opt.data_type : "";
   pthread_mutex_unlock(&C.mu);
   if (ok) stk__rpc_call_reply(call, &resp.base);
   else stk__rpc_call_finish(call, GRPC_STATUS_RESOURCE_EXHAUSTED, "out of memory");
-  for (size_t k = 0; k < i; k++) free(wi[k].worker_id), free(wi[k].address);
+  for (size_t k = 0; k < i; k++)
+    free(wi[k].worker_id), free(wi[k].address), free(wi[k].instance_type);
   free(ws), free(wsp), free(wi), free(wt), free(jr), free(fr);
   free(job.canonical);
   status_extras_free(&ex);
@@ -257,7 +263,7 @@ static void verdict_locked(int64_t now, stk__verdict *v) {
   }
   uint32_t i = 0;
   for (cworker *w = C.workers; w; w = w->next, i++) {
-    wf[i].cores = w->cpu_cores;
+    wf[i].cores = stk__worker_usable_cores(w->cpu_cores, w->cores);
     wf[i].per_cpu_s = w->hb ? w->hb->batches_per_cpu_s : 0;
     wf[i].busy = w->stats.busy_fraction;
   }

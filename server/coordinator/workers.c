@@ -153,6 +153,9 @@ static int worker_hello(stk__rpc_call *call, cworker *w,
   /* untrusted: a finite share of at most a million cores, else unknown */
   double cc = h->worker->cpu_cores;
   w->cpu_cores = cc > 0 && cc < 1e6 ? cc : 0;
+  /* checked by stk__check_hello: "" or a name of at most 47 bytes */
+  snprintf(w->instance_type, sizeof(w->instance_type), "%s",
+           h->worker->instance_type ? h->worker->instance_type : "");
   /* With role tokens every listed worker has a stream ticket, so a client
    * never sends its token to a worker (or to anyone holding the worker
    * token): a worker that does not check tickets (an older stoker-worker,

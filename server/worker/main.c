@@ -74,6 +74,11 @@ static stk__option options[] = {
      "python(module:function) imports module from them only; default "
      "$STOKER_PYTHON_PATH; none: jobs with a python op are refused)",
      &opt.python_path, 0, 0},
+    {"instance-type", OPT_STR, "", stk__opt_instance_type,
+     "the instance type of this host (e.g. ml.c5.18xlarge; stoker-launch passes what "
+     "the scheduler says): shown by stoker status, and what stoker status and stoker "
+     "plan --coordinator price this worker's host as",
+     &opt.instance_type, 0, 0},
     {"threads", OPT_INT, "0", NULL, "batch builder threads (0 = number of cores)",
      &opt.threads, 0, 1024},
     {"batch-buffers", OPT_INT, "0", NULL,
@@ -371,8 +376,8 @@ int main(int argc, char **argv) {
       "coordinator %s",
       opt.listen, port, stk__tls_describe(W.tls), advertise, W.threads, opt.coordinator);
 
-  session_config cfg = {opt.coordinator, token,     W.tls,      worker_id,
-                        advertise,       W.threads, W.cpu_cores};
+  session_config cfg = {opt.coordinator, token,     W.tls,       worker_id,
+                        advertise,       W.threads, W.cpu_cores, opt.instance_type};
   session_hooks hooks = {on_job, fill_stats, on_command, fill_hello, on_ticket};
   session *sess = NULL;
   if (session_start(&cfg, &hooks, &sess)) {

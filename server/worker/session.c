@@ -82,6 +82,7 @@ static int send_hello(session *s, stk__rpc_stream *st, uint64_t job_hash, uint64
   info.address = s->address;
   info.cores = s->cfg.cores;
   info.cpu_cores = s->cfg.cpu_cores;
+  info.instance_type = (char *)(s->cfg.instance_type ? s->cfg.instance_type : "");
   Stoker__V1__Register reg = STOKER__V1__REGISTER__INIT;
   reg.worker = &info;
   reg.protocol_version = STK_PROTOCOL_VERSION;

@@ -45,8 +45,9 @@ typedef struct session_config {
   const char *token;
   const stk__tls *tls; /* NULL = plaintext; kept alive by the caller */
   const char *worker_id, *address;
-  uint32_t cores;   /* builder threads */
-  double cpu_cores; /* usable cores (common/cpulimit.h) */
+  uint32_t cores;            /* builder threads */
+  double cpu_cores;          /* usable cores (common/cpulimit.h) */
+  const char *instance_type; /* --instance-type, "" = not told */
 } session_config;
 
 /* Start the session thread (it connects on its own). 0 or -1. */

@@ -28,7 +28,7 @@
 typedef struct worker_opts {
   char *coordinator, *listen, *advertise, *data_root, *token, *token_file, *port_file,
       *log_level, *metrics_listen, *client_token_file, *plugin_dir, *python_path,
-      *calibrate;
+      *calibrate, *instance_type;
   stk__tls_opts tls;
   long long threads, batch_buffers, max_outstanding, chunk_bytes, drain_timeout_s,
       orphan_timeout_s, stats_interval_s, max_message_mb, max_file_mb, max_pixels,
