@@ -410,13 +410,17 @@ class Cluster:
     cpu_quota: {host: cores} puts every process spawned on those hosts in
     a cgroup of its own with that CPU quota (cpu_quota_supported() says
     whether it can); cpu_top: those cgroups also get the highest
-    scheduling weight (CpuQuota top). Not thread-safe. Raises RuntimeError when a setup command fails (the
+    scheduling weight (CpuQuota top); min_burst: the smallest tbf bucket
+    in bytes (default 64 KiB; a bucket smaller than a GSO packet, 64 KiB
+    plus headers, makes tbf cut every such packet into MTU-sized ones,
+    which costs both ends CPU per byte: 256 KiB keeps them whole). Not
+    thread-safe. Raises RuntimeError when a setup command fails (the
     cluster is then already torn down)."""
 
     _count = 0
 
     def __init__(self, hosts, subnet, workdir, rate="1gbit", rates=None, delay_ms=0.2,
-                 cpu_quota=None, cpu_top=False):
+                 cpu_quota=None, cpu_top=False, min_burst=65536):
         if not 1 <= subnet <= 254:
             raise ValueError("subnet must be 1..254")
         self.workdir = workdir
@@ -431,6 +435,7 @@ class Cluster:
         rates = rates or {}
         self.cpu_quota = dict(cpu_quota or {})
         self.cpu_top = cpu_top
+        self.min_burst = min_burst
         for h in self.cpu_quota:
             if h not in hosts or not self.cpu_quota[h] > 0:
                 raise ValueError("cpu_quota: %r is not a host with cores > 0" % h)
@@ -493,7 +498,7 @@ class Cluster:
         bits = _rate_bits(rate)
         # tbf needs a bucket of at least one timer tick's worth of bytes
         # (and one full GSO packet); 2 ms of traffic, at least 64 KiB.
-        burst = max(65536, int(bits / 8 * 0.002))
+        burst = max(self.min_burst, int(bits / 8 * 0.002))
         if self.netem is None:
             self.netem = self.delay_ms > 0 and _netem_available(ns, dev)
         tc = ["ip", "netns", "exec", ns, "tc", "qdisc", "add", "dev", dev]

@@ -2,7 +2,7 @@
 """pricecluster.py - the heterogeneous gain, shown on one machine.
 
     pricecluster.py [--build DIR] [--runs N] [--seconds S] [--shapes LIST]
-                    [--photos N | --dataset DIR] [--keep]
+                    [--photos N] [--photo-size WxH] [--dataset DIR] [--keep]
     pricecluster.py --test [--build DIR] [--keep]
 
 Simulates the clusters `stoker plan` prices (docs/price-performance.md, "A
@@ -26,20 +26,28 @@ Shapes (--shapes, comma-separated, in this order of runs):
   1,2,3   1, 2, 3 data hosts on 1 Gbit/s links
   3slow   3 data hosts on 250 Mbit/s links: the link binds
 
-Real photos (scripts/photos.sh), the job's `train` pipeline at 224x224 uint8
+Real photos (scripts/photos.sh, 1,024 of about 576x432; --dataset DIR keeps
+them for the next run), the job's `train` pipeline at 224x224 uint8
 (decode, RandomResizedCrop, flip; the floats are made on the accelerator),
-batch 32, one rank. First a calibration: `stoker-worker --calibrate` under
-a data host's quota gives images per CPU-second; then `stoker plan`
-(offline, an instance table mapping the simulated hosts to the types they
-are priced as) predicts every shape from that figure alone. Then each
-shape runs --runs times (alternated: every shape once, then again), each
-run on a fresh cluster, and mid-run `stoker status` (text and --json) is
-captured. The table printed: measured ms/step (the median of the runs;
-each run's figure is its steady state: the train loop's progress lines
-after the first two), the plan's prediction and the error, $/step against
-homogeneous, the binding term, stoker status's verdict, the planner's
-cheapest against the measured cheapest, and the gain of the best
-heterogeneous shape beside the published 46% / 77%.
+batch 32, one rank. First the calibration: `stoker-worker --calibrate`
+under a data host's quota (the pipeline alone, images per CPU-second),
+then a calibration run: one data host serving an unthrottled rank over a
+1 Gbit/s link, whose `stoker status --json` gives the worker's images per
+CPU-second as it serves (building, gRPC, sending) and the rank's
+receiving cost (CPU-s per GB). `stoker plan` (offline, with an instance
+table mapping the simulated hosts to the types they are priced as)
+predicts every shape from those two figures alone; the prediction from
+the builder's figure alone is shown beside. Then each shape runs --runs
+times (alternated: every shape once, then again), each on a fresh
+cluster, and 40% in `stoker status` (text and --json) and `stoker plan
+--coordinator` are captured (with the fleet's instance types where the
+build takes them). The table printed: measured ms/step (the median of
+the runs; each run's figure is its steady state: the train loop's
+progress lines after the first two), the plan's prediction and the
+error, $/step against homogeneous, the binding term, the verdicts and
+purchase lines, the planner's cheapest against the measured cheapest,
+and the gain of the best heterogeneous shape beside the published
+46% / 77%.
 
 --test (ctest cluster_price): 2 shapes (hom, 1), one run each, a small
 job, every batch verified against the reference (--verify: the train
@@ -76,6 +84,10 @@ STEP_MS = 25
 BATCH, SIDE = 32, 224
 PORT_C, PORT_W = 7070, 7071
 SUBNET = 41
+# photos.sh's size: a pipeline of about 1,200 images per CPU-second served
+# here, so + 2 data hosts stay short of the 25 ms step and + 3 reach it
+PHOTO_SIZE = "576x432"
+MIN_BURST = 256 << 10  # tbf keeps 64 KiB GSO packets whole (netcluster.Cluster)
 # The types the simulated hosts are priced as: each a whole instance's
 # on-demand $/h (deploy/instances.tsv), with the host's quota as its vCPU
 # and its shaped link as its network.
@@ -96,7 +108,7 @@ def usage(msg=None):
     if msg:
         print("pricecluster.py: %s" % msg, file=sys.stderr)
     print("usage: pricecluster.py [--build DIR] [--runs N] [--seconds S] [--shapes LIST] "
-          "[--photos N | --dataset DIR] [--keep]\n"
+          "[--photos N] [--photo-size WxH] [--dataset DIR] [--keep]\n"
           "       pricecluster.py --test [--build DIR] [--keep]\n"
           "shapes: %s" % ",".join(SHAPES), file=sys.stderr)
     return 2
@@ -106,6 +118,7 @@ class Opts:
     def __init__(self):
         self.build, self.test, self.keep = None, False, False
         self.runs, self.seconds, self.photos, self.dataset = 3, 8.0, 1024, None
+        self.photo_size = PHOTO_SIZE
         self.shapes = list(SHAPES)
 
 
@@ -117,7 +130,8 @@ def parse(argv):
         if a in ("--test", "--keep"):
             setattr(o, a[2:], True)
             continue
-        if a not in ("--build", "--runs", "--seconds", "--shapes", "--photos", "--dataset"):
+        if a not in ("--build", "--runs", "--seconds", "--shapes", "--photos", "--dataset",
+                     "--photo-size"):
             raise ValueError("unknown argument %r" % a)
         v = next(it, None)
         if v is None:
@@ -138,6 +152,10 @@ def parse(argv):
                 raise ValueError("--photos wants 64..20000")
         elif a == "--dataset":
             o.dataset = v
+        elif a == "--photo-size":
+            if not re.fullmatch(r"[1-9]\d{1,3}x[1-9]\d{1,3}", v):
+                raise ValueError("--photo-size wants WxH, e.g. 576x432")
+            o.photo_size = v
         else:
             o.shapes = [s for s in v.split(",") if s]
             shapes_given = True
@@ -219,7 +237,9 @@ class Bench:
         # the live pricing flags, when this build has them
         self.f_worker_type = supports([self.bins["worker"]], "instance-type")
         self.f_coord_type = supports([self.bins["coordinator"]], "accel-type")
-        self.f_status_inst = supports([self.bins["cli"], "status"], "instances")
+        self.f_status_inst = supports([self.bins["cli"], "status"], "instances") and \
+            supports([self.bins["cli"], "status"], "spare-cores")
+        self.f_plan_live = supports([self.bins["cli"], "plan"], "coordinator")
 
     # ---- data, job, calibration, plan ----
     def dataset(self):
@@ -229,7 +249,7 @@ class Bench:
         self.data = os.path.abspath(o.dataset or os.path.join(self.work, "data"))
         self.dsname = "photos"
         self.photos = os.path.join(self.data, self.dsname)
-        marker = os.path.join(self.data, ".photos-%d" % o.photos)
+        marker = os.path.join(self.data, ".photos-%d-%s" % (o.photos, o.photo_size))
         if os.path.exists(marker):
             print("== photos: reusing %s (%d photos)" % (self.data, o.photos), flush=True)
             return
@@ -249,9 +269,10 @@ class Bench:
                                 "--seed", "3"], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=300)
         else:
-            print("== photos: scripts/photos.sh %s %d" % (self.photos, o.photos), flush=True)
+            print("== photos: scripts/photos.sh %s %d %s" % (self.photos, o.photos,
+                                                            o.photo_size), flush=True)
             r = subprocess.run([os.path.join(SRC, "scripts", "photos.sh"), self.photos,
-                                str(o.photos)], stdout=subprocess.PIPE,
+                                str(o.photos), o.photo_size], stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True, timeout=1800)
         if r.returncode != 0:
             raise RuntimeError("making the dataset: %s" % r.stdout[-2000:])
@@ -286,8 +307,89 @@ class Bench:
                r.stdout.strip()), flush=True)
         if r.returncode != 0 or not m:
             raise RuntimeError("stoker-worker --calibrate failed (%d)" % r.returncode)
-        self.rate = float(m.group(1))
+        self.rate_build = float(m.group(1))
         self.calibration = r.stdout.strip()
+
+    def calibrate_serving(self):
+        """The calibration run: one data host (0.45 core, 1 Gbit/s) serving
+        an unthrottled rank that takes batches as fast as they come (no
+        step). Half-way `stoker status --json` gives the worker's batches
+        per CPU-second as it serves (the whole process: building, gRPC,
+        sending) and the rank's receiving cost (CPU-s per GB): the figures
+        the plan is made from."""
+        o = self.o
+        secs = 3.0 if o.test else 8.0
+        guess = DATA_CORES * self.rate_build * 0.7 / BATCH  # batches/s, only sizes the run
+        spe = o.photos // BATCH
+        epochs = max(2, -(-int(guess * (secs + 3)) // spe))
+        work = os.path.join(self.work, "calibration")
+        os.makedirs(work)
+        env = self.env()
+        job = self.job_file(epochs)
+        hosts = [ACCEL, "cpu-1"]
+        c = netcluster.Cluster(hosts, SUBNET, work, rates={ACCEL: ACCEL_LINK, "cpu-1": DATA_LINK},
+                               cpu_quota={"cpu-1": DATA_CORES}, cpu_top=not o.test,
+                               min_burst=MIN_BURST)
+        coord = "%s:%d" % (ACCEL, PORT_C)
+        procs, st = {}, {}
+        with c:
+            procs["coordinator"] = c.spawn(ACCEL, [
+                self.bins["coordinator"], "--listen", "0.0.0.0:%d" % PORT_C, "--job", job,
+                "--idle-timeout-s", "120"], "coordinator.log", env=env)
+            procs["worker"] = c.spawn("cpu-1", [
+                self.bins["worker"], "--coordinator", coord, "--listen", "0.0.0.0:%d" % PORT_W,
+                "--advertise", "cpu-1:%d" % PORT_W, "--threads", "1", "--data-root",
+                self.data], "worker.log", env=env)
+            procs["train"] = c.spawn(ACCEL, [
+                self.bins["train"], "--coordinator", coord, "--rank", "0", "--world-size", "1",
+                "--progress"], "train.log", env=env)
+            steps = epochs * spe
+            deadline = time.monotonic() + 300
+            while time.monotonic() < deadline and any(p.poll() is None
+                                                      for p in procs.values()):
+                if not st and procs["train"].poll() is None and \
+                        self.progress_done(os.path.join(work, "train.log")) >= steps * 0.6:
+                    st = self.status(c, coord, work)
+                time.sleep(0.1)
+        ok = all(p.returncode == 0 for p in procs.values())
+        check(ok, "calibration run: every process exited 0 (%s)" %
+              ", ".join("%s %s" % (n, p.returncode) for n, p in sorted(procs.items())))
+        j = st.get("json") or {}
+        w = (j.get("workers") or [{}])[0]
+        bpc = w.get("batches_per_cpu_s") or 0
+        recv = st.get("recv_cpu_s_per_gb")
+        if not check(bpc > 0 and isinstance(recv, (int, float)) and recv > 0,
+                     "calibration run: stoker status gave the worker's batches per "
+                     "CPU-second (%s) and the rank's receiving cost (%s CPU-s/GB)" %
+                     (bpc, recv)):
+            raise RuntimeError("the calibration run gave no figures")
+        self.rate = bpc * BATCH
+        self.recv = recv
+        print("== calibration run (a data host of %.2f core serving an unthrottled rank over "
+              "1 Gbit/s; stoker status --json half-way):\n   the worker: %.2f batches of %d "
+              "per CPU-second = %.1f images per CPU-second as served (%.0f%% of the "
+              "builder's %.1f); the rank: %.2f CPU-s per GB received" %
+              (DATA_CORES, bpc, BATCH, self.rate, 100 * self.rate / self.rate_build,
+               self.rate_build, recv), flush=True)
+        if ok and not o.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+    def env(self):
+        env = dict(os.environ, STOKER_TOKEN_FILE=self.token, PYTHONUNBUFFERED="1")
+        for k in ("STOKER_COORDINATOR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
+            env.pop(k, None)
+        return env
+
+    @staticmethod
+    def progress_done(path):
+        """Batches the loop's progress lines say it has taken so far."""
+        try:
+            text = open(path, errors="replace").read()
+        except OSError:
+            return 0
+        m = re.search(r"(\d+) steps/epoch", text)
+        seen = PROGRESS.findall(text)
+        return int(seen[-1][0]) * int(m.group(1)) + int(seen[-1][1]) if seen and m else 0
 
     def instances(self):
         self.inst = os.path.join(self.work, "instances.tsv")
@@ -299,34 +401,46 @@ class Bench:
                     "%s  %g  0  -  0.25  3.672  -   # cpu-N behind 250 Mbit/s\n" %
                     (ACCEL_TYPE, ACCEL_CORES, DATA_TYPE, DATA_CORES, SLOW_TYPE, DATA_CORES))
 
-    def plan_argv(self):
-        return ["plan", "--job", self.job_file(1), "--accel", ACCEL_TYPE, "--accel-count", "1",
-                "--compute-ms", str(STEP_MS), "--images-per-cpu-s", "%.1f" % self.rate,
-                "--spare-cores", str(ACCEL_CORES), "--data", "%s,%s" % (DATA_TYPE, SLOW_TYPE),
-                "--max-data-hosts", "3", "--instances", self.inst]
+    def plan_argv(self, rate, recv=None):
+        a = ["plan", "--job", self.job_file(1), "--accel", ACCEL_TYPE, "--accel-count", "1",
+             "--compute-ms", str(STEP_MS), "--images-per-cpu-s", "%.1f" % rate,
+             "--spare-cores", str(ACCEL_CORES), "--data", "%s,%s" % (DATA_TYPE, SLOW_TYPE),
+             "--max-data-hosts", "3", "--instances", self.inst]
+        if recv is not None:
+            a += ["--recv-cpu-s-per-gb", "%.2f" % recv]
+        return a
 
-    def plan(self):
-        argv = [self.bins["cli"]] + self.plan_argv()
-        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                           timeout=60)
-        shown = ["stoker"] + self.plan_argv()
-        print("== the plan, from the calibration alone:\n$ %s\n%s" %
-              (" ".join(shown).replace(self.work, "$WORK"), r.stdout.rstrip()), flush=True)
-        check(r.returncode == 0 and "cheapest $/step:" in r.stdout,
-              "stoker plan printed the plan (exit %d)" % r.returncode)
+    def plan_json_of(self, argv):
         rj = subprocess.run(argv + ["--json"], stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, timeout=60)
-        self.plan_text = r.stdout
-        self.plan_json = json.loads(rj.stdout)
-        self.pred = {}  # shape key -> option
-        for opt in self.plan_json["options"]:
+        j = json.loads(rj.stdout)
+        pred = {}  # shape key -> option
+        for opt in j["options"]:
             n, t = opt["data_count"], opt.get("data_type")
             for k, (_, dn, link, _) in SHAPES.items():
                 if dn == n and (n == 0 or t == (SLOW_TYPE if link == SLOW_LINK else DATA_TYPE)):
                     if k != "torch":
-                        self.pred.setdefault(k, opt)
+                        pred.setdefault(k, opt)
+        return j, pred
+
+    def plan(self):
+        """The plan from the calibration run's two figures (printed), and
+        the one from the builder's figure alone (its predictions shown
+        beside)."""
+        argv = [self.bins["cli"]] + self.plan_argv(self.rate, self.recv)
+        r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=60)
+        shown = ["stoker"] + self.plan_argv(self.rate, self.recv)
+        print("== the plan, from the calibration run alone:\n$ %s\n%s" %
+              (" ".join(shown).replace(self.work, "$WORK"), r.stdout.rstrip()), flush=True)
+        check(r.returncode == 0 and "cheapest $/step:" in r.stdout,
+              "stoker plan printed the plan (exit %d)" % r.returncode)
+        self.plan_text = r.stdout
+        self.plan_json, self.pred = self.plan_json_of(argv)
         ch = self.plan_json.get("cheapest")
         self.plan_cheapest = self.plan_json["options"][ch] if ch is not None else None
+        _, self.pred_build = self.plan_json_of([self.bins["cli"]] +
+                                               self.plan_argv(self.rate_build))
 
     # ---- one run ----
     def run(self, key, idx):
@@ -349,16 +463,14 @@ class Bench:
         rates[ACCEL] = ACCEL_LINK
         work = os.path.join(self.work, "%s-%d" % (key, idx))
         os.makedirs(work)
-        env = dict(os.environ, STOKER_TOKEN_FILE=self.token, PYTHONUNBUFFERED="1")
-        for k in ("STOKER_COORDINATOR", "RANK", "WORLD_SIZE", "LOCAL_RANK"):
-            env.pop(k, None)
+        env = self.env()
         job = self.job_file(epochs)
         self.loads.append(loadavg())
         res = {"key": key, "idx": idx, "steps": steps}
         # the bench: each host gets its quota even on a loaded machine (the
         # quotas add up to 1.7 cores of 2); --test needs no speed
         c = netcluster.Cluster(hosts, SUBNET, work, rates=rates, cpu_quota=quota,
-                               cpu_top=not o.test)
+                               cpu_top=not o.test, min_burst=MIN_BURST)
         procs = {}
         with c:
             if idx == 0 and key == self.o.shapes[0]:
@@ -368,8 +480,9 @@ class Bench:
             if loader != "torch":
                 argv = [self.bins["coordinator"], "--listen", "0.0.0.0:%d" % PORT_C, "--job",
                         job, "--idle-timeout-s", "120"]
-                if self.f_coord_type:
-                    argv += ["--accel-type", ACCEL_TYPE, "--accel-hosts", "1"]
+                if self.f_coord_type:  # the fleet as a launcher would tell it
+                    argv += ["--accel-type", ACCEL_TYPE, "--accel-hosts", "1", "--data-type",
+                             SLOW_TYPE if link == SLOW_LINK else DATA_TYPE]
                 procs["coordinator"] = c.spawn(ACCEL, argv, "coordinator.log", env=env)
                 workers = [ACCEL] if loader == "stoker" else hosts[1:]
                 for h in workers:
@@ -398,13 +511,9 @@ class Bench:
                 if all(p.poll() is not None for p in procs.values()):
                     break
                 if not status_done and procs["train"].poll() is None:
-                    text = open(train_log, errors="replace").read()
-                    m = re.search(r"(\d+) steps/epoch", text)
-                    seen = PROGRESS.findall(text)
-                    done = int(seen[-1][0]) * int(m.group(1)) + int(seen[-1][1]) \
-                        if seen and m else 0
-                    # half-way: the ranks' and workers' stats have been reported
-                    if len(seen) >= (1 if o.test else 3) and done >= steps // 2:
+                    # 40% in: the ranks' and workers' stats have been reported,
+                    # and the job outlives the two probes
+                    if self.progress_done(train_log) >= max(steps * 2 // 5, 1):
                         res.update(self.status(c, coord, work))
                         status_done = True
                 time.sleep(0.1)
@@ -444,10 +553,12 @@ class Bench:
             res["work"] = work
         else:
             shutil.rmtree(work, ignore_errors=True)
-        print("   %-6s run %d: %s ms/step, stall %s, verdict: %s" %
+        print("   %-6s run %d: %s ms/step, stall %s, verdict: %s%s" %
               (key, idx + 1, "%.1f" % res["ms"] if res["ms"] else "?",
                "%.0f%%" % res["stall"] if res["stall"] is not None else "?",
-               res.get("verdict", "-")), flush=True)
+               res.get("verdict", "-"),
+               "\n                 purchase: %s" % res["purchase"] if res.get("purchase")
+               else ""), flush=True)
         if fails and not o.test:
             self.dump(work)
         return res
@@ -456,8 +567,8 @@ class Bench:
         """stoker status, text and --json, from inside the accelerator
         host's namespace (not under its quota: an operator's probe)."""
         base = [self.bins["cli"], "status", "--coordinator", coord, "--token-file", self.token]
-        if self.f_status_inst:
-            base += ["--instances", self.inst]
+        if self.f_status_inst:  # priced with the simulated types; gpu-1 spares its quota
+            base += ["--instances", self.inst, "--spare-cores", str(ACCEL_CORES)]
         out = {}
         r = c.run(ACCEL, base, timeout=30)
         with open(os.path.join(work, "status.txt"), "w") as f:
@@ -466,6 +577,8 @@ class Bench:
         out["status_text"] = r.stdout
         m = re.search(r"^verdict\s+(.*(?:\n {10,}\S.*)*)", r.stdout, re.M)
         out["verdict"] = " ".join(m.group(1).split()) if m else "(no verdict line)"
+        m = re.search(r"^purchase\s+(.*(?:\n {10,}\S.*)*)", r.stdout, re.M)
+        out["purchase"] = " ".join(m.group(1).split()) if m else None
         rj = c.run(ACCEL, base + ["--json"], timeout=30)
         with open(os.path.join(work, "status.json"), "w") as f:
             f.write(rj.stdout + rj.stderr)
@@ -475,8 +588,19 @@ class Bench:
             out["recv_cpu_s_per_gb"] = ranks[0].get("recv_cpu_s_per_gb")
             out["status_step_ms"] = ranks[0].get("step_ms")
             out["verdict_json"] = j.get("verdict")
+            out["purchase_json"] = j.get("purchase")
+            out["json"] = j
         except ValueError:
             out["status_rc"] = out["status_rc"] or 1
+        if self.f_plan_live:  # the same figures as a whole table
+            rp = c.run(ACCEL, [self.bins["cli"], "plan", "--coordinator", coord, "--token-file",
+                               self.token, "--instances", self.inst, "--spare-cores",
+                               str(ACCEL_CORES)], timeout=30)
+            with open(os.path.join(work, "plan-live.txt"), "w") as f:
+                f.write(rp.stdout + rp.stderr)
+            m = re.search(r"^purchase: (.*)", rp.stdout, re.M)
+            out["live_purchase"] = m.group(1) if m else "(exit %d: %s)" % (
+                rp.returncode, (rp.stdout + rp.stderr).strip().splitlines()[-1:])
         return out
 
     def dump(self, work):
@@ -496,6 +620,7 @@ class Bench:
         self.dataset()
         self.instances()
         self.calibrate()
+        self.calibrate_serving()
         self.plan()
         shapes = list(o.shapes)
         if "torch" in shapes:
@@ -523,20 +648,26 @@ class Bench:
         print("\n== results (%s; %d run(s) per shape, the median; load average %.1f..%.1f "
               "over the runs%s)" % (cpu_model(), o.runs, min(self.loads), max(self.loads),
                                     ": a busy machine" if max(self.loads) > 3 else ""))
-        print("%-50s %9s %9s %7s %-11s %8s %9s  %s" % (
-            "shape", "measured", "predicted", "error", "binds", "$/h", "$/step", "runs (ms)"))
-        print("%-50s %9s %9s %7s %-11s %8s %9s" % ("", "ms/step", "ms/step", "", "", "",
-                                                  "vs hom."))
+        print("%-50s %9s %9s %7s %-11s %8s %9s %9s  %s" % (
+            "shape", "measured", "predicted", "error", "binds", "$/h", "$/step", "builder",
+            "runs (ms)"))
+        print("%-50s %9s %9s %7s %-11s %8s %9s %9s" % ("", "ms/step", "ms/step", "", "", "",
+                                                      "vs hom.", "only"))
         for k in shapes:
             p = self.pred.get(k) if k != "torch" else None
+            pb = self.pred_build.get(k) if k != "torch" else None
             m = med[k]
             err = "%+.1f%%" % (100 * (m - p["step_ms"]) / p["step_ms"]) if m and p else "-"
             vs = "%+.1f%%" % (100 * (usd[k] / hom - 1)) if hom and k in usd and k != "hom" \
                 else "-"
             runs = " ".join("%.1f" % r["ms"] if r["ms"] else "?" for r in self.results[k])
-            print("%-50s %9s %9s %7s %-11s %8.3f %9s  %s" % (
+            print("%-50s %9s %9s %7s %-11s %8.3f %9s %9s  %s" % (
                 SHAPES[k][0], "%.1f" % m if m else "?", "%.1f" % p["step_ms"] if p else "-",
-                err, p["binds"] if p else "-", price[k], vs, runs))
+                err, p["binds"] if p else "-", price[k], vs,
+                "%.1f" % pb["step_ms"] if pb else "-", runs))
+        print("(predicted: `stoker plan` from the calibration run's two figures; builder "
+              "only: from stoker-worker --calibrate's %.1f images per CPU-second and the "
+              "default receiving cost)" % self.rate_build)
         print("\nstoker status mid-run (the last run of each shape): verdict, and the "
               "accelerator host's receiving cost (RECV-CPU)")
         for k in shapes:
@@ -544,14 +675,20 @@ class Bench:
             if k == "torch":
                 continue
             rc = r.get("recv_cpu_s_per_gb")
-            print("  %-8s %s\n           receiving: %s CPU-s/GB (status); %s CPU-s/GB over "
+            print("  %-8s %s\n%s           receiving: %s CPU-s/GB (status); %s CPU-s/GB over "
                   "the whole run (the loop's summary)" %
                   (k, r.get("verdict", "(not captured)"),
+                   "           purchase: %s\n" % r["purchase"] if r.get("purchase") else "",
                    "%.2f" % rc if isinstance(rc, (int, float)) else "-",
                    "%.2f" % r["recv_loop"] if r.get("recv_loop") else "-"))
         if not self.f_status_inst:
             print("  (this build's stoker status takes no --instances: its verdict counts "
                   "cores, not instance types)")
+        print("\nstoker plan --coordinator (the last run of each shape, 40% in): its "
+              "purchase")
+        for k in shapes:
+            if k != "torch":
+                print("  %-8s %s" % (k, self.results[k][-1].get("live_purchase") or "-"))
         het = [k for k in shapes if SHAPES[k][1] > 0 and k in usd]
         measured_best = min(usd, key=usd.get) if usd else None
         pc = self.plan_cheapest
@@ -586,7 +723,9 @@ class Bench:
             print("  %-8s %s" % (k, "  ".join(
                 "%s %d/%d" % (h, s.get("nr_throttled", 0), s.get("nr_periods", 0))
                 for h, s in sorted(cpu.items()))))
-        print("calibration: %.1f images per CPU-second (%s)" % (self.rate, self.calibration))
+        print("calibration: %.1f images per CPU-second as served, %.2f CPU-s/GB received "
+              "(the calibration run); the builder alone: %s" % (self.rate, self.recv,
+                                                                self.calibration))
         print("pricecluster: %s in %.0f s" % ("FAILED (%d)" % len(fails) if fails else "done",
                                              secs))
 
