@@ -515,6 +515,8 @@ class Bench:
                     # and the job outlives the two probes
                     if self.progress_done(train_log) >= max(steps * 2 // 5, 1):
                         res.update(self.status(c, coord, work))
+                        # a probe that lost the race with the job's end is no failure
+                        res["coord_alive"] = procs["coordinator"].poll() is None
                         status_done = True
                 time.sleep(0.1)
             for name, p in procs.items():
@@ -542,8 +544,15 @@ class Bench:
                   (verified or not o.test),
                   "%s run %d: %s of %d batches, %s" % (key, idx + 1, b, steps, what))
         if loader != "torch":
-            check("status_rc" in res and res["status_rc"] == 0,
-                  "%s run %d: stoker status answered mid-run" % (key, idx + 1))
+            if "status_rc" not in res:
+                print("note: %s run %d: the job ended before stoker status could ask" %
+                      (key, idx + 1))
+            elif res["status_rc"] != 0 and not res.get("coord_alive", True):
+                print("note: %s run %d: the job ended while stoker status asked" %
+                      (key, idx + 1))
+            else:
+                check(res.get("status_rc") == 0,
+                      "%s run %d: stoker status answered mid-run" % (key, idx + 1))
         sm = steady_ms(text, skip=1 if o.test else 2)
         res["ms"], res["stall"] = sm if sm else (None, None)
         m = re.search(r"receiving rank \d+: [\d.]+ CPU-s .*?, ([\d.]+) CPU-s per GB", text)
