@@ -29,25 +29,26 @@ Shapes (--shapes, comma-separated, in this order of runs):
 Real photos (scripts/photos.sh, 1,024 of about 576x432; --dataset DIR keeps
 them for the next run), the job's `train` pipeline at 224x224 uint8
 (decode, RandomResizedCrop, flip; the floats are made on the accelerator),
-batch 32, one rank. First the calibration: `stoker-worker --calibrate`
-under a data host's quota (the pipeline alone, images per CPU-second),
-then a calibration run: one data host serving an unthrottled rank over a
-1 Gbit/s link, whose `stoker status --json` gives the worker's images per
-CPU-second as it serves (building, gRPC, sending) and the rank's
-receiving cost (CPU-s per GB). `stoker plan` (offline, with an instance
-table mapping the simulated hosts to the types they are priced as)
-predicts every shape from those two figures alone; the prediction from
-the builder's figure alone is shown beside. Then each shape runs --runs
-times (alternated: every shape once, then again), each on a fresh
-cluster, and 40% in `stoker status` (text and --json) and `stoker plan
---coordinator` are captured (with the fleet's instance types where the
-build takes them). The table printed: measured ms/step (the median of
-the runs; each run's figure is its steady state: the train loop's
-progress lines after the first two), the plan's prediction and the
-error, $/step against homogeneous, the binding term, the verdicts and
-purchase lines, the planner's cheapest against the measured cheapest,
-and the gain of the best heterogeneous shape beside the published
-46% / 77%.
+batch 32, one rank. --runs rounds; each round first calibrates:
+`stoker-worker --calibrate` under a data host's quota (the pipeline
+alone, images per CPU-second), then a calibration run: one data host
+serving an unthrottled rank over a 1 Gbit/s link, whose `stoker status
+--json` 30% and 80% in gives the worker's images per CPU-second as it
+serves (building, gRPC, sending) and the rank's receiving cost (CPU-s
+per GB); then runs every shape once (alternated runs), each on a fresh
+cluster, capturing 40% in `stoker status` (text and --json) and `stoker
+plan --coordinator` (with the fleet's instance types where the build
+takes them). `stoker plan` (offline, with an instance table mapping the
+simulated hosts to the types they are priced as) predicts every shape
+from the calibration runs' two figures alone (their medians: a CPU-second
+of this shared machine is not the same from minute to minute); the
+prediction from the builder's figure alone is shown beside. The table
+printed: measured ms/step (the median of the runs; each run's figure is
+its steady state: the train loop's progress lines after the first two),
+the plan's prediction and the error, $/step against homogeneous, the
+binding term, the verdicts and purchase lines, the planner's cheapest
+against the measured cheapest, and the gain of the best heterogeneous
+shape beside the published 46% / 77%.
 
 --test (ctest cluster_price): 2 shapes (hom, 1), one run each, a small
 job, every batch verified against the reference (--verify: the train
@@ -233,6 +234,7 @@ class Bench:
         os.write(fd, (os.urandom(16).hex() + "\n").encode())
         os.close(fd)
         self.results = {}  # shape -> [run dict]
+        self.cal_build, self.cal_serve = [], []  # one calibration per round
         self.loads = []
         # the live pricing flags, when this build has them
         self.f_worker_type = supports([self.bins["worker"]], "instance-type")
@@ -307,22 +309,23 @@ class Bench:
                r.stdout.strip()), flush=True)
         if r.returncode != 0 or not m:
             raise RuntimeError("stoker-worker --calibrate failed (%d)" % r.returncode)
-        self.rate_build = float(m.group(1))
+        self.cal_build.append(float(m.group(1)))
+        self.rate_build = statistics.median(self.cal_build)
         self.calibration = r.stdout.strip()
 
-    def calibrate_serving(self):
+    def calibrate_serving(self, idx=0):
         """The calibration run: one data host (0.45 core, 1 Gbit/s) serving
         an unthrottled rank that takes batches as fast as they come (no
-        step). Half-way `stoker status --json` gives the worker's batches
-        per CPU-second as it serves (the whole process: building, gRPC,
-        sending) and the rank's receiving cost (CPU-s per GB): the figures
-        the plan is made from."""
+        step). `stoker status --json` 30% and 80% in gives the worker's
+        batches per CPU-second as it serves (batches built over its process
+        CPU time between the two: building, gRPC, sending) and the rank's
+        receiving cost (CPU-s per GB): the figures the plan is made from."""
         o = self.o
-        secs = 3.0 if o.test else 8.0
+        secs = 3.0 if o.test else 10.0
         guess = DATA_CORES * self.rate_build * 0.7 / BATCH  # batches/s, only sizes the run
         spe = o.photos // BATCH
         epochs = max(2, -(-int(guess * (secs + 3)) // spe))
-        work = os.path.join(self.work, "calibration")
+        work = os.path.join(self.work, "calibration-%d" % idx)
         os.makedirs(work)
         env = self.env()
         job = self.job_file(epochs)
@@ -331,7 +334,7 @@ class Bench:
                                cpu_quota={"cpu-1": DATA_CORES}, cpu_top=not o.test,
                                min_burst=MIN_BURST)
         coord = "%s:%d" % (ACCEL, PORT_C)
-        procs, st = {}, {}
+        procs, snaps = {}, []
         with c:
             procs["coordinator"] = c.spawn(ACCEL, [
                 self.bins["coordinator"], "--listen", "0.0.0.0:%d" % PORT_C, "--job", job,
@@ -345,32 +348,40 @@ class Bench:
                 "--progress"], "train.log", env=env)
             steps = epochs * spe
             deadline = time.monotonic() + 300
+            # two snapshots, 30% and 80% in: the worker's steady rate between them
+            marks = [0.3, 0.8]
             while time.monotonic() < deadline and any(p.poll() is None
                                                       for p in procs.values()):
-                if not st and procs["train"].poll() is None and \
-                        self.progress_done(os.path.join(work, "train.log")) >= steps * 0.6:
-                    st = self.status(c, coord, work)
+                if marks and procs["train"].poll() is None and \
+                        self.progress_done(os.path.join(work, "train.log")) >= steps * marks[0]:
+                    snaps.append(self.status(c, coord, work))
+                    marks.pop(0)
                 time.sleep(0.1)
         ok = all(p.returncode == 0 for p in procs.values())
         check(ok, "calibration run: every process exited 0 (%s)" %
               ", ".join("%s %s" % (n, p.returncode) for n, p in sorted(procs.items())))
-        j = st.get("json") or {}
-        w = (j.get("workers") or [{}])[0]
-        bpc = w.get("batches_per_cpu_s") or 0
-        recv = st.get("recv_cpu_s_per_gb")
+        ws = [((st.get("json") or {}).get("workers") or [{}])[0] for st in snaps]
+        bpc, recv = 0, None
+        if len(ws) == 2:
+            dcpu = (ws[1].get("cpu_seconds") or 0) - (ws[0].get("cpu_seconds") or 0)
+            dbuilt = (ws[1].get("batches_built") or 0) - (ws[0].get("batches_built") or 0)
+            bpc = dbuilt / dcpu if dcpu > 0 and dbuilt > 0 else 0
+            recv = snaps[1].get("recv_cpu_s_per_gb")
         if not check(bpc > 0 and isinstance(recv, (int, float)) and recv > 0,
                      "calibration run: stoker status gave the worker's batches per "
                      "CPU-second (%s) and the rank's receiving cost (%s CPU-s/GB)" %
                      (bpc, recv)):
             raise RuntimeError("the calibration run gave no figures")
-        self.rate = bpc * BATCH
-        self.recv = recv
+        self.cal_serve.append((bpc * BATCH, recv))
+        self.rate = statistics.median(r for r, _ in self.cal_serve)
+        self.recv = statistics.median(c for _, c in self.cal_serve)
         print("== calibration run (a data host of %.2f core serving an unthrottled rank over "
-              "1 Gbit/s; stoker status --json half-way):\n   the worker: %.2f batches of %d "
+              "1 Gbit/s; stoker status --json 30%% and 80%% in):\n   the worker: %.2f batches "
+              "of %d "
               "per CPU-second = %.1f images per CPU-second as served (%.0f%% of the "
               "builder's %.1f); the rank: %.2f CPU-s per GB received" %
-              (DATA_CORES, bpc, BATCH, self.rate, 100 * self.rate / self.rate_build,
-               self.rate_build, recv), flush=True)
+              (DATA_CORES, bpc, BATCH, bpc * BATCH, 100 * bpc * BATCH / self.cal_build[-1],
+               self.cal_build[-1], recv), flush=True)
         if ok and not o.keep:
             shutil.rmtree(work, ignore_errors=True)
 
@@ -423,18 +434,20 @@ class Bench:
                         pred.setdefault(k, opt)
         return j, pred
 
-    def plan(self):
-        """The plan from the calibration run's two figures (printed), and
-        the one from the builder's figure alone (its predictions shown
-        beside)."""
+    def plan(self, show=True):
+        """The plan from the calibration runs' two figures (the medians;
+        printed when show), and the one from the builder's figure alone
+        (its predictions shown beside)."""
         argv = [self.bins["cli"]] + self.plan_argv(self.rate, self.recv)
         r = subprocess.run(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                            timeout=60)
         shown = ["stoker"] + self.plan_argv(self.rate, self.recv)
-        print("== the plan, from the calibration run alone:\n$ %s\n%s" %
-              (" ".join(shown).replace(self.work, "$WORK"), r.stdout.rstrip()), flush=True)
-        check(r.returncode == 0 and "cheapest $/step:" in r.stdout,
-              "stoker plan printed the plan (exit %d)" % r.returncode)
+        if show:
+            print("== the plan, from the calibration runs alone (the medians of %d):\n$ %s\n%s"
+                  % (len(self.cal_serve), " ".join(shown).replace(self.work, "$WORK"),
+                     r.stdout.rstrip()), flush=True)
+            check(r.returncode == 0 and "cheapest $/step:" in r.stdout,
+                  "stoker plan printed the plan (exit %d)" % r.returncode)
         self.plan_text = r.stdout
         self.plan_json, self.pred = self.plan_json_of(argv)
         ch = self.plan_json.get("cheapest")
@@ -628,9 +641,6 @@ class Bench:
               "load %.2f" % (cpu_model(), o.runs, o.seconds, loadavg()), flush=True)
         self.dataset()
         self.instances()
-        self.calibrate()
-        self.calibrate_serving()
-        self.plan()
         shapes = list(o.shapes)
         if "torch" in shapes:
             r = subprocess.run([netcluster.PYTHON, "-c", "import torch, torchvision"],
@@ -639,10 +649,18 @@ class Bench:
                 print("note: no torch/torchvision in %s: the PyTorch shape is left out" %
                       netcluster.PYTHON)
                 shapes.remove("torch")
-        print("== runs (alternated: every shape once, then again):", flush=True)
+        # each round: a calibration, then every shape once; the plan is made
+        # from the calibrations' medians (a first one sizes the runs)
         for i in range(o.runs):
+            print("== round %d of %d: the calibration, then every shape" % (i + 1, o.runs),
+                  flush=True)
+            self.calibrate()
+            self.calibrate_serving(i)
+            if i == 0:
+                self.plan(show=False)
             for k in shapes:
                 self.results.setdefault(k, []).append(self.run(k, i))
+        self.plan()
         self.report(shapes, time.monotonic() - t0)
 
     def report(self, shapes, secs):
@@ -674,7 +692,7 @@ class Bench:
                 SHAPES[k][0], "%.1f" % m if m else "?", "%.1f" % p["step_ms"] if p else "-",
                 err, p["binds"] if p else "-", price[k], vs,
                 "%.1f" % pb["step_ms"] if pb else "-", runs))
-        print("(predicted: `stoker plan` from the calibration run's two figures; builder "
+        print("(predicted: `stoker plan` from the calibration runs' two figures; builder "
               "only: from stoker-worker --calibrate's %.1f images per CPU-second and the "
               "default receiving cost)" % self.rate_build)
         print("\nstoker status mid-run (the last run of each shape): verdict, and the "
@@ -732,9 +750,12 @@ class Bench:
             print("  %-8s %s" % (k, "  ".join(
                 "%s %d/%d" % (h, s.get("nr_throttled", 0), s.get("nr_periods", 0))
                 for h, s in sorted(cpu.items()))))
-        print("calibration: %.1f images per CPU-second as served, %.2f CPU-s/GB received "
-              "(the calibration run); the builder alone: %s" % (self.rate, self.recv,
-                                                                self.calibration))
+        print("calibration (the median of %d runs): %.1f images per CPU-second as served "
+              "(runs: %s), %.2f CPU-s/GB received (%s); the builder alone %.1f (%s)" % (
+                  len(self.cal_serve), self.rate,
+                  " ".join("%.0f" % r for r, _ in self.cal_serve), self.recv,
+                  " ".join("%.2f" % c for _, c in self.cal_serve), self.rate_build,
+                  " ".join("%.0f" % r for r in self.cal_build)))
         print("pricecluster: %s in %.0f s" % ("FAILED (%d)" % len(fails) if fails else "done",
                                              secs))
 
