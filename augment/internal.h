@@ -1,7 +1,8 @@
-/* internal.h - what dataset.c offers the sources, and nothing outside
- * augment/ may use: the dataset and builder structs and the source vtable
- * through which each dataset kind (synthetic, ImageFolder, tar shards,
- * Megatron token data) plugs in.
+/* internal.h - what dataset.c and batch.c offer the sources, and nothing
+ * outside augment/ may use: the dataset and builder structs, the source
+ * vtable through which each dataset kind (synthetic, ImageFolder, tar
+ * shards, Megatron token data) plugs in, and the seeding of a batch's
+ * generators.
  */
 #ifndef STOKER_AUGMENT_INTERNAL_H
 #define STOKER_AUGMENT_INTERNAL_H
@@ -12,6 +13,7 @@
 #include "stoker/augment.h"
 
 struct stk_op_info;
+struct stk__op;
 
 #define STK_SKIPPED_EXAMPLES 8 /* skipped files a dataset names */
 
@@ -54,7 +56,11 @@ struct stk_builder {
   uint64_t pos0;     /* epoch position of indices[0]; slot j is at
                         (pos0 + j) mod n, for substitution */
   void *impl;        /* the source's per-thread state */
-  int io_mode;       /* 1 pread, 2 io_uring, 0 no files */
+  /* the job's batch op (mixup, cutmix), run by batch.c after the source
+   * filled the batch; set by the source's builder_init (the op lives in
+   * its state), NULL for none */
+  const struct stk__op *batch_op;
+  int io_mode; /* 1 pread, 2 io_uring, 0 no files */
   /* the last error; after a build with stk_build_info.user_code > 0, the
    * first such sample's path and its op's error with the traceback */
   char err[3072];
@@ -62,8 +68,8 @@ struct stk_builder {
 
 /* A dataset kind. open fills ds->n, ds->fingerprint and ds->impl (message in
  * err on failure); build fills the tensors of b->indices other than index
- * and mask, which the caller writes when the layout has them, and counts
- * substituted samples in info. */
+ * and mask, which batch.c writes when the layout has them (and runs
+ * b->batch_op after), and counts substituted samples in info. */
 typedef struct stk__source_ops {
   const char *name;
   int (*open)(stk_dataset *ds, char *err, size_t errlen);
@@ -79,5 +85,15 @@ extern const stk__source_ops stk__synthetic_source;   /* synthetic.c */
 extern const stk__source_ops stk__imagefolder_source; /* source_folder.c */
 extern const stk__source_ops stk__tar_source;         /* source_tar.c */
 extern const stk__source_ops stk__megatron_source;    /* source_megatron.c */
+
+/* Every generator a batch draws from, seeded here alone: view `view` of
+ * sample `key` (the sample index; view 0 keeps the job's seed,
+ * stk__view_seed), or with view = STK__RNG_BATCH the batch's own
+ * generator (stk__batch_seed) at epoch position `key` (the batch's first
+ * slot, or a row's in pair and elem modes: ops_mix.c). Of epoch `epoch`
+ * of a job seeded `seed`. Pure; thread-safe. */
+#define STK__RNG_BATCH UINT32_MAX
+void stk__rng_seed(stk_rng *r, uint64_t seed, uint32_t view, uint64_t epoch,
+                   uint64_t key);
 
 #endif

@@ -43,7 +43,6 @@
 #include "jpegsrc.h"
 #include "ops.h" /* stk__grow */
 #include "ops_chain.h"
-#include "ops_mix.h"
 #include "prof.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
@@ -271,6 +270,7 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
     stk__jpeg_builder_free(b);
     return rc;
   }
+  b->batch_op = stk__chain_run_batch_op(jp->chain); /* batch.c runs it */
   return STK_OK;
 }
 
@@ -447,7 +447,7 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
   stk__prof_lap(STK__PROF_DECODE, &t);
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   stk_rng r;
-  stk_rng_init(&r, stk__view_seed(b->spec.seed, view), epoch, idx);
+  stk__rng_seed(&r, b->spec.seed, view, epoch, idx);
   stk__chain_run *run =
       view >= 1 && view <= 3 && jp->vchain[view - 1] ? jp->vchain[view - 1] : jp->chain;
   rc = stk__chain_run_sample(run, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
@@ -637,8 +637,5 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
       memcpy(buf + tl->offset + 8ull * k, &label, 8);
     }
   }
-  /* 3. a batch op (mixup, cutmix) on the whole batch, with its own draws */
-  const stk__op *mix = stk__chain_run_batch_op(jp->chain);
-  if (mix) stk__mix_batch(mix, s, &b->layout, epoch, b->pos0, buf);
-  return STK_OK;
+  return STK_OK; /* the batch op, if any, runs next (batch.c) */
 }

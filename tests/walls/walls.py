@@ -112,7 +112,8 @@ PRIVATE = (
 )
 # What the rooms offer each other (and users): these must compile.
 INTERFACE = ("stoker/client.h", "stoker/augment.h", "stoker/core.h", "stoker/op.h",
-             "common/clock.h", "common/error.h", "augment/megatron.h", "rpc.h", "wire.h",
+             "common/clock.h", "common/error.h", "augment/megatron.h", "augment/batch.h",
+             "rpc.h", "wire.h",
              "msgcheck.h", "gen.h")
 PRODUCT_DIRS = ("common", "core", "augment", "proto", "client", "server", "tools", "examples")
 
