@@ -1,10 +1,10 @@
 /* batch.c - a batch, assembled in one place: which samples fill it (the
  * permutation, rank and step give the indices; the mask and index tensors,
  * the alignment padding zeroed), the source's samples (read, decoded and
- * augmented by the source the dataset opened with, labels with them),
- * the batch op (mixup, cutmix) over the whole batch, and for a server the
- * header facts: the indices and the payload's crc (augment/batch.h).
- * Also the one place every generator of a batch is seeded
+ * augmented by the source the dataset opened with, which says which
+ * sample filled each slot), their labels, the batch op (mixup, cutmix) over the whole
+ * batch, and for a server the header facts: the indices and the payload's crc
+ * (augment/batch.h). Also the one place every generator of a batch is seeded
  * (stk__rng_seed). The builder (stk_builder) lives here: create, build,
  * destroy, and the one-shot reference build.
  */
@@ -41,9 +41,11 @@ int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec, stk_builder **
   }
   b->indices = calloc(spec->batch_size, sizeof(uint64_t));
   b->mask = calloc(spec->batch_size, 1);
-  if (!b->indices || !b->mask) {
+  b->filled = calloc(spec->batch_size, sizeof(uint64_t));
+  if (!b->indices || !b->mask || !b->filled) {
     free(b->indices);
     free(b->mask);
+    free(b->filled);
     free(b);
     return STK_NO_MEMORY;
   }
@@ -51,6 +53,7 @@ int stk_builder_create(stk_dataset *ds, const stk_job_spec *spec, stk_builder **
   if (rc) {
     free(b->indices);
     free(b->mask);
+    free(b->filled);
     free(b);
     return rc;
   }
@@ -104,6 +107,13 @@ int stk_builder_build_at(stk_builder *b, uint64_t epoch, uint64_t offset, uint32
     if (next > end) memset(p + end, 0, next - end);
   }
   int rc = b->ds->ops->build(b, epoch, p, info);
+  /* the labels: each slot's from the sample that filled it (a substitute's
+   * own label), as the source says */
+  int tl = b->ds->ops->label ? stk_batch_layout_find(&b->layout, "label") : -1;
+  for (uint32_t k = 0; rc == STK_OK && tl >= 0 && k < b->spec.batch_size; k++) {
+    int64_t label = b->ds->ops->label(b, b->filled[k]);
+    memcpy(p + b->layout.tensors[tl].offset + 8ull * k, &label, 8);
+  }
   /* the batch op (mixup, cutmix) on the whole batch, with its own draws,
    * once every sample is stored */
   if (rc == STK_OK && b->batch_op)
@@ -131,6 +141,7 @@ void stk_builder_destroy(stk_builder *b) {
   b->ds->ops->builder_free(b);
   free(b->indices);
   free(b->mask);
+  free(b->filled);
   free(b);
 }
 

@@ -315,6 +315,11 @@ static void report_bad(stk_dataset *ds, uint64_t i, const char *why) {
   }
 }
 
+int64_t stk__img_label(const stk_builder *b, uint64_t i) {
+  const stk__jds *j = b->ds->impl;
+  return j->label[i];
+}
+
 uint64_t stk__img_bad_samples(const stk_dataset *ds) {
   stk__jds *j = ds->impl;
   return atomic_load(&j->nbad);
@@ -573,8 +578,6 @@ int stk__img_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
   const stk_job_spec *s = &b->spec;
   uint64_t n = b->ds->n;
   uint32_t B = s->batch_size;
-  const stk_tensor_desc *tl =
-      &b->layout.tensors[stk_batch_layout_find(&b->layout, "label")];
   stk_perm perm;
   stk_job_perm_init(&perm, s, n, epoch);
   int user_saved = 0; /* b->err holds this batch's first user-code error */
@@ -634,8 +637,7 @@ int stk__img_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
         info->substituted++;
         info->user_code += (uint32_t)user;
       }
-      int64_t label = j->label[got];
-      memcpy(buf + tl->offset + 8ull * k, &label, 8);
+      b->filled[k] = got; /* batch.c writes its label */
     }
   }
   return STK_OK; /* the batch op, if any, runs next (batch.c) */

@@ -61,6 +61,9 @@ int stk__img_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
                    stk_build_info *info);
 void stk__img_close(stk_dataset *ds);
 uint64_t stk__img_bad_samples(const stk_dataset *ds);
+/* Sample i's label, from the index (batch.c writes it for the sample
+ * that filled each slot). */
+int64_t stk__img_label(const stk_builder *b, uint64_t i);
 
 /* The ops table of an image file source: its own open, the rest shared. Each
  * source file defines its table with it (stk__imagefolder_source in
@@ -68,7 +71,7 @@ uint64_t stk__img_bad_samples(const stk_dataset *ds);
 #define STK__IMG_SOURCE_OPS(name, open_fn)                                           \
   {                                                                                  \
     (name), (open_fn), stk__img_close, stk__img_builder_init, stk__img_builder_free, \
-        stk__img_build, stk__img_bad_samples                                         \
+        stk__img_build, stk__img_bad_samples, stk__img_label                         \
   }
 
 #endif

@@ -53,6 +53,8 @@ struct stk_builder {
   stk_batch_layout layout;
   uint64_t *indices; /* batch_size sample indices of the batch */
   uint8_t *mask;     /* batch_size validity flags */
+  uint64_t *filled;  /* per slot: the sample whose pixels the source put
+                        there (indices[k], or its substitute), for labels */
   uint64_t pos0;     /* epoch position of indices[0]; slot j is at
                         (pos0 + j) mod n, for substitution */
   void *impl;        /* the source's per-thread state */
@@ -67,9 +69,11 @@ struct stk_builder {
 };
 
 /* A dataset kind. open fills ds->n, ds->fingerprint and ds->impl (message in
- * err on failure); build fills the tensors of b->indices other than index
- * and mask, which batch.c writes when the layout has them (and runs
- * b->batch_op after), and counts substituted samples in info. */
+ * err on failure); build fills the tensors of b->indices other than index,
+ * mask and label, which batch.c writes when the layout has them (and runs
+ * b->batch_op after), sets b->filled, and counts substituted samples in
+ * info. label gives sample i's label (NULL: the source has no label
+ * tensor, build fills its own tensors). */
 typedef struct stk__source_ops {
   const char *name;
   int (*open)(stk_dataset *ds, char *err, size_t errlen);
@@ -78,6 +82,7 @@ typedef struct stk__source_ops {
   void (*builder_free)(stk_builder *b);
   int (*build)(stk_builder *b, uint64_t epoch, unsigned char *buf, stk_build_info *info);
   uint64_t (*bad_samples)(const stk_dataset *ds); /* NULL: none can be bad */
+  int64_t (*label)(const stk_builder *b, uint64_t i);
 } stk__source_ops;
 
 /* Each source file defines its own table. */
