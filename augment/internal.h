@@ -1,7 +1,8 @@
-/* internal.h - what dataset.c offers the sources, and nothing outside
- * augment/ may use: the dataset and builder structs and the source vtable
- * through which each dataset kind (synthetic, ImageFolder, tar shards,
- * Megatron token data) plugs in.
+/* internal.h - what dataset.c and batch.c offer the sources, and nothing
+ * outside augment/ may use: the dataset and builder structs, the source
+ * vtable through which each dataset kind (synthetic, ImageFolder, tar
+ * shards, Megatron token data) plugs in, and the seeding of a batch's
+ * generators.
  */
 #ifndef STOKER_AUGMENT_INTERNAL_H
 #define STOKER_AUGMENT_INTERNAL_H
@@ -12,6 +13,7 @@
 #include "stoker/augment.h"
 
 struct stk_op_info;
+struct stk__op;
 
 #define STK_SKIPPED_EXAMPLES 8 /* skipped files a dataset names */
 
@@ -51,19 +53,27 @@ struct stk_builder {
   stk_batch_layout layout;
   uint64_t *indices; /* batch_size sample indices of the batch */
   uint8_t *mask;     /* batch_size validity flags */
+  uint64_t *filled;  /* per slot: the sample whose pixels the source put
+                        there (indices[k], or its substitute), for labels */
   uint64_t pos0;     /* epoch position of indices[0]; slot j is at
                         (pos0 + j) mod n, for substitution */
   void *impl;        /* the source's per-thread state */
-  int io_mode;       /* 1 pread, 2 io_uring, 0 no files */
+  /* the job's batch op (mixup, cutmix), run by batch.c after the source
+   * filled the batch; set by the source's builder_init (the op lives in
+   * its state), NULL for none */
+  const struct stk__op *batch_op;
+  int io_mode; /* 1 pread, 2 io_uring, 0 no files */
   /* the last error; after a build with stk_build_info.user_code > 0, the
    * first such sample's path and its op's error with the traceback */
   char err[3072];
 };
 
 /* A dataset kind. open fills ds->n, ds->fingerprint and ds->impl (message in
- * err on failure); build fills the tensors of b->indices other than index
- * and mask, which the caller writes when the layout has them, and counts
- * substituted samples in info. */
+ * err on failure); build fills the tensors of b->indices other than index,
+ * mask and label, which batch.c writes when the layout has them (and runs
+ * b->batch_op after), sets b->filled, and counts substituted samples in
+ * info. label gives sample i's label (NULL: the source has no label
+ * tensor, build fills its own tensors). */
 typedef struct stk__source_ops {
   const char *name;
   int (*open)(stk_dataset *ds, char *err, size_t errlen);
@@ -72,6 +82,7 @@ typedef struct stk__source_ops {
   void (*builder_free)(stk_builder *b);
   int (*build)(stk_builder *b, uint64_t epoch, unsigned char *buf, stk_build_info *info);
   uint64_t (*bad_samples)(const stk_dataset *ds); /* NULL: none can be bad */
+  int64_t (*label)(const stk_builder *b, uint64_t i);
 } stk__source_ops;
 
 /* Each source file defines its own table. */
@@ -79,5 +90,15 @@ extern const stk__source_ops stk__synthetic_source;   /* synthetic.c */
 extern const stk__source_ops stk__imagefolder_source; /* source_folder.c */
 extern const stk__source_ops stk__tar_source;         /* source_tar.c */
 extern const stk__source_ops stk__megatron_source;    /* source_megatron.c */
+
+/* Every generator a batch draws from, seeded here alone: view `view` of
+ * sample `key` (the sample index; view 0 keeps the job's seed,
+ * stk__view_seed), or with view = STK__RNG_BATCH the batch's own
+ * generator (stk__batch_seed) at epoch position `key` (the batch's first
+ * slot, or a row's in pair and elem modes: ops_mix.c). Of epoch `epoch`
+ * of a job seeded `seed`. Pure; thread-safe. */
+#define STK__RNG_BATCH UINT32_MAX
+void stk__rng_seed(stk_rng *r, uint64_t seed, uint32_t view, uint64_t epoch,
+                   uint64_t key);
 
 #endif

@@ -38,11 +38,12 @@
 #include <string.h>
 
 #include "core/internal.h"
+#include "internal.h"   /* stk__rng_seed */
 #include "ops.h"        /* stk__bf16 */
 #include "ops_policy.h" /* stk__normal */
 
 void stk__mix_rng(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t pos0) {
-  stk_rng_init(r, stk__batch_seed(seed), epoch, pos0);
+  stk__rng_seed(r, seed, STK__RNG_BATCH, epoch, pos0);
 }
 
 double stk__log_gamma(stk_rng *rng, double a) {

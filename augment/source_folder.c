@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "jpegsrc.h"
+#include "imgsrc.h"
 
 #define MAX_SAMPLES (1ull << 31)
 #define MAX_CLASSES (1u << 20)
@@ -313,4 +313,4 @@ out:
 }
 
 const stk__source_ops stk__imagefolder_source =
-    STK__JPEG_SOURCE_OPS("imagefolder", folder_open);
+    STK__IMG_SOURCE_OPS("imagefolder", folder_open);

@@ -13,7 +13,7 @@
  *
  * Owns the index; never writes anything but the cache file, and that
  * through a temp file created O_EXCL|O_NOFOLLOW (write_cache). A .cls
- * label outside the job's num_classes makes its sample bad (jpegsrc.c);
+ * label outside the job's num_classes makes its sample bad (imgsrc.c);
  * a job whose num_classes fits no label is refused at open.
  */
 #include <dirent.h>
@@ -26,7 +26,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "jpegsrc.h"
+#include "imgsrc.h"
 
 #define MAX_SAMPLES (1ull << 31)
 #define MAX_SHARDS  (1u << 20)
@@ -407,7 +407,7 @@ static int tar_open(stk_dataset *ds, char *err, size_t errlen) {
   if (!rc && !(j->bad = calloc(j->n, 1))) rc = STK_NO_MEMORY;
   if (!rc) {
     /* Labels are checked against the job's num_classes: one out of range
-     * is a bad sample (jpegsrc.c, locate), but a job that fits no label at
+     * is a bad sample (imgsrc.c, locate), but a job that fits no label at
      * all is misconfigured, and says so here rather than walking a whole
      * epoch for a decodable sample at the first batch. */
     uint64_t fit = 0;
@@ -460,4 +460,4 @@ int stk_tar_index(const char *dir, char *err, size_t errlen) {
   return rc;
 }
 
-const stk__source_ops stk__tar_source = STK__JPEG_SOURCE_OPS("tar", tar_open);
+const stk__source_ops stk__tar_source = STK__IMG_SOURCE_OPS("tar", tar_open);

@@ -47,7 +47,7 @@ static struct {
   char policy[32];       /* the job's bad_samples, "" for the default */
 } BAD = {.mu = PTHREAD_MUTEX_INITIALIZER};
 
-/* The reason class of a builder's message (augment/decode.c, jpegsrc.c). */
+/* The reason class of a builder's message (augment/decode.c, imgsrc.c). */
 static size_t bad_class(const char *why) {
   static const struct {
     const char *needle;

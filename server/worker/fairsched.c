@@ -18,6 +18,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "augment/batch.h"
 #include "common/clock.h"
 #include "common/error.h"
 #include "log.h"
@@ -260,14 +261,16 @@ static void *builder_main(void *arg) {
     stk_builder *bb = u8 ? bd->b8 : bd->b;
     uint64_t nbytes = u8 ? s->layout8.total_bytes : s->layout.total_bytes;
 
-    fairsched_done *d = calloc(1, sizeof(*d));
-    stk_build_info info;
-    memset(&info, 0, sizeof(info));
+    uint32_t B = s->spec.batch_size;
+    fairsched_done *d = calloc(1, sizeof(*d) + B * sizeof(uint64_t));
+    stk__batch_facts f;
+    memset(&f, 0, sizeof(f));
+    const stk_build_info *info = &f.info;
     uint64_t t0 = (uint64_t)stk__now_ns();
     static const char injected[] = "injected transient error (--fault-transient-every)";
     int rc = inject ? STK_UNAVAILABLE
-                    : stk_builder_build_at(bb, r.epoch, r.offset, r.rank, r.step,
-                                           buf->data, nbytes, &info);
+                    : stk__batch_assemble(bb, r.epoch, r.offset, r.rank, r.step,
+                                          buf->data, nbytes, &f);
     /* A transient error (out of descriptors, EIO, out of memory: never a
      * bad sample) gets a bounded retry here; after that the stream ends
      * UNAVAILABLE and the client asks again (streams.c). */
@@ -278,8 +281,8 @@ static void *builder_main(void *arg) {
                   SCHED_TRANSIENT_RETRIES);
       stk__sleep_ms(10 << (3 * retries)); /* 10 ms, 80 ms */
       rc = inject ? STK_UNAVAILABLE
-                  : stk_builder_build_at(bb, r.epoch, r.offset, r.rank, r.step, buf->data,
-                                         nbytes, &info);
+                  : stk__batch_assemble(bb, r.epoch, r.offset, r.rank, r.step, buf->data,
+                                        nbytes, &f);
     }
     uint64_t dt = (uint64_t)stk__now_ns() - t0;
     /* The job's own op failed on a sample of this batch and its policy
@@ -290,17 +293,20 @@ static void *builder_main(void *arg) {
      * Another worker would build the same bytes: asking elsewhere cannot
      * help. A budget (substitute(N), substitute(P%)) is the job's, summed
      * by the coordinator over every worker. */
-    int user_fail = !rc && info.user_code &&
+    int user_fail = !rc && info->user_code &&
                     stk_job_bad_samples_budget(&s->spec, 1, s->spec.num_samples) == 0;
     if (user_fail) rc = STK_USER_CODE;
     if (d) {
       d->buf = buf;
       d->data = buf->data;
       d->epoch = r.epoch, d->step = r.step, d->rank = r.rank, d->offset = r.offset;
-      d->substituted = info.substituted;
+      d->substituted = info->substituted;
       d->u8 = u8;
       d->total_bytes = nbytes;
-      if (!rc) d->crc32c = stk_crc32c(0, buf->data, nbytes);
+      if (!rc) { /* the assembler's header facts */
+        d->crc32c = f.crc32c;
+        memcpy(d->indices, f.indices, B * sizeof(uint64_t));
+      }
       d->status = rc;
       if (user_fail)
         snprintf(d->err, sizeof(d->err),
@@ -333,10 +339,10 @@ static void *builder_main(void *arg) {
     if (rc == STK_UNAVAILABLE) s->st.transient_errors++;
     else if (rc) s->st.build_errors++;
     else {
-      s->st.batches_built++, s->st.samples_substituted += info.substituted;
+      s->st.batches_built++, s->st.samples_substituted += info->substituted;
       fairsched_hist_add(&s->st, dt);
     }
-    s->st.samples_reread += info.reread;
+    s->st.samples_reread += info->reread;
     if (d && !st->dead) {
       if (st->done_tail) st->done_tail->next = d;
       else st->done = d;

@@ -26,7 +26,8 @@ typedef struct sched sched;
 typedef struct fairsched_stream fairsched_stream;
 typedef struct fairsched_buf fairsched_buf;
 
-/* A finished batch, handed to the stream's sender. */
+/* A finished batch, handed to the stream's sender: the payload and its
+ * header facts as the assembler returned them (augment/batch.h). */
 typedef struct fairsched_done {
   fairsched_buf *buf;           /* one reference, owned by this item */
   const uint8_t *data;          /* payload, total_bytes long */
@@ -43,6 +44,7 @@ typedef struct fairsched_done {
                       error: err is "the job failed: ..." (never sent) */
   char err[3400];
   struct fairsched_done *next;
+  uint64_t indices[]; /* batch_size sample indices (status STK_OK) */
 } fairsched_done;
 
 /* Upper bounds (seconds) of the build-time histogram buckets; the last

@@ -43,23 +43,8 @@ typedef struct wstream {
  * -1 (everything made so far destroyed). */
 static int batch_messages(fairsched_done *d, grpc_byte_buffer **v, size_t max,
                           size_t *n) {
-  uint32_t B = W.spec.batch_size;
   const stk_batch_layout *L = d->u8 ? &W.layout8 : &W.layout;
   *n = 0;
-  uint64_t *idx = malloc(B * sizeof(uint64_t));
-  if (!idx) return -1;
-  /* The sample ids: the index tensor, or (a token job without one) the
-   * addressing itself, which the index tensor always equals. */
-  int ti = stk_batch_layout_find(L, "index");
-  if (ti < 0) {
-    stk_batch_samples(&W.spec, W.spec.num_samples, d->epoch, d->rank, d->step, idx, NULL);
-  } else {
-    for (uint32_t j = 0; j < B; j++) {
-      int64_t v;
-      memcpy(&v, d->data + L->tensors[ti].offset + 8ull * j, 8);
-      idx[j] = (uint64_t)v;
-    }
-  }
   Stoker__V1__BatchHeader h = STOKER__V1__BATCH_HEADER__INIT;
   h.epoch = d->epoch;
   h.rank = d->rank;
@@ -67,15 +52,14 @@ static int batch_messages(fairsched_done *d, grpc_byte_buffer **v, size_t max,
   h.sample_offset = d->offset;
   h.n_tensors = L->ntensors;
   h.tensors = d->u8 ? W.td8.ptr : W.td.ptr;
-  h.n_sample_indices = B;
-  h.sample_indices = idx;
+  h.n_sample_indices = W.spec.batch_size;
+  h.sample_indices = d->indices;
   h.crc32c = d->crc32c;
   h.total_bytes = L->total_bytes;
   h.substituted = d->substituted;
   Stoker__V1__BatchResponse r = STOKER__V1__BATCH_RESPONSE__INIT;
   r.header = &h;
   v[(*n)++] = stk__rpc_pack(&r.base);
-  free(idx);
   if (!v[0]) goto fail;
   uint64_t total = L->total_bytes, chunk = (uint64_t)opt.chunk_bytes;
   for (uint64_t off = 0; off < total; off += chunk) {

@@ -104,7 +104,7 @@ def links(bindir):
 PRIVATE = (
     "client/internal.h", "client/wset.h", "client/convert_kernel.h", "wset.h",
     "augment/internal.h", "augment/ops_chain.h", "augment/decode.h", "augment/prof.h",
-    "ops_chain.h", "decode.h", "jpegsrc.h", "prof.h",
+    "ops_chain.h", "decode.h", "imgsrc.h", "jpegsrc.h", "prof.h",
     "core/chain.h", "core/internal.h", "chain.h", "core_internal.h",
     "core/for_augment/core/chain.h",
     "server/msgcheck.h", "server/worker/worker.h", "server/coordinator/coordinator.h",
@@ -112,7 +112,8 @@ PRIVATE = (
 )
 # What the rooms offer each other (and users): these must compile.
 INTERFACE = ("stoker/client.h", "stoker/augment.h", "stoker/core.h", "stoker/op.h",
-             "common/clock.h", "common/error.h", "augment/megatron.h", "rpc.h", "wire.h",
+             "common/clock.h", "common/error.h", "augment/megatron.h", "augment/batch.h",
+             "rpc.h", "wire.h",
              "msgcheck.h", "gen.h")
 PRODUCT_DIRS = ("common", "core", "augment", "proto", "client", "server", "tools", "examples")
 

@@ -1,5 +1,5 @@
 /* test_aug_transient.c - only genuinely bad samples are substituted
- * (augment/jpegsrc.c), on real files:
+ * (augment/imgsrc.c), on real files:
  *  - the errno classification (stk__errno_transient), value by value;
  *  - open descriptors per builder stay bounded (ImageFolder read windows,
  *    tar shard LRU) with batches larger than the bound and more shards
@@ -31,7 +31,7 @@
 
 #include "check.h"
 #include "gen.h"
-#include "jpegsrc.h"
+#include "imgsrc.h"
 #include "stoker/augment.h"
 #include "util.h"
 
@@ -113,7 +113,7 @@ static int open_setup(setup *S, int source, const char *dir) {
   for (uint64_t s = 0; s < S->steps; s++)
     CHECK(stk_builder_build(b, 0, 0, s, S->ref + s * S->bytes, S->bytes, NULL) == STK_OK);
   unsigned now, peak;
-  stk__jpeg_builder_fds(b, &now, &peak);
+  stk__img_builder_fds(b, &now, &peak);
   printf(
       "%s: batch %d, %llu steps: peak open descriptors per builder %u (bound %d; "
       "unbounded it was one per batch slot or shard touched, up to %d)\n",

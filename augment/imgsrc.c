@@ -1,8 +1,9 @@
-/* jpegsrc.c - what ImageFolder and tar sources share: resolving the
- * dataset directory under the data root, the per-builder read path
- * (batched reads, the JPEG header, then the job's image pipeline, which
- * ops_chain.c runs for every pipeline: train, eval or a chain) and the
- * deterministic substitution of bad samples.
+/* imgsrc.c - what the image file sources, ImageFolder and tar, share
+ * (JPEG and PNG files): resolving the dataset directory under the data
+ * root, the per-builder read path (batched reads, the image's header,
+ * then the job's image pipeline, which ops_chain.c runs for every
+ * pipeline: train, eval or a chain) and the deterministic substitution
+ * of bad samples.
  *
  * Bad versus transient: a sample is bad (substituted, reported) only when
  * its own bytes or metadata are wrong: undecodable, not a JPEG, over a
@@ -40,10 +41,9 @@
 #include "core/internal.h"
 #include "decode.h"
 #include "io.h"
-#include "jpegsrc.h"
+#include "imgsrc.h"
 #include "ops.h" /* stk__grow */
 #include "ops_chain.h"
-#include "ops_mix.h"
 #include "prof.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
@@ -113,7 +113,7 @@ void stk__jds_free(stk__jds *j) {
   free(j);
 }
 
-void stk__jpeg_close(stk_dataset *ds) { stk__jds_free(ds->impl); }
+void stk__img_close(stk_dataset *ds) { stk__jds_free(ds->impl); }
 
 static uint64_t hash_bytes(uint64_t h, const void *p, size_t n) {
   const unsigned char *s = p;
@@ -212,7 +212,7 @@ static void fd_close(jpipe *jp, int fd) {
   jp->open_fds--;
 }
 
-int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
+int stk__img_builder_init(stk_builder *b, char *err, size_t errlen) {
   stk__jds *j = b->ds->impl;
   jpipe *jp = calloc(1, sizeof(*jp));
   if (!jp) return STK_NO_MEMORY;
@@ -232,19 +232,19 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
   }
   if (!jp->slot || !jp->slotcap || !jp->reqs || !jp->reqslot || !jp->fds || !jp->state ||
       (j->kind == STK_SOURCE_TAR && !jp->shard_slot)) {
-    stk__jpeg_builder_free(b);
+    stk__img_builder_free(b);
     return STK_NO_MEMORY;
   }
   for (uint32_t i = 0; i < B; i++) jp->fds[i] = -1;
   jp->window_tick = UINT64_MAX;
   int rc = stk__io_init(&jp->io, b->ds->limits.io_mode, FD_WINDOW, err, errlen);
   if (rc) {
-    stk__jpeg_builder_free(b);
+    stk__img_builder_free(b);
     return rc;
   }
   b->io_mode = jp->io.mode;
   if ((rc = stk__chain_run_create(&jp->chain, b->ds, &b->spec, err, errlen))) {
-    stk__jpeg_builder_free(b);
+    stk__img_builder_free(b);
     return rc;
   }
   /* a view with a chain of its own: a runner for it, made from the job as
@@ -261,20 +261,21 @@ int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen) {
       free(vs);
     }
     if (rc) {
-      stk__jpeg_builder_free(b);
+      stk__img_builder_free(b);
       return rc;
     }
   }
   rc = stk__decoder_create(&jp->dec, &b->ds->limits);
   if (rc) {
     snprintf(err, errlen, "out of memory");
-    stk__jpeg_builder_free(b);
+    stk__img_builder_free(b);
     return rc;
   }
+  b->batch_op = stk__chain_run_batch_op(jp->chain); /* batch.c runs it */
   return STK_OK;
 }
 
-void stk__jpeg_builder_free(stk_builder *b) {
+void stk__img_builder_free(stk_builder *b) {
   jpipe *jp = b->impl;
   if (!jp) return;
   stk__io_free(&jp->io);
@@ -291,7 +292,7 @@ void stk__jpeg_builder_free(stk_builder *b) {
   b->impl = NULL;
 }
 
-void stk__jpeg_builder_fds(const stk_builder *b, unsigned *now, unsigned *peak) {
+void stk__img_builder_fds(const stk_builder *b, unsigned *now, unsigned *peak) {
   const jpipe *jp = b ? b->impl : NULL;
   *now = jp ? jp->open_fds : 0;
   *peak = jp ? jp->peak_fds : 0;
@@ -314,7 +315,12 @@ static void report_bad(stk_dataset *ds, uint64_t i, const char *why) {
   }
 }
 
-uint64_t stk__jpeg_bad_samples(const stk_dataset *ds) {
+int64_t stk__img_label(const stk_builder *b, uint64_t i) {
+  const stk__jds *j = b->ds->impl;
+  return j->label[i];
+}
+
+uint64_t stk__img_bad_samples(const stk_dataset *ds) {
   stk__jds *j = ds->impl;
   return atomic_load(&j->nbad);
 }
@@ -447,7 +453,7 @@ static int process_view(stk_builder *b, uint64_t epoch, uint64_t idx, const uint
   stk__prof_lap(STK__PROF_DECODE, &t);
   if (rc) return rc == STK_NO_MEMORY ? RES_AGAIN : RES_BAD;
   stk_rng r;
-  stk_rng_init(&r, stk__view_seed(b->spec.seed, view), epoch, idx);
+  stk__rng_seed(&r, b->spec.seed, view, epoch, idx);
   stk__chain_run *run =
       view >= 1 && view <= 3 && jp->vchain[view - 1] ? jp->vchain[view - 1] : jp->chain;
   rc = stk__chain_run_sample(run, jp->dec, W, H, &r, out, jp->why, sizeof(jp->why));
@@ -565,15 +571,13 @@ static int fail_transient(stk_builder *b, uint64_t epoch, uint64_t idx) {
   return STK_UNAVAILABLE;
 }
 
-int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
-                    stk_build_info *info) {
+int stk__img_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
+                   stk_build_info *info) {
   stk__jds *j = b->ds->impl;
   jpipe *jp = b->impl;
   const stk_job_spec *s = &b->spec;
   uint64_t n = b->ds->n;
   uint32_t B = s->batch_size;
-  const stk_tensor_desc *tl =
-      &b->layout.tensors[stk_batch_layout_find(&b->layout, "label")];
   stk_perm perm;
   stk_job_perm_init(&perm, s, n, epoch);
   int user_saved = 0; /* b->err holds this batch's first user-code error */
@@ -633,12 +637,8 @@ int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
         info->substituted++;
         info->user_code += (uint32_t)user;
       }
-      int64_t label = j->label[got];
-      memcpy(buf + tl->offset + 8ull * k, &label, 8);
+      b->filled[k] = got; /* batch.c writes its label */
     }
   }
-  /* 3. a batch op (mixup, cutmix) on the whole batch, with its own draws */
-  const stk__op *mix = stk__chain_run_batch_op(jp->chain);
-  if (mix) stk__mix_batch(mix, s, &b->layout, epoch, b->pos0, buf);
-  return STK_OK;
+  return STK_OK; /* the batch op, if any, runs next (batch.c) */
 }

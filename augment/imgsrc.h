@@ -1,12 +1,11 @@
-/* jpegsrc.h - what jpegsrc.c offers the two JPEG file sources, ImageFolder
- * (source_folder.c) and tar shards (source_tar.c): the file index they
- * fill, the dataset directory resolved under the data root, and the
- * builder (batched reads, the image pipeline, substitution of bad
- * samples) that both plug into the source table. Private to augment/ (and
- * its tests).
+/* imgsrc.h - what imgsrc.c offers the two image file sources (JPEG and
+ * PNG files), ImageFolder (source_folder.c) and tar shards (source_tar.c): the file index
+ * they fill, the dataset directory resolved under the data root, and the builder (batched
+ * reads, the image pipeline, substitution of bad samples) that both plug into the source
+ * table. Private to augment/ (and its tests).
  */
-#ifndef STOKER_AUGMENT_JPEGSRC_H
-#define STOKER_AUGMENT_JPEGSRC_H
+#ifndef STOKER_AUGMENT_IMGSRC_H
+#define STOKER_AUGMENT_IMGSRC_H
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -47,29 +46,32 @@ void stk__jds_finish(stk_dataset *ds, stk__jds *j);
  * the sample is bad). Thread-safe. */
 int stk__errno_transient(int e);
 
-/* The source ops of ImageFolder and tar (STK__JPEG_SOURCE_OPS), as
+/* The source ops of ImageFolder and tar (STK__IMG_SOURCE_OPS), as
  * stk__source_ops documents them: a builder's state (I/O ring, decoder,
  * the image pipeline's runner, file buffers; STK_OK, STK_NO_MEMORY, or the
  * pipeline's or the I/O setup's error with err), freeing it (b->impl may
  * be NULL), building a batch, closing the index, counting bad samples.
  * One builder per thread; bad-sample marks are atomic. */
-int stk__jpeg_builder_init(stk_builder *b, char *err, size_t errlen);
-/* Descriptors a JPEG builder holds now and at most so far (shards, files
+int stk__img_builder_init(stk_builder *b, char *err, size_t errlen);
+/* Descriptors an image builder holds now and at most so far (shards, files
  * of the current read window; not the io_uring ring). For tests. */
-void stk__jpeg_builder_fds(const stk_builder *b, unsigned *now, unsigned *peak);
-void stk__jpeg_builder_free(stk_builder *b);
-int stk__jpeg_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
-                    stk_build_info *info);
-void stk__jpeg_close(stk_dataset *ds);
-uint64_t stk__jpeg_bad_samples(const stk_dataset *ds);
+void stk__img_builder_fds(const stk_builder *b, unsigned *now, unsigned *peak);
+void stk__img_builder_free(stk_builder *b);
+int stk__img_build(stk_builder *b, uint64_t epoch, unsigned char *buf,
+                   stk_build_info *info);
+void stk__img_close(stk_dataset *ds);
+uint64_t stk__img_bad_samples(const stk_dataset *ds);
+/* Sample i's label, from the index (batch.c writes it for the sample
+ * that filled each slot). */
+int64_t stk__img_label(const stk_builder *b, uint64_t i);
 
-/* The ops table of a JPEG source: its own open, the rest shared. Each
+/* The ops table of an image file source: its own open, the rest shared. Each
  * source file defines its table with it (stk__imagefolder_source in
  * source_folder.c, stk__tar_source in source_tar.c). */
-#define STK__JPEG_SOURCE_OPS(name, open_fn)                                             \
-  {                                                                                     \
-    (name), (open_fn), stk__jpeg_close, stk__jpeg_builder_init, stk__jpeg_builder_free, \
-        stk__jpeg_build, stk__jpeg_bad_samples                                          \
+#define STK__IMG_SOURCE_OPS(name, open_fn)                                           \
+  {                                                                                  \
+    (name), (open_fn), stk__img_close, stk__img_builder_init, stk__img_builder_free, \
+        stk__img_build, stk__img_bad_samples, stk__img_label                         \
   }
 
 #endif
