@@ -771,6 +771,10 @@ def cpu_model():
 
 
 def main(argv):
+    if any(a in ("--help", "-h") for a in argv):
+        print(__doc__.strip())
+        usage()
+        return 0
     try:
         o = parse(argv)
     except ValueError as e:
