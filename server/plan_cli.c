@@ -86,7 +86,8 @@ static stk__option plan_options[] = {
      "images the job's pipeline builds per CPU-second, on every CPU type not named "
      "in --rate; 0 = none", &popt.images_per_cpu_s, 0, 100000000},
     {"rate", OPT_LIST, "", NULL,
-     "TYPE=N: images per CPU-second measured on instance type TYPE (repeatable)",
+     "TYPE=N: images per CPU-second measured on instance type TYPE (repeatable; "
+     "--coordinator: instead of the running workers' figure)",
      &popt.rates, 0, 0},
     {"data", OPT_STR, "", NULL,
      "candidate data-host types, comma-separated; empty = every CPU type (no "
@@ -521,7 +522,9 @@ static int plan_live(int argc, char **argv, const char *shipped) {
                        popt.worker_type,
                        popt.spare_cores,
                        popt.recv,
-                       (uint32_t)popt.max_data_hosts};
+                       (uint32_t)popt.max_data_hosts,
+                       (const char *const *)popt.rates.v,
+                       popt.rates.n};
   static stk__live_plan lp;
   char err[640], purchase[800];
   int rc = 1;
@@ -573,6 +576,7 @@ int stk__cli_plan(int argc, char **argv) {
     goto out;
   }
   if (*popt.coordinator) {
+    if (check_rates()) goto out;
     rc = plan_live(argc, argv, shipped);
     goto out;
   }

@@ -56,6 +56,20 @@ int stk__plan_table_load(stk__instance_table *t, const char *user, const char **
   return 0;
 }
 
+/* The rate o->rates gives for type name ("TYPE=N", the last wins), or 0. */
+static double given_rate(const stk__live_opts *o, const char *name) {
+  double v = 0;
+  size_t n = strlen(name);
+  for (size_t i = 0; o->rates && i < o->nrates; i++) {
+    const char *r = o->rates[i], *eq = r ? strchr(r, '=') : NULL;
+    if (!eq || (size_t)(eq - r) != n || strncmp(r, name, n)) continue;
+    char *end;
+    double x = strtod(eq + 1, &end);
+    if (end != eq + 1 && !*end && x > 0 && isfinite(x)) v = x;
+  }
+  return v;
+}
+
 static void note(stk__live_plan *p, const char *fmt, ...) {
   size_t k = strlen(p->notes);
   if (k && k + 2 < sizeof(p->notes))
@@ -141,7 +155,12 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r,
     p->nranks++;
     double st = c->stall_fraction >= 0 && c->stall_fraction < 1 ? c->stall_fraction : 0;
     if (c->step_ms >= STK_MIN_STEP_MS && isfinite(c->step_ms) && c->step_ms < 1e9) {
-      double step = c->step_ms / (1 - st);
+      /* the step as the loop lives it: 1 / its batch rate (a told step
+       * plus the stall would not include the CPU waits of a throttled
+       * host), else compute + stall */
+      double step = c->batches_per_s > 0 && isfinite(c->batches_per_s)
+                        ? 1000 / c->batches_per_s
+                        : c->step_ms / (1 - st);
       if (step > p->step_ms_measured) {
         p->step_ms_measured = step;
         p->stall_measured = st;
@@ -247,6 +266,11 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r,
          s->base.local_cores);
   }
   s->base.accel_rate = tagg_rate(&local);
+  double gr = given_rate(o, acc->name);
+  if (gr > 0) {
+    s->base.accel_rate = gr;
+    note(p, "%s's images per CPU-second as given (%.0f)", acc->name, gr);
+  }
   if (!(s->base.accel_rate > 0) && mean_rate > 0) {
     s->base.accel_rate = mean_rate;
     p->accel_rate_assumed = 1;
@@ -268,6 +292,10 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r,
   /* candidates: the live types, then the coordinator's and the caller's */
   for (size_t i = 0; i < na && s->ncand < STK_CM_CANDIDATES_MAX; i++) {
     double rate = tagg_rate(&agg[i]);
+    if ((gr = given_rate(o, agg[i].type->name)) > 0) {
+      rate = gr;
+      note(p, "%s's images per CPU-second as given (%.0f)", agg[i].type->name, gr);
+    }
     s->cand[s->ncand++] = (stk__cm_candidate){
         agg[i].type, rate > 0 ? rate : mean_rate,
         agg[i].hosts && agg[i].cores > 0 ? agg[i].cores / agg[i].hosts : 0};
@@ -287,6 +315,11 @@ int stk__live_plan_build(const Stoker__V1__StatusResponse *r,
     int dup = 0;
     for (size_t i = 0; i < s->ncand; i++) dup |= s->cand[i].type == ty;
     if (dup || ty->accelerators || s->ncand == STK_CM_CANDIDATES_MAX) continue;
+    if ((gr = given_rate(o, ty->name)) > 0) {
+      s->cand[s->ncand++] = (stk__cm_candidate){ty, gr, 0};
+      note(p, "%s's images per CPU-second as given (%.0f)", ty->name, gr);
+      continue;
+    }
     s->cand[s->ncand++] = (stk__cm_candidate){ty, mean_rate, 0};
     if (mean_rate > 0)
       note(p, "%s's images per CPU-second taken from the workers' (%.0f)", ty->name,

@@ -33,6 +33,10 @@ typedef struct stk__live_opts {
   double spare_cores;      /* per training host, for loading and receiving */
   double recv;             /* receiving cost CPU-s/GB, instead of the ranks' */
   uint32_t max_data_hosts; /* try up to this many (0 = 4); at least now + 3 */
+  const char *const *rates; /* "TYPE=N": images per CPU-second calibrated on
+                               TYPE (what one of its hosts serves), instead
+                               of the workers' figure; nrates of them */
+  size_t nrates;
 } stk__live_opts;
 
 /* The job as running, priced. */
@@ -56,10 +60,12 @@ typedef struct stk__live_plan {
  * workers' batches_per_cpu_s (workers of the training hosts' type load
  * locally); data hosts = distinct hosts of the other workers, their cores
  * the workers' cpu_cores summed per host; the receiving cost the highest a
- * rank reported. Candidates: the live data workers' types (measured), then
+ * rank reported; the measured step 1000 / the slowest rank's batches per
+ * second. Candidates: the live data workers' types (measured), then
  * Status.data_type and o->data (a type not measured takes the workers'
- * mean rate, said in notes). A figure the model needs and lacks stays
- * missing (each option then says so). Returns 0, or -1 with "missing:
+ * mean rate, said in notes); o->rates overrides a type's rate (said). A figure the model
+ * needs and lacks stays missing (each option then says so). Returns 0, or -1 with
+ * "missing:
  * ..." (no training hosts' type, an unknown type, no job) or the reason in
  * err. Pure. */
 int stk__live_plan_build(const Stoker__V1__StatusResponse *r,

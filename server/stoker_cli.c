@@ -29,6 +29,7 @@
 
 static struct {
   char *coordinator, *token, *token_file, *log_level, *reason, *ranks, *instances, *data;
+  stk__strlist rates;
   double spare_cores;
   long long timeout_ms, rank, timeout_s;
   stk__tls_opts tls;
@@ -87,6 +88,11 @@ static stk__option status_options[] = {
      "cores each training host spares for loading and receiving; 0 = its workers' "
      "cores, else its vCPU minus one per rank (said so)",
      &opt.spare_cores, 0, 100000},
+    {"rate", OPT_LIST, "", NULL,
+     "TYPE=N: images per CPU-second one host of TYPE serves (a calibration run), "
+     "instead of what the running workers measure or, for a type none runs, their mean "
+     "(repeatable)",
+     &opt.rates, 0, 0},
     OPT_TOKEN,
     STK__TLS_CLIENT_OPTIONS(opt.tls),
     OPT_TIMEOUT_MS,
@@ -267,7 +273,15 @@ static void status_purchase(const Stoker__V1__StatusResponse *r, purchase *pu) {
     snprintf(pu->text, sizeof(pu->text), "missing: %s", err);
     return;
   }
-  stk__live_opts lo = {"", 0, opt.data, "", opt.spare_cores, 0, 0};
+  stk__live_opts lo = {"",
+                       0,
+                       opt.data,
+                       "",
+                       opt.spare_cores,
+                       0,
+                       0,
+                       (const char *const *)opt.rates.v,
+                       opt.rates.n};
   if (stk__live_plan_build(r, &ptable, &lo, &plive, err, sizeof(err))) {
     snprintf(pu->text, sizeof(pu->text), "%s", err);
     return;
@@ -613,6 +627,19 @@ static int cmd_status(int argc, char **argv) {
   if (pr != OPTS_RUN) {
     stk__options_free(status_options, NSTATUS);
     return pr == OPTS_EXIT_OK ? 0 : 2;
+  }
+  for (size_t i = 0; i < opt.rates.n; i++) {
+    const char *r = opt.rates.v[i], *eq = strchr(r, '=');
+    char *end = NULL;
+    double x = eq ? strtod(eq + 1, &end) : 0;
+    if (!eq || eq == r || end == eq + 1 || *end || !(x > 0) || !isfinite(x)) {
+      char e[200];
+      fprintf(stderr,
+              "stoker status: --rate %s: want TYPE=N, N images per CPU-second > 0\n",
+              stk__escape(e, sizeof(e), r));
+      stk__options_free(status_options, NSTATUS);
+      return 2;
+    }
   }
   if (cli_token(argc, argv)) {
     stk__options_free(status_options, NSTATUS);

@@ -235,12 +235,14 @@ class Bench:
         os.close(fd)
         self.results = {}  # shape -> [run dict]
         self.cal_build, self.cal_serve = [], []  # one calibration per round
+        self.rate = self.recv = None  # their medians, once calibrated
         self.loads = []
         # the live pricing flags, when this build has them
         self.f_worker_type = supports([self.bins["worker"]], "instance-type")
         self.f_coord_type = supports([self.bins["coordinator"]], "accel-type")
         self.f_status_inst = supports([self.bins["cli"], "status"], "instances") and \
             supports([self.bins["cli"], "status"], "spare-cores")
+        self.f_status_rate = supports([self.bins["cli"], "status"], "rate")
         self.f_plan_live = supports([self.bins["cli"], "plan"], "coordinator")
 
     # ---- data, job, calibration, plan ----
@@ -591,6 +593,13 @@ class Bench:
         base = [self.bins["cli"], "status", "--coordinator", coord, "--token-file", self.token]
         if self.f_status_inst:  # priced with the simulated types; gpu-1 spares its quota
             base += ["--instances", self.inst, "--spare-cores", str(ACCEL_CORES)]
+        # what a data host serves, from the calibration run (as the offline
+        # plan): the rate a type no worker runs yet is priced at
+        rates = []
+        if self.f_status_rate and self.rate:
+            rates = ["--rate", "%s=%.1f" % (DATA_TYPE, self.rate),
+                     "--rate", "%s=%.1f" % (SLOW_TYPE, self.rate)]
+        base += rates
         out = {}
         r = c.run(ACCEL, base, timeout=30)
         with open(os.path.join(work, "status.txt"), "w") as f:
@@ -617,7 +626,7 @@ class Bench:
         if self.f_plan_live:  # the same figures as a whole table
             rp = c.run(ACCEL, [self.bins["cli"], "plan", "--coordinator", coord, "--token-file",
                                self.token, "--instances", self.inst, "--spare-cores",
-                               str(ACCEL_CORES)], timeout=30)
+                               str(ACCEL_CORES)] + rates, timeout=30)
             with open(os.path.join(work, "plan-live.txt"), "w") as f:
                 f.write(rp.stdout + rp.stderr)
             m = re.search(r"^purchase: (.*)", rp.stdout, re.M)

@@ -109,6 +109,9 @@ try:
             check(p.returncode == 2 and "is not an instance type name" in p.stderr,
                   "%s refuses a bad type name (exit %d: %s)"
                   % (os.path.basename(prog), p.returncode, p.stderr.strip()[:200]))
+        rc, out, err = cli("status", "--rate", "ml.c5.xlarge=fast")
+        check(rc == 2 and "--rate ml.c5.xlarge=fast: want TYPE=N" in err,
+              "status --rate without a figure: exit 2 (%d: %s)" % (rc, err.strip()[:200]))
         rc, out, err = cli("plan", "--coordinator", "127.0.0.1:1", "--timeout-ms", "500")
         check(rc == 1 and "stoker plan: 127.0.0.1:1" in err,
               "plan --coordinator with no coordinator there: exit 1 (%d: %s)"
@@ -142,6 +145,9 @@ try:
               or "\n*>1 x ml.p3.2xlarge + 1 x ml.c5.4xlarge" in out,
               "plan --coordinator: the running shape marked '>'")
         check("+ 1 x ml.c5.9xlarge" in out, "plan: the coordinator's --data-type priced")
+        rc, out, err = cli("plan", "--coordinator", addr, "--rate", "ml.c5.9xlarge=777")
+        check(rc == 0 and "ml.c5.9xlarge's images per CPU-second as given (777)" in out,
+              "plan --coordinator --rate: the given rate priced, said (%d)" % rc)
         check("\npurchase: " in out and "\nSageMaker:\n" in out,
               "plan: the purchase and the snippets")
         rc, out, err = cli("plan", "--coordinator", addr, "--json")

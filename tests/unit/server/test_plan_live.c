@@ -118,6 +118,18 @@ static void shapes(void) {
                "add 3 x sim.data as data hosts: step 78.0 ms measured (the model: "
                "74.0) -> 25.0 ms, $/step -56% (compute binds)") == buf);
 
+  /* a data-host rate from a calibration run, instead of the workers' */
+  const char *const rates[] = {"sim.data=1100", "sim.data=bad", "other=5"};
+  stk__live_opts given = {.rates = rates, .nrates = 3};
+  CHECK(plan(&f, &given, buf, sizeof(buf), &best, &cur, &lp) == 0);
+  CHECK(strstr(lp.notes, "sim.data's images per CPU-second as given (1100)") != NULL);
+  CHECK(best >= 0 && opts[best].shape.data_count == 3 &&
+        fabs(opts[best].shape.data_rate - 1100) < 1e-9);
+  /* the rank's batch rate, when it reports one, is the measured step */
+  f.cs.batches_per_s = 1000.0 / 80;
+  CHECK(plan(&f, &none, buf, sizeof(buf), &best, &cur, &lp) == 0);
+  CHECK(fabs(lp.step_ms_measured - 80) < 1e-9);
+
   /* + 1 data host: 57 ms measured; the same host type, two more */
   fake_init(&f, 25, 1 - 25.0 / 57.2, "sim.accel", "");
   fake_worker(&f, "10.0.0.2", "sim.data", 0.45);
