@@ -298,10 +298,14 @@ void stk__img_builder_fds(const stk_builder *b, unsigned *now, unsigned *peak) {
   *peak = jp ? jp->peak_fds : 0;
 }
 
+/* The sample's path for a message, into buf (len >= 4); a path too long
+ * for it ends in "..." rather than being cut silently. */
 static void sample_path(const stk__jds *j, uint64_t i, char *buf, size_t len) {
+  int n;
   if (j->kind == STK_SOURCE_TAR)
-    snprintf(buf, len, "%s/%s:%s", j->dir, j->files[j->file_of[i]], j->keys[i]);
-  else snprintf(buf, len, "%s/%s", j->dir, j->files[j->file_of[i]]);
+    n = snprintf(buf, len, "%s/%s:%s", j->dir, j->files[j->file_of[i]], j->keys[i]);
+  else n = snprintf(buf, len, "%s/%s", j->dir, j->files[j->file_of[i]]);
+  if (n >= 0 && (size_t)n >= len) memcpy(buf + len - 4, "...", 4);
 }
 
 static void report_bad(stk_dataset *ds, uint64_t i, const char *why) {

@@ -32,7 +32,7 @@ build() { # dir cmake-args...
 mkdir -p build
 REL=build/stress-release ASAN=build/stress-asan
 [ "${STRESS_REUSE_CI:-0}" = 1 ] && REL=build/ci-release ASAN=build/ci-asan
-build "$REL" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+build "$REL" -DCMAKE_BUILD_TYPE=Release
 build "$ASAN" -DCMAKE_BUILD_TYPE=Debug -DSTOKER_SANITIZE=address,undefined
 
 rc=0

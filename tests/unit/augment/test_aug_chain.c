@@ -455,7 +455,7 @@ static void test_view_chains(void) {
   CHECK(m == n1 && memcmp(x2, i1, n1) != 0);
   const char *rest[] = {"label", "mask", "index"};
   for (int t = 0; t < 3; t++) {
-    uint64_t na, nb;
+    uint64_t na = 0, nb = 1; /* set by tensor(), which may fail */
     const uint8_t *x = tensor(a, &L, rest[t], &na), *y = tensor(b, &Ls, rest[t], &nb);
     CHECK(na == nb && memcmp(x, y, na) == 0);
   }
