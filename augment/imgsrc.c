@@ -44,7 +44,7 @@
 #include "imgsrc.h"
 #include "ops.h" /* stk__grow */
 #include "ops_chain.h"
-#include "prof.h"
+#include "augment/prof.h"
 
 #define SLOT_MAX_BYTES (4u << 20)            /* larger files are read one at a time */
 #define FD_WINDOW      STK_BUILDER_MAX_FILES /* ImageFolder: files open at once */

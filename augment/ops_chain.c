@@ -46,7 +46,7 @@
 #include "ops_policy.h"
 #include "ops_python.h"
 #include "plugin.h"
-#include "prof.h"
+#include "augment/prof.h"
 #include "stoker/op.h"
 
 /* Fused ops: steps of the named pipelines that no chain text spells,

@@ -1,6 +1,6 @@
 /* prof.c - the image pipeline's part timers (prof.h): the process-wide
  * switch and each thread's sums. */
-#include "prof.h"
+#include "augment/prof.h"
 
 #include <string.h>
 

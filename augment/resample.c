@@ -23,7 +23,7 @@
 #include <string.h>
 
 #include "ops.h"
-#include "prof.h"
+#include "augment/prof.h"
 
 #define PREC 22 /* Pillow's PRECISION_BITS: 32 - 8 - 2 */
 

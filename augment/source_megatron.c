@@ -557,8 +557,7 @@ static int window(stk_builder *b, const mg_prefix *p, const mg_cum *c, uint64_t 
                  "%.96s: token %lld at position %llu of sequence %llu is not a token id "
                  "for token_dtype %s",
                  p->name, (long long)v, (unsigned long long)(off + t),
-                 (unsigned long long)seq,
-                 b->spec.token_dtype == STK_DTYPE_INT32 ? "int32" : "int64");
+                 (unsigned long long)seq, stk_dtype_name(b->spec.token_dtype));
         return STK_CORRUPT;
       }
     }

@@ -401,10 +401,10 @@ static int parse_normalize(args_t *a, const ctx_t *cx, stk__chain_fields *f) {
 static int parse_to(args_t *a, const ctx_t *cx, stk__chain_fields *f) {
   const char *d = arg(a, 0, "dtype"), *l = arg(a, 1, "layout");
   if (!d) return OPFAIL(cx, "wants a dtype: to(float32[, nchw])");
-  if (!strcmp(d, "uint8")) f->dtype = STK_DTYPE_UINT8;
-  else if (!strcmp(d, "float32")) f->dtype = STK_DTYPE_FLOAT32;
-  else if (!strcmp(d, "bfloat16")) f->dtype = STK_DTYPE_BFLOAT16;
-  else return OPFAIL(cx, "dtype must be uint8, float32 or bfloat16, got '%s'", d);
+  int dt = stk_dtype_from_name(d); /* the one table: stoker/core.h */
+  if (!stk__dtype_is_image(dt))
+    return OPFAIL(cx, "dtype must be uint8, float32 or bfloat16, got '%s'", d);
+  f->dtype = dt;
   f->layout = STK_LAYOUT_NCHW;
   if (l && !strcmp(l, "nhwc")) f->layout = STK_LAYOUT_NHWC;
   else if (l && strcmp(l, "nchw")) return OPFAIL(cx, "layout must be nchw or nhwc");

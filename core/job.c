@@ -56,12 +56,16 @@ static const enum_name pipeline_names[] = {{"raw", STK_PIPELINE_RAW},
                                            {"train", STK_PIPELINE_TRAIN},
                                            {"eval", STK_PIPELINE_EVAL},
                                            {NULL, 0}};
-static const enum_name dtype_names[] = {{"uint8", STK_DTYPE_UINT8},
-                                        {"float32", STK_DTYPE_FLOAT32},
-                                        {"bfloat16", STK_DTYPE_BFLOAT16},
-                                        {NULL, 0}};
-static const enum_name token_dtype_names[] = {
-    {"int32", STK_DTYPE_INT32}, {"int64", STK_DTYPE_INT64}, {NULL, 0}};
+/* dtype and token_dtype: the rows of the one dtype table (STK_DTYPE_MAP,
+ * stoker/core.h) whose use is IMAGE, and TOKEN. */
+#define DTYPE_ROW_IMAGE_IMAGE(text, num) {text, num},
+#define DTYPE_ROW_IMAGE_TOKEN(text, num)
+#define DTYPE_ROW_TOKEN_TOKEN(text, num) {text, num},
+#define DTYPE_ROW_TOKEN_IMAGE(text, num)
+#define DTYPE_ROW_IMAGE(name, num, text, size, use) DTYPE_ROW_IMAGE_##use(text, num)
+#define DTYPE_ROW_TOKEN(name, num, text, size, use) DTYPE_ROW_TOKEN_##use(text, num)
+static const enum_name dtype_names[] = {STK_DTYPE_MAP(DTYPE_ROW_IMAGE){NULL, 0}};
+static const enum_name token_dtype_names[] = {STK_DTYPE_MAP(DTYPE_ROW_TOKEN){NULL, 0}};
 static const enum_name layout_names[] = {
     {"nhwc", STK_LAYOUT_NHWC}, {"nchw", STK_LAYOUT_NCHW}, {NULL, 0}};
 

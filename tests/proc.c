@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
+#include "files.h"
 
 #define MAX_PROCS 64
 
@@ -194,24 +195,7 @@ void proc_dump_log(const stk_proc *p) {
   fclose(f);
 }
 
-char *proc_read_log(const stk_proc *p) {
-  FILE *f = fopen(p->log, "rb");
-  if (!f) return NULL;
-  size_t len = 0, cap = 1 << 16;
-  char *buf = malloc(cap);
-  for (size_t n; buf && (n = fread(buf + len, 1, cap - 1 - len, f)) > 0;) {
-    len += n;
-    if (cap - 1 - len == 0) {
-      char *nb = realloc(buf, cap * 2);
-      if (!nb) free(buf);
-      buf = nb;
-      cap *= 2;
-    }
-  }
-  fclose(f);
-  if (buf) buf[len] = 0;
-  return buf;
-}
+char *proc_read_log(const stk_proc *p) { return files_slurp(p->log, NULL); }
 
 int proc_log_count(const stk_proc *p, const char *needle) {
   char *log = proc_read_log(p);

@@ -38,13 +38,34 @@ typedef enum stk_pipeline_kind {
   STK_PIPELINE_CHAIN = 4  /* the op chain in stk_job_spec.chain (docs/pipelines.md) */
 } stk_pipeline_kind;
 
+/* The one table of tensor element types: X(NAME, number, "text",
+ * bytes per element, use). The enum below, stk_dtype_name and
+ * stk_dtype_from_name, the job keys dtype and token_dtype, the op chain's
+ * to(...) and the Python binding all come from it. Numbers are part of
+ * the ABI: rows are only ever appended. The text is what job files, op
+ * chains and logs write (and torch's dtype of the same name). use: IMAGE,
+ * an image tensor's type (job key dtype, to(...)); TOKEN, a token job's
+ * (token_dtype). */
+#define STK_DTYPE_MAP(X)               \
+  X(UINT8, 1, "uint8", 1, IMAGE)       \
+  X(FLOAT32, 2, "float32", 4, IMAGE)   \
+  X(BFLOAT16, 3, "bfloat16", 2, IMAGE) \
+  X(INT64, 4, "int64", 8, TOKEN)       \
+  X(INT32, 5, "int32", 4, TOKEN)
+
 typedef enum stk_dtype {
-  STK_DTYPE_UINT8 = 1,
-  STK_DTYPE_FLOAT32 = 2,
-  STK_DTYPE_BFLOAT16 = 3,
-  STK_DTYPE_INT64 = 4,
-  STK_DTYPE_INT32 = 5
+#define STK__DTYPE_ENUM(name, num, text, size, use) STK_DTYPE_##name = num,
+  STK_DTYPE_MAP(STK__DTYPE_ENUM)
+#undef STK__DTYPE_ENUM
 } stk_dtype;
+
+/* The text of an stk_dtype ("uint8", "float32", "bfloat16", "int64",
+ * "int32": STK_DTYPE_MAP's), static storage; NULL for a number that is
+ * no dtype. Pure; thread-safe. */
+STK_EXPORT const char *stk_dtype_name(int dtype);
+/* The stk_dtype whose text is name (exactly, as stk_dtype_name writes
+ * it); 0 for NULL or a name that is no dtype. Pure; thread-safe. */
+STK_EXPORT int stk_dtype_from_name(const char *name);
 
 typedef enum stk_layout { STK_LAYOUT_NHWC = 1, STK_LAYOUT_NCHW = 2 } stk_layout;
 

@@ -91,7 +91,7 @@ int worker_calibrate(void) {
          " cpu_s=%.3f wall_s=%.3f "
          "batch_bytes=%" PRIu64 " wire=%s substituted=%" PRIu64 "\n",
          cpu > 0 ? images / cpu : 0, images, batches, cpu, wall, lay.total_bytes,
-         u8 ? "uint8" : "as-job", subst);
+         u8 ? stk_dtype_name(STK_DTYPE_UINT8) : "as-job", subst);
   fflush(stdout);
   rc = 0;
 out:

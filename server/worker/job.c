@@ -32,20 +32,10 @@ sched *current_sched(void) {
   return s;
 }
 
+/* The dtype's text from the one table (stoker/core.h). */
 static const char *dtype_name(int dt) {
-  switch (dt) {
-    case STK_DTYPE_UINT8:
-      return "uint8";
-    case STK_DTYPE_FLOAT32:
-      return "float32";
-    case STK_DTYPE_BFLOAT16:
-      return "bfloat16";
-    case STK_DTYPE_INT64:
-      return "int64";
-    case STK_DTYPE_INT32:
-      return "int32";
-  }
-  return "unknown";
+  const char *n = stk_dtype_name(dt);
+  return n ? n : "unknown";
 }
 
 /* Fill td from layout L (the descriptors point into L, which must outlive

@@ -1,7 +1,10 @@
 /* e2e_util.h - rank threads for the end-to-end tests: each thread opens a
  * real libstoker client against a real coordinator, consumes every epoch,
  * and checks that each step arrives exactly once, in order, byte-identical
- * to stk_build_reference. Header-only, test code only.
+ * to stk_build_reference; and the run of a whole job the end-to-end tests
+ * share (e2e_start, e2e_ranks, e2e_wait_exit, e2e_logs_if_failed).
+ * Header-only, test code only; drive the processes from the main thread
+ * (proc.h is not thread-safe).
  */
 #ifndef STOKER_TEST_E2E_UTIL_H
 #define STOKER_TEST_E2E_UTIL_H
@@ -12,6 +15,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "daemon_util.h"
 #include "stoker/client.h"
 
 typedef struct rank_run {
@@ -35,6 +39,7 @@ typedef struct rank_run {
   stk_stats stats;
   char error[512];
   volatile int progress; /* batches so far, read by the main thread */
+  int done;              /* atomic: rank_main has returned (rank_done) */
   struct timespec finished_at;
   /* the open client, for rank_stats(); guarded by mu (rank_init sets it up) */
   pthread_mutex_t mu;
@@ -81,8 +86,7 @@ static inline int64_t victim_sent(rank_run *r, int vport, uint64_t *reissued) {
   return (int64_t)st.workers[i].outstanding + (int64_t)st.workers[i].batches;
 }
 
-static inline void *rank_main(void *arg) {
-  rank_run *r = arg;
+static inline void rank_body(rank_run *r) {
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", r->port);
   stk_client_config cfg;
@@ -100,7 +104,7 @@ static inline void *rank_main(void *arg) {
   int os = stk_client_open(&cfg, &c, r->error, sizeof r->error);
   /* atomic: a watching thread may poll it (test_client_fanout) */
   __atomic_store_n(&r->final_status, os, __ATOMIC_RELEASE);
-  if (os != STK_OK) return NULL;
+  if (os != STK_OK) return;
   pthread_mutex_lock(&r->mu);
   r->client = c;
   pthread_mutex_unlock(&r->mu);
@@ -170,11 +174,95 @@ static inline void *rank_main(void *arg) {
   pthread_mutex_unlock(&r->mu);
   stk_client_close(c);
   free(ref);
+}
+
+/* The rank thread (pthread_create(..., rank_main, r)): opens a client
+ * for r, consumes and checks every batch as above, fills r's "out"
+ * fields, and last sets r->done. Returns NULL. */
+static inline void *rank_main(void *arg) {
+  rank_run *r = arg;
+  rank_body(r);
+  __atomic_store_n(&r->done, 1, __ATOMIC_RELEASE);
   return NULL;
+}
+
+/* 1 once r's rank_main has returned (its "out" fields are final), else 0;
+ * from any thread. */
+static inline int rank_done(rank_run *r) {
+  return __atomic_load_n(&r->done, __ATOMIC_ACQUIRE);
 }
 
 static inline double ts_diff_s(struct timespec a, struct timespec b) {
   return (double)(a.tv_sec - b.tv_sec) + (a.tv_nsec - b.tv_nsec) / 1e9;
+}
+
+/* Start a job on 127.0.0.1: p[0] the coordinator ("TAG-coordinator", the
+ * job's --set arguments and coord_extra, NULL for none), p[1..nworkers]
+ * the workers ("TAG-worker1"..., each with wargs). The coordinator's
+ * port, or -1 when it did not start (a CHECK failed; proc.c reaps what
+ * started). p must hold 1 + nworkers entries. */
+static inline int e2e_start(stk_proc *p, const char *tag, const char *const *job,
+                            const char *const *coord_extra, int nworkers,
+                            const char *const *wargs) {
+  char name[64];
+  snprintf(name, sizeof name, "%s-coordinator", tag);
+  int port = du_start_coordinator2(&p[0], name, job, coord_extra);
+  CHECK(port > 0);
+  if (port <= 0) return -1;
+  for (int i = 1; i <= nworkers; i++) {
+    snprintf(name, sizeof name, "%s-worker%d", tag, i);
+    CHECK(du_start_worker(&p[i], name, port, wargs) > 0);
+  }
+  return port;
+}
+
+/* Run n ranks (rank_main threads, world size n, each calling finish at
+ * the end) of the job at port, with data_root, token and cuda as in
+ * rank_run, and join them; then the checks every end-to-end job makes:
+ * each rank ended with STK_END_OF_DATA after want_batches batches, over
+ * `epochs` epochs, none differing from the reference and none out of
+ * order. A rank's error is printed with tag. r must hold n (<= 8) entries; the
+ * caller reads the rest of each r[i] (stats, finished_at) after. */
+static inline void e2e_ranks(rank_run *r, uint32_t n, int port, const char *tag,
+                             const char *data_root, const char *token, int cuda,
+                             uint64_t want_batches, uint64_t epochs) {
+  pthread_t t[8];
+  CHECK(n <= 8);
+  if (n > 8) return;
+  for (uint32_t i = 0; i < n; i++) {
+    rank_init(&r[i]);
+    r[i].port = port, r[i].rank = i, r[i].world = n, r[i].finish = 1;
+    r[i].data_root = data_root;
+    r[i].token = token;
+    r[i].cuda = cuda;
+    pthread_create(&t[i], NULL, rank_main, &r[i]);
+  }
+  for (uint32_t i = 0; i < n; i++) pthread_join(t[i], NULL);
+  for (uint32_t i = 0; i < n; i++) {
+    if (r[i].error[0]) fprintf(stderr, "%s rank %u: %s\n", tag, i, r[i].error);
+    CHECK(r[i].final_status == STK_END_OF_DATA);
+    CHECK_EQ_U64(r[i].delivered, want_batches);
+    CHECK_EQ_U64(r[i].mismatches, 0);
+    CHECK_EQ_U64(r[i].order_errors, 0);
+    CHECK_EQ_U64(r[i].epochs_seen, epochs);
+  }
+}
+
+/* Wait (bounded: 60 s each) for p[0..n) to exit; each must exit 0. */
+static inline void e2e_wait_exit(stk_proc *p, int n) {
+  for (int i = 0; i < n; i++) {
+    int code = proc_wait(&p[i], 60000);
+    if (code != 0) fprintf(stderr, "%s: exit %d\n", p[i].name, code);
+    CHECK(code == 0);
+  }
+}
+
+/* When a check failed since check_failures was `before`: p[0..n)'s logs
+ * to stderr, and the temporary directory kept. */
+static inline void e2e_logs_if_failed(stk_proc *p, int n, int before) {
+  if (check_failures == before) return;
+  for (int i = 0; i < n; i++) proc_dump_log(&p[i]);
+  proc_keep_tmp();
 }
 
 #endif

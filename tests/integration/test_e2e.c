@@ -29,16 +29,13 @@
  * what every batch weighs on the wire. */
 static int cuda_slots; /* the ranks use CUDA slots on fake_cudart */
 
-static void run_job(const char *tag, const char *const *job, const char *const *wargs,
+static void e2e_job(const char *tag, const char *const *job, const char *const *wargs,
                     const char *data_root, const char *token, uint64_t want_batches,
                     uint64_t wire_bytes) {
   int before = check_failures;
   stk_proc p[3];
-  char name[64];
-  snprintf(name, sizeof name, "%s-coordinator", tag);
   const char *tok[] = {"--token", token, NULL};
-  int port = du_start_coordinator2(&p[0], name, job, token ? tok : NULL);
-  CHECK(port > 0);
+  int port = e2e_start(p, tag, job, token ? tok : NULL, 2, wargs);
   if (port <= 0) return;
   if (token) { /* a client without the token is refused at once, clearly */
     char addr[64], err[512];
@@ -57,29 +54,10 @@ static void run_job(const char *tag, const char *const *job, const char *const *
     CHECK(ts_diff_s(t1, t0) < 5.0);
     stk_client_close(c);
   }
-  snprintf(name, sizeof name, "%s-worker1", tag);
-  CHECK(du_start_worker(&p[1], name, port, wargs) > 0);
-  snprintf(name, sizeof name, "%s-worker2", tag);
-  CHECK(du_start_worker(&p[2], name, port, wargs) > 0);
 
   rank_run r[2];
-  pthread_t t[2];
-  for (uint32_t i = 0; i < 2; i++) {
-    rank_init(&r[i]);
-    r[i].port = port, r[i].rank = i, r[i].world = 2, r[i].finish = 1;
-    r[i].data_root = data_root;
-    r[i].token = token;
-    r[i].cuda = cuda_slots;
-    pthread_create(&t[i], NULL, rank_main, &r[i]);
-  }
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
+  e2e_ranks(r, 2, port, tag, data_root, token, cuda_slots, want_batches, 2);
   for (int i = 0; i < 2; i++) {
-    if (r[i].error[0]) fprintf(stderr, "%s rank %d: %s\n", tag, i, r[i].error);
-    CHECK(r[i].final_status == STK_END_OF_DATA);
-    CHECK_EQ_U64(r[i].delivered, want_batches);
-    CHECK_EQ_U64(r[i].mismatches, 0);
-    CHECK_EQ_U64(r[i].order_errors, 0);
-    CHECK_EQ_U64(r[i].epochs_seen, 2);
     CHECK(r[i].stats.crc_errors == 0);
     if (cuda_slots) CHECK_EQ_U64(r[i].stats.device_convert, 1);
     if (wire_bytes) { /* every batch received (duplicates too) weighed that */
@@ -95,18 +73,11 @@ static void run_job(const char *tag, const char *const *job, const char *const *
   struct timespec last = ts_diff_s(r[0].finished_at, r[1].finished_at) > 0
                              ? r[0].finished_at
                              : r[1].finished_at;
-  for (int i = 0; i < 3; i++) {
-    int code = proc_wait(&p[i], 60000);
-    struct timespec now;
-    clock_gettime(CLOCK_MONOTONIC, &now);
-    if (code != 0) fprintf(stderr, "%s: exit %d\n", p[i].name, code);
-    CHECK(code == 0);
-    CHECK(ts_diff_s(now, last) < 10.0);
-  }
-  if (check_failures != before) {
-    for (int i = 0; i < 3; i++) proc_dump_log(&p[i]);
-    proc_keep_tmp();
-  }
+  e2e_wait_exit(p, 3);
+  struct timespec now; /* the last of them exited soon after the last finish */
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  CHECK(ts_diff_s(now, last) < 10.0);
+  e2e_logs_if_failed(p, 3, before);
 }
 
 int main(int argc, char **argv) {
@@ -116,10 +87,10 @@ int main(int argc, char **argv) {
                        "--set", "world_size=2",    "--set", "epochs=2",
                        "--set", "seed=11",         NULL};
   const char *w1[] = {"--threads", "1", NULL};
-  run_job("synthetic", syn, w1, NULL, NULL, 2 * 37, 0); /* floor(600 / 16) x 2 epochs */
+  e2e_job("synthetic", syn, w1, NULL, NULL, 2 * 37, 0); /* floor(600 / 16) x 2 epochs */
   /* The same with a bearer token on every call: Join, watch, streams. */
   const char *w1t[] = {"--threads", "1", "--token", "s3cret-t0ken", NULL};
-  run_job("token", syn, w1t, NULL, "s3cret-t0ken", 2 * 37, 0);
+  e2e_job("token", syn, w1t, NULL, "s3cret-t0ken", 2 * 37, 0);
 
   if (argc < 4) {
     fprintf(stderr, "no stoker-dataset given: JPEG phase skipped\n");
@@ -160,9 +131,9 @@ int main(int argc, char **argv) {
   CHECK(stk_batch_layout_of(&js, &l8) == STK_OK);
   js.dtype = STK_DTYPE_FLOAT32;
   CHECK(stk_batch_layout_of(&js, &l32) == STK_OK);
-  run_job("jpeg", jpg, w2, root, NULL, 2 * 10, l8.total_bytes); /* ceil(120 / 12) x 2 */
+  e2e_job("jpeg", jpg, w2, root, NULL, 2 * 10, l8.total_bytes); /* ceil(120 / 12) x 2 */
   setenv("STOKER_WIRE_UINT8", "0", 1);
-  run_job("jpeg-f32-wire", jpg, w2, root, NULL, 2 * 10, l32.total_bytes);
+  e2e_job("jpeg-f32-wire", jpg, w2, root, NULL, 2 * 10, l32.total_bytes);
   unsetenv("STOKER_WIRE_UINT8");
   const char *jpg16[] = {"--set", "source=imagefolder", "--set", "dataset=imagefolder",
                          "--set", "pipeline=train",     "--set", "height=64",
@@ -171,14 +142,14 @@ int main(int argc, char **argv) {
                          "--set", "world_size=2",       "--set", "epochs=2",
                          "--set", "drop_last=false",    "--set", "seed=3",
                          NULL};
-  run_job("jpeg-bf16-nhwc", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
+  e2e_job("jpeg-bf16-nhwc", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
   /* the same two jobs into CUDA slots, converted by the kernel's body */
   setenv("STOKER_CUDART", FAKE_CUDART, 1);
   setenv("STOKER_CUDA_DRIVER", FAKE_CUDART, 1);
   setenv("STOKER_CUDA_CONVERT", "gpu", 1);
   cuda_slots = 1;
-  run_job("jpeg-cuda", jpg, w2, root, NULL, 2 * 10, l8.total_bytes);
-  run_job("jpeg-bf16-nhwc-cuda", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
+  e2e_job("jpeg-cuda", jpg, w2, root, NULL, 2 * 10, l8.total_bytes);
+  e2e_job("jpeg-bf16-nhwc-cuda", jpg16, w2, root, NULL, 2 * 10, l8.total_bytes);
   cuda_slots = 0;
   unsetenv("STOKER_CUDA_CONVERT");
   unsetenv("STOKER_CUDA_DRIVER");
@@ -233,13 +204,13 @@ int main(int argc, char **argv) {
   stk_batch_layout l8v;
   CHECK(stk_batch_layout_of(&js, &l8v) == STK_OK);
   CHECK(l8v.ntensors == 6 && l8v.tensors[1].nbytes == 6ull * 3 * 32 * 24);
-  run_job("jpeg-chain-plugin", chain, w3, root, NULL, 2 * 10, l8v.total_bytes);
+  e2e_job("jpeg-chain-plugin", chain, w3, root, NULL, 2 * 10, l8v.total_bytes);
   /* the same on CUDA slots: each view converted at its own size */
   setenv("STOKER_CUDART", FAKE_CUDART, 1);
   setenv("STOKER_CUDA_DRIVER", FAKE_CUDART, 1);
   setenv("STOKER_CUDA_CONVERT", "gpu", 1);
   cuda_slots = 1;
-  run_job("jpeg-chain-plugin-cuda", chain, w3, root, NULL, 2 * 10, l8v.total_bytes);
+  e2e_job("jpeg-chain-plugin-cuda", chain, w3, root, NULL, 2 * 10, l8v.total_bytes);
   cuda_slots = 0;
   unsetenv("STOKER_CUDA_CONVERT");
   unsetenv("STOKER_CUDA_DRIVER");

@@ -43,8 +43,8 @@ static int count_procs(const char *needle) {
   return n;
 }
 
-static void run_job(const char *tag, const char *chain, const char *root,
-                    const char *needle, uint64_t want_batches) {
+static void pyop_job(const char *tag, const char *chain, const char *root,
+                     const char *needle, uint64_t want_batches) {
   int before = check_failures;
   char pipeline[1024];
   snprintf(pipeline, sizeof pipeline, "pipeline=%s", chain);
@@ -60,39 +60,14 @@ static void run_job(const char *tag, const char *chain, const char *root,
   const char *wargs[] = {"--threads",     "2",       "--data-root", root,
                          "--python-path", PYOPS_DIR, NULL};
   stk_proc p[3];
-  char name[64];
-  snprintf(name, sizeof name, "%s-coordinator", tag);
-  int port = du_start_coordinator2(&p[0], name, job, NULL);
-  CHECK(port > 0);
+  int port = e2e_start(p, tag, job, NULL, 2, wargs);
   if (port <= 0) return;
-  for (int i = 1; i < 3; i++) {
-    snprintf(name, sizeof name, "%s-worker%d", tag, i);
-    CHECK(du_start_worker(&p[i], name, port, wargs) > 0);
-  }
   rank_run r[2];
-  pthread_t t[2];
-  for (uint32_t i = 0; i < 2; i++) {
-    rank_init(&r[i]);
-    r[i].port = port, r[i].rank = i, r[i].world = 2, r[i].finish = 1;
-    r[i].data_root = root;
-    pthread_create(&t[i], NULL, rank_main, &r[i]);
-  }
-  for (int i = 0; i < 2; i++) pthread_join(t[i], NULL);
-  for (int i = 0; i < 2; i++) {
-    if (r[i].error[0]) fprintf(stderr, "%s rank %d: %s\n", tag, i, r[i].error);
-    CHECK(r[i].final_status == STK_END_OF_DATA);
-    CHECK_EQ_U64(r[i].delivered, want_batches);
-    CHECK_EQ_U64(r[i].mismatches, 0);
-    CHECK_EQ_U64(r[i].order_errors, 0);
-    CHECK_EQ_U64(r[i].epochs_seen, 2);
+  e2e_ranks(r, 2, port, tag, root, NULL, 0, want_batches, 2);
+  for (int i = 0; i < 2; i++)
     fprintf(stderr, "%s rank %d: %llu batches, %u workers used\n", tag, i,
             (unsigned long long)r[i].delivered, r[i].stats.nworkers);
-  }
-  for (int i = 0; i < 3; i++) {
-    int code = proc_wait(&p[i], 60000);
-    if (code != 0) fprintf(stderr, "%s: exit %d\n", p[i].name, code);
-    CHECK(code == 0);
-  }
+  e2e_wait_exit(p, 3);
   /* A runner left by a daemon's exit is killed by PR_SET_PDEATHSIG, which
    * the kernel delivers as the daemon goes: wait (bounded) for it. */
   int left = count_procs(needle);
@@ -102,10 +77,7 @@ static void run_job(const char *tag, const char *chain, const char *root,
   }
   if (left) fprintf(stderr, "%s: %d runner processes left\n", tag, left);
   CHECK(left == 0);
-  if (check_failures != before) {
-    for (int i = 0; i < 3; i++) proc_dump_log(&p[i]);
-    proc_keep_tmp();
-  }
+  e2e_logs_if_failed(p, 3, before);
 }
 
 int main(int argc, char **argv) {
@@ -124,17 +96,17 @@ int main(int argc, char **argv) {
   CHECK(proc_wait(&g, 60000) == 0);
   setenv("STOKER_PYTHON_PATH", PYOPS_DIR, 1);
   /* 24 samples, 2 x 6 per step: 2 steps per epoch, 2 epochs */
-  run_job("noise",
-          "random_resized_crop(32, scale=0.3:1) | python(stk_test_ops:noise, 25) | "
-          "hflip(0.5) | to(uint8, nhwc)",
-          root, "stk_test_ops:noise", 2 * 2);
+  pyop_job("noise",
+           "random_resized_crop(32, scale=0.3:1) | python(stk_test_ops:noise, 25) | "
+           "hflip(0.5) | to(uint8, nhwc)",
+           root, "stk_test_ops:noise", 2 * 2);
   char marker[700], chain[1200];
   snprintf(marker, sizeof marker, "%s/crash-marker", proc_tmpdir());
   snprintf(chain, sizeof chain,
            "resize(32, 32) | python(stk_test_ops:crash, %s, 2, only=stoker-worker) | "
            "to(uint8, nhwc)",
            marker);
-  run_job("crash", chain, root, marker, 2 * 2);
+  pyop_job("crash", chain, root, marker, 2 * 2);
   FILE *f = fopen(marker, "r");
   int crashes = -1;
   CHECK(f && fscanf(f, "%d", &crashes) == 1 && crashes == 2);

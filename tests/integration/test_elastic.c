@@ -42,7 +42,7 @@ typedef struct elastic_rank {
   char error[512];
 } elastic_rank;
 
-static void *rank_thread(void *arg) {
+static void *elastic_rank_main(void *arg) {
   elastic_rank *r = arg;
   char addr[64];
   snprintf(addr, sizeof addr, "127.0.0.1:%d", r->port);
@@ -162,7 +162,7 @@ static void phase(uint32_t world, uint64_t steps, elastic_rank *prev, uint32_t n
       out[r].state_in = prev[r % nprev].state;
       out[r].state_in_len = prev[r % nprev].state_len;
     }
-    pthread_create(&t[r], NULL, rank_thread, &out[r]);
+    pthread_create(&t[r], NULL, elastic_rank_main, &out[r]);
   }
   for (uint32_t r = 0; r < world; r++) pthread_join(t[r], NULL);
   for (uint32_t r = 0; r < world; r++) {

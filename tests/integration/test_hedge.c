@@ -30,17 +30,8 @@
 
 #define STEPS 60
 
-static int rank_done; /* the current run's rank thread has returned */
-
-static void *rank_thread(void *arg) {
-  rank_main(arg);
-  __atomic_store_n(&rank_done, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
 static int finished(rank_run *r) {
-  return __atomic_load_n(&rank_done, __ATOMIC_ACQUIRE) ||
-         __atomic_load_n(&r->progress, __ATOMIC_ACQUIRE) >= STEPS;
+  return rank_done(r) || __atomic_load_n(&r->progress, __ATOMIC_ACQUIRE) >= STEPS;
 }
 
 static uint64_t hedges_won(rank_run *r) {
@@ -121,8 +112,7 @@ static void run(rank_run *r, uint32_t rank, int port, stk_proc *w, const int *po
   r->prefetch = 8;
   r->step_ms = 20;
   pthread_t t;
-  __atomic_store_n(&rank_done, 0, __ATOMIC_RELEASE);
-  pthread_create(&t, NULL, rank_thread, r);
+  pthread_create(&t, NULL, rank_main, r);
   /* the rank is streaming before the first stop (bounded: 60 s) */
   for (int i = 0;
        i < 12000 && __atomic_load_n(&r->progress, __ATOMIC_ACQUIRE) < 5 && !finished(r);

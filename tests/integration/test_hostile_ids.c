@@ -15,6 +15,7 @@
 #include <signal.h>
 
 #include "daemon_util.h"
+#include "files.h"
 
 #define SESSION "/stoker.v1.Coordinator/WorkerSession"
 
@@ -92,17 +93,6 @@ static int join_as(stk__rpc_channel *ch, const char *client_id, char *det, size_
                             &stoker__v1__join_response__descriptor, &r, 5000, det, dlen);
   if (r) protobuf_c_message_free_unpacked(r, NULL);
   return code;
-}
-
-/* Read a whole (small) file; caller frees. */
-static char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  char *buf = malloc(1 << 20);
-  *len = buf ? fread(buf, 1, (1 << 20) - 1, f) : 0;
-  fclose(f);
-  if (buf) buf[*len] = 0;
-  return buf;
 }
 
 /* No byte outside printable ASCII but '\n', and no line that starts with
@@ -190,7 +180,7 @@ int main(int argc, char **argv) {
   CHECK(proc_spawn(&sp, "hostile-status", sargv) == 0);
   CHECK(proc_wait(&sp, 20000) == 0);
   size_t len = 0;
-  char *out = slurp(sp.log, &len);
+  char *out = files_slurp(sp.log, &len);
   CHECK(out != NULL);
   if (out) {
     CHECK(clean_text("stoker status output", out, len));
@@ -206,7 +196,7 @@ int main(int argc, char **argv) {
   stk__rpc_stream_destroy(a);
   stk__rpc_stream_destroy(b);
   CHECK(proc_wait(&coord, 10000) == 0);
-  out = slurp(coord.log, &len);
+  out = files_slurp(coord.log, &len);
   CHECK(out != NULL);
   if (out) {
     CHECK(clean_text("coordinator log", out, len));

@@ -328,14 +328,6 @@ static double client_run(int coord_port, uint64_t n) {
   return (double)n / ts_diff_s(t1, t0);
 }
 
-static int rank_done; /* atomic: the rank thread returned */
-
-static void *rank_thread(void *arg) {
-  rank_main(arg);
-  __atomic_store_n(&rank_done, 1, __ATOMIC_RELEASE);
-  return NULL;
-}
-
 static int cmp_double(const void *a, const void *b) {
   double x = *(const double *)a, y = *(const double *)b;
   return x < y ? -1 : x > y;
@@ -423,9 +415,9 @@ static void ci_run(void) {
   rank_init(&r);
   r.port = cport, r.rank = 0, r.world = 1, r.finish = 0;
   pthread_t t;
-  pthread_create(&t, NULL, rank_thread, &r);
+  pthread_create(&t, NULL, rank_main, &r);
   long th_max = 0, rss_max = 0;
-  while (!__atomic_load_n(&rank_done, __ATOMIC_ACQUIRE)) {
+  while (!rank_done(&r)) {
     if (proc_usage(worker.pid, &th, &rss) == 0) {
       if (th > th_max) th_max = th;
       if (rss > rss_max) rss_max = rss;

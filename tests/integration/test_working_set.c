@@ -84,7 +84,7 @@ static uint32_t expected_set(uint64_t hash, uint32_t r, const wk *w, int n, int 
 /* One job: NR ranks against the coordinator at port with workers ports[]
  * (nw of them; the last one started only once every rank is streaming
  * when late_port_of is set). Returns 0 when every check passed. */
-static int run_job(const char *name, int nw, int late) {
+static int wset_job(const char *name, int nw, int late) {
   const char *job[] = {
       "--set", "num_samples=480", "--set", "batch_size=4",          "--set", "height=8",
       "--set", "width=8",         "--set", "world_size=3",          "--set", "epochs=1",
@@ -253,7 +253,7 @@ out:
 
 int main(int argc, char **argv) {
   if (du_init(argc, argv)) return 2;
-  run_job("steady", NW, 0);
-  if (!check_failures) run_job("late", NW + 1, 1);
+  wset_job("steady", NW, 0);
+  if (!check_failures) wset_job("late", NW + 1, 1);
   CHECK_DONE();
 }

@@ -19,6 +19,13 @@
       walls_consumer), each private header fails with "No such file",
       each in-tree interface header compiles; and no source file of the
       product reaches a header by a relative path ("../").
+  walls.py tools CC INCLUDES_FILE SOURCE_ROOT
+      an installed tool (stoker-bench: INCLUDES_FILE is its include path,
+      written by CMake) is built without the tests' private path: neither
+      the source root, nor tests/, nor augment/ itself is on it; of the
+      private headers it reaches only augment/prof.h (through
+      stoker_augment_for_tools), every other one fails with "No such
+      file".
 
 Exits 0 when every check holds, 1 with each failure named otherwise.
 """
@@ -105,6 +112,7 @@ PRIVATE = (
     "client/internal.h", "client/wset.h", "client/convert_kernel.h", "wset.h",
     "augment/internal.h", "augment/ops_chain.h", "augment/decode.h", "augment/prof.h",
     "ops_chain.h", "decode.h", "imgsrc.h", "jpegsrc.h", "prof.h",
+    "augment/for_tools/augment/prof.h", "for_tools/augment/prof.h",
     "core/chain.h", "core/internal.h", "chain.h", "core_internal.h",
     "core/for_augment/core/chain.h",
     "server/msgcheck.h", "server/worker/worker.h", "server/coordinator/coordinator.h",
@@ -118,25 +126,35 @@ INTERFACE = ("stoker/client.h", "stoker/augment.h", "stoker/core.h", "stoker/op.
 PRODUCT_DIRS = ("common", "core", "augment", "proto", "client", "server", "tools", "examples")
 
 
-def includes(cc, incfile, root):
+def read_dirs(incfile):
     with open(incfile) as f:
-        dirs = [d for d in f.read().split("\n") if d]
-    check(root.rstrip("/") not in [d.rstrip("/") for d in dirs],
-          "the source root is on no product library's include path")
+        return [d for d in f.read().split("\n") if d]
+
+
+def probe(cc, dirs, private, reachable, who):
+    """Compile a one-line file including each header with -I dirs: each
+    of private must fail with "No such file", each of reachable compile."""
     flags = ["-I" + d for d in dirs]
     with tempfile.TemporaryDirectory() as tmp:
-        for h in PRIVATE + INTERFACE:
+        for h in private + reachable:
             src = os.path.join(tmp, "probe.c")
             with open(src, "w") as f:
                 f.write('#include "%s"\nint walls_probe;\n' % h)
             r = subprocess.run([cc, "-fsyntax-only", "-std=gnu11"] + flags + [src],
                                capture_output=True, text=True, cwd=tmp)
-            if h in PRIVATE:
+            if h in private:
                 gone = r.returncode != 0 and "No such file" in r.stderr
-                check(gone, "a file outside the room cannot include \"%s\"" % h)
+                check(gone, "%s cannot include \"%s\"" % (who, h))
             else:
-                check(r.returncode == 0, "\"%s\" compiles from outside its room%s"
-                      % (h, "" if r.returncode == 0 else ":\n" + r.stderr[-600:]))
+                check(r.returncode == 0, "\"%s\" compiles in %s%s"
+                      % (h, who, "" if r.returncode == 0 else ":\n" + r.stderr[-600:]))
+
+
+def includes(cc, incfile, root):
+    dirs = read_dirs(incfile)
+    check(root.rstrip("/") not in [d.rstrip("/") for d in dirs],
+          "the source root is on no product library's include path")
+    probe(cc, dirs, PRIVATE, INTERFACE, "a file outside the room")
     rel = []
     for d in PRODUCT_DIRS:
         for base, _, files in os.walk(os.path.join(root, d)):
@@ -151,6 +169,22 @@ def includes(cc, incfile, root):
           % ("" if not rel else " (%s)" % ", ".join(rel)))
 
 
+# What tools/bench may include beyond the public and tools/ headers.
+FOR_TOOLS = ("augment/prof.h",)
+
+
+def tools(cc, incfile, root):
+    dirs = [os.path.realpath(d) for d in read_dirs(incfile)]
+    root = os.path.realpath(root)
+    bad = [d for d in dirs if d == root or d == os.path.join(root, "augment")
+           or d.startswith(os.path.join(root, "tests") + os.sep)
+           or d == os.path.join(root, "tests")]
+    check(not bad, "stoker-bench's include path holds neither the source root, tests/ "
+          "nor augment/%s" % ("" if not bad else " (it holds %s)" % " ".join(bad)))
+    private = tuple(h for h in PRIVATE if h not in FOR_TOOLS)
+    probe(cc, dirs, private, FOR_TOOLS, "stoker-bench")
+
+
 def main(argv):
     if len(argv) >= 2 and argv[1] == "symbols" and len(argv) == 5:
         symbols(*argv[2:])
@@ -158,6 +192,8 @@ def main(argv):
         links(argv[2])
     elif len(argv) >= 2 and argv[1] == "includes" and len(argv) == 5:
         includes(*argv[2:])
+    elif len(argv) >= 2 and argv[1] == "tools" and len(argv) == 5:
+        tools(*argv[2:])
     else:
         sys.stderr.write(__doc__)
         return 2

@@ -138,12 +138,11 @@ def _torch():
 
 def _tdtype(dtype):
     torch = _torch()
-    m = {_lib.DTYPE_UINT8: torch.uint8, _lib.DTYPE_FLOAT32: torch.float32,
-         _lib.DTYPE_BFLOAT16: torch.bfloat16, _lib.DTYPE_INT64: torch.int64,
-         _lib.DTYPE_INT32: torch.int32}
-    if dtype not in m:
+    # the library's dtype table names each type as torch does
+    m = getattr(torch, _lib.DTYPE_NAMES.get(dtype, ""), None)
+    if not isinstance(m, torch.dtype):
         raise StokerError(13, "tensor dtype %d is not known to this binding" % dtype)
-    return m[dtype]
+    return m
 
 
 def _xla():

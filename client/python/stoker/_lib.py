@@ -28,8 +28,6 @@ DEVICE_CPU, DEVICE_CUDA = 1, 2
 # "not given" values of stk_client_config (taken from the environment)
 RANK_FROM_ENV, WORLD_SIZE_FROM_ENV, CUDA_DEVICE_FROM_ENV = 0xFFFFFFFF, 0, -1
 CONVERT = {None: 0, "none": 0, "float32": 1, "bfloat16": 2}
-DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_BFLOAT16, DTYPE_INT64 = 1, 2, 3, 4
-DTYPE_INT32 = 5  # token jobs (include/stoker/core.h: STK_DTYPE_INT32)
 MAX_DIMS, MAX_TENSORS, MAX_WORKER_STATS = 4, 8, 32
 
 
@@ -234,12 +232,27 @@ _sigs = {
     "stk_client_payload_bytes": (ctypes.c_uint64, [_P]),
     "stk_client_struct_size": (ctypes.c_size_t, [ctypes.c_char_p]),
     "stk_strerror": (ctypes.c_char_p, [ctypes.c_int]),
+    "stk_dtype_name": (ctypes.c_char_p, [ctypes.c_int]),
+    "stk_dtype_from_name": (ctypes.c_int, [ctypes.c_char_p]),
     "stk_crc32c": (ctypes.c_uint32, [ctypes.c_uint32, ctypes.c_void_p, ctypes.c_size_t]),
 }
 for _name, (_res, _args) in _sigs.items():
     _f = getattr(lib, _name)
     _f.restype = _res
     _f.argtypes = _args
+
+# The dtypes from the library's own table (STK_DTYPE_MAP in
+# include/stoker/core.h, read through stk_dtype_name), not a copy:
+# DTYPE_NAMES number -> text ("uint8", ...: torch's names too), DTYPES
+# text -> number.
+DTYPE_NAMES = {}
+for _v in range(1, 256):
+    _n = lib.stk_dtype_name(_v)
+    if _n:
+        DTYPE_NAMES[_v] = _n.decode()
+DTYPES = {_n: _v for _v, _n in DTYPE_NAMES.items()}
+DTYPE_UINT8, DTYPE_FLOAT32, DTYPE_BFLOAT16 = DTYPES["uint8"], DTYPES["float32"], DTYPES["bfloat16"]
+DTYPE_INT64, DTYPE_INT32 = DTYPES["int64"], DTYPES["int32"]  # labels; token jobs
 
 for _cls, _cname in ((Config, b"stk_client_config"), (Tensor, b"stk_tensor"),
                      (Stats, b"stk_stats"), (JobSpec, b"stk_job_spec"), (WorkerStats, b"stk_worker_stats")):

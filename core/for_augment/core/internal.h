@@ -62,18 +62,31 @@ static inline uint64_t stk__batch_seed(uint64_t seed) {
 
 /* stk__trim: common/text.h (the job text and the op chain grammar use it). */
 
-/* Bytes per element of an stk_dtype; 0 for an unknown one. */
+/* Bytes per element of an stk_dtype (STK_DTYPE_MAP); 0 for an unknown
+ * one. */
 static inline size_t stk__dtype_size(int dtype) {
   switch (dtype) {
-    case STK_DTYPE_UINT8:
-      return 1;
-    case STK_DTYPE_BFLOAT16:
-      return 2;
-    case STK_DTYPE_FLOAT32:
-    case STK_DTYPE_INT32:
-      return 4;
-    case STK_DTYPE_INT64:
-      return 8;
+#define STK__DTYPE_SIZE(name, num, text, size, use) \
+  case num:                                         \
+    return size;
+    STK_DTYPE_MAP(STK__DTYPE_SIZE)
+#undef STK__DTYPE_SIZE
+  }
+  return 0;
+}
+
+/* 1 if dtype is an image tensor's type (STK_DTYPE_MAP's use IMAGE: the
+ * job key dtype, the op chain's to(...)), else 0. */
+static inline int stk__dtype_is_image(int dtype) {
+  switch (dtype) {
+#define STK__DTYPE_IMAGE_IMAGE(num) case num:
+#define STK__DTYPE_IMAGE_TOKEN(num)
+#define STK__DTYPE_IMAGE(name, num, text, size, use) STK__DTYPE_IMAGE_##use(num)
+    STK_DTYPE_MAP(STK__DTYPE_IMAGE)
+    return 1;
+#undef STK__DTYPE_IMAGE
+#undef STK__DTYPE_IMAGE_TOKEN
+#undef STK__DTYPE_IMAGE_IMAGE
   }
   return 0;
 }

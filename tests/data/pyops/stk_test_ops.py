@@ -1,5 +1,5 @@
 """stk_test_ops.py - Python ops for the tests of the `python(...)` chain op
-(tests/unit/augment/test_aug_pyop.c) and its benchmark (tests/bench/).
+(tests/unit/augment/test_aug_pyop.c) and its benchmark (tools/bench/).
 
 Each function takes the image (uint8 HxWx3, a view of shared memory), a
 seeded numpy Generator and the op's extra arguments, and returns a uint8
@@ -8,7 +8,7 @@ samples, bad_result returns a wrong shape or dtype, crash and hang fail a
 given number of times (counted in a marker file) and then behave as noise.
 Used by tests/unit/augment/test_aug_pyop.c, tests/integration/
 test_e2e_pyop.c and `stoker-bench augment --pyop`
-(tests/bench/bench_recipes.c).
+(tools/bench/bench_recipes.c).
 """
 import os
 import signal

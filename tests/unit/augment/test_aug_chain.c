@@ -30,6 +30,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "badlog.h"
 #include "check.h"
 #include "gen.h"
 #include "stoker/augment.h"
@@ -560,11 +561,6 @@ static void test_view_chains(void) {
   CHECK(stk_job_spec_validate(&q, err, sizeof(err)) == STK_OK); /* unchanged */
 }
 
-static void on_bad(void *ud, const char *path, const char *why) {
-  (void)path, (void)why;
-  ++*(unsigned *)ud;
-}
-
 /* The hostile decode corpus as one ImageFolder class, through the long
  * chain with float output: bad files are substituted and reported. */
 static void test_hostile_corpus(void) {
@@ -600,8 +596,9 @@ static void test_hostile_corpus(void) {
   stk_dataset *ds;
   stk_builder *b;
   CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
-  unsigned reported = 0;
-  stk_dataset_set_log(ds, on_bad, &reported);
+  badlog log;
+  badlog_init(&log);
+  stk_dataset_set_log(ds, badlog_fn, &log);
   CHECK(stk_builder_create(ds, &s, &b, err, sizeof(err)) == STK_OK);
   stk_batch_layout L;
   stk_batch_layout_of(&s, &L);
@@ -617,11 +614,12 @@ static void test_hostile_corpus(void) {
   printf(
       "hostile corpus through the long chain: %u files, %llu steps built, %llu "
       "substituted, %u reported bad\n",
-      n, (unsigned long long)ok, (unsigned long long)subst, reported);
-  CHECK(reported > 0 && stk_dataset_bad_samples(ds) == reported);
+      n, (unsigned long long)ok, (unsigned long long)subst, log.n);
+  CHECK(log.n > 0 && stk_dataset_bad_samples(ds) == (uint64_t)log.n);
   free(buf);
   stk_builder_destroy(b);
   stk_dataset_close(ds);
+  badlog_clear(&log);
 }
 
 int main(void) {

@@ -20,6 +20,7 @@
 
 #include <jpeglib.h>
 
+#include "badlog.h"
 #include "check.h"
 #include "gen.h"
 #include "stoker/augment.h"
@@ -193,28 +194,7 @@ static void prepare_bombs(void) {
 
 /* ---- the run ------------------------------------------------------------ */
 
-#define MAXF 400
-static char *logged[MAXF];
-static int nlogged, dup_logs;
-
-static void on_bad(void *ud, const char *path, const char *why) {
-  (void)ud, (void)why;
-  for (int i = 0; i < nlogged; i++)
-    if (!strcmp(logged[i], path)) dup_logs++;
-  if (nlogged < MAXF) logged[nlogged++] = strdup(path);
-}
-static int was_logged(const char *suffix) {
-  size_t sl = strlen(suffix);
-  for (int i = 0; i < nlogged; i++) {
-    size_t l = strlen(logged[i]);
-    if (l >= sl && !strcmp(logged[i] + l - sl, suffix)) return 1;
-  }
-  return 0;
-}
-static void clear_logs(void) {
-  for (int i = 0; i < nlogged; i++) free(logged[i]);
-  nlogged = dup_logs = 0;
-}
+static badlog blog; /* what the datasets report (tests/badlog.h) */
 
 static char root[4096];
 
@@ -242,7 +222,7 @@ static uint32_t run_epoch(stk_job_spec *s, int io_mode, uint64_t *subst,
     CHECK(0);
     return 0;
   }
-  stk_dataset_set_log(ds, on_bad, NULL);
+  stk_dataset_set_log(ds, badlog_fn, &blog);
   if (stk_builder_create(ds, s, &b, err, sizeof(err))) {
     fprintf(stderr, "builder: %s\n", err);
     CHECK(0);
@@ -345,6 +325,7 @@ static int write_corpus(const char *dir) {
 
 int main(int argc, char **argv) {
   if (argc == 3 && !strcmp(argv[1], "--write-corpus")) return write_corpus(argv[2]);
+  badlog_init(&blog);
   if (tu_tmpdir(root, sizeof(root), "hostile")) return 77;
   char p[4200];
   snprintf(p, sizeof(p), "%s/hf", root);
@@ -365,16 +346,16 @@ int main(int argc, char **argv) {
   /* both I/O paths; io_uring first (the files vanish during that run) */
   uint32_t crc1 = run_epoch(&s, 0, &subst, &ab, &nbad);
   fprintf(stderr, "imagefolder: %llu substituted, %llu bad, %d logged\n",
-          (unsigned long long)subst, (unsigned long long)nbad, nlogged);
-  CHECK(dup_logs == 0);
-  CHECK_EQ_U64(nbad, (uint64_t)nlogged);
+          (unsigned long long)subst, (unsigned long long)nbad, blog.n);
+  CHECK(blog.dups == 0);
+  CHECK_EQ_U64(nbad, (uint64_t)blog.n);
   /* every bad file but the corrupt-entropy kind is bad for any crop */
   for (int k = 1; k < K_NKINDS; k++) {
     if (k == K_CORRUPT) continue;
     for (int i = 0; i < kind_count[k]; i++) {
       char suf[64];
       snprintf(suf, sizeof(suf), "/%s%03d.jpg", kind_name[k], i);
-      if (!was_logged(suf)) {
+      if (!badlog_has(&blog, suf)) {
         fprintf(stderr, "not reported: %s\n", suf);
         CHECK(0);
       }
@@ -383,18 +364,18 @@ int main(int argc, char **argv) {
   for (int i = 0; i < kind_count[K_GOOD]; i++) {
     char suf[64];
     snprintf(suf, sizeof(suf), "/good%03d.jpg", i);
-    CHECK(!was_logged(suf));
+    CHECK(!badlog_has(&blog, suf));
   }
   /* one epoch addresses each sample once (+ padding): each bad one is
    * substituted at least once */
   CHECK(subst >= nbad);
   CHECK(nbad >= (uint64_t)(nbadfiles - kind_count[K_CORRUPT]));
-  clear_logs();
+  badlog_clear(&blog);
   uint64_t subst2, nbad2;
   uint32_t crc2 = run_epoch(&s, 1, &subst2, &ab, &nbad2);
   CHECK(crc1 == crc2);
   CHECK_EQ_U64(subst, subst2);
-  clear_logs();
+  badlog_clear(&blog);
 
   /* train pipeline, float32 */
   s.pipeline = STK_PIPELINE_TRAIN;
@@ -402,8 +383,8 @@ int main(int argc, char **argv) {
   s.flip_p = 0.5f, s.brightness = 0.3f, s.saturation = 0.3f, s.contrast = 0.3f;
   run_epoch(&s, 0, &subst, &ab, &nbad);
   CHECK(nbad >= (uint64_t)(nbadfiles - kind_count[K_CORRUPT]));
-  CHECK(subst >= nbad && dup_logs == 0);
-  clear_logs();
+  CHECK(subst >= nbad && blog.dups == 0);
+  badlog_clear(&blog);
 
   /* tar shards: the same bad members (no unreadable ones), a cut shard */
   s.source = STK_SOURCE_TAR;
@@ -413,9 +394,9 @@ int main(int argc, char **argv) {
   fprintf(stderr, "tar: %llu substituted, %llu bad\n", (unsigned long long)subst,
           (unsigned long long)nbad);
   CHECK(nbad >= (uint64_t)(nbadfiles - kind_count[K_CORRUPT] - kind_count[K_UNREADABLE]));
-  CHECK(subst >= nbad && dup_logs == 0);
-  CHECK(!was_logged(":cut000") && !was_logged(":cut001"));
-  clear_logs();
+  CHECK(subst >= nbad && blog.dups == 0);
+  CHECK(!badlog_has(&blog, ":cut000") && !badlog_has(&blog, ":cut001"));
+  badlog_clear(&blog);
 
   free(membomb_bytes), free(scanbomb_bytes), free(oversize_bytes);
   tu_rmtree(root);

@@ -33,6 +33,7 @@
 #include <jpeglib.h>
 
 #include "check.h"
+#include "files.h"
 #include "decode.h"
 #include "gen.h"
 #include "prepare.h"
@@ -44,18 +45,6 @@ static stk_limits lims(void) {
   l.max_file_bytes = 64 << 20, l.max_pixels = 100000000, l.max_dimension = 32768;
   l.max_scans = 500, l.max_decoder_bytes = 512 << 20;
   return l;
-}
-
-static uint8_t *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  *len = (size_t)ftell(f);
-  fseek(f, 0, SEEK_SET);
-  uint8_t *p = malloc(*len + 1);
-  if (p && fread(p, 1, *len, f) != *len) free(p), p = NULL;
-  fclose(f);
-  return p;
 }
 
 /* The restart interval a file declares (DRI), 0 without one. */
@@ -106,9 +95,9 @@ static void test_prepare_dir(void) {
       snprintf(a, sizeof(a), "%s/class%03d/img%08d.jpg", src, c, i);
       snprintf(b, sizeof(b), "%s/class%03d/img%08d.jpg", dst, c, i);
       size_t na, nb;
-      uint8_t *pa = slurp(a, &na);
+      uint8_t *pa = (uint8_t *)files_slurp(a, &na);
       if (!pa) continue;
-      uint8_t *pb = slurp(b, &nb);
+      uint8_t *pb = (uint8_t *)files_slurp(b, &nb);
       CHECK(pb != NULL);
       if (!pb) {
         free(pa);
@@ -236,9 +225,9 @@ static void test_roi_exact(void) {
       snprintf(a, sizeof(a), "%s/class%03d/img%08d.jpg", src, c, i);
       snprintf(b, sizeof(b), "%s/class%03d/img%08d.jpg", dst, c, i);
       size_t na, nb;
-      uint8_t *pa = slurp(a, &na), *pb;
+      uint8_t *pa = (uint8_t *)files_slurp(a, &na), *pb;
       if (!pa) continue;
-      pb = slurp(b, &nb);
+      pb = (uint8_t *)files_slurp(b, &nb);
       CHECK(pb != NULL);
       if (pb) roi_file(d, a, pa, na, pb, nb, 40, &seed, &boxes, &bad);
       free(pa), free(pb);
@@ -466,7 +455,7 @@ static void make_awkward(void) {
       char pb[1100];
       snprintf(pb, sizeof(pb), "%s/class%03d/a%02zu.jpg", d, (int)(i % 2), i);
       size_t nb = 0;
-      uint8_t *b = slurp(pb, &nb);
+      uint8_t *b = (uint8_t *)files_slurp(pb, &nb);
       unsigned mw = a->comps == 1 ? 8 : 8 * (unsigned)a->hs;
       unsigned want = stk__prepare_interval((a->w + mw - 1) / mw, ns[k]);
       CHECK(b != NULL);
@@ -601,14 +590,14 @@ static void test_roi_awkward(void) {
     char a[1024];
     snprintf(a, sizeof(a), "%s/class%03d/a%02zu.jpg", awk_src, (int)(i % 2), i);
     size_t na;
-    uint8_t *pa = slurp(a, &na);
+    uint8_t *pa = (uint8_t *)files_slurp(a, &na);
     CHECK(pa != NULL);
     for (size_t k = 0; pa && k < 3; k++) {
       char b[1024];
       snprintf(b, sizeof(b), "%s/awk%u/class%03d/a%02zu.jpg", base, ns[k], (int)(i % 2),
                i);
       size_t nb;
-      uint8_t *pb = slurp(b, &nb);
+      uint8_t *pb = (uint8_t *)files_slurp(b, &nb);
       CHECK(pb != NULL);
       if (pb) roi_file(d, b, pa, na, pb, nb, 30, &seed, &boxes, &bad);
       free(pb);
@@ -657,7 +646,7 @@ static void test_damaged(void) {
   char b[700];
   snprintf(b, sizeof(b), "%s/class001/img%08d.jpg", dst, 1);
   size_t n;
-  uint8_t *p = slurp(b, &n);
+  uint8_t *p = (uint8_t *)files_slurp(b, &n);
   CHECK(p != NULL);
   if (!p) return;
   stk_limits l = lims();
@@ -776,7 +765,8 @@ static void test_big_member(void) {
   uint8_t *v = NULL;
   size_t vn = 0;
   CHECK(lstat(mark, &ms) == 0 && S_ISREG(ms.st_mode));
-  CHECK((v = slurp(victim, &vn)) != NULL && vn == 4 && memcmp(v, "keep", 4) == 0);
+  CHECK((v = (uint8_t *)files_slurp(victim, &vn)) != NULL && vn == 4 &&
+        memcmp(v, "keep", 4) == 0);
   free(v);
   tu_rmtree(dir);
 }

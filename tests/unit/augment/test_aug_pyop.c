@@ -35,6 +35,7 @@
 
 #include "core/chain.h"
 #include "check.h"
+#include "badlog.h"
 #include "gen.h"
 #include "ops_python.h"
 #include "stoker/augment.h"
@@ -63,33 +64,23 @@ static void spec_of(stk_job_spec *s, const char *chain) {
 }
 
 typedef struct {
-  int n;
-  char last[4096];
-} bad_log;
-
-static void on_bad(void *ud, const char *path, const char *why) {
-  bad_log *l = ud; /* one builder thread at a time in these tests */
-  l->n++;
-  snprintf(l->last, sizeof(l->last), "%s: %s", path, why);
-}
-
-typedef struct {
   stk_dataset *ds;
   stk_builder *b;
   stk_batch_layout L;
   uint8_t *buf;
-  bad_log log;
+  badlog log; /* what the dataset reports (tests/badlog.h) */
 } job;
 
 static int job_open(job *j, const stk_job_spec *s, const char *pypath, char *err,
                     size_t errlen) {
   memset(j, 0, sizeof(*j));
+  badlog_init(&j->log);
   stk_limits lim;
   memset(&lim, 0, sizeof(lim));
   lim.python_path = pypath;
   int rc = stk_dataset_open(s, root, &lim, &j->ds, err, errlen);
   if (rc) return rc;
-  stk_dataset_set_log(j->ds, on_bad, &j->log);
+  stk_dataset_set_log(j->ds, badlog_fn, &j->log);
   if ((rc = stk_builder_create(j->ds, s, &j->b, err, errlen))) {
     stk_dataset_close(j->ds);
     return rc;
@@ -103,6 +94,7 @@ static void job_close(job *j) {
   free(j->buf);
   stk_builder_destroy(j->b);
   stk_dataset_close(j->ds);
+  badlog_clear(&j->log);
 }
 
 static const uint8_t *image(job *j) {

@@ -29,6 +29,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "badlog.h"
 #include "check.h"
 #include "gen.h"
 #include "imgsrc.h"
@@ -38,14 +39,7 @@
 enum { NSAMPLES = 240, BATCH = 80, PER_SHARD = 3, NCLASSES = 10, SIZE = 32 };
 
 static char root[4096];
-static int nbad_logged;
-static char last_why[256];
-
-static void on_bad(void *ud, const char *path, const char *why) {
-  (void)ud, (void)path;
-  nbad_logged++;
-  snprintf(last_why, sizeof(last_why), "%s", why);
-}
+static badlog blog; /* what the datasets report (tests/badlog.h) */
 
 /* One past the highest descriptor open in this process (RLIMIT_NOFILE
  * bounds descriptor numbers, not their count). */
@@ -100,7 +94,7 @@ static int open_setup(setup *S, int source, const char *dir) {
     fprintf(stderr, "open %s: %s\n", dir, err);
     return -1;
   }
-  stk_dataset_set_log(S->ds, on_bad, NULL);
+  stk_dataset_set_log(S->ds, badlog_fn, &blog);
   stk_batch_layout L;
   stk_job_spec r = S->spec;
   r.num_samples = stk_dataset_size(S->ds);
@@ -171,7 +165,7 @@ static int child_small_ulimit(setup *S) {
   CHECK(strstr(stk_builder_error(b), "transient") != NULL);
   CHECK(strstr(stk_builder_error(b), "Too many open files") != NULL);
   CHECK_EQ_U64(stk_dataset_bad_samples(S->ds), bad0); /* nothing marked bad */
-  CHECK(nbad_logged == 0);
+  CHECK(badlog_count(&blog) == 0);
   /* a few descriptors free: fewer than a read window; the builder degrades
    * to one file at a time and every batch is still the reference */
   enum { FREE = 4 };
@@ -249,8 +243,8 @@ static void check_labels(void) {
   stk_dataset *ds;
   char err[512] = "";
   CHECK(stk_dataset_open(&s, root, NULL, &ds, err, sizeof(err)) == STK_OK);
-  nbad_logged = 0;
-  stk_dataset_set_log(ds, on_bad, NULL);
+  badlog_clear(&blog);
+  stk_dataset_set_log(ds, badlog_fn, &blog);
   stk_builder *b;
   CHECK(stk_builder_create(ds, &s, &b, err, sizeof(err)) == STK_OK);
   stk_batch_layout L;
@@ -272,10 +266,10 @@ static void check_labels(void) {
   printf(
       "labels 0..9 with num_classes 5: %u of 40 slots substituted, %llu bad samples "
       "(last reason: %s)\n",
-      subst, (unsigned long long)stk_dataset_bad_samples(ds), last_why);
+      subst, (unsigned long long)stk_dataset_bad_samples(ds), blog.why);
   CHECK(subst == 20);
   CHECK_EQ_U64(stk_dataset_bad_samples(ds), 20);
-  CHECK(strstr(last_why, "num_classes 5") != NULL);
+  CHECK(strstr(blog.why, "num_classes 5") != NULL);
   free(buf);
   stk_builder_destroy(b);
   stk_dataset_close(ds);
@@ -319,6 +313,7 @@ static void check_index_symlink(void) {
 }
 
 int main(void) {
+  badlog_init(&blog);
   check_classification();
   if (tu_tmpdir(root, sizeof(root), "transient")) return 77;
   stk__gen_opts g;
@@ -345,6 +340,7 @@ int main(void) {
   } else check_failures++;
   check_labels();
   check_index_symlink();
+  badlog_clear(&blog);
   tu_rmtree(root);
   CHECK_DONE();
 }

@@ -23,24 +23,13 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "files.h"
 #include "augment/megatron.h"
 #include "stoker/augment.h"
 #include "tokens.h"
 #include "util.h"
 
 static char root[4096];
-
-static unsigned char *slurp(const char *path, size_t *len) {
-  FILE *f = fopen(path, "rb");
-  if (!f) return NULL;
-  fseek(f, 0, SEEK_END);
-  long n = ftell(f);
-  fseek(f, 0, SEEK_SET);
-  unsigned char *b = malloc(n > 0 ? (size_t)n : 1);
-  *len = b ? fread(b, 1, (size_t)(n > 0 ? n : 0), f) : 0;
-  fclose(f);
-  return b;
-}
 
 static void put64(unsigned char *p, uint64_t v) {
   for (int k = 0; k < 8; k++) p[k] = (unsigned char)(v >> (8 * k));
@@ -97,9 +86,9 @@ static void make_good(void) {
   CHECK_EQ_U64(nt, 18);
   char p[4300];
   snprintf(p, sizeof(p), "%s.idx", prefix);
-  good_idx = slurp(p, &good_idx_len);
+  good_idx = (unsigned char *)files_slurp(p, &good_idx_len);
   snprintf(p, sizeof(p), "%s.bin", prefix);
-  good_bin = slurp(p, &good_bin_len);
+  good_bin = (unsigned char *)files_slurp(p, &good_bin_len);
   CHECK(good_idx && good_bin);
   CHECK_EQ_U64(good_idx_len, 34 + 3 * 12 + 4 * 8);
   CHECK_EQ_U64(good_bin_len, 36);

@@ -117,8 +117,9 @@ int bench_tokens_main(int argc, char **argv) {
     else if (!strcmp(a, "--batch")) B = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--docs")) docs = strtoull(v, NULL, 10);
     else if (!strcmp(a, "--seconds")) seconds = atof(v);
-    else if (!strcmp(a, "--token-dtype") && !strcmp(v, "int32")) dtype = STK_DTYPE_INT32;
-    else if (!strcmp(a, "--token-dtype") && !strcmp(v, "int64")) dtype = STK_DTYPE_INT64;
+    else if (!strcmp(a, "--token-dtype") && (stk_dtype_from_name(v) == STK_DTYPE_INT32 ||
+                                             stk_dtype_from_name(v) == STK_DTYPE_INT64))
+      dtype = stk_dtype_from_name(v);
     else goto usage;
   }
   if (!S || !B || !docs || S > (1u << 20) || B > 65536 || !(seconds > 0)) goto usage;
@@ -156,7 +157,7 @@ int bench_tokens_main(int argc, char **argv) {
       "stoker-bench tokens: %llu documents, %llu uint16 tokens (%.0f MB), seq_len %llu, "
       "batch %llu, token_dtype %s, one thread\n",
       (unsigned long long)nd, (unsigned long long)nt, nt * 2 / 1e6, S, B,
-      dtype == STK_DTYPE_INT32 ? "int32" : "int64");
+      stk_dtype_name(dtype));
   printf("per CPU second of one thread (wall-clock rate in brackets)\n");
   const result *rs[2] = {&r1, &r2};
   const char *names[2] = {"tokens+labels+index            ",

@@ -38,7 +38,7 @@
 
 #include "bench_augment.h"
 #include "bench_util.h"
-#include "prof.h"
+#include "augment/prof.h"
 #include "stoker/augment.h"
 #include "stoker/client.h"
 
