@@ -49,7 +49,7 @@ typedef struct {
 
 /* What core knows of an op kind: one row per kind, indexed by it. Adding
  * an op: its kind in core/chain.h, its row here (and the functions it
- * names), its row of augment/ops_chain.c's KERNELS[]. A NULL function
+ * names), its row of augment/ops_kernels.c's KERNELS[]. A NULL function
  * means nothing to do: no arguments, none written, the size kept. */
 struct op_row {
   const char *name; /* as written in a chain; NULL: not a name (plugin ops) */

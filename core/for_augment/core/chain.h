@@ -4,7 +4,8 @@
  * size it makes. Core's interface for augment: on the include path only of
  * what links stoker_core_for_augment (core/CMakeLists.txt); not public
  * API. core/job.c stores a chain in stk_job_spec.chain as canonical text,
- * augment/ops_chain.c runs it. docs/pipelines.md is the user's
+ * augment/ops_chain.c runs it (each op's step in augment/ops_kernels.c).
+ * docs/pipelines.md is the user's
  * reference (every op, its parameters, its random draws).
  *
  * Pure functions of their arguments; no allocation; thread-safe.
@@ -22,7 +23,7 @@
 #define STK__CHAIN_MAX_DIM 16384
 
 /* An op's kind; each has one row in core/chain.c's OPS[] (name, parser,
- * canonical text, output size) and one in augment/ops_chain.c's KERNELS[]
+ * canonical text, output size) and one in augment/ops_kernels.c's KERNELS[]
  * (its step in the image pipeline). */
 typedef enum stk__op_kind {
   STK__OP_DECODE = 1,    /* always first (implied when not written) */
