@@ -268,6 +268,13 @@ int stk__chain_run_create(stk__chain_run **out, const stk_dataset *ds,
   }
   for (uint32_t i = 0; i < r->c.n; i++) {
     const stk__op *op = &r->c.ops[i];
+    if (!(r->k[i] = stk__kernel_of(op->kind))) { /* an op core has, augment not */
+      rc = stk__errf(err, errlen, STK_INTERNAL,
+                     "pipeline op %u (kind %d): no row of KERNELS[] (ops_kernels.c)",
+                     i + 1, op->kind);
+      stk__chain_run_free(r);
+      return rc;
+    }
     if (op->kind != STK__OP_PLUGIN) continue;
     const stk_op_info *info = stk__plugin_find(ds, op->name);
     if (!info) { /* the message first: op points into r */
@@ -333,8 +340,8 @@ int stk__chain_run_sample(stk__chain_run *r, stk__decoder *dec, uint32_t W, uint
       if (v.flip) stk__flip_h(r->buf[r->cur], v.w, v.h);
       v.flip = 0;
     }
-    const stk__kernel_row *k = stk__kernel_of(op->kind);
-    if (k && k->run) rc = k->run(r, &v, i, op, dec, rng, why, whylen);
+    const stk__kernel_row *k = r->k[i];
+    if (k->run) rc = k->run(r, &v, i, op, dec, rng, why, whylen);
   }
   if (rc) return rc;
   if (v.w != r->ow || v.h != r->oh) {

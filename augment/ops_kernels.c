@@ -392,52 +392,65 @@ static int run_train_jitter(stk__chain_run *r, stk__view *v, uint32_t i,
 static int run_policy(stk__chain_run *r, stk__view *v, uint32_t i, const stk__op *op,
                       stk__decoder *dec, stk_rng *rng, char *why, size_t whylen);
 
-/* What the runner does for an op kind (stk__kernel_row, ops_kernels.h):
- * one row per kind, indexed by it (core's kinds, core/chain.c's OPS[],
- * then the fused ops). Adding an op: its row here, its step above, its
- * pixel kernel in the "pixel ops" section. */
+/* What the runner does for each op (stk__kernel_row, ops_kernels.h):
+ * one row per op, found by the name core/chain.c's OPS[] gives it (the
+ * fused ops and plugin ops by names in parentheses). Adding an op: its
+ * row here, its step above, its pixel kernel in the "pixel ops"
+ * section. */
 
 /* clang-format off */
 static const stk__kernel_row KERNELS[] = {
-  [STK__OP_RRC]                  = {run_rrc,             0},
-  [STK__OP_RESIZE]               = {run_resize,          0},
-  [STK__OP_CENTER_CROP]          = {run_center_crop,     0},
-  [STK__OP_RANDOM_CROP]          = {run_random_crop,     0},
-  [STK__OP_HFLIP]                = {run_hflip,           0},
-  [STK__OP_VFLIP]                = {run_vflip_grayscale, 0},
-  [STK__OP_ROTATE]               = {run_rotate,          0},
-  [STK__OP_COLOR_JITTER]         = {run_color_jitter,    0},
-  [STK__OP_GRAYSCALE]            = {run_vflip_grayscale, 0},
-  [STK__OP_GAUSSIAN_BLUR]        = {run_gaussian_blur,   0},
-  [STK__OP_PLUGIN]               = {run_plugin,          0},
-  [STK__OP_SHEAR_X]              = {run_policy,          STK__PA_SHEAR_X},
-  [STK__OP_SHEAR_Y]              = {run_policy,          STK__PA_SHEAR_Y},
-  [STK__OP_TRANSLATE_X]          = {run_policy,          STK__PA_TRANSLATE_X},
-  [STK__OP_TRANSLATE_Y]          = {run_policy,          STK__PA_TRANSLATE_Y},
-  [STK__OP_ROTATE_BY]            = {run_policy,          STK__PA_ROTATE},
-  [STK__OP_BRIGHTNESS]           = {run_policy,          STK__PA_BRIGHTNESS},
-  [STK__OP_COLOR]                = {run_policy,          STK__PA_COLOR},
-  [STK__OP_CONTRAST]             = {run_policy,          STK__PA_CONTRAST},
-  [STK__OP_SHARPNESS]            = {run_policy,          STK__PA_SHARPNESS},
-  [STK__OP_POSTERIZE]            = {run_policy,          STK__PA_POSTERIZE},
-  [STK__OP_SOLARIZE]             = {run_policy,          STK__PA_SOLARIZE},
-  [STK__OP_AUTOCONTRAST]         = {run_policy,          STK__PA_AUTOCONTRAST},
-  [STK__OP_EQUALIZE]             = {run_policy,          STK__PA_EQUALIZE},
-  [STK__OP_INVERT]               = {run_policy,          STK__PA_INVERT},
-  [STK__OP_IDENTITY]             = {run_policy,          STK__PA_IDENTITY},
-  [STK__OP_RAND_AUGMENT]         = {run_policy,          0},
-  [STK__OP_TRIVIAL_AUGMENT_WIDE] = {run_policy,          0},
-  [STK__OP_AUTO_AUGMENT]         = {run_policy,          0},
-  [STK__OP_AUG_MIX]              = {run_policy,          0},
-  [STK__OP_PYTHON]               = {run_python,          0},
-  [STK__OP_TRAIN_JITTER]              = {run_train_jitter,    0},
-  [STK__OP_EVAL_CROP]                 = {run_eval_crop,       0},
+  /* name                  run                  pa */
+  {"decode",               NULL,                0},
+  {"random_resized_crop",  run_rrc,             0},
+  {"resize",               run_resize,          0},
+  {"center_crop",          run_center_crop,     0},
+  {"random_crop",          run_random_crop,     0},
+  {"hflip",                run_hflip,           0},
+  {"vflip",                run_vflip_grayscale, 0},
+  {"rotate",               run_rotate,          0},
+  {"color_jitter",         run_color_jitter,    0},
+  {"grayscale",            run_vflip_grayscale, 0},
+  {"gaussian_blur",        run_gaussian_blur,   0},
+  {"(plugin)",             run_plugin,          0},
+  {"shear_x",              run_policy,          STK__PA_SHEAR_X},
+  {"shear_y",              run_policy,          STK__PA_SHEAR_Y},
+  {"translate_x",          run_policy,          STK__PA_TRANSLATE_X},
+  {"translate_y",          run_policy,          STK__PA_TRANSLATE_Y},
+  {"rotate_by",            run_policy,          STK__PA_ROTATE},
+  {"brightness",           run_policy,          STK__PA_BRIGHTNESS},
+  {"color",                run_policy,          STK__PA_COLOR},
+  {"contrast",             run_policy,          STK__PA_CONTRAST},
+  {"sharpness",            run_policy,          STK__PA_SHARPNESS},
+  {"posterize",            run_policy,          STK__PA_POSTERIZE},
+  {"solarize",             run_policy,          STK__PA_SOLARIZE},
+  {"autocontrast",         run_policy,          STK__PA_AUTOCONTRAST},
+  {"equalize",             run_policy,          STK__PA_EQUALIZE},
+  {"invert",               run_policy,          STK__PA_INVERT},
+  {"identity",             run_policy,          STK__PA_IDENTITY},
+  {"rand_augment",         run_policy,          0},
+  {"trivial_augment_wide", run_policy,          0},
+  {"auto_augment",         run_policy,          0},
+  {"aug_mix",              run_policy,          0},
+  {"random_erasing",       NULL,                0},
+  {"mixup",                NULL,                0},
+  {"cutmix",               NULL,                0},
+  {"mixup_cutmix",         NULL,                0},
+  {"python",               run_python,          0},
+  {"(train jitter)",       run_train_jitter,    0},
+  {"(eval crop)",          run_eval_crop,       0},
 };
 /* clang-format on */
 #define NKERNELS ((int)(sizeof(KERNELS) / sizeof(KERNELS[0])))
 
 const stk__kernel_row *stk__kernel_of(int kind) {
-  return kind >= 0 && kind < NKERNELS ? &KERNELS[kind] : NULL;
+  const char *name = kind == STK__OP_TRAIN_JITTER ? "(train jitter)"
+                     : kind == STK__OP_EVAL_CROP  ? "(eval crop)"
+                     : kind == STK__OP_PLUGIN     ? "(plugin)"
+                                                  : stk__op_kind_name(kind);
+  for (int k = 0; name && k < NKERNELS; k++)
+    if (!strcmp(KERNELS[k].name, name)) return &KERNELS[k];
+  return NULL;
 }
 
 /* the policies and their sub-ops (ops_policy.c) */
@@ -445,8 +458,7 @@ static int run_policy(stk__chain_run *r, stk__view *v, uint32_t i, const stk__op
                       stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
   int rc = stk__view_real(r, v, dec, why, whylen);
   if (rc) return rc;
-  if (stk__policy_run(&r->ps, op, KERNELS[op->kind].pa, r->buf[r->cur], v->w, v->h,
-                      rng)) {
+  if (stk__policy_run(&r->ps, op, r->k[i]->pa, r->buf[r->cur], v->w, v->h, rng)) {
     rc = STK_NO_MEMORY;
     snprintf(why, whylen, "out of memory (%s)", "augmentation policy");
   }

@@ -30,14 +30,14 @@ enum {
    * strengths, as the job's keys): 3 draws, the factors uniform in
    * [max(0, 1 - v), 1 + v], applied in that fixed order with torchvision's
    * tensor formulas (stk__jitter8); commutes with a pending flip */
-  STK__OP_TRAIN_JITTER = 64,
+  STK__OP_TRAIN_JITTER = STK__OP_KINDS_MAX,
   /* eval's CenterCrop(h, w) right after resize(s): offsets rounded half
    * to even, and a crop larger than the resized image stays a box whose
    * taps outside the image are dropped by the resampler (no zero fill) */
   STK__OP_EVAL_CROP
 };
-_Static_assert((int)STK__OP_TRAIN_JITTER > (int)STK__OP_PYTHON,
-               "fused ops after core's kinds");
+
+typedef struct stk__kernel_row stk__kernel_row;
 
 /* The runner's state, one per builder (ops_chain.c creates and frees it;
  * the kernels use its buffers). */
@@ -60,6 +60,7 @@ struct stk__chain_run {
   const stk_op_info *pinfo[STK__CHAIN_MAX_OPS];
   void *pstate[STK__CHAIN_MAX_OPS];
   stk__pyop *py; /* the python ops' process (ops_python.c), NULL without one */
+  const stk__kernel_row *k[STK__CHAIN_MAX_OPS]; /* each op's row of KERNELS[] */
 };
 
 /* The image between ops: virtual (a box of the JPEG or of buf[cur] to be
@@ -112,17 +113,21 @@ int stk__view_resize(stk__chain_run *r, stk__view *v, stk__decoder *dec, uint32_
 void stk__flip_h(uint8_t *px, uint32_t w, uint32_t h);
 
 /* What the runner does for an op kind (a row of ops_kernels.c's
- * KERNELS[]). run: its step before the store, op being the chain's op i,
- * on the image v, drawing from rng; STK_OK, or an error with why (NULL:
- * no step; random_erasing and the batch ops run after the store). pa: a
- * policy sub-op's `_apply_op` operation (ops_policy.h). */
-typedef struct stk__kernel_row {
+ * KERNELS[]). name: the op's name in core/chain.c's OPS[] (for a fused op
+ * or plugin ops, a name in parentheses no chain can write). run: its step
+ * before the store, op being the chain's op i, on the image v, drawing
+ * from rng; STK_OK, or an error with why (NULL: no step; random_erasing
+ * and the batch ops run after the store). pa: a policy sub-op's
+ * `_apply_op` operation (ops_policy.h). */
+struct stk__kernel_row {
+  const char *name;
   int (*run)(stk__chain_run *r, stk__view *v, uint32_t i, const stk__op *op,
              stk__decoder *dec, stk_rng *rng, char *why, size_t whylen);
   int pa;
-} stk__kernel_row;
+};
 
-/* The row of op kind, NULL for a kind without one. */
+/* The row of op kind (found by its name), NULL for a kind without one.
+ * A linear search: the runner looks each op up once, at its creation. */
 const stk__kernel_row *stk__kernel_of(int kind);
 
 #endif

@@ -19,7 +19,8 @@
  *    builders equal stk_build_reference; float32 normalizes every view;
  *    the job text round-trips and refuses what cannot work;
  *  - the hostile decode corpus (tests/fuzz/corpus/decode) through the long
- *    chain: every bad file substituted and reported, nothing crashes.
+ *    chain: every bad file substituted and reported, nothing crashes;
+ *  - every op core's table names has its row of KERNELS[], found by name.
  * PLUGIN_DIR and CORPUS_DIR come from the build.
  */
 #include <dirent.h>
@@ -31,7 +32,9 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "core/chain.h"
 #include "gen.h"
+#include "ops_kernels.h"
 #include "stoker/augment.h"
 #include "util.h"
 
@@ -624,7 +627,27 @@ static void test_hostile_corpus(void) {
   stk_dataset_close(ds);
 }
 
+/* Every op core's table names has a row of KERNELS[] under that name, and
+ * so do plugin ops and the fused ops; kind 0 and a kind past the table
+ * have none. */
+static void test_kernel_rows(void) {
+  int named = 0;
+  for (int k = 1; k < STK__OP_KINDS_MAX; k++) {
+    const char *name = stk__op_kind_name(k);
+    if (!name) continue;
+    named++;
+    const stk__kernel_row *row = stk__kernel_of(k);
+    CHECK(row && !strcmp(row->name, name));
+    if (!row) fprintf(stderr, "op '%s' (kind %d) has no row of KERNELS[]\n", name, k);
+  }
+  CHECK(named > 30);
+  CHECK(stk__kernel_of(STK__OP_PLUGIN) && stk__kernel_of(STK__OP_PLUGIN)->run);
+  CHECK(stk__kernel_of(STK__OP_TRAIN_JITTER) && stk__kernel_of(STK__OP_EVAL_CROP));
+  CHECK(!stk__kernel_of(0) && !stk__kernel_of(STK__OP_KINDS_MAX - 1));
+}
+
 int main(void) {
+  test_kernel_rows();
   if (tu_tmpdir(root, sizeof(root), "chain")) return 77;
   char ds[4200], err[256];
   snprintf(ds, sizeof(ds), "%s/ds", root);
