@@ -209,7 +209,7 @@ static void test_refusals(void) {
   refused("random_resized_crop(224) | zzzz(1)", 0,
           "(built in: decode, random_resized_crop, ");
   refused("random_resized_crop(224) | zzzz(1)", 0,
-          ", python, normalize, to; an op from a plugin needs plugin = zzzz)");
+          ", normalize, to; an op from a plugin needs plugin = zzzz)");
   refused("random_resized_crop(224, scale=0:1)", 1, "scale wants a:b");
   refused("random_resized_crop()", 1, "needs a size");
   refused("random_resized_crop(224) | hflip(2)", 1, "op 2 'hflip': p is a probability");
