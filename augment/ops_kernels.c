@@ -154,6 +154,34 @@ static void flip_v(uint8_t *px, uint32_t w, uint32_t h) {
   }
 }
 
+/* torchvision's Pad on a PIL image: s (w x h) into o (ow x oh), its
+ * top-left corner at (l, t). constant: fill in every channel (PIL's
+ * ImageOps.expand); edge, reflect, symmetric: the pixel numpy's np.pad
+ * takes in that mode, each axis on its own (reflect mirrors about the
+ * edge pixel, symmetric repeats it; both go on mirroring past the far
+ * side when the padding is wider than the image). */
+static int64_t pad_at(int64_t i, uint32_t n, int mode) {
+  if (i >= 0 && i < n) return i;
+  if (mode == 0) return -1;
+  if (mode == 1) return i < 0 ? 0 : (int64_t)n - 1;
+  if (mode == 2) return reflect(i, n);
+  int64_t p = 2 * (int64_t)n, m = ((i % p) + p) % p;
+  return m < n ? m : p - 1 - m;
+}
+
+static void pad(const uint8_t *s, uint32_t w, uint32_t h, uint32_t l, uint32_t t,
+                uint32_t ow, uint32_t oh, int mode, uint8_t fill, uint8_t *o) {
+  for (uint32_t y = 0; y < oh; y++) {
+    int64_t sy = pad_at((int64_t)y - t, h, mode);
+    for (uint32_t x = 0; x < ow; x++) {
+      int64_t sx = pad_at((int64_t)x - l, w, mode);
+      uint8_t *d = o + ((size_t)y * ow + x) * 3;
+      if (sy < 0 || sx < 0) d[0] = d[1] = d[2] = fill;
+      else memcpy(d, s + ((size_t)sy * w + (size_t)sx) * 3, 3);
+    }
+  }
+}
+
 /* Rotate counter-clockwise by 90k degrees (PIL's transpose) into o. */
 static void rotate(const uint8_t *s, uint32_t w, uint32_t h, int k, uint8_t *o) {
   uint32_t ow = k & 1 ? h : w, oh = k & 1 ? w : h;
@@ -389,6 +417,21 @@ static int run_train_jitter(stk__chain_run *r, stk__view *v, uint32_t i,
   return train_jitter(r, v, op, dec, rng, why, whylen);
 }
 
+static int run_pad(stk__chain_run *r, stk__view *v, uint32_t i, const stk__op *op,
+                   stk__decoder *dec, stk_rng *rng, char *why, size_t whylen) {
+  uint32_t l = (uint32_t)op->lo[0], t = (uint32_t)op->lo[1];
+  int rc = stk__view_real(r, v, dec, why, whylen);
+  if (rc) return rc;
+  uint32_t ow = v->w + l + (uint32_t)op->lo[2], oh = v->h + t + (uint32_t)op->lo[3];
+  uint8_t *o = stk__chain_buf(r, (size_t)ow * oh * 3);
+  if (!o) return snprintf(why, whylen, "out of memory (pad)"), STK_NO_MEMORY;
+  pad(r->buf[r->cur], v->w, v->h, l, t, ow, oh, (int)op->kw, (uint8_t)op->kh, o);
+  r->cur = !r->cur;
+  v->w = v->sw = ow, v->h = v->sh = oh;
+  v->x1 = ow, v->y1 = oh;
+  return STK_OK;
+}
+
 static int run_policy(stk__chain_run *r, stk__view *v, uint32_t i, const stk__op *op,
                       stk__decoder *dec, stk_rng *rng, char *why, size_t whylen);
 
@@ -436,6 +479,7 @@ static const stk__kernel_row KERNELS[] = {
   {"mixup",                NULL,                0},
   {"cutmix",               NULL,                0},
   {"mixup_cutmix",         NULL,                0},
+  {"pad",                  run_pad,             0},
   {"python",               run_python,          0},
   {"(train jitter)",       run_train_jitter,    0},
   {"(eval crop)",          run_eval_crop,       0},

@@ -749,6 +749,53 @@ static int size_rotate(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch,
   return STK_OK;
 }
 
+/* pad(p) | pad(left_right, top_bottom) | pad(left, top, right, bottom),
+ * fill=v, mode=m: torchvision's Pad(padding, fill, padding_mode) with its
+ * padding written the same three ways. lo[0..3]: left, top, right,
+ * bottom (whole numbers, exact in a float); kh: fill (0..255, every
+ * channel); kw: the mode, an index of PAD_MODES. */
+static const char *const PAD_MODES[] = {"constant", "edge", "reflect", "symmetric"};
+
+static int parse_pad(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *v[4];
+  uint32_t s[4] = {0};
+  int n = 0;
+  while (n < 4 && (v[n] = arg(a, n, NULL))) n++;
+  if (n == 0 || n == 3)
+    return OPFAIL(cx,
+                  "wants pad(p), pad(left_right, top_bottom) or pad(left, top, "
+                  "right, bottom)");
+  for (int i = 0; i < n; i++)
+    if (whole(v[i], 0, 4096, &s[i]))
+      return OPFAIL(cx, "padding is a whole number in 0..4096, got '%s'", v[i]);
+  op->lo[0] = (float)s[0];                        /* left */
+  op->lo[1] = (float)(n == 1 ? s[0] : s[1]);      /* top */
+  op->lo[2] = (float)(n == 4 ? s[2] : s[0]);      /* right */
+  op->lo[3] = (float)(n == 4 ? s[3] : s[n == 2]); /* bottom */
+  const char *f = arg(a, -1, "fill"), *m = arg(a, -1, "mode");
+  if (f && whole(f, 0, 255, &op->kh))
+    return OPFAIL(cx, "fill is a whole number in 0..255, got '%s'", f);
+  op->kw = m ? 4 : 0;
+  for (uint32_t k = 0; m && k < 4; k++)
+    if (!strcmp(m, PAD_MODES[k])) op->kw = k;
+  if (op->kw == 4)
+    return OPFAIL(cx, "mode is constant, edge, reflect or symmetric, got '%s'", m);
+  return STK_OK;
+}
+
+static void format_pad(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%u, %u, %u, %u, fill=%u, mode=%s)", (uint32_t)o->lo[0],
+      (uint32_t)o->lo[1], (uint32_t)o->lo[2], (uint32_t)o->lo[3], o->kh,
+      PAD_MODES[o->kw]);
+}
+
+static int size_pad(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch, uint32_t *cw,
+                    char *err, size_t errlen) {
+  if (*fixed)
+    *ch += (uint32_t)(o->lo[1] + o->lo[3]), *cw += (uint32_t)(o->lo[0] + o->lo[2]);
+  return STK_OK;
+}
+
 /* ---- the op table ------------------------------------------------------ */
 
 /* clang-format off */
@@ -791,6 +838,7 @@ static const op_row OPS[] = {
   [STK__OP_MIXUP_CUTMIX]         = {"mixup_cutmix",         mix_args,            NULL,          format_mix,                  NULL},
   [STK__OP_PYTHON]               = {"python",               parse_python,        NULL,          format_python,               size_python},
   /* ops no code names by kind: a row each, in order, kind = index */
+                                   {"pad",                  parse_pad,           NULL,          format_pad,                  size_pad},
 };
 /* clang-format on */
 #define NKINDS ((int)(sizeof(OPS) / sizeof(OPS[0])))
