@@ -108,7 +108,7 @@ int stk__auto_augment_step(int policy, int row, int i, float *p, int *bin);
 
 /* Run a policy or sub-op (any kind stk__policy_kind accepts) on the real
  * image px (w x h RGB, size kept), drawing from rng. pa: a sub-op's
- * `_apply_op` operation (STK__PA_*, its row of ops_chain.c's KERNELS[]),
+ * `_apply_op` operation (STK__PA_*, its row of ops_kernels.c's KERNELS[]),
  * ignored for the policies. 0, or -1 out of memory. */
 int stk__policy_run(stk__policy_scratch *s, const stk__op *op, int pa, uint8_t *px,
                     uint32_t w, uint32_t h, stk_rng *rng);

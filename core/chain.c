@@ -9,7 +9,8 @@
  *
  * Each op kind is one row of the op table OPS[]: its name, its argument
  * parser, its canonical text and the output size it makes, each a
- * function defined above the table.
+ * function defined above the table. Nothing else lists the ops: the
+ * "unknown op" message names the table's.
  *
  * Pure functions; no allocation (the text is copied into a stack buffer of
  * the job line's size); thread-safe.
@@ -48,9 +49,11 @@ typedef struct {
 } ctx_t;
 
 /* What core knows of an op kind: one row per kind, indexed by it. Adding
- * an op: its kind in core/chain.h, its row here (and the functions it
- * names), its row of augment/ops_chain.c's KERNELS[]. A NULL function
- * means nothing to do: no arguments, none written, the size kept. */
+ * an op: its row at the end of OPS[] (its kind is the row's index: no
+ * constant in core/chain.h unless code must name it) and the functions
+ * it names, and its row of augment/ops_kernels.c's KERNELS[], by the
+ * same name. A NULL function means nothing to do: no arguments, none
+ * written, the size kept. */
 struct op_row {
   const char *name; /* as written in a chain; NULL: not a name (plugin ops) */
   /* its arguments into *op */
@@ -746,6 +749,53 @@ static int size_rotate(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch,
   return STK_OK;
 }
 
+/* pad(p) | pad(left_right, top_bottom) | pad(left, top, right, bottom),
+ * fill=v, mode=m: torchvision's Pad(padding, fill, padding_mode) with its
+ * padding written the same three ways. lo[0..3]: left, top, right,
+ * bottom (whole numbers, exact in a float); kh: fill (0..255, every
+ * channel); kw: the mode, an index of PAD_MODES. */
+static const char *const PAD_MODES[] = {"constant", "edge", "reflect", "symmetric"};
+
+static int parse_pad(args_t *a, const ctx_t *cx, stk__op *op) {
+  const char *v[4];
+  uint32_t s[4] = {0};
+  int n = 0;
+  while (n < 4 && (v[n] = arg(a, n, NULL))) n++;
+  if (n == 0 || n == 3)
+    return OPFAIL(cx,
+                  "wants pad(p), pad(left_right, top_bottom) or pad(left, top, "
+                  "right, bottom)");
+  for (int i = 0; i < n; i++)
+    if (whole(v[i], 0, 4096, &s[i]))
+      return OPFAIL(cx, "padding is a whole number in 0..4096, got '%s'", v[i]);
+  op->lo[0] = (float)s[0];                        /* left */
+  op->lo[1] = (float)(n == 1 ? s[0] : s[1]);      /* top */
+  op->lo[2] = (float)(n == 4 ? s[2] : s[0]);      /* right */
+  op->lo[3] = (float)(n == 4 ? s[3] : s[n == 2]); /* bottom */
+  const char *f = arg(a, -1, "fill"), *m = arg(a, -1, "mode");
+  if (f && whole(f, 0, 255, &op->kh))
+    return OPFAIL(cx, "fill is a whole number in 0..255, got '%s'", f);
+  op->kw = m ? 4 : 0;
+  for (uint32_t k = 0; m && k < 4; k++)
+    if (!strcmp(m, PAD_MODES[k])) op->kw = k;
+  if (op->kw == 4)
+    return OPFAIL(cx, "mode is constant, edge, reflect or symmetric, got '%s'", m);
+  return STK_OK;
+}
+
+static void format_pad(const stk__op *o, char *buf, size_t len, size_t *n) {
+  put(buf, len, n, "(%u, %u, %u, %u, fill=%u, mode=%s)", (uint32_t)o->lo[0],
+      (uint32_t)o->lo[1], (uint32_t)o->lo[2], (uint32_t)o->lo[3], o->kh,
+      PAD_MODES[o->kw]);
+}
+
+static int size_pad(const stk__op *o, uint32_t i, int *fixed, uint32_t *ch, uint32_t *cw,
+                    char *err, size_t errlen) {
+  if (*fixed)
+    *ch += (uint32_t)(o->lo[1] + o->lo[3]), *cw += (uint32_t)(o->lo[0] + o->lo[2]);
+  return STK_OK;
+}
+
 /* ---- the op table ------------------------------------------------------ */
 
 /* clang-format off */
@@ -787,10 +837,16 @@ static const op_row OPS[] = {
   [STK__OP_CUTMIX]               = {"cutmix",               mix_args,            NULL,          format_mix,                  NULL},
   [STK__OP_MIXUP_CUTMIX]         = {"mixup_cutmix",         mix_args,            NULL,          format_mix,                  NULL},
   [STK__OP_PYTHON]               = {"python",               parse_python,        NULL,          format_python,               size_python},
+  /* ops no code names by kind: a row each, in order, kind = index */
+                                   {"pad",                  parse_pad,           NULL,          format_pad,                  size_pad},
 };
 /* clang-format on */
 #define NKINDS ((int)(sizeof(OPS) / sizeof(OPS[0])))
-_Static_assert(NKINDS == STK__OP_PYTHON + 1, "a row of OPS[] for every op kind");
+_Static_assert(NKINDS <= STK__OP_KINDS_MAX, "op kinds below STK__OP_KINDS_MAX");
+
+const char *stk__op_kind_name(int kind) {
+  return kind > 0 && kind < NKINDS ? OPS[kind].name : NULL;
+}
 
 /* The row of kind; NULL for a kind no op has. */
 static const op_row *op_row_of(int kind) {
@@ -965,20 +1021,19 @@ int stk__chain_check_plugins(const stk__chain *c, const char *plugins, char *err
       if (l == nl && !memcmp(p, o->name, nl)) found = 1;
       p = e ? e + 1 : p + l;
     }
-    const char *near = found ? NULL : closest_op(o->name);
-    if (!found)
-      return stk__errf(
-          err, errlen, STK_INVALID_ARGUMENT,
-          "pipeline op %u: unknown op '%s'%s%s%s (built in: decode, random_resized_crop, "
-          "resize, center_crop, random_crop, hflip, vflip, rotate, "
-          "color_jitter, grayscale, gaussian_blur, shear_x, shear_y, translate_x, "
-          "translate_y, rotate_by, brightness, color, contrast, sharpness, posterize, "
-          "solarize, autocontrast, equalize, invert, identity, rand_augment, "
-          "trivial_augment_wide, auto_augment, aug_mix, random_erasing, mixup, cutmix, "
-          "mixup_cutmix, python, normalize, to; an "
-          "op from a plugin needs plugin = %s)",
-          i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
-          near ? "'?" : "", o->name);
+    if (found) continue;
+    const char *near = closest_op(o->name);
+    char names[NKINDS * 24 + 32]; /* the table's names, then the closing two */
+    size_t n = 0;
+    names[0] = 0;
+    for (int k = 1; k < NKINDS; k++)
+      if (OPS[k].name) put(names, sizeof(names), &n, "%s, ", OPS[k].name);
+    put(names, sizeof(names), &n, "normalize, to");
+    return stk__errf(err, errlen, STK_INVALID_ARGUMENT,
+                     "pipeline op %u: unknown op '%s'%s%s%s (built in: %s; an "
+                     "op from a plugin needs plugin = %s)",
+                     i + 1, o->name, near ? ": did you mean '" : "", near ? near : "",
+                     near ? "'?" : "", names, o->name);
   }
   return STK_OK;
 }

@@ -3,12 +3,13 @@
  * canonical text every process receives), the canonical form and its
  * hash, validation.
  *
- * The option table is the single source of truth for job keys: parsing
- * and the canonical text (and so the job hash) come from it. Each row's
- * `help` is a one-line summary for readers of this file only (nothing
- * prints it); the users' reference is docs/operations.md's job table,
- * written by hand: a key added here gets its row there too
- * (test_docs_job_keys fails until the table names exactly these keys).
+ * The option table is the single source of truth for job keys: parsing,
+ * the canonical text (and so the job hash) and the key list come from it.
+ * Each row's `help` is the one-line summary `stoker-coordinator
+ * --help-job-keys` prints (stk_job_key); the users' reference is
+ * docs/operations.md's job table, written by hand: a key added here gets
+ * its row there too (test_docs_job_keys fails until the table names
+ * exactly these keys, with their types).
  */
 #include <ctype.h>
 #include <errno.h>
@@ -148,6 +149,27 @@ static const job_opt job_opts[] = {
      "substituted)"},
 };
 #define NOPTS (sizeof(job_opts) / sizeof(job_opts[0]))
+
+/* The word for each type that stk_job_key gives (docs/operations.md's
+ * job table uses the same words). */
+static const char *const type_words[] = {
+    [T_STR] = "str",        [T_OPTSTR] = "str",
+    [T_U32] = "uint32",     [T_U64] = "uint64",
+    [T_F32] = "float",      [T_F32X3] = "3 floats",
+    [T_BOOL] = "bool",      [T_ENUM] = "enum",
+    [T_TOKEN] = "token",    [T_PIPE] = "enum or chain",
+    [T_VIEWS] = "uint32",   [T_SHUFFLE] = "bool",
+    [T_VIEWCHAIN] = "chain"};
+_Static_assert(sizeof(type_words) / sizeof(type_words[0]) == T_VIEWCHAIN + 1,
+               "a word for every option type");
+
+int stk_job_key(size_t i, const char **name, const char **type, const char **help) {
+  if (i >= NOPTS) return STK_NOT_FOUND;
+  if (name) *name = job_opts[i].name;
+  if (type) *type = type_words[job_opts[i].type];
+  if (help) *help = job_opts[i].help;
+  return STK_OK;
+}
 
 void stk_job_spec_defaults(stk_job_spec *s) {
   memset(s, 0, sizeof(*s));

@@ -174,6 +174,15 @@ STK_EXPORT int stk_job_spec_load(stk_job_spec *spec, const char *path, char *err
 STK_EXPORT int stk_job_text_get(const char *text, const char *key, char *value,
                                 size_t len);
 
+/* The job keys, in the order of the canonical text: key i's name, the
+ * kind of value it takes ("str", "uint32", "uint64", "float", "3 floats",
+ * "bool", "enum", "token", "enum or chain", "chain") and a one-line help.
+ * The strings are static (not to be freed); any out-pointer may be NULL.
+ * Returns STK_OK, or STK_NOT_FOUND when i is past the last key. What
+ * `stoker-coordinator --help-job-keys` prints. Thread-safe. */
+STK_EXPORT int stk_job_key(size_t i, const char **name, const char **type,
+                           const char **help);
+
 /* Check a spec for consistency (non-zero sizes, known enums, limits such as
  * a batch of at most 2 GiB). STK_OK or STK_INVALID_ARGUMENT with a message. */
 STK_EXPORT int stk_job_spec_validate(const stk_job_spec *spec, char *err, size_t errlen);

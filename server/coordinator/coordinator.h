@@ -113,7 +113,7 @@ typedef struct coord_opts {
       stats_interval_s, shutdown_grace_s, max_message_mb, watch_lease_s, rejoin_wait_s,
       linger_s, metrics_rank_series, resolve_threads, resolve_timeout_ms, ticket_ttl_s,
       accel_hosts;
-  int print_job, discard_state;
+  int print_job, help_job_keys, discard_state;
   stk__serve_opts serve;
   double max_bad_fraction;
 } coord_opts;

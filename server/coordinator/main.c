@@ -178,6 +178,15 @@ static int start_server(stk__rpc_server **srv, char *err, size_t errlen) {
   return 0;
 }
 
+/* --help-job-keys: the job keys from core's option table (stk_job_key),
+ * one per line: name, type, meaning. */
+static void print_job_keys(void) {
+  const char *name, *type, *help;
+  printf("job keys ('key = value' lines of --job FILE, or --set key=value):\n");
+  for (size_t i = 0; stk_job_key(i, &name, &type, &help) == STK_OK; i++)
+    printf("  %-20s %-14s %s\n", name, type, help);
+}
+
 int main(int argc, char **argv) {
   int pr = stk__daemon_init(
       PROGRAM, options, noptions, argc, argv,
@@ -186,6 +195,11 @@ int main(int argc, char **argv) {
   int code = pr == OPTS_EXIT_OK ? EXIT_OK : EXIT_USAGE;
   char err[600];
   if (pr != OPTS_RUN) goto out;
+  if (opt.help_job_keys) {
+    print_job_keys();
+    code = EXIT_OK;
+    goto out;
+  }
   if (state_load_job(err, sizeof(err)) ||
       stk__daemon_tls(&opt.tls, "", &C.tls, err, sizeof(err))) {
     fprintf(stderr, PROGRAM ": %s\n", err);

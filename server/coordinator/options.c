@@ -29,6 +29,10 @@ stk__option options[] = {
      &opt.set, 0, 0},
     {"print-job", OPT_BOOL, "false", NULL,
      "print the job's canonical text and hash, then exit", &opt.print_job, 0, 0},
+    {"help-job-keys", OPT_BOOL, "false", NULL,
+     "print every job key (what --job lines and --set take) with its type and "
+     "meaning, then exit",
+     &opt.help_job_keys, 0, 0},
     {"accel-type", OPT_STR, "", stk__opt_instance_type,
      "the instance type of the training (accelerator) hosts, e.g. ml.p4d.24xlarge "
      "(stoker-launch passes what the scheduler says): stoker status prices its "

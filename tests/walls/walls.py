@@ -110,7 +110,8 @@ def links(bindir):
 # Each room's private headers, by every name a file elsewhere might try.
 PRIVATE = (
     "client/internal.h", "client/wset.h", "client/convert_kernel.h", "wset.h",
-    "augment/internal.h", "augment/ops_chain.h", "augment/decode.h", "augment/prof.h",
+    "augment/internal.h", "augment/ops_chain.h", "augment/ops_kernels.h", "augment/decode.h",
+    "augment/prof.h", "ops_kernels.h",
     "ops_chain.h", "decode.h", "imgsrc.h", "jpegsrc.h", "prof.h",
     "augment/for_tools/augment/prof.h", "for_tools/augment/prof.h",
     "core/chain.h", "core/internal.h", "chain.h", "core_internal.h",

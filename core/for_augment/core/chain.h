@@ -4,7 +4,8 @@
  * size it makes. Core's interface for augment: on the include path only of
  * what links stoker_core_for_augment (core/CMakeLists.txt); not public
  * API. core/job.c stores a chain in stk_job_spec.chain as canonical text,
- * augment/ops_chain.c runs it. docs/pipelines.md is the user's
+ * augment/ops_chain.c runs it (each op's step in augment/ops_kernels.c).
+ * docs/pipelines.md is the user's
  * reference (every op, its parameters, its random draws).
  *
  * Pure functions of their arguments; no allocation; thread-safe.
@@ -21,9 +22,12 @@
 #define STK__OP_ARGS_MAX   200 /* a plugin op's argument text, with its NUL */
 #define STK__CHAIN_MAX_DIM 16384
 
-/* An op's kind; each has one row in core/chain.c's OPS[] (name, parser,
- * canonical text, output size) and one in augment/ops_chain.c's KERNELS[]
- * (its step in the image pipeline). */
+/* An op's kind: the index of its row in core/chain.c's OPS[] (name,
+ * parser, canonical text, output size); its row of augment/ops_kernels.c's
+ * KERNELS[] (its step in the image pipeline) carries its name. The
+ * constants below are the kinds code refers to by kind; an op that only
+ * its two rows know needs none (its row sits at the end of OPS[], after
+ * STK__OP_PYTHON). Kinds are below STK__OP_KINDS_MAX. */
 typedef enum stk__op_kind {
   STK__OP_DECODE = 1,    /* always first (implied when not written) */
   STK__OP_RRC,           /* random_resized_crop(h[, w], scale=a:b, ratio=a:b) */
@@ -83,6 +87,15 @@ typedef enum stk__op_kind {
    * (0: the input's) */
   STK__OP_PYTHON
 } stk__op_kind;
+
+/* Every op kind is below this (core/chain.c checks its table against
+ * it); augment's fused ops are numbered from it. */
+#define STK__OP_KINDS_MAX 64
+
+/* The name of op kind as a chain writes it (static), or NULL for a kind
+ * without one (a plugin op: its own name is in stk__op.name; a kind past
+ * the table). Thread-safe. */
+const char *stk__op_kind_name(int kind);
 
 /* 1 when kind is a batch op. */
 static inline int stk__op_is_batch(int kind) {

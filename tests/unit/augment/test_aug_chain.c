@@ -19,7 +19,9 @@
  *    builders equal stk_build_reference; float32 normalizes every view;
  *    the job text round-trips and refuses what cannot work;
  *  - the hostile decode corpus (tests/fuzz/corpus/decode) through the long
- *    chain: every bad file substituted and reported, nothing crashes.
+ *    chain: every bad file substituted and reported, nothing crashes;
+ *  - every op core's table names has its row of KERNELS[], found by name;
+ *  - pad's pixels in each mode against the unpadded crop padded here.
  * PLUGIN_DIR and CORPUS_DIR come from the build.
  */
 #include <dirent.h>
@@ -32,7 +34,9 @@
 
 #include "badlog.h"
 #include "check.h"
+#include "core/chain.h"
 #include "gen.h"
+#include "ops_kernels.h"
 #include "stoker/augment.h"
 #include "util.h"
 
@@ -622,7 +626,80 @@ static void test_hostile_corpus(void) {
   badlog_clear(&log);
 }
 
+/* Every op core's table names has a row of KERNELS[] under that name, and
+ * so do plugin ops and the fused ops; kind 0 and a kind past the table
+ * have none. */
+static void test_kernel_rows(void) {
+  int named = 0;
+  for (int k = 1; k < STK__OP_KINDS_MAX; k++) {
+    const char *name = stk__op_kind_name(k);
+    if (!name) continue;
+    named++;
+    const stk__kernel_row *row = stk__kernel_of(k);
+    CHECK(row && !strcmp(row->name, name));
+    if (!row) fprintf(stderr, "op '%s' (kind %d) has no row of KERNELS[]\n", name, k);
+  }
+  CHECK(named > 30);
+  CHECK(stk__kernel_of(STK__OP_PLUGIN) && stk__kernel_of(STK__OP_PLUGIN)->run);
+  CHECK(stk__kernel_of(STK__OP_TRAIN_JITTER) && stk__kernel_of(STK__OP_EVAL_CROP));
+  CHECK(!stk__kernel_of(0) && !stk__kernel_of(STK__OP_KINDS_MAX - 1));
+}
+
+/* Where pad's output pixel i (an offset from the image's first pixel on
+ * one axis of n) comes from: -1 for the fill. Written apart from the
+ * kernel, as np.pad's modes define it: edge clamps; reflect is periodic
+ * over 2(n - 1), the edge pixel once; symmetric over 2n, the edge twice. */
+static int64_t pad_ref(int64_t i, int64_t n, int mode) {
+  if (i >= 0 && i < n) return i;
+  int64_t p = mode == 2 ? 2 * (n - 1) : 2 * n, m = ((i % p) + p) % p;
+  if (mode == 0) return -1;
+  if (mode == 1) return i < 0 ? 0 : n - 1;
+  if (mode == 2) return m < n ? m : p - m;
+  return m < n ? m : p - 1 - m;
+}
+
+/* pad(3, 1, 30, 5) of a 24 x 24 crop in each mode: every byte equals the
+ * crop's own pixels padded by pad_ref (the right side is wider than the
+ * crop, so reflect and symmetric go round more than once). */
+static void test_pad(void) {
+  static const char *const modes[] = {"constant", "edge", "reflect", "symmetric"};
+  const int64_t S = 24, L = 3, T = 1, W = 24 + 3 + 30, H = 24 + 1 + 5;
+  char err[512], chain[200];
+  size_t la, lb;
+  stk_job_spec a, b;
+  spec_of(&a, STK_SOURCE_IMAGEFOLDER, "decode | center_crop(24)", 0, STK_DTYPE_UINT8,
+          STK_LAYOUT_NHWC, 4);
+  uint8_t *base = images(&a, NULL, 0, 2, &la, err, sizeof(err));
+  CHECK(base && la == 8 * S * S * 3);
+  for (int mode = 0; base && mode < 4; mode++) {
+    snprintf(chain, sizeof(chain),
+             "decode | center_crop(24) | pad(3, 1, 30, 5, fill=7, mode=%s)", modes[mode]);
+    spec_of(&b, STK_SOURCE_IMAGEFOLDER, chain, 0, STK_DTYPE_UINT8, STK_LAYOUT_NHWC, 4);
+    CHECK(b.height == H && b.width == W);
+    uint8_t *got = images(&b, NULL, 0, 2, &lb, err, sizeof(err));
+    CHECK(got && lb == 8 * (size_t)(H * W * 3));
+    size_t bad = 0;
+    for (int64_t k = 0; got && k < 8; k++)
+      for (int64_t y = 0; y < H; y++)
+        for (int64_t x = 0; x < W; x++) {
+          int64_t sy = pad_ref(y - T, S, mode), sx = pad_ref(x - L, S, mode);
+          for (int c = 0; c < 3; c++) {
+            uint8_t want = sy < 0 || sx < 0 ? 7 : base[((k * S + sy) * S + sx) * 3 + c];
+            bad += got[((k * H + y) * W + x) * 3 + c] != want;
+          }
+        }
+    CHECK(bad == 0);
+    if (bad) fprintf(stderr, "pad mode %s: %zu bytes differ\n", modes[mode], bad);
+    else
+      printf("pad mode %s: 8 samples 24x24 -> %dx%d, every byte as padded here\n",
+             modes[mode], (int)H, (int)W);
+    free(got);
+  }
+  free(base);
+}
+
 int main(void) {
+  test_kernel_rows();
   if (tu_tmpdir(root, sizeof(root), "chain")) return 77;
   char ds[4200], err[256];
   snprintf(ds, sizeof(ds), "%s/ds", root);
@@ -638,6 +715,7 @@ int main(void) {
   test_views();
   test_view_chains();
   test_hostile_corpus();
+  test_pad();
   tu_rmtree(root);
   CHECK_DONE();
 }

@@ -13,7 +13,8 @@
    parameters pinned (p = 1, a range a:a) against torchvision's transform
    on the same PIL image: center_crop(48) first (decoded as PIL decodes,
    so both sides start from the same pixels), then the op. Exact for the
-   flips, rotations, grayscale, crops with padding, ColorJitter's four
+   flips, rotations, grayscale, crops with padding, pad (every mode),
+   ColorJitter's four
    adjustments (PIL's own integer and float recipes) and resize (down, up,
    both: Pillow's fixed-point resampling); within 1 level for
    gaussian_blur (torch sums a 2-D kernel in another order).
@@ -161,6 +162,10 @@ OPS = [
      T.Compose([T.CenterCrop(40), T.Resize((17, 33)), T.CenterCrop((12, 20))]), 0),
     ("gaussian_blur(5, sigma=1.5)", T.GaussianBlur(5, (1.5, 1.5)), 1),
     ("gaussian_blur(3, 7, sigma=0.8)", T.GaussianBlur((7, 3), (0.8, 0.8)), 1),
+    ("pad(3, 1, 2, 5, fill=7)", T.Pad((3, 1, 2, 5), fill=7), 0),
+    ("pad(4, mode=edge)", T.Pad(4, padding_mode="edge"), 0),
+    ("pad(2, 60, mode=reflect)", T.Pad((2, 60), padding_mode="reflect"), 0),
+    ("pad(60, 2, mode=symmetric)", T.Pad((60, 2), padding_mode="symmetric"), 0),
 ]
 
 

@@ -7,7 +7,8 @@
  * depends on the image, a size that disagrees with height/width, a plugin
  * op whose library is not named, the train keys set beside a chain); views
  * (image0.. tensors, only for random image pipelines); batch ops
- * (mixup, cutmix: the target tensor, floats on the wire, refusals); and
+ * (mixup, cutmix: the target tensor, floats on the wire, refusals); pad
+ * (its forms, canonical text, size, refusals); and
  * thousands of mangled chains never crash the parser.
  */
 #include <stdio.h>
@@ -205,6 +206,11 @@ static void test_refusals(void) {
   refused("random_resized_crop(224) | hflp(0.5)", 0,
           "unknown op 'hflp': did you mean 'hflip'?");
   refused("random_resized_crop(224) | zzzz(1)", 0, "unknown op 'zzzz' (built in:");
+  /* the names come from the op table, then the closing two */
+  refused("random_resized_crop(224) | zzzz(1)", 0,
+          "(built in: decode, random_resized_crop, ");
+  refused("random_resized_crop(224) | zzzz(1)", 0,
+          ", normalize, to; an op from a plugin needs plugin = zzzz)");
   refused("random_resized_crop(224, scale=0:1)", 1, "scale wants a:b");
   refused("random_resized_crop()", 1, "needs a size");
   refused("random_resized_crop(224) | hflip(2)", 1, "op 2 'hflip': p is a probability");
@@ -295,6 +301,43 @@ static void test_refusals(void) {
   CHECK(set(&s, "pipeline", "eval", err, sizeof err) == STK_OK);
   snprintf(s.plugin, sizeof s.plugin, "x");
   CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_INVALID_ARGUMENT);
+}
+
+/* pad: the padding written three ways, fill and mode, the canonical text
+ * (which parses back to itself), the size it adds, and its refusals. */
+static void test_pad(void) {
+  stk_job_spec s, b;
+  image_job(&s);
+  char err[512] = "";
+  CHECK(set(&s, "pipeline", "center_crop(10, 20) | pad(4)", err, sizeof err) == STK_OK);
+  CHECK(!strcmp(s.chain,
+                "decode | center_crop(10, 20) | pad(4, 4, 4, 4, fill=0, mode=constant)"));
+  CHECK(s.height == 18 && s.width == 28);
+  CHECK(set(&s, "pipeline", "center_crop(10, 20) | pad(1, 2, fill=7, mode=reflect)", err,
+            sizeof err) == STK_OK);
+  CHECK(!strcmp(s.chain,
+                "decode | center_crop(10, 20) | pad(1, 2, 1, 2, fill=7, mode=reflect)"));
+  CHECK(s.height == 14 && s.width == 22);
+  CHECK(set(&s, "pipeline", "center_crop(10, 20) | pad(1, 2, 3, 4, mode=symmetric)", err,
+            sizeof err) == STK_OK);
+  CHECK(!strcmp(
+      s.chain, "decode | center_crop(10, 20) | pad(1, 2, 3, 4, fill=0, mode=symmetric)"));
+  CHECK(s.height == 16 && s.width == 24);
+  CHECK(stk_job_spec_validate(&s, err, sizeof err) == STK_OK);
+  image_job(&b);
+  CHECK(set(&b, "pipeline", s.chain, err, sizeof err) == STK_OK);
+  CHECK(!strcmp(b.chain, s.chain) && stk_job_spec_hash(&b) == stk_job_spec_hash(&s));
+  CHECK(set(&b, "pipeline", "center_crop(10, 20) | pad(1, 2, 3, 4, mode=edge)", err,
+            sizeof err) == STK_OK);
+  CHECK(stk_job_spec_hash(&b) != stk_job_spec_hash(&s));
+  refused("center_crop(10) | pad()", 1, "op 2 'pad': wants pad(p)");
+  refused("center_crop(10) | pad(1, 2, 3)", 1, "wants pad(p)");
+  refused("center_crop(10) | pad(1, 2, 3, 4, 5)", 1, "too many arguments");
+  refused("center_crop(10) | pad(5000)", 1, "padding is a whole number in 0..4096");
+  refused("center_crop(10) | pad(-1)", 1, "padding is a whole number in 0..4096");
+  refused("center_crop(10) | pad(1, fill=256)", 1, "fill is a whole number in 0..255");
+  refused("center_crop(10) | pad(1, mode=wrap)", 1, "mode is constant, edge, reflect");
+  refused("resize(256) | pad(4)", 0, "output size depends on the image");
 }
 
 static void test_plugins(void) {
@@ -537,6 +580,7 @@ int main(void) {
   test_every_op();
   test_policy_ops();
   test_refusals();
+  test_pad();
   test_plugins();
   test_named_hash_unchanged();
   test_views();
