@@ -26,7 +26,7 @@
 #include "common/secret.h"
 #include "log.h"
 #include "notify.h"
-#include "peer.h"
+#include "rpc/peer.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
 

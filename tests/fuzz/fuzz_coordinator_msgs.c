@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "server/msgcheck.h"
-#include "rpc.h"
-#include "wire_limits.h"
+#include "rpc/rpc.h"
+#include "rpc/wire_limits.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -25,7 +25,7 @@
 
 #include "daemon_util.h"
 #include "stoker/client.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 
 #define STREAM "/stoker.v1.Worker/Stream"
 #define MiB    (1024.0 * 1024.0)

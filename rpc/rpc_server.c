@@ -23,10 +23,10 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/secret.h"
-#include "peer.h"
-#include "rpc.h"
+#include "rpc/peer.h"
+#include "rpc/rpc.h"
 #include "rpc_tsan.h"
-#include "ticket.h"
+#include "rpc/ticket.h"
 
 #define DEFAULT_MAX_MSG   (16u << 20)
 #define DEFAULT_MAX_CALLS 4096

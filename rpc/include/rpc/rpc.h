@@ -24,7 +24,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tls.h"
+#include "rpc/tls.h"
 
 /* grpc_init()/grpc_shutdown(), reference counted by gRPC itself. */
 void stk__rpc_init(void);

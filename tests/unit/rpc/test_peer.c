@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "peer.h"
+#include "rpc/peer.h"
 
 static stk__peer P(const char *s, int want_rc) {
   stk__peer p;

@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "ticket.h"
+#include "rpc/ticket.h"
 
 static void test_skew(void) {
   CHECK(stk__ticket_skew_ms(-5) == STK__TICKET_SKEW_MS);

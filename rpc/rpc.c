@@ -7,7 +7,7 @@
  * Owns: nothing global. Must not: print, exit, or hold a lock while
  * blocked in gRPC.
  */
-#include "rpc.h"
+#include "rpc/rpc.h"
 
 #include <errno.h>
 #include <limits.h>
@@ -26,7 +26,7 @@
 #include "common/error.h"
 #include "rpc_tsan.h"
 #include "stoker/status.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 
 #define DEFAULT_MAX_MSG (16u << 20)
 /* The receive window of a client's streams (client_args). */

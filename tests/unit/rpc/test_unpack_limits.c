@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker.pb-c.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 
 static uint8_t buf[4u << 20];
 
