@@ -23,6 +23,7 @@
 #include "metrics.h"
 #include "notify.h"
 #include "options.h"
+#include "rpc/memtune.h"
 #include "rpc/rpc.h"
 #include "stoker/augment.h"
 #include "rpc/wire_limits.h"

@@ -115,7 +115,7 @@ PRIVATE = (
 INTERFACE = ("stoker/client.h", "stoker/augment.h", "stoker/core.h", "stoker/op.h",
              "common/clock.h", "common/error.h", "augment/megatron.h", "augment/batch.h",
              "rpc/rpc.h", "rpc/wire.h", "rpc/wire_limits.h", "rpc/peer.h", "rpc/ticket.h",
-             "rpc/tls.h", "stoker.pb-c.h", "health.pb-c.h",
+             "rpc/tls.h", "rpc/memtune.h", "stoker.pb-c.h", "health.pb-c.h",
              "msgcheck.h", "gen.h")
 PRODUCT_DIRS = ("common", "core", "augment", "proto", "rpc", "client", "server", "tools", "examples")
 
