@@ -109,7 +109,8 @@ PRIVATE = (
     "core/for_augment/core/chain.h",
     "server/msgcheck.h", "server/worker/worker.h", "server/coordinator/coordinator.h",
     "common/include/common/clock.h",
-    "rpc_tsan.h", "rpc/rpc_tsan.h", "rpc/include/rpc/rpc.h",
+    "rpc_tsan.h", "rpc/rpc_tsan.h", "server_internal.h", "rpc/server_internal.h",
+    "rpc/include/rpc/rpc.h",
 )
 # What the rooms offer each other (and users): these must compile.
 INTERFACE = ("stoker/client.h", "stoker/augment.h", "stoker/core.h", "stoker/op.h",
