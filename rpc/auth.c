@@ -151,18 +151,21 @@ static void refused_remote(stk__rpc_server *s, const char *peer) {
   if (tell) s->on_refused(peer, n);
 }
 
-const char *stk__rpc_auth_admit(stk__rpc_server *s, stk__rpc_call *c, grpc_status_code *code,
-                                char *msg, size_t msglen) {
+const char *stk__rpc_auth_admit(stk__rpc_server *s, stk__rpc_call *c,
+                                grpc_status_code *code, char *msg, size_t msglen) {
   snprintf(msg, msglen, "missing or wrong bearer token");
   unsigned roles = !c->method->no_token ? call_roles(s, &c->md, msg, msglen) : 0;
   c->roles = roles;
   if (s->loopback_only && !c->method->no_token && !c->pinfo.loopback) {
     refused_remote(s, c->pinfo.shown);
     *code = GRPC_STATUS_PERMISSION_DENIED;
-    return "protected mode: this daemon has no caller credential (a token, role tokens or "
-           "required client certificates; TLS alone authenticates only the server), so it "
+    return "protected mode: this daemon has no caller credential (a token, role tokens "
+           "or "
+           "required client certificates; TLS alone authenticates only the server), so "
+           "it "
            "serves only peers on its own host's loopback; start it with --token-file, "
-           "role tokens or --tls-require-client-cert, or with --insecure on a network only "
+           "role tokens or --tls-require-client-cert, or with --insecure on a network "
+           "only "
            "you can reach";
   }
   if (!c->method->no_token && !roles) {

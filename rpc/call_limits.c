@@ -33,7 +33,8 @@ static peer_ent *peer_get_locked(stk__rpc_server *s, const stk__peer *peer) {
   return e;
 }
 
-void stk__rpc_limits_release_locked(stk__rpc_server *s, stk__rpc_call *c, int free_table) {
+void stk__rpc_limits_release_locked(stk__rpc_server *s, stk__rpc_call *c,
+                                    int free_table) {
   peer_ent *e = c->pent;
   if (!e) return;
   if (free_table) e->free--;
@@ -65,9 +66,10 @@ static int evict_locked(stk__rpc_server *s, stk__rpc_call *nc) {
   }
   if (!v) return 0;
   pthread_mutex_lock(&v->mu);
-  stk__rpc_call_cancel_locked(v, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                "evicted: the server's call table was full and this call had sent no "
-                "request");
+  stk__rpc_call_cancel_locked(
+      v, GRPC_STATUS_RESOURCE_EXHAUSTED,
+      "evicted: the server's call table was full and this call had sent no "
+      "request");
   pthread_mutex_unlock(&v->mu);
   v->counted = 0;
   stk__rpc_limits_release_locked(s, v, 0);

@@ -123,7 +123,8 @@ struct stk__rpc_server {
 
 /* Cancel c with a status now: queued sends dropped, later statuses
  * no-ops. Under c->mu, the call not done. */
-void stk__rpc_call_cancel_locked(stk__rpc_call *c, grpc_status_code code, const char *why);
+void stk__rpc_call_cancel_locked(stk__rpc_call *c, grpc_status_code code,
+                                 const char *why);
 
 /* ---- auth.c: who may call ---------------------------------------------- */
 
@@ -142,8 +143,8 @@ void stk__rpc_auth_free(stk__rpc_server *s);
  * roles do not include the method's (PERMISSION_DENIED). The reason is a
  * constant or msg (msglen bytes). Takes s->mu briefly: call without it;
  * tokens are compared in constant time. */
-const char *stk__rpc_auth_admit(stk__rpc_server *s, stk__rpc_call *c, grpc_status_code *code,
-                                char *msg, size_t msglen);
+const char *stk__rpc_auth_admit(stk__rpc_server *s, stk__rpc_call *c,
+                                grpc_status_code *code, char *msg, size_t msglen);
 
 /* ---- call_limits.c: the bounds on open calls --------------------------- */
 
