@@ -31,9 +31,7 @@ int stk__rpc_auth_init(stk__rpc_server *s, const stk__rpc_server_config *cfg) {
     stk__rpc_cred *o = &s->creds[s->ncreds++];
     o->roles = in ? in->roles : STK__ROLE_ANY;
     if (!in) s->has_legacy = 1;
-    if (!(o->token = strdup(t))) {
-      return -1;
-    }
+    if (!(o->token = strdup(t))) return -1;
   }
   return 0;
 }
@@ -159,14 +157,11 @@ const char *stk__rpc_auth_admit(stk__rpc_server *s, stk__rpc_call *c,
   if (s->loopback_only && !c->method->no_token && !c->pinfo.loopback) {
     refused_remote(s, c->pinfo.shown);
     *code = GRPC_STATUS_PERMISSION_DENIED;
-    return "protected mode: this daemon has no caller credential (a token, role tokens "
-           "or "
-           "required client certificates; TLS alone authenticates only the server), so "
-           "it "
-           "serves only peers on its own host's loopback; start it with --token-file, "
-           "role tokens or --tls-require-client-cert, or with --insecure on a network "
-           "only "
-           "you can reach";
+    return "protected mode: this daemon has no caller credential (a token, role "
+           "tokens or required client certificates; TLS alone authenticates only the "
+           "server), so it serves only peers on its own host's loopback; start it with "
+           "--token-file, role tokens or --tls-require-client-cert, or with --insecure "
+           "on a network only you can reach";
   }
   if (!c->method->no_token && !roles) {
     *code = GRPC_STATUS_UNAUTHENTICATED;
