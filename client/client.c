@@ -22,6 +22,7 @@
 #include "common/error.h"
 #include "common/secret.h"
 #include "internal.h"
+#include "rpc/memtune.h"
 
 void stk_client_config_defaults(stk_client_config *cfg) {
   if (!cfg) return;

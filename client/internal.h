@@ -76,8 +76,8 @@
 #include <stdint.h>
 
 #include "common/cpulimit.h"
-#include "rpc.h"
-#include "wire_limits.h"
+#include "rpc/rpc.h"
+#include "rpc/wire_limits.h"
 #include "stoker/client.h"
 
 #define STK__KEEP_DEPARTED  32          /* departed workers kept in the table (stats) */

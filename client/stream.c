@@ -46,7 +46,7 @@
 #include "common/clock.h"
 #include "internal.h"
 #include "stoker.pb-c.h"
-#include "wire.h"
+#include "rpc/wire.h"
 
 /* One batch being received on a stream (the receiver's own, no lock). */
 typedef struct rx {

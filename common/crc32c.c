@@ -6,7 +6,7 @@
  * long buffers go through three independent lanes over consecutive blocks,
  * joined by "shift" operators (the effect of n zero bytes on the CRC
  * register, a linear map applied with four table lookups). Debian bookworm
- * ships no crc32c library. Lives in common/ because both proto/ (receive
+ * ships no crc32c library. Lives in common/ because both rpc/ (receive
  * side) and the worker (send side) use it; its public declaration stays in
  * stoker/augment.h.
  */

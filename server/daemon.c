@@ -26,7 +26,8 @@
 #include "common/secret.h"
 #include "log.h"
 #include "notify.h"
-#include "peer.h"
+#include "rpc/memtune.h"
+#include "rpc/peer.h"
 
 static volatile sig_atomic_t signal_got, signal_count;
 
@@ -434,7 +435,8 @@ int stk__daemon_token(const char *token, const char *token_file, int argc, char 
 int stk__daemon_init(const char *program, stk__option *opts, size_t nopts, int argc,
                      char **argv, const char *synopsis, const char *exit_codes) {
   stk__log_init(program);
-  stk__rpc_tune_malloc(STK__MALLOC_ARENAS_DAEMON); /* reuse gRPC's buffers (rpc.h) */
+  /* reuse gRPC's buffers (rpc/memtune.h) */
+  stk__rpc_tune_malloc(STK__MALLOC_ARENAS_DAEMON);
   return stk__options_parse(opts, nopts, argc, argv, program, synopsis, exit_codes);
 }
 

@@ -12,7 +12,7 @@
 
 #include "metrics.h"
 #include "options.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 
 /* SIGTERM/SIGINT set a flag (see stk__signal_pending); SIGPIPE ignored. */
 void stk__signals_install(void);

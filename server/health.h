@@ -15,7 +15,7 @@
 #include <stdint.h>
 
 #include "health.pb-c.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 
 /* The daemon's service name (a static string) and how long one Watch may
  * stay open (lease_ms > 0), before serving. The status starts NOT_SERVING. */

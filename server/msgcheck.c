@@ -10,9 +10,9 @@
 
 #include "common/costmodel.h"
 #include "common/text.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker/version.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 
 int stk__check_batch_request(const stk__job_view *j, const Stoker__V1__BatchRequest *q,
                              char *msg, size_t len) {

@@ -22,8 +22,8 @@
 #include "options.h"
 #include "plan_cli.h"
 #include "plan_live.h"
-#include "rpc.h"
-#include "wire_limits.h"
+#include "rpc/rpc.h"
+#include "rpc/wire_limits.h"
 #include "stoker.pb-c.h"
 #include "stoker/core.h"
 

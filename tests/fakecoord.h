@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "rpc.h"
+#include "rpc/rpc.h"
 
 #define FAKECOORD_MAX_WORKERS 16
 #define FAKECOORD_MAX_TEXT    512 /* an id or address, with its NUL */

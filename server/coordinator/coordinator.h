@@ -72,11 +72,11 @@
 #include "daemon.h"
 #include "metrics.h"
 #include "options.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/core.h"
-#include "ticket.h"
-#include "wire_limits.h"
+#include "rpc/ticket.h"
+#include "rpc/wire_limits.h"
 
 #define PROGRAM "stoker-coordinator"
 

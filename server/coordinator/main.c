@@ -17,6 +17,7 @@
 #include "health.h"
 #include "log.h"
 #include "notify.h"
+#include "rpc/memtune.h"
 
 /* Credentials, read in main before the server starts; read-only after. */
 static char token[STK_TOKEN_MAX + 1]; /* resolved in main (stk__daemon_token) */

@@ -14,7 +14,7 @@
 
 #include "common/error.h"
 #include "log.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 #include "worker.h"
 
 void worker_limits(stk_limits *lim) {

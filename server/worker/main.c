@@ -23,9 +23,10 @@
 #include "metrics.h"
 #include "notify.h"
 #include "options.h"
-#include "rpc.h"
+#include "rpc/memtune.h"
+#include "rpc/rpc.h"
 #include "stoker/augment.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 #include "worker.h"
 
 #define PROGRAM "stoker-worker"

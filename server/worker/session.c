@@ -18,9 +18,9 @@
 #include "common/clock.h"
 #include "daemon.h"
 #include "log.h"
-#include "ticket.h"
-#include "rpc.h"
-#include "wire_limits.h"
+#include "rpc/ticket.h"
+#include "rpc/rpc.h"
+#include "rpc/wire_limits.h"
 #include "stoker/version.h"
 
 struct session {

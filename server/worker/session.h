@@ -8,7 +8,7 @@
 #include <stdint.h>
 
 #include "stoker.pb-c.h"
-#include "tls.h"
+#include "rpc/tls.h"
 
 /* SESSION_CMD_ABORT: Shutdown with failed set (the job was aborted). */
 enum { SESSION_CMD_DRAIN = 1, SESSION_CMD_SHUTDOWN = 2, SESSION_CMD_ABORT = 3 };

@@ -14,7 +14,7 @@
 
 #include "log.h"
 #include "msgcheck.h"
-#include "wire.h"
+#include "rpc/wire.h"
 #include "worker.h"
 
 /* Event driven (proto/rpc.h, "Server"): a request arrives -> validate and

@@ -15,7 +15,7 @@
 
 #include "daemon.h"
 #include "metrics.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "fairsched.h"
 #include "session.h"
 #include "stoker/augment.h"

@@ -1,7 +1,7 @@
 /* fuzz_coordinator_msgs.c - libFuzzer target for the messages the
  * coordinator receives: the first byte picks the method (WorkerSession,
  * Join, WatchWorkers, Finish, Status), the rest is one request, unpacked
- * as the coordinator unpacks it (proto/rpc.c: its method's limit, the
+ * as the coordinator unpacks it (rpc/rpc_common.c: its method's limit, the
  * parse memory budget, the unknown-field budget) and, for a worker's
  * hello, checked by server/msgcheck.c; what parses is packed and parsed
  * again. Any input must end with a status, never a crash or a leak.
@@ -15,8 +15,8 @@
 #include <string.h>
 
 #include "server/msgcheck.h"
-#include "rpc.h"
-#include "wire_limits.h"
+#include "rpc/rpc.h"
+#include "rpc/wire_limits.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -2,7 +2,7 @@
  * handling: the input is a stream of BatchRequest messages, each framed by
  * a 2-byte little-endian length (a length past the input's end takes the
  * rest), and each goes through what Worker.Stream does with it before it
- * is queued (server/msgcheck.c: the bounded unpack of proto/rpc.c with the
+ * is queued (server/msgcheck.c: the bounded unpack of rpc/rpc_common.c with the
  * request limits, then the job checks), against a fixed job. The
  * per-stream bound of outstanding requests is kept as the worker keeps it.
  * Any input must end with statuses, never a crash or a leak.

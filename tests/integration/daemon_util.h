@@ -15,11 +15,11 @@
 #include "check.h"
 #include "common/clock.h"
 #include "proc.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
 #include "stoker/version.h"
-#include "wire.h"
+#include "rpc/wire.h"
 
 static const char *coord_bin, *worker_bin;
 

@@ -18,7 +18,7 @@
 #include <unistd.h>
 
 #include "common/clock.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker.pb-c.h"
 
 enum { T_STATUS, T_SEND };

@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/augment.h"
 #include "stoker/client.h"

@@ -1,6 +1,6 @@
 /* test_client_ids.c - libstoker against a rogue coordinator (a small gRPC
  * server in this process speaking Join and WatchWorkers: fakecoord.h)
- * whose worker list breaks the shared id limit (proto/wire_limits.h): an
+ * whose worker list breaks the shared id limit (rpc/wire_limits.h): an
  * id of 300 bytes and an address of 300 bytes. The client must not
  * truncate them into workers it would dial: both entries are refused, no worker is used,
  * and the client ends with STK_UNAVAILABLE saying why ("worker list entry refused: ...

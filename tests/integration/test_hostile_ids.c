@@ -5,7 +5,7 @@
  *    log nor `stoker status` output carries one control byte or a forged
  *    line: the bytes show as \xNN; an address with such bytes, or a gRPC
  *    target that is not host:port (unix:/...), is refused INVALID_ARGUMENT;
- *  - one limit for ids (proto/wire_limits.h): a 255-byte worker id is
+ *  - one limit for ids (rpc/wire_limits.h): a 255-byte worker id is
  *    accepted whole, a 256-byte one is refused with INVALID_ARGUMENT and a
  *    message naming the limit (never truncated); a Join with a 256-byte
  *    client_id likewise, a hostile 40-byte one is logged escaped.

@@ -4,7 +4,7 @@
  * unknown field, one per repeated sub-message): 4 MiB of unknown varint
  * fields, 16 MiB of empty length-delimited fields, a batch header of
  * 100000 empty tensor descriptors, and messages just inside and just past
- * each receive limit of proto/wire_limits.h. Sent to
+ * each receive limit of rpc/wire_limits.h. Sent to
  *   - a real stoker-worker (Worker.Stream) and a real stoker-coordinator
  *     (Join, WorkerSession, Status): each gets a clear status
  *     (RESOURCE_EXHAUSTED or INVALID_ARGUMENT naming the limit) and the
@@ -25,7 +25,7 @@
 
 #include "daemon_util.h"
 #include "stoker/client.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 
 #define STREAM "/stoker.v1.Worker/Stream"
 #define MiB    (1024.0 * 1024.0)

@@ -79,7 +79,7 @@ TICKET_RE = r"[0-9]{1,20}\.[0-9a-f]{64}"
 
 
 def ticket_of(key, tk):
-    """1 when tk is a ticket of key (proto/ticket.h): "<expiry>.<hex
+    """1 when tk is a ticket of key (rpc/include/rpc/ticket.h): "<expiry>.<hex
     HMAC-SHA256(key, expiry)>"."""
     m = re.fullmatch(r"([0-9]{1,20})\.([0-9a-f]{64})", tk or "")
     return bool(m and key and hmac.compare_digest(

@@ -118,13 +118,16 @@ PRIVATE = (
     "core/for_augment/core/chain.h",
     "server/msgcheck.h", "server/worker/worker.h", "server/coordinator/coordinator.h",
     "common/include/common/clock.h",
+    "rpc_tsan.h", "rpc/rpc_tsan.h", "server_internal.h", "rpc/server_internal.h",
+    "rpc/include/rpc/rpc.h",
 )
 # What the rooms offer each other (and users): these must compile.
 INTERFACE = ("stoker/client.h", "stoker/augment.h", "stoker/core.h", "stoker/op.h",
              "common/clock.h", "common/error.h", "augment/megatron.h", "augment/batch.h",
-             "rpc.h", "wire.h",
+             "rpc/rpc.h", "rpc/wire.h", "rpc/wire_limits.h", "rpc/peer.h", "rpc/ticket.h",
+             "rpc/tls.h", "rpc/memtune.h", "stoker.pb-c.h", "health.pb-c.h",
              "msgcheck.h", "gen.h")
-PRODUCT_DIRS = ("common", "core", "augment", "proto", "client", "server", "tools", "examples")
+PRODUCT_DIRS = ("common", "core", "augment", "proto", "rpc", "client", "server", "tools", "examples")
 
 
 def read_dirs(incfile):

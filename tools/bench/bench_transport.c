@@ -391,7 +391,7 @@ int bench_transport_main(int argc, char **argv) {
 
   /* In-process cost of the client's one copy: 4 MiB chunks from a buffer
    * just written (as gRPC's read buffers are) into the batch, crc32c over
-   * each 64 KiB piece after copying it (proto/wire.c's loop). */
+   * each 64 KiB piece after copying it (rpc/wire.c's loop). */
   {
     size_t chunk = 4u << 20, piece = 64u << 10;
     unsigned char *src = malloc(chunk), *dst = malloc(L.total_bytes);

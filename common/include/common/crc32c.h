@@ -1,5 +1,5 @@
 /* common/crc32c.h - CRC-32C for code that must not include the augment
- * API (proto/). The same function is declared publicly in
+ * API (rpc/). The same function is declared publicly in
  * stoker/augment.h (libstoker and libstoker-augment export it).
  */
 #ifndef STOKER_COMMON_CRC32C_H

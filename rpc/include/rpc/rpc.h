@@ -1,6 +1,7 @@
 /* rpc.h - a small layer over the gRPC C core, shared by the daemons
  * (server side, event driven: rpc_server.c) and libstoker (client side:
- * rpc.c).
+ * rpc_client.c); what both use (the status table, pack and bounded unpack)
+ * is rpc_common.c. Memory tuning for gRPC's buffers: memtune.h.
  *
  * Client models: blocking calls (unary calls and streams), each with its
  * own pluck completion queue, so each operation is "start a batch, pluck
@@ -24,54 +25,13 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "tls.h"
+#include "rpc/tls.h"
+
+/* ---- Both sides (rpc_common.c) ---------------------------------------- */
 
 /* grpc_init()/grpc_shutdown(), reference counted by gRPC itself. */
 void stk__rpc_init(void);
 void stk__rpc_shutdown(void);
-
-/* Keep glibc from handing gRPC's receive buffers back to the kernel after
- * every message (mmap threshold 32 MiB, trim threshold 64 MiB), so they
- * are reused instead of being faulted in again, and cap glibc's arenas
- * at max_arenas unless MALLOC_ARENA_MAX is set. On this project's 2-core
- * VM the thresholds took a client from ~1.0 to ~0.33 CPU s per GB received
- * (docs/benchmarks.md, "Transport"). The arena cap decides how much free
- * heap a process holds: gRPC reads into 64 KiB buffers on its own threads
- * and they are freed on others, so every arena those threads use keeps a
- * pool of free buffers of its own, each as large as the most that arena
- * ever had in flight, and the sum grows for an hour as bursts land in
- * different arenas (a rank with 4 arenas held 60-110 MiB free, its RSS
- * rising in steps; with one arena its free heap stays below the batches
- * it can have in flight: docs/operations.md, "Multi-day jobs").
- * libstoker passes STK__MALLOC_ARENAS_CLIENT (a few io threads and
- * gRPC's); the daemons pass STK__MALLOC_ARENAS_DAEMON (a worker's builder
- * threads allocate per image in parallel and would queue on one arena's
- * lock) and trim (stk__rpc_malloc_tick). Process-wide and set once: the
- * daemons call it at start; libstoker calls it when a networked client
- * opens unless the environment has STOKER_MALLOC_TUNING=0, and never
- * overrides a MALLOC_MMAP_THRESHOLD_ or MALLOC_TRIM_THRESHOLD_ the user
- * set. The first call decides; later ones return 1 and change nothing.
- * Thread-safe. Returns 1 if the settings are stoker's, 0 if it left them
- * alone. */
-#define STK__MALLOC_ARENAS_CLIENT 1
-#define STK__MALLOC_ARENAS_DAEMON 4
-int stk__rpc_tune_malloc(int max_arenas);
-
-/* The daemons' half of the tuning: every STK__MALLOC_TRIM_MS,
- * malloc_trim(0) hands the free pages inside every arena back to the
- * kernel (the thresholds above keep up to 64 MiB free per arena
- * otherwise, and free chunks between used ones are never returned by
- * themselves). A trim costs a walk of the free lists plus, later,
- * faulting in again the pages that are reused: every 10 s that is well
- * under 0.1 % of a core. libstoker does not trim: with its one arena the
- * free heap is bounded by what can be in flight, and a trim would only
- * turn its RSS into a saw-tooth (pages handed back, faulted in again by
- * the next burst). Call it from a thread that wakes periodically anyway
- * (the daemons' main loop) with stk__now_ms(); process-wide, at most one
- * trim per period whoever calls, nothing unless stk__rpc_tune_malloc
- * changed the settings. Thread-safe. */
-#define STK__MALLOC_TRIM_MS 10000
-void stk__rpc_malloc_tick(int64_t now_ms);
 
 /* What a gRPC status from a peer means to stoker: the stk_status to report
  * and, in *final (may be NULL), whether the refusal is final, i.e. retrying
@@ -351,7 +311,7 @@ unsigned stk__rpc_call_roles(stk__rpc_call *c);
  * reason follows). */
 #define STK_NO_WORKER_CAN_SERVE "no worker can serve the job: "
 
-/* ---- Client ------------------------------------------------------------ */
+/* ---- Client (rpc_client.c) --------------------------------------------- */
 
 typedef struct stk__rpc_channel stk__rpc_channel;
 
@@ -407,7 +367,7 @@ void stk__rpc_stream_cancel(stk__rpc_stream *s);
 /* Cancel if still open, wait for every pending op, free. Accepts NULL. */
 void stk__rpc_stream_destroy(stk__rpc_stream *s);
 
-/* ---- Client, asynchronous streams (rpc.c) ------------------------------
+/* ---- Client, asynchronous streams (rpc_client.c) -----------------------
  *
  * A streaming call whose operations complete on a completion queue the
  * caller owns and shares between many calls (created with

@@ -67,7 +67,7 @@
 #define STK_MAX_CHUNK_BYTES (8u << 20)
 #define STK_MAX_CHUNK_MSG   (STK_MAX_CHUNK_BYTES + (64u << 10))
 
-/* ---- What one unpack may allocate (proto/rpc.c, stk__rpc_unpack).
+/* ---- What one unpack may allocate (rpc_common.c, stk__rpc_unpack).
  * protobuf-c makes an allocation per unknown field and per repeated
  * sub-message, so a few MiB of tiny fields could cost a hundred times
  * their size. Every unpack gets an allocator that fails past

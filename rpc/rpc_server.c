@@ -1,7 +1,9 @@
 /* rpc_server.c - the event-driven gRPC server of both daemons (see the
  * "Server" section of rpc.h): one completion queue, a fixed set of threads
  * that take its events, and every call a small state machine driven by
- * five tags (new call, receive, send, status, close).
+ * five tags (new call, receive, send, status, close). Who may call is
+ * auth.c's verdict, how many calls a peer and the server may hold
+ * call_limits.c's; their shared state is server_internal.h.
  *
  * Owns: the grpc_server, its completion queue and threads, every call
  * object (freed once its last operation completed and its closed callback
@@ -12,7 +14,6 @@
 #include <grpc/grpc_security.h>
 #include <grpc/support/alloc.h>
 #include <grpc/support/time.h>
-#include <inttypes.h>
 #include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -22,119 +23,18 @@
 #include "common/thread.h"
 #include "common/clock.h"
 #include "common/error.h"
-#include "common/secret.h"
-#include "peer.h"
-#include "rpc.h"
+#include "rpc/peer.h"
+#include "rpc/rpc.h"
 #include "rpc_tsan.h"
-#include "ticket.h"
+#include "server_internal.h"
 
 #define DEFAULT_MAX_MSG   (16u << 20)
 #define DEFAULT_MAX_CALLS 4096
 #define DEFAULT_THREADS   2
-#define MAX_THREADS       64
 #define PENDING_REQUESTS  16  /* grpc_server_request_call slots kept open */
 #define SWEEP_MS          200 /* how often the deadlines are checked */
 
-enum { TAG_NEW, TAG_RECV, TAG_SEND, TAG_STATUS, TAG_CLOSE, TAG_SHUTDOWN };
-
-typedef struct tag {
-  int kind;
-  stk__rpc_call *c;
-} tag;
-
-typedef struct sendq {
-  grpc_byte_buffer *bb;
-  struct sendq *next;
-} sendq;
-
-struct stk__rpc_call {
-  stk__rpc_server *srv;
-  grpc_call *call;
-  grpc_call_details details;
-  grpc_metadata_array md;
-  const stk__rpc_method *method;
-  char *peer;      /* grpc_call_get_peer's text (gpr_free) */
-  stk__peer pinfo; /* peer, parsed (peer.h): set in on_new */
-  void *data;
-  tag t_new, t_recv, t_send, t_status, t_close;
-  pthread_mutex_t mu;
-  /* under mu: */
-  grpc_byte_buffer *recv_bb;
-  grpc_byte_buffer *send_bb; /* in flight */
-  sendq *q, *q_tail;
-  int inflight;      /* operations started, their event not yet handled */
-  int cancelled;     /* RECV_CLOSE_ON_SERVER's out parameter */
-  int md_sent;       /* initial metadata went with a send or the status */
-  int finished;      /* a status is queued, sent, or the call was cancelled */
-  int status_queued; /* finished by stk__rpc_call_finish, status not started */
-  int status_started;
-  grpc_status_code status_code;
-  grpc_slice status_details;
-  int close_seen, got_message, broken, opened, done, counted;
-  int counted_free;      /* under the server's mu: counts in open_free */
-  struct peer_ent *pent; /* its peer's counts (under the server's mu); NULL = none */
-  int aborted;           /* cancelled with a status by us: a later abort is a no-op */
-  int deferred;          /* a unary handler holds it (stk__rpc_call_hold): no INTERNAL */
-  unsigned roles;        /* call_roles at admission (stk__rpc_call_roles) */
-  int64_t start_ms, send_since_ms;
-  struct stk__rpc_call *prev, *next; /* the server's live list */
-};
-
-/* Open calls of one peer address (the IP, without the port), for the
- * per-peer caps. In the server's hash table while it has any. */
-typedef struct peer_ent {
-  char key[STK__PEER_TEXT]; /* stk__peer.key */
-  size_t calls, free;       /* counted in open_calls / open_free */
-  struct peer_ent *next;
-} peer_ent;
-#define PEER_BUCKETS 256
-
-struct stk__rpc_server {
-  grpc_server *server;
-  grpc_completion_queue *cq;
-  pthread_t threads[MAX_THREADS];
-  int nthreads;
-  stk__rpc_method *methods;
-  size_t nmethods;
-  stk__rpc_cred *creds; /* tokens owned (strdup), the legacy one first */
-  size_t ncreds;
-  int has_legacy; /* creds[0] is cfg->token (the shared one) */
-  /* Stream tickets (stk__rpc_server_set_ticket_key, ticket.h), under mu:
-   * the current key and the previous one (honoured until prev_until_ms),
-   * NUL-terminated; "" = none. Once a key is set the legacy token grants
-   * nothing. The coordinator's clock in ms = stk__now_ms() + clock_ms,
-   * learnt at clock_at_ms (our monotonic clock). */
-  char tkey[STK__TICKET_KEY_HEX + 1], prev_tkey[STK__TICKET_KEY_HEX + 1];
-  unsigned ticket_roles;
-  int64_t prev_until_ms, clock_ms, clock_at_ms;
-  size_t max_calls, max_msg, max_free;
-  size_t open_free; /* under mu: open calls of no_token methods */
-  /* Per-peer caps: at most peer_calls of the call table and peer_free of
-   * the health table per peer address; for every peer (peer_all) or only
-   * those beyond loopback. */
-  size_t peer_calls, peer_free;
-  int peer_all;
-  peer_ent *peers[PEER_BUCKETS]; /* under mu */
-  int first_ms, stall_ms;
-  int loopback_only;
-  void (*on_refused)(const char *peer, uint64_t count);
-  int64_t refused_told_ms; /* under mu: on_refused last called */
-  tag t_shutdown;
-  pthread_mutex_t mu;
-  pthread_cond_t cv; /* a call was freed, or the shutdown tag came */
-  /* under mu: */
-  stk__rpc_call *live;
-  size_t ncalls; /* objects in live */
-  int stopping, shutdown_seen;
-  int pending; /* request slots open */
-  stk__rpc_server_stats st;
-  int64_t next_sweep_ms; /* atomic */
-  int started;           /* atomic: grpc_server_start has run (no sweep before) */
-};
-
 /* ---- Call objects ------------------------------------------------------ */
-
-static void peer_put_locked(stk__rpc_server *s, stk__rpc_call *c, int free_table);
 
 static stk__rpc_call *call_new(stk__rpc_server *s) {
   stk__rpc_call *c = calloc(1, sizeof(*c));
@@ -236,8 +136,8 @@ static int pump_send_locked(stk__rpc_call *c) {
   return 0;
 }
 
-/* Cancel with a status now (under c->mu, the call not done). */
-static void cancel_locked(stk__rpc_call *c, grpc_status_code code, const char *why) {
+void stk__rpc_call_cancel_locked(stk__rpc_call *c, grpc_status_code code,
+                                 const char *why) {
   c->finished = 1;
   c->aborted = 1;
   c->status_queued = 0;
@@ -262,8 +162,8 @@ static void op_done(stk__rpc_call *c) {
   else s->live = c->next;
   if (c->next) c->next->prev = c->prev;
   s->ncalls--;
-  if (c->counted) s->st.open_calls--, peer_put_locked(s, c, 0);
-  if (c->counted_free) s->open_free--, peer_put_locked(s, c, 1);
+  if (c->counted) s->st.open_calls--, stk__rpc_limits_release_locked(s, c, 0);
+  if (c->counted_free) s->open_free--, stk__rpc_limits_release_locked(s, c, 1);
   pthread_cond_broadcast(&s->cv);
   pthread_mutex_unlock(&s->mu);
   call_free(c);
@@ -352,7 +252,7 @@ int stk__rpc_call_reply(stk__rpc_call *c, const ProtobufCMessage *m) {
 void stk__rpc_call_abort(stk__rpc_call *c, grpc_status_code code, const char *details) {
   pthread_mutex_lock(&c->mu);
   if (!c->done && !c->close_seen && !c->status_started && !c->broken && !c->aborted)
-    cancel_locked(c, code, details ? details : "");
+    stk__rpc_call_cancel_locked(c, code, details ? details : "");
   else c->finished = 1;
   pthread_mutex_unlock(&c->mu);
 }
@@ -373,176 +273,6 @@ void *stk__rpc_call_data(stk__rpc_call *c) { return c->data; }
 unsigned stk__rpc_call_roles(stk__rpc_call *c) { return c->roles; }
 
 /* ---- Events -------------------------------------------------------------- */
-
-/* The roles the call's bearer token grants: every role when the server
- * has no token, 0 when it carries none or an unknown one. Every token is
- * compared, so the time does not tell which one matched. A stream ticket
- * of ours that has expired grants nothing, is counted, and says so in
- * why (whylen bytes; else why is left as it is). */
-static unsigned call_roles(stk__rpc_server *s, grpc_metadata_array *md, char *why,
-                           size_t whylen) {
-  char cur[STK__TICKET_KEY_HEX + 1], prev[STK__TICKET_KEY_HEX + 1];
-  pthread_mutex_lock(&s->mu);
-  int64_t now = stk__now_ms();
-  memcpy(cur, s->tkey, sizeof(cur));
-  int prev_ok = s->prev_tkey[0] && now < s->prev_until_ms;
-  memcpy(prev, prev_ok ? s->prev_tkey : "", prev_ok ? sizeof(prev) : 1);
-  unsigned troles = s->ticket_roles;
-  int64_t coord_ms = now + s->clock_ms, since_ms = now - s->clock_at_ms;
-  pthread_mutex_unlock(&s->mu);
-  unsigned roles = 0;
-  if (!s->ncreds && !cur[0]) return STK__ROLE_ANY;
-  /* With a ticket key the shared token (the worker's own) opens nothing. */
-  size_t first = cur[0] && s->has_legacy ? 1 : 0;
-  for (size_t i = 0; i < md->count; i++) {
-    grpc_slice k = md->metadata[i].key, v = md->metadata[i].value;
-    if (GRPC_SLICE_LENGTH(k) != 13 ||
-        memcmp(GRPC_SLICE_START_PTR(k), "authorization", 13))
-      continue;
-    const unsigned char *p = GRPC_SLICE_START_PTR(v);
-    size_t n = GRPC_SLICE_LENGTH(v);
-    for (size_t j = first; j < s->ncreds; j++)
-      if (stk__bearer_is(p, n, s->creds[j].token)) roles |= s->creds[j].roles;
-    uint64_t exp = 0;
-    int is_ticket = 0;
-    if (n > 7 && !memcmp(p, "Bearer ", 7)) {
-      uint64_t e;
-      if (cur[0] && stk__ticket_check(cur, p + 7, n - 7, &e)) is_ticket = 1, exp = e;
-      if (prev[0] && stk__ticket_check(prev, p + 7, n - 7, &e)) is_ticket = 1, exp = e;
-    }
-    if (is_ticket) {
-      /* Expired when its expiry, plus the skew margin, is behind the
-       * coordinator's clock as we carry it on (ticket.h). */
-      int64_t margin = stk__ticket_skew_ms(since_ms);
-      if (exp <= (uint64_t)INT64_MAX / 2000 && (int64_t)exp * 1000 + margin >= coord_ms) {
-        roles |= troles;
-      } else {
-        pthread_mutex_lock(&s->mu);
-        s->st.tickets_expired++;
-        pthread_mutex_unlock(&s->mu);
-        snprintf(why, whylen,
-                 "stream ticket expired: valid until %" PRIu64
-                 " (unix s, the coordinator's clock), now %" PRId64 " (allowing %" PRId64
-                 " ms of clock skew): open the stream with the "
-                 "fresh ticket of the coordinator's worker list (Join or WatchWorkers)",
-                 exp, coord_ms / 1000, margin);
-      }
-    }
-    break;
-  }
-  explicit_bzero(cur, sizeof(cur));
-  explicit_bzero(prev, sizeof(prev));
-  return roles;
-}
-
-int stk__rpc_server_set_ticket_key(stk__rpc_server *s, const char *key, unsigned roles,
-                                   int grace_ms, uint64_t coordinator_ms) {
-  if (!key || (*key && strlen(key) != STK__TICKET_KEY_HEX)) return -1;
-  size_t n = strlen(key);
-  pthread_mutex_lock(&s->mu);
-  if (!n && !s->tkey[0]) {
-    pthread_mutex_unlock(&s->mu);
-    return 1;
-  }
-  int64_t now = stk__now_ms();
-  if (strcmp(s->tkey, key) != 0) {
-    memcpy(s->prev_tkey, s->tkey, sizeof(s->prev_tkey));
-    s->prev_until_ms = now + (grace_ms > 0 ? grace_ms : 0);
-    memcpy(s->tkey, key, n + 1);
-  }
-  if (coordinator_ms && coordinator_ms < (uint64_t)INT64_MAX / 2) {
-    s->clock_ms = (int64_t)coordinator_ms - now;
-    s->clock_at_ms = now;
-  }
-  s->ticket_roles = roles;
-  pthread_mutex_unlock(&s->mu);
-  return 0;
-}
-
-static const char *role_names(unsigned roles) {
-  switch (roles & ~STK__ROLE_ADMIN) {
-    case STK__ROLE_WORKER:
-      return "a worker or admin";
-    case STK__ROLE_CLIENT:
-      return "a client or admin";
-    default:
-      return "another";
-  }
-}
-
-/* Protected mode refused a call from peer: count it, and tell the owner
- * at most once a minute. */
-static void refused_remote(stk__rpc_server *s, const char *peer) {
-  int64_t now = stk__now_ms();
-  pthread_mutex_lock(&s->mu);
-  uint64_t n = ++s->st.refused_remote;
-  int tell = s->on_refused && (!s->refused_told_ms || now - s->refused_told_ms >= 60000);
-  if (tell) s->refused_told_ms = now;
-  pthread_mutex_unlock(&s->mu);
-  if (tell) s->on_refused(peer, n);
-}
-
-/* The entry of c's peer, made when it has none (NULL when out of memory:
- * the call is then not capped). Under s->mu. */
-static peer_ent *peer_get_locked(stk__rpc_server *s, const stk__peer *peer) {
-  const char *key = peer->key;
-  uint32_t h = 2166136261u;
-  for (const char *p = key; *p; p++) h = (h ^ (unsigned char)*p) * 16777619u;
-  peer_ent **b = &s->peers[h % PEER_BUCKETS];
-  for (peer_ent *e = *b; e; e = e->next)
-    if (!strcmp(e->key, key)) return e;
-  peer_ent *e = calloc(1, sizeof(*e));
-  if (!e) return NULL;
-  snprintf(e->key, sizeof(e->key), "%s", key);
-  e->next = *b;
-  *b = e;
-  return e;
-}
-
-/* c no longer counts toward its peer (as a call or a health call); the
- * entry goes once its peer has none. Under s->mu. */
-static void peer_put_locked(stk__rpc_server *s, stk__rpc_call *c, int free_table) {
-  peer_ent *e = c->pent;
-  if (!e) return;
-  if (free_table) e->free--;
-  else e->calls--;
-  if (e->calls || e->free) return;
-  c->pent = NULL;
-  for (size_t i = 0; i < PEER_BUCKETS; i++)
-    for (peer_ent **pp = &s->peers[i]; *pp; pp = &(*pp)->next)
-      if (*pp == e) {
-        *pp = e->next;
-        free(e);
-        return;
-      }
-}
-
-/* The call table is full and `nc` wants in: end the oldest counted call
- * that has sent no request yet (it holds a slot doing nothing; a real
- * client's first request follows its call at once) and give its slot to
- * nc. 1 if one was evicted. Under s->mu. */
-static int evict_locked(stk__rpc_server *s, stk__rpc_call *nc) {
-  stk__rpc_call *v = NULL;
-  for (stk__rpc_call *c = s->live; c; c = c->next) {
-    if (c == nc || !c->counted) continue;
-    pthread_mutex_lock(&c->mu);
-    int silent = !c->got_message && !c->done && !c->close_seen && !c->broken &&
-                 !c->aborted && !c->status_started && c->inflight;
-    pthread_mutex_unlock(&c->mu);
-    if (silent && (!v || c->start_ms < v->start_ms)) v = c;
-  }
-  if (!v) return 0;
-  pthread_mutex_lock(&v->mu);
-  cancel_locked(v, GRPC_STATUS_RESOURCE_EXHAUSTED,
-                "evicted: the server's call table was full and this call had sent no "
-                "request");
-  pthread_mutex_unlock(&v->mu);
-  v->counted = 0;
-  peer_put_locked(s, v, 0);
-  s->st.open_calls--;
-  s->st.evicted++;
-  return 1;
-}
 
 /* Open one slot for a new call. 0, or -1 (retried by the sweep; none once
  * the server is stopping). Under s->mu with the stopping check, so no
@@ -585,9 +315,6 @@ static void on_new(stk__rpc_call *c) {
         !memcmp(GRPC_SLICE_START_PTR(c->details.method), s->methods[i].path, n))
       c->method = &s->methods[i];
   }
-  int full, peer_full = 0;
-  /* Per-peer caps: beyond loopback only, unless set for every peer. */
-  int capped = c->method && (s->peer_all || !c->pinfo.loopback);
   size_t peer_has = 0;
   pthread_mutex_lock(&s->mu);
   s->pending--;
@@ -595,26 +322,7 @@ static void on_new(stk__rpc_call *c) {
   if (s->live) s->live->prev = c;
   s->live = c;
   s->ncalls++;
-  peer_ent *pe = capped ? peer_get_locked(s, &c->pinfo) : NULL;
-  if (c->method && c->method->no_token) { /* health: a small table of its own */
-    peer_full = pe && pe->free >= s->peer_free;
-    full = peer_full || s->open_free >= s->max_free;
-    if (!full) s->open_free++, c->counted_free = 1;
-    if (!full && pe) pe->free++, c->pent = pe;
-    if (pe) peer_has = pe->free;
-  } else {
-    peer_full = pe && pe->calls >= s->peer_calls;
-    full = c->method &&
-           (peer_full || (s->st.open_calls >= s->max_calls && !evict_locked(s, c)));
-    if (!full && c->method) s->st.open_calls++, s->st.calls++, c->counted = 1;
-    if (!full && pe) pe->calls++, c->pent = pe;
-    if (pe) peer_has = pe->calls;
-  }
-  if (pe && !pe->calls && !pe->free) { /* made for a call it refused */
-    c->pent = pe, pe->calls = 1;
-    peer_put_locked(s, c, 0);
-  }
-  if (full) s->st.refused_full++;
+  int over = stk__rpc_limits_admit_locked(s, c, &peer_has);
   int stopping = s->stopping;
   pthread_mutex_unlock(&s->mu);
   if (!stopping) request_one(s);
@@ -628,41 +336,15 @@ static void on_new(stk__rpc_call *c) {
   if (start_locked(c, &op, 1, &c->t_close)) c->close_seen = 1; /* cannot happen */
   pthread_mutex_unlock(&c->mu);
 
-  char msg[400] = "missing or wrong bearer token";
-  unsigned roles =
-      c->method && !c->method->no_token ? call_roles(s, &c->md, msg, sizeof(msg)) : 0;
-  c->roles = roles;
+  char msg[400];
+  grpc_status_code code = GRPC_STATUS_OK;
+  const char *why = NULL;
   if (!c->method) {
     stk__rpc_call_finish(c, GRPC_STATUS_UNIMPLEMENTED, "unknown method");
-  } else if (s->loopback_only && !c->method->no_token && !c->pinfo.loopback) {
-    refused_remote(s, c->pinfo.shown);
-    stk__rpc_call_finish(
-        c, GRPC_STATUS_PERMISSION_DENIED,
-        "protected mode: this daemon has no caller credential (a token, role tokens or "
-        "required client certificates; TLS alone authenticates only the server), so it "
-        "serves only peers on its own host's loopback; start it with --token-file, "
-        "role tokens or --tls-require-client-cert, or with --insecure on a network only "
-        "you can reach");
-  } else if (!c->method->no_token && !roles) {
-    stk__rpc_call_finish(c, GRPC_STATUS_UNAUTHENTICATED, msg);
-  } else if (!c->method->no_token && c->method->roles &&
-             !(roles & (c->method->roles | STK__ROLE_ADMIN))) {
-    snprintf(msg, sizeof(msg),
-             "this token may not call %s: it needs %s token (roles: docs/operations.md)",
-             c->method->path, role_names(c->method->roles));
-    stk__rpc_call_finish(c, GRPC_STATUS_PERMISSION_DENIED, msg);
-  } else if (peer_full) {
-    snprintf(msg, sizeof(msg),
-             "too many open calls from this peer's address (%zu; at most %zu%s): "
-             "close some, or raise --max-calls-per-peer",
-             peer_has, c->method->no_token ? s->peer_free : s->peer_calls,
-             c->method->no_token ? " health calls" : "");
-    stk__rpc_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
-  } else if (full) {
-    snprintf(msg, sizeof(msg),
-             "too many open calls on this server (%zu, or %zu without credentials): try "
-             "again later or elsewhere",
-             s->max_calls, s->max_free);
+  } else if ((why = stk__rpc_auth_admit(s, c, &code, msg, sizeof(msg)))) {
+    stk__rpc_call_finish(c, code, why);
+  } else if (over) {
+    stk__rpc_limits_refusal(s, c, over, peer_has, msg, sizeof(msg));
     stk__rpc_call_finish(c, GRPC_STATUS_RESOURCE_EXHAUSTED, msg);
   } else {
     /* `closed` cannot come before this event is done (inflight). */
@@ -774,13 +456,13 @@ static void sweep(stk__rpc_server *s, int64_t now) {
                  "the client stopped reading: a send waited over %d ms; stream "
                  "cancelled, ask again",
                  s->stall_ms);
-        cancel_locked(c, GRPC_STATUS_UNAVAILABLE, why);
+        stk__rpc_call_cancel_locked(c, GRPC_STATUS_UNAVAILABLE, why);
         s->st.send_stalled++;
       } else if (s->first_ms > 0 && !c->got_message && !c->status_started &&
                  now - c->start_ms > s->first_ms) {
         snprintf(why, sizeof(why), "no request within %d ms of the call's start",
                  s->first_ms);
-        cancel_locked(c, GRPC_STATUS_DEADLINE_EXCEEDED, why);
+        stk__rpc_call_cancel_locked(c, GRPC_STATUS_DEADLINE_EXCEEDED, why);
         s->st.first_msg_late++;
       }
     }
@@ -873,11 +555,6 @@ static void add_int(grpc_arg *a, size_t *n, const char *key, int v) {
   (*n)++;
 }
 
-static void creds_free(stk__rpc_server *s) {
-  for (size_t i = 0; s->creds && i < s->ncreds; i++) free((char *)s->creds[i].token);
-  free(s->creds);
-}
-
 int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **out,
                           int *port, char *err, size_t errlen) {
   *out = NULL;
@@ -901,22 +578,9 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   if (nthreads > MAX_THREADS) nthreads = MAX_THREADS;
   s->nmethods = cfg->nmethods;
   s->methods = calloc(cfg->nmethods ? cfg->nmethods : 1, sizeof(stk__rpc_method));
-  s->creds = calloc(cfg->ncreds + 1, sizeof(stk__rpc_cred));
-  if (!s->methods || !s->creds) {
+  if (!s->methods || stk__rpc_auth_init(s, cfg)) {
     stk__errf(err, errlen, 0, "out of memory");
     goto fail;
-  }
-  for (size_t i = 0; i <= cfg->ncreds; i++) {
-    const stk__rpc_cred *in = i ? &cfg->creds[i - 1] : NULL;
-    const char *t = in ? in->token : cfg->token;
-    if (!t || !*t) continue;
-    stk__rpc_cred *o = &s->creds[s->ncreds++];
-    o->roles = in ? in->roles : STK__ROLE_ANY;
-    if (!in) s->has_legacy = 1;
-    if (!(o->token = strdup(t))) {
-      stk__errf(err, errlen, 0, "out of memory");
-      goto fail;
-    }
   }
   memcpy(s->methods, cfg->methods, cfg->nmethods * sizeof(stk__rpc_method));
   for (size_t i = 0; i < s->nmethods; i++)
@@ -1014,7 +678,7 @@ int stk__rpc_server_start(const stk__rpc_server_config *cfg, stk__rpc_server **o
   return 0;
 fail:
   free(s->methods);
-  creds_free(s);
+  stk__rpc_auth_free(s);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s);
@@ -1047,7 +711,7 @@ void stk__rpc_server_stop(stk__rpc_server *s, int grace_ms) {
   for (int i = 0; i < s->nthreads; i++) pthread_join(s->threads[i], NULL);
   grpc_completion_queue_destroy(s->cq);
   free(s->methods);
-  creds_free(s);
+  stk__rpc_auth_free(s);
   pthread_cond_destroy(&s->cv);
   pthread_mutex_destroy(&s->mu);
   free(s);

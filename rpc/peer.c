@@ -1,7 +1,7 @@
 /* peer.c - the one parser of gRPC peer strings (peer.h): IPv4, IPv6 with
  * plain or percent-encoded brackets, IPv4-mapped IPv6, local sockets.
  * Owns nothing; no lookups, no allocation. */
-#include "peer.h"
+#include "rpc/peer.h"
 
 #include <arpa/inet.h>
 #include <stdio.h>

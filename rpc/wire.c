@@ -1,13 +1,13 @@
 /* wire.c - zero-copy BatchResponse chunk framing (see wire.h). */
-#include "wire.h"
+#include "rpc/wire.h"
 
 #include <grpc/slice.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "common/crc32c.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 
 static size_t put_varint(unsigned char *p, uint64_t v) {
   size_t n = 0;

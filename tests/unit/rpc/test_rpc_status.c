@@ -6,7 +6,7 @@
 #include <grpc/status.h>
 
 #include "check.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker/status.h"
 
 static int final_of(int code) {

@@ -1,4 +1,4 @@
-/* tls.h - TLS and mutual TLS material for the gRPC layer (rpc.c): PEM
+/* tls.h - TLS and mutual TLS material for the gRPC layer (rpc/): PEM
  * files read once at start, credentials made from memory for every server
  * port and channel, so a file removed or rotated mid-job cannot break a
  * reconnect.

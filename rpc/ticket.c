@@ -1,7 +1,7 @@
 /* ticket.c - minting and checking stream tickets (ticket.h): the one
  * place that knows their format. Owns nothing; must not log a key or a
  * ticket. */
-#include "ticket.h"
+#include "rpc/ticket.h"
 
 #include <openssl/crypto.h>
 #include <openssl/evp.h>

@@ -1,5 +1,5 @@
 /* test_unpack_limits.c - stk__rpc_unpack_bytes against each limit of
- * proto/wire_limits.h, without a network: a message over its size limit,
+ * rpc/wire_limits.h, without a network: a message over its size limit,
  * a parse over its memory budget, too many unknown fields (count and
  * bytes), too many repeated sub-messages - each refused with the right
  * gRPC code and a reason naming the message type - while real messages,
@@ -10,9 +10,9 @@
 #include <string.h>
 
 #include "check.h"
-#include "rpc.h"
+#include "rpc/rpc.h"
 #include "stoker.pb-c.h"
-#include "wire_limits.h"
+#include "rpc/wire_limits.h"
 
 static uint8_t buf[4u << 20];
 

@@ -1,5 +1,5 @@
 /* tls.c - loading PEM material and making gRPC credentials (see tls.h). */
-#include "tls.h"
+#include "rpc/tls.h"
 
 #include <errno.h>
 #include <stdio.h>

@@ -1,11 +1,11 @@
-/* test_peer.c - the one gRPC peer parser (proto/peer.h) on every form gRPC
+/* test_peer.c - the one gRPC peer parser (rpc/peer.h) on every form gRPC
  * reports: IPv4, IPv6 with percent-encoded or plain brackets, a zone,
  * IPv4-mapped IPv6 (loopback and key as the IPv4 address), unix sockets,
  * and malformed text (never loopback, never an address, safe to log). */
 #include <string.h>
 
 #include "check.h"
-#include "peer.h"
+#include "rpc/peer.h"
 
 static stk__peer P(const char *s, int want_rc) {
   stk__peer p;

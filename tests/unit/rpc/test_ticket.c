@@ -1,4 +1,4 @@
-/* test_ticket.c - the stream ticket format (proto/ticket.h) without a
+/* test_ticket.c - the stream ticket format (rpc/ticket.h) without a
  * peer: a minted ticket checks under its key with its expiry and under no
  * other key, malformed or altered tickets are refused, fresh keys are 64
  * hex digits and differ, and the clock-skew margin a worker allows grows
@@ -8,7 +8,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "ticket.h"
+#include "rpc/ticket.h"
 
 static void test_skew(void) {
   CHECK(stk__ticket_skew_ms(-5) == STK__TICKET_SKEW_MS);

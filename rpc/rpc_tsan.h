@@ -1,5 +1,5 @@
 /* rpc_tsan.h - ThreadSanitizer annotations for gRPC's completion queues,
- * shared by the client (rpc.c) and the server (rpc_server.c).
+ * shared by the client (rpc_client.c) and the server (rpc_server.c).
  *
  * A tag given to gRPC (grpc_call_start_batch, grpc_server_request_call)
  * comes back from grpc_completion_queue_next, maybe on another thread,
