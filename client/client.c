@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/secret.h"
-#include "internal.h"
+#include "client_internal.h"
 
 void stk_client_config_defaults(stk_client_config *cfg) {
   if (!cfg) return;

@@ -30,7 +30,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/text.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "stoker.pb-c.h"
 #include "stoker/version.h"
 

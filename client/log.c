@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "client_internal.h"
 
 void stk__clog(const stk_client *c, const char *fmt, ...) {
   if (c->cfg.log == 2) return;

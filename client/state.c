@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "internal.h"
+#include "client_internal.h"
 
 /* ---- the byte format: little-endian ----------------------------------
  *

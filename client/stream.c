@@ -1,6 +1,6 @@
 /* stream.c - the remote workers' streams: each served worker is a runner,
  * a state machine on a small fixed pool of io threads that share one
- * completion queue per client (internal.h, "Stream life"), so the
+ * completion queue per client (client_internal.h, "Stream life"), so the
  * client's threads do not grow with the number of workers. A runner opens
  * its Worker.Stream, reconnects, receives its batches (frames checked
  * against the job's layout, chunks copied once into the claimed buffer
@@ -44,7 +44,7 @@
 #include "common/thread.h"
 #include "common/cpulimit.h"
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "stoker.pb-c.h"
 #include "wire.h"
 
@@ -109,7 +109,7 @@ static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
   }
   if (x->dst && m->len) {
     /* x->dst was this copy's buffer when its header came; a buffer being
-     * written never changes hands (internal.h), so no lock is needed. */
+     * written never changes hands (client_internal.h), so no lock is needed. */
     unsigned char *dst = x->dst + m->offset;
     if (c->cfg.verify_crc) x->crc_acc = stk__wire_copy_chunk_crc(bb, m, dst, x->crc_acc);
     else stk__wire_copy_chunk(bb, m, dst);

@@ -51,7 +51,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "wset.h"
 
 #define MS              1000000LL

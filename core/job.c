@@ -21,7 +21,7 @@
 
 #include "core/chain.h"
 #include "common/error.h"
-#include "core/internal.h"
+#include "core/core_internal.h"
 
 /* T_PIPE: a pipeline name or an op chain (chain.c); T_OPTSTR: a string
  * left out of the canonical text while empty (keys added later, so that

@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core_internal.h"
 
 #define FEISTEL_ROUNDS 6
 

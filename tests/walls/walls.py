@@ -102,11 +102,13 @@ def links(bindir):
 
 # Each room's private headers, by every name a file elsewhere might try.
 PRIVATE = (
-    "client/internal.h", "client/wset.h", "client/convert_kernel.h", "wset.h",
-    "augment/internal.h", "augment/ops_chain.h", "augment/decode.h", "augment/prof.h",
+    "client/client_internal.h", "client_internal.h", "client/wset.h",
+    "client/convert_kernel.h", "wset.h",
+    "augment/augment_internal.h", "augment_internal.h", "augment/ops_chain.h",
+    "augment/decode.h", "augment/prof.h",
     "ops_chain.h", "decode.h", "imgsrc.h", "jpegsrc.h", "prof.h",
-    "core/chain.h", "core/internal.h", "chain.h", "core_internal.h",
-    "core/for_augment/core/chain.h",
+    "core/chain.h", "core/core_internal.h", "chain.h", "core_internal.h",
+    "core/for_augment/core/chain.h", "core/for_augment/core/core_internal.h",
     "server/msgcheck.h", "server/worker/worker.h", "server/coordinator/coordinator.h",
     "common/include/common/clock.h",
 )

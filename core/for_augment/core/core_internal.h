@@ -1,4 +1,4 @@
-/* core/internal.h - the few helpers core/ shares with the libraries built
+/* core/core_internal.h - the few helpers core/ shares with the libraries built
  * on it (augment/, tools/), which must compute these exactly as core does.
  * Part of core's interface for augment: on the include path only of what
  * links stoker_core_for_augment (core/CMakeLists.txt); not public API,

@@ -1,4 +1,4 @@
-/* internal.h - libstoker's private structures, shared by the client's
+/* client_internal.h - libstoker's private structures, shared by the client's
  * files. Not installed; nothing here is ABI.
  *
  * struct stk_client is split into parts, one embedded struct per concern.
