@@ -71,7 +71,7 @@
 
 #include "daemon.h"
 #include "metrics.h"
-#include "options.h"
+#include "daemon_options.h"
 #include "rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/core.h"

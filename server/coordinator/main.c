@@ -15,7 +15,7 @@
 #include "common/secret.h"
 #include "coordinator.h"
 #include "health.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "notify.h"
 
 /* Credentials, read in main before the server starts; read-only after. */

@@ -24,7 +24,7 @@
 
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 
 struct resolve_job {
   char addr[MAX_STR], peer[320];

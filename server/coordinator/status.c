@@ -12,7 +12,7 @@
 #include "common/advice.h"
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "notify.h"
 
 /* The ST_* states by name, as Status, the stats line and /metrics show them. */

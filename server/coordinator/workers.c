@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "msgcheck.h"
 
 /* Set a session's phase (C.mu taken here). */

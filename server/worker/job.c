@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "wire_limits.h"
 #include "worker.h"
 

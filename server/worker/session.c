@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "daemon.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "ticket.h"
 #include "rpc.h"
 #include "wire_limits.h"

@@ -12,7 +12,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "daemon_log.h"
 #include "msgcheck.h"
 #include "wire.h"
 #include "worker.h"
