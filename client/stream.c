@@ -16,12 +16,12 @@
  * When the stream breaks its requests go back to the queue (requests.c: a
  * hedge in flight elsewhere takes over instead); the runner then retries
  * the worker with backoff (100 ms doubling to 2 s) while it is still
- * wanted (listed, not dropped, in this rank's working set: workers.c). A
+ * wanted (listed, not dropped, in this rank's working set: client_workers.c). A
  * worker that stops answering without breaking its connection is cut
  * after 30 s of silence (1 s once the coordinator no longer lists it); one
  * that only left the working set is closed once it holds no request.
  *
- * Dropping a worker (workers.c keeps the record): a stream that ends with
+ * Dropping a worker (client_workers.c keeps the record): a stream that ends with
  * a final status (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION: it
  * disagrees with us about the job or protocol; UNAUTHENTICATED,
  * PERMISSION_DENIED: our token), a malformed message, or

@@ -1,4 +1,4 @@
-/* workers.c - the worker table: which workers this client knows, which it
+/* client_workers.c - the worker table: which workers this client knows, which it
  * dropped or refused, the lifetime of each entry and its runner, and this
  * rank's working set (which of the listed workers it streams from).
  *
