@@ -7,7 +7,7 @@
  *
  * Nothing here allocates or keeps state beyond the plain values it is
  * given, so every function is safe to call from any thread. Reads the job
- * spec's fields only: calls nothing in job.c.
+ * spec's fields only: calls nothing in job_spec.c.
  */
 #include <string.h>
 

@@ -5,7 +5,7 @@ only job keys (test_docs_job_keys).
   job_keys.py BIN_DIR OPERATIONS_MD
 
 The keys come from the binary: `stoker-coordinator --print-job` prints the
-canonical text, which core/job.c writes from its option table (job_opts[]),
+canonical text, which core/job_spec.c writes from its option table (job_opts[]),
 one `key = value` line per key; the keys the canonical text leaves out at
 their default (plugin, views, view1..3, shuffle, bad_samples) are set here
 so that every key is printed. The table is the one under "## A job" whose

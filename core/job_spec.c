@@ -1,4 +1,4 @@
-/* job.c - the job spec: defaults, the one option table that sets keys,
+/* job_spec.c - the job spec: defaults, the one option table that sets keys,
  * the job text grammar (stk_job_spec_parse, used for files, --set and the
  * canonical text every process receives), the canonical form and its
  * hash, validation.
