@@ -14,8 +14,8 @@
 
 #include "augment/batch.h"
 #include "common/error.h"
-#include "core/internal.h"
-#include "internal.h"
+#include "core/core_internal.h"
+#include "augment_internal.h"
 #include "ops_mix.h"
 
 void stk__rng_seed(stk_rng *r, uint64_t seed, uint32_t view, uint64_t epoch,

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "internal.h"
+#include "augment_internal.h"
 #include "ops_python.h"
 #include "plugin.h"
 

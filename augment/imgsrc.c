@@ -38,7 +38,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "core/internal.h"
+#include "core/core_internal.h"
 #include "decode.h"
 #include "io.h"
 #include "imgsrc.h"

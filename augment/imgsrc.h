@@ -11,7 +11,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "internal.h"
+#include "augment_internal.h"
 
 typedef struct stk__jds {
   int kind;             /* STK_SOURCE_IMAGEFOLDER or STK_SOURCE_TAR */

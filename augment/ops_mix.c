@@ -37,10 +37,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/internal.h"
-#include "internal.h"   /* stk__rng_seed */
-#include "ops.h"        /* stk__bf16 */
-#include "ops_policy.h" /* stk__normal */
+#include "core/core_internal.h"
+#include "augment_internal.h" /* stk__rng_seed */
+#include "ops.h"              /* stk__bf16 */
+#include "ops_policy.h"       /* stk__normal */
 
 void stk__mix_rng(stk_rng *r, uint64_t seed, uint64_t epoch, uint64_t pos0) {
   stk__rng_seed(r, seed, STK__RNG_BATCH, epoch, pos0);

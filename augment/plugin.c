@@ -23,7 +23,7 @@
 
 #include "core/chain.h"
 #include "common/error.h"
-#include "internal.h"
+#include "augment_internal.h"
 #include "plugin.h"
 #include "stoker/op.h"
 

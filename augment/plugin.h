@@ -7,7 +7,7 @@
 
 #include <stddef.h>
 
-#include "internal.h"
+#include "augment_internal.h"
 
 /* plugin.c: load every library of ds->spec.plugin from the plugin
  * directory (limits.plugin_dir, else $STOKER_PLUGIN_DIR), check its ABI

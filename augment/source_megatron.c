@@ -57,8 +57,8 @@
 
 #include "common/error.h"
 #include "augment/megatron.h"
-#include "core/internal.h"
-#include "internal.h"
+#include "core/core_internal.h"
+#include "augment_internal.h"
 
 #define MG_MAX_PREFIXES 16
 

@@ -10,8 +10,8 @@
 #include <string.h>
 #include <time.h>
 
-#include "core/internal.h"
-#include "internal.h"
+#include "core/core_internal.h"
+#include "augment_internal.h"
 
 static int syn_open(stk_dataset *ds, char *err, size_t errlen) {
   (void)err, (void)errlen;

@@ -7,7 +7,7 @@
  */
 #include <stdlib.h>
 
-#include "internal.h"
+#include "client_internal.h"
 
 void *stk__host_alloc(stk_client *c, size_t n) {
   (void)c;

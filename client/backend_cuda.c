@@ -34,7 +34,7 @@
 
 #include "common/error.h"
 #include "convert_kernel.h"
-#include "internal.h"
+#include "client_internal.h"
 
 typedef int cuerr;
 typedef void *custream;

@@ -2,7 +2,7 @@
  * (config checks, backend, join or local job, buffers, threads), next /
  * release (the caller's side of the slot ring, stall measurement, epoch
  * boundaries), accessors, stats and close. The resume state and the step
- * plan (seq <-> address) are state.c's, finish is join.c's, errors are
+ * plan (seq <-> address) are client_state.c's, finish is join.c's, errors are
  * errors.c's.
  *
  * Owns: the stk_client's memory, its config and lock (c->mu, the condition
@@ -21,7 +21,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/secret.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "rpc/memtune.h"
 
 void stk_client_config_defaults(stk_client_config *cfg) {
@@ -386,7 +386,7 @@ int stk_client_next_timed(stk_client *c, stk_batch **out, uint32_t timeout_ms) {
       int64_t none_since = c->sched.no_worker_since_ns;
       if (!c->local && stk__workers_alive(c) == 0 && none_since &&
           now - none_since > (int64_t)c->cfg.no_worker_timeout_ms * 1000000) {
-        /* Every worker listed refused us (workers.c drops them): their
+        /* Every worker listed refused us (client_workers.c drops them): their
          * reason is the error, else plain unavailability. */
         const stk__workers *ws = &c->workers;
         st = stk__workers_all_dropped(c) ? ws->drop_status : STK_UNAVAILABLE;

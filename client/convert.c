@@ -11,7 +11,7 @@
  */
 #include <string.h>
 
-#include "internal.h"
+#include "client_internal.h"
 
 uint32_t stk__image_tensors(const stk_job_spec *spec) {
   return spec->views > 1 ? spec->views : 1;

@@ -7,7 +7,7 @@
 #include <pthread.h>
 #include <stdio.h>
 
-#include "internal.h"
+#include "client_internal.h"
 
 void stk__set_fatal(stk_client *c, int status, const char *msg) {
   /* under mu */

@@ -10,7 +10,7 @@
  * the two public functions.
  */
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 
 /* stk_interrupt's count: a call snapshots it when it starts and is
  * interrupted once it moves. 32 bits: lock-free everywhere. */

@@ -7,7 +7,7 @@
  * sends the changes since the client's version (WorkerList.delta): applied
  * when the client's list is at its base_version (upsert `workers`, unlist
  * `removed`), else the client watches again with known_version 0 and gets
- * the whole list. A whole list replaces the client's. Either way workers.c
+ * the whole list. A whole list replaces the client's. Either way client_workers.c
  * then recomputes this rank's working set.
  *
  * Every watch re-announces the rank (job hash, client id, finished, rank 0
@@ -17,7 +17,7 @@
  *
  * Owns: c->coord (the coordinator channel, the watch stream destroyed only
  * by the watcher thread, the job's end); at open, c->job's spec and hash
- * from the coordinator. The worker list goes to workers.c. Must not: block
+ * from the coordinator. The worker list goes to client_workers.c. Must not: block
  * in gRPC holding c->mu.
  */
 #include <stdio.h>
@@ -30,7 +30,7 @@
 #include "common/clock.h"
 #include "common/error.h"
 #include "common/text.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "stoker.pb-c.h"
 #include "stoker/version.h"
 

@@ -16,7 +16,7 @@
 
 #include "common/thread.h"
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 
 void *stk__local_main(void *arg) {
   stk__worker *w = arg;

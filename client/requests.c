@@ -1,4 +1,4 @@
-/* requests.c - the request and hedge state machine (internal.h): every
+/* requests.c - the request and hedge state machine (client_internal.h): every
  * state change of c->pool's receive buffers and hedge slots, and the
  * per-worker load, latency and rate that completing a copy updates.
  *
@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 
 /* h back to FREE, tied to no request or worker. */
 static void hedge_free(stk__hedge *h) {

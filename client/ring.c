@@ -23,7 +23,7 @@
 #include "common/thread.h"
 #include "common/cpulimit.h"
 #include "common/error.h"
-#include "internal.h"
+#include "client_internal.h"
 
 /* Host memory for a payload from the backend (pinned for CUDA). Ordinary
  * host memory is touched here, every page, so a rank's RSS reaches its

@@ -27,7 +27,7 @@
 
 #include "common/thread.h"
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "stoker.pb-c.h"
 
 /* qsort's order of two int64_t. */

@@ -1,6 +1,6 @@
 /* stream.c - the remote workers' streams: each served worker is a runner,
  * a state machine on a small fixed pool of io threads that share one
- * completion queue per client (internal.h, "Stream life"), so the
+ * completion queue per client (client_internal.h, "Stream life"), so the
  * client's threads do not grow with the number of workers. A runner opens
  * its Worker.Stream, reconnects, receives its batches (frames checked
  * against the job's layout, chunks copied once into the claimed buffer
@@ -16,12 +16,12 @@
  * When the stream breaks its requests go back to the queue (requests.c: a
  * hedge in flight elsewhere takes over instead); the runner then retries
  * the worker with backoff (100 ms doubling to 2 s) while it is still
- * wanted (listed, not dropped, in this rank's working set: workers.c). A
+ * wanted (listed, not dropped, in this rank's working set: client_workers.c). A
  * worker that stops answering without breaking its connection is cut
  * after 30 s of silence (1 s once the coordinator no longer lists it); one
  * that only left the working set is closed once it holds no request.
  *
- * Dropping a worker (workers.c keeps the record): a stream that ends with
+ * Dropping a worker (client_workers.c keeps the record): a stream that ends with
  * a final status (INVALID_ARGUMENT, OUT_OF_RANGE, FAILED_PRECONDITION: it
  * disagrees with us about the job or protocol; UNAUTHENTICATED,
  * PERMISSION_DENIED: our token), a malformed message, or
@@ -44,7 +44,7 @@
 #include "common/thread.h"
 #include "common/cpulimit.h"
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "stoker.pb-c.h"
 #include "rpc/wire.h"
 
@@ -109,7 +109,7 @@ static int on_chunk(stk_client *c, stk__worker *w, rx *x, grpc_byte_buffer *bb,
   }
   if (x->dst && m->len) {
     /* x->dst was this copy's buffer when its header came; a buffer being
-     * written never changes hands (internal.h), so no lock is needed. */
+     * written never changes hands (client_internal.h), so no lock is needed. */
     unsigned char *dst = x->dst + m->offset;
     if (c->cfg.verify_crc) x->crc_acc = stk__wire_copy_chunk_crc(bb, m, dst, x->crc_acc);
     else stk__wire_copy_chunk(bb, m, dst);

@@ -1,6 +1,6 @@
 /* wset.h - the working set's arithmetic: which workers a rank streams from.
  * Pure functions of their arguments (no client, no lock, no allocation),
- * shared by workers.c and the unit test tests/unit/client/test_client_wset.c.
+ * shared by client_workers.c and the unit test tests/unit/client/test_client_wset.c.
  *
  * Rendezvous (highest-random-weight) hashing, weighted by cores: worker w's
  * score for rank r of job j is

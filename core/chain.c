@@ -25,7 +25,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "core/internal.h"
+#include "core/core_internal.h"
 
 #define MAX_ARGS 12
 #define TEXT_MAX 1024

@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "core/chain.h"
-#include "core/internal.h"
+#include "core/core_internal.h"
 
 static void add_tensor(stk_batch_layout *L, const char *name, int dtype, uint32_t ndim,
                        uint64_t d0, uint64_t d1) {

@@ -7,11 +7,11 @@
  *
  * Nothing here allocates or keeps state beyond the plain values it is
  * given, so every function is safe to call from any thread. Reads the job
- * spec's fields only: calls nothing in job.c.
+ * spec's fields only: calls nothing in job_spec.c.
  */
 #include <string.h>
 
-#include "core/internal.h"
+#include "core/core_internal.h"
 
 #define FEISTEL_ROUNDS 6
 

@@ -24,7 +24,7 @@
 
 #include "common/error.h"
 #include "common/secret.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "notify.h"
 #include "rpc/memtune.h"
 #include "rpc/peer.h"

@@ -11,7 +11,7 @@
 #include "common/secret.h"
 
 #include "metrics.h"
-#include "options.h"
+#include "daemon_options.h"
 #include "rpc/rpc.h"
 
 /* SIGTERM/SIGINT set a flag (see stk__signal_pending); SIGPIPE ignored. */

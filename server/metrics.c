@@ -23,7 +23,7 @@
 #include "common/error.h"
 #include "common/secret.h"
 #include "daemon.h"
-#include "log.h"
+#include "daemon_log.h"
 
 struct stk__metrics_server {
   struct MHD_Daemon *d;

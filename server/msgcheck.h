@@ -28,7 +28,7 @@ int stk__check_batch_request(const stk__job_view *j, const Stoker__V1__BatchRequ
                              char *msg, size_t len);
 
 /* One BatchRequest as Worker.Stream receives it: its bytes unpacked under
- * the request limits (proto/wire_limits.h), then checked as above. 0 with
+ * the request limits (rpc/include/rpc/wire_limits.h), then checked as above. 0 with
  * *out (free with protobuf_c_message_free_unpacked(.., NULL)), or a
  * status with msg and *out NULL. */
 int stk__parse_batch_request(const stk__job_view *j, const uint8_t *data, size_t len,

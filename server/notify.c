@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <systemd/sd-daemon.h>
 
-#include "log.h"
+#include "daemon_log.h"
 
 static int64_t watchdog_half_ms, watchdog_last_ms;
 static int ready_sent; /* under ready_mu */

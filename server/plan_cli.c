@@ -26,7 +26,7 @@
 
 #include "common/costmodel.h"
 #include "daemon.h"
-#include "options.h"
+#include "daemon_options.h"
 #include "plan_live.h"
 #include "stoker/core.h"
 

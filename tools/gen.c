@@ -17,7 +17,7 @@
 #include <jpeglib.h>
 
 #include "gen.h"
-#include "core/internal.h" /* stk__mix64 */
+#include "core/core_internal.h" /* stk__mix64 */
 
 static uint64_t next(uint64_t *s) {
   *s += 0x9e3779b97f4a7c15ull;

@@ -27,21 +27,23 @@
  * ranks' clients are still open.
  *
  * The files (one concern each):
- *   options.c  the option table, --help's exit codes
- *   state.c    the job and C; loading the job, the helpers on C
- *   persist.c  --state-dir: journal snapshots (group commit), resuming,
- *              workers expected back
- *   publish.c  the published worker list: versions, deltas, shared encodings
- *   workers.c  Coordinator.WorkerSession: register, heartbeats, suspect,
- *              shutdown, drop
- *   tickets.c  the workers' stream tickets (minted, never stored or logged)
- *   resolve.c  the advertised-address checks, on resolver threads of their
- *              own (a cap on lookups at once, a timeout)
- *   ranks.c    Join, WatchWorkers (re-announcements), Finish (and abort)
- *   status.c   ReportStats, Status, the stats line, /metrics
- *   main.c     serving, the main loop, the orderly end, main()
+ *   coord_options.c  the option table, --help's exit codes
+ *   coord_state.c    the job and C; loading the job, the helpers on C
+ *   persist.c        --state-dir: journal snapshots (group commit),
+ *                    resuming, workers expected back
+ *   publish.c        the published worker list: versions, deltas, shared
+ *                    encodings
+ *   coord_workers.c  Coordinator.WorkerSession: register, heartbeats,
+ *                    suspect, shutdown, drop
+ *   tickets.c        the workers' stream tickets (minted, never stored or
+ *                    logged)
+ *   resolve.c        the advertised-address checks, on resolver threads of
+ *                    their own (a cap on lookups at once, a timeout)
+ *   ranks.c          Join, WatchWorkers (re-announcements), Finish (and abort)
+ *   coord_status.c   ReportStats, Status, the stats line, /metrics
+ *   coordinator.c    serving, the main loop, the orderly end, main()
  *
- * Threads and locks. Calls are event driven (proto/rpc.h, "Server"):
+ * Threads and locks. Calls are event driven (rpc/include/rpc/rpc.h, "Server"):
  * handlers run on the rpc layer's threads and never block; sends only
  * queue, so they may be made under C.mu (lock order: C.mu, then the rpc
  * layer's own locks). The state journal has a thread of its own (the
@@ -49,11 +51,11 @@
  * a watch whose re-announcement taught something waits unstarted; they
  * are answered from it once their change is on disk (persist_after); so
  * is a worker's registration listed, and its departure unlisted, from it
- * (workers.c). The main loop and an abort wait for it (persist_sync,
+ * (coord_workers.c). The main loop and an abort wait for it (persist_sync,
  * without C.mu). Advertised-address lookups run on resolver threads
  * (resolve.c; lock order: the resolver's lock, then C.mu). Its lock is taken
- * without C.mu. The main loop (main.c: heartbeats, publication, watches,
- * timeouts) and the /metrics thread (status.c, status_metrics) take C.mu
+ * without C.mu. The main loop (coordinator.c: heartbeats, publication, watches,
+ * timeouts) and the /metrics thread (coord_status.c, status_metrics) take C.mu
  * like any handler. A function named
  * *_locked is called with C.mu held; the rpc layer's handlers and
  * callbacks (handle_*, *_ops) and the functions whose comment says "call
@@ -71,7 +73,7 @@
 
 #include "daemon.h"
 #include "metrics.h"
-#include "options.h"
+#include "daemon_options.h"
 #include "rpc/rpc.h"
 #include "stoker.pb-c.h"
 #include "stoker/core.h"
@@ -88,8 +90,9 @@ enum {
   EXIT_ABORTED = 4 /* a rank aborted the job (Finish.abort_job) */
 };
 
-#define MAX_STR      STK_MAX_ID_BYTES /* worker ids and addresses (proto/wire_limits.h) */
-#define MAX_FAILURES 8                /* worker failures kept for Status */
+#define MAX_STR \
+  STK_MAX_ID_BYTES     /* worker ids and addresses (rpc/include/rpc/wire_limits.h) */
+#define MAX_FAILURES 8 /* worker failures kept for Status */
 /* The worker list's publication (publish.c): at most one version per
  * PUB_MIN_MS, and the deltas of the last PUB_HISTORY versions kept while
  * they fit PUB_HISTORY_BYTES (a watcher further behind gets the whole
@@ -98,7 +101,7 @@ enum {
 #define PUB_HISTORY       64
 #define PUB_HISTORY_BYTES (4u << 20)
 
-/* ---- Options (options.c) -------------------------------------------------
+/* ---- Options (coord_options.c) -------------------------------------------
  * Filled by stk__daemon_init in main before any thread starts; read-only
  * afterwards, so every thread reads them without a lock. */
 
@@ -126,7 +129,7 @@ extern const size_t noptions;
 /* The exit codes as --help prints them. */
 extern const char exit_codes_text[];
 
-/* ---- State (state.c) ----------------------------------------------------- */
+/* ---- State (coord_state.c) ----------------------------------------------- */
 
 /* A persist_after callback (persist.c). */
 typedef void (*persist_done_fn)(void *arg);
@@ -142,7 +145,7 @@ typedef struct journal_waiter {
 /* The phases of a worker session (Coordinator.WorkerSession). */
 enum { WS_HELLO, WS_CHECKING, WS_HELLO2, WS_ADMITTING, WS_SERVING, WS_OVER };
 
-/* One worker session (workers.c). Allocated by session_open, freed by
+/* One worker session (coord_workers.c). Allocated by session_open, freed by
  * session_closed; linked into C.workers while registered (live). Fields
  * without a note are under C.mu once the worker is linked. */
 typedef struct cworker {
@@ -218,7 +221,7 @@ typedef struct coord_state {
   stk__tls *tls;     /* --tls-*, loaded at start; NULL = plaintext. Read-only
                         once the server starts: no lock */
 
-  /* The job (state.c; the dataset's size and fingerprint: workers.c,
+  /* The job (coord_state.c; the dataset's size and fingerprint: coord_workers.c,
    * from the first worker, and persist.c, at start). */
   stk_job_spec spec; /* spec.world_size never changes after state_load_job: read
                         without C.mu too */
@@ -229,13 +232,13 @@ typedef struct coord_state {
                            Set once by state_load_job: no lock */
   uint64_t fingerprint;
   int have_fp;
-  /* ImageFolder: the class count and names (workers.c, from the first
+  /* ImageFolder: the class count and names (coord_workers.c, from the first
    * worker; not journaled: after a restart, Join waits for a worker). */
   int have_classes;
   uint32_t nclasses;
   char **classes; /* nclasses names, or NULL when the dataset sent none */
 
-  /* The live worker list (workers.c). Clients never see it directly:
+  /* The live worker list (coord_workers.c). Clients never see it directly:
    * they see the versions publish.c makes of it. */
   cworker *workers; /* live ones */
   /* Its changes since the last publication (publish.c owns them; any
@@ -255,8 +258,8 @@ typedef struct coord_state {
   uint32_t njoined, nfinished;
 
   /* The end of the job: requested with state_request_shutdown_locked (ranks.c,
-   * workers.c, main.c; persist.c at start, from the journal), carried out
-   * by main.c (shutting_down, done). */
+   * coord_workers.c, coordinator.c; persist.c at start, from the journal), carried out
+   * by coordinator.c (shutting_down, done). */
   int shutting_down;
   int shutdown_req; /* exit code to use once requested, +1 */
   /* room for a user-code error's traceback and the list of bad samples */
@@ -269,14 +272,14 @@ typedef struct coord_state {
   int seen_earlier;
   int by_signal; /* the shutdown was asked by a signal: no linger */
   /* Workers that could not serve the job and said why (WorkerFailure):
-   * the last MAX_FAILURES, for Status and waiting ranks (workers.c). */
+   * the last MAX_FAILURES, for Status and waiting ranks (coord_workers.c). */
   struct wfail {
     char text[800]; /* "worker ID (ADDRESS): REASON", escaped */
     int64_t at_ms;
   } fails[MAX_FAILURES];
   uint32_t nfails; /* ever recorded; the newest is fails[(nfails - 1) % MAX] */
-  /* The last time a worker was listed or left the list (workers.c,
-   * state.c's state_unlink_locked): a failure newer than this, with no worker
+  /* The last time a worker was listed or left the list (coord_workers.c,
+   * coord_state.c's state_unlink_locked): a failure newer than this, with no worker
    * listed, is what Join answers (workers_none_can_serve_locked). */
   int64_t workers_seen_ms;
   /* start_ms: set in main before the server starts, read-only after (no
@@ -284,8 +287,8 @@ typedef struct coord_state {
   int64_t start_ms, last_touch_ms;
   int watchers;               /* started watches (ranks.c) */
   struct watcher *watch_list; /* open WatchWorkers calls (ranks.c) */
-  int done;                   /* every worker told and gone (main.c) */
-  struct crank {   /* the figures a rank last reported (ReportStats: status.c) */
+  int done;                   /* every worker told and gone (coordinator.c) */
+  struct crank {   /* the figures a rank last reported (ReportStats: coord_status.c) */
     int64_t at_ms; /* 0 = never */
     /* The process that holds the rank (one per rank, ranks.c): its client
      * id (NULL = none known), where it joined from and when, its open
@@ -316,7 +319,7 @@ extern coord_state C;
  * Under C.mu. */
 void state_touch_locked(void);
 /* Ask for the end of the job with exit code code and reason why (copied);
- * the first request wins, later ones do nothing. The main loop (main.c)
+ * the first request wins, later ones do nothing. The main loop (coordinator.c)
  * sees it within a tick. Under C.mu. */
 void state_request_shutdown_locked(int code, const char *why);
 /* The job's state now, ST_*. Under C.mu. */
@@ -441,7 +444,7 @@ void resolve_release(resolve_job *j);
 /* Checks not answered yet (queued or being looked up). */
 size_t resolve_pending(void);
 
-/* ---- Worker sessions (workers.c) ----------------------------------------- */
+/* ---- Worker sessions (coord_workers.c) ----------------------------------- */
 
 /* Coordinator.WorkerSession's callbacks (the rpc layer calls them, one at
  * a time per call). */
@@ -526,7 +529,7 @@ int ranks_watch_holds_locked(int64_t now);
  * over. Call without C.mu (main loop). */
 void ranks_watch_pump_all(void);
 
-/* ---- Status and figures (status.c) --------------------------------------- */
+/* ---- Status and figures (coord_status.c) --------------------------------- */
 
 /* Coordinator.ReportStats (unary handler). */
 void status_report_stats(stk__rpc_call *call, const ProtobufCMessage *req);

@@ -24,7 +24,7 @@
 #include "common/thread.h"
 #include "coordinator.h"
 #include "journal.h"
-#include "log.h"
+#include "daemon_log.h"
 
 /* The state journal (--state-dir). One thread (the writer) takes every
  * snapshot and writes it: group commit, so a thousand Finish calls

@@ -37,7 +37,7 @@
 
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 
 /* A published entry: what clients see of a worker, and its packed
  * WorkerInfo (main loop thread only). */

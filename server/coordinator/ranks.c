@@ -14,7 +14,7 @@
 
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "stoker/version.h"
 
 /* How long a rank's holder counts as alive after its last watch ended at

@@ -1,7 +1,7 @@
 /* resolve.c - the advertised-address checks of worker sessions that
  * advertise a host name (stk__host_is_peer: a DNS lookup, which may take
  * seconds) off the RPC threads; a numeric address needs no lookup and is
- * checked on the spot by workers.c. A few resolver threads
+ * checked on the spot by coord_workers.c. A few resolver threads
  * (--resolve-threads: at most that many lookups at once) take checks from
  * a bounded queue (RESOLVE_QUEUE_PER_THREAD per thread: past it a check
  * is refused at once); a watch thread answers
@@ -24,7 +24,7 @@
 
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 
 struct resolve_job {
   char addr[MAX_STR], peer[320];

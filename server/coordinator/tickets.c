@@ -1,5 +1,5 @@
 /* tickets.c - the stream tickets the coordinator mints for its workers
- * (format: proto/ticket.h): with role tokens, a client presents worker
+ * (format: rpc/include/rpc/ticket.h): with role tokens, a client presents worker
  * w's ticket (WorkerInfo.stream_ticket) on its Worker.Stream calls to w,
  * so no worker ever receives the client or admin token, and w checks it
  * with its ticket key (RegisterAck.stream_ticket_key), expiry included.

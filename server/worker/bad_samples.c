@@ -17,7 +17,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "metrics.h"
 #include "worker.h"
 

@@ -21,7 +21,7 @@
 #include "augment/batch.h"
 #include "common/clock.h"
 #include "common/error.h"
-#include "log.h"
+#include "daemon_log.h"
 
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>

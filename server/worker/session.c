@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "daemon.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "rpc/ticket.h"
 #include "rpc/rpc.h"
 #include "rpc/wire_limits.h"

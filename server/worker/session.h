@@ -30,7 +30,7 @@ typedef struct session_hooks {
   /* NULL, or: add what else the second hello says (the class names); the
    * pointers it sets must stay valid while the job is loaded. */
   void (*fill_hello)(Stoker__V1__Register *reg);
-  /* NULL, or: the key of this worker's stream tickets (proto/ticket.h)
+  /* NULL, or: the key of this worker's stream tickets (rpc/include/rpc/ticket.h)
    * and the coordinator's clock (unix ms; 0 = not sent), from every
    * RegisterAck (key "" when it carries none: a coordinator without role
    * tokens; else 64 hex digits, checked). Valid during the call; never

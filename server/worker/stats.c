@@ -12,7 +12,7 @@
 
 #include "common/clock.h"
 #include "common/cpulimit.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "notify.h"
 #include "worker.h"
 

@@ -12,12 +12,12 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "log.h"
+#include "daemon_log.h"
 #include "msgcheck.h"
 #include "rpc/wire.h"
 #include "worker.h"
 
-/* Event driven (proto/rpc.h, "Server"): a request arrives -> validate and
+/* Event driven (rpc/include/rpc/rpc.h, "Server"): a request arrives -> validate and
  * queue it (stream_message); a batch is built -> the scheduler's ready
  * hook queues its header and chunks on the call at once (pump); the
  * call's send queue drained -> the batch is released and the next one

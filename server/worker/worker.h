@@ -21,7 +21,7 @@
 #include "stoker/augment.h"
 #include "stoker.pb-c.h"
 
-/* ---- Options (main.c) --------------------------------------------------
+/* ---- Options (worker.c) ------------------------------------------------
  *
  * Set by stk__options_parse in main before any other thread starts, read
  * only afterwards, so every thread reads them without a lock. */
@@ -45,7 +45,7 @@ extern worker_opts opt;
  * (said on stderr). Call from main only, instead of serving. */
 int worker_calibrate(void);
 
-/* ---- State (defined in main.c) ---------------------------------------- */
+/* ---- State (defined in worker.c) -------------------------------------- */
 
 /* A layout's tensors as BatchHeader descriptors (pointing into it). */
 typedef struct stk__tdescs {
@@ -60,11 +60,11 @@ typedef struct worker_state {
    * main frees it at exit */
   stk__tls *tls; /* --tls-*: serving and the coordinator session; NULL = plaintext */
   /* The Worker.Stream server, for the session thread to install the
-   * coordinator's stream ticket in (main.c's on_ticket). Under main.c's
+   * coordinator's stream ticket in (worker.c's on_ticket). Under worker.c's
    * srv_mu: main sets it before the session starts and NULLs it before it
    * stops the server. */
   stk__rpc_server *srv;
-  /* The job (job.c, on_job on the session thread). Everything from spec
+  /* The job (worker_job.c, on_job on the session thread). Everything from spec
    * to sch is written once, before have_job is set under mu, and never
    * again: a thread that saw have_job (current_sched() != NULL) reads
    * them without a lock. main closes ds after the session stopped. */
@@ -84,7 +84,7 @@ typedef struct worker_state {
   char *skipped_ex[8];
   char skipped_buf[8][256];
   sched *sch;
-  /* Run state: set by on_command (job.c) and drain (main.c), read
+  /* Run state: set by on_command (worker_job.c) and drain (worker.c), read
    * everywhere; atomics (release/acquire), never cleared. */
   int draining;     /* atomic */
   int shutdown_cmd; /* atomic */
@@ -109,10 +109,10 @@ typedef struct worker_state {
 
 extern worker_state W;
 
-/* ---- The job and the coordinator's commands (job.c) -------------------- */
+/* ---- The job and the coordinator's commands (worker_job.c) ------------- */
 
 /* The dataset limits the worker's options set (--max-file-mb,
- * --max-pixels, --plugin-dir, --python-path): what job.c and calibrate.c
+ * --max-pixels, --plugin-dir, --python-path): what worker_job.c and calibrate.c
  * open the dataset with. Pure; the strings point into opt. */
 void worker_limits(stk_limits *lim);
 /* The scheduler once the job is loaded, else NULL. The scheduler lives

@@ -6,7 +6,7 @@ table.
 
   job_keys.py BIN_DIR OPERATIONS_MD
 
-1. The keys of core/job.c's option table (job_opts[]) as the parser and
+1. The keys of core/job_spec.c's option table (job_opts[]) as the parser and
    the canonical text see them: `stoker-coordinator --print-job` prints
    the canonical text, one `key = value` line per key; the keys it leaves
    out at their default (plugin, views, view1..3, shuffle, bad_samples)

@@ -1,4 +1,4 @@
-/* fuzz_job.c - libFuzzer target for the job-spec parser (core/job.c):
+/* fuzz_job.c - libFuzzer target for the job-spec parser (core/job_spec.c):
  * any text through stk_job_spec_parse must end with a status, never a
  * crash; a text that parses and validates must survive the canonical
  * round trip (format, parse again: same hash), since every process of a

@@ -1,6 +1,6 @@
 /* text.h - the one reader of 'name = value' lines, shared by the job text
- * (core/job.c: job files, --set, canonical text) and the daemons' --config
- * files (server/options.c), so comments and spaces behave the same in both:
+ * (core/job_spec.c: job files, --set, canonical text) and the daemons' --config
+ * files (server/daemon_options.c), so comments and spaces behave the same in both:
  * a '#' starts a comment (values cannot hold one), white space around names
  * and values is dropped. Pure string functions; thread-safe.
  */

@@ -3,7 +3,7 @@
  * parser, its canonical text (what the job hash covers) and the output
  * size it makes. Core's interface for augment: on the include path only of
  * what links stoker_core_for_augment (core/CMakeLists.txt); not public
- * API. core/job.c stores a chain in stk_job_spec.chain as canonical text,
+ * API. core/job_spec.c stores a chain in stk_job_spec.chain as canonical text,
  * augment/ops_chain.c runs it (each op's step in augment/ops_kernels.c).
  * docs/pipelines.md is the user's
  * reference (every op, its parameters, its random draws).

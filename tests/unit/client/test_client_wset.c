@@ -1,6 +1,6 @@
 /* test_client_wset.c - the working set's arithmetic (client/wset.c, compiled
  * into this test): N ranks each pick their k workers of M by weighted
- * rendezvous hashing plus coverage, exactly as workers.c does, and this
+ * rendezvous hashing plus coverage, exactly as client_workers.c does, and this
  * checks the properties the design rests on:
  *   - stk__wset_top is the top t by score, best first (against a sort);
  *   - determinism: the same (job, rank, id, cores) always scores the same,

@@ -1,7 +1,7 @@
 /* test_counter_width.c - the counters a long job reads never wrap: every
  * event count and byte count of the public stats structs (stk_stats,
  * stk_worker_stats) is 64 bits wide, and so are the client's own
- * counters they are copied from (client/internal.h: the request pool's,
+ * counters they are copied from (client/client_internal.h: the request pool's,
  * written in requests.c, and next()'s batch count, under c->mu); at a
  * million events a second, 2^64 lasts 584,000 years. Counts bounded by a
  * table's size (workers_alive, nworkers, working_set...) are not event
@@ -22,7 +22,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "client/internal.h"
+#include "client/client_internal.h"
 #include "stoker/client.h"
 
 #define WIDE(type, field) \

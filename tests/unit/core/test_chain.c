@@ -1,4 +1,4 @@
-/* test_chain.c - op chains in the job spec (core/chain.c, job.c's
+/* test_chain.c - op chains in the job spec (core/chain.c, job_spec.c's
  * pipeline key): an example chain parses and sets dtype, layout,
  * mean/std and the output size; the canonical text round-trips and its
  * hash separates chains that build different bytes; the named pipelines

@@ -1,4 +1,4 @@
-/* test_job_text.c - the job text grammar of core/job.c: the canonical
+/* test_job_text.c - the job text grammar of core/job_spec.c: the canonical
  * text round-trips (format -> parse -> format is identical, the spec is
  * the same) for the defaults, a spec with every field changed and many
  * random ones; the lenient grammar (spaces, tabs, CR, comments, blank

@@ -1,5 +1,5 @@
 /* test_coordinator_set.c - stoker-coordinator's --set goes through the job
- * text parser (core/job.c): spaces around '=' are fine, errors name the
+ * text parser (core/job_spec.c): spaces around '=' are fine, errors name the
  * key, and a key=value whose '=' lies past byte 1023 is a clear usage
  * error (exit 2), not the NULL dereference it once was. Runs the real
  * binary with --print-job, so nothing listens.

@@ -1,5 +1,5 @@
 /* test_hostile_text.c - the daemons' defences against hostile text and
- * hostile files (server/log.c, server/daemon.c):
+ * hostile files (server/daemon_log.c, server/daemon.c):
  *  - stk__escape: printable ASCII kept (backslash too), every other byte
  *    \xNN, bounded output ending in "..." and never a cut escape;
  *  - a log line carrying a hostile id (newlines, ANSI/OSC sequences, BEL,
@@ -21,7 +21,7 @@
 
 #include "check.h"
 #include "daemon.h"
-#include "log.h"
+#include "daemon_log.h"
 
 static const char hostile[] =
     "w1\n2026-01-01T00:00:00.000Z stoker-coordinator INFO forged line\r"

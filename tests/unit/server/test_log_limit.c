@@ -1,4 +1,4 @@
-/* test_log_limit.c - the log rate limit (server/log.c, LOG_LIMITED): a
+/* test_log_limit.c - the log rate limit (server/daemon_log.c, LOG_LIMITED): a
  * call site repeated without end (a hostile client's bad streams, a disk
  * failing every build) writes at most its limit of lines a minute, counts
  * the rest and says how many once the next minute starts; two sites are
@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "check.h"
-#include "log.h"
+#include "daemon_log.h"
 
 static void limiter(void) {
   stk__log_limit a = {0}, b = {0};

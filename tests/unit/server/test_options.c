@@ -1,4 +1,4 @@
-/* test_options.c - the daemons' option table (server/options.c): defaults,
+/* test_options.c - the daemons' option table (server/daemon_options.c): defaults,
  * config file, command line overriding it, repeatable key=value options,
  * range and validator errors, --help/--print-config outcomes; and the
  * port file (server/daemon.c). */
@@ -9,7 +9,7 @@
 
 #include "check.h"
 #include "daemon.h"
-#include "options.h"
+#include "daemon_options.h"
 
 static struct {
   char *addr, *name;

@@ -1,4 +1,4 @@
-/* state.c - the client's position in the job: the resume state (its byte
+/* client_state.c - the client's position in the job: the resume state (its byte
  * format, versions 1 and 2, saving and parsing), the elastic resume rule
  * (a state saved with another world size continues the epoch at the same
  * global sample position), and the map between the client's linear
@@ -19,7 +19,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "internal.h"
+#include "client_internal.h"
 
 /* ---- the byte format: little-endian ----------------------------------
  *

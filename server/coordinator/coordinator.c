@@ -1,4 +1,4 @@
-/* main.c - stoker-coordinator's main: the shared daemon start-up
+/* coordinator.c - stoker-coordinator's main: the shared daemon start-up
  * (daemon.h), the job and its state journal, the Coordinator service's
  * method table, the main loop (signals, idle timeout, heartbeat lapses,
  * watches, the stats line) and the orderly end (every worker told to shut
@@ -15,7 +15,7 @@
 #include "common/secret.h"
 #include "coordinator.h"
 #include "health.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "notify.h"
 #include "rpc/memtune.h"
 
@@ -295,7 +295,7 @@ int main(int argc, char **argv) {
   LOG_INFO("exiting (code %d)", code);
 out:
   /* First: the journal's writer may still list or unlist workers whose
-   * sessions ended at the stop (workers.c), which needs C whole. */
+   * sessions ended at the stop (coord_workers.c), which needs C whole. */
   resolve_stop(); /* after the server: no session holds a check */
   persist_close();
   stk__options_free(options, noptions);

@@ -1,9 +1,9 @@
-/* log.c - timestamped, levelled log lines on stderr for the daemons and
+/* daemon_log.c - timestamped, levelled log lines on stderr for the daemons and
  * the stoker CLI, and the per-call-site rate limit (LOG_LIMITED). Owns
  * the program name, the level threshold and the limiter's lock. stk__log
  * must not allocate or take locks: a whole line goes out in one write(2);
  * stk__log_allow holds its lock only to count. */
-#include "log.h"
+#include "daemon_log.h"
 
 #include <pthread.h>
 #include <stdarg.h>

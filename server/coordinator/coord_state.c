@@ -1,4 +1,4 @@
-/* state.c - the coordinator's state C (coordinator.h says which lock
+/* coord_state.c - the coordinator's state C (coordinator.h says which lock
  * guards each field) and the small helpers every other file uses on it:
  * touch the idle clock, request the end of the job, the job's state, the
  * job's canonical text and hash, the live worker list; and loading the

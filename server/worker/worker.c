@@ -1,9 +1,9 @@
-/* main.c - stoker-worker, the data-group sidecar: its options (one table
+/* worker.c - stoker-worker, the data-group sidecar: its options (one table
  * for the command line, --config, --help and --print-config), start-up
  * (token, TLS, the gRPC server, the coordinator session, /metrics), the
  * run loop until a signal, the coordinator's Shutdown, a rejection or the
  * orphan timeout, and the drain and exit code. Wires the other files:
- * session.c registers with the coordinator and calls job.c's hooks,
+ * session.c registers with the coordinator and calls worker_job.c's hooks,
  * streams.c serves Worker.Stream from the scheduler (fairsched.c), stats.c and
  * bad_samples.c report. Owns W and opt (worker.h) and the process's exit.
  */
@@ -19,10 +19,10 @@
 #include "common/secret.h"
 #include "daemon.h"
 #include "health.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "metrics.h"
 #include "notify.h"
-#include "options.h"
+#include "daemon_options.h"
 #include "rpc/memtune.h"
 #include "rpc/rpc.h"
 #include "stoker/augment.h"

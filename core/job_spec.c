@@ -1,4 +1,4 @@
-/* job.c - the job spec: defaults, the one option table that sets keys,
+/* job_spec.c - the job spec: defaults, the one option table that sets keys,
  * the job text grammar (stk_job_spec_parse, used for files, --set and the
  * canonical text every process receives), the canonical form and its
  * hash, validation.
@@ -22,7 +22,7 @@
 
 #include "core/chain.h"
 #include "common/error.h"
-#include "core/internal.h"
+#include "core/core_internal.h"
 
 /* T_PIPE: a pipeline name or an op chain (chain.c); T_OPTSTR: a string
  * left out of the canonical text while empty (keys added later, so that

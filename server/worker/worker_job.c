@@ -1,4 +1,4 @@
-/* job.c - what the worker's coordinator tells it, as session.c's hooks
+/* worker_job.c - what the worker's coordinator tells it, as session.c's hooks
  * (session thread): the job (on_job: parse and check the canonical text,
  * open the dataset under --data-root, start the scheduler, fill the
  * layouts' tensor descriptors, all published in W under W.mu), and the
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/error.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "rpc/wire_limits.h"
 #include "worker.h"
 

@@ -1,4 +1,4 @@
-/* workers.c - the worker table: which workers this client knows, which it
+/* client_workers.c - the worker table: which workers this client knows, which it
  * dropped or refused, the lifetime of each entry and its runner, and this
  * rank's working set (which of the listed workers it streams from).
  *
@@ -51,7 +51,7 @@
 #include <string.h>
 
 #include "common/clock.h"
-#include "internal.h"
+#include "client_internal.h"
 #include "wset.h"
 
 #define MS              1000000LL

@@ -1,4 +1,4 @@
-/* workers.c - Coordinator.WorkerSession: a state machine per call, hello
+/* coord_workers.c - Coordinator.WorkerSession: a state machine per call, hello
  * (checked; its advertised address on a resolver thread, resolve.c) ->
  * RegisterAck with the job -> second hello (job hash, dataset) -> on the
  * live list (C.workers; with a state journal, from the journal's writer
@@ -17,7 +17,7 @@
 
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "msgcheck.h"
 
 /* Set a session's phase (C.mu taken here). */

@@ -1,4 +1,4 @@
-/* status.c - what the coordinator tells about the job: ranks' own figures
+/* coord_status.c - what the coordinator tells about the job: ranks' own figures
  * (Coordinator.ReportStats, kept in C.ranks), Coordinator.Status, the
  * periodic stats line with sd_notify's STATUS=, and GET /metrics with the
  * job-wide verdict. Owns the ranks' reported figures; reads everything
@@ -12,7 +12,7 @@
 #include "common/advice.h"
 #include "common/clock.h"
 #include "coordinator.h"
-#include "log.h"
+#include "daemon_log.h"
 #include "notify.h"
 
 /* The ST_* states by name, as Status, the stats line and /metrics show them. */

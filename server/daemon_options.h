@@ -1,10 +1,10 @@
-/* options.h - the daemons' option table: one row {name, type, default,
+/* daemon_options.h - the daemons' option table: one row {name, type, default,
  * validator, help} per option, shared by the command line ("--name value"
  * or "--name=value") and the config file ("name = value" lines, '#'
  * comments), with --help and --print-config built from the same rows
  * (as Redis's static_configs). */
-#ifndef STOKER_SERVER_OPTIONS_H
-#define STOKER_SERVER_OPTIONS_H
+#ifndef STOKER_SERVER_DAEMON_OPTIONS_H
+#define STOKER_SERVER_DAEMON_OPTIONS_H
 
 #include <stddef.h>
 

@@ -1,4 +1,4 @@
-/* log.c - the client's log: the few lines in which libstoker says what it
+/* client_log.c - the client's log: the few lines in which libstoker says what it
  * leaves out (worker list entries it refused, the workers outside this
  * rank's working set, a worker it dropped or skipped), on stderr, one
  * write(2) per line so threads never interleave one. Callers rate-limit;
@@ -19,7 +19,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "internal.h"
+#include "client_internal.h"
 
 void stk__clog(const stk_client *c, const char *fmt, ...) {
   if (c->cfg.log == 2) return;

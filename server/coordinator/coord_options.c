@@ -1,8 +1,8 @@
-/* options.c - stoker-coordinator's option table ({name, type, default,
+/* coord_options.c - stoker-coordinator's option table ({name, type, default,
  * validator, help} per row: the command line, --config, --help and
  * --print-config all read it) and the exit codes --help prints. Owns opt
  * (coordinator.h), filled once by stk__daemon_init in main. Only data: no
- * function, no state. Rows both daemons share come from options.h
+ * function, no state. Rows both daemons share come from daemon_options.h
  * (STK__OPT_*) and daemon.h (TLS, serving bounds). */
 #include "coordinator.h"
 

@@ -1,4 +1,4 @@
-/* internal.h - libstoker's private structures, shared by the client's
+/* client_internal.h - libstoker's private structures, shared by the client's
  * files. Not installed; nothing here is ABI.
  *
  * struct stk_client is split into parts, one embedded struct per concern.
@@ -8,13 +8,13 @@
  *
  *   config          (top level)  fixed at open: client.c
  *   c->job          the job and its layouts, fixed at open: client.c, join.c
- *   c->plan         seq <-> batch address map, fixed at open: state.c
+ *   c->plan         seq <-> batch address map, fixed at open: client_state.c
  *   lock            c->mu, the condition variables, stopping: client.c
  *   c->errs         fatal status and the last-error string: errors.c
  *   c->api          the caller's side (next/release, stall): client.c
  *   c->ring         slots and the copy thread: ring.c
  *   c->pool         receive and hedge buffers, their states: requests.c
- *   c->workers      the worker table, drops, refusals: workers.c
+ *   c->workers      the worker table, drops, refusals: client_workers.c
  *   c->sched        the scheduler thread: sched.c
  *   c->coord        coordinator channel, watch, job end: join.c
  *   c->io           the io threads, their queue, the runners: stream.c
@@ -87,7 +87,7 @@
 #define STK__CRC_STREAK_MAX 3           /* consecutive bad crc32c before a drop */
 #define STK__MAX_PER_WORKER 64          /* the worker's outstanding limit */
 #define STK__STATE_MAGIC    0x534b5453u /* "STKS" little-endian */
-#define STK__STATE_VERSION  2u          /* written; 1 and 2 are read (state.c) */
+#define STK__STATE_VERSION  2u          /* written; 1 and 2 are read (client_state.c) */
 #define STK__STATE_SIZE     48u         /* version 2 */
 #define STK__STATE_SIZE_V1  40u
 
@@ -115,7 +115,7 @@ enum { SLOT_FREE, SLOT_FILLING, SLOT_READY, SLOT_HELD };
  * while the request is DONE, which only the copy thread touches). */
 typedef struct stk__req {
   int state;
-  uint64_t seq;       /* linear step (state.c's plan maps it to an address) */
+  uint64_t seq;       /* linear step (client_state.c's plan maps it to an address) */
   int worker;         /* assigned worker, -1 */
   int avoid;          /* worker that sent a bad copy, -1 */
   unsigned char *buf; /* layout.total_bytes, owned by the pool */
@@ -141,7 +141,7 @@ typedef struct stk__hedge {
  * c->mu unless it says otherwise; which file writes it is grouped below.
  * Every file may read an entry under c->mu. */
 typedef struct stk__worker {
-  /* The table (workers.c; thread_exited and left_ns are the runner's or
+  /* The table (client_workers.c; thread_exited and left_ns are the runner's or
    * local thread's last writes, stream.c/local.c). thread_started: served
    * by a runner (remote, stk__stream_start) or a thread (local, `thread`);
    * thread_exited: that runner or thread has ended. */
@@ -149,9 +149,9 @@ typedef struct stk__worker {
   int idx;
   int local;     /* in-process builder instead of a stream */
   char *id;      /* as listed (< STK_MAX_ID_BYTES: longer ones are refused,
-                    never cut); owned by the entry, changed only by workers.c
+                    never cut); owned by the entry, changed only by client_workers.c
                     while no thread of the entry runs */
-  char *address; /* host:port, as id (a re-listed address: see workers.c) */
+  char *address; /* host:port, as id (a re-listed address: see client_workers.c) */
   /* The bearer for Worker.Stream calls to it: its stream ticket as last
    * listed ("" = none: the client token, an older coordinator or worker).
    * Never logged. ticket_new: it changed since the runner opened its
@@ -163,9 +163,9 @@ typedef struct stk__worker {
    * list's next one (ticket_new) before it opens another stream. */
   int ticket_expired;
   int listed;  /* in the coordinator's current list */
-  int dropped; /* not used again by this client (workers.c, stk__worker_drop) */
-  /* The working set (workers.c, stk__workers_tick / recompute): see
-   * workers.c's header. wset: 0 out, else why it is in (WSET_*). */
+  int dropped; /* not used again by this client (client_workers.c, stk__worker_drop) */
+  /* The working set (client_workers.c, stk__workers_tick / recompute): see
+   * client_workers.c's header. wset: 0 out, else why it is in (WSET_*). */
   int wset;
   uint32_t cores;        /* as listed (>= 1) */
   uint64_t id_hash;      /* FNV-1a of id */
@@ -174,7 +174,7 @@ typedef struct stk__worker {
   int64_t down_since_ns; /* in the set, no live stream since (0 = alive) */
   int64_t skip_until_ns; /* failed to connect: out of the set until then */
   uint32_t hnext;        /* id index chain (idx + 1, 0 = end) */
-  int mark;              /* workers.c scratch (a whole list's members) */
+  int mark;              /* client_workers.c scratch (a whole list's members) */
   int thread_started, thread_exited;
   pthread_t thread;
   int64_t left_ns; /* when its runner or thread ended (departed entries) */
@@ -202,7 +202,7 @@ typedef struct stk__worker {
   int late;                /* has a request older than its hedge threshold */
   int64_t hedge_after_ns;  /* sched.c's hedge_scan scratch (-1 = not yet) */
   /* lat_ns[STK__LAT_SAMPLES] and abandoned[STK__MAX_PER_WORKER]: one block
-   * that workers.c allocates when the entry's runner first starts (so a
+   * that client_workers.c allocates when the entry's runner first starts (so a
    * listed worker outside the working set costs no room for them) and
    * frees with the entry; nobody touches them before (no request). */
   int64_t *lat_ns; /* recent issue-to-complete latencies */
@@ -258,7 +258,7 @@ typedef struct stk__job {
   stk_batch_layout wire;
 } stk__job;
 
-/* c->plan (state.c): epoch seg_epoch has seg_steps steps at sample offset
+/* c->plan (client_state.c): epoch seg_epoch has seg_steps steps at sample offset
  * seg_offset (resumed with another world size), every other epoch spe
  * steps at offset 0; `total` seqs in all, the first one this client
  * delivers is `start`. Written only by stk__plan_init at open; read by
@@ -280,7 +280,7 @@ typedef struct stk__errors {
 } stk__errors;
 
 /* c->api (client.c): the caller's side. Under c->mu; written only by
- * client.c (next, release, close); state.c reads next_deliver under
+ * client.c (next, release, close); client_state.c reads next_deliver under
  * c->mu (save_state, position); open_ns is fixed at open. */
 typedef struct stk__api {
   uint64_t next_deliver; /* starts at c->plan.start */
@@ -328,8 +328,8 @@ typedef struct stk__pool {
   uint64_t hedges_sent, hedges_won, hedge_dropped;
 } stk__pool;
 
-/* c->workers (workers.c): the worker table and what this client refused
- * or dropped. Under c->mu; written only by workers.c (entries: see
+/* c->workers (client_workers.c): the worker table and what this client refused
+ * or dropped. Under c->mu; written only by client_workers.c (entries: see
  * stk__worker); every file may read it under c->mu (client.c: next's
  * error, stats; sched.c: picking a worker). */
 typedef struct stk__workers {
@@ -341,7 +341,7 @@ typedef struct stk__workers {
   uint32_t cap;    /* room in table */
   uint32_t *index; /* id -> entry: hash buckets (idx + 1, 0 = none) */
   uint32_t nindex; /* buckets (a power of two, 0 = none yet) */
-  /* This rank's working set (workers.c): k and its cap from the config,
+  /* This rank's working set (client_workers.c): k and its cap from the config,
    * extra = workers grown beyond k, size = entries in the set now. */
   uint32_t wset_k, wset_max, wset_extra, wset_size, wset_cover, listed;
   int64_t wset_changed_ns; /* last grow, shrink or replacement */
@@ -506,7 +506,7 @@ void stk__report_figures(stk_client *c, uint64_t *batches, double *stall_fractio
  * one syscall (getrusage). */
 void stk__recv_cpu_note(stk_client *c, int slot);
 
-/* ---- state.c: the resume state and the plan ----------------------------- */
+/* ---- client_state.c: the resume state and the plan ---------------------- */
 typedef struct stk__resume {
   uint64_t job_hash, epoch, step;
   uint64_t position; /* version >= 2: global sample position in the epoch */
@@ -555,7 +555,7 @@ void stk__coord_close(stk_client *c);
  * worker stream that ended "the job failed: ..." (stream.c). Under c->mu. */
 void stk__coord_job_ended_locked(stk_client *c, int failed, const char *reason);
 
-/* ---- workers.c: the worker table and the working set ------------------ */
+/* ---- client_workers.c: the worker table and the working set ----------- */
 
 /* At open: an empty table, the working set's k and cap from c->cfg
  * (working_set, working_set_max). 0 (nothing to fail). */
@@ -596,7 +596,7 @@ void stk__workers_changed(stk_client *c);
 int stk__worker_wanted(const stk_client *c, const stk__worker *w);
 /* Under mu, from the scheduler thread (runs at most every 250 ms; cheap
  * otherwise): the working set's policy -- grow when input-bound, shrink
- * when calm, replace members that cannot be reached (workers.c). */
+ * when calm, replace members that cannot be reached (client_workers.c). */
 void stk__workers_tick(stk_client *c, int64_t now);
 /* Under mu: count a worker list entry refused, with why (msg); logged
  * (rate-limited). */
@@ -619,7 +619,7 @@ void stk__workers_reclaim(stk_client *c, uint32_t keep);
  * Takes c->mu briefly. */
 void stk__workers_stop(stk_client *c);
 
-/* ---- log.c: the client's log ------------------------------------------ */
+/* ---- client_log.c: the client's log ----------------------------------- */
 
 /* One line "<UTC time> stoker-client[rank R] INFO <msg>" on stderr in one
  * write (bytes outside printable ASCII in msg become '?'), unless

@@ -1,9 +1,9 @@
-/* log.h - the daemons' log lines: "<UTC ISO time> <program> <LEVEL> msg"
+/* daemon_log.h - the daemons' log lines: "<UTC ISO time> <program> <LEVEL> msg"
  * on stderr, one write per line so threads never interleave a line; and
  * the one escaping helper for untrusted text (ids, addresses, names from
  * the network) on its way to a log line or a terminal. */
-#ifndef STOKER_SERVER_LOG_H
-#define STOKER_SERVER_LOG_H
+#ifndef STOKER_SERVER_DAEMON_LOG_H
+#define STOKER_SERVER_DAEMON_LOG_H
 
 #include <stddef.h>
 #include <stdint.h>

@@ -1,8 +1,8 @@
-/* options.c - parse the daemons' option table from defaults, a config
+/* daemon_options.c - parse the daemons' option table from defaults, a config
  * file and the command line; print help and the effective config. Owns
  * the strings it stores in the table's destinations. Must not exit: it
  * returns an outcome and main decides. */
-#include "options.h"
+#include "daemon_options.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -12,7 +12,7 @@
 #include "common/error.h"
 #include "common/costmodel.h"
 #include "common/text.h"
-#include "log.h"
+#include "daemon_log.h"
 
 /* The --config file whose `token =` line was read last (a pointer into
  * argv), or NULL. Written while parsing, from main only. */

@@ -1,4 +1,4 @@
-/* internal.h - what dataset.c and batch.c offer the sources, and nothing
+/* augment_internal.h - what dataset.c and batch.c offer the sources, and nothing
  * outside augment/ may use: the dataset and builder structs, the source
  * vtable through which each dataset kind (synthetic, ImageFolder, tar
  * shards, Megatron token data) plugs in, and the seeding of a batch's
