@@ -11,8 +11,9 @@
  * callback (the batch store) while it is in cache. Weights are Pillow's
  * doubles rounded to 22-bit fixed point; sums are exact in 32-bit integers,
  * so every code path (portable C; the AVX2 build of the same loops and an
- * 8-wide AVX2 horizontal pass, or on x86-64 CPUs without AVX2 an SSE2
- * horizontal pass, chosen at run time) gives the same bytes.
+ * 8-wide AVX2 horizontal pass, with a 64-byte AVX-512 vertical pass on
+ * CPUs with AVX-512 F + BW, or on x86-64 CPUs without AVX2 SSE2 passes,
+ * chosen at run time) gives the same bytes.
  *
  * Owns nothing but the scratch it is handed (buffers only grow: no
  * allocation per image in steady state); thread-safe with one scratch per
@@ -432,6 +433,69 @@ static void vrow_sse2(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
   if (i < len) vrow_body(o + i, r + i, st, len - i, k, n, acc);
 }
 
+/* AVX-512 (F + BW) vertical pass row (vrow_body's sums), for Intel's
+ * AVX-512 CPUs and AMD's Zen 4 and later: vrow_sse2's arithmetic on 64
+ * bytes of the row at a time, their sums in 8 registers over all taps
+ * (the weights' 11-bit halves summed apart, two taps a step, and joined
+ * once at the end: (sum_hi << 11) + sum_lo wraps in 32 bits as the
+ * reference's sums do). The row's last len % 64 bytes go through masked
+ * loads and stores (no read or write past the row). Rows of over 128 taps,
+ * or a weight whose high half does not fit 16 bits, go to vrow_body. */
+#define VPAIRS 64
+__attribute__((target("avx512f,avx512bw"))) static void vrow_avx512(
+    uint8_t *restrict o, const uint8_t *restrict r, size_t st, size_t len,
+    const int32_t *restrict k, int32_t n, int32_t *restrict acc) {
+  int32_t np = (n + 1) / 2;
+  uint32_t kh[VPAIRS], kl[VPAIRS];
+  if (np > VPAIRS) {
+    vrow_body(o, r, st, len, k, n, acc);
+    return;
+  }
+  for (int32_t p = 0; p < np; p++) {
+    int32_t k0 = k[2 * p], k1 = 2 * p + 1 < n ? k[2 * p + 1] : 0;
+    if (k0 >> 11 > INT16_MAX || k0 >> 11 < INT16_MIN || k1 >> 11 > INT16_MAX ||
+        k1 >> 11 < INT16_MIN) {
+      vrow_body(o, r, st, len, k, n, acc);
+      return;
+    }
+    kh[p] = (uint32_t)(uint16_t)(int16_t)(k0 >> 11) |
+            (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16;
+    kl[p] = (uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16;
+  }
+  const __m512i z = _mm512_setzero_si512(), half = _mm512_set1_epi32(1 << (PREC - 1));
+  for (size_t i = 0; i < len; i += 64) {
+    __mmask64 m = len - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (len - i)) - 1;
+    __m512i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+    for (int32_t p = 0; p < np; p++) {
+      const uint8_t *pa = r + (size_t)(2 * p) * st + i;
+      const uint8_t *pc = 2 * p + 1 < n ? pa + st : pa; /* weight 0 when odd */
+      __m512i a = _mm512_maskz_loadu_epi8(m, pa), c = _mm512_maskz_loadu_epi8(m, pc);
+      __m512i vh = _mm512_set1_epi32((int32_t)kh[p]),
+              vl = _mm512_set1_epi32((int32_t)kl[p]);
+      __m512i lo = _mm512_unpacklo_epi8(a, c), hi = _mm512_unpackhi_epi8(a, c);
+      __m512i w0 = _mm512_unpacklo_epi8(lo, z), w1 = _mm512_unpackhi_epi8(lo, z);
+      __m512i w2 = _mm512_unpacklo_epi8(hi, z), w3 = _mm512_unpackhi_epi8(hi, z);
+      h0 = _mm512_add_epi32(h0, _mm512_madd_epi16(w0, vh));
+      l0 = _mm512_add_epi32(l0, _mm512_madd_epi16(w0, vl));
+      h1 = _mm512_add_epi32(h1, _mm512_madd_epi16(w1, vh));
+      l1 = _mm512_add_epi32(l1, _mm512_madd_epi16(w1, vl));
+      h2 = _mm512_add_epi32(h2, _mm512_madd_epi16(w2, vh));
+      l2 = _mm512_add_epi32(l2, _mm512_madd_epi16(w2, vl));
+      h3 = _mm512_add_epi32(h3, _mm512_madd_epi16(w3, vh));
+      l3 = _mm512_add_epi32(l3, _mm512_madd_epi16(w3, vl));
+    }
+#define FINISH(h, l) \
+  _mm512_srai_epi32( \
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), half), PREC)
+    /* per 128-bit lane, as vrow_sse2: bytes 0-3, 4-7, 8-11, 12-15 */
+    __m512i v = _mm512_packus_epi16(_mm512_packs_epi32(FINISH(h0, l0), FINISH(h1, l1)),
+                                    _mm512_packs_epi32(FINISH(h2, l2), FINISH(h3, l3)));
+#undef FINISH
+    _mm512_mask_storeu_epi8(o + i, m, v);
+  }
+}
+#undef VPAIRS
+
 __attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
                                                       const uint8_t *restrict r,
                                                       size_t st, size_t len,
@@ -441,24 +505,30 @@ __attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
 }
 #endif
 
-static int chosen; /* 0 unknown, 1 C, 2 AVX2, 3 SSE2 */
+static int chosen; /* 0 unknown, 1 C, 2 AVX2, 3 SSE2, 4 AVX-512 */
 
 void stk__resample_force_c(int on) {
   __atomic_store_n(&chosen, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
-/* 2 where the AVX2 kernels run, else 3 (SSE2: every x86-64 CPU);
- * STOKER_RESAMPLE=c picks 1 (portable), =sse2 picks 3. Chosen on first use
- * (again after stk__resample_force_c(0)); a race picks the same. */
+/* 4 where the AVX-512 (F + BW) vertical pass runs (with the AVX2
+ * horizontal pass and stores), else 2 where the AVX2 kernels run, else 3
+ * (SSE2: every x86-64 CPU). STOKER_RESAMPLE=c picks 1 (portable), =sse2
+ * 3, =avx2 2 (on a CPU that has it). Chosen on first use (again after
+ * stk__resample_force_c(0)); a race picks the same. */
 static int pick(void) {
 #ifdef HAVE_AVX2_BUILD
   int k = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
   if (!k) {
     const char *e = getenv("STOKER_RESAMPLE");
     __builtin_cpu_init();
-    k = e && !strcmp(e, "c")                                           ? 1
-        : (e && !strcmp(e, "sse2")) || !__builtin_cpu_supports("avx2") ? 3
-                                                                       : 2;
+    int avx2 = __builtin_cpu_supports("avx2");
+    int avx512 =
+        avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    k = e && !strcmp(e, "c")                   ? 1
+        : (e && !strcmp(e, "sse2")) || !avx2   ? 3
+        : (e && !strcmp(e, "avx2")) || !avx512 ? 2
+                                               : 4;
     __atomic_store_n(&chosen, k, __ATOMIC_RELAXED);
   }
   return k;
@@ -469,7 +539,7 @@ static int pick(void) {
 
 const char *stk__resample_kernels(void) {
   int k = pick();
-  return k == 2 ? "avx2" : k == 3 ? "sse2" : "c";
+  return k == 4 ? "avx512" : k == 2 ? "avx2" : k == 3 ? "sse2" : "c";
 }
 
 int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
@@ -505,7 +575,7 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
 #ifdef HAVE_AVX2_BUILD
   hgroup *hg = NULL;
   __m256i *kv = NULL;
-  if (kn == 2 || kn == 3) {
+  if (kn >= 2) {
     /* the groups, then the vectors, 32-byte aligned inside the block */
     size_t ng = (ow + 7) / 8;
     size_t bytes = ng * sizeof(hgroup) + kv_count(ow, kx) * sizeof(__m256i) + 32;
@@ -515,12 +585,13 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
     if (prep_avx2(hg, kv, xb, s->xk, kx, ow, flip)) hg = NULL;
   }
 #define HPASS(d, sp, n)                                  \
-  (hg && kn == 2 ? hpass_avx2(d, sp, sst, n, ow, hg, kv) \
+  (hg && kn != 3 ? hpass_avx2(d, sp, sst, n, ow, hg, kv) \
    : hg          ? hpass_sse2(d, sp, sst, n, ow, hg, kv) \
                  : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
-#define VROW(...)                     \
-  (kn == 2   ? vrow_avx2(__VA_ARGS__) \
-   : kn == 3 ? vrow_sse2(__VA_ARGS__) \
+#define VROW(...)                       \
+  (kn == 4   ? vrow_avx512(__VA_ARGS__) \
+   : kn == 2 ? vrow_avx2(__VA_ARGS__)   \
+   : kn == 3 ? vrow_sse2(__VA_ARGS__)   \
              : vrow_c(__VA_ARGS__))
 #else
 #define HPASS(d, sp, n) hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip)
