@@ -10,10 +10,10 @@
  * output row and either writes it to the caller's buffer or hands it to a
  * callback (the batch store) while it is in cache. Weights are Pillow's
  * doubles rounded to 22-bit fixed point; sums are exact in 32-bit integers,
- * so every code path (portable C; the AVX2 build of the same loops and an
- * 8-wide AVX2 horizontal pass, with a 64-byte AVX-512 vertical pass on
- * CPUs with AVX-512 F + BW, or on x86-64 CPUs without AVX2 SSE2 passes,
- * chosen at run time) gives the same bytes.
+ * so every code path (portable C; an 8-wide AVX2 horizontal pass and a
+ * vertical pass 32 bytes of a row at a time, 64 with AVX-512 on CPUs with
+ * AVX-512 F + BW; on x86-64 CPUs without AVX2 SSE2 passes; chosen at run
+ * time) gives the same bytes.
  *
  * Owns nothing but the scratch it is handed (buffers only grow: no
  * allocation per image in steady state); thread-safe with one scratch per
@@ -442,25 +442,32 @@ static void vrow_sse2(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
  * loads and stores (no read or write past the row). Rows of over 128 taps,
  * or a weight whose high half does not fit 16 bits, go to vrow_body. */
 #define VPAIRS 64
+
+/* The n weights of a vertical row (n <= 2 * VPAIRS) as (n + 1) / 2 pairs
+ * of taps, each pair's 11-bit high and low halves packed as two 16-bit
+ * words into kh[p] and kl[p] (the last odd tap paired with 0). 0, or -1
+ * when a high half does not fit 16 bits (see prep_avx2). */
+static int split_pairs(uint32_t *kh, uint32_t *kl, const int32_t *k, int32_t n) {
+  for (int32_t p = 0; 2 * p < n; p++) {
+    int32_t k0 = k[2 * p], k1 = 2 * p + 1 < n ? k[2 * p + 1] : 0;
+    if (k0 >> 11 > INT16_MAX || k0 >> 11 < INT16_MIN || k1 >> 11 > INT16_MAX ||
+        k1 >> 11 < INT16_MIN)
+      return -1;
+    kh[p] = (uint32_t)(uint16_t)(int16_t)(k0 >> 11) |
+            (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16;
+    kl[p] = (uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16;
+  }
+  return 0;
+}
+
 __attribute__((target("avx512f,avx512bw"))) static void vrow_avx512(
     uint8_t *restrict o, const uint8_t *restrict r, size_t st, size_t len,
     const int32_t *restrict k, int32_t n, int32_t *restrict acc) {
   int32_t np = (n + 1) / 2;
   uint32_t kh[VPAIRS], kl[VPAIRS];
-  if (np > VPAIRS) {
+  if (np > VPAIRS || split_pairs(kh, kl, k, n)) {
     vrow_body(o, r, st, len, k, n, acc);
     return;
-  }
-  for (int32_t p = 0; p < np; p++) {
-    int32_t k0 = k[2 * p], k1 = 2 * p + 1 < n ? k[2 * p + 1] : 0;
-    if (k0 >> 11 > INT16_MAX || k0 >> 11 < INT16_MIN || k1 >> 11 > INT16_MAX ||
-        k1 >> 11 < INT16_MIN) {
-      vrow_body(o, r, st, len, k, n, acc);
-      return;
-    }
-    kh[p] = (uint32_t)(uint16_t)(int16_t)(k0 >> 11) |
-            (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16;
-    kl[p] = (uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16;
   }
   const __m512i z = _mm512_setzero_si512(), half = _mm512_set1_epi32(1 << (PREC - 1));
   for (size_t i = 0; i < len; i += 64) {
@@ -494,15 +501,56 @@ __attribute__((target("avx512f,avx512bw"))) static void vrow_avx512(
     _mm512_mask_storeu_epi8(o + i, m, v);
   }
 }
-#undef VPAIRS
 
+/* AVX2 vertical pass row: vrow_avx512's arithmetic on 32 bytes of the
+ * row at a time (sums in 8 registers over all taps); the row's last
+ * len % 32 bytes, rows of over 128 taps and weights whose high half does
+ * not fit 16 bits as vrow_body. */
 __attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
                                                       const uint8_t *restrict r,
                                                       size_t st, size_t len,
                                                       const int32_t *restrict k,
                                                       int32_t n, int32_t *restrict acc) {
-  vrow_body(o, r, st, len, k, n, acc);
+  int32_t np = (n + 1) / 2;
+  uint32_t kh[VPAIRS], kl[VPAIRS];
+  if (np > VPAIRS || split_pairs(kh, kl, k, n)) {
+    vrow_body(o, r, st, len, k, n, acc);
+    return;
+  }
+  const __m256i z = _mm256_setzero_si256(), half = _mm256_set1_epi32(1 << (PREC - 1));
+  size_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+    for (int32_t p = 0; p < np; p++) {
+      const uint8_t *pa = r + (size_t)(2 * p) * st + i;
+      const uint8_t *pc = 2 * p + 1 < n ? pa + st : pa; /* weight 0 when odd */
+      __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)pa);
+      __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)pc);
+      __m256i vh = _mm256_set1_epi32((int32_t)kh[p]);
+      __m256i vl = _mm256_set1_epi32((int32_t)kl[p]);
+      __m256i lo = _mm256_unpacklo_epi8(a, c), hi = _mm256_unpackhi_epi8(a, c);
+      __m256i w0 = _mm256_unpacklo_epi8(lo, z), w1 = _mm256_unpackhi_epi8(lo, z);
+      __m256i w2 = _mm256_unpacklo_epi8(hi, z), w3 = _mm256_unpackhi_epi8(hi, z);
+      h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(w0, vh));
+      l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(w0, vl));
+      h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(w1, vh));
+      l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(w1, vl));
+      h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(w2, vh));
+      l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(w2, vl));
+      h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(w3, vh));
+      l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(w3, vl));
+    }
+#define FINISH(h, l) \
+  _mm256_srai_epi32( \
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), half), PREC)
+    __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(FINISH(h0, l0), FINISH(h1, l1)),
+                                    _mm256_packs_epi32(FINISH(h2, l2), FINISH(h3, l3)));
+#undef FINISH
+    _mm256_storeu_si256((__m256i *)(void *)(o + i), v);
+  }
+  if (i < len) vrow_body(o + i, r + i, st, len - i, k, n, acc);
 }
+#undef VPAIRS
 #endif
 
 static int chosen; /* 0 unknown, 1 C, 2 AVX2, 3 SSE2, 4 AVX-512 */
