@@ -68,8 +68,8 @@ int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
                   double bx0, double by0, double bx1, double by1, uint32_t ow,
                   uint32_t oh, int flip, uint8_t *out8);
 /* Which kernels stk__resample_rows runs on this CPU: "c", "sse2", "avx2"
- * or "avx512" (the AVX-512 vertical pass, AVX2's horizontal pass and
- * stores). Thread-safe; the string is static. */
+ * or "avx512" (the AVX-512 passes, AVX2's stores). Thread-safe; the
+ * string is static. */
 const char *stk__resample_kernels(void);
 /* Tests and benchmarks: on, the portable C kernels from now on; off, the
  * choice is made again at the next call. Not for use while resampling. */
