@@ -266,7 +266,10 @@ __attribute__((target("avx2"))) static void store_f32_avx2(const uint8_t *restri
     store_f32_body(u + 3 * (size_t)k, n - k, o + 3 * (size_t)k, 0, a, b);
   }
 }
-static int store_avx2(void) { return !strcmp(stk__resample_kernels(), "avx2"); }
+static int store_avx2(void) {
+  const char *k = stk__resample_kernels();
+  return !strcmp(k, "avx2") || !strcmp(k, "avx512");
+}
 static void store_f32(const uint8_t *restrict u, uint32_t n, float *restrict o,
                       size_t plane, const float *a, const float *b) {
   if (store_avx2()) store_f32_avx2(u, n, o, plane, a, b);

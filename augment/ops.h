@@ -56,8 +56,9 @@ typedef void (*stk__row_fn)(void *ctx, uint32_t y, const uint8_t *row);
  * NULL, and handed to emit when emit is not NULL. Bytes equal PIL's
  * `im.resize((ow, oh), filter, box)` for an integral box. 0, or -1 out of
  * memory (s's buffers) or an absurd box. Thread-safe with one scratch per
- * thread; the kernels (portable C or AVX2, chosen once per process at the
- * first call; STOKER_RESAMPLE=c forces C) give the same bytes. */
+ * thread; the kernels (portable C, SSE2, AVX2 or AVX-512, chosen once per
+ * process at the first call; STOKER_RESAMPLE=c forces C, =avx2 and =sse2
+ * those) give the same bytes. */
 int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
                        double bx0, double by0, double bx1, double by1, uint32_t ow,
                        uint32_t oh, int filter, int flip, uint8_t *out8, stk__row_fn emit,
@@ -66,7 +67,9 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
 int stk__resample(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
                   double bx0, double by0, double bx1, double by1, uint32_t ow,
                   uint32_t oh, int flip, uint8_t *out8);
-/* Which kernels stk__resample_rows runs on this CPU: "c" or "avx2". */
+/* Which kernels stk__resample_rows runs on this CPU: "c", "sse2", "avx2"
+ * or "avx512" (the AVX-512 passes, AVX2's stores). Thread-safe; the
+ * string is static. */
 const char *stk__resample_kernels(void);
 /* Tests and benchmarks: on, the portable C kernels from now on; off, the
  * choice is made again at the next call. Not for use while resampling. */

@@ -10,9 +10,10 @@
  * output row and either writes it to the caller's buffer or hands it to a
  * callback (the batch store) while it is in cache. Weights are Pillow's
  * doubles rounded to 22-bit fixed point; sums are exact in 32-bit integers,
- * so every code path (portable C; the AVX2 build of the same loops and an
- * 8-wide AVX2 horizontal pass, or on x86-64 CPUs without AVX2 an SSE2
- * horizontal pass, chosen at run time) gives the same bytes.
+ * so every code path (portable C; an AVX2 horizontal pass 8 outputs at a
+ * time and vertical pass 32 bytes of a row at a time, 16 outputs and 64
+ * bytes with AVX-512 on CPUs with AVX-512 F + BW; on x86-64 CPUs without
+ * AVX2 SSE2 passes; chosen at run time) gives the same bytes.
  *
  * Owns nothing but the scratch it is handed (buffers only grow: no
  * allocation per image in steady state); thread-safe with one scratch per
@@ -199,28 +200,29 @@ static void vrow_c(uint8_t *restrict o, const uint8_t *restrict r, size_t st, si
  * bytes). A step's 16-byte load reaches 10 bytes past its pair: a group
  * reads up to 6 * steps + 10 bytes from an output's first tap. */
 typedef struct {
-  int32_t off[8]; /* each position's first tap, in bytes from the row start */
-  int32_t steps;  /* pairs of taps */
-  int32_t vec;    /* its first weight vector: steps x 4 x (hi, lo) */
-  int32_t pad[6];
+  int32_t off[16]; /* each position's first tap, in bytes from the row start */
+  int32_t steps;   /* pairs of taps */
+  int32_t vec;     /* its first weight vector: steps x 4 x (hi, lo) */
+  int32_t pad[14]; /* 128 bytes: the vectors after the groups stay aligned */
 } hgroup;
 
-/* Per group of 8 positions (ceil(ow / 8) of them) its hgroup in g and
+/* Per group of 4 * lanes positions (8 for the AVX2 and SSE2 passes, 16
+ * for the AVX-512 one; ceil(ow / (4 * lanes)) groups) its hgroup in g and
  * its weight vectors in kv, from Pillow's bounds b and weights kk (ksize
  * a row); positions past ow (the last group's padding) and outputs
  * without taps read the row's start with weights 0. 0, or -1 when a
  * weight's high half does not fit 16 bits (|k| >= 2^26: only a box
  * reaching far outside the source, which Pillow refuses, normalizes a
  * few taps to such weights): then the portable pass runs. */
-static int prep_avx2(hgroup *g, __m256i *kv, const int32_t *b, const int32_t *kk,
-                     int ksize, uint32_t ow, int flip) {
-  uint32_t ng = (ow + 7) / 8;
+static int prep_groups(hgroup *g, int32_t *kv, const int32_t *b, const int32_t *kk,
+                       int ksize, uint32_t ow, int flip, int lanes) {
+  uint32_t gs = 4 * (uint32_t)lanes, ng = (ow + gs - 1) / gs;
   int32_t vec = 0;
   for (uint32_t gi = 0; gi < ng; gi++) {
-    const int32_t *k[8];
-    int32_t n[8], steps = 0;
-    for (int q = 0; q < 8; q++) {
-      uint32_t j = 8 * gi + (uint32_t)q, i = flip ? ow - 1 - j : j;
+    const int32_t *k[16];
+    int32_t n[16], steps = 0;
+    for (int q = 0; q < (int)gs; q++) {
+      uint32_t j = gs * gi + (uint32_t)q, i = flip ? ow - 1 - j : j;
       n[q] = j < ow ? b[2 * i + 1] : 0;
       k[q] = n[q] ? kk + (size_t)i * ksize : NULL;
       g[gi].off[q] = n[q] ? b[2 * i] * 3 : 0;
@@ -232,8 +234,9 @@ static int prep_avx2(hgroup *g, __m256i *kv, const int32_t *b, const int32_t *kk
     g[gi].vec = vec;
     for (int32_t t = 0; t < steps; t++)
       for (int m = 0; m < 4; m++) {
-        int32_t hi[8], lo[8];
-        for (int lane = 0; lane < 2; lane++) {
+        int32_t *hi = kv + (size_t)(vec + (t * 4 + m) * 2) * 4 * lanes,
+                *lo = hi + 4 * lanes;
+        for (int lane = 0; lane < lanes; lane++) {
           int q = m + 4 * lane;
           int32_t k0 = 2 * t < n[q] ? k[q][2 * t] : 0;
           int32_t k1 = 2 * t + 1 < n[q] ? k[q][2 * t + 1] : 0;
@@ -245,17 +248,18 @@ static int prep_avx2(hgroup *g, __m256i *kv, const int32_t *b, const int32_t *kk
             hi[4 * lane + c] = c < 3 ? (int32_t)h : 0,
                           lo[4 * lane + c] = c < 3 ? (int32_t)l : 0;
         }
-        memcpy(&kv[vec + (t * 4 + m) * 2], hi, 32);
-        memcpy(&kv[vec + (t * 4 + m) * 2 + 1], lo, 32);
       }
     vec += steps * 8;
   }
   return 0;
 }
 
-/* The weight vectors prep_avx2 may write for ow outputs of ksize taps. */
-static size_t kv_count(uint32_t ow, int ksize) {
-  return (size_t)((ow + 7) / 8) * (size_t)((ksize + 1) / 2) * 8;
+/* The bytes of weight vectors prep_groups may write for ow outputs of
+ * ksize taps in groups of 4 * lanes positions. */
+static size_t kv_bytes(uint32_t ow, int ksize, int lanes) {
+  uint32_t gs = 4 * (uint32_t)lanes;
+  return (size_t)((ow + gs - 1) / gs) * (size_t)((ksize + 1) / 2) * 8 * 16 *
+         (size_t)lanes;
 }
 
 /* Two 16-byte loads, a in the low lane and c in the high one. */
@@ -319,7 +323,74 @@ __attribute__((target("avx2"))) static void hpass_avx2(
   }
 }
 
-/* SSE2 horizontal pass, exact, on prep_avx2's groups and weights (for
+/* AVX-512 (F + BW) horizontal pass, exact: hpass_avx2 on groups of 16
+ * positions (prep_groups with 4 lanes), vector m holding positions m,
+ * 4 + m, 8 + m and 12 + m in its four 128-bit lanes. The 48 bytes of a
+ * group are gathered by one dword permute and written with a masked
+ * store of the row's bytes only; its loads are hpass_avx2's. */
+__attribute__((target("avx512f,avx512bw"))) static void hpass_avx512(
+    uint8_t *restrict dst, const uint8_t *restrict src, size_t sst, uint32_t rows,
+    uint32_t ow, const hgroup *restrict gs, const __m512i *restrict kv) {
+  const __m512i shuf = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, -1, 3, -1, 1, -1, 4, -1, 2, -1, 5, -1, -1, -1, -1, -1));
+  const __m512i pack = _mm512_broadcast_i32x4(
+      _mm_setr_epi8(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, -1, -1, -1, -1));
+  const __m512i gather =
+      _mm512_setr_epi32(0, 1, 2, 4, 5, 6, 8, 9, 10, 12, 13, 14, 0, 0, 0, 0);
+  const __m512i half = _mm512_set1_epi32(1 << (PREC - 1));
+  uint32_t ng = (ow + 15) / 16;
+  for (uint32_t y = 0; y < rows; y++) {
+    const uint8_t *in = src + (size_t)y * sst;
+    uint8_t *o = dst + (size_t)y * ow * 3;
+    for (uint32_t gi = 0; gi < ng; gi++, o += 48) {
+      const hgroup *g = gs + gi;
+      const __m512i *k = kv + g->vec;
+      const uint8_t *p[16];
+      for (int q = 0; q < 16; q++) p[q] = in + g->off[q];
+      __m512i h0 = _mm512_setzero_si512(), h1 = h0, h2 = h0, h3 = h0;
+      __m512i l0 = h0, l1 = h0, l2 = h0, l3 = h0;
+#define LOAD4(a, b, c, e)                                                              \
+  _mm512_inserti32x4(                                                                  \
+      _mm512_inserti32x4(_mm512_inserti32x4(_mm512_castsi128_si512(_mm_loadu_si128(    \
+                                                (const __m128i *)(const void *)(a))),  \
+                                            _mm_loadu_si128((const __m128i *)(b)), 1), \
+                         _mm_loadu_si128((const __m128i *)(c)), 2),                    \
+      _mm_loadu_si128((const __m128i *)(e)), 3)
+      for (int32_t t = 0, steps = g->steps; t < steps; t++, k += 8) {
+        size_t d = (size_t)t * 6;
+        __m512i x0 =
+            _mm512_shuffle_epi8(LOAD4(p[0] + d, p[4] + d, p[8] + d, p[12] + d), shuf);
+        __m512i x1 =
+            _mm512_shuffle_epi8(LOAD4(p[1] + d, p[5] + d, p[9] + d, p[13] + d), shuf);
+        __m512i x2 =
+            _mm512_shuffle_epi8(LOAD4(p[2] + d, p[6] + d, p[10] + d, p[14] + d), shuf);
+        __m512i x3 =
+            _mm512_shuffle_epi8(LOAD4(p[3] + d, p[7] + d, p[11] + d, p[15] + d), shuf);
+        h0 = _mm512_add_epi32(h0, _mm512_madd_epi16(x0, _mm512_load_si512(k)));
+        l0 = _mm512_add_epi32(l0, _mm512_madd_epi16(x0, _mm512_load_si512(k + 1)));
+        h1 = _mm512_add_epi32(h1, _mm512_madd_epi16(x1, _mm512_load_si512(k + 2)));
+        l1 = _mm512_add_epi32(l1, _mm512_madd_epi16(x1, _mm512_load_si512(k + 3)));
+        h2 = _mm512_add_epi32(h2, _mm512_madd_epi16(x2, _mm512_load_si512(k + 4)));
+        l2 = _mm512_add_epi32(l2, _mm512_madd_epi16(x2, _mm512_load_si512(k + 5)));
+        h3 = _mm512_add_epi32(h3, _mm512_madd_epi16(x3, _mm512_load_si512(k + 6)));
+        l3 = _mm512_add_epi32(l3, _mm512_madd_epi16(x3, _mm512_load_si512(k + 7)));
+      }
+#undef LOAD4
+#define FINISH(h, l) \
+  _mm512_srai_epi32( \
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), half), PREC)
+      __m512i v = _mm512_packus_epi16(_mm512_packs_epi32(FINISH(h0, l0), FINISH(h1, l1)),
+                                      _mm512_packs_epi32(FINISH(h2, l2), FINISH(h3, l3)));
+#undef FINISH
+      /* lane L: positions 4L..4L+3 as 12 bytes, then the four lanes packed */
+      v = _mm512_permutexvar_epi32(gather, _mm512_shuffle_epi8(v, pack));
+      uint32_t left = ow - 16 * gi, nb = left >= 16 ? 48 : 3 * left;
+      _mm512_mask_storeu_epi8(o, ((__mmask64)1 << nb) - 1, v);
+    }
+  }
+}
+
+/* SSE2 horizontal pass, exact, on prep_groups's groups and weights (for
  * x86-64 CPUs without AVX2): the same arithmetic as hpass_avx2, one output
  * position per 128-bit vector (lanes R, G, B, 0), four at a time, the
  * group's half of each weight vector. SSE2 has no byte shuffle, so a pair
@@ -389,7 +460,7 @@ static void hpass_sse2(uint8_t *restrict dst, const uint8_t *restrict src, size_
  * pmaddwd on the weights' 11-bit halves (as the horizontal passes), the
  * last odd tap paired with a weight of 0; the row's last len % 16 bytes
  * as vrow_body. A weight whose high half does not fit 16 bits (see
- * prep_avx2) sends the row to vrow_body. */
+ * prep_groups) sends the row to vrow_body. */
 static void vrow_sse2(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
                       size_t len, const int32_t *restrict k, int32_t n,
                       int32_t *restrict acc) {
@@ -432,33 +503,150 @@ static void vrow_sse2(uint8_t *restrict o, const uint8_t *restrict r, size_t st,
   if (i < len) vrow_body(o + i, r + i, st, len - i, k, n, acc);
 }
 
+/* AVX-512 (F + BW) vertical pass row (vrow_body's sums), for Intel's
+ * AVX-512 CPUs and AMD's Zen 4 and later: vrow_sse2's arithmetic on 64
+ * bytes of the row at a time, their sums in 8 registers over all taps
+ * (the weights' 11-bit halves summed apart, two taps a step, and joined
+ * once at the end: (sum_hi << 11) + sum_lo wraps in 32 bits as the
+ * reference's sums do). The row's last len % 64 bytes go through masked
+ * loads and stores (no read or write past the row). Rows of over 128 taps,
+ * or a weight whose high half does not fit 16 bits, go to vrow_body. */
+#define VPAIRS 64
+
+/* The n weights of a vertical row (n <= 2 * VPAIRS) as (n + 1) / 2 pairs
+ * of taps, each pair's 11-bit high and low halves packed as two 16-bit
+ * words into kh[p] and kl[p] (the last odd tap paired with 0). 0, or -1
+ * when a high half does not fit 16 bits (see prep_groups). */
+static int split_pairs(uint32_t *kh, uint32_t *kl, const int32_t *k, int32_t n) {
+  for (int32_t p = 0; 2 * p < n; p++) {
+    int32_t k0 = k[2 * p], k1 = 2 * p + 1 < n ? k[2 * p + 1] : 0;
+    if (k0 >> 11 > INT16_MAX || k0 >> 11 < INT16_MIN || k1 >> 11 > INT16_MAX ||
+        k1 >> 11 < INT16_MIN)
+      return -1;
+    kh[p] = (uint32_t)(uint16_t)(int16_t)(k0 >> 11) |
+            (uint32_t)(uint16_t)(int16_t)(k1 >> 11) << 16;
+    kl[p] = (uint32_t)(k0 & 2047) | (uint32_t)(k1 & 2047) << 16;
+  }
+  return 0;
+}
+
+__attribute__((target("avx512f,avx512bw"))) static void vrow_avx512(
+    uint8_t *restrict o, const uint8_t *restrict r, size_t st, size_t len,
+    const int32_t *restrict k, int32_t n, int32_t *restrict acc) {
+  int32_t np = (n + 1) / 2;
+  uint32_t kh[VPAIRS], kl[VPAIRS];
+  if (np > VPAIRS || split_pairs(kh, kl, k, n)) {
+    vrow_body(o, r, st, len, k, n, acc);
+    return;
+  }
+  const __m512i z = _mm512_setzero_si512(), half = _mm512_set1_epi32(1 << (PREC - 1));
+  for (size_t i = 0; i < len; i += 64) {
+    __mmask64 m = len - i >= 64 ? ~(__mmask64)0 : ((__mmask64)1 << (len - i)) - 1;
+    __m512i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+    for (int32_t p = 0; p < np; p++) {
+      const uint8_t *pa = r + (size_t)(2 * p) * st + i;
+      const uint8_t *pc = 2 * p + 1 < n ? pa + st : pa; /* weight 0 when odd */
+      __m512i a = _mm512_maskz_loadu_epi8(m, pa), c = _mm512_maskz_loadu_epi8(m, pc);
+      __m512i vh = _mm512_set1_epi32((int32_t)kh[p]),
+              vl = _mm512_set1_epi32((int32_t)kl[p]);
+      __m512i lo = _mm512_unpacklo_epi8(a, c), hi = _mm512_unpackhi_epi8(a, c);
+      __m512i w0 = _mm512_unpacklo_epi8(lo, z), w1 = _mm512_unpackhi_epi8(lo, z);
+      __m512i w2 = _mm512_unpacklo_epi8(hi, z), w3 = _mm512_unpackhi_epi8(hi, z);
+      h0 = _mm512_add_epi32(h0, _mm512_madd_epi16(w0, vh));
+      l0 = _mm512_add_epi32(l0, _mm512_madd_epi16(w0, vl));
+      h1 = _mm512_add_epi32(h1, _mm512_madd_epi16(w1, vh));
+      l1 = _mm512_add_epi32(l1, _mm512_madd_epi16(w1, vl));
+      h2 = _mm512_add_epi32(h2, _mm512_madd_epi16(w2, vh));
+      l2 = _mm512_add_epi32(l2, _mm512_madd_epi16(w2, vl));
+      h3 = _mm512_add_epi32(h3, _mm512_madd_epi16(w3, vh));
+      l3 = _mm512_add_epi32(l3, _mm512_madd_epi16(w3, vl));
+    }
+#define FINISH(h, l) \
+  _mm512_srai_epi32( \
+      _mm512_add_epi32(_mm512_add_epi32(_mm512_slli_epi32(h, 11), l), half), PREC)
+    /* per 128-bit lane, as vrow_sse2: bytes 0-3, 4-7, 8-11, 12-15 */
+    __m512i v = _mm512_packus_epi16(_mm512_packs_epi32(FINISH(h0, l0), FINISH(h1, l1)),
+                                    _mm512_packs_epi32(FINISH(h2, l2), FINISH(h3, l3)));
+#undef FINISH
+    _mm512_mask_storeu_epi8(o + i, m, v);
+  }
+}
+
+/* AVX2 vertical pass row: vrow_avx512's arithmetic on 32 bytes of the
+ * row at a time (sums in 8 registers over all taps); the row's last
+ * len % 32 bytes, rows of over 128 taps and weights whose high half does
+ * not fit 16 bits as vrow_body. */
 __attribute__((target("avx2"))) static void vrow_avx2(uint8_t *restrict o,
                                                       const uint8_t *restrict r,
                                                       size_t st, size_t len,
                                                       const int32_t *restrict k,
                                                       int32_t n, int32_t *restrict acc) {
-  vrow_body(o, r, st, len, k, n, acc);
+  int32_t np = (n + 1) / 2;
+  uint32_t kh[VPAIRS], kl[VPAIRS];
+  if (np > VPAIRS || split_pairs(kh, kl, k, n)) {
+    vrow_body(o, r, st, len, k, n, acc);
+    return;
+  }
+  const __m256i z = _mm256_setzero_si256(), half = _mm256_set1_epi32(1 << (PREC - 1));
+  size_t i = 0;
+  for (; i + 32 <= len; i += 32) {
+    __m256i h0 = z, h1 = z, h2 = z, h3 = z, l0 = z, l1 = z, l2 = z, l3 = z;
+    for (int32_t p = 0; p < np; p++) {
+      const uint8_t *pa = r + (size_t)(2 * p) * st + i;
+      const uint8_t *pc = 2 * p + 1 < n ? pa + st : pa; /* weight 0 when odd */
+      __m256i a = _mm256_loadu_si256((const __m256i *)(const void *)pa);
+      __m256i c = _mm256_loadu_si256((const __m256i *)(const void *)pc);
+      __m256i vh = _mm256_set1_epi32((int32_t)kh[p]);
+      __m256i vl = _mm256_set1_epi32((int32_t)kl[p]);
+      __m256i lo = _mm256_unpacklo_epi8(a, c), hi = _mm256_unpackhi_epi8(a, c);
+      __m256i w0 = _mm256_unpacklo_epi8(lo, z), w1 = _mm256_unpackhi_epi8(lo, z);
+      __m256i w2 = _mm256_unpacklo_epi8(hi, z), w3 = _mm256_unpackhi_epi8(hi, z);
+      h0 = _mm256_add_epi32(h0, _mm256_madd_epi16(w0, vh));
+      l0 = _mm256_add_epi32(l0, _mm256_madd_epi16(w0, vl));
+      h1 = _mm256_add_epi32(h1, _mm256_madd_epi16(w1, vh));
+      l1 = _mm256_add_epi32(l1, _mm256_madd_epi16(w1, vl));
+      h2 = _mm256_add_epi32(h2, _mm256_madd_epi16(w2, vh));
+      l2 = _mm256_add_epi32(l2, _mm256_madd_epi16(w2, vl));
+      h3 = _mm256_add_epi32(h3, _mm256_madd_epi16(w3, vh));
+      l3 = _mm256_add_epi32(l3, _mm256_madd_epi16(w3, vl));
+    }
+#define FINISH(h, l) \
+  _mm256_srai_epi32( \
+      _mm256_add_epi32(_mm256_add_epi32(_mm256_slli_epi32(h, 11), l), half), PREC)
+    __m256i v = _mm256_packus_epi16(_mm256_packs_epi32(FINISH(h0, l0), FINISH(h1, l1)),
+                                    _mm256_packs_epi32(FINISH(h2, l2), FINISH(h3, l3)));
+#undef FINISH
+    _mm256_storeu_si256((__m256i *)(void *)(o + i), v);
+  }
+  if (i < len) vrow_body(o + i, r + i, st, len - i, k, n, acc);
 }
+#undef VPAIRS
 #endif
 
-static int chosen; /* 0 unknown, 1 C, 2 AVX2, 3 SSE2 */
+static int chosen; /* 0 unknown, 1 C, 2 AVX2, 3 SSE2, 4 AVX-512 */
 
 void stk__resample_force_c(int on) {
   __atomic_store_n(&chosen, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
-/* 2 where the AVX2 kernels run, else 3 (SSE2: every x86-64 CPU);
- * STOKER_RESAMPLE=c picks 1 (portable), =sse2 picks 3. Chosen on first use
- * (again after stk__resample_force_c(0)); a race picks the same. */
+/* 4 where the AVX-512 (F + BW) vertical pass runs (with the AVX2
+ * horizontal pass and stores), else 2 where the AVX2 kernels run, else 3
+ * (SSE2: every x86-64 CPU). STOKER_RESAMPLE=c picks 1 (portable), =sse2
+ * 3, =avx2 2 (on a CPU that has it). Chosen on first use (again after
+ * stk__resample_force_c(0)); a race picks the same. */
 static int pick(void) {
 #ifdef HAVE_AVX2_BUILD
   int k = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
   if (!k) {
     const char *e = getenv("STOKER_RESAMPLE");
     __builtin_cpu_init();
-    k = e && !strcmp(e, "c")                                           ? 1
-        : (e && !strcmp(e, "sse2")) || !__builtin_cpu_supports("avx2") ? 3
-                                                                       : 2;
+    int avx2 = __builtin_cpu_supports("avx2");
+    int avx512 =
+        avx2 && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw");
+    k = e && !strcmp(e, "c")                   ? 1
+        : (e && !strcmp(e, "sse2")) || !avx2   ? 3
+        : (e && !strcmp(e, "avx2")) || !avx512 ? 2
+                                               : 4;
     __atomic_store_n(&chosen, k, __ATOMIC_RELAXED);
   }
   return k;
@@ -469,7 +657,7 @@ static int pick(void) {
 
 const char *stk__resample_kernels(void) {
   int k = pick();
-  return k == 2 ? "avx2" : k == 3 ? "sse2" : "c";
+  return k == 4 ? "avx512" : k == 2 ? "avx2" : k == 3 ? "sse2" : "c";
 }
 
 int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_t sh,
@@ -505,22 +693,25 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
 #ifdef HAVE_AVX2_BUILD
   hgroup *hg = NULL;
   __m256i *kv = NULL;
-  if (kn == 2 || kn == 3) {
+  if (kn >= 2) {
     /* the groups, then the vectors, 32-byte aligned inside the block */
-    size_t ng = (ow + 7) / 8;
-    size_t bytes = ng * sizeof(hgroup) + kv_count(ow, kx) * sizeof(__m256i) + 32;
+    int lanes = kn == 4 ? 4 : 2;
+    size_t ng = (ow + 4 * lanes - 1) / (4 * lanes);
+    size_t bytes = ng * sizeof(hgroup) + kv_bytes(ow, kx, lanes) + 64;
     if (stk__grow((void **)&s->kv, &s->kvcap, bytes)) return -1;
-    hg = (hgroup *)(void *)(((uintptr_t)s->kv + 31) & ~(uintptr_t)31);
+    hg = (hgroup *)(void *)(((uintptr_t)s->kv + 63) & ~(uintptr_t)63);
     kv = (__m256i *)(void *)(hg + ng);
-    if (prep_avx2(hg, kv, xb, s->xk, kx, ow, flip)) hg = NULL;
+    if (prep_groups(hg, (int32_t *)(void *)kv, xb, s->xk, kx, ow, flip, lanes)) hg = NULL;
   }
-#define HPASS(d, sp, n)                                  \
-  (hg && kn == 2 ? hpass_avx2(d, sp, sst, n, ow, hg, kv) \
-   : hg          ? hpass_sse2(d, sp, sst, n, ow, hg, kv) \
-                 : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
-#define VROW(...)                     \
-  (kn == 2   ? vrow_avx2(__VA_ARGS__) \
-   : kn == 3 ? vrow_sse2(__VA_ARGS__) \
+#define HPASS(d, sp, n)                                                               \
+  (hg && kn == 4   ? hpass_avx512(d, sp, sst, n, ow, hg, (const __m512i *)(void *)kv) \
+   : hg && kn == 2 ? hpass_avx2(d, sp, sst, n, ow, hg, kv)                            \
+   : hg            ? hpass_sse2(d, sp, sst, n, ow, hg, kv)                            \
+                   : hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip))
+#define VROW(...)                       \
+  (kn == 4   ? vrow_avx512(__VA_ARGS__) \
+   : kn == 2 ? vrow_avx2(__VA_ARGS__)   \
+   : kn == 3 ? vrow_sse2(__VA_ARGS__)   \
              : vrow_c(__VA_ARGS__))
 #else
 #define HPASS(d, sp, n) hpass_c(d, sp, sst, n, ow, xb, s->xk, kx, flip)
