@@ -22,10 +22,14 @@ run_suite() { # name builddir cmake-args...
   if ! cmake -S . -B "$dir" -DSTOKER_WERROR=ON "$@" >"$dir.configure.log" 2>&1; then
     cat "$dir.configure.log"; failed=$((failed + 1)); return
   fi
-  if ! cmake --build "$dir" -j"$JOBS" 2>&1 | tail -n 40; then :; fi
-  if [ "${PIPESTATUS[0]}" -ne 0 ]; then
-    echo "=== $name: BUILD FAILED"; failed=$((failed + 1)); return
+  # a failed build ends this tier: its tests would only fail for want of binaries
+  local rc=0
+  cmake --build "$dir" -j"$JOBS" >"$dir.build.log" 2>&1 || rc=$?
+  if [ "$rc" -ne 0 ]; then
+    grep -E -B2 -A12 'error:|Error [0-9]' "$dir.build.log" | head -n 80
+    echo "=== $name: BUILD FAILED (all of it: $dir.build.log)"; failed=$((failed + 1)); return
   fi
+  tail -n 3 "$dir.build.log"
   echo "=== $name: ctest"
   ctest --test-dir "$dir" --output-on-failure --timeout 600 -j"$JOBS" 2>&1 | tee "$dir.ctest.log"
   local p f

@@ -71,6 +71,7 @@ static void spec_of(stk_job_spec *s, int source, const char *chain, int named, i
  * with err filled. */
 static uint8_t *images(const stk_job_spec *s, const char *plugin_dir, uint64_t epoch,
                        uint64_t steps, size_t *len, char *err, size_t errlen) {
+  *len = 0; /* also when it fails */
   stk_limits lim;
   memset(&lim, 0, sizeof(lim));
   lim.plugin_dir = plugin_dir;
