@@ -629,11 +629,11 @@ void stk__resample_force_c(int on) {
   __atomic_store_n(&chosen, on ? 1 : 0, __ATOMIC_RELAXED);
 }
 
-/* 4 where the AVX-512 (F + BW) vertical pass runs (with the AVX2
- * horizontal pass and stores), else 2 where the AVX2 kernels run, else 3
- * (SSE2: every x86-64 CPU). STOKER_RESAMPLE=c picks 1 (portable), =sse2
- * 3, =avx2 2 (on a CPU that has it). Chosen on first use (again after
- * stk__resample_force_c(0)); a race picks the same. */
+/* 4 where the AVX-512 (F + BW) passes run (the stores stay AVX2), else
+ * 2 where the AVX2 kernels run, else 3 (SSE2: every x86-64 CPU).
+ * STOKER_RESAMPLE=c picks 1 (portable), =sse2 3, =avx2 2 (on a CPU that
+ * has it). Chosen on first use (again after stk__resample_force_c(0)); a
+ * race picks the same. */
 static int pick(void) {
 #ifdef HAVE_AVX2_BUILD
   int k = __atomic_load_n(&chosen, __ATOMIC_RELAXED);
@@ -683,7 +683,8 @@ int stk__resample_rows(stk__scratch *s, const uint8_t *src, uint32_t sw, uint32_
   if (y1 <= y0) y0 = y1 = 0;
   size_t rowlen = (size_t)ow * 3, rows = (size_t)(y1 - y0), sst = (size_t)sw * 3;
   /* bytes a horizontal pass may read past a row's last tap (the C loop 1,
-   * the AVX2 one 6 * steps + 10 from an output's first tap) */
+   * the AVX2 and AVX-512 ones, which load the same 16-byte pieces,
+   * 6 * steps + 10 from an output's first tap) */
   size_t over = (size_t)3 * kx + 16;
   if (stk__grow((void **)&s->tmp, &s->tcap, rows * rowlen + 32) ||
       stk__grow((void **)&s->acc, &s->acap, rowlen * sizeof(int32_t)) ||
