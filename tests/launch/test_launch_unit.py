@@ -271,6 +271,31 @@ class SageMaker(unittest.TestCase):
             self.assertEqual(L.job_key(j, "dataset"), "train")
             self.assertEqual(L.job_key(j, "dataset", ["dataset=eval"]), "eval")
 
+    def test_cannot_serve_wait_is_bounded(self):
+        # a data host that cannot serve looks for the coordinator a bounded
+        # time: one that already ended (another host aborted the job before
+        # this one looked) is not waited for, and not aborted again
+        la = L.Launcher.__new__(L.Launcher)
+        la.args = type("A", (), {"wait_coordinator_s": 900.0})()
+        la.plan = {"coordinator": "algo-1:7070"}
+        la.signum, la.current = 0, "algo-2"
+        looks, aborts = [], []
+        la.job_status = lambda: looks.append(1)  # never answers: None
+        la.abort_job = lambda rank, reason: aborts.append(reason)
+        saved = L.CANNOT_SERVE_WAIT_S
+        L.CANNOT_SERVE_WAIT_S = 0.3
+        try:
+            self.assertEqual(la.fail_setup("no channel (channels here: none)"), L.EXIT_USAGE)
+        finally:
+            L.CANNOT_SERVE_WAIT_S = saved
+        self.assertTrue(looks)
+        self.assertEqual(aborts, [])
+        # a coordinator that answers is told
+        la.job_status = lambda: ("running", 0)
+        self.assertEqual(la.fail_setup("no channel (channels here: none)"), L.EXIT_USAGE)
+        self.assertEqual(aborts, ["algo-2 (data host) cannot serve: no channel"])
+        self.assertEqual(L.CANNOT_SERVE_WAIT_S, 60)
+
     def test_failure_file(self):
         with tempfile.TemporaryDirectory() as d:
             f = os.path.join(d, "output", "failure")
